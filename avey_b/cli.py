@@ -1,0 +1,48 @@
+"""The single ``avey-b`` command line.
+
+Each subcommand lives in its own module and exposes ``main(argv: list[str] | None) -> int``; this file only
+dispatches, so ``avey-b X ...`` and ``python -m avey_b.<module> ...`` are the same program. Modules are
+imported lazily: ``avey-b convert`` does not pay for importing the training or evaluation stacks.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+# subcommand -> (module, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "demo": ("avey_b.demo", "build a small Avey-B and encode text (no download)"),
+    "pretrain": ("avey_b.training.pretrain", "masked-LM pretraining (local files or HF datasets)"),
+    "finetune": ("avey_b.evaluation.finetune", "fine-tune and score one model on one task"),
+    "evaluate": ("avey_b.evaluation.sweep", "the paper's lr x seed protocol over benchmarks"),
+    "niah": ("avey_b.evaluation.niah", "generate / evaluate needle-in-a-haystack sets"),
+    "bench": ("avey_b.benchmarking.efficiency", "latency / throughput vs sequence length"),
+    "convert": ("avey_b.convert", "convert an authors' release checkpoint to this library's format"),
+}
+
+
+def _usage() -> str:
+    lines = ["usage: avey-b <command> [options]", "", "commands:"]
+    for name, (_, text) in COMMANDS.items():
+        lines.append(f"  {name:<10} {text}")
+    lines.append("")
+    lines.append("Run 'avey-b <command> --help' for the options of one command.")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(_usage())
+        return 0
+    name, rest = argv[0], argv[1:]
+    if name not in COMMANDS:
+        print(f"avey-b: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
+        return 2
+    module = importlib.import_module(COMMANDS[name][0])
+    return int(module.main(rest) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,286 @@
+"""Task heads on one shared backbone (``self.model = AveyBModel(config)``), like transformers' ModernBERT.
+
+Every head takes an explicit ``attention_mask`` and uses it in its pooling and loss, returns the standard
+transformers output class (``loss`` when labels are given), and honours ``return_dict=False``.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers.modeling_outputs import (
+    BaseModelOutputWithPooling,
+    MaskedLMOutput,
+    MultipleChoiceModelOutput,
+    QuestionAnsweringModelOutput,
+    SequenceClassifierOutput,
+    TokenClassifierOutput,
+)
+
+from .configuration import AveyBConfig
+from .modeling import AveyBModel, AveyBPreTrainedModel
+
+
+def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+    """Masked mean over the sequence: (B, N, d) -> (B, d); padding never contributes."""
+    if attention_mask is None:
+        return hidden.mean(1)
+    m = attention_mask.to(hidden.dtype).unsqueeze(-1)
+    return (hidden * m).sum(1) / m.sum(1).clamp_min(1.0)
+
+
+def _finish(output, return_dict: bool | None, config: AveyBConfig):
+    return_dict = config.return_dict if return_dict is None else return_dict
+    return output if return_dict else output.to_tuple()
+
+
+class AveyBForMaskedLM(AveyBPreTrainedModel):
+    """Masked-LM head: logits = ``h · Eᵀ`` with the decoder tied to the input embeddings.
+
+    With ``config.sparse_prediction`` and labels, logits are computed only where ``labels != -100``
+    (shape ``(n_labelled, V)``); the loss is the same as the dense computation.
+    """
+
+    _tied_weights_keys = {"decoder.weight": "model.embed_tokens.weight"}
+
+    def __init__(self, config: AveyBConfig):
+        super().__init__(config)
+        self.model = AveyBModel(config)
+        self.decoder = nn.Linear(config.hidden_size, config.vocab_size, bias=config.decoder_bias)
+        self.post_init()
+
+    def get_output_embeddings(self) -> nn.Linear:
+        return self.decoder
+
+    def set_output_embeddings(self, new_embeddings: nn.Linear) -> None:
+        self.decoder = new_embeddings
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+    ) -> MaskedLMOutput | tuple:
+        out = self.model(input_ids, attention_mask, inputs_embeds, output_hidden_states, return_dict=True)
+        h = out.last_hidden_state
+        if labels is not None and self.config.sparse_prediction:
+            labels = labels.reshape(-1)
+            selected = labels != -100
+            h, labels = h.reshape(-1, h.shape[-1])[selected], labels[selected]
+        logits = self.decoder(h)
+        loss = None
+        if labels is not None:
+            loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=-100)
+        return _finish(MaskedLMOutput(loss=loss, logits=logits, hidden_states=out.hidden_states), return_dict, self.config)
+
+
+class _ReleaseSequenceHead(nn.Sequential):
+    """The release's sequence-classification MLP (SPEC §8): d -> 2d -> 2d -> d with GELUs."""
+
+    def __init__(self, d: int):
+        super().__init__(nn.Linear(d, 2 * d), nn.GELU(), nn.Linear(2 * d, 2 * d), nn.GELU(), nn.Linear(2 * d, d))
+
+
+def _classification_loss(config: AveyBConfig, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Regression (MSE), single-label (cross-entropy) or multi-label (BCE), inferred as transformers does."""
+    if config.problem_type is None:
+        if config.num_labels == 1:
+            config.problem_type = "regression"
+        elif labels.dtype in (torch.long, torch.int):
+            config.problem_type = "single_label_classification"
+        else:
+            config.problem_type = "multi_label_classification"
+    logits = logits.float()
+    if config.problem_type == "regression":
+        if config.num_labels == 1:
+            return F.mse_loss(logits.squeeze(-1), labels.float().reshape(-1))
+        return F.mse_loss(logits, labels.float())
+    if config.problem_type == "single_label_classification":
+        return F.cross_entropy(logits.reshape(-1, config.num_labels), labels.reshape(-1))
+    return F.binary_cross_entropy_with_logits(logits, labels.float())
+
+
+class AveyBForSequenceClassification(AveyBPreTrainedModel):
+    """Masked mean pooling -> (release MLP) -> dropout -> linear classifier."""
+
+    def __init__(self, config: AveyBConfig):
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.model = AveyBModel(config)
+        self.dense = _ReleaseSequenceHead(config.hidden_size) if config.classifier_head == "avey-b1" else None
+        self.dropout = nn.Dropout(config.classifier_dropout)
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        self.post_init()
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+    ) -> SequenceClassifierOutput | tuple:
+        out = self.model(input_ids, attention_mask, inputs_embeds, output_hidden_states, return_dict=True)
+        pooled = mean_pool(out.last_hidden_state, attention_mask)
+        if self.dense is not None:
+            pooled = self.dense(pooled)
+        logits = self.classifier(self.dropout(pooled))
+        loss = None if labels is None else _classification_loss(self.config, logits, labels)
+        output = SequenceClassifierOutput(loss=loss, logits=logits, hidden_states=out.hidden_states)
+        return _finish(output, return_dict, self.config)
+
+
+class AveyBForTokenClassification(AveyBPreTrainedModel):
+    """Per-token classifier (NER); padded positions and label -100 are left out of the loss."""
+
+    def __init__(self, config: AveyBConfig):
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.model = AveyBModel(config)
+        d = config.hidden_size
+        # The release's token head is Linear(d, d) -> tanh before the classifier (SPEC §8).
+        self.dense = nn.Sequential(nn.Linear(d, d), nn.Tanh()) if config.classifier_head == "avey-b1" else None
+        self.dropout = nn.Dropout(config.classifier_dropout)
+        self.classifier = nn.Linear(d, config.num_labels)
+        self.post_init()
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+    ) -> TokenClassifierOutput | tuple:
+        out = self.model(input_ids, attention_mask, inputs_embeds, output_hidden_states, return_dict=True)
+        h = out.last_hidden_state
+        if self.dense is not None:
+            h = self.dense(h)
+        logits = self.classifier(self.dropout(h))
+        loss = None
+        if labels is not None:
+            if attention_mask is not None:
+                labels = labels.masked_fill(attention_mask == 0, -100)
+            loss = F.cross_entropy(logits.float().reshape(-1, self.num_labels), labels.reshape(-1), ignore_index=-100)
+        output = TokenClassifierOutput(loss=loss, logits=logits, hidden_states=out.hidden_states)
+        return _finish(output, return_dict, self.config)
+
+
+class AveyBForQuestionAnswering(AveyBPreTrainedModel):
+    """Extractive QA: start/end span logits per token; padded positions can never be predicted."""
+
+    def __init__(self, config: AveyBConfig):
+        super().__init__(config)
+        self.model = AveyBModel(config)
+        self.dropout = nn.Dropout(config.classifier_dropout)
+        self.qa_outputs = nn.Linear(config.hidden_size, 2)
+        self.post_init()
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        start_positions: torch.LongTensor | None = None,
+        end_positions: torch.LongTensor | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+    ) -> QuestionAnsweringModelOutput | tuple:
+        out = self.model(input_ids, attention_mask, inputs_embeds, output_hidden_states, return_dict=True)
+        logits = self.qa_outputs(self.dropout(out.last_hidden_state)).float()  # (B, N, 2)
+        if attention_mask is not None:
+            logits = logits.masked_fill((attention_mask == 0).unsqueeze(-1), torch.finfo(logits.dtype).min)
+        start_logits, end_logits = logits.unbind(-1)
+        loss = None
+        if start_positions is not None and end_positions is not None:
+            # Positions outside the sequence (e.g. answers cut off by truncation) are ignored, as in transformers.
+            ignored = start_logits.shape[1]
+            start = start_positions.reshape(-1).clamp(0, ignored)
+            end = end_positions.reshape(-1).clamp(0, ignored)
+            loss = (F.cross_entropy(start_logits, start, ignore_index=ignored)
+                    + F.cross_entropy(end_logits, end, ignore_index=ignored)) / 2
+        output = QuestionAnsweringModelOutput(
+            loss=loss, start_logits=start_logits, end_logits=end_logits, hidden_states=out.hidden_states
+        )
+        return _finish(output, return_dict, self.config)
+
+
+class AveyBForMultipleChoice(AveyBPreTrainedModel):
+    """Scores ``C`` choices per example: inputs (B, C, N) -> masked mean pooling -> one logit per choice."""
+
+    def __init__(self, config: AveyBConfig):
+        super().__init__(config)
+        self.model = AveyBModel(config)
+        self.dropout = nn.Dropout(config.classifier_dropout)
+        self.classifier = nn.Linear(config.hidden_size, 1)
+        self.post_init()
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+    ) -> MultipleChoiceModelOutput | tuple:
+        source = input_ids if input_ids is not None else inputs_embeds
+        if source is None or source.dim() < 3:
+            raise ValueError("multiple choice expects input_ids of shape (batch, num_choices, length)")
+        num_choices = source.shape[1]
+        flat = lambda t: None if t is None else t.reshape(-1, *t.shape[2:])  # (B, C, ...) -> (B·C, ...)
+        out = self.model(flat(input_ids), flat(attention_mask), flat(inputs_embeds), output_hidden_states,
+                         return_dict=True)
+        pooled = mean_pool(out.last_hidden_state, flat(attention_mask))
+        logits = self.classifier(self.dropout(pooled)).reshape(-1, num_choices)
+        loss = None if labels is None else F.cross_entropy(logits.float(), labels.reshape(-1))
+        output = MultipleChoiceModelOutput(loss=loss, logits=logits, hidden_states=out.hidden_states)
+        return _finish(output, return_dict, self.config)
+
+
+class AveyBForSentenceEmbedding(AveyBPreTrainedModel):
+    """Sentence embeddings for retrieval: masked mean pooling, L2-normalized if ``config.normalize_embeddings``.
+
+    ``pooler_output`` holds the (B, d) embeddings; no parameters beyond the backbone, so any Avey-B checkpoint
+    (e.g. a masked-LM one) loads into it.
+    """
+
+    def __init__(self, config: AveyBConfig):
+        super().__init__(config)
+        self.model = AveyBModel(config)
+        self.post_init()
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+    ) -> BaseModelOutputWithPooling | tuple:
+        out = self.model(input_ids, attention_mask, inputs_embeds, output_hidden_states, return_dict=True)
+        pooled = mean_pool(out.last_hidden_state, attention_mask)
+        if self.config.normalize_embeddings:
+            pooled = F.normalize(pooled.float(), dim=-1).to(pooled.dtype)
+        output = BaseModelOutputWithPooling(
+            last_hidden_state=out.last_hidden_state, pooler_output=pooled, hidden_states=out.hidden_states
+        )
+        return _finish(output, return_dict, self.config)

@@ -1,0 +1,145 @@
+"""The neural processor of Avey-B: one pre-norm layer, enricher -> [bypass | gate ⊙ σ(mix)] -> fuser.
+
+Notation (SPEC): ``R`` rows processed independently (``B · n_splits``), ``C`` tokens per row (``S``, or
+``(k+1)S`` without the compressor), ``d`` model width, ``m`` enricher width, ``d'`` mixing width (``m_t / 2``).
+
+The only difference between a static, a dynamic and a coupled layer is the mixer module; everything else
+(enricher, bypass, gate, fuser, residual) is one code path.
+
+Padding: ``keep`` is a ``(R, C)`` bool mask of real tokens, or ``None`` when every position is real. The layer
+zeroes the contextual features of padded rows before mixing, so a padded token is a zero vector: it adds nothing
+to a static mix, its cosine with every token is 0, and the row normalizations count only real tokens.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers.modeling_layers import GradientCheckpointingLayer
+
+from .configuration import AveyBConfig
+
+
+def activation(name: str):
+    """The activation functions named in the config (``σ_e`` of the enricher, ``σ`` after the mixing)."""
+    if name == "relu2":  # ReLU², the paper's enricher (App. A, A1: makes the cosines non-negative)
+        return lambda x: F.relu(x).square()
+    if name == "relu":
+        return F.relu
+    if name == "gelu":  # exact (erf) GELU, as in the release
+        return F.gelu
+    if name == "gelu_tanh":
+        return lambda x: F.gelu(x, approximate="tanh")
+    if name == "silu":
+        return F.silu
+    if name == "identity":
+        return lambda x: x
+    raise ValueError(f"unknown activation {name!r}")
+
+
+def dynamic_similarity(z: torch.Tensor, keep: torch.Tensor | None, config: AveyBConfig) -> torch.Tensor:
+    """``S̃``: the row-normalized cosine-similarity matrix of a dynamic layer (§4.2, Eq. raw-sim/normalization).
+
+    ``z``: (R, C, d') with padded rows already zero.  Returns (R, C, C).
+    """
+    zn = F.normalize(z, dim=-1, eps=1e-12)  # zero vector -> zero vector, never NaN
+    sim = zn @ zn.transpose(-1, -2)  # (R, C, C) cosines
+    norm, eps = config.dynamic_normalization, config.dynamic_eps
+    if norm == "sum":  # the paper: S / (Σ_j S + ε); row-stochastic when S >= 0 (ReLU² enricher)
+        return sim / (sim.sum(-1, keepdim=True) + eps)
+    if norm == "l1":  # the release: S / max(Σ_j |S|, ε)
+        return sim / sim.abs().sum(-1, keepdim=True).clamp_min(eps)
+    if norm == "rms":  # S / (rms_j S + ε), the mean taken over real tokens only (padding-invariant)
+        n_real = z.new_full(sim.shape[:-1] + (1,), sim.shape[-1]) if keep is None else keep.sum(-1, keepdim=True)
+        rms = (sim.square().sum(-1, keepdim=True) / n_real.clamp_min(1)).sqrt()
+        return sim / (rms + eps)
+    if norm in ("softmax", "scaled_softmax"):
+        logits = sim / config.dynamic_temperature if norm == "scaled_softmax" else sim
+        if keep is not None:  # finite fill: an all-padding row gives a uniform (harmless) row, not NaN
+            logits = logits.masked_fill(~keep[:, None, :], torch.finfo(logits.dtype).min)
+        return logits.softmax(-1)
+    return sim  # "none"
+
+
+class Mixer(nn.Module):
+    """Cross-token mixing of ``Z_tr`` (R, C, d') plus the optional per-position bias ``b ∈ R^{C×d'}``."""
+
+    def __init__(self, config: AveyBConfig):
+        super().__init__()
+        self.config = config
+        self.bias = nn.Parameter(torch.zeros(config.context_size, config.mix_size)) if config.mixing_bias else None
+
+    def mix(self, z: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
+        raise NotImplementedError  # each layer type defines its mixing
+
+    def forward(self, z: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
+        out = self.mix(z, keep)
+        return out if self.bias is None else out + self.bias
+
+
+class StaticMixer(Mixer):
+    """Static layer: ``V · Z_tr`` with a learned ``V ∈ R^{C×C}`` (§4.2, Eq. static-layer)."""
+
+    def __init__(self, config: AveyBConfig):
+        super().__init__(config)
+        c = config.context_size
+        self.unsigned = config.static_weights == "unsigned"
+        self.weight = nn.Parameter(torch.empty(c, c))
+
+    def matrix(self) -> torch.Tensor:
+        """The effective ``V``: non-negative (``|V|``) for the "unsigned" variant."""
+        return self.weight.abs() if self.unsigned else self.weight
+
+    def mix(self, z: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
+        return self.matrix().to(z.dtype) @ z  # (C, C) @ (R, C, d') broadcasts over R
+
+
+class DynamicMixer(Mixer):
+    """Dynamic layer: ``S̃ · Z_tr``, weights from the input's own cosine similarities (§4.2)."""
+
+    def mix(self, z: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
+        return dynamic_similarity(z, keep, self.config) @ z
+
+
+class CoupledMixer(StaticMixer):
+    """Original Avey (coupled): ``(V ⊙ S̃) · Z_tr`` in every layer (Eq. contextualizer; ablation "w/o decoupling")."""
+
+    def mix(self, z: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
+        return (self.matrix().to(z.dtype) * dynamic_similarity(z, keep, self.config)) @ z
+
+
+MIXERS = {"static": StaticMixer, "dynamic": DynamicMixer, "coupled": CoupledMixer}
+
+
+class AveyBLayer(GradientCheckpointingLayer):
+    """Pre-norm block: enrich -> [bypass | gate ⊙ σ(mix)] -> fuse, + residual. Input and output (R, C, d)."""
+
+    def __init__(self, config: AveyBConfig, layer_idx: int):
+        super().__init__()
+        d, m_h, d_mix = config.hidden_size, config.bypass_size, config.mix_size
+        self.layer_type = config.layer_types[layer_idx]
+        self.norm = nn.RMSNorm(d, eps=config.norm_eps)
+        self.enricher = nn.Linear(d, config.enricher_size, bias=config.enricher_bias)
+        self.enricher_act = activation(config.enricher_activation)
+        self.mixer = MIXERS[self.layer_type](config)
+        self.mix_act = activation(config.mixing_activation)
+        self.fuser = nn.Linear(m_h + d_mix, d, bias=config.fuser_bias)
+        self.dropout = nn.Dropout(config.hidden_dropout)
+        # Learned residual gain of the release; a fixed 1 otherwise (the paper's plain residual).
+        self.alpha = nn.Parameter(torch.ones(())) if config.residual_scale else None
+        # Feature order of the enricher output (SPEC §8): the paper puts the bypass head first.
+        self.release_layout = config.enricher_layout == "release"
+        self.split_sizes = (d_mix, d_mix, m_h) if self.release_layout else (m_h, d_mix, d_mix)
+
+    def forward(self, x: torch.Tensor, keep: torch.Tensor | None = None) -> torch.Tensor:
+        z = self.enricher_act(self.enricher(self.norm(x)))  # (R, C, m)
+        if self.release_layout:
+            z_tr, z_tl, z_h = z.split(self.split_sizes, dim=-1)  # contextual, gate, bypass
+        else:
+            z_h, z_tl, z_tr = z.split(self.split_sizes, dim=-1)  # bypass, gate, contextual
+        if keep is not None:
+            z_tr = z_tr * keep.unsqueeze(-1).to(z_tr.dtype)
+        c = z_tl * self.mix_act(self.mixer(z_tr, keep))  # (R, C, d')
+        out = self.dropout(self.fuser(torch.cat([z_h, c], dim=-1)))  # (R, C, d)
+        return out + (x if self.alpha is None else self.alpha * x)

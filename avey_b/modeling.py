@@ -1,0 +1,203 @@
+"""Avey-B backbone: embed -> rank -> compress -> L processor layers -> reassemble.
+
+Paper: "Avey-B" (Acharya & Hammoud, ICLR 2026); the reference for every choice is ``SPEC.md``.
+
+Notation (SPEC): ``B`` batch, ``N`` sequence length, ``S`` split size, ``n = ceil(N/S)`` splits, ``k`` retrieved
+splits, ``d`` width, ``L`` layers, ``V`` vocabulary, ``C`` tokens per processor row (``S``; ``(k+1)S`` without the
+compressor).
+
+Notable choices:
+- Any ``N >= 1``: the sequence is zero-padded to ``n·S`` after embedding and the padding dropped at the end.
+- Split padding and user padding (``attention_mask == 0``) are the same thing: a ``keep`` mask that the ranker,
+  the compressor and every mixing layer honour, so real tokens never see padding (SPEC §3). Right padding is
+  exact; left padding shifts split boundaries and is therefore *not* equivalent to no padding.
+- The ranker runs once, on the embedding output; the processor sees ``(B·n, C, d)`` rows, independent of ``N``,
+  which is why the processor's cost is linear in ``N``.
+- Every variant of SPEC §4 is a config switch on this one code path.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import PreTrainedModel
+from transformers import initialization as init
+from transformers.modeling_outputs import BaseModelOutput
+
+from .configuration import AveyBConfig
+from .layers import AveyBLayer, Mixer, StaticMixer
+from .ranker import Compressor, Ranker
+
+
+class AveyBPreTrainedModel(PreTrainedModel):
+    """Weight initialization and the Hugging Face contract shared by the backbone and every head.
+
+    Initialization (``config.initializer``):
+
+    | parameter                                   | "xavier_normal" (default, as the release) | "normal"            |
+    |---------------------------------------------|-------------------------------------------|---------------------|
+    | Linear / Embedding weights, static ``V``, ``P`` | Xavier-normal                          | N(0, init. range)   |
+    | biases (enricher, fuser, heads, mixing)     | 0                                         | 0                   |
+    | RMSNorm weights, residual ``alpha``         | 1                                         | 1                   |
+    """
+
+    config_class = AveyBConfig
+    config: AveyBConfig
+    base_model_prefix = "model"
+    supports_gradient_checkpointing = True
+    _no_split_modules = ["AveyBLayer"]
+    _supports_sdpa = False
+    _supports_flash_attn = False
+
+    def _init_matrix(self, weight: torch.Tensor) -> None:
+        if self.config.initializer == "xavier_normal":
+            init.xavier_normal_(weight)
+        else:
+            init.normal_(weight, mean=0.0, std=self.config.initializer_range)
+
+    @torch.no_grad()
+    def _init_weights(self, module: nn.Module) -> None:
+        if isinstance(module, (nn.Linear, nn.Embedding, StaticMixer, Compressor)):
+            self._init_matrix(module.weight)
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            init.zeros_(module.bias)
+        elif isinstance(module, Mixer) and module.bias is not None:
+            init.zeros_(module.bias)
+        elif isinstance(module, nn.RMSNorm):
+            init.ones_(module.weight)
+        elif isinstance(module, AveyBLayer) and module.alpha is not None:
+            init.ones_(module.alpha)
+
+
+def _check_inputs(
+    config: AveyBConfig,
+    input_ids: torch.Tensor | None,
+    inputs_embeds: torch.Tensor | None,
+    attention_mask: torch.Tensor | None,
+) -> None:
+    """Clear, early errors for bad input (names the problem, never a shape error deep inside the model)."""
+    if (input_ids is None) == (inputs_embeds is None):
+        raise ValueError("pass exactly one of input_ids or inputs_embeds")
+    if input_ids is not None:
+        if input_ids.is_floating_point() or input_ids.is_complex() or input_ids.dtype == torch.bool:
+            raise TypeError(f"input_ids must be an integer tensor of token ids, got dtype {input_ids.dtype}")
+        if input_ids.dim() != 2:
+            raise ValueError(f"input_ids must have shape (batch, length), got {tuple(input_ids.shape)}")
+        shape = tuple(input_ids.shape)
+    else:
+        if not inputs_embeds.is_floating_point():
+            raise TypeError(f"inputs_embeds must be a floating-point tensor, got dtype {inputs_embeds.dtype}")
+        if inputs_embeds.dim() != 3 or inputs_embeds.shape[-1] != config.hidden_size:
+            raise ValueError(
+                f"inputs_embeds must have shape (batch, length, {config.hidden_size}), got {tuple(inputs_embeds.shape)}"
+            )
+        shape = tuple(inputs_embeds.shape[:2])
+    if shape[0] == 0:
+        raise ValueError("empty batch: the input has batch size 0")
+    if shape[1] == 0:
+        raise ValueError("empty sequences: the input has length 0 (Avey-B needs at least one token)")
+    if attention_mask is not None and tuple(attention_mask.shape) != shape:
+        raise ValueError(
+            f"attention_mask has shape {tuple(attention_mask.shape)} but the input has shape (batch, length) = {shape}"
+        )
+    if torch.compiler.is_compiling():
+        return  # the value checks below need a host sync; eager runs catch these errors
+    if input_ids is not None:
+        lo, hi = int(input_ids.min()), int(input_ids.max())
+        if lo < 0 or hi >= config.vocab_size:
+            raise ValueError(
+                f"input_ids out of range: found ids in [{lo}, {hi}] but the vocabulary has {config.vocab_size} "
+                "entries (valid ids are 0 .. vocab_size-1); is the tokenizer matched to this model?"
+            )
+    if attention_mask is not None and not attention_mask.dtype == torch.bool:
+        if not bool(((attention_mask == 0) | (attention_mask == 1)).all()):
+            raise ValueError("attention_mask must contain only 0 (padding) and 1 (real token)")
+
+
+class AveyBModel(AveyBPreTrainedModel):
+    """The Avey-B encoder: ``(B, N)`` token ids -> ``(B, N, d)`` contextual states, for any ``N >= 1``."""
+
+    def __init__(self, config: AveyBConfig):
+        super().__init__(config)
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.embed_dropout = nn.Dropout(config.embedding_dropout)
+        self.ranker = Ranker(config) if config.ranker != "off" else None
+        self.compressor = Compressor(config) if self.ranker is not None and config.compressor else None
+        self.layers = nn.ModuleList(AveyBLayer(config, i) for i in range(config.num_hidden_layers))
+        self.norm = nn.RMSNorm(config.hidden_size, eps=config.norm_eps) if config.final_norm else None
+        self.gradient_checkpointing = False
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.embed_tokens
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        self.embed_tokens = value
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        token_type_ids: torch.Tensor | None = None,  # accepted for tokenizer compatibility; Avey-B has no segments
+        position_ids: torch.Tensor | None = None,  # accepted and unused: positions live in the static matrices
+    ) -> BaseModelOutput | tuple:
+        config = self.config
+        _check_inputs(config, input_ids, inputs_embeds, attention_mask)
+        output_hidden_states = config.output_hidden_states if output_hidden_states is None else output_hidden_states
+        return_dict = config.return_dict if return_dict is None else return_dict
+
+        x = self.embed_tokens(input_ids) if inputs_embeds is None else inputs_embeds
+        x = self.embed_dropout(x)
+        B, N, d = x.shape
+        S = config.split_size
+        n = math.ceil(N / S)
+        pad = n * S - N
+
+        # keep: (B, n·S) real-token mask; None means "no padding anywhere" and skips every masking op.
+        keep = None
+        if attention_mask is not None and (torch.compiler.is_compiling() or not bool(attention_mask.all())):
+            keep = attention_mask.bool()
+        if pad and keep is None:
+            keep = torch.ones(B, N, dtype=torch.bool, device=x.device)
+        if keep is not None:
+            keep = F.pad(keep, (0, pad), value=False)
+            x = F.pad(x, (0, 0, 0, pad)) * keep.unsqueeze(-1).to(x.dtype)  # padded tokens are zero vectors
+            keep = keep.view(B, n, S)
+        x = x.reshape(B, n, S, d)
+        all_hidden = [x.reshape(B, n * S, d)[:, :N]] if output_hidden_states else None
+
+        if self.ranker is None:  # ablation "w/o ranker": every split alone
+            h, h_keep = x, keep
+        else:
+            x_cat, keep_cat = self.ranker(x, keep)  # (B, n, (k+1)S, d)
+            if self.compressor is not None:
+                h, h_keep = self.compressor(x_cat, x), keep  # (B, n, S, d)
+            else:  # ablation "w/o compression": process (k+1)S tokens, keep the current split's S
+                h, h_keep = x_cat, keep_cat
+        C = h.shape[2]
+        h = h.reshape(B * n, C, d)
+        h_keep = None if h_keep is None else h_keep.reshape(B * n, C)
+
+        for layer in self.layers:
+            h = layer(h, h_keep)
+            if output_hidden_states:
+                all_hidden.append(self._reassemble(h, B, N))
+        out = self._reassemble(h, B, N)
+        if self.norm is not None:
+            out = self.norm(out)
+
+        hidden_states = tuple(all_hidden) if output_hidden_states else None
+        if not return_dict:
+            return tuple(v for v in (out, hidden_states) if v is not None)
+        return BaseModelOutput(last_hidden_state=out, hidden_states=hidden_states)
+
+    def _reassemble(self, h: torch.Tensor, B: int, N: int) -> torch.Tensor:
+        """(B·n, C, d) processor rows -> (B, N, d): keep each row's current split, drop split padding."""
+        S = self.config.split_size
+        return h[:, -S:].reshape(B, -1, h.shape[-1])[:, :N]

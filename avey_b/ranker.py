@@ -1,0 +1,139 @@
+"""The ranker (weighted-selective-split retrieval, SPEC §1.3) and the neural compressor (§4.3).
+
+Notation: ``B`` batch, ``n`` splits, ``S`` split size, ``k`` retrieved splits, ``d`` width, ``J`` candidates.
+
+The ranker scores every split against its candidates with MaxSim,
+``MaxSim(i, j) = Σ_{t∈i} max_{u∈j} cos(x_t, x_u)``, keeps the top-``k`` and returns, per split,
+``X_cat = [w_1 X_{j1} | … | w_k X_{jk} | X_i]`` with missing slots as zeros on the left (so the current split
+always occupies the last ``S`` rows). It is vectorized: one GEMM per block of query splits against all of their
+candidates, ``amax`` over candidate tokens, ``topk`` for the choice and ``gather`` for the copies. The only Python
+loop runs over fixed-size blocks of queries, which bounds peak memory to ``block × N`` similarities (linear in
+``N``) instead of the ``N²`` full matrix.
+
+Gradients flow through the weights (the cosine scores), not through the discrete choice. The choice is made
+under ``no_grad``; when gradients are needed, MaxSim is recomputed for the ``k`` selected pairs only (``O(N k S d)``
+work and memory), so training never stores the ``O(N²)`` similarity blocks for backward.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .configuration import AveyBConfig
+
+
+def _maxsim(q: torch.Tensor, c: torch.Tensor, q_keep: torch.Tensor | None, c_keep: torch.Tensor | None):
+    """MaxSim of normalized query splits against candidate splits, pairwise by broadcasting.
+
+    q: (..., S, d), c: (..., S, d) unit (or zero) vectors; keeps: (..., S) bool or None.  Returns (...).
+    """
+    sim = q @ c.transpose(-1, -2)  # (..., S, S)
+    if c_keep is not None:  # a padded candidate token is never the best match
+        sim = sim.masked_fill(~c_keep.unsqueeze(-2), float("-inf"))
+    best = sim.amax(-1)  # (..., S): best candidate token per query token
+    if q_keep is not None:  # padded query tokens do not vote
+        best = best.masked_fill(~q_keep, 0.0)
+    return best.sum(-1)
+
+
+class Ranker(nn.Module):
+    """Selects, weights and concatenates the top-``k`` candidate splits of every split. No parameters."""
+
+    def __init__(self, config: AveyBConfig):
+        super().__init__()
+        self.k = config.num_retrieved_splits
+        self.bidirectional = config.ranker == "bidirectional"
+        self.weighting = config.ranker_weighting
+        self.eps = config.ranker_eps
+        self.block_size = config.ranker_block_size
+
+    @torch.no_grad()
+    def select(self, xn: torch.Tensor, keep: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Top-``k`` candidates of every split.
+
+        xn: (B, n, S, d) unit vectors (zero at padding); keep: (B, n, S) or None.
+        Returns ``idx`` (B, n, k) candidate split ids laid out as in ``X_cat`` (descending score, missing slots
+        on the left), ``ok`` (B, n, k) whether a slot holds a split, and ``score`` (B, n, k) their MaxSim.
+        """
+        B, n, S, d = xn.shape
+        k = self.k
+        blk = max(1, self.block_size // S)  # query splits per block
+        split_ok = None if keep is None else keep.any(-1)  # (B, n): a split with no real token is no candidate
+        ids, oks, scores = [], [], []
+        for q0 in range(0, n, blk):
+            q1 = min(n, q0 + blk)
+            nq = q1 - q0
+            J = n if self.bidirectional else q1  # unidirectional: only splits before the block's last one
+            q = xn[:, q0:q1].reshape(B, nq * S, d)
+            c = xn[:, :J].reshape(B, J * S, d)
+            sim = (q @ c.transpose(1, 2)).view(B, nq, S, J, S)  # cosines, one GEMM per block
+            if keep is not None:
+                sim = sim.masked_fill(~keep[:, None, None, :J, :], float("-inf"))
+            best = sim.amax(-1)  # (B, nq, S, J)
+            if keep is not None:
+                best = best.masked_fill(~keep[:, q0:q1, :, None], 0.0)
+            score = best.sum(2)  # (B, nq, J) MaxSim
+            i = torch.arange(q0, q1, device=xn.device)[:, None]
+            j = torch.arange(J, device=xn.device)[None, :]
+            allowed = (j != i) if self.bidirectional else (j < i)  # (nq, J)
+            if split_ok is not None:
+                allowed = allowed & split_ok[:, None, :J]
+            score = score.masked_fill(~allowed, float("-inf"))
+            if J < k:  # fewer candidates than slots: pad with impossible ones
+                score = F.pad(score, (0, k - J), value=float("-inf"))
+            val, idx = score.topk(k, dim=-1)  # descending, impossible (-inf) ones last
+            # Move the m valid entries to the right end: slot p holds entry p - (k - m).
+            m = torch.isfinite(val).sum(-1, keepdim=True)
+            src = torch.arange(k, device=xn.device) - (k - m)
+            ok = src >= 0
+            src = src.clamp_min(0)
+            ids.append(idx.gather(-1, src).masked_fill(~ok, 0))
+            oks.append(ok)
+            scores.append(val.gather(-1, src).masked_fill(~ok, 0.0))
+        return torch.cat(ids, 1), torch.cat(oks, 1), torch.cat(scores, 1)
+
+    def forward(self, x: torch.Tensor, keep: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """x: (B, n, S, d) embeddings, zero at padding.
+
+        Returns ``X_cat`` (B, n, (k+1)S, d) and its keep mask (B, n, (k+1)S), where empty slots count as padding.
+        """
+        B, n, S, d = x.shape
+        if self.k == 0:
+            return x, keep
+        xn = F.normalize(x, dim=-1, eps=1e-12)
+        idx, ok, score = self.select(xn, keep)
+        batch = torch.arange(B, device=x.device)[:, None, None]
+        if torch.is_grad_enabled() and x.requires_grad:
+            # Recompute MaxSim of the selected pairs with autograd (cheap: k pairs per split).
+            score = _maxsim(
+                xn.unsqueeze(2), xn[batch, idx],
+                None if keep is None else keep.unsqueeze(2), None if keep is None else keep[batch, idx],
+            )  # (B, n, k)
+        # Normalize by the largest (paper) or smallest (release) selected score.
+        if self.weighting == "max":
+            den = score.masked_fill(~ok, float("-inf")).amax(-1, keepdim=True)
+        else:
+            den = score.masked_fill(~ok, float("inf")).amin(-1, keepdim=True)
+        w = torch.where(ok, score / (den + self.eps), torch.zeros_like(score))  # (B, n, k); 0 for empty slots
+        retrieved = x[batch, idx] * w[..., None, None].to(x.dtype)  # (B, n, k, S, d)
+        x_cat = torch.cat([retrieved.flatten(2, 3), x], dim=2)  # (B, n, (k+1)S, d)
+        keep = torch.ones(B, n, S, dtype=torch.bool, device=x.device) if keep is None else keep
+        keep_cat = torch.cat([(keep[batch, idx] & ok[..., None]).flatten(2, 3), keep], dim=2)
+        return x_cat, keep_cat
+
+
+class Compressor(nn.Module):
+    """Neural compressor ``X̂ = P · X_cat (+ X_i)``, ``P ∈ R^{S×(k+1)S}`` learned (§4.3, Eq. compression)."""
+
+    def __init__(self, config: AveyBConfig):
+        super().__init__()
+        S = config.split_size
+        self.weight = nn.Parameter(torch.empty(S, (config.num_retrieved_splits + 1) * S))
+        self.residual = config.compressor_residual
+
+    def forward(self, x_cat: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """x_cat: (B, n, (k+1)S, d); x: (B, n, S, d) the current splits.  Returns (B, n, S, d)."""
+        out = self.weight.to(x_cat.dtype) @ x_cat
+        return out + x if self.residual else out
