@@ -44,16 +44,22 @@ def dynamic_similarity(z: torch.Tensor, keep: torch.Tensor | None, config: AveyB
     ``z``: (R, C, d') with padded rows already zero.  Returns (R, C, C).
     """
     zn = F.normalize(z, dim=-1, eps=1e-12)  # zero vector -> zero vector, never NaN
-    sim = zn @ zn.transpose(-1, -2)  # (R, C, C) cosines
+    return normalize_rows(zn @ zn.transpose(-1, -2), keep, config)
+
+
+def normalize_rows(sim: torch.Tensor, keep: torch.Tensor | None, config: AveyBConfig) -> torch.Tensor:
+    """Row normalization of the cosine matrix ``S`` (R, C, C), per ``config.dynamic_normalization``.
+
+    Padded columns of ``sim`` are 0 (cosine with a zero vector); the normalizations count real tokens only.
+    """
     norm, eps = config.dynamic_normalization, config.dynamic_eps
     if norm == "sum":  # the paper: S / (Σ_j S + ε); row-stochastic when S >= 0 (ReLU² enricher)
         return sim / (sim.sum(-1, keepdim=True) + eps)
     if norm == "l1":  # the release: S / max(Σ_j |S|, ε)
         return sim / sim.abs().sum(-1, keepdim=True).clamp_min(eps)
     if norm == "rms":  # S / (rms_j S + ε), the mean taken over real tokens only (padding-invariant)
-        n_real = z.new_full(sim.shape[:-1] + (1,), sim.shape[-1]) if keep is None else keep.sum(-1, keepdim=True)
-        rms = (sim.square().sum(-1, keepdim=True) / n_real.clamp_min(1)).sqrt()
-        return sim / (rms + eps)
+        n_real = sim.shape[-1] if keep is None else keep.sum(-1).clamp_min(1)[:, None, None].to(sim.dtype)
+        return sim / ((sim.square().sum(-1, keepdim=True) / n_real).sqrt() + eps)
     if norm in ("softmax", "scaled_softmax"):
         logits = sim / config.dynamic_temperature if norm == "scaled_softmax" else sim
         if keep is not None:  # finite fill: an all-padding row gives a uniform (harmless) row, not NaN

@@ -1,0 +1,337 @@
+"""``avey-b bench``: latency (s/forward) and throughput (tokens/s) vs sequence length (SPEC §7, paper §5.4).
+
+Three steps, each reading the previous one's output (STYLE §5.8):
+
+``avey-b bench run``   time every (model, attention, mode, dtype, length) point; one JSON line per point
+                       (stdout and ``OUT/results.jsonl``, appended and flushed, so ``--resume`` continues an
+                       interrupted run), then ``OUT/results.csv``.
+``avey-b bench fit``   least-squares power laws over a long-context range: ``T(N) ∝ N^-α`` (throughput) and
+                       ``latency ∝ N^β``, per series, next to the paper's values (:mod:`.fit`).
+``avey-b bench plot``  log-log throughput and latency vs length (:mod:`.plot`).
+
+Every model goes through the same loop (:func:`run_point`): Avey-B from its presets and any Hugging Face
+encoder built from its config with random weights (:mod:`.models`), under ``torch.no_grad``:
+
+* ``--dtype``: ``float32``; ``bfloat16`` (weights and activations in bf16); ``autocast-bf16`` (fp32 weights,
+  bf16 autocast, the paper's "mixed precision"). Default: ``bfloat16`` on GPU, ``float32`` on CPU.
+* ``--modes``: ``eager`` and/or ``compile`` (``torch.compile``; dynamo is reset and the model recompiled
+  for every length so no point falls back to eager after the recompile limit; the first warm-up call,
+  which includes compilation, is recorded as ``first_call_s``).
+* ``--attn``: attention implementations for HF models (``sdpa``, ``eager``, ``flash_attention_2``);
+  an unavailable one is recorded as status ``unavailable``. Avey-B has no attention: one series.
+* ``--no-compressor``: also run every Avey-B model with ``compressor=False`` (the paper's ablation,
+  4.37× slower), as a separate series.
+
+A point that cannot run is data, not a crash: ``max_length`` (past a learned position table, shown
+"—"), ``oom`` (out of memory; longer lengths of that series are then recorded as ``oom`` without
+running, ``inferred: true``), ``skipped_time`` (``--max-latency`` exceeded at a shorter length),
+``unavailable``. ``status == "ok"`` points carry ``latency_median_s``/``min``/``max`` over ``repeats``
+timed calls (after ``warmup``), ``throughput_tok_s = batch·N / median latency`` and peak memory
+(see :mod:`.timing` for how memory is measured on CPU and GPU).
+
+Example (the paper's GPU setting)::
+
+    avey-b bench run --models avey-b-base modernbert-base neobert --attn sdpa flash_attention_2 \\
+        --modes eager compile --batch-size 8 --out runs/bench-gpu
+    avey-b bench fit runs/bench-gpu/results.jsonl --min-length 8192
+    avey-b bench plot runs/bench-gpu/results.jsonl --out runs/bench-gpu
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import csv
+import json
+import os
+import platform
+import sys
+import time
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+
+from .models import build_config, build_model, count_parameters, is_avey_b, max_length, parse_spec, random_batch
+from .timing import is_oom, measure, write_jsonl
+
+PAPER_LENGTHS = [128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 98304]
+DTYPES = ("float32", "bfloat16", "autocast-bf16")
+CSV_FIELDS = [
+    "model", "attn", "mode", "dtype", "device", "batch_size", "seq_len", "status", "inferred",
+    "latency_median_s", "latency_min_s", "latency_max_s", "throughput_tok_s", "repeats", "warmup",
+    "first_call_s", "peak_mem_bytes", "peak_mem_delta_bytes", "mem_method", "n_params", "threads", "error",
+]
+
+
+def series_key(rec: dict[str, Any]) -> str:
+    """The name of one curve: model, attention, mode, dtype."""
+    attn = rec.get("attn") or "-"
+    return f"{rec['model']} [{rec['mode']}, {attn}, {rec['dtype']}]"
+
+
+def _resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def _dtype_setup(dtype: str, device: torch.device):
+    """(weight dtype, autocast context factory) for a ``--dtype`` choice."""
+    if dtype == "float32":
+        return torch.float32, contextlib.nullcontext
+    if dtype == "bfloat16":
+        return torch.bfloat16, contextlib.nullcontext
+    if dtype == "autocast-bf16":
+        return torch.float32, lambda: torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+    raise ValueError(f"--dtype {dtype!r} is not one of {DTYPES}")
+
+
+def run_point(model, config, *, batch_size: int, length: int, device: torch.device, autocast,
+              warmup: int, repeats: int, max_point_seconds: float | None, seed: int = 0) -> dict[str, Any]:
+    """Time one forward pass configuration. Returns the measured fields (raises on OOM / errors)."""
+    ids, mask = random_batch(config, batch_size, length, device, seed=seed)
+
+    def forward():
+        with torch.no_grad(), autocast():
+            return model(input_ids=ids, attention_mask=mask)
+
+    t = measure(forward, device=device, warmup=warmup, repeats=repeats, max_seconds=max_point_seconds)
+    return {
+        "status": "ok",
+        "latency_median_s": t.median_s,
+        "latency_min_s": t.min_s,
+        "latency_max_s": t.max_s,
+        "throughput_tok_s": batch_size * length / t.median_s,
+        "repeats": len(t.times_s),
+        "warmup": warmup,
+        "first_call_s": t.first_call_s,
+        "times_s": t.times_s,
+        "peak_mem_bytes": t.peak_mem_bytes,
+        "peak_mem_delta_bytes": t.peak_mem_delta_bytes,
+        "mem_method": t.mem_method,
+    }
+
+
+def _series(args) -> Iterable[tuple[str, str | None, str, str]]:
+    """(model spec, attn, mode, dtype) for every requested series, in run order."""
+    specs = list(args.models)
+    if args.no_compressor:
+        for s in args.models:
+            if s.startswith("avey-b") or "avey" in s:
+                specs.append(s + (":" if ":" not in s else ",") + "compressor=False")
+    for spec in specs:
+        config = build_config(spec)
+        attns = [None] if is_avey_b(config) else args.attn
+        for dtype in args.dtype:
+            for mode in args.modes:
+                for attn in attns:
+                    yield spec, attn, mode, dtype
+
+
+def _done_keys(path: str) -> set[tuple]:
+    keys = set()
+    if os.path.exists(path):
+        with open(path) as f:
+            for line in f:
+                line = line.strip()
+                if line:
+                    r = json.loads(line)
+                    keys.add((r["model"], r.get("attn"), r["mode"], r["dtype"], r["batch_size"], r["seq_len"]))
+    return keys
+
+
+def run(args) -> list[dict[str, Any]]:
+    device = _resolve_device(args.device)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.dtype is None:
+        args.dtype = ["bfloat16"] if device.type == "cuda" else ["float32"]
+    for d in args.dtype:
+        _dtype_setup(d, device)  # validate early
+    lengths = sorted(set(args.lengths))
+    os.makedirs(args.out, exist_ok=True)
+    jsonl = os.path.join(args.out, "results.jsonl")
+    if not args.resume and os.path.exists(jsonl):
+        raise FileExistsError(f"{jsonl} exists: pass --resume to continue it or choose another --out")
+    done = _done_keys(jsonl) if args.resume else set()
+    env = {"device": device.type, "threads": torch.get_num_threads(), "torch": torch.__version__,
+           "host": platform.node(), "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None}
+    records: list[dict[str, Any]] = []
+
+    for spec_str, attn, mode, dtype in _series(args):
+        spec = parse_spec(spec_str)
+        config = build_config(spec)
+        weight_dtype, autocast = _dtype_setup(dtype, device)
+        limit = max_length(config)
+        base = {"model": spec.label, "attn": attn, "mode": mode, "dtype": dtype, "batch_size": args.batch_size,
+                **env}
+        todo = [n for n in lengths if (spec.label, attn, mode, dtype, args.batch_size, n) not in done]
+        if not todo:
+            continue
+        try:
+            model = build_model(config, attn_implementation=attn).to(device=device, dtype=weight_dtype)
+        except (ValueError, ImportError) as e:  # attention implementation not available here
+            for n in todo:
+                records.append(_emit(jsonl, {**base, "seq_len": n, "status": "unavailable", "error": str(e)[:300]}))
+            continue
+        n_params = count_parameters(model)
+        stop: tuple[str, str] | None = None  # (status, reason) for the remaining lengths
+        for n in todo:
+            rec = {**base, "seq_len": n, "n_params": n_params}
+            if limit is not None and n > limit:
+                records.append(_emit(jsonl, {**rec, "status": "max_length", "error": f"max length {limit}"}))
+                continue
+            if stop is not None:
+                records.append(_emit(jsonl, {**rec, "status": stop[0], "inferred": True, "error": stop[1]}))
+                continue
+            fwd = model
+            if mode == "compile":
+                torch._dynamo.reset()
+                fwd = torch.compile(model, backend=args.compile_backend, dynamic=False)
+            try:
+                rec.update(run_point(fwd, config, batch_size=args.batch_size, length=n, device=device,
+                                     autocast=autocast, warmup=args.warmup, repeats=args.repeats,
+                                     max_point_seconds=args.max_point_seconds, seed=args.seed))
+            except Exception as e:  # OOM is data; anything else is a bug and is re-raised
+                if not is_oom(e):
+                    raise
+                rec.update(status="oom", error=str(e).splitlines()[0][:300])
+                stop = ("oom", f"OOM at length {n}")
+            finally:
+                del fwd
+                if device.type == "cuda":
+                    torch.cuda.empty_cache()
+            records.append(_emit(jsonl, rec))
+            if rec["status"] == "ok" and args.max_latency and rec["latency_median_s"] > args.max_latency:
+                stop = ("skipped_time", f"latency {rec['latency_median_s']:.2f}s > --max-latency at length {n}")
+        del model
+    all_records = read_records(jsonl)
+    write_csv(all_records, os.path.join(args.out, "results.csv"))
+    print(format_table(all_records), file=sys.stderr)
+    return records
+
+
+def _emit(path: str, rec: dict[str, Any]) -> dict[str, Any]:
+    rec.setdefault("time", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+    write_jsonl(path, rec)
+    return rec
+
+
+def read_records(path: str) -> list[dict[str, Any]]:
+    """All JSON lines of a results file (blank lines and stdout noise that is not JSON are skipped)."""
+    out = []
+    with open(path) as f:
+        for line in f:
+            line = line.strip()
+            if line.startswith("{"):
+                out.append(json.loads(line))
+    return out
+
+
+def write_csv(records: list[dict[str, Any]], path: str) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=CSV_FIELDS, extrasaction="ignore")
+        w.writeheader()
+        for r in records:
+            w.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in CSV_FIELDS})
+    os.replace(tmp, path)
+
+
+def cell(rec: dict[str, Any] | None, field: str = "throughput_tok_s") -> str:
+    """How a point reads in a table: the number, "—" past the max length, "OOM", or a short status."""
+    if rec is None:
+        return ""
+    status = rec["status"]
+    if status == "ok":
+        v = rec[field]
+        return f"{v:.4g}" if field.startswith("latency") else f"{v:,.0f}"
+    return {"max_length": "—", "oom": "OOM", "skipped_time": "skip", "unavailable": "n/a"}.get(status, status)
+
+
+def format_table(records: list[dict[str, Any]], field: str = "throughput_tok_s") -> str:
+    """Markdown table: one row per series, one column per length."""
+    lengths = sorted({r["seq_len"] for r in records})
+    rows: dict[str, dict[int, dict]] = {}
+    for r in records:
+        rows.setdefault(series_key(r), {})[r["seq_len"]] = r
+    title = "throughput (tokens/s)" if field == "throughput_tok_s" else "latency (s/forward)"
+    head = f"| {title} | " + " | ".join(_fmt_len(n) for n in lengths) + " |"
+    lines = [head, "|" + "---|" * (len(lengths) + 1)]
+    for key, pts in rows.items():
+        lines.append(f"| {key} | " + " | ".join(cell(pts.get(n), field) for n in lengths) + " |")
+    return "\n".join(lines)
+
+
+def _fmt_len(n: int) -> str:
+    return f"{n // 1024}K" if n >= 1024 and n % 1024 == 0 else str(n)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="avey-b bench", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True)
+
+    r = sub.add_parser("run", help="time forward passes vs sequence length")
+    r.add_argument("--models", nargs="+", default=["avey-b-base", "modernbert-base", "neobert"],
+                   help="model specs NAME[:key=value,...] (see avey_b.benchmarking.models)")
+    r.add_argument("--lengths", nargs="+", type=int, default=PAPER_LENGTHS, help="sequence lengths (tokens)")
+    r.add_argument("--batch-size", type=int, default=8)
+    r.add_argument("--dtype", nargs="+", choices=DTYPES, default=None,
+                   help="default: bfloat16 on GPU, float32 on CPU")
+    r.add_argument("--modes", nargs="+", choices=("eager", "compile"), default=["eager"])
+    r.add_argument("--attn", nargs="+", default=["sdpa"],
+                   help="attention implementations of HF models (sdpa, eager, flash_attention_2)")
+    r.add_argument("--no-compressor", action="store_true",
+                   help="also run each Avey-B model with compressor=False (the compressor ablation)")
+    r.add_argument("--compile-backend", default="inductor")
+    r.add_argument("--warmup", type=int, default=2)
+    r.add_argument("--repeats", type=int, default=5)
+    r.add_argument("--max-point-seconds", type=float, default=None,
+                   help="stop repeating a point after this many timed seconds (min 3 repeats)")
+    r.add_argument("--max-latency", type=float, default=None,
+                   help="skip longer lengths of a series once its median latency exceeds this (seconds)")
+    r.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, ...")
+    r.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    r.add_argument("--seed", type=int, default=0, help="seed of the random input ids")
+    r.add_argument("--out", required=True, help="output directory (results.jsonl, results.csv)")
+    r.add_argument("--resume", action="store_true", help="append to OUT/results.jsonl, skipping done points")
+
+    f = sub.add_parser("fit", help="power-law fits of throughput and latency")
+    f.add_argument("results", help="results.jsonl (or results.csv) of `bench run`")
+    f.add_argument("--min-length", type=int, default=8192, help="smallest length in the fit range")
+    f.add_argument("--max-length", type=int, default=None, help="largest length in the fit range")
+    f.add_argument("--out", default=None, help="also write the table (markdown) to this file")
+
+    g = sub.add_parser("plot", help="log-log throughput and latency plots")
+    g.add_argument("results", help="results.jsonl of `bench run`")
+    g.add_argument("--out", required=True, help="directory for throughput.png and latency.png")
+    g.add_argument("--title", default=None)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "run":
+        if args.batch_size < 1 or any(n < 1 for n in args.lengths):
+            raise SystemExit("avey-b bench: --batch-size and --lengths must be positive")
+        run(args)
+    elif args.command == "fit":
+        from .fit import fit_table_from_file
+
+        table = fit_table_from_file(args.results, min_length=args.min_length, max_length=args.max_length)
+        print(table)
+        if args.out:
+            with open(args.out, "w") as fh:
+                fh.write(table + "\n")
+    elif args.command == "plot":
+        from .plot import plot_results
+
+        for path in plot_results(args.results, args.out, title=args.title):
+            print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

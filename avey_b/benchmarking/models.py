@@ -1,0 +1,201 @@
+"""Encoders to benchmark, built from their configurations with random weights (no download).
+
+A model spec is ``NAME[:key=value,...]``: a registered name below, or a local directory / Hub id
+holding a ``config.json`` (read with ``AutoConfig``; after ``import avey_b`` that includes Avey-B
+directories). The ``key=value`` overrides set config attributes (values parsed as Python literals:
+``avey-b-small:compressor=False``, ``bert-base:num_hidden_layers=6``).
+
+Registered names:
+
+* ``avey-b-tiny|small|base|large``: ``avey_b.presets``; ``tiny`` is the test model,
+  ``small`` d=256 L=8 S=64 k=3 (CPU runs), ``base`` the paper's 164M model.
+* ``bert-base``: ``transformers.BertConfig()`` defaults (BERT-base, learned absolute positions, max 512).
+* ``bert-tiny``: a 2-layer, width-32 BERT for tests.
+* ``modernbert-base``: ``transformers.ModernBertConfig()`` defaults (ModernBERT-base: 22 layers,
+  global attention every third layer, local window 128 elsewhere, RoPE, trained window 8,192).
+* ``neobert``: NeoBERT (medium) has no class in transformers, so it is *approximated* with a
+  ``ModernBertConfig`` carrying NeoBERT's published shape: hidden 768, 28 layers, 12 heads,
+  intermediate 3,072 with a SiLU-gated MLP (SwiGLU), RoPE (theta 10,000), global attention in every
+  layer, vocabulary 30,522, window 4,096. Differences from the real model: ModernBERT's LayerNorm
+  instead of RMSNorm and its embedding norm; FLOPs and memory traffic of attention and MLP match the
+  published shape, which is what a latency benchmark measures. Reported as ``neobert (approx.)``.
+* ``modernbert-tiny``: a 2-layer, width-32 ModernBERT for tests.
+
+Maximum length. Models with a learned absolute position table (BERT) cannot run past
+``max_position_embeddings``: such points are recorded as ``max_length`` ("—"). RoPE models have no
+table; the paper extrapolates ModernBERT and NeoBERT past their trained windows for the efficiency
+study (quality is irrelevant there), so :func:`max_length` returns ``None`` for them unless
+``respect_rope_window`` is set (NIAH evaluation sets it: quality *is* measured there).
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+AVEY_B_PRESETS = ("tiny", "small", "base", "large")
+
+
+def _tiny_bert():
+    from transformers import BertConfig
+
+    return BertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                      intermediate_size=37, max_position_embeddings=512)
+
+
+def _tiny_modernbert():
+    from transformers import ModernBertConfig
+
+    return ModernBertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                            intermediate_size=37, max_position_embeddings=512, local_attention=16,
+                            pad_token_id=0, bos_token_id=1, eos_token_id=2, cls_token_id=1, sep_token_id=2)
+
+
+def _neobert_like():
+    from transformers import ModernBertConfig
+
+    layers = 28
+    return ModernBertConfig(
+        vocab_size=30522, hidden_size=768, num_hidden_layers=layers, num_attention_heads=12,
+        intermediate_size=3072, hidden_activation="silu", max_position_embeddings=4096,
+        layer_types=["full_attention"] * layers,
+        rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                         "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}},
+        pad_token_id=0, bos_token_id=101, eos_token_id=102, cls_token_id=101, sep_token_id=102,
+    )
+
+
+def _bert_base():
+    from transformers import BertConfig
+
+    return BertConfig()
+
+
+def _modernbert_base():
+    from transformers import ModernBertConfig
+
+    return ModernBertConfig()
+
+
+NAMED_CONFIGS = {
+    "bert-base": _bert_base,
+    "bert-tiny": _tiny_bert,
+    "modernbert-base": _modernbert_base,
+    "modernbert-tiny": _tiny_modernbert,
+    "neobert": _neobert_like,
+}
+DISPLAY_NAMES = {"neobert": "neobert (approx.)"}
+
+
+@dataclass
+class ModelSpec:
+    """A parsed ``NAME[:key=value,...]`` spec."""
+
+    name: str
+    overrides: dict[str, Any]
+
+    @property
+    def label(self) -> str:
+        base = DISPLAY_NAMES.get(self.name, self.name)
+        if not self.overrides:
+            return base
+        return base + ":" + ",".join(f"{k}={v}" for k, v in self.overrides.items())
+
+
+def parse_spec(spec: str) -> ModelSpec:
+    """Parse ``NAME[:key=value,...]``; values are Python literals (``False``, ``3``, ``'gelu'``) or strings."""
+    name, _, rest = spec.partition(":")
+    if not name:
+        raise ValueError(f"empty model name in spec {spec!r}")
+    overrides: dict[str, Any] = {}
+    for item in filter(None, rest.split(",")):
+        key, eq, raw = item.partition("=")
+        if not eq or not key:
+            raise ValueError(f"bad override {item!r} in model spec {spec!r}: expected key=value")
+        try:
+            value = ast.literal_eval(raw)
+        except (ValueError, SyntaxError):
+            value = {"true": True, "false": False}.get(raw.lower(), raw)
+        overrides[key.strip()] = value
+    return ModelSpec(name, overrides)
+
+
+def is_avey_b(config) -> bool:
+    return getattr(config, "model_type", None) == "avey-b"
+
+
+def build_config(spec: ModelSpec | str):
+    """The config for ``spec`` (registered name, ``avey-b-<preset>``, or a directory / Hub id)."""
+    if isinstance(spec, str):
+        spec = parse_spec(spec)
+    name = spec.name
+    if name.startswith("avey-b-") and name[len("avey-b-"):] in AVEY_B_PRESETS:
+        from avey_b import presets
+
+        config = getattr(presets, name[len("avey-b-"):])()
+    elif name in NAMED_CONFIGS:
+        config = NAMED_CONFIGS[name]()
+    elif os.path.isdir(name) or "/" in name:
+        import avey_b  # noqa: F401  (registers Avey-B with AutoConfig)
+        from transformers import AutoConfig
+
+        config = AutoConfig.from_pretrained(name)
+    else:
+        known = [f"avey-b-{p}" for p in AVEY_B_PRESETS] + sorted(NAMED_CONFIGS)
+        raise ValueError(f"unknown model {name!r}: use one of {known}, a local directory or a Hub id")
+    for key, value in spec.overrides.items():
+        if not hasattr(config, key):
+            raise ValueError(f"model spec {spec.label!r}: config {type(config).__name__} has no field {key!r}")
+        setattr(config, key, value)
+    if is_avey_b(config) and spec.overrides:
+        # Re-run AveyBConfig validation / derived fields (layer_types) after the overrides.
+        config = type(config)(**config.to_dict())
+    return config
+
+
+def uses_rope(config) -> bool:
+    return bool(getattr(config, "rope_parameters", None) or getattr(config, "rope_theta", None)
+                or getattr(config, "position_embedding_type", None) == "rotary")
+
+
+def max_length(config, *, respect_rope_window: bool = False) -> int | None:
+    """Longest sequence the model can run (None = unbounded), see the module docstring."""
+    if is_avey_b(config):
+        return None
+    limit = getattr(config, "max_position_embeddings", None)
+    if uses_rope(config) and not respect_rope_window:
+        return None
+    return limit
+
+
+def build_model(config, *, attn_implementation: str | None = None, head: str = "base") -> nn.Module:
+    """Random-weight model from ``config``. ``head``: ``"base"`` (AutoModel) or ``"qa"``.
+
+    Raises ``ValueError``/``ImportError`` when the attention implementation is unavailable.
+    """
+    import avey_b  # noqa: F401  (Auto* registration)
+    from transformers import AutoModel, AutoModelForQuestionAnswering
+
+    cls = {"base": AutoModel, "qa": AutoModelForQuestionAnswering}[head]
+    kwargs = {}
+    if attn_implementation and not is_avey_b(config):
+        kwargs["attn_implementation"] = attn_implementation
+    model = cls.from_config(config, **kwargs)
+    return model.eval()
+
+
+def count_parameters(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def random_batch(config, batch_size: int, length: int, device: torch.device, seed: int = 0):
+    """Random token ids in ``[0, vocab)`` (avoiding id 0..3 so no special/pad token appears) + ones mask."""
+    g = torch.Generator().manual_seed(seed)
+    low = 4 if config.vocab_size > 8 else 0
+    ids = torch.randint(low, config.vocab_size, (batch_size, length), generator=g)
+    return ids.to(device), torch.ones(batch_size, length, dtype=torch.long, device=device)

@@ -1,0 +1,234 @@
+"""Timing primitives shared by every benchmark: warm-up, device sync, repeats, peak memory, OOM as data.
+
+Written once so that Avey-B and every baseline go through exactly the same measurement:
+
+* ``synchronize(device)`` waits for queued GPU work, so ``time.perf_counter`` brackets the real compute
+  (CUDA kernels are asynchronous; without the sync a forward pass "takes" microseconds).
+* ``measure(fn, device=..., warmup=..., repeats=...)`` runs ``fn`` ``warmup`` times untimed (allocator
+  warm-up, cuDNN/oneDNN autotuning, ``torch.compile`` tracing), then ``repeats`` timed calls, and returns
+  median / min / max seconds plus peak memory. ``max_seconds`` stops the repeats early (at least
+  ``min_repeats``) so a slow CPU point does not eat the whole budget; the number actually run is recorded.
+* Peak memory. On CUDA: ``torch.cuda.max_memory_allocated`` after ``reset_peak_memory_stats`` (the
+  allocator's own high-water mark, exact for tensors). On CPU there is no allocator counter
+  (``tracemalloc`` does not see torch's C++ allocations), so :class:`PeakRSSSampler` samples the process
+  resident set size from ``/proc/self/statm`` in a background thread every ~1 ms and reports the peak
+  during the timed calls. This is the memory the OS actually gave the process, but it is approximate:
+  a spike shorter than the sampling interval can be missed, and memory that glibc keeps cached after an
+  earlier, larger point is already counted in the baseline. We report both the absolute peak RSS and the
+  increase over the RSS just before the timed calls (``peak_mem_delta_bytes``). Off Linux it is ``None``.
+* ``is_oom(exc)`` recognizes CUDA and CPU out-of-memory errors so callers can record ``"OOM"`` as a data
+  point instead of crashing (the paper's tables mark such points "OOM").
+
+Results are plain dicts (JSON-ready): one JSON line per point is the benchmark output format, and the
+fitting and plotting steps read those lines back.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import json
+import os
+import statistics
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+
+__all__ = [
+    "PeakRSSSampler",
+    "Timing",
+    "is_oom",
+    "measure",
+    "synchronize",
+    "write_jsonl",
+]
+
+
+def synchronize(device: torch.device | str) -> None:
+    """Block until all work queued on ``device`` is done (no-op on CPU, where ops are synchronous)."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elif device.type == "mps":  # pragma: no cover - no MPS here
+        torch.mps.synchronize()
+    elif device.type == "xpu":  # pragma: no cover
+        torch.xpu.synchronize(device)
+
+
+def is_oom(exc: BaseException) -> bool:
+    """True when ``exc`` is an out-of-memory failure (CUDA, or a CPU allocation that failed)."""
+    if isinstance(exc, torch.cuda.OutOfMemoryError):
+        return True
+    if isinstance(exc, MemoryError):
+        return True
+    if isinstance(exc, RuntimeError):
+        text = str(exc).lower()
+        return any(
+            s in text
+            for s in ("out of memory", "can't allocate memory", "cannot allocate memory", "not enough memory")
+        )
+    return False
+
+
+def _rss_bytes() -> int | None:
+    """Current resident set size of this process, from /proc (Linux); None elsewhere."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class PeakRSSSampler:
+    """Context manager sampling this process's RSS in a daemon thread; ``peak`` and ``baseline`` in bytes.
+
+    Used for CPU peak memory (see the module docstring for why not tracemalloc, and the caveats).
+    """
+
+    def __init__(self, interval_s: float = 0.001):
+        self.interval_s = interval_s
+        self.baseline: int | None = None
+        self.peak: int | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            rss = _rss_bytes()
+            if rss is not None and (self.peak is None or rss > self.peak):
+                self.peak = rss
+            self._stop.wait(self.interval_s)
+
+    def __enter__(self) -> PeakRSSSampler:
+        self.baseline = _rss_bytes()
+        self.peak = self.baseline
+        if self.baseline is not None:
+            self._thread = threading.Thread(target=self._run, name="peak-rss", daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        rss = _rss_bytes()  # one last sample: a spike at the very end counts too
+        if rss is not None and self.peak is not None:
+            self.peak = max(self.peak, rss)
+
+
+@dataclass
+class Timing:
+    """Timed calls of one benchmark point. Seconds per call; memory in bytes (None when unknown)."""
+
+    times_s: list[float]
+    warmup: int
+    first_call_s: float | None  # duration of the first warm-up call (includes torch.compile tracing)
+    peak_mem_bytes: int | None
+    peak_mem_delta_bytes: int | None
+    mem_method: str
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def median_s(self) -> float:
+        return statistics.median(self.times_s)
+
+    @property
+    def min_s(self) -> float:
+        return min(self.times_s)
+
+    @property
+    def max_s(self) -> float:
+        return max(self.times_s)
+
+    def summary(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.update(median_s=self.median_s, min_s=self.min_s, max_s=self.max_s, repeats=len(self.times_s))
+        return d
+
+
+def measure(
+    fn: Callable[[], Any],
+    *,
+    device: torch.device | str = "cpu",
+    warmup: int = 2,
+    repeats: int = 5,
+    min_repeats: int = 3,
+    max_seconds: float | None = None,
+    rss_interval_s: float = 0.001,
+) -> Timing:
+    """Time ``fn()``: ``warmup`` untimed calls, then up to ``repeats`` timed calls, each bracketed by syncs.
+
+    ``max_seconds`` caps the total timed duration: repeats stop once it is exceeded, but never before
+    ``min_repeats`` calls (or ``repeats`` if smaller). Exceptions propagate (wrap with :func:`is_oom`).
+    """
+    if repeats < 1:
+        raise ValueError(f"repeats must be >= 1, got {repeats}")
+    if warmup < 0:
+        raise ValueError(f"warmup must be >= 0, got {warmup}")
+    device = torch.device(device)
+    first_call_s = None
+    for i in range(warmup):
+        synchronize(device)
+        t0 = time.perf_counter()
+        fn()
+        synchronize(device)
+        if i == 0:
+            first_call_s = time.perf_counter() - t0
+
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(device)
+        base = torch.cuda.memory_allocated(device)
+        sampler = None
+    else:
+        sampler = PeakRSSSampler(rss_interval_s)
+
+    times: list[float] = []
+    floor = min(min_repeats, repeats)
+    ctx = sampler if sampler is not None else contextlib.nullcontext()
+    with ctx:
+        for _ in range(repeats):
+            synchronize(device)
+            t0 = time.perf_counter()
+            fn()
+            synchronize(device)
+            times.append(time.perf_counter() - t0)
+            if max_seconds is not None and len(times) >= floor and sum(times) >= max_seconds:
+                break
+
+    if device.type == "cuda":
+        peak = torch.cuda.max_memory_allocated(device)
+        delta, method = peak - base, "cuda_max_memory_allocated"
+    elif sampler is not None and sampler.peak is not None:
+        peak = sampler.peak
+        delta = sampler.peak - (sampler.baseline or 0)
+        method = "rss_sampler"
+    else:
+        peak = delta = None
+        method = "unavailable"
+    return Timing(
+        times_s=times,
+        warmup=warmup,
+        first_call_s=first_call_s,
+        peak_mem_bytes=peak,
+        peak_mem_delta_bytes=delta,
+        mem_method=method,
+    )
+
+
+def write_jsonl(path: str | os.PathLike | None, record: dict[str, Any], *, echo: bool = True) -> None:
+    """Append ``record`` as one JSON line to ``path`` (flushed, so an interrupted run keeps its points)
+    and echo it to stdout (one JSON document per line, nanochat-style)."""
+    line = json.dumps(record, sort_keys=False, default=str)
+    if path is not None:
+        with open(path, "a") as f:
+            f.write(line + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+    if echo:
+        print(line, flush=True)

@@ -1,0 +1,223 @@
+"""Document sources for pretraining: local files, Hugging Face ``datasets`` (streamed), and the built-in
+``python-docs`` corpus.
+
+A *source spec* is one string (or a list of strings for several local paths), so one flag swaps corpora:
+
+* ``"python-docs"`` — real English text that ships with every Python interpreter: the ``pydoc_data.topics``
+  help texts plus the docstrings of the standard library's modules, classes and functions (read with
+  ``ast`` from the ``.py`` sources, never imported, so no module side effects), deduplicated. No network.
+* ``"hf:NAME"`` — a Hugging Face dataset, always opened with ``streaming=True`` so it is never fully
+  downloaded (e.g. ``hf:HuggingFaceFW/fineweb`` with ``hf_config="sample-10BT"``).
+* anything else — a local file or directory (searched recursively, files in sorted order):
+  ``.txt`` (one document per blank-line-separated paragraph, per line, or per file: ``txt_mode``),
+  ``.jsonl`` / ``.json`` lines (the ``text_field``), ``.parquet`` (the ``text_field`` column).
+
+Documents come out as ``(index, text)`` with a stable ``index`` (the position in the source), which is what
+makes the packing position resumable. The held-out split is by content hash (``is_heldout``), so it is the
+same whatever the order, sharding or size of the stream, and train and held-out never share a document.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import os
+import sysconfig
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+TEXT_SUFFIXES = (".txt", ".text", ".md", ".rst")
+JSONL_SUFFIXES = (".jsonl", ".json", ".ndjson")
+PARQUET_SUFFIXES = (".parquet",)
+SUPPORTED_SUFFIXES = TEXT_SUFFIXES + JSONL_SUFFIXES + PARQUET_SUFFIXES
+BUILTIN = "python-docs"
+TXT_MODES = ("paragraph", "line", "file")
+
+
+@dataclass(frozen=True)
+class SourceSpec:
+    """Where documents come from (see the module docstring for the forms of ``source``)."""
+
+    source: str | tuple[str, ...]
+    text_field: str = "text"
+    txt_mode: str = "paragraph"
+    hf_config: str | None = None
+    hf_split: str = "train"
+    min_chars: int = 1
+    extra: dict = field(default_factory=dict, compare=False)
+
+    def __post_init__(self):
+        if isinstance(self.source, list):
+            object.__setattr__(self, "source", tuple(self.source))
+        if self.txt_mode not in TXT_MODES:
+            raise ValueError(f"txt_mode must be one of {TXT_MODES}, got {self.txt_mode!r}")
+        if not self.source:
+            raise ValueError("the data source is empty: give a path, 'hf:NAME' or 'python-docs'")
+
+    @property
+    def kind(self) -> str:
+        if isinstance(self.source, str) and self.source == BUILTIN:
+            return "builtin"
+        if isinstance(self.source, str) and self.source.startswith("hf:"):
+            return "hf"
+        return "local"
+
+    def paths(self) -> list[str]:
+        return [self.source] if isinstance(self.source, str) else list(self.source)
+
+
+def is_heldout(text: str, fraction: float) -> bool:
+    """Deterministic held-out membership by content hash (independent of order and sharding)."""
+    if fraction <= 0:
+        return False
+    h = int.from_bytes(hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest(), "big")
+    return (h % 1_000_000) < fraction * 1_000_000
+
+
+def iter_documents(spec: SourceSpec, start: int = 0) -> Iterator[tuple[int, str]]:
+    """Yield ``(index, text)`` for every document of the source, from document ``start`` on."""
+    kind = spec.kind
+    if kind == "builtin":
+        docs = python_docs_corpus()
+        it: Iterator[str] = iter(docs)
+    elif kind == "hf":
+        it = _iter_hf(spec)
+    else:
+        it = _iter_local(spec)
+    for i, text in enumerate(it):
+        if i < start:
+            continue
+        if len(text) >= spec.min_chars:
+            yield i, text
+
+
+# ----------------------------------------------------------------------------------------------- local files
+def resolve_files(paths: Sequence[str]) -> list[Path]:
+    """Expand files/directories into the sorted list of supported files; fail on anything missing or empty."""
+    files: list[Path] = []
+    for p in paths:
+        path = Path(os.path.expanduser(p))
+        if not path.exists():
+            raise FileNotFoundError(f"data source not found: {p!r} (give a file, a directory, 'hf:NAME' or 'python-docs')")
+        if path.is_dir():
+            found = sorted(f for f in path.rglob("*") if f.is_file() and f.suffix.lower() in SUPPORTED_SUFFIXES)
+            if not found:
+                raise ValueError(f"directory {p!r} holds no supported files ({', '.join(SUPPORTED_SUFFIXES)})")
+            files.extend(found)
+        else:
+            if path.suffix.lower() not in SUPPORTED_SUFFIXES:
+                raise ValueError(f"unsupported file type {path.suffix!r} for {p!r}; supported: {', '.join(SUPPORTED_SUFFIXES)}")
+            files.append(path)
+    return files
+
+
+def _iter_local(spec: SourceSpec) -> Iterator[str]:
+    for f in resolve_files(spec.paths()):
+        suffix = f.suffix.lower()
+        if suffix in TEXT_SUFFIXES:
+            yield from _iter_txt(f, spec.txt_mode)
+        elif suffix in JSONL_SUFFIXES:
+            with open(f, encoding="utf-8") as fh:
+                for lineno, line in enumerate(fh, 1):
+                    if not line.strip():
+                        continue
+                    row = json.loads(line)
+                    if spec.text_field not in row:
+                        raise KeyError(f"{f}:{lineno}: no field {spec.text_field!r} (fields: {sorted(row)}); set data.text_field")
+                    yield str(row[spec.text_field])
+        else:
+            import pyarrow.parquet as pq  # ships with `datasets`
+
+            pf = pq.ParquetFile(f)
+            if spec.text_field not in pf.schema_arrow.names:
+                raise KeyError(f"{f}: no column {spec.text_field!r} (columns: {pf.schema_arrow.names}); set data.text_field")
+            for batch in pf.iter_batches(columns=[spec.text_field], batch_size=1024):
+                yield from (str(t) for t in batch.column(0).to_pylist() if t is not None)
+
+
+def _iter_txt(path: Path, mode: str) -> Iterator[str]:
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        if mode == "file":
+            text = fh.read().strip()
+            if text:
+                yield text
+            return
+        if mode == "line":
+            for line in fh:
+                if line.strip():
+                    yield line.strip()
+            return
+        block: list[str] = []
+        for line in fh:
+            if line.strip():
+                block.append(line.rstrip("\n"))
+            elif block:
+                yield "\n".join(block).strip()
+                block = []
+        if block:
+            yield "\n".join(block).strip()
+
+
+# ------------------------------------------------------------------------------------ Hugging Face datasets
+def _iter_hf(spec: SourceSpec) -> Iterator[str]:
+    import datasets  # optional dependency (the `train` extra)
+
+    name = spec.source[3:] if isinstance(spec.source, str) else spec.source[0][3:]
+    # streaming=True: examples are read shard by shard over the network (or from a local dataset dir),
+    # never materialized on disk in full.
+    ds = datasets.load_dataset(name, spec.hf_config, split=spec.hf_split, streaming=True)
+    for row in ds:
+        if spec.text_field not in row:
+            raise KeyError(f"dataset {name!r} has no field {spec.text_field!r} (fields: {sorted(row)}); set data.text_field")
+        yield str(row[spec.text_field])
+
+
+# ------------------------------------------------------------------------------------ built-in python-docs
+_SKIP_DIRS = {"test", "tests", "idle_test", "site-packages", "dist-packages", "__pycache__", "lib2to3", "turtledemo"}
+_CACHE: list[str] | None = None
+
+
+def python_docs_corpus(min_chars: int = 200) -> list[str]:
+    """English documentation shipped with this Python: ``pydoc_data.topics`` + stdlib docstrings, deduplicated.
+
+    Order is deterministic (topics by name, then files in sorted path order, docstrings in source order).
+    Docstrings shorter than ``min_chars`` are dropped (mostly one-line signatures, not prose).
+    """
+    global _CACHE
+    if _CACHE is not None:
+        return _CACHE
+    from pydoc_data.topics import topics
+
+    seen: set[str] = set()
+    docs: list[str] = []
+
+    def add(text: str) -> None:
+        text = text.strip()
+        key = " ".join(text.split())
+        if len(text) >= min_chars and key not in seen:
+            seen.add(key)
+            docs.append(text)
+
+    for name in sorted(topics):
+        add(topics[name])
+    root = Path(sysconfig.get_paths()["stdlib"])
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS)
+        for fn in sorted(filenames):
+            if not fn.endswith(".py"):
+                continue
+            try:
+                tree = ast.parse(Path(dirpath, fn).read_text(encoding="utf-8"))
+            except (SyntaxError, UnicodeDecodeError, ValueError):
+                continue  # a few stdlib files are deliberately invalid (e.g. bad-encoding test fixtures)
+            for node in ast.walk(tree):
+                if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+                    doc = ast.get_docstring(node)
+                    if doc:
+                        add(doc)
+    if not docs:
+        raise RuntimeError("found no documentation text in this Python installation (pydoc_data and stdlib sources)")
+    _CACHE = docs
+    return docs

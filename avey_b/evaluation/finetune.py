@@ -1,0 +1,217 @@
+"""Fine-tune one encoder on one task with one learning rate and one seed, then score it (one "cell").
+
+    avey-b finetune --model PATH_OR_HUB_ID --task sst2 --lr 6e-5 --seed 0 --output-dir runs/x
+    python -m avey_b.evaluation.finetune --model bert-base-uncased --task conll2003 \\
+        --train-file eng.train --eval-file eng.testa --lr 1e-4 --output-dir runs/y
+
+Writes ``<output-dir>/results.json`` (atomically: a crash never leaves a half-written file, so the sweep can
+trust its presence as "cell done").
+
+Why a plain loop rather than ``transformers.Trainer``: the four families need different things from the
+loop (IR is step-based with a two-tower InfoNCE loss, QA scoring needs the window bookkeeping, the paper
+protocol swaps heads), and the loop itself is short — AdamW, linear warm-up/decay
+(``get_linear_schedule_with_warmup``), gradient clipping, bf16 autocast on CUDA. Keeping it in view makes
+the protocol auditable (exactly which steps, which schedule, which seed drives what) and keeps Avey-B and
+every baseline on the very same code path, with no Trainer defaults silently differing between versions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import sys
+import tempfile
+import time
+from typing import Any
+
+import torch
+
+from .tasks import TASKS, get_task
+from .tasks.base import DataFiles, RunConfig, Task, autocast_ctx, load_model, load_tokenizer, pad_id_of
+
+
+def resolve_steps(task: Task, cfg: RunConfig, batches_per_epoch: int) -> int:
+    """Optimizer steps: ``max_steps`` > ``epochs`` > the family's step budget > the family's epochs."""
+    if cfg.max_steps is not None:
+        return cfg.max_steps
+    if cfg.epochs is not None:
+        return max(1, math.ceil(cfg.epochs * batches_per_epoch))
+    if task.default_steps is not None:
+        return task.default_steps
+    return max(1, math.ceil(task.default_epochs * batches_per_epoch))
+
+
+def pick_device(cfg: RunConfig) -> torch.device:
+    if cfg.device:
+        return torch.device(cfg.device)
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def load_data(task: Task, files: DataFiles, cfg: RunConfig) -> tuple[Any, Any]:
+    train = task.load("train", files)
+    if files.holdout is not None:
+        if files.eval is not None:
+            raise ValueError("give either an evaluation file or --holdout, not both")
+        train, evaluation = task.split_holdout(train, files.holdout)
+    else:
+        evaluation = task.load("eval", files)
+    train = task.subsample(train, cfg.max_train_examples)
+    evaluation = task.subsample(evaluation, cfg.max_eval_examples)
+    if task.num_examples(train) == 0:
+        raise ValueError(f"{task.name}: no training examples")
+    if task.num_examples(evaluation) == 0:
+        raise ValueError(f"{task.name}: no evaluation examples")
+    return train, evaluation
+
+
+def train_model(model, task: Task, features: list[dict[str, Any]], cfg: RunConfig, pad_id: int,
+                device: torch.device) -> dict[str, Any]:
+    from transformers import get_linear_schedule_with_warmup
+
+    generator = torch.Generator().manual_seed(cfg.seed)
+    loader = torch.utils.data.DataLoader(
+        features, batch_size=cfg.batch_size, shuffle=True, generator=generator,
+        collate_fn=lambda b: task.collate(b, pad_id),
+    )
+    steps = resolve_steps(task, cfg, len(loader))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    scheduler = get_linear_schedule_with_warmup(optimizer, int(cfg.warmup_ratio * steps), steps)
+    model.train()
+    losses: list[float] = []
+    step = 0
+    while step < steps:  # step budgets longer than one epoch cycle over the data (IR)
+        for batch in loader:
+            batch = {k: v.to(device) for k, v in batch.items()}
+            with autocast_ctx(device, cfg.bf16):
+                loss = task.loss(model, batch, cfg)
+            if not torch.isfinite(loss):
+                raise FloatingPointError(f"non-finite training loss {loss.item()} at step {step} (lr {cfg.lr})")
+            loss.backward()
+            if cfg.grad_clip:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad(set_to_none=True)
+            losses.append(loss.item())
+            step += 1
+            if step >= steps:
+                break
+    model.eval()
+    tenth = max(1, len(losses) // 10)
+    return {"steps": steps, "batches_per_epoch": len(loader), "loss_first": _mean(losses[:tenth]),
+            "loss_last": _mean(losses[-tenth:]), "losses": [round(x, 5) for x in losses[:: max(1, steps // 100)]]}
+
+
+def run_cell(model_name: str, task_name: str, cfg: RunConfig, files: DataFiles,
+             tokenizer_name: str | None = None) -> dict[str, Any]:
+    """Fine-tune and score one cell; returns the results record (see module docstring)."""
+    import transformers
+
+    task = get_task(task_name)
+    device = pick_device(cfg)
+    tokenizer = load_tokenizer(tokenizer_name or model_name, cfg)
+    train, evaluation = load_data(task, files, cfg)
+    transformers.set_seed(cfg.seed)  # head initialisation and dropout
+    model = load_model(model_name, task.head(cfg), cfg, **task.model_kwargs(train, evaluation, cfg)).to(device)
+
+    t0 = time.perf_counter()
+    features = task.train_features(train, tokenizer, cfg)
+    training = train_model(model, task, features, cfg, pad_id_of(tokenizer), device)
+    t1 = time.perf_counter()
+    with torch.no_grad():
+        metrics = task.evaluate(model, tokenizer, evaluation, cfg)
+    t2 = time.perf_counter()
+    return {
+        "model": model_name, "task": task.name, "family": task.family, "protocol": cfg.protocol,
+        "lr": cfg.lr, "seed": cfg.seed, "metric": task.metric, "score": metrics[task.metric],
+        "metrics": metrics, "train": training | {"examples": task.num_examples(train), "seconds": t1 - t0},
+        "eval_seconds": t2 - t1, "n_parameters": sum(p.numel() for p in model.parameters()),
+        "config": cfg.to_dict(), "data": vars(files), "device": str(device),
+        "versions": {"python": platform.python_version(), "torch": torch.__version__,
+                     "transformers": transformers.__version__},
+        "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+
+def write_json_atomic(path: str, record: dict[str, Any]) -> None:
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), suffix=".tmp")
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        json.dump(record, f, indent=2, sort_keys=True)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _mean(xs: list[float]) -> float:
+    return sum(xs) / len(xs) if xs else float("nan")
+
+
+# ------------------------------------------------------------------------------------------ CLI
+
+
+def add_run_arguments(p: argparse.ArgumentParser) -> None:
+    """Options shared by ``finetune`` and ``evaluate`` (everything but model/task/lr/seed)."""
+    g = p.add_argument_group("data (default: the task's Hugging Face datasets)")
+    g.add_argument("--train-file", help="local training data (GLUE TSV/JSONL, CoNLL, SQuAD JSON, pairs or BEIR dir)")
+    g.add_argument("--eval-file", help="local evaluation data (same formats; a BEIR directory for IR)")
+    g.add_argument("--train-split", help="Hub / BEIR split to train on (default per task)")
+    g.add_argument("--eval-split", help="Hub / BEIR split to score on (default per task)")
+    g.add_argument("--holdout", type=float, help="score on this fraction of the training data, held out")
+    g.add_argument("--max-train-examples", type=int, help="use only the first N training examples")
+    g.add_argument("--max-eval-examples", type=int, help="score only the first N examples (IR: queries)")
+    t = p.add_argument_group("training")
+    t.add_argument("--protocol", choices=("standard", "paper"), default="standard",
+                   help="standard metrics (default) or the paper's EncodEval-compatible scoring")
+    t.add_argument("--epochs", type=float, help="default per family: SC/TC 1, QA 4")
+    t.add_argument("--max-steps", type=int, help="optimizer steps (default per family: IR 1000)")
+    t.add_argument("--batch-size", type=int, default=32)
+    t.add_argument("--eval-batch-size", type=int, default=64)
+    t.add_argument("--max-length", type=int, default=512)
+    t.add_argument("--query-max-length", type=int, default=64)
+    t.add_argument("--doc-stride", type=int, default=128)
+    t.add_argument("--max-answer-length", type=int, default=30)
+    t.add_argument("--warmup-ratio", type=float, default=0.1)
+    t.add_argument("--weight-decay", type=float, default=0.0)
+    t.add_argument("--device", help="cpu, cuda, cuda:1 ... (default: cuda when available)")
+    t.add_argument("--no-bf16", action="store_true", help="disable bf16 autocast on CUDA")
+    t.add_argument("--tokenizer", help="tokenizer name/path when the model directory has none")
+    t.add_argument("--trust-remote-code", action="store_true", help="for Hub models with custom code (NeoBERT)")
+
+
+def config_from_args(args: argparse.Namespace, lr: float, seed: int) -> tuple[RunConfig, DataFiles]:
+    cfg = RunConfig(
+        lr=lr, seed=seed, protocol=args.protocol, epochs=args.epochs, max_steps=args.max_steps,
+        batch_size=args.batch_size, eval_batch_size=args.eval_batch_size, max_length=args.max_length,
+        query_max_length=args.query_max_length, doc_stride=args.doc_stride,
+        max_answer_length=args.max_answer_length, warmup_ratio=args.warmup_ratio,
+        weight_decay=args.weight_decay, bf16=not args.no_bf16, max_train_examples=args.max_train_examples,
+        max_eval_examples=args.max_eval_examples, device=args.device, trust_remote_code=args.trust_remote_code,
+    )
+    files = DataFiles(train=args.train_file, eval=args.eval_file, train_split=args.train_split,
+                      eval_split=args.eval_split, holdout=args.holdout)
+    return cfg, files
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="avey-b finetune", description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", required=True, help="Hub id or local directory of any encoder (Avey-B, BERT, ...)")
+    p.add_argument("--task", required=True, choices=list(TASKS))
+    p.add_argument("--lr", type=float, required=True)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--output-dir", required=True, help="results.json is written here")
+    add_run_arguments(p)
+    args = p.parse_args(argv)
+    cfg, files = config_from_args(args, args.lr, args.seed)
+    record = run_cell(args.model, args.task, cfg, files, args.tokenizer)
+    path = os.path.join(args.output_dir, "results.json")
+    write_json_atomic(path, record)
+    print(json.dumps({k: record[k] for k in ("model", "task", "protocol", "lr", "seed", "metric", "score")}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,300 @@
+"""What every downstream task shares: the ``Task`` contract, run settings, model loading, batching.
+
+A task owns its data loading (Hugging Face ``datasets`` by name *or* local files), its preprocessing, the
+head it needs, its loss and its metric. The fine-tuning loop (:mod:`avey_b.evaluation.finetune`) is the
+same for every task and every model: models come only through the ``AutoModelFor*`` classes (after
+``import avey_b`` registers Avey-B with them), so BERT, RoBERTa, ModernBERT, NeoBERT and Avey-B run the
+exact same code.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+
+PROTOCOLS = ("standard", "paper")
+
+# head name -> transformers Auto class name
+HEADS = {
+    "sequence-classification": "AutoModelForSequenceClassification",
+    "token-classification": "AutoModelForTokenClassification",
+    "question-answering": "AutoModelForQuestionAnswering",
+    "embedding": "AutoModel",
+}
+
+
+@dataclass
+class RunConfig:
+    """Settings of one fine-tuning cell (one model x one task x one lr x one seed)."""
+
+    lr: float = 5e-5
+    """Peak learning rate (AdamW); linear warm-up over ``warmup_ratio`` of the steps, then linear decay to 0."""
+    seed: int = 0
+    """Seeds the head initialisation, the data order and dropout."""
+    protocol: str = "standard"
+    """``standard`` metrics (default) or ``paper`` (EncodEval-compatible scoring; see metrics.py)."""
+    epochs: float | None = None
+    """Training epochs; None takes the task family's default (SC/TC 1, QA 4)."""
+    max_steps: int | None = None
+    """Optimizer steps; overrides epochs. None takes the family default for step-based tasks (IR 1000)."""
+    batch_size: int = 32
+    eval_batch_size: int = 64
+    max_length: int = 512
+    """Tokens per input (documents for IR; question + context window for QA)."""
+    query_max_length: int = 64
+    """IR only: tokens per query."""
+    doc_stride: int = 128
+    """QA only: tokens shared by two consecutive windows of a long context."""
+    max_answer_length: int = 30
+    """QA only: longest answer span, in tokens."""
+    warmup_ratio: float = 0.1
+    weight_decay: float = 0.0
+    grad_clip: float = 1.0
+    bf16: bool = True
+    """bf16 autocast on CUDA (ignored on CPU, which runs float32)."""
+    normalize_embeddings: bool = True
+    """IR only: L2-normalise the mean-pooled embeddings (retrieval by cosine)."""
+    ir_scale: float = 20.0
+    """IR only: InfoNCE logit scale on cosine similarities (sentence-transformers' default)."""
+    max_train_examples: int | None = None
+    max_eval_examples: int | None = None
+    device: str | None = None
+    """``cpu``, ``cuda``, ``cuda:1``...; None picks CUDA when available."""
+    trust_remote_code: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.protocol not in PROTOCOLS:
+            raise ValueError(f"protocol must be one of {PROTOCOLS}, got {self.protocol!r}")
+        if not self.lr > 0:
+            raise ValueError(f"lr must be > 0, got {self.lr}")
+        if self.max_steps is not None and self.max_steps < 1:
+            raise ValueError(f"max_steps must be >= 1, got {self.max_steps}")
+        if self.epochs is not None and not self.epochs > 0:
+            raise ValueError(f"epochs must be > 0, got {self.epochs}")
+        if not 0 <= self.warmup_ratio < 1:
+            raise ValueError(f"warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
+        for name in ("batch_size", "eval_batch_size", "max_length", "query_max_length", "max_answer_length"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if not 0 <= self.doc_stride < self.max_length:
+            raise ValueError(f"doc_stride must be in [0, max_length), got {self.doc_stride}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class DataFiles:
+    """Where a task's data comes from. Unset paths fall back to the Hugging Face Hub ids of the task."""
+
+    train: str | None = None
+    """Local training file (GLUE TSV / JSONL, CoNLL columns, SQuAD JSON, BEIR dir or pairs JSONL/TSV)."""
+    eval: str | None = None
+    """Local evaluation file (same formats; for IR a BEIR directory)."""
+    train_split: str | None = None
+    eval_split: str | None = None
+    """Hub split names; None takes the task's defaults."""
+    holdout: float | None = None
+    """Without an evaluation source: score on this fraction of the training data, held out (fixed seed 0,
+    the same for every cell) and never trained on."""
+
+
+class Task:
+    """One benchmark. Subclasses set the class attributes and implement the four methods below."""
+
+    name: str = ""
+    family: str = ""  # SC | TC | QA | IR
+    display: str = ""  # column header in the report
+    metric: str = ""  # key of the headline score in ``evaluate``'s result
+    default_epochs: float | None = 1.0
+    default_steps: int | None = None
+
+    # -- data ------------------------------------------------------------------------------------------
+    def load(self, which: str, files: DataFiles) -> Any:
+        """Return the raw examples of ``which`` in {"train", "eval"} (a list, or a task-specific object)."""
+        raise NotImplementedError
+
+    # -- model -----------------------------------------------------------------------------------------
+    def head(self, cfg: RunConfig) -> str:
+        raise NotImplementedError
+
+    def model_kwargs(self, train: Any, evaluation: Any, cfg: RunConfig) -> dict[str, Any]:
+        """Extra ``from_pretrained`` kwargs (num_labels, id2label...)."""
+        return {}
+
+    # -- training --------------------------------------------------------------------------------------
+    def train_features(self, examples: Any, tokenizer, cfg: RunConfig) -> list[dict[str, Any]]:
+        raise NotImplementedError
+
+    def collate(self, features: list[dict[str, Any]], pad_id: int) -> dict[str, torch.Tensor]:
+        return pad_batch(features, pad_id)
+
+    def loss(self, model, batch: dict[str, torch.Tensor], cfg: RunConfig) -> torch.Tensor:
+        return model(**batch).loss
+
+    # -- scoring ---------------------------------------------------------------------------------------
+    def evaluate(self, model, tokenizer, examples: Any, cfg: RunConfig) -> dict[str, float]:
+        """Scores in percent; the headline score is under ``self.metric``."""
+        raise NotImplementedError
+
+    def num_examples(self, examples: Any) -> int:
+        return len(examples)
+
+    def subsample(self, examples: Any, limit: int | None) -> Any:
+        return examples if limit is None else examples[:limit]
+
+    def split_holdout(self, examples: Any, fraction: float) -> tuple[Any, Any]:
+        """(train, held-out) with a fixed permutation (seed 0), so every cell scores the same examples."""
+        if not 0 < fraction < 1:
+            raise ValueError(f"holdout must be in (0, 1), got {fraction}")
+        order = torch.randperm(len(examples), generator=torch.Generator().manual_seed(0)).tolist()
+        n_eval = max(1, int(round(fraction * len(examples))))
+        if n_eval >= len(examples):
+            raise ValueError(f"holdout {fraction} leaves no training example out of {len(examples)}")
+        held = sorted(order[:n_eval])
+        kept = sorted(order[n_eval:])
+        return [examples[i] for i in kept], [examples[i] for i in held]
+
+
+# ------------------------------------------------------------------------------------------ models
+
+
+def import_avey_b() -> bool:
+    """Register Avey-B with the Auto classes (``import avey_b``); False when the model package is absent."""
+    try:
+        import avey_b.heads  # noqa: F401  (registration happens in avey_b/__init__)
+    except ImportError:
+        return False
+    return True
+
+
+def load_model(name_or_path: str, head: str, cfg: RunConfig, **kwargs):
+    """Any encoder by Hub name or local path, through the Auto class of ``head``."""
+    import transformers
+
+    if head not in HEADS:
+        raise ValueError(f"unknown head {head!r}; expected one of {sorted(HEADS)}")
+    import_avey_b()
+    auto = getattr(transformers, HEADS[head])
+    return auto.from_pretrained(name_or_path, trust_remote_code=cfg.trust_remote_code, **kwargs)
+
+
+def load_tokenizer(name_or_path: str, cfg: RunConfig):
+    from transformers import AutoTokenizer
+
+    import_avey_b()
+    tok = AutoTokenizer.from_pretrained(name_or_path, trust_remote_code=cfg.trust_remote_code)
+    if not getattr(tok, "is_fast", False):
+        raise ValueError(
+            f"tokenizer of {name_or_path!r} is not a fast (Rust) tokenizer; the harness needs offset "
+            "mappings for token classification and QA"
+        )
+    return tok
+
+
+def pad_id_of(tokenizer) -> int:
+    # The pad id only fills positions that attention_mask hides, so any id works when none is defined.
+    return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+
+
+def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor, normalize: bool = True) -> torch.Tensor:
+    """Masked mean over real tokens (B, N, d) -> (B, d), optionally L2-normalised."""
+    mask = attention_mask.to(hidden.dtype).unsqueeze(-1)
+    pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1.0)
+    return torch.nn.functional.normalize(pooled, dim=-1) if normalize else pooled
+
+
+def encode_texts(model, tokenizer, texts: Sequence[str], max_length: int, batch_size: int,
+                 device: torch.device, normalize: bool, autocast: bool) -> torch.Tensor:
+    """Embeddings (len(texts), d) in float32, computed in length-sorted batches for speed."""
+    order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+    out = [None] * len(texts)
+    pad = pad_id_of(tokenizer)
+    for start in range(0, len(order), batch_size):
+        idx = order[start:start + batch_size]
+        enc = tokenizer([texts[i] for i in idx], truncation=True, max_length=max_length)
+        feats = [{"input_ids": ids, "attention_mask": am} for ids, am in zip(enc["input_ids"], enc["attention_mask"])]
+        batch = {k: v.to(device) for k, v in pad_batch(feats, pad).items()}
+        with torch.no_grad(), autocast_ctx(device, autocast):
+            hidden = model(**batch).last_hidden_state
+        emb = mean_pool(hidden.float(), batch["attention_mask"], normalize).cpu()
+        for j, i in enumerate(idx):
+            out[i] = emb[j]
+    if not out:
+        raise ValueError("encode_texts: nothing to encode")
+    return torch.stack(out)
+
+
+# ------------------------------------------------------------------------------------------ batching
+
+
+def pad_batch(features: list[dict[str, Any]], pad_id: int) -> dict[str, torch.Tensor]:
+    """Right-pad list-valued fields to the batch maximum: ``input_ids`` with ``pad_id``, ``labels`` with
+    -100 (ignored by the losses), everything else with 0; scalar fields are stacked."""
+    if not features:
+        raise ValueError("pad_batch: empty batch")
+    out = {}
+    for key in features[0]:
+        values = [f[key] for f in features]
+        if isinstance(values[0], (list, tuple)):
+            width = max(len(v) for v in values)
+            fill = pad_id if key.endswith("input_ids") else (-100 if key == "labels" else 0)
+            out[key] = torch.tensor([list(v) + [fill] * (width - len(v)) for v in values], dtype=torch.long)
+        else:
+            out[key] = torch.tensor(values)
+    return out
+
+
+def batches(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
+    for start in range(0, len(items), size):
+        yield items[start:start + size]
+
+
+def autocast_ctx(device: torch.device, enabled: bool):
+    """bf16 autocast on CUDA; a no-op on CPU, where everything runs float32."""
+    return torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=enabled and device.type == "cuda")
+
+
+def model_inputs(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The fields the encoder takes (token_type_ids only when the tokenizer produced them)."""
+    return {k: v for k, v in batch.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
+
+
+# ------------------------------------------------------------------------------------------ files
+
+
+def read_table(path: str) -> list[dict[str, str]]:
+    """Rows of a TSV (GLUE: header line, tab separated, quotes are literal text), CSV or JSONL file."""
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"data file not found: {path}")
+    if path.endswith((".jsonl", ".json")):
+        with open(path, encoding="utf-8") as f:
+            return [json.loads(line) for line in f if line.strip()]
+    delimiter = "," if path.endswith(".csv") else "\t"
+    quoting = csv.QUOTE_MINIMAL if delimiter == "," else csv.QUOTE_NONE
+    with open(path, encoding="utf-8", newline="") as f:
+        rows = list(csv.DictReader(f, delimiter=delimiter, quoting=quoting))
+    if not rows:
+        raise ValueError(f"{path}: no rows under the header")
+    return rows
+
+
+def load_hub(name: str, config: str | None, split: str):
+    """A split of a Hub dataset (needs the ``datasets`` package and network or a warm cache)."""
+    try:
+        import datasets
+    except ImportError as e:  # pragma: no cover - the eval extra installs it
+        raise ImportError("loading benchmarks by name needs `datasets` (pip install avey-b[eval])") from e
+    return datasets.load_dataset(name, config, split=split)
+
+
+def ceil_div(a: int, b: int) -> int:
+    return math.ceil(a / b)

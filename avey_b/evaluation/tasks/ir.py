@@ -1,0 +1,211 @@
+"""Information retrieval (IR): MS MARCO, NQ, MLDR — NDCG@10 after 1,000 training steps (SPEC §6).
+
+A bi-encoder: query and document embeddings are the masked mean of the encoder's last hidden states
+(L2-normalised), relevance is their cosine. Training is contrastive with in-batch negatives (InfoNCE on
+``scale * cosine``, the other positives of the batch as negatives: the semantics of sentence-transformers'
+``MultipleNegativesRankingLoss``, scale 20), run for a fixed number of optimizer steps.
+
+Data
+  training pairs: ``hgissbkh/msmarco-pairs`` (MS MARCO and NQ) / the train split of ``hgissbkh/mldr-en``,
+    or a local JSONL/TSV/CSV of (query, positive) pairs (columns ``query``/``anchor``/``question`` and
+    ``positive``/``document``/``passage``), or a BEIR directory with ``qrels/train.tsv``.
+  evaluation: a BEIR directory (``corpus.jsonl`` with ``_id``/``title``/``text``, ``queries.jsonl`` with
+    ``_id``/``text``, ``qrels/<split>.tsv`` with ``query-id corpus-id score`` and a header) or the Hub
+    (``BeIR/msmarco`` + ``BeIR/msmarco-qrels``, ``BeIR/nq`` + ``BeIR/nq-qrels``, ``hgissbkh/mldr-en``;
+    configs ``corpus``/``queries`` as in BEIR's Hub layout).
+
+Scoring
+  standard: every document of the split's corpus is ranked; NDCG@10 with the ideal DCG over all relevant
+    documents of the query.
+  paper (EncodEval): the corpus is restricted to documents that appear in the qrels, and the ideal DCG is
+    computed over the retrieved top 10 only. Both make the task easier; numbers are not comparable to the
+    standard ones.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from . import base
+
+_Q_COLS = ("query", "anchor", "question", "sentence1")
+_D_COLS = ("positive", "pos", "document", "passage", "sentence2", "text")
+
+
+@dataclass
+class RetrievalSet:
+    corpus: dict[str, str]
+    queries: dict[str, str]
+    qrels: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.qrels)
+
+
+def _doc_text(row: dict[str, Any]) -> str:
+    title, text = (row.get("title") or "").strip(), (row.get("text") or "").strip()
+    return f"{title} {text}" if title else text
+
+
+def read_beir(directory: str, split: str) -> RetrievalSet:
+    for name in ("corpus.jsonl", "queries.jsonl"):
+        if not os.path.isfile(os.path.join(directory, name)):
+            raise FileNotFoundError(f"{directory}: not a BEIR directory (missing {name})")
+    qrels_path = os.path.join(directory, "qrels", f"{split}.tsv")
+    if not os.path.isfile(qrels_path):
+        raise FileNotFoundError(f"{directory}: no qrels for split {split!r} ({qrels_path})")
+    with open(os.path.join(directory, "corpus.jsonl"), encoding="utf-8") as f:
+        corpus = {str(r["_id"]): _doc_text(r) for r in map(json.loads, filter(str.strip, f))}
+    with open(os.path.join(directory, "queries.jsonl"), encoding="utf-8") as f:
+        queries = {str(r["_id"]): r["text"] for r in map(json.loads, filter(str.strip, f))}
+    qrels: dict[str, dict[str, float]] = {}
+    with open(qrels_path, encoding="utf-8", newline="") as f:
+        for row in csv.DictReader(f, delimiter="\t"):
+            qrels.setdefault(str(row["query-id"]), {})[str(row["corpus-id"])] = float(row["score"])
+    return _checked(RetrievalSet(corpus, queries, qrels), directory)
+
+
+def _checked(rs: RetrievalSet, source: str) -> RetrievalSet:
+    missing_q = [q for q in rs.qrels if q not in rs.queries]
+    if missing_q:
+        raise ValueError(f"{source}: qrels name queries missing from the queries, e.g. {missing_q[:3]}")
+    missing_d = [d for rel in rs.qrels.values() for d in rel if d not in rs.corpus]
+    if missing_d:
+        raise ValueError(f"{source}: qrels name documents missing from the corpus, e.g. {missing_d[:3]}")
+    if not rs.qrels:
+        raise ValueError(f"{source}: no qrels")
+    return rs
+
+
+def pairs_from_rows(rows: list[dict[str, Any]], source: str) -> list[tuple[str, str]]:
+    if not rows:
+        raise ValueError(f"{source}: no training pairs")
+    q_col = next((c for c in _Q_COLS if c in rows[0]), None)
+    d_col = next((c for c in _D_COLS if c in rows[0] and c != q_col), None)
+    if q_col is None or d_col is None:
+        raise ValueError(f"{source}: need a query column {_Q_COLS} and a positive column {_D_COLS}, got {sorted(rows[0])}")
+    return [(str(r[q_col]), str(r[d_col])) for r in rows]
+
+
+def info_nce(q: torch.Tensor, d: torch.Tensor, scale: float) -> torch.Tensor:
+    """In-batch-negative InfoNCE: query i's positive is document i, every other document of the batch is
+    a negative; similarities are cosines times ``scale`` (MultipleNegativesRankingLoss)."""
+    sims = torch.nn.functional.normalize(q, dim=-1) @ torch.nn.functional.normalize(d, dim=-1).T
+    return torch.nn.functional.cross_entropy(scale * sims, torch.arange(q.shape[0], device=q.device))
+
+
+def rank(query_emb: torch.Tensor, doc_emb: torch.Tensor, doc_ids: list[str], k: int,
+         chunk: int = 1024) -> list[list[str]]:
+    """Top-k document ids per query by dot product (cosine for normalised embeddings), in query chunks
+    so memory stays bounded for large corpora."""
+    k = min(k, len(doc_ids))
+    out = []
+    for start in range(0, query_emb.shape[0], chunk):
+        top = (query_emb[start:start + chunk] @ doc_emb.T).topk(k, dim=-1).indices.tolist()
+        out.extend([[doc_ids[j] for j in row] for row in top])
+    return out
+
+
+class RetrievalTask(base.Task):
+    family = "IR"
+    metric = "ndcg@10"
+    default_epochs = None
+    default_steps = 1000
+    hub_corpus = ""
+    hub_qrels = ""  # "" = qrels inside hub_corpus (config "qrels")
+    hub_pairs = "hgissbkh/msmarco-pairs"
+    eval_split = "test"
+
+    # -- data --------------------------------------------------------------------------------------------
+    def load(self, which: str, files: base.DataFiles):
+        if which == "train":
+            path = files.train
+            if path is None:
+                rows = list(base.load_hub(self.hub_pairs, None, files.train_split or "train"))
+                return pairs_from_rows(rows, self.hub_pairs)
+            if os.path.isdir(path):
+                rs = read_beir(path, files.train_split or "train")
+                return [(rs.queries[q], rs.corpus[d]) for q, rel in rs.qrels.items() for d, r in rel.items() if r > 0]
+            return pairs_from_rows(base.read_table(path), path)
+        split = files.eval_split or self.eval_split
+        if files.eval is not None:
+            return read_beir(files.eval, split)
+        corpus = base.load_hub(self.hub_corpus, "corpus", "corpus")
+        queries = base.load_hub(self.hub_corpus, "queries", "queries")
+        qrels_ds = base.load_hub(self.hub_qrels, None, split) if self.hub_qrels else base.load_hub(self.hub_corpus, "qrels", split)
+        qrels: dict[str, dict[str, float]] = {}
+        for r in qrels_ds:
+            qrels.setdefault(str(r["query-id"]), {})[str(r["corpus-id"])] = float(r["score"])
+        return _checked(RetrievalSet({str(r["_id"]): _doc_text(r) for r in corpus},
+                                     {str(r["_id"]): r["text"] for r in queries}, qrels), self.hub_corpus)
+
+    def num_examples(self, examples) -> int:
+        return len(examples)
+
+    def subsample(self, examples, limit):
+        if limit is None or not isinstance(examples, RetrievalSet):
+            return examples if limit is None else examples[:limit]
+        keep = sorted(examples.qrels)[:limit]
+        return RetrievalSet(examples.corpus, examples.queries, {q: examples.qrels[q] for q in keep})
+
+    def split_holdout(self, examples, fraction):
+        raise ValueError("IR tasks need an evaluation BEIR directory; --holdout is not supported")
+
+    # -- model / training --------------------------------------------------------------------------------
+    def head(self, cfg) -> str:
+        return "embedding"
+
+    def train_features(self, examples, tokenizer, cfg) -> list[dict[str, Any]]:
+        q = tokenizer([p[0] for p in examples], truncation=True, max_length=cfg.query_max_length)
+        d = tokenizer([p[1] for p in examples], truncation=True, max_length=cfg.max_length)
+        return [{"q_input_ids": q["input_ids"][i], "q_attention_mask": q["attention_mask"][i],
+                 "d_input_ids": d["input_ids"][i], "d_attention_mask": d["attention_mask"][i]}
+                for i in range(len(examples))]
+
+    def loss(self, model, batch, cfg) -> torch.Tensor:
+        q = model(input_ids=batch["q_input_ids"], attention_mask=batch["q_attention_mask"]).last_hidden_state
+        d = model(input_ids=batch["d_input_ids"], attention_mask=batch["d_attention_mask"]).last_hidden_state
+        q = base.mean_pool(q.float(), batch["q_attention_mask"], normalize=False)
+        d = base.mean_pool(d.float(), batch["d_attention_mask"], normalize=False)
+        return info_nce(q, d, cfg.ir_scale)
+
+    # -- scoring -----------------------------------------------------------------------------------------
+    def evaluate(self, model, tokenizer, examples: RetrievalSet, cfg) -> dict[str, float]:
+        from ..metrics import mean_ndcg_at_k
+
+        device = next(model.parameters()).device
+        if cfg.protocol == "paper":
+            doc_ids = sorted({d for rel in examples.qrels.values() for d in rel})
+        else:
+            doc_ids = list(examples.corpus)
+        qids = sorted(examples.qrels)
+        enc = lambda texts, n: base.encode_texts(model, tokenizer, texts, n, cfg.eval_batch_size, device,
+                                                 cfg.normalize_embeddings, cfg.bf16)
+        doc_emb = enc([examples.corpus[d] for d in doc_ids], cfg.max_length)
+        q_emb = enc([examples.queries[q] for q in qids], cfg.query_max_length)
+        rankings = dict(zip(qids, rank(q_emb, doc_emb, doc_ids, 10)))
+        ideal = "retrieved" if cfg.protocol == "paper" else "all"
+        return {"ndcg@10": 100 * mean_ndcg_at_k(rankings, examples.qrels, 10, ideal),
+                "n_eval": len(qids), "corpus_size": len(doc_ids)}
+
+
+class MSMARCO(RetrievalTask):
+    name, display = "msmarco", "MS MARCO"
+    hub_corpus, hub_qrels, eval_split = "BeIR/msmarco", "BeIR/msmarco-qrels", "validation"
+
+
+class NQ(RetrievalTask):
+    name, display = "nq", "NQ"
+    hub_corpus, hub_qrels, eval_split = "BeIR/nq", "BeIR/nq-qrels", "test"
+
+
+class MLDR(RetrievalTask):
+    name, display = "mldr", "MLDR"
+    hub_corpus, hub_qrels, eval_split = "hgissbkh/mldr-en", "", "test"
+    hub_pairs = "hgissbkh/mldr-en"

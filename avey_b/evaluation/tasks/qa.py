@@ -1,0 +1,254 @@
+"""Extractive question answering (QA): SQuAD, SQuAD v2, ReCoRD — F1, 4 epochs (SPEC §6).
+
+Data: ``rajpurkar/squad``, ``rajpurkar/squad_v2``, ``hgissbkh/record`` (SQuAD columns ``id``, ``question``,
+``context``, ``answers{text, answer_start}``; the SuperGLUE ReCoRD columns ``passage``/``query``/``answers``
+are also accepted, answer offsets then found by search) or a local SQuAD JSON file (``data`` ->
+``paragraphs`` -> ``qas``, v2 ``is_impossible`` honoured).
+
+standard protocol (default):
+  question + context windows of ``max_length`` tokens overlapping by ``doc_stride`` tokens, so no part of a
+  long context is lost; a window that does not contain the whole answer (and every window of an
+  unanswerable question) is trained to point at position 0 (the "null" position). At scoring time the best
+  span over all windows of a question is chosen from the start/end logits (``start <= end``, both in the
+  context, at most ``max_answer_length`` tokens) and cut from the original context by character offsets;
+  for SQuAD v2 the empty answer is predicted when the null score (start+end logits at position 0, the
+  smallest over windows) beats the best span. Scored with the official SQuAD EM/F1.
+paper protocol (EncodEval):
+  a 2-label token classifier (answer token or not) on a single truncated ``max_length`` window, scored by
+  the F1 between predicted and gold answer-token position sets (max over gold answers).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import torch
+
+from . import base
+
+
+def read_squad_json(path: str) -> list[dict[str, Any]]:
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"data file not found: {path}")
+    with open(path, encoding="utf-8") as f:
+        data = json.load(f)
+    if "data" not in data:
+        raise ValueError(f"{path}: not a SQuAD JSON file (no top-level 'data')")
+    out = []
+    for article in data["data"]:
+        for para in article["paragraphs"]:
+            for qa in para["qas"]:
+                answers = [] if qa.get("is_impossible") else qa.get("answers", [])
+                out.append({
+                    "id": str(qa["id"]), "question": qa["question"], "context": para["context"],
+                    "answers": [{"text": a["text"], "start": int(a["answer_start"])} for a in answers],
+                })
+    return out
+
+
+def _from_hub_row(row: dict[str, Any]) -> dict[str, Any]:
+    if "context" in row:  # SQuAD schema
+        ans = row["answers"]
+        answers = [{"text": t, "start": int(s)} for t, s in zip(ans["text"], ans["answer_start"])]
+        return {"id": str(row["id"]), "question": row["question"], "context": row["context"], "answers": answers}
+    if "passage" in row:  # SuperGLUE ReCoRD schema: answers are entity strings
+        ctx = row["passage"]
+        answers = [{"text": t, "start": ctx.find(t)} for t in row["answers"] if ctx.find(t) >= 0]
+        qid = row.get("idx", {})
+        qid = f"{qid.get('passage')}-{qid.get('query')}" if isinstance(qid, dict) else str(qid)
+        return {"id": qid, "question": row["query"], "context": ctx, "answers": answers}
+    raise ValueError(f"unrecognised QA row with columns {sorted(row)}")
+
+
+def validate_answers(examples: list[dict[str, Any]], source: str) -> None:
+    for ex in examples:
+        for a in ex["answers"]:
+            if ex["context"][a["start"]:a["start"] + len(a["text"])] != a["text"]:
+                raise ValueError(
+                    f"{source}: question {ex['id']}: answer {a['text']!r} is not at character {a['start']} "
+                    "of its context"
+                )
+
+
+def windows(examples: list[dict[str, Any]], tokenizer, cfg: base.RunConfig, train: bool) -> list[dict[str, Any]]:
+    """Tokenized (question, context window) features. Each carries ``example`` (index into ``examples``)
+    and ``offsets`` (character span in the context per token, None outside the context); training features
+    also ``start_positions``/``end_positions`` (0 when the window lacks the answer)."""
+    enc = tokenizer(
+        [e["question"].lstrip() for e in examples], [e["context"] for e in examples],
+        truncation="only_second", max_length=cfg.max_length, stride=cfg.doc_stride,
+        return_overflowing_tokens=True, return_offsets_mapping=True,
+    )
+    keys = [k for k in ("input_ids", "attention_mask", "token_type_ids") if k in enc]
+    feats = []
+    for i in range(len(enc["input_ids"])):
+        ex_idx = enc["overflow_to_sample_mapping"][i]
+        seq = enc.sequence_ids(i)
+        offsets = [tuple(o) if s == 1 else None for o, s in zip(enc["offset_mapping"][i], seq)]
+        f = {k: enc[k][i] for k in keys}
+        f["example"], f["offsets"] = ex_idx, offsets
+        if train:
+            f["start_positions"], f["end_positions"] = _answer_positions(examples[ex_idx], offsets)
+        feats.append(f)
+    return feats
+
+
+def _answer_positions(example: dict[str, Any], offsets: list) -> tuple[int, int]:
+    if not example["answers"]:
+        return 0, 0
+    a = example["answers"][0]
+    start_char, end_char = a["start"], a["start"] + len(a["text"])
+    ctx = [i for i, o in enumerate(offsets) if o is not None]
+    if not ctx or offsets[ctx[0]][0] > start_char or offsets[ctx[-1]][1] < end_char:
+        return 0, 0  # the answer is not (entirely) in this window
+    start = next(i for i in ctx if offsets[i][1] > start_char)
+    end = next(i for i in reversed(ctx) if offsets[i][0] < end_char)
+    return start, end
+
+
+def best_answer(context: str, features: list[dict[str, Any]], start_logits: list, end_logits: list,
+                max_answer_length: int, allow_null: bool, n_best: int = 20) -> str:
+    """The answer text of one question from the logits of all its windows (see module docstring)."""
+    best_score, best_text = -float("inf"), ""
+    null_score = float("inf")
+    for f, s_log, e_log in zip(features, start_logits, end_logits):
+        s_log, e_log = torch.as_tensor(s_log).float(), torch.as_tensor(e_log).float()
+        null_score = min(null_score, float(s_log[0] + e_log[0]))
+        offsets = f["offsets"]
+        n = min(len(offsets), s_log.numel())
+        starts = s_log[:n].topk(min(n_best, n)).indices.tolist()
+        ends = e_log[:n].topk(min(n_best, n)).indices.tolist()
+        for s in starts:
+            for e in ends:
+                if offsets[s] is None or offsets[e] is None or e < s or e - s + 1 > max_answer_length:
+                    continue
+                score = float(s_log[s] + e_log[e])
+                if score > best_score:
+                    best_score, best_text = score, context[offsets[s][0]:offsets[e][1]]
+    if allow_null and null_score > best_score:
+        return ""
+    return best_text
+
+
+def answer_token_labels(example: dict[str, Any], offsets: list, answer: dict[str, Any] | None) -> list[int]:
+    """Paper protocol: 1 on context tokens overlapping the answer's characters, 0 on other context tokens,
+    -100 outside the context."""
+    labels = []
+    lo, hi = (answer["start"], answer["start"] + len(answer["text"])) if answer else (0, 0)
+    for o in offsets:
+        if o is None:
+            labels.append(-100)
+        else:
+            labels.append(int(answer is not None and o[0] < hi and o[1] > lo and o[1] > o[0]))
+    return labels
+
+
+class QuestionAnsweringTask(base.Task):
+    family = "QA"
+    metric = "f1"
+    default_epochs = 4.0
+    hub_name = ""
+    allow_null = False
+    train_split = "train"
+    eval_split = "validation"
+
+    def load(self, which: str, files: base.DataFiles) -> list[dict[str, Any]]:
+        path = files.train if which == "train" else files.eval
+        if path is not None:
+            examples, source = read_squad_json(path), path
+        else:
+            split = (files.train_split or self.train_split) if which == "train" else (files.eval_split or self.eval_split)
+            examples = [_from_hub_row(r) for r in base.load_hub(self.hub_name, None, split)]
+            source = f"{self.hub_name}:{split}"
+        validate_answers(examples, source)
+        if not self.allow_null and which == "train":
+            examples = [e for e in examples if e["answers"]]  # nothing to learn from
+        return examples
+
+    def head(self, cfg) -> str:
+        return "token-classification" if cfg.protocol == "paper" else "question-answering"
+
+    def model_kwargs(self, train, evaluation, cfg) -> dict[str, Any]:
+        return {"num_labels": 2}
+
+    # -- paper protocol: one truncated window, 2-label token classifier ---------------------------------
+    def _single_windows(self, examples, tokenizer, cfg):
+        enc = tokenizer([e["question"].lstrip() for e in examples], [e["context"] for e in examples],
+                        truncation="only_second", max_length=cfg.max_length, return_offsets_mapping=True)
+        keys = [k for k in ("input_ids", "attention_mask", "token_type_ids") if k in enc]
+        feats = []
+        for i in range(len(examples)):
+            seq = enc.sequence_ids(i)
+            offsets = [tuple(o) if s == 1 else None for o, s in zip(enc["offset_mapping"][i], seq)]
+            feats.append(({k: enc[k][i] for k in keys}, offsets))
+        return feats
+
+    def train_features(self, examples, tokenizer, cfg) -> list[dict[str, Any]]:
+        if cfg.protocol == "paper":
+            out = []
+            for (f, offsets), ex in zip(self._single_windows(examples, tokenizer, cfg), examples):
+                f["labels"] = answer_token_labels(ex, offsets, ex["answers"][0] if ex["answers"] else None)
+                out.append(f)
+            return out
+        feats = windows(examples, tokenizer, cfg, train=True)
+        return [{k: v for k, v in f.items() if k not in ("example", "offsets")} for f in feats]
+
+    def _logits(self, model, feats: list[dict[str, Any]], tokenizer, cfg):
+        device = next(model.parameters()).device
+        keys = [k for k in ("input_ids", "attention_mask", "token_type_ids") if k in feats[0]]
+        for start in range(0, len(feats), cfg.eval_batch_size):
+            chunk = [{k: f[k] for k in keys} for f in feats[start:start + cfg.eval_batch_size]]
+            batch = {k: v.to(device) for k, v in base.pad_batch(chunk, base.pad_id_of(tokenizer)).items()}
+            with torch.no_grad(), base.autocast_ctx(device, cfg.bf16):
+                yield start, model(**batch)
+
+    def evaluate(self, model, tokenizer, examples, cfg) -> dict[str, float]:
+        from ..metrics import squad_scores, token_set_f1
+
+        if cfg.protocol == "paper":
+            pairs = self._single_windows(examples, tokenizer, cfg)
+            feats = [f for f, _ in pairs]
+            scores = []
+            for start, out in self._logits(model, feats, tokenizer, cfg):
+                preds = out.logits.float().argmax(-1).tolist()
+                for j, p in enumerate(preds):
+                    ex = examples[start + j]
+                    offsets = pairs[start + j][1]
+                    predicted = {i for i, o in enumerate(offsets) if o is not None and p[i] == 1}
+                    golds = [a for a in ex["answers"]] or [None]
+                    gold_sets = [{i for i, y in enumerate(answer_token_labels(ex, offsets, a)) if y == 1} for a in golds]
+                    scores.append(max(token_set_f1(predicted, g) for g in gold_sets))
+            return {"f1": 100 * sum(scores) / len(scores), "n_eval": len(examples)}
+
+        feats = windows(examples, tokenizer, cfg, train=False)
+        per_example: dict[int, list] = {}
+        for start, out in self._logits(model, feats, tokenizer, cfg):
+            s_all, e_all = out.start_logits.float().cpu(), out.end_logits.float().cpu()
+            for j in range(s_all.shape[0]):
+                f = feats[start + j]
+                n = len(f["input_ids"])
+                per_example.setdefault(f["example"], []).append((f, s_all[j, :n], e_all[j, :n]))
+        predictions, golds = {}, {}
+        for i, ex in enumerate(examples):
+            items = per_example.get(i, [])
+            predictions[ex["id"]] = best_answer(
+                ex["context"], [f for f, _, _ in items], [s for _, s, _ in items], [e for _, _, e in items],
+                cfg.max_answer_length, self.allow_null,
+            )
+            golds[ex["id"]] = [a["text"] for a in ex["answers"]]
+        scores = squad_scores(predictions, golds)
+        return {k: (100 * v if k != "total" else v) for k, v in scores.items()} | {"n_eval": len(examples)}
+
+
+class SQuAD(QuestionAnsweringTask):
+    name, display, hub_name = "squad", "SQuAD", "rajpurkar/squad"
+
+
+class SQuADv2(QuestionAnsweringTask):
+    name, display, hub_name, allow_null = "squad_v2", "SQuAD v2", "rajpurkar/squad_v2", True
+
+
+class ReCoRD(QuestionAnsweringTask):
+    name, display, hub_name = "record", "ReCoRD", "hgissbkh/record"

@@ -1,0 +1,111 @@
+"""Sequence classification (SC): MNLI (matched), QQP, SST-2 — accuracy, 1 epoch (SPEC §6).
+
+Data: ``nyu-mll/glue`` (configs mnli / qqp / sst2) or local GLUE TSV files (header line; the column names
+of the original GLUE release and of the Hub version are both recognised) or JSONL with the same fields.
+MNLI string labels are mapped to the Hub's ids (entailment 0, neutral 1, contradiction 2).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from . import base
+
+# text column candidates (first match wins): original GLUE TSV names and Hub names
+_TEXT_A = ("sentence", "premise", "sentence1", "question1", "text")
+_TEXT_B = ("hypothesis", "sentence2", "question2", "text_pair")
+_LABEL = ("label", "gold_label", "is_duplicate")
+_MNLI_LABELS = {"entailment": 0, "neutral": 1, "contradiction": 2}
+
+
+class SequenceClassificationTask(base.Task):
+    family = "SC"
+    metric = "accuracy"
+    default_epochs = 1.0
+    hub_config = ""
+    num_labels = 2
+    pair = False
+    train_split = "train"
+    eval_split = "validation"
+
+    def load(self, which: str, files: base.DataFiles) -> list[dict[str, Any]]:
+        path = files.train if which == "train" else files.eval
+        if path is not None:
+            rows = base.read_table(path)
+            source = path
+        else:
+            split = (files.train_split or self.train_split) if which == "train" else (files.eval_split or self.eval_split)
+            rows = list(base.load_hub("nyu-mll/glue", self.hub_config, split))
+            source = f"nyu-mll/glue/{self.hub_config}:{split}"
+        return [self._example(row, source, i) for i, row in enumerate(rows)]
+
+    def _example(self, row: dict[str, Any], source: str, i: int) -> dict[str, Any]:
+        a = _first(row, _TEXT_A, source, i, "text")
+        b = _first(row, _TEXT_B, source, i, "second text") if self.pair else None
+        raw = _first(row, _LABEL, source, i, "label")
+        label = _MNLI_LABELS.get(raw, raw) if isinstance(raw, str) else raw
+        try:
+            label = int(label)
+        except (TypeError, ValueError):
+            raise ValueError(f"{source} row {i}: label {raw!r} is not a class id of {self.name}") from None
+        if not 0 <= label < self.num_labels:
+            # GLUE test files carry -1 (hidden labels): they cannot be scored
+            raise ValueError(f"{source} row {i}: label {label} outside [0, {self.num_labels}) for {self.name}")
+        return {"text": a, "text_pair": b, "label": label}
+
+    def head(self, cfg: base.RunConfig) -> str:
+        return "sequence-classification"
+
+    def model_kwargs(self, train, evaluation, cfg) -> dict[str, Any]:
+        return {"num_labels": self.num_labels}
+
+    def _encode(self, examples, tokenizer, cfg) -> list[dict[str, Any]]:
+        pairs = [e["text_pair"] for e in examples] if self.pair else None
+        enc = tokenizer([e["text"] for e in examples], pairs, truncation=True, max_length=cfg.max_length)
+        keys = [k for k in ("input_ids", "attention_mask", "token_type_ids") if k in enc]
+        return [{k: enc[k][i] for k in keys} for i in range(len(examples))]
+
+    def train_features(self, examples, tokenizer, cfg) -> list[dict[str, Any]]:
+        feats = self._encode(examples, tokenizer, cfg)
+        for f, e in zip(feats, examples):
+            f["labels"] = e["label"]
+        return feats
+
+    def predict(self, model, tokenizer, examples, cfg) -> list[int]:
+        device = next(model.parameters()).device
+        feats = self._encode(examples, tokenizer, cfg)
+        preds: list[int] = []
+        for chunk in base.batches(feats, cfg.eval_batch_size):
+            batch = {k: v.to(device) for k, v in base.pad_batch(list(chunk), base.pad_id_of(tokenizer)).items()}
+            with torch.no_grad(), base.autocast_ctx(device, cfg.bf16):
+                logits = model(**base.model_inputs(batch)).logits
+            preds.extend(logits.float().argmax(-1).tolist())
+        return preds
+
+    def evaluate(self, model, tokenizer, examples, cfg) -> dict[str, float]:
+        from ..metrics import accuracy
+
+        preds = self.predict(model, tokenizer, examples, cfg)
+        return {"accuracy": 100 * accuracy(preds, [e["label"] for e in examples]), "n_eval": len(examples)}
+
+
+def _first(row: dict[str, Any], names: tuple[str, ...], source: str, i: int, what: str):
+    for n in names:
+        if n in row and row[n] is not None:
+            return row[n]
+    raise ValueError(f"{source} row {i}: no {what} column; expected one of {names}, found {sorted(row)}")
+
+
+class MNLI(SequenceClassificationTask):
+    name, display, hub_config, num_labels, pair = "mnli", "MNLI", "mnli", 3, True
+    eval_split = "validation_matched"
+
+
+class QQP(SequenceClassificationTask):
+    name, display, hub_config, num_labels, pair = "qqp", "QQP", "qqp", 2, True
+
+
+class SST2(SequenceClassificationTask):
+    name, display, hub_config, num_labels, pair = "sst2", "SST-2", "sst2", 2, False

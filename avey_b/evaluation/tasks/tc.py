@@ -1,0 +1,208 @@
+"""Token classification (TC): CoNLL-2003, OntoNotes 5, UNER (English) — 1 epoch (SPEC §6).
+
+Data: ``hgissbkh/conll2003-en``, ``hgissbkh/ontonotes5``, ``hgissbkh/uner_en`` (columns ``tokens`` and
+``tags``/``ner_tags``, class-label features) or local CoNLL column files (one ``word ... tag`` line per
+word, the tag in the last column, blank lines between sentences, ``-DOCSTART-`` lines skipped). Tags are
+normalised to IOB2 (the original CoNLL-2003 files are IOB1).
+
+Word -> token alignment is done from the tokenizer's character offsets over the words joined by single
+spaces, which works for every fast tokenizer (WordPiece, byte-level BPE with or without prefix spaces),
+unlike ``is_split_into_words`` which some BPE tokenizers reject.
+
+- standard protocol: the label sits on the first sub-token of each word, other sub-tokens get -100; the
+  word's prediction is its first sub-token's; words cut off by ``max_length`` are predicted ``O`` (they
+  count as misses, so truncation cannot inflate the score); entity-level F1 by seqeval.
+- paper protocol: every sub-token carries its word's label; the word's prediction is the majority vote of
+  its sub-tokens (ties: the smallest label id); score = per-sentence macro F1 over word labels.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import torch
+
+from . import base
+
+
+def read_conll(path: str) -> list[dict[str, list[str]]]:
+    """Sentences of a CoNLL column file: ``{"tokens": [...], "tags": [...]}`` (tags as written)."""
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"data file not found: {path}")
+    sentences, words, tags = [], [], []
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            parts = line.split()
+            if not parts or parts[0] == "-DOCSTART-":
+                if words:
+                    sentences.append({"tokens": words, "tags": tags})
+                    words, tags = [], []
+                continue
+            if len(parts) < 2:
+                raise ValueError(f"{path}:{lineno}: expected 'word ... tag', got {line.strip()!r}")
+            words.append(parts[0])
+            tags.append(parts[-1])
+    if words:
+        sentences.append({"tokens": words, "tags": tags})
+    if not sentences:
+        raise ValueError(f"{path}: no sentences")
+    return sentences
+
+
+def word_index_of_tokens(words: list[str], offsets: list[tuple[int, int]]) -> list[int | None]:
+    """For each token (offsets into ``" ".join(words)``), the index of the word it belongs to, or None
+    for special tokens and tokens that cover only spaces."""
+    owner: list[int | None] = []
+    for w, word in enumerate(words):
+        owner.extend([w] * len(word))
+        owner.append(None)  # the joining space
+    result: list[int | None] = []
+    for start, end in offsets:
+        word = None
+        for pos in range(start, end):  # first non-space character of the token
+            if pos < len(owner) and owner[pos] is not None:
+                word = owner[pos]
+                break
+        result.append(word)
+    return result
+
+
+def align_labels(word_ids: list[int | None], word_labels: list[int], every_subtoken: bool) -> list[int]:
+    """Token labels: the word's label on its first sub-token (and on the others when ``every_subtoken``),
+    -100 elsewhere."""
+    labels, previous = [], None
+    for w in word_ids:
+        if w is None:
+            labels.append(-100)
+        elif w != previous or every_subtoken:
+            labels.append(word_labels[w])
+        else:
+            labels.append(-100)
+        if w is not None:
+            previous = w
+    return labels
+
+
+def word_predictions(word_ids: list[int | None], token_preds: list[int], n_words: int, outside: int,
+                     vote: bool) -> list[int]:
+    """Per-word predictions from token predictions: the first sub-token's (``vote=False``) or the
+    majority over sub-tokens (``vote=True``, ties to the smallest id); words with no token (truncated)
+    get ``outside``."""
+    votes: list[list[int]] = [[] for _ in range(n_words)]
+    for w, p in zip(word_ids, token_preds):
+        if w is not None:
+            votes[w].append(p)
+    out = []
+    for v in votes:
+        if not v:
+            out.append(outside)
+        elif vote:
+            out.append(min(set(v), key=lambda c: (-v.count(c), c)))
+        else:
+            out.append(v[0])
+    return out
+
+
+class TokenClassificationTask(base.Task):
+    family = "TC"
+    metric = "f1"
+    default_epochs = 1.0
+    hub_name = ""
+    train_split = "train"
+    eval_split = "test"
+
+    def load(self, which: str, files: base.DataFiles) -> list[dict[str, Any]]:
+        path = files.train if which == "train" else files.eval
+        if path is not None:
+            sents = read_conll(path)
+        else:
+            split = (files.train_split or self.train_split) if which == "train" else (files.eval_split or self.eval_split)
+            ds = base.load_hub(self.hub_name, None, split)
+            tag_col = next((c for c in ("tags", "ner_tags", "labels") if c in ds.column_names), None)
+            if "tokens" not in ds.column_names or tag_col is None:
+                raise ValueError(f"{self.hub_name}:{split}: expected columns tokens + tags/ner_tags, got {ds.column_names}")
+            feature = ds.features[tag_col]
+            names = getattr(getattr(feature, "feature", None), "names", None)
+            sents = []
+            for row in ds:
+                tags = row[tag_col]
+                if tags and isinstance(tags[0], int):
+                    if names is None:
+                        raise ValueError(f"{self.hub_name}: integer tags without class names")
+                    tags = [names[t] for t in tags]
+                sents.append({"tokens": list(row["tokens"]), "tags": list(tags)})
+        from ..metrics import iob1_to_iob2
+
+        return [{"tokens": s["tokens"], "tags": iob1_to_iob2(s["tags"])} for s in sents if s["tokens"]]
+
+    def labels(self, train, evaluation) -> list[str]:
+        """Label list: ``O`` first, then the other tags sorted (train and evaluation sets together, so an
+        evaluation-only tag still has a class)."""
+        tags = {t for ex in list(train) + list(evaluation) for t in ex["tags"]}
+        return ["O"] + sorted(tags - {"O"})
+
+    def head(self, cfg) -> str:
+        return "token-classification"
+
+    def model_kwargs(self, train, evaluation, cfg) -> dict[str, Any]:
+        # Also fixes the label list used by train_features / predict for this run (called first).
+        names = self.labels(train, evaluation)
+        self._label_list = names
+        return {"num_labels": len(names), "id2label": dict(enumerate(names)),
+                "label2id": {n: i for i, n in enumerate(names)}}
+
+    def _encode(self, examples, tokenizer, cfg) -> tuple[list[dict[str, Any]], list[list[int | None]]]:
+        enc = tokenizer([" ".join(e["tokens"]) for e in examples], truncation=True,
+                        max_length=cfg.max_length, return_offsets_mapping=True)
+        feats, word_ids = [], []
+        keys = [k for k in ("input_ids", "attention_mask", "token_type_ids") if k in enc]
+        for i, e in enumerate(examples):
+            feats.append({k: enc[k][i] for k in keys})
+            word_ids.append(word_index_of_tokens(e["tokens"], enc["offset_mapping"][i]))
+        return feats, word_ids
+
+    def train_features(self, examples, tokenizer, cfg) -> list[dict[str, Any]]:
+        label2id = {n: i for i, n in enumerate(self._label_list)}
+        feats, word_ids = self._encode(examples, tokenizer, cfg)
+        for f, w, e in zip(feats, word_ids, examples):
+            f["labels"] = align_labels(w, [label2id[t] for t in e["tags"]], every_subtoken=cfg.protocol == "paper")
+        return feats
+
+    def predict(self, model, tokenizer, examples, cfg) -> list[list[str]]:
+        device = next(model.parameters()).device
+        feats, word_ids = self._encode(examples, tokenizer, cfg)
+        names = self._label_list
+        out: list[list[str]] = []
+        for start in range(0, len(feats), cfg.eval_batch_size):
+            chunk = feats[start:start + cfg.eval_batch_size]
+            batch = {k: v.to(device) for k, v in base.pad_batch(chunk, base.pad_id_of(tokenizer)).items()}
+            with torch.no_grad(), base.autocast_ctx(device, cfg.bf16):
+                preds = model(**base.model_inputs(batch)).logits.float().argmax(-1).tolist()
+            for j, p in enumerate(preds):
+                ex = examples[start + j]
+                ids = word_predictions(word_ids[start + j], p, len(ex["tokens"]), 0, cfg.protocol == "paper")
+                out.append([names[i] for i in ids])
+        return out
+
+    def evaluate(self, model, tokenizer, examples, cfg) -> dict[str, float]:
+        from ..metrics import entity_f1, per_sentence_macro_f1
+
+        gold = [e["tags"] for e in examples]
+        pred = self.predict(model, tokenizer, examples, cfg)
+        if cfg.protocol == "paper":
+            return {"f1": 100 * per_sentence_macro_f1(gold, pred), "n_eval": len(examples)}
+        scores = entity_f1(gold, pred)
+        return {k: 100 * v for k, v in scores.items()} | {"n_eval": len(examples)}
+
+
+class CoNLL2003(TokenClassificationTask):
+    name, display, hub_name = "conll2003", "CoNLL", "hgissbkh/conll2003-en"
+
+
+class OntoNotes(TokenClassificationTask):
+    name, display, hub_name = "ontonotes", "Onto.", "hgissbkh/ontonotes5"
+
+
+class UNER(TokenClassificationTask):
+    name, display, hub_name = "uner", "UNER", "hgissbkh/uner_en"

@@ -1,0 +1,166 @@
+"""Tiny, fully offline material for the harness: a WordPiece tokenizer trained on the spot, tiny encoders
+built from configs (BERT and, when the model package is present, Avey-B), and tiny data files in every
+local format the tasks read. The tests use it, and so does the CPU demo suite (``configs/eval/tiny.yaml``):
+
+    python -m avey_b.evaluation.toy --out /tmp/avey-toy      # then: avey-b evaluate --config configs/eval/tiny.yaml
+
+The data are synthetic and learnable (the sentiment of a sentence is the polarity of its adjective,
+entities are capitalised names from fixed lists), so a few steps already move the scores; they measure
+nothing about real language.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sys
+
+_POS = ["good", "great", "lovely", "superb", "fine"]
+_NEG = ["bad", "awful", "poor", "dreadful", "weak"]
+_NOUNS = ["film", "plot", "cast", "story", "music", "ending"]
+_PEOPLE = ["Alice Smith", "Bob", "Carol Jones", "Dave"]
+_PLACES = ["Paris", "New York", "Berlin"]
+_FILLER = ["the", "a", "was", "very", "and", "in", "with", "met", "from", "today", "said", "who", "where"]
+
+
+def tokenizer(directory: str, vocab_size: int = 160):
+    """Train a lower-casing WordPiece tokenizer with BERT-style specials and pair template on the toy
+    vocabulary; save it as a ``transformers`` fast tokenizer in ``directory`` and return it."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    corpus = [" ".join(_POS + _NEG + _NOUNS + _FILLER), " ".join(_PEOPLE + _PLACES), "? . , ! which what is"] * 3
+    tok.train_from_iterator(corpus, trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=specials))
+    cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", cls), ("[SEP]", sep)]
+    )
+    tok.decoder = decoders.WordPiece()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="[PAD]", unk_token="[UNK]", cls_token="[CLS]",
+                                   sep_token="[SEP]", mask_token="[MASK]")
+    fast.save_pretrained(directory)
+    return fast
+
+
+def bert(directory: str, tok, hidden: int = 32, layers: int = 2) -> str:
+    """A randomly initialised tiny BERT (masked-LM) with the toy tokenizer, saved to ``directory``."""
+    from transformers import BertConfig, BertForMaskedLM
+
+    cfg = BertConfig(vocab_size=len(tok), hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=2,
+                     intermediate_size=4 * hidden, max_position_embeddings=512, pad_token_id=tok.pad_token_id)
+    BertForMaskedLM(cfg).save_pretrained(directory)
+    tok.save_pretrained(directory)
+    return directory
+
+
+def avey_b(directory: str, tok, **overrides) -> str:
+    """A randomly initialised tiny Avey-B (``presets.tiny()``, vocabulary resized to the tokenizer)."""
+    from avey_b import AveyBForMaskedLM, presets
+
+    cfg = presets.tiny(vocab_size=len(tok), pad_token_id=tok.pad_token_id, **overrides)
+    AveyBForMaskedLM(cfg).save_pretrained(directory)
+    tok.save_pretrained(directory)
+    return directory
+
+
+def sst2_tsv(path: str, n: int, seed: int = 0) -> str:
+    rng = random.Random(seed)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("sentence\tlabel\n")
+        for _ in range(n):
+            label = rng.randint(0, 1)
+            adj = rng.choice(_POS if label else _NEG)
+            f.write(f"the {rng.choice(_NOUNS)} was very {adj} \t{label}\n")
+    return path
+
+
+def conll(path: str, n: int, seed: int = 0) -> str:
+    """CoNLL-2003-style 4-column file (IOB1 tags, as in the original release)."""
+    rng = random.Random(seed)
+    lines = ["-DOCSTART- -X- O O", ""]
+    for _ in range(n):
+        person, place = rng.choice(_PEOPLE).split(), rng.choice(_PLACES).split()
+        words = person + ["met", "Bob", "in"] + place + ["today"]
+        tags = ["I-PER"] * len(person) + ["O", "I-PER", "O"] + ["I-LOC"] * len(place) + ["O"]
+        lines += [f"{w} X X {t}" for w, t in zip(words, tags)] + [""]
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("\n".join(lines) + "\n")
+    return path
+
+
+def squad_json(path: str, n: int, seed: int = 0, with_impossible: bool = False) -> str:
+    rng = random.Random(seed)
+    paragraphs = []
+    for i in range(n):
+        person, place = rng.choice(_PEOPLE), rng.choice(_PLACES)
+        context = f"the film was good and {person} was in {place} today with the cast ."
+        qas = [{"id": f"q{i}", "question": f"where was {person} ?",
+                "answers": [{"text": place, "answer_start": context.index(place)}]}]
+        if with_impossible:
+            qas.append({"id": f"q{i}-x", "question": "who was awful ?", "answers": [], "is_impossible": True})
+        paragraphs.append({"context": context, "qas": qas})
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump({"version": "toy", "data": [{"title": "toy", "paragraphs": paragraphs}]}, f)
+    return path
+
+
+def beir(directory: str, n_queries: int, n_docs: int, seed: int = 0) -> str:
+    """A BEIR directory whose relevant document repeats the query's two keywords; qrels for train and test."""
+    rng = random.Random(seed)
+    os.makedirs(os.path.join(directory, "qrels"), exist_ok=True)
+    words = _POS + _NEG + _NOUNS
+    docs = {f"d{j}": " ".join(rng.sample(words, 4)) for j in range(n_docs)}
+    queries, qrels = {}, []
+    for i in range(n_queries):
+        target = f"d{rng.randrange(n_docs)}"
+        queries[f"q{i}"] = " ".join(docs[target].split()[:2])
+        qrels.append((f"q{i}", target, 1))
+    with open(os.path.join(directory, "corpus.jsonl"), "w", encoding="utf-8") as f:
+        for did, text in docs.items():
+            f.write(json.dumps({"_id": did, "title": "", "text": text}) + "\n")
+    with open(os.path.join(directory, "queries.jsonl"), "w", encoding="utf-8") as f:
+        for qid, text in queries.items():
+            f.write(json.dumps({"_id": qid, "text": text}) + "\n")
+    half = len(qrels) // 2
+    for split, rows in (("train", qrels[:half]), ("test", qrels[half:])):
+        with open(os.path.join(directory, "qrels", f"{split}.tsv"), "w", encoding="utf-8") as f:
+            f.write("query-id\tcorpus-id\tscore\n")
+            f.writelines(f"{q}\t{d}\t{s}\n" for q, d, s in rows)
+    return directory
+
+
+def build_all(out: str) -> dict[str, str]:
+    """Everything the tiny demo suite needs, under ``out``; returns the paths."""
+    os.makedirs(out, exist_ok=True)
+    tok = tokenizer(os.path.join(out, "tokenizer"))
+    paths = {"bert": bert(os.path.join(out, "bert-tiny"), tok)}
+    try:
+        paths["avey-b"] = avey_b(os.path.join(out, "avey-b-tiny"), tok)
+    except ImportError:
+        print("avey_b model package not available: only the BERT toy model was built", file=sys.stderr)
+    paths["sst2_train"] = sst2_tsv(os.path.join(out, "sst2_train.tsv"), 256, seed=0)
+    paths["sst2_dev"] = sst2_tsv(os.path.join(out, "sst2_dev.tsv"), 64, seed=1)
+    paths["conll_train"] = conll(os.path.join(out, "conll.train"), 128, seed=0)
+    paths["conll_dev"] = conll(os.path.join(out, "conll.dev"), 32, seed=1)
+    paths["squad_train"] = squad_json(os.path.join(out, "squad_train.json"), 128, seed=0)
+    paths["squad_dev"] = squad_json(os.path.join(out, "squad_dev.json"), 32, seed=1)
+    paths["beir"] = beir(os.path.join(out, "beir"), 64, 40)
+    return paths
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m avey_b.evaluation.toy", description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", required=True, help="directory to create")
+    args = p.parse_args(argv)
+    print(json.dumps(build_all(args.out), indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,27 @@
+"""Shared fixtures: a tiny Avey-B in the style of transformers' ModelTester (d=32, L=2, S=4, k=2, V=99, N=13,
+so N is not a multiple of S). Everything is offline and CPU-only."""
+
+import pytest
+import torch
+
+import avey_b  # noqa: F401  (registers the Auto classes)
+from avey_b import presets
+
+VOCAB, SEQ = 99, 13
+
+
+@pytest.fixture
+def tiny_config():
+    return presets.tiny()
+
+
+@pytest.fixture
+def ids():
+    g = torch.Generator().manual_seed(0)
+    return torch.randint(1, VOCAB, (3, SEQ), generator=g)
+
+
+def seeded(cls, config, seed=0):
+    """Build a model with a fixed seed, in eval mode (deterministic outputs)."""
+    torch.manual_seed(seed)
+    return cls(config).eval()
