@@ -299,7 +299,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--resume", action="store_true", help="append to OUT/results.jsonl, skipping done points")
 
     f = sub.add_parser("fit", help="power-law fits of throughput and latency")
-    f.add_argument("results", help="results.jsonl (or results.csv) of `bench run`")
+    f.add_argument("results", help="results.jsonl of `bench run`")
     f.add_argument("--min-length", type=int, default=8192, help="smallest length in the fit range")
     f.add_argument("--max-length", type=int, default=None, help="largest length in the fit range")
     f.add_argument("--out", default=None, help="also write the table (markdown) to this file")

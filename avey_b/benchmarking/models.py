@@ -137,7 +137,8 @@ def build_config(spec: ModelSpec | str):
     if name.startswith("avey-b-") and name[len("avey-b-"):] in AVEY_B_PRESETS:
         from avey_b import presets
 
-        config = getattr(presets, name[len("avey-b-"):])()
+        # Overrides go through the preset so AveyBConfig validates them and re-derives layer_types.
+        return getattr(presets, name[len("avey-b-"):])(**spec.overrides)
     elif name in NAMED_CONFIGS:
         config = NAMED_CONFIGS[name]()
     elif os.path.isdir(name) or "/" in name:
@@ -152,9 +153,6 @@ def build_config(spec: ModelSpec | str):
         if not hasattr(config, key):
             raise ValueError(f"model spec {spec.label!r}: config {type(config).__name__} has no field {key!r}")
         setattr(config, key, value)
-    if is_avey_b(config) and spec.overrides:
-        # Re-run AveyBConfig validation / derived fields (layer_types) after the overrides.
-        config = type(config)(**config.to_dict())
     return config
 
 
