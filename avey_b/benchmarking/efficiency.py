@@ -52,15 +52,42 @@ from typing import Any
 
 import torch
 
-from .models import build_config, build_model, count_parameters, is_avey_b, max_length, parse_spec, random_batch
+from .models import (
+    build_config,
+    build_model,
+    count_parameters,
+    is_avey_b,
+    max_length,
+    parse_spec,
+    random_batch,
+)
 from .timing import is_oom, measure, write_jsonl
 
 PAPER_LENGTHS = [128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 98304]
 DTYPES = ("float32", "bfloat16", "autocast-bf16")
 CSV_FIELDS = [
-    "model", "attn", "mode", "dtype", "device", "batch_size", "seq_len", "status", "inferred",
-    "latency_median_s", "latency_min_s", "latency_max_s", "throughput_tok_s", "repeats", "warmup",
-    "first_call_s", "peak_mem_bytes", "peak_mem_delta_bytes", "mem_method", "n_params", "threads", "error",
+    "model",
+    "attn",
+    "mode",
+    "dtype",
+    "device",
+    "batch_size",
+    "seq_len",
+    "status",
+    "inferred",
+    "latency_median_s",
+    "latency_min_s",
+    "latency_max_s",
+    "throughput_tok_s",
+    "repeats",
+    "warmup",
+    "first_call_s",
+    "peak_mem_bytes",
+    "peak_mem_delta_bytes",
+    "mem_method",
+    "n_params",
+    "threads",
+    "error",
 ]
 
 
@@ -87,8 +114,19 @@ def _dtype_setup(dtype: str, device: torch.device):
     raise ValueError(f"--dtype {dtype!r} is not one of {DTYPES}")
 
 
-def run_point(model, config, *, batch_size: int, length: int, device: torch.device, autocast,
-              warmup: int, repeats: int, max_point_seconds: float | None, seed: int = 0) -> dict[str, Any]:
+def run_point(
+    model,
+    config,
+    *,
+    batch_size: int,
+    length: int,
+    device: torch.device,
+    autocast,
+    warmup: int,
+    repeats: int,
+    max_point_seconds: float | None,
+    seed: int = 0,
+) -> dict[str, Any]:
     """Time one forward pass configuration. Returns the measured fields (raises on OOM / errors)."""
     ids, mask = random_batch(config, batch_size, length, device, seed=seed)
 
@@ -137,7 +175,9 @@ def _done_keys(path: str) -> set[tuple]:
                 line = line.strip()
                 if line:
                     r = json.loads(line)
-                    keys.add((r["model"], r.get("attn"), r["mode"], r["dtype"], r["batch_size"], r["seq_len"]))
+                    keys.add(
+                        (r["model"], r.get("attn"), r["mode"], r["dtype"], r["batch_size"], r["seq_len"])
+                    )
     return keys
 
 
@@ -155,8 +195,13 @@ def run(args) -> list[dict[str, Any]]:
     if not args.resume and os.path.exists(jsonl):
         raise FileExistsError(f"{jsonl} exists: pass --resume to continue it or choose another --out")
     done = _done_keys(jsonl) if args.resume else set()
-    env = {"device": device.type, "threads": torch.get_num_threads(), "torch": torch.__version__,
-           "host": platform.node(), "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None}
+    env = {
+        "device": device.type,
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "host": platform.node(),
+        "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
+    }
     records: list[dict[str, Any]] = []
 
     for spec_str, attn, mode, dtype in _series(args):
@@ -164,8 +209,14 @@ def run(args) -> list[dict[str, Any]]:
         config = build_config(spec)
         weight_dtype, autocast = _dtype_setup(dtype, device)
         limit = max_length(config)
-        base = {"model": spec.label, "attn": attn, "mode": mode, "dtype": dtype, "batch_size": args.batch_size,
-                **env}
+        base = {
+            "model": spec.label,
+            "attn": attn,
+            "mode": mode,
+            "dtype": dtype,
+            "batch_size": args.batch_size,
+            **env,
+        }
         todo = [n for n in lengths if (spec.label, attn, mode, dtype, args.batch_size, n) not in done]
         if not todo:
             continue
@@ -173,7 +224,9 @@ def run(args) -> list[dict[str, Any]]:
             model = build_model(config, attn_implementation=attn).to(device=device, dtype=weight_dtype)
         except (ValueError, ImportError) as e:  # attention implementation not available here
             for n in todo:
-                records.append(_emit(jsonl, {**base, "seq_len": n, "status": "unavailable", "error": str(e)[:300]}))
+                records.append(
+                    _emit(jsonl, {**base, "seq_len": n, "status": "unavailable", "error": str(e)[:300]})
+                )
             continue
         n_params = count_parameters(model)
         stop: tuple[str, str] | None = None  # (status, reason) for the remaining lengths
@@ -190,9 +243,20 @@ def run(args) -> list[dict[str, Any]]:
                 torch._dynamo.reset()
                 fwd = torch.compile(model, backend=args.compile_backend, dynamic=False)
             try:
-                rec.update(run_point(fwd, config, batch_size=args.batch_size, length=n, device=device,
-                                     autocast=autocast, warmup=args.warmup, repeats=args.repeats,
-                                     max_point_seconds=args.max_point_seconds, seed=args.seed))
+                rec.update(
+                    run_point(
+                        fwd,
+                        config,
+                        batch_size=args.batch_size,
+                        length=n,
+                        device=device,
+                        autocast=autocast,
+                        warmup=args.warmup,
+                        repeats=args.repeats,
+                        max_point_seconds=args.max_point_seconds,
+                        seed=args.seed,
+                    )
+                )
             except Exception as e:  # OOM is data; anything else is a bug and is re-raised
                 if not is_oom(e):
                     raise
@@ -204,7 +268,10 @@ def run(args) -> list[dict[str, Any]]:
                     torch.cuda.empty_cache()
             records.append(_emit(jsonl, rec))
             if rec["status"] == "ok" and args.max_latency and rec["latency_median_s"] > args.max_latency:
-                stop = ("skipped_time", f"latency {rec['latency_median_s']:.2f}s > --max-latency at length {n}")
+                stop = (
+                    "skipped_time",
+                    f"latency {rec['latency_median_s']:.2f}s > --max-latency at length {n}",
+                )
         del model
     all_records = read_records(jsonl)
     write_csv(all_records, os.path.join(args.out, "results.csv"))
@@ -269,29 +336,52 @@ def _fmt_len(n: int) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="avey-b bench", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="avey-b bench",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = p.add_subparsers(dest="command", required=True)
 
     r = sub.add_parser("run", help="time forward passes vs sequence length")
-    r.add_argument("--models", nargs="+", default=["avey-b-base", "modernbert-base", "neobert"],
-                   help="model specs NAME[:key=value,...] (see avey_b.benchmarking.models)")
+    r.add_argument(
+        "--models",
+        nargs="+",
+        default=["avey-b-base", "modernbert-base", "neobert"],
+        help="model specs NAME[:key=value,...] (see avey_b.benchmarking.models)",
+    )
     r.add_argument("--lengths", nargs="+", type=int, default=PAPER_LENGTHS, help="sequence lengths (tokens)")
     r.add_argument("--batch-size", type=int, default=8)
-    r.add_argument("--dtype", nargs="+", choices=DTYPES, default=None,
-                   help="default: bfloat16 on GPU, float32 on CPU")
+    r.add_argument(
+        "--dtype", nargs="+", choices=DTYPES, default=None, help="default: bfloat16 on GPU, float32 on CPU"
+    )
     r.add_argument("--modes", nargs="+", choices=("eager", "compile"), default=["eager"])
-    r.add_argument("--attn", nargs="+", default=["sdpa"],
-                   help="attention implementations of HF models (sdpa, eager, flash_attention_2)")
-    r.add_argument("--no-compressor", action="store_true",
-                   help="also run each Avey-B model with compressor=False (the compressor ablation)")
+    r.add_argument(
+        "--attn",
+        nargs="+",
+        default=["sdpa"],
+        help="attention implementations of HF models (sdpa, eager, flash_attention_2)",
+    )
+    r.add_argument(
+        "--no-compressor",
+        action="store_true",
+        help="also run each Avey-B model with compressor=False (the compressor ablation)",
+    )
     r.add_argument("--compile-backend", default="inductor")
     r.add_argument("--warmup", type=int, default=2)
     r.add_argument("--repeats", type=int, default=5)
-    r.add_argument("--max-point-seconds", type=float, default=None,
-                   help="stop repeating a point after this many timed seconds (min 3 repeats)")
-    r.add_argument("--max-latency", type=float, default=None,
-                   help="skip longer lengths of a series once its median latency exceeds this (seconds)")
+    r.add_argument(
+        "--max-point-seconds",
+        type=float,
+        default=None,
+        help="stop repeating a point after this many timed seconds (min 3 repeats)",
+    )
+    r.add_argument(
+        "--max-latency",
+        type=float,
+        default=None,
+        help="skip longer lengths of a series once its median latency exceeds this (seconds)",
+    )
     r.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, ...")
     r.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     r.add_argument("--seed", type=int, default=0, help="seed of the random input ids")

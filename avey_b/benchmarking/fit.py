@@ -60,8 +60,9 @@ def fit_power_law(lengths, values) -> PowerLaw:
     resid = y - (log_c + slope * x)
     ss_tot = float(((y - y.mean()) ** 2).sum())
     r2 = 1.0 - float((resid**2).sum()) / ss_tot if ss_tot > 0 else 1.0
-    return PowerLaw(float(slope), float(log_c), r2, len(x), int(round(math.exp(x.min()))),
-                    int(round(math.exp(x.max()))))
+    return PowerLaw(
+        float(slope), float(log_c), r2, len(x), int(round(math.exp(x.min()))), int(round(math.exp(x.max())))
+    )
 
 
 def paper_value(rec: dict[str, Any]) -> tuple[str, float | None, float | None]:
@@ -89,15 +90,26 @@ def fit_series(records: list[dict[str, Any]], *, min_length: int = 8192, max_len
         groups.setdefault(series_key(r), []).append(r)
     out = {}
     for key, pts in groups.items():
-        ok = [r for r in pts if r["status"] == "ok" and r["seq_len"] >= min_length
-              and (max_length is None or r["seq_len"] <= max_length)]
+        ok = [
+            r
+            for r in pts
+            if r["status"] == "ok"
+            and r["seq_len"] >= min_length
+            and (max_length is None or r["seq_len"] <= max_length)
+        ]
         entry: dict[str, Any] = {"series": key, "first": pts[0], "alpha": None, "beta": None}
         if len({r["seq_len"] for r in ok}) >= 2:
             n = [r["seq_len"] for r in ok]
             t = fit_power_law(n, [r["throughput_tok_s"] for r in ok])
             lat = fit_power_law(n, [r["latency_median_s"] for r in ok])
-            entry.update(alpha=-t.slope, beta=lat.slope, r2_alpha=t.r2, r2_beta=lat.r2, n_points=t.n_points,
-                         range=(t.min_length, t.max_length))
+            entry.update(
+                alpha=-t.slope,
+                beta=lat.slope,
+                r2_alpha=t.r2,
+                r2_beta=lat.r2,
+                n_points=t.n_points,
+                range=(t.min_length, t.max_length),
+            )
         out[key] = entry
     return out
 
@@ -106,17 +118,22 @@ def fit_table(records: list[dict[str, Any]], *, min_length: int = 8192, max_leng
     """Markdown table of fitted α / β per series next to the paper's values."""
     fits = fit_series(records, min_length=min_length, max_length=max_length)
     rng = f"N in [{min_length}, {max_length}]" if max_length else f"N >= {min_length}"
-    lines = [f"Power-law fits over {rng} (status ok points only); T ∝ N^-α, latency ∝ N^β.", "",
-             "| series | points | range | α (ours) | α (paper) | β (ours) | β (paper) | paper setting |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"Power-law fits over {rng} (status ok points only); T ∝ N^-α, latency ∝ N^β.",
+        "",
+        "| series | points | range | α (ours) | α (paper) | β (ours) | β (paper) | paper setting |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for key, e in fits.items():
         setting, pa, pb = paper_value(e["first"])
         if e["alpha"] is None:
             lines.append(f"| {key} | <2 | — | — | {_f(pa)} | — | {_f(pb)} | {setting} |")
             continue
         lo, hi = e["range"]
-        lines.append(f"| {key} | {e['n_points']} | {lo}–{hi} | {e['alpha']:.2f} | {_f(pa)} | "
-                     f"{e['beta']:.2f} | {_f(pb)} | {setting} |")
+        lines.append(
+            f"| {key} | {e['n_points']} | {lo}–{hi} | {e['alpha']:.2f} | {_f(pa)} | "
+            f"{e['beta']:.2f} | {_f(pb)} | {setting} |"
+        )
     return "\n".join(lines)
 
 

@@ -44,16 +44,33 @@ AVEY_B_PRESETS = ("tiny", "small", "base", "large")
 def _tiny_bert():
     from transformers import BertConfig
 
-    return BertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                      intermediate_size=37, max_position_embeddings=512)
+    return BertConfig(
+        vocab_size=99,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=37,
+        max_position_embeddings=512,
+    )
 
 
 def _tiny_modernbert():
     from transformers import ModernBertConfig
 
-    return ModernBertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                            intermediate_size=37, max_position_embeddings=512, local_attention=16,
-                            pad_token_id=0, bos_token_id=1, eos_token_id=2, cls_token_id=1, sep_token_id=2)
+    return ModernBertConfig(
+        vocab_size=99,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=37,
+        max_position_embeddings=512,
+        local_attention=16,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+        cls_token_id=1,
+        sep_token_id=2,
+    )
 
 
 def _neobert_like():
@@ -61,12 +78,23 @@ def _neobert_like():
 
     layers = 28
     return ModernBertConfig(
-        vocab_size=30522, hidden_size=768, num_hidden_layers=layers, num_attention_heads=12,
-        intermediate_size=3072, hidden_activation="silu", max_position_embeddings=4096,
+        vocab_size=30522,
+        hidden_size=768,
+        num_hidden_layers=layers,
+        num_attention_heads=12,
+        intermediate_size=3072,
+        hidden_activation="silu",
+        max_position_embeddings=4096,
         layer_types=["full_attention"] * layers,
-        rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 10000.0},
-                         "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}},
-        pad_token_id=0, bos_token_id=101, eos_token_id=102, cls_token_id=101, sep_token_id=102,
+        rope_parameters={
+            "full_attention": {"rope_type": "default", "rope_theta": 10000.0},
+            "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+        },
+        pad_token_id=0,
+        bos_token_id=101,
+        eos_token_id=102,
+        cls_token_id=101,
+        sep_token_id=102,
     )
 
 
@@ -134,16 +162,17 @@ def build_config(spec: ModelSpec | str):
     if isinstance(spec, str):
         spec = parse_spec(spec)
     name = spec.name
-    if name.startswith("avey-b-") and name[len("avey-b-"):] in AVEY_B_PRESETS:
+    if name.startswith("avey-b-") and name[len("avey-b-") :] in AVEY_B_PRESETS:
         from avey_b import presets
 
         # Overrides go through the preset so AveyBConfig validates them and re-derives layer_types.
-        return getattr(presets, name[len("avey-b-"):])(**spec.overrides)
+        return getattr(presets, name[len("avey-b-") :])(**spec.overrides)
     elif name in NAMED_CONFIGS:
         config = NAMED_CONFIGS[name]()
     elif os.path.isdir(name) or "/" in name:
-        import avey_b  # noqa: F401  (registers Avey-B with AutoConfig)
         from transformers import AutoConfig
+
+        import avey_b  # noqa: F401  (registers Avey-B with AutoConfig)
 
         config = AutoConfig.from_pretrained(name)
     else:
@@ -151,14 +180,19 @@ def build_config(spec: ModelSpec | str):
         raise ValueError(f"unknown model {name!r}: use one of {known}, a local directory or a Hub id")
     for key, value in spec.overrides.items():
         if not hasattr(config, key):
-            raise ValueError(f"model spec {spec.label!r}: config {type(config).__name__} has no field {key!r}")
+            raise ValueError(
+                f"model spec {spec.label!r}: config {type(config).__name__} has no field {key!r}"
+            )
         setattr(config, key, value)
     return config
 
 
 def uses_rope(config) -> bool:
-    return bool(getattr(config, "rope_parameters", None) or getattr(config, "rope_theta", None)
-                or getattr(config, "position_embedding_type", None) == "rotary")
+    return bool(
+        getattr(config, "rope_parameters", None)
+        or getattr(config, "rope_theta", None)
+        or getattr(config, "position_embedding_type", None) == "rotary"
+    )
 
 
 def max_length(config, *, respect_rope_window: bool = False) -> int | None:
@@ -176,8 +210,9 @@ def build_model(config, *, attn_implementation: str | None = None, head: str = "
 
     Raises ``ValueError``/``ImportError`` when the attention implementation is unavailable.
     """
-    import avey_b  # noqa: F401  (Auto* registration)
     from transformers import AutoModel, AutoModelForQuestionAnswering
+
+    import avey_b  # noqa: F401  (Auto* registration)
 
     cls = {"base": AutoModel, "qa": AutoModelForQuestionAnswering}[head]
     kwargs = {}

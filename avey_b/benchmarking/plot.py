@@ -31,8 +31,10 @@ def plot_records(records: list[dict[str, Any]], out_dir: str, *, title: str | No
         groups.setdefault(series_key(r), []).append(r)
     os.makedirs(out_dir, exist_ok=True)
     paths = []
-    for field, ylabel, name in (("throughput_tok_s", "throughput (tokens/s)", "throughput"),
-                                ("latency_median_s", "latency (s / forward)", "latency")):
+    for field, ylabel, name in (
+        ("throughput_tok_s", "throughput (tokens/s)", "throughput"),
+        ("latency_median_s", "latency (s / forward)", "latency"),
+    ):
         fig, ax = plt.subplots(figsize=(7, 4.5))
         for key, pts in groups.items():
             pts = sorted(pts, key=lambda r: r["seq_len"])
@@ -40,16 +42,18 @@ def plot_records(records: list[dict[str, Any]], out_dir: str, *, title: str | No
             if not ok:
                 continue
             xs = [r["seq_len"] for r in ok]
-            line, = ax.plot(xs, [r[field] for r in ok], marker="o", ms=3, label=key)
+            (line,) = ax.plot(xs, [r[field] for r in ok], marker="o", ms=3, label=key)
             if field.startswith("latency"):
                 lo = [r[field] - r["latency_min_s"] for r in ok]
                 hi = [r["latency_max_s"] - r[field] for r in ok]
-                ax.errorbar(xs, [r[field] for r in ok], yerr=[lo, hi], fmt="none", ecolor=line.get_color(),
-                            alpha=0.5)
+                ax.errorbar(
+                    xs, [r[field] for r in ok], yerr=[lo, hi], fmt="none", ecolor=line.get_color(), alpha=0.5
+                )
             oom = [r for r in pts if r["status"] == "oom" and not r.get("inferred")]
             if oom:
-                ax.plot([r["seq_len"] for r in oom], [ok[-1][field]] * len(oom), "x", color=line.get_color(),
-                        ms=8)
+                ax.plot(
+                    [r["seq_len"] for r in oom], [ok[-1][field]] * len(oom), "x", color=line.get_color(), ms=8
+                )
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xlabel("sequence length N (tokens)")
