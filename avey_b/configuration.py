@@ -52,9 +52,10 @@ class AveyBConfig(PretrainedConfig):
         enricher_layout (`str`, defaults to `"paper"`): order of the enricher's output features.
             `"paper"`: ``[bypass m_h | gate | contextual]``; `"release"`: ``[contextual | gate | bypass m_h]`` (SPEC §8).
         layer_pattern (`str`, defaults to `"interleaved_sd"`): one of ``LAYER_PATTERNS`` (SPEC §4) or an explicit
-            string of ``S``/``D`` letters of length ``L`` (e.g. ``"SDSD"``). Expanded into ``layer_types``.
-        layer_types (`list[str]`, *optional*): per-layer ``"static"``/``"dynamic"``/``"coupled"``; derived from
-            ``layer_pattern`` and ``parameterization`` when not given (like ModernBERT's ``layer_types``).
+            string of ``S``/``D`` letters of length ``L`` (e.g. ``"SDSD"``). Expanded into ``mixer_types``.
+        mixer_types (`list[str]`, *optional*): per-layer ``"static"``/``"dynamic"``/``"coupled"``; derived from
+            ``layer_pattern`` and ``parameterization`` when not given (ModernBERT's ``layer_types``, renamed: transformers validates that name
+            against its attention kinds).
         parameterization (`str`, defaults to `"decoupled"`): `"decoupled"` (Avey-B, §4.2: a layer is static *or*
             dynamic) or `"coupled"` (original Avey: every layer mixes with ``V ⊙ S̃``; the configured row
             normalization is kept, SPEC §4 decision). Coupled ignores ``layer_pattern``.
@@ -122,7 +123,7 @@ class AveyBConfig(PretrainedConfig):
         mixing_activation: str = "relu",
         enricher_layout: str = "paper",
         layer_pattern: str = "interleaved_sd",
-        layer_types: list[str] | None = None,
+        mixer_types: list[str] | None = None,
         parameterization: str = "decoupled",
         dynamic_normalization: str = "sum",
         dynamic_temperature: float = 0.1,
@@ -190,11 +191,11 @@ class AveyBConfig(PretrainedConfig):
         self.classifier_head = classifier_head
         self.sparse_prediction = sparse_prediction
         self.normalize_embeddings = normalize_embeddings
-        self.layer_types = layer_types
+        self.mixer_types = mixer_types
         super().__init__(pad_token_id=pad_token_id, tie_word_embeddings=tie_word_embeddings, **kwargs)
         self._validate()
-        if self.layer_types is None:
-            self.layer_types = self._expand_layer_types()
+        if self.mixer_types is None:
+            self.mixer_types = self._expand_mixer_types()
 
     # -- derived sizes ---------------------------------------------------------------------------------------
     @property
@@ -268,20 +269,20 @@ class AveyBConfig(PretrainedConfig):
                     f"AveyBConfig.layer_pattern={pattern!r} has {len(pattern)} letters but num_hidden_layers="
                     f"{self.num_hidden_layers}"
                 )
-        if self.layer_types is not None:
-            if len(self.layer_types) != self.num_hidden_layers:
+        if self.mixer_types is not None:
+            if len(self.mixer_types) != self.num_hidden_layers:
                 raise ValueError(
-                    f"AveyBConfig.layer_types has {len(self.layer_types)} entries but num_hidden_layers="
+                    f"AveyBConfig.mixer_types has {len(self.mixer_types)} entries but num_hidden_layers="
                     f"{self.num_hidden_layers}"
                 )
-            for t in self.layer_types:
-                _choice("layer_types[i]", t, ("static", "dynamic", "coupled"))
-            if self.parameterization == "coupled" and set(self.layer_types) != {"coupled"}:
-                raise ValueError("AveyBConfig.parameterization='coupled' requires every layer_types entry to be 'coupled'")
-            if self.parameterization == "decoupled" and "coupled" in self.layer_types:
-                raise ValueError("AveyBConfig.layer_types contains 'coupled' but parameterization='decoupled'")
+            for t in self.mixer_types:
+                _choice("mixer_types[i]", t, ("static", "dynamic", "coupled"))
+            if self.parameterization == "coupled" and set(self.mixer_types) != {"coupled"}:
+                raise ValueError("AveyBConfig.parameterization='coupled' requires every mixer_types entry to be 'coupled'")
+            if self.parameterization == "decoupled" and "coupled" in self.mixer_types:
+                raise ValueError("AveyBConfig.mixer_types contains 'coupled' but parameterization='decoupled'")
 
-    def _expand_layer_types(self) -> list[str]:
+    def _expand_mixer_types(self) -> list[str]:
         if self.parameterization == "coupled":
             return ["coupled"] * self.num_hidden_layers
         pattern = self.layer_pattern

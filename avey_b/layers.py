@@ -59,7 +59,8 @@ def normalize_rows(sim: torch.Tensor, keep: torch.Tensor | None, config: AveyBCo
         return sim / sim.abs().sum(-1, keepdim=True).clamp_min(eps)
     if norm == "rms":  # S / (rms_j S + ε), the mean taken over real tokens only (padding-invariant)
         n_real = sim.shape[-1] if keep is None else keep.sum(-1).clamp_min(1)[:, None, None].to(sim.dtype)
-        return sim / ((sim.square().sum(-1, keepdim=True) / n_real).sqrt() + eps)
+        # vector_norm has a zero (not NaN) gradient at an all-zero (padding) row, unlike sqrt
+        return sim / (torch.linalg.vector_norm(sim, dim=-1, keepdim=True) / n_real**0.5 + eps)
     if norm in ("softmax", "scaled_softmax"):
         logits = sim / config.dynamic_temperature if norm == "scaled_softmax" else sim
         if keep is not None:  # finite fill: an all-padding row gives a uniform (harmless) row, not NaN
@@ -124,7 +125,7 @@ class AveyBLayer(GradientCheckpointingLayer):
     def __init__(self, config: AveyBConfig, layer_idx: int):
         super().__init__()
         d, m_h, d_mix = config.hidden_size, config.bypass_size, config.mix_size
-        self.layer_type = config.layer_types[layer_idx]
+        self.layer_type = config.mixer_types[layer_idx]
         self.norm = nn.RMSNorm(d, eps=config.norm_eps)
         self.enricher = nn.Linear(d, config.enricher_size, bias=config.enricher_bias)
         self.enricher_act = activation(config.enricher_activation)

@@ -21,7 +21,9 @@ VARIANTS = {
     "mixing_bias": {"mixing_bias": True},
     "k0": {"num_retrieved_splits": 0},
     "release": dict(AVEY_B1_ARCHITECTURE),
-    **{f"norm_{n}": {"dynamic_normalization": n} for n in ("l1", "rms", "softmax", "scaled_softmax", "none")},
+    **{f"norm_{n}": {"dynamic_normalization": n} for n in ("rms", "softmax", "scaled_softmax", "none")},
+    # with ReLU² features every cosine is >= 0 and L1 equals divide-by-sum; a signed enricher tells them apart
+    "norm_l1": {"dynamic_normalization": "l1", "enricher_activation": "gelu"},
     **{f"pattern_{p}": {"layer_pattern": p} for p in LAYER_PATTERNS if p != "interleaved_sd"},
 }
 
