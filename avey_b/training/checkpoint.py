@@ -1,0 +1,100 @@
+"""Checkpoints: atomic, resumable, keep-last-K.
+
+A checkpoint is a directory ``<run_dir>/checkpoints/step_00001234/`` holding
+
+* the model, written by ``save_pretrained`` (``config.json`` + ``model.safetensors``), so
+  ``AutoModelForMaskedLM.from_pretrained(dir)`` loads it (after ``import avey_b`` for Avey-B);
+* the tokenizer (``save_pretrained``), so ``AutoTokenizer.from_pretrained(dir)`` and the ``fill-mask``
+  pipeline work on the same directory;
+* ``train_state.pt``: step, optimizer, LR scheduler, data position, and the RNG states of every rank.
+
+It is first written to ``checkpoints/.tmp-step_…`` and then renamed into place (a rename within one
+directory is atomic on POSIX), so a crash or a kill while saving never leaves a half-written checkpoint
+under a real name. Only the last ``keep_last`` step directories are kept.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import shutil
+from pathlib import Path
+
+import torch
+
+STEP_RE = re.compile(r"^step_(\d+)$")
+STATE_FILE = "train_state.pt"
+
+
+def checkpoint_dir(run_dir: str | Path) -> Path:
+    return Path(run_dir) / "checkpoints"
+
+
+def list_checkpoints(run_dir: str | Path) -> list[Path]:
+    """Complete step checkpoints of a run, oldest first."""
+    root = checkpoint_dir(run_dir)
+    if not root.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in root.iterdir() if (m := STEP_RE.match(p.name)) and (p / STATE_FILE).exists()]
+    return [p for _, p in sorted(found)]
+
+
+def latest_checkpoint(run_dir: str | Path) -> Path | None:
+    found = list_checkpoints(run_dir)
+    return found[-1] if found else None
+
+
+def save_pretrained_atomic(dest: Path, model, tokenizer, state_dict=None, extra: dict | None = None) -> Path:
+    """Write model (+ tokenizer, + ``extra`` files as torch.save) to ``dest`` through a temp dir and a rename."""
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.parent / f".tmp-{dest.name}-{os.getpid()}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+    model.save_pretrained(tmp, state_dict=state_dict)
+    if tokenizer is not None:
+        tokenizer.save_pretrained(tmp)
+    for name, obj in (extra or {}).items():
+        torch.save(obj, tmp / name)
+    if dest.exists():  # re-saving the same step (e.g. interrupted right after a periodic save)
+        old = dest.parent / f".old-{dest.name}-{os.getpid()}"
+        os.replace(dest, old)
+        os.replace(tmp, dest)
+        shutil.rmtree(old)
+    else:
+        os.replace(tmp, dest)
+    return dest
+
+
+def save_checkpoint(run_dir, step: int, model, tokenizer, train_state: dict, keep_last: int = 3,
+                    state_dict=None) -> Path:
+    """Save one step checkpoint atomically and delete the ones beyond the last ``keep_last``."""
+    dest = checkpoint_dir(run_dir) / f"step_{step:08d}"
+    save_pretrained_atomic(dest, model, tokenizer, state_dict=state_dict, extra={STATE_FILE: train_state})
+    if keep_last > 0:
+        for old in list_checkpoints(run_dir)[:-keep_last]:
+            shutil.rmtree(old)
+    return dest
+
+
+def load_train_state(ckpt: str | Path) -> dict:
+    path = Path(ckpt) / STATE_FILE
+    if not path.exists():
+        raise FileNotFoundError(f"{ckpt} is not a training checkpoint (no {STATE_FILE})")
+    return torch.load(path, map_location="cpu", weights_only=False)
+
+
+def rng_state() -> dict:
+    state = {"torch": torch.get_rng_state(), "python": random.getstate()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    torch.set_rng_state(state["torch"])
+    random.setstate(state["python"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
