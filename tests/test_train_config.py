@@ -1,0 +1,74 @@
+"""Run configs: every shipped YAML parses, overrides are typed, unknown keys are named; LR schedules."""
+
+from pathlib import Path
+
+import pytest
+
+from avey_b.training.config import describe, load_config
+from avey_b.training.schedule import lr_multiplier, warmup_steps
+
+CONFIGS = sorted((Path(__file__).parent.parent / "configs" / "pretrain").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
+def test_every_shipped_config_parses(path):
+    cfg = load_config(str(path))
+    assert cfg.steps >= 1
+
+
+def test_overrides_are_parsed_as_yaml_values():
+    cfg = load_config(None, ["train.max_steps=7", "optim.lr=1e-3", "optim.betas=[0.9, 0.99]",
+                             "model.overrides.hidden_size=64", "data.eval=null", "logging.tensorboard=true"])
+    assert cfg.train.max_steps == 7 and cfg.optim.lr == 1e-3 and cfg.optim.betas == [0.9, 0.99]
+    assert cfg.model.overrides == {"hidden_size": 64} and cfg.logging.tensorboard is True
+
+
+def test_paper_optimizer_defaults():
+    cfg = load_config(None, ["train.max_steps=1"])
+    assert cfg.optim.betas == [0.95, 0.95] and cfg.optim.eps == 1e-18 and cfg.optim.weight_decay == 0.01
+    assert cfg.data.mask_rate == 0.2 and cfg.data.mask_scheme == "mask" and cfg.optim.clip == 1.0
+
+
+def test_unknown_key_names_the_key():
+    with pytest.raises(KeyError, match=r"optim\.learning_rate"):
+        load_config(None, ["optim.learning_rate=1e-3", "train.max_steps=1"])
+    with pytest.raises(KeyError, match="bogus"):
+        load_config(None, ["bogus=1"])
+
+
+def test_bad_values_are_clear_errors(tmp_path):
+    with pytest.raises(ValueError, match="multiple of data.seq_len"):
+        load_config(None, ["train.max_steps=1", "data.seq_len=100", "train.global_batch_tokens=1050"])
+    with pytest.raises(ValueError, match="max_steps or train.max_tokens"):
+        load_config(None, [])
+    with pytest.raises(FileNotFoundError, match="missing.yaml"):
+        load_config(str(tmp_path / "missing.yaml"))
+    with pytest.raises(ValueError, match="key=value"):
+        load_config(None, ["train.max_steps"])
+
+
+def test_base_inheritance(tmp_path):
+    (tmp_path / "a.yaml").write_text("optim: {lr: 0.002, schedule: linear}\ntrain: {max_steps: 3}\n")
+    (tmp_path / "b.yaml").write_text("base: a.yaml\noptim: {lr: 0.001}\n")
+    cfg = load_config(str(tmp_path / "b.yaml"))
+    assert cfg.optim.lr == 0.001 and cfg.optim.schedule == "linear" and cfg.train.max_steps == 3
+
+
+def test_help_lists_documented_keys():
+    text = describe()
+    assert "optim.eps" in text and "AdamW epsilon" in text and "data.train" in text
+
+
+def test_schedule_values_at_known_steps():
+    kw = dict(total=100, warmup=10)
+    assert lr_multiplier(0, schedule="cosine", **kw) == pytest.approx(0.1)
+    assert lr_multiplier(9, schedule="cosine", **kw) == pytest.approx(1.0)
+    assert lr_multiplier(55, schedule="cosine", **kw) == pytest.approx(0.5)  # halfway through the decay
+    assert lr_multiplier(100, schedule="cosine", **kw) == pytest.approx(0.0)
+    assert lr_multiplier(100, schedule="cosine", min_ratio=0.1, **kw) == pytest.approx(0.1)
+    assert lr_multiplier(55, schedule="linear", **kw) == pytest.approx(0.5)
+    assert lr_multiplier(77, schedule="constant", **kw) == 1.0
+    assert lr_multiplier(3, schedule="constant", **kw) == pytest.approx(0.4)
+    assert warmup_steps(0.1, 1000) == 100 and warmup_steps(250, 1000) == 250
+    with pytest.raises(ValueError, match="schedule"):
+        lr_multiplier(50, schedule="exp", **kw)
