@@ -1,0 +1,116 @@
+"""Bad configs fail at construction naming the field; bad inputs fail early with a message naming the problem."""
+
+import pytest
+import torch
+
+from avey_b import AveyBConfig, AveyBForMaskedLM, AveyBModel, presets
+
+from conftest import seeded
+
+
+@pytest.mark.parametrize("overrides, field", [
+    ({"num_retrieved_splits": -1}, "num_retrieved_splits"),
+    ({"split_size": 0}, "split_size"),
+    ({"hidden_size": 0}, "hidden_size"),
+    ({"layer_pattern": "zigzag"}, "layer_pattern"),
+    ({"layer_pattern": "SDS"}, "layer_pattern"),  # 3 letters for 2 layers
+    ({"dynamic_normalization": "l2"}, "dynamic_normalization"),
+    ({"ranker": "sideways"}, "ranker"),
+    ({"enricher_activation": "tanh2"}, "enricher_activation"),
+    ({"static_weights": "positive"}, "static_weights"),
+    ({"parameterization": "loose"}, "parameterization"),
+    ({"bypass_proportion": 0.3}, "bypass_proportion"),  # m_h = 38.4 is not an integer
+    ({"hidden_size": 33, "bypass_proportion": 0.75}, "bypass_proportion"),  # tail 33 is odd
+    ({"dynamic_temperature": 0.0}, "dynamic_temperature"),
+    ({"hidden_dropout": 1.0}, "hidden_dropout"),
+    ({"mixer_types": ["static"]}, "mixer_types"),
+    ({"mixer_types": ["static", "coupled"]}, "coupled"),
+])
+def test_invalid_config_names_the_field(overrides, field):
+    with pytest.raises(ValueError, match=field):
+        presets.tiny(**overrides)
+
+
+def test_release_config_keys_are_read_through_the_attribute_map(tmp_path):
+    """The authors' config.json spells d, L, S, k as d_embed, n_layers, chunk_size, k (SPEC §8)."""
+    import json
+
+    (tmp_path / "config.json").write_text(json.dumps({
+        "model_type": "avey-b", "vocab_size": 99, "d_embed": 32, "n_layers": 3, "chunk_size": 8, "k": 1,
+        "hidden_size": 32, "max_position_embeddings": 2048, "eps": 1e-12,
+    }))
+    cfg = AveyBConfig.from_pretrained(tmp_path)
+    assert (cfg.hidden_size, cfg.num_hidden_layers, cfg.split_size, cfg.num_retrieved_splits) == (32, 3, 8, 1)
+    assert cfg.mixer_types == ["static", "dynamic", "static"]
+
+
+def test_config_round_trip_keeps_every_knob(tmp_path):
+    cfg = presets.tiny(ranker="bidirectional", dynamic_normalization="softmax", compressor=False,
+                       layer_pattern="all_dynamic", mixing_bias=True)
+    cfg.save_pretrained(tmp_path)
+    loaded = AveyBConfig.from_pretrained(tmp_path)
+    for key in ("ranker", "dynamic_normalization", "compressor", "layer_pattern", "mixer_types", "mixing_bias"):
+        assert getattr(loaded, key) == getattr(cfg, key), key
+
+
+def test_unknown_preset_is_named():
+    with pytest.raises(ValueError, match="huge"):
+        presets.get("huge")
+
+
+@pytest.fixture
+def model():
+    return seeded(AveyBModel, presets.tiny())
+
+
+def test_float_ids_are_rejected(model):
+    with pytest.raises(TypeError, match="input_ids must be an integer tensor"):
+        model(torch.rand(2, 5))
+
+
+@pytest.mark.parametrize("bad", [99, 1000, -1])
+def test_ids_out_of_range_are_rejected(model, bad):
+    ids = torch.ones(2, 5, dtype=torch.long)
+    ids[1, 3] = bad
+    with pytest.raises(ValueError, match="out of range.*vocabulary has 99"):
+        model(ids)
+
+
+def test_mask_shape_mismatch_is_rejected(model):
+    with pytest.raises(ValueError, match=r"attention_mask has shape \(2, 4\).*\(2, 5\)"):
+        model(torch.ones(2, 5, dtype=torch.long), attention_mask=torch.ones(2, 4))
+
+
+def test_mask_values_must_be_binary(model):
+    with pytest.raises(ValueError, match="only 0"):
+        model(torch.ones(2, 5, dtype=torch.long), attention_mask=torch.full((2, 5), 2))
+
+
+def test_empty_batch_and_empty_sequences_are_rejected(model):
+    with pytest.raises(ValueError, match="empty batch"):
+        model(torch.ones(0, 5, dtype=torch.long))
+    with pytest.raises(ValueError, match="length 0"):
+        model(torch.ones(2, 0, dtype=torch.long))
+
+
+def test_ids_and_embeds_together_or_neither_are_rejected(model):
+    with pytest.raises(ValueError, match="exactly one"):
+        model()
+    with pytest.raises(ValueError, match="exactly one"):
+        model(torch.ones(1, 3, dtype=torch.long), inputs_embeds=torch.zeros(1, 3, 32))
+
+
+def test_inputs_embeds_with_wrong_width_are_rejected(model):
+    with pytest.raises(ValueError, match="inputs_embeds must have shape"):
+        model(inputs_embeds=torch.zeros(1, 3, 16))
+
+
+def test_one_dimensional_ids_are_rejected(model):
+    with pytest.raises(ValueError, match=r"shape \(batch, length\)"):
+        model(torch.ones(5, dtype=torch.long))
+
+
+def test_mlm_head_reports_bad_ids_too():
+    mlm = seeded(AveyBForMaskedLM, presets.tiny())
+    with pytest.raises(ValueError, match="out of range"):
+        mlm(torch.full((1, 4), 500))
