@@ -48,14 +48,15 @@ class PowerLaw:
 
 def fit_power_law(lengths, values) -> PowerLaw:
     """Least-squares fit of ``log values = log_c + slope · log lengths``. Needs >= 2 distinct lengths."""
-    x = np.log(np.asarray(lengths, dtype=float))
-    y = np.log(np.asarray(values, dtype=float))
-    if x.shape != y.shape or x.ndim != 1:
+    lengths = np.asarray(lengths, dtype=float)
+    values = np.asarray(values, dtype=float)
+    if lengths.shape != values.shape or lengths.ndim != 1:
         raise ValueError("lengths and values must be 1-D sequences of the same size")
+    if not (np.all(values > 0) and np.all(np.isfinite(values)) and np.all(lengths > 0)):
+        raise ValueError("lengths and values must be positive and finite")
+    x, y = np.log(lengths), np.log(values)
     if len(np.unique(x)) < 2:
         raise ValueError(f"a power-law fit needs at least 2 distinct lengths, got {len(np.unique(x))}")
-    if not np.all(np.isfinite(y)):
-        raise ValueError("values must be positive and finite")
     slope, log_c = np.polyfit(x, y, 1)
     resid = y - (log_c + slope * x)
     ss_tot = float(((y - y.mean()) ** 2).sum())

@@ -1,0 +1,255 @@
+"""`avey-b bench`: a tiny CPU run gives a well-formed CSV/JSONL, limits and OOM are recorded as data, the
+power-law fit recovers known exponents, and the timing primitives count what they claim."""
+
+import csv
+import json
+import math
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from avey_b.benchmarking import efficiency, fit, models, timing
+
+LENGTHS = ["16", "40", "600"]
+
+
+def _run(tmp_path, *extra, models_=("bert-tiny", "avey-b-tiny")):
+    out = tmp_path / "bench"
+    argv = [
+        "run",
+        "--models",
+        *models_,
+        "--lengths",
+        *LENGTHS,
+        "--batch-size",
+        "2",
+        "--repeats",
+        "2",
+        "--warmup",
+        "1",
+        "--device",
+        "cpu",
+        "--out",
+        str(out),
+        *extra,
+    ]
+    assert efficiency.main(argv) == 0
+    return out
+
+
+def _rows(out):
+    with open(out / "results.csv") as f:
+        return list(csv.DictReader(f))
+
+
+def test_tiny_cpu_run_writes_well_formed_csv_and_jsonl(tmp_path):
+    out = _run(tmp_path, "--no-compressor")
+    rows = _rows(out)
+    with open(out / "results.csv") as f:
+        assert next(csv.reader(f)) == efficiency.CSV_FIELDS
+    jsonl = efficiency.read_records(str(out / "results.jsonl"))
+    assert len(rows) == len(jsonl) == 3 * len(LENGTHS)  # bert-tiny, avey-b-tiny, avey-b-tiny w/o compressor
+    by = {(r["model"], int(r["seq_len"])): r for r in rows}
+    assert set(m for m, _ in by) == {"bert-tiny", "avey-b-tiny", "avey-b-tiny:compressor=False"}
+    # BERT's learned position table stops it at 512: recorded as "—", not a crash.
+    assert by[("bert-tiny", 600)]["status"] == "max_length"
+    assert efficiency.cell(jsonl[[r["seq_len"] for r in jsonl].index(600)]) == "—"
+    # Avey-B has no maximum length.
+    assert by[("avey-b-tiny", 600)]["status"] == "ok"
+    for r in jsonl:
+        if r["status"] != "ok":
+            continue
+        assert r["repeats"] == 2 and len(r["times_s"]) == 2
+        assert r["latency_min_s"] <= r["latency_median_s"] <= r["latency_max_s"]
+        assert math.isclose(r["throughput_tok_s"], 2 * r["seq_len"] / r["latency_median_s"])
+        assert r["peak_mem_bytes"] > 0 and r["mem_method"] == "rss_sampler"
+        assert r["n_params"] > 0 and r["dtype"] == "float32" and r["device"] == "cpu"
+    # The compressor-off model really is another architecture (the compressor's P matrix is gone).
+    assert by[("avey-b-tiny", 16)]["n_params"] != by[("avey-b-tiny:compressor=False", 16)]["n_params"]
+    table = efficiency.format_table(jsonl)
+    assert "| bert-tiny [eager, sdpa, float32] |" in table and "—" in table
+
+
+def test_oom_is_recorded_as_data_and_stops_the_series(tmp_path, monkeypatch):
+    real = efficiency.run_point
+
+    def flaky(model, config, *, length, **kw):
+        if length >= 40:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 96.00 GiB")
+        return real(model, config, length=length, **kw)
+
+    monkeypatch.setattr(efficiency, "run_point", flaky)
+    out = _run(tmp_path, models_=("avey-b-tiny",))
+    recs = {r["seq_len"]: r for r in efficiency.read_records(str(out / "results.jsonl"))}
+    assert recs[16]["status"] == "ok"
+    assert recs[40]["status"] == "oom" and not recs[40].get("inferred")
+    assert recs[600]["status"] == "oom" and recs[600]["inferred"]  # not run after the first OOM
+    assert efficiency.cell(recs[40]) == "OOM"
+
+
+def test_other_errors_are_not_swallowed(tmp_path, monkeypatch):
+    def broken(*a, **k):
+        raise RuntimeError("size mismatch in layer 3")
+
+    monkeypatch.setattr(efficiency, "run_point", broken)
+    with pytest.raises(RuntimeError, match="size mismatch"):
+        _run(tmp_path, models_=("avey-b-tiny",))
+
+
+def test_resume_and_refuse_to_overwrite(tmp_path):
+    out = _run(tmp_path, models_=("bert-tiny",))
+    with pytest.raises(FileExistsError, match="--resume"):
+        _run(tmp_path, models_=("bert-tiny",))
+    _run(tmp_path, "--resume", models_=("bert-tiny", "avey-b-tiny"))
+    recs = efficiency.read_records(str(out / "results.jsonl"))
+    assert len(recs) == 2 * len(LENGTHS)  # bert-tiny points were not re-run
+
+
+def test_max_latency_skips_longer_lengths(tmp_path):
+    out = _run(tmp_path, "--max-latency", "1e-9", models_=("avey-b-tiny",))
+    status = [r["status"] for r in efficiency.read_records(str(out / "results.jsonl"))]
+    assert status == ["ok", "skipped_time", "skipped_time"]
+
+
+def test_unavailable_attention_is_recorded(tmp_path):
+    out = _run(tmp_path, "--attn", "no_such_attention", models_=("bert-tiny",))
+    assert {r["status"] for r in efficiency.read_records(str(out / "results.jsonl"))} == {"unavailable"}
+
+
+def test_compile_mode_runs_a_point(tmp_path):
+    # The dynamo path with the cheap "eager" backend (inductor compilation is too slow for a unit test).
+    out = tmp_path / "c"
+    efficiency.main(
+        [
+            "run",
+            "--models",
+            "avey-b-tiny",
+            "--lengths",
+            "24",
+            "--batch-size",
+            "1",
+            "--modes",
+            "compile",
+            "--compile-backend",
+            "eager",
+            "--repeats",
+            "1",
+            "--warmup",
+            "1",
+            "--out",
+            str(out),
+        ]
+    )
+    (rec,) = efficiency.read_records(str(out / "results.jsonl"))
+    assert rec["status"] == "ok" and rec["mode"] == "compile" and rec["first_call_s"] > 0
+
+
+def test_power_law_fit_recovers_known_exponents():
+    rng = np.random.default_rng(0)
+    n = np.array([1024, 2048, 4096, 8192, 16384, 32768, 65536, 98304])
+    lat = 3e-5 * n**1.3 * np.exp(rng.normal(0, 0.02, n.size))  # 2% multiplicative noise
+    law = fit.fit_power_law(n, lat)
+    assert law.slope == pytest.approx(1.3, abs=0.03) and law.r2 > 0.99
+    assert law(4096) == pytest.approx(3e-5 * 4096**1.3, rel=0.1)
+    # Through the records path: T = B*N/latency, so alpha = beta - 1 on the same range.
+    recs = [
+        {
+            "model": "avey-b-small",
+            "attn": None,
+            "mode": "eager",
+            "dtype": "float32",
+            "batch_size": 8,
+            "seq_len": int(k),
+            "status": "ok",
+            "latency_median_s": float(v),
+            "throughput_tok_s": 8 * k / v,
+        }
+        for k, v in zip(n, lat)
+    ]
+    recs.append({**recs[-1], "seq_len": 131072, "status": "oom"})  # excluded, never imputed
+    (res,) = fit.fit_series(recs, min_length=4096).values()
+    assert res["beta"] == pytest.approx(1.3, abs=0.05)
+    assert res["alpha"] == pytest.approx(res["beta"] - 1, abs=1e-9)
+    assert res["n_points"] == 6 and res["range"] == (4096, 98304)
+    table = fit.fit_table(recs, min_length=4096)
+    assert "| 0.33 |" in table and "| 0.58 |" in table  # the paper's Avey-B eager values sit next to ours
+
+
+def test_power_law_fit_rejects_degenerate_input():
+    with pytest.raises(ValueError, match="2 distinct lengths"):
+        fit.fit_power_law([1024, 1024], [1.0, 2.0])
+    with pytest.raises(ValueError, match="positive"):
+        fit.fit_power_law([1024, 2048], [1.0, 0.0])
+
+
+def test_fit_and_plot_commands(tmp_path, capsys):
+    out = _run(tmp_path, models_=("avey-b-tiny",))
+    capsys.readouterr()
+    efficiency.main(
+        ["fit", str(out / "results.jsonl"), "--min-length", "16", "--out", str(tmp_path / "fit.md")]
+    )
+    text = capsys.readouterr().out
+    assert (
+        "avey-b-tiny [eager, -, float32]" in text
+        and (tmp_path / "fit.md").read_text().strip() == text.strip()
+    )
+    efficiency.main(["plot", str(out / "results.jsonl"), "--out", str(tmp_path / "plots")])
+    for name in ("throughput.png", "latency.png"):
+        assert (tmp_path / "plots" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_measure_counts_warmup_and_repeats_and_caps_time():
+    calls = []
+    t = timing.measure(lambda: calls.append(1), warmup=3, repeats=4)
+    assert len(calls) == 7 and len(t.times_s) == 4 and t.summary()["repeats"] == 4
+    slow = timing.measure(lambda: time.sleep(0.02), warmup=0, repeats=100, min_repeats=3, max_seconds=0.05)
+    assert len(slow.times_s) == 3 and slow.min_s >= 0.02
+    with pytest.raises(ValueError, match="repeats"):
+        timing.measure(lambda: None, repeats=0)
+
+
+def test_peak_rss_sampler_sees_a_large_allocation():
+    with timing.PeakRSSSampler() as s:
+        x = torch.ones(64, 1024, 1024)  # 256 MiB, touched
+        time.sleep(0.05)
+        del x
+    assert s.peak - s.baseline > 200 * 2**20
+
+
+def test_is_oom():
+    assert timing.is_oom(torch.cuda.OutOfMemoryError("CUDA out of memory"))
+    assert timing.is_oom(
+        RuntimeError("[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate memory")
+    )
+    assert not timing.is_oom(RuntimeError("shape mismatch"))
+
+
+def test_model_specs():
+    spec = models.parse_spec("bert-tiny:num_hidden_layers=1,hidden_act='relu'")
+    assert spec.overrides == {"num_hidden_layers": 1, "hidden_act": "relu"}
+    cfg = models.build_config(spec)
+    assert cfg.num_hidden_layers == 1 and models.max_length(cfg) == 512
+    assert models.max_length(models.build_config("modernbert-tiny")) is None  # RoPE: extrapolated for speed
+    assert models.max_length(models.build_config("modernbert-tiny"), respect_rope_window=True) == 512
+    assert models.build_config("avey-b-tiny:compressor=False").compressor is False
+    with pytest.raises(ValueError, match="no field 'nonsense'"):
+        models.build_config("bert-tiny:nonsense=1")
+    with pytest.raises(ValueError, match="unknown model"):
+        models.build_config("gpt-17")
+    neo = models.build_config("neobert")
+    assert (neo.hidden_size, neo.num_hidden_layers, neo.num_attention_heads, neo.intermediate_size) == (
+        768,
+        28,
+        12,
+        3072,
+    )
+    assert set(neo.layer_types) == {"full_attention"} and neo.hidden_activation == "silu"
+
+
+def test_help_works(capsys):
+    with pytest.raises(SystemExit) as e:
+        efficiency.main(["run", "--help"])
+    assert e.value.code == 0 and "--no-compressor" in capsys.readouterr().out
+    json.dumps(efficiency.PAPER_LENGTHS)
