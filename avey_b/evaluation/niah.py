@@ -51,6 +51,7 @@ import re
 import statistics
 import string
 import sys
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -503,10 +504,270 @@ def add_evaluate_arguments(e: argparse.ArgumentParser) -> None:
     e.add_argument(
         "--data", required=True, help="directory written by `niah generate` (holds niah-1/, niah-2/)"
     )
+    e.add_argument(
+        "--models",
+        nargs="+",
+        required=True,
+        help="Hub ids / local directories of pretrained encoders, or benchmark names built from "
+        "config with random weights (avey-b-small, bert-base, modernbert-base, neobert, ...; "
+        "see avey_b.benchmarking.models) for smoke runs",
+    )
+    e.add_argument(
+        "--tokenizer",
+        default=None,
+        help="tokenizer for models built from config (and for pretrained models without one)",
+    )
+    e.add_argument("--tasks", nargs="+", choices=TASKS, default=list(TASKS))
+    e.add_argument(
+        "--train-length", default=str(DEFAULT_TRAIN_LENGTH), help="which train_<L>.jsonl to fine-tune on"
+    )
+    e.add_argument(
+        "--lengths", nargs="+", default=None, help="test lengths (default: every test_<L>.jsonl found)"
+    )
+    e.add_argument("--lr", type=float, default=5e-5)
+    e.add_argument("--epochs", type=float, default=1.0)
+    e.add_argument("--max-steps", type=int, default=None, help="optimizer steps (overrides --epochs)")
+    e.add_argument("--batch-size", type=int, default=8)
+    e.add_argument(
+        "--eval-batch-size",
+        type=int,
+        default=8,
+        help="evaluation batch at the train length; shrunk in proportion for longer inputs",
+    )
+    e.add_argument("--max-train-examples", type=int, default=None)
+    e.add_argument("--max-eval-examples", type=int, default=None)
+    e.add_argument("--seed", type=int, default=0)
+    e.add_argument("--device", default=None)
+    e.add_argument("--no-bf16", action="store_true", help="disable bf16 autocast on CUDA")
+    e.add_argument(
+        "--trust-remote-code", action="store_true", help="for Hub models with custom code (NeoBERT)"
+    )
+    e.add_argument("--out", required=True, help="results directory (results.jsonl, table.md)")
+
+
+def _slug(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_")
+
+
+def _squad_examples(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """NIAH rows -> the QA harness's example format (``answers`` as a list of {text, start})."""
+    return [
+        {
+            "id": r["id"],
+            "question": r["question"],
+            "context": r["context"],
+            "answers": [
+                {"text": t, "start": s}
+                for t, s in zip(r["answers"]["text"], r["answers"]["answer_start"], strict=True)
+            ],
+        }
+        for r in rows
+    ]
+
+
+def _test_lengths(task_dir: str, wanted: list[int] | None) -> list[int]:
+    found = sorted(int(m.group(1)) for f in os.listdir(task_dir) if (m := re.match(r"test_(\d+)\.jsonl$", f)))
+    if wanted is None:
+        return found
+    missing = [n for n in wanted if n not in found]
+    if missing:
+        raise FileNotFoundError(f"{task_dir}: no test set for lengths {missing} (found {found})")
+    return wanted
+
+
+def _load_model_and_tokenizer(name: str, args, cfg):
+    """(model with a QA head, tokenizer, max input length or None, how it was built)."""
+    from ..benchmarking import models as bench_models
+    from .tasks.base import load_model
+    from .tasks.base import load_tokenizer as harness_tokenizer
+
+    spec = bench_models.parse_spec(name)
+    registered = spec.name in bench_models.NAMED_CONFIGS or (
+        spec.name.startswith("avey-b-") and spec.name[len("avey-b-") :] in bench_models.AVEY_B_PRESETS
+    )
+    if registered:
+        if args.tokenizer is None:
+            raise SystemExit(f"avey-b niah evaluate: model {name!r} is built from config; pass --tokenizer")
+        tok = harness_tokenizer(args.tokenizer, cfg)
+        config = bench_models.build_config(spec)
+        config.vocab_size = max(config.vocab_size, len(tok))  # ids of the given tokenizer must fit
+        if tok.pad_token_id is not None and hasattr(config, "pad_token_id"):
+            config.pad_token_id = tok.pad_token_id
+        config.num_labels = 2
+        model = bench_models.build_model(config, head="qa")
+        how = "from config, random weights"
+    else:
+        tok = harness_tokenizer(args.tokenizer or name, cfg)
+        model = load_model(name, "question-answering", cfg)
+        config = model.config
+        how = "pretrained"
+    limit = bench_models.max_length(config, respect_rope_window=True)
+    return model, tok, limit, how
+
+
+def evaluate_model(name: str, task: str, args, log=print) -> dict[str, Any]:
+    """Fine-tune ``name`` on ``task``'s train split, then EM/F1 on every test length (or "—"/"OOM")."""
+    import dataclasses
+
+    import transformers
+
+    from ..benchmarking.timing import is_oom
+    from .finetune import pick_device, train_model
+    from .tasks.base import RunConfig, pad_id_of
+    from .tasks.qa import QuestionAnsweringTask
+
+    task_dir = os.path.join(args.data, task)
+    train_rows = read_jsonl(os.path.join(task_dir, f"train_{_lengths([args.train_length])[0]}.jsonl"))
+    if args.max_train_examples:
+        train_rows = train_rows[: args.max_train_examples]
+    lengths = _test_lengths(task_dir, _lengths(args.lengths) if args.lengths else None)
+
+    cfg = RunConfig(
+        lr=args.lr,
+        seed=args.seed,
+        epochs=args.epochs,
+        max_steps=args.max_steps,
+        batch_size=args.batch_size,
+        eval_batch_size=args.eval_batch_size,
+        bf16=not args.no_bf16,
+        device=args.device,
+        trust_remote_code=args.trust_remote_code,
+        max_answer_length=30,
+    )
+    device = pick_device(cfg)
+    transformers.set_seed(args.seed)
+    model, tok, limit, how = _load_model_and_tokenizer(name, args, cfg)
+    model.to(device)
+    qa = QuestionAnsweringTask()
+
+    train = _squad_examples(train_rows)
+    train_len = max(len(tok(e["question"], e["context"])["input_ids"]) for e in train)
+    # Train on whole examples (one window each) unless the model cannot take the train length.
+    cfg = dataclasses.replace(
+        cfg,
+        max_length=min(train_len, limit) if limit else train_len,
+        doc_stride=min(128, max(0, (min(train_len, limit or train_len)) // 4)),
+    )
+    t0 = time.perf_counter()
+    feats = qa.train_features(train, tok, cfg)
+    training = train_model(model, qa, feats, cfg, pad_id_of(tok), device)
+    record: dict[str, Any] = {
+        "model": name,
+        "built": how,
+        "task": task,
+        "max_length": limit,
+        "train": training
+        | {"examples": len(train), "input_tokens": train_len, "seconds": time.perf_counter() - t0},
+        "lr": args.lr,
+        "seed": args.seed,
+        "device": str(device),
+        "results": {},
+    }
+    log(
+        f"{name} {task}: trained {training['steps']} steps, loss {training['loss_first']:.3f} -> "
+        f"{training['loss_last']:.3f}"
+    )
+    stop = None
+    for length in lengths:
+        rows = read_jsonl(os.path.join(task_dir, f"test_{length}.jsonl"))
+        if args.max_eval_examples:
+            rows = rows[: args.max_eval_examples]
+        examples = _squad_examples(rows)
+        need = max(len(tok(e["question"], e["context"])["input_ids"]) for e in examples)
+        res: dict[str, Any] = {"input_tokens_max": need, "n": len(examples)}
+        if limit is not None and need > limit:
+            res["status"] = "max_length"
+        elif stop is not None:
+            res.update(status="oom", inferred=True)
+        else:
+            bs = max(1, args.eval_batch_size * train_len // need)
+            ecfg = dataclasses.replace(
+                cfg, max_length=need, eval_batch_size=bs, doc_stride=min(128, need // 4)
+            )
+            try:
+                t1 = time.perf_counter()
+                with torch_no_grad():
+                    scores = qa.evaluate(model, tok, examples, ecfg)
+                res.update(
+                    status="ok", exact=scores["exact"], f1=scores["f1"], seconds=time.perf_counter() - t1
+                )
+            except Exception as exc:  # OOM is data; other errors are bugs
+                if not is_oom(exc):
+                    raise
+                res.update(status="oom", error=str(exc).splitlines()[0][:200])
+                stop = length
+        record["results"][str(length)] = res
+        log(f"  {task} {length}: {_cell(res)}")
+    return record
+
+
+def torch_no_grad():
+    import torch
+
+    return torch.no_grad()
+
+
+def _cell(res: dict[str, Any], metric: str = "exact") -> str:
+    status = res.get("status")
+    if status == "ok":
+        return f"{res[metric]:.1f}"
+    return {"max_length": "—", "oom": "OOM"}.get(status, str(status))
+
+
+def format_niah_table(records: list[dict[str, Any]], metric: str = "exact") -> str:
+    """Markdown: one row per (task, model), one column per length; "—" past the max length, "OOM"."""
+    lengths = sorted({int(n) for r in records for n in r["results"]})
+    head = "| task | model | " + " | ".join(_len_label(n) for n in lengths) + " |"
+    lines = [
+        f"NIAH {'exact match' if metric == 'exact' else 'F1'} (%)",
+        "",
+        head,
+        "|---|---|" + "---|" * len(lengths),
+    ]
+    for r in records:
+        cells = [_cell(r["results"][str(n)], metric) if str(n) in r["results"] else "" for n in lengths]
+        lines.append(f"| {r['task']} | {r['model']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _len_label(n: int) -> str:
+    return f"{n // 1024}k" if n % 1024 == 0 else str(n)
 
 
 def evaluate_main(args) -> int:
-    raise SystemExit("avey-b niah evaluate: not implemented yet")
+    """``avey-b niah evaluate``: fine-tune each model at the train length (default 2,048) on each task's
+    train split with an extractive-QA head (start/end logits), through the same QA harness as SQuAD
+    (:mod:`avey_b.evaluation.tasks.qa`, :func:`avey_b.evaluation.finetune.train_model`), then score
+    SQuAD exact match and F1 on every test length, the whole input in one window. A test length past the
+    model's maximum (a learned position table, or a RoPE model's trained window) is recorded as "—"
+    (``max_length``); an out-of-memory failure as "OOM" (longer lengths then not tried). Results go to
+    ``OUT/results.jsonl`` (one line per model x task, appended, so a finished pair is skipped on rerun)
+    and ``OUT/table_exact.md`` / ``OUT/table_f1.md``."""
+    os.makedirs(args.out, exist_ok=True)
+    path = os.path.join(args.out, "results.jsonl")
+    done = read_jsonl(path) if os.path.exists(path) else []
+    have = {(r["model"], r["task"]) for r in done}
+    for name in args.models:
+        for task in args.tasks:
+            if (name, task) in have:
+                print(f"{name} {task}: already in {path}, skipped", file=sys.stderr)
+                continue
+            rec = evaluate_model(name, task, args, log=lambda s: print(s, file=sys.stderr))
+            with open(path, "a", encoding="utf-8") as f:
+                f.write(json.dumps(rec) + "\n")
+                f.flush()
+                os.fsync(f.fileno())
+            print(
+                json.dumps(
+                    {"model": name, "task": task, "exact": {k: _cell(v) for k, v in rec["results"].items()}}
+                )
+            )
+    records = read_jsonl(path)
+    for metric in ("exact", "f1"):
+        with open(os.path.join(args.out, f"table_{metric}.md"), "w") as f:
+            f.write(format_niah_table(records, metric) + "\n")
+    print(format_niah_table(records), file=sys.stderr)
+    return 0
 
 
 if __name__ == "__main__":
