@@ -28,7 +28,7 @@ from transformers import initialization as init
 from transformers.modeling_outputs import BaseModelOutput
 
 from .configuration import AveyBConfig
-from .layers import AveyBLayer, Mixer, StaticMixer
+from .layers import AveyBLayer, Mixer, RMSNorm, StaticMixer
 from .ranker import Compressor, Ranker
 
 
@@ -66,7 +66,7 @@ class AveyBPreTrainedModel(PreTrainedModel):
             init.zeros_(module.bias)
         elif isinstance(module, Mixer) and module.bias is not None:
             init.zeros_(module.bias)
-        elif isinstance(module, nn.RMSNorm):
+        elif isinstance(module, RMSNorm):
             init.ones_(module.weight)
         elif isinstance(module, AveyBLayer) and module.alpha is not None:
             init.ones_(module.alpha)
@@ -127,7 +127,7 @@ class AveyBModel(AveyBPreTrainedModel):
         self.ranker = Ranker(config) if config.ranker != "off" else None
         self.compressor = Compressor(config) if self.ranker is not None and config.compressor else None
         self.layers = nn.ModuleList(AveyBLayer(config, i) for i in range(config.num_hidden_layers))
-        self.norm = nn.RMSNorm(config.hidden_size, eps=config.norm_eps) if config.final_norm else None
+        self.norm = RMSNorm(config.hidden_size, eps=config.norm_eps) if config.final_norm else None
         self.gradient_checkpointing = False
         self.post_init()
 

@@ -330,3 +330,12 @@ def test_sentence_embeddings_are_normalized_mean_pools():
     torch.testing.assert_close(emb.norm(dim=-1), torch.ones(2))
     torch.testing.assert_close(emb[0], alone[0], rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(alone[0], torch.nn.functional.normalize(hidden.mean(1), dim=-1)[0])
+
+
+def test_rmsnorm_matches_torch():
+    from avey_b.layers import RMSNorm
+
+    norm = RMSNorm(32, eps=1e-6)
+    torch.nn.init.normal_(norm.weight)
+    x = torch.randn(4, 7, 32)
+    torch.testing.assert_close(norm(x), torch.nn.functional.rms_norm(x, (32,), norm.weight, 1e-6))
