@@ -393,11 +393,18 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--min-length", type=int, default=8192, help="smallest length in the fit range")
     f.add_argument("--max-length", type=int, default=None, help="largest length in the fit range")
     f.add_argument("--out", default=None, help="also write the table (markdown) to this file")
+    f.add_argument(
+        "--stat",
+        choices=("median", "min"),
+        default="median",
+        help="latency statistic of the repeats to fit (min is robust on a shared machine)",
+    )
 
     g = sub.add_parser("plot", help="log-log throughput and latency plots")
     g.add_argument("results", help="results.jsonl of `bench run`")
     g.add_argument("--out", required=True, help="directory for throughput.png and latency.png")
     g.add_argument("--title", default=None)
+    g.add_argument("--stat", choices=("median", "min"), default="median", help="latency statistic to plot")
     return p
 
 
@@ -410,7 +417,9 @@ def main(argv: list[str] | None = None) -> int:
     elif args.command == "fit":
         from .fit import fit_table_from_file
 
-        table = fit_table_from_file(args.results, min_length=args.min_length, max_length=args.max_length)
+        table = fit_table_from_file(
+            args.results, min_length=args.min_length, max_length=args.max_length, stat=args.stat
+        )
         print(table)
         if args.out:
             with open(args.out, "w") as fh:
@@ -418,7 +427,7 @@ def main(argv: list[str] | None = None) -> int:
     elif args.command == "plot":
         from .plot import plot_results
 
-        for path in plot_results(args.results, args.out, title=args.title):
+        for path in plot_results(args.results, args.out, title=args.title, stat=args.stat):
             print(path)
     return 0
 

@@ -82,7 +82,29 @@ def paper_value(rec: dict[str, Any]) -> tuple[str, float | None, float | None]:
     return "", None, None
 
 
-def fit_series(records: list[dict[str, Any]], *, min_length: int = 8192, max_length: int | None = None):
+STATS = ("median", "min")
+
+
+def latency_of(rec: dict[str, Any], stat: str = "median") -> float:
+    """The latency a fit or plot uses: the median of the repeats (default) or the minimum. On a shared
+    machine the minimum is the more robust estimate of the undisturbed cost (other processes only ever
+    add time); the median is what the paper's protocol and a dedicated GPU call for."""
+    if stat not in STATS:
+        raise ValueError(f"stat must be one of {STATS}, got {stat!r}")
+    return rec["latency_median_s"] if stat == "median" else rec["latency_min_s"]
+
+
+def throughput_of(rec: dict[str, Any], stat: str = "median") -> float:
+    return rec["batch_size"] * rec["seq_len"] / latency_of(rec, stat)
+
+
+def fit_series(
+    records: list[dict[str, Any]],
+    *,
+    min_length: int = 8192,
+    max_length: int | None = None,
+    stat: str = "median",
+):
     """Per series (see ``efficiency.series_key``): dict with α, β fits (None when < 2 usable points)."""
     from .efficiency import series_key
 
@@ -101,8 +123,8 @@ def fit_series(records: list[dict[str, Any]], *, min_length: int = 8192, max_len
         entry: dict[str, Any] = {"series": key, "first": pts[0], "alpha": None, "beta": None}
         if len({r["seq_len"] for r in ok}) >= 2:
             n = [r["seq_len"] for r in ok]
-            t = fit_power_law(n, [r["throughput_tok_s"] for r in ok])
-            lat = fit_power_law(n, [r["latency_median_s"] for r in ok])
+            t = fit_power_law(n, [throughput_of(r, stat) for r in ok])
+            lat = fit_power_law(n, [latency_of(r, stat) for r in ok])
             entry.update(
                 alpha=-t.slope,
                 beta=lat.slope,
@@ -115,9 +137,15 @@ def fit_series(records: list[dict[str, Any]], *, min_length: int = 8192, max_len
     return out
 
 
-def fit_table(records: list[dict[str, Any]], *, min_length: int = 8192, max_length: int | None = None) -> str:
+def fit_table(
+    records: list[dict[str, Any]],
+    *,
+    min_length: int = 8192,
+    max_length: int | None = None,
+    stat: str = "median",
+) -> str:
     """Markdown table of fitted α / β per series next to the paper's values."""
-    fits = fit_series(records, min_length=min_length, max_length=max_length)
+    fits = fit_series(records, min_length=min_length, max_length=max_length, stat=stat)
     rng = f"N in [{min_length}, {max_length}]" if max_length else f"N >= {min_length}"
     lines = [
         f"Power-law fits over {rng} (status ok points only); T ∝ N^-α, latency ∝ N^β.",
@@ -142,7 +170,9 @@ def _f(v: float | None) -> str:
     return "" if v is None else f"{v:.2f}"
 
 
-def fit_table_from_file(path: str, *, min_length: int = 8192, max_length: int | None = None) -> str:
+def fit_table_from_file(
+    path: str, *, min_length: int = 8192, max_length: int | None = None, stat: str = "median"
+) -> str:
     from .efficiency import read_records
 
-    return fit_table(read_records(path), min_length=min_length, max_length=max_length)
+    return fit_table(read_records(path), min_length=min_length, max_length=max_length, stat=stat)

@@ -11,30 +11,34 @@ import os
 from typing import Any
 
 
-def plot_results(path: str, out_dir: str, *, title: str | None = None) -> list[str]:
+def plot_results(path: str, out_dir: str, *, title: str | None = None, stat: str = "median") -> list[str]:
     """Write ``throughput.png`` and ``latency.png`` under ``out_dir``; returns their paths."""
     from .efficiency import read_records
 
-    return plot_records(read_records(path), out_dir, title=title)
+    return plot_records(read_records(path), out_dir, title=title, stat=stat)
 
 
-def plot_records(records: list[dict[str, Any]], out_dir: str, *, title: str | None = None) -> list[str]:
+def plot_records(
+    records: list[dict[str, Any]], out_dir: str, *, title: str | None = None, stat: str = "median"
+) -> list[str]:
+    """Lines at the ``stat`` latency of each point (see :func:`.fit.latency_of`); latency error bars span
+    min..max of the repeats."""
     import matplotlib
 
     matplotlib.use("Agg")  # files only; never needs a display
     import matplotlib.pyplot as plt
 
     from .efficiency import series_key
+    from .fit import latency_of, throughput_of
 
     groups: dict[str, list[dict]] = {}
     for r in records:
         groups.setdefault(series_key(r), []).append(r)
     os.makedirs(out_dir, exist_ok=True)
     paths = []
-    for field, ylabel, name in (
-        ("throughput_tok_s", "throughput (tokens/s)", "throughput"),
-        ("latency_median_s", "latency (s / forward)", "latency"),
-    ):
+    value = {"throughput": lambda r: throughput_of(r, stat), "latency": lambda r: latency_of(r, stat)}
+    for name, ylabel in (("throughput", "throughput (tokens/s)"), ("latency", "latency (s / forward)")):
+        get = value[name]
         fig, ax = plt.subplots(figsize=(7, 4.5))
         for key, pts in groups.items():
             pts = sorted(pts, key=lambda r: r["seq_len"])
@@ -42,24 +46,21 @@ def plot_records(records: list[dict[str, Any]], out_dir: str, *, title: str | No
             if not ok:
                 continue
             xs = [r["seq_len"] for r in ok]
-            (line,) = ax.plot(xs, [r[field] for r in ok], marker="o", ms=3, label=key)
-            if field.startswith("latency"):
-                lo = [r[field] - r["latency_min_s"] for r in ok]
-                hi = [r["latency_max_s"] - r[field] for r in ok]
-                ax.errorbar(
-                    xs, [r[field] for r in ok], yerr=[lo, hi], fmt="none", ecolor=line.get_color(), alpha=0.5
-                )
+            ys = [get(r) for r in ok]
+            (line,) = ax.plot(xs, ys, marker="o", ms=3, label=key)
+            if name == "latency":
+                lo = [y - r["latency_min_s"] for y, r in zip(ys, ok, strict=True)]
+                hi = [r["latency_max_s"] - y for y, r in zip(ys, ok, strict=True)]
+                ax.errorbar(xs, ys, yerr=[lo, hi], fmt="none", ecolor=line.get_color(), alpha=0.5)
             oom = [r for r in pts if r["status"] == "oom" and not r.get("inferred")]
-            if oom:
-                ax.plot(
-                    [r["seq_len"] for r in oom], [ok[-1][field]] * len(oom), "x", color=line.get_color(), ms=8
-                )
+            if oom:  # an "x" at the height of the last measured point: the curve stopped on OOM
+                ax.plot([r["seq_len"] for r in oom], [ys[-1]] * len(oom), "x", color=line.get_color(), ms=8)
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xlabel("sequence length N (tokens)")
         ax.set_ylabel(ylabel)
         b = {r["batch_size"] for r in records}
-        ax.set_title(title or f"{ylabel.split(' (')[0]} vs length, batch {','.join(map(str, sorted(b)))}")
+        ax.set_title(title or f"{name} vs length, batch {','.join(map(str, sorted(b)))} ({stat} of repeats)")
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=7)
         fig.tight_layout()

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# The paper's efficiency setting (SPEC §7, paper §5.4): batch 8, 128 ... 96K tokens, bf16, on one GPU.
+# Avey-B base eager and torch.compile; ModernBERT-base and NeoBERT (approximated from its published shape,
+# see avey_b/benchmarking/models.py) with SDPA, eager attention and FlashAttention-2 (if flash-attn is
+# installed; otherwise those points are recorded as "unavailable"). Not run yet: no GPU was lent to the
+# session that wrote this; results will land in this folder.
+# Usage, from the repository root:  bash benchmarks/efficiency_gpu/run.sh
+set -euo pipefail
+OUT=${OUT:-benchmarks/efficiency_gpu}
+PY=${PY:-python}
+COMMON="--batch-size 8 --dtype bfloat16 --warmup 3 --repeats 10 --max-point-seconds 60 --device cuda"
+$PY -m avey_b.benchmarking.efficiency run --models avey-b-base --no-compressor --modes eager compile \
+    $COMMON --out "$OUT/run" --resume
+$PY -m avey_b.benchmarking.efficiency run --models modernbert-base neobert --modes eager \
+    --attn sdpa flash_attention_2 eager $COMMON --out "$OUT/run" --resume
+for stat in median min; do
+  $PY -m avey_b.benchmarking.efficiency fit "$OUT/run/results.jsonl" --min-length 8192 --stat $stat \
+      --out "$OUT/run/fits_$stat.md"
+done
+$PY -m avey_b.benchmarking.efficiency plot "$OUT/run/results.jsonl" --out "$OUT/run"
