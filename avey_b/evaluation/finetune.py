@@ -153,8 +153,11 @@ def _mean(xs: list[float]) -> float:
 # ------------------------------------------------------------------------------------------ CLI
 
 
-def add_run_arguments(p: argparse.ArgumentParser) -> None:
-    """Options shared by ``finetune`` and ``evaluate`` (everything but model/task/lr/seed)."""
+def add_run_arguments(p: argparse.ArgumentParser, with_defaults: bool = True) -> None:
+    """Options shared by ``finetune`` and ``evaluate`` (everything but model/task/lr/seed). Without
+    defaults (``evaluate``), only flags given explicitly appear in the namespace, so they override the
+    suite file and everything else comes from the suite or from RunConfig."""
+    d = (lambda v: v) if with_defaults else (lambda v: argparse.SUPPRESS)
     g = p.add_argument_group("data (default: the task's Hugging Face datasets)")
     g.add_argument("--train-file", help="local training data (GLUE TSV/JSONL, CoNLL, SQuAD JSON, pairs or BEIR dir)")
     g.add_argument("--eval-file", help="local evaluation data (same formats; a BEIR directory for IR)")
@@ -164,18 +167,18 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--max-train-examples", type=int, help="use only the first N training examples")
     g.add_argument("--max-eval-examples", type=int, help="score only the first N examples (IR: queries)")
     t = p.add_argument_group("training")
-    t.add_argument("--protocol", choices=("standard", "paper"), default="standard",
+    t.add_argument("--protocol", choices=("standard", "paper"), default=d("standard"),
                    help="standard metrics (default) or the paper's EncodEval-compatible scoring")
     t.add_argument("--epochs", type=float, help="default per family: SC/TC 1, QA 4")
     t.add_argument("--max-steps", type=int, help="optimizer steps (default per family: IR 1000)")
-    t.add_argument("--batch-size", type=int, default=32)
-    t.add_argument("--eval-batch-size", type=int, default=64)
-    t.add_argument("--max-length", type=int, default=512)
-    t.add_argument("--query-max-length", type=int, default=64)
-    t.add_argument("--doc-stride", type=int, default=128)
-    t.add_argument("--max-answer-length", type=int, default=30)
-    t.add_argument("--warmup-ratio", type=float, default=0.1)
-    t.add_argument("--weight-decay", type=float, default=0.0)
+    t.add_argument("--batch-size", type=int, default=d(32))
+    t.add_argument("--eval-batch-size", type=int, default=d(64))
+    t.add_argument("--max-length", type=int, default=d(512))
+    t.add_argument("--query-max-length", type=int, default=d(64))
+    t.add_argument("--doc-stride", type=int, default=d(128))
+    t.add_argument("--max-answer-length", type=int, default=d(30))
+    t.add_argument("--warmup-ratio", type=float, default=d(0.1))
+    t.add_argument("--weight-decay", type=float, default=d(0.0))
     t.add_argument("--device", help="cpu, cuda, cuda:1 ... (default: cuda when available)")
     t.add_argument("--no-bf16", action="store_true", help="disable bf16 autocast on CUDA")
     t.add_argument("--tokenizer", help="tokenizer name/path when the model directory has none")

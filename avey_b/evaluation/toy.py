@@ -88,7 +88,7 @@ def conll(path: str, n: int, seed: int = 0) -> str:
         person, place = rng.choice(_PEOPLE).split(), rng.choice(_PLACES).split()
         words = person + ["met", "Bob", "in"] + place + ["today"]
         tags = ["I-PER"] * len(person) + ["O", "I-PER", "O"] + ["I-LOC"] * len(place) + ["O"]
-        lines += [f"{w} X X {t}" for w, t in zip(words, tags)] + [""]
+        lines += [f"{w} X X {t}" for w, t in zip(words, tags, strict=False)] + [""]
     with open(path, "w", encoding="utf-8") as f:
         f.write("\n".join(lines) + "\n")
     return path

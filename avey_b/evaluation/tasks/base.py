@@ -84,8 +84,8 @@ class RunConfig:
         for name in ("batch_size", "eval_batch_size", "max_length", "query_max_length", "max_answer_length"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if not 0 <= self.doc_stride < self.max_length:
-            raise ValueError(f"doc_stride must be in [0, max_length), got {self.doc_stride}")
+        if self.doc_stride < 0:
+            raise ValueError(f"doc_stride must be >= 0, got {self.doc_stride}")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -221,7 +221,7 @@ def encode_texts(model, tokenizer, texts: Sequence[str], max_length: int, batch_
     for start in range(0, len(order), batch_size):
         idx = order[start:start + batch_size]
         enc = tokenizer([texts[i] for i in idx], truncation=True, max_length=max_length)
-        feats = [{"input_ids": ids, "attention_mask": am} for ids, am in zip(enc["input_ids"], enc["attention_mask"])]
+        feats = [{"input_ids": ids, "attention_mask": am} for ids, am in zip(enc["input_ids"], enc["attention_mask"], strict=False)]
         batch = {k: v.to(device) for k, v in pad_batch(feats, pad).items()}
         with torch.no_grad(), autocast_ctx(device, autocast):
             hidden = model(**batch).last_hidden_state

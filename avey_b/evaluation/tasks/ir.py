@@ -189,7 +189,7 @@ class RetrievalTask(base.Task):
                                                  cfg.normalize_embeddings, cfg.bf16)
         doc_emb = enc([examples.corpus[d] for d in doc_ids], cfg.max_length)
         q_emb = enc([examples.queries[q] for q in qids], cfg.query_max_length)
-        rankings = dict(zip(qids, rank(q_emb, doc_emb, doc_ids, 10)))
+        rankings = dict(zip(qids, rank(q_emb, doc_emb, doc_ids, 10), strict=False))
         ideal = "retrieved" if cfg.protocol == "paper" else "all"
         return {"ndcg@10": 100 * mean_ndcg_at_k(rankings, examples.qrels, 10, ideal),
                 "n_eval": len(qids), "corpus_size": len(doc_ids)}

@@ -51,7 +51,7 @@ def read_squad_json(path: str) -> list[dict[str, Any]]:
 def _from_hub_row(row: dict[str, Any]) -> dict[str, Any]:
     if "context" in row:  # SQuAD schema
         ans = row["answers"]
-        answers = [{"text": t, "start": int(s)} for t, s in zip(ans["text"], ans["answer_start"])]
+        answers = [{"text": t, "start": int(s)} for t, s in zip(ans["text"], ans["answer_start"], strict=False)]
         return {"id": str(row["id"]), "question": row["question"], "context": row["context"], "answers": answers}
     if "passage" in row:  # SuperGLUE ReCoRD schema: answers are entity strings
         ctx = row["passage"]
@@ -76,6 +76,8 @@ def windows(examples: list[dict[str, Any]], tokenizer, cfg: base.RunConfig, trai
     """Tokenized (question, context window) features. Each carries ``example`` (index into ``examples``)
     and ``offsets`` (character span in the context per token, None outside the context); training features
     also ``start_positions``/``end_positions`` (0 when the window lacks the answer)."""
+    if cfg.doc_stride >= cfg.max_length:
+        raise ValueError(f"doc_stride ({cfg.doc_stride}) must be smaller than max_length ({cfg.max_length})")
     enc = tokenizer(
         [e["question"].lstrip() for e in examples], [e["context"] for e in examples],
         truncation="only_second", max_length=cfg.max_length, stride=cfg.doc_stride,
@@ -86,7 +88,7 @@ def windows(examples: list[dict[str, Any]], tokenizer, cfg: base.RunConfig, trai
     for i in range(len(enc["input_ids"])):
         ex_idx = enc["overflow_to_sample_mapping"][i]
         seq = enc.sequence_ids(i)
-        offsets = [tuple(o) if s == 1 else None for o, s in zip(enc["offset_mapping"][i], seq)]
+        offsets = [tuple(o) if s == 1 else None for o, s in zip(enc["offset_mapping"][i], seq, strict=False)]
         f = {k: enc[k][i] for k in keys}
         f["example"], f["offsets"] = ex_idx, offsets
         if train:
@@ -113,7 +115,7 @@ def best_answer(context: str, features: list[dict[str, Any]], start_logits: list
     """The answer text of one question from the logits of all its windows (see module docstring)."""
     best_score, best_text = -float("inf"), ""
     null_score = float("inf")
-    for f, s_log, e_log in zip(features, start_logits, end_logits):
+    for f, s_log, e_log in zip(features, start_logits, end_logits, strict=False):
         s_log, e_log = torch.as_tensor(s_log).float(), torch.as_tensor(e_log).float()
         null_score = min(null_score, float(s_log[0] + e_log[0]))
         offsets = f["offsets"]
@@ -181,14 +183,14 @@ class QuestionAnsweringTask(base.Task):
         feats = []
         for i in range(len(examples)):
             seq = enc.sequence_ids(i)
-            offsets = [tuple(o) if s == 1 else None for o, s in zip(enc["offset_mapping"][i], seq)]
+            offsets = [tuple(o) if s == 1 else None for o, s in zip(enc["offset_mapping"][i], seq, strict=False)]
             feats.append(({k: enc[k][i] for k in keys}, offsets))
         return feats
 
     def train_features(self, examples, tokenizer, cfg) -> list[dict[str, Any]]:
         if cfg.protocol == "paper":
             out = []
-            for (f, offsets), ex in zip(self._single_windows(examples, tokenizer, cfg), examples):
+            for (f, offsets), ex in zip(self._single_windows(examples, tokenizer, cfg), examples, strict=False):
                 f["labels"] = answer_token_labels(ex, offsets, ex["answers"][0] if ex["answers"] else None)
                 out.append(f)
             return out

@@ -69,7 +69,7 @@ class SequenceClassificationTask(base.Task):
 
     def train_features(self, examples, tokenizer, cfg) -> list[dict[str, Any]]:
         feats = self._encode(examples, tokenizer, cfg)
-        for f, e in zip(feats, examples):
+        for f, e in zip(feats, examples, strict=False):
             f["labels"] = e["label"]
         return feats
 

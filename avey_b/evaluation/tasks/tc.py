@@ -90,7 +90,7 @@ def word_predictions(word_ids: list[int | None], token_preds: list[int], n_words
     majority over sub-tokens (``vote=True``, ties to the smallest id); words with no token (truncated)
     get ``outside``."""
     votes: list[list[int]] = [[] for _ in range(n_words)]
-    for w, p in zip(word_ids, token_preds):
+    for w, p in zip(word_ids, token_preds, strict=False):
         if w is not None:
             votes[w].append(p)
     out = []
@@ -165,7 +165,7 @@ class TokenClassificationTask(base.Task):
     def train_features(self, examples, tokenizer, cfg) -> list[dict[str, Any]]:
         label2id = {n: i for i, n in enumerate(self._label_list)}
         feats, word_ids = self._encode(examples, tokenizer, cfg)
-        for f, w, e in zip(feats, word_ids, examples):
+        for f, w, e in zip(feats, word_ids, examples, strict=False):
             f["labels"] = align_labels(w, [label2id[t] for t in e["tags"]], every_subtoken=cfg.protocol == "paper")
         return feats
 

@@ -1,0 +1,347 @@
+"""The paper's downstream protocol (SPEC §6): every model x task x learning rate x seed, then the report.
+
+    avey-b evaluate --config configs/eval/paper.yaml
+    avey-b evaluate --models avey-b=runs/avey-b-base bert=google-bert/bert-base-uncased \\
+        --tasks sst2 conll2003 --lrs 2e-5 6e-5 1e-4 5e-4 --seeds 10 --output-dir runs/eval
+    avey-b evaluate --config configs/eval/paper.yaml --workers 4 --devices 0,1,2,3   # one cell per GPU
+
+One directory per cell, ``<output-dir>/<model>/<protocol>/<task>/lr<lr>_seed<seed>/``, holding
+``results.json`` when the cell finished and ``error.json`` (exception and traceback, or exit code and log
+tail) when it failed. A rerun skips finished cells, so an interrupted sweep resumes where it stopped, and
+retries failed ones; a finished cell whose recorded settings differ from the requested ones is an error
+(pick another output directory) rather than a silent mix of two protocols. A failing cell never stops
+the sweep: the others run, the failures are listed at the end and in the report, and the exit code is 1.
+
+Cells run in this process one after the other (``--workers 1``, the default), or each in its own
+``python -m avey_b.evaluation.sweep --run-cell`` subprocess (``--isolate``, implied by ``--workers > 1``),
+spread over ``--devices`` (each subprocess sees one GPU through ``CUDA_VISIBLE_DEVICES``), so that a
+crash, an out-of-memory error or a hung library cannot take other cells with it.
+
+Precedence of settings: RunConfig defaults < the suite's ``defaults`` < its ``task_overrides[task]`` <
+command-line flags. The suite YAML (``configs/eval/*.yaml``) keys: ``models`` (name -> path or Hub id),
+``tasks``, ``lrs``, ``seeds`` (a count or a list), ``protocol``, ``aggregate`` (``median`` | ``best``),
+``output_dir``, ``defaults``, ``task_overrides``, ``data`` (task -> {train, eval, train_split, eval_split,
+holdout}), ``tokenizer``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import dataclasses
+import json
+import os
+import queue
+import re
+import subprocess
+import sys
+import time
+import traceback
+from typing import Any
+
+from .finetune import add_run_arguments, run_cell, write_json_atomic
+from .tasks import TASKS
+from .tasks.base import DataFiles, RunConfig
+
+PAPER_LRS = (2e-5, 6e-5, 1e-4, 5e-4)
+
+# CLI dest -> RunConfig field (flags with other names are mapped by hand below)
+_CFG_FLAGS = ("protocol", "epochs", "max_steps", "batch_size", "eval_batch_size", "max_length",
+              "query_max_length", "doc_stride", "max_answer_length", "warmup_ratio", "weight_decay",
+              "max_train_examples", "max_eval_examples", "device", "trust_remote_code")
+_DATA_FLAGS = {"train_file": "train", "eval_file": "eval", "train_split": "train_split",
+               "eval_split": "eval_split", "holdout": "holdout"}
+
+
+@dataclasses.dataclass
+class Cell:
+    model_name: str
+    model: str
+    task: str
+    cfg: RunConfig
+    files: DataFiles
+    tokenizer: str | None = None
+
+    @property
+    def key(self) -> str:
+        return f"{self.model_name}/{self.cfg.protocol}/{self.task}/lr{self.cfg.lr:g}_seed{self.cfg.seed}"
+
+    def spec(self) -> dict[str, Any]:
+        """What identifies the cell's settings (compared on resume); the device is not part of it."""
+        cfg = self.cfg.to_dict()
+        cfg.pop("device")
+        return {"model_name": self.model_name, "model": self.model, "task": self.task, "tokenizer": self.tokenizer,
+                "cfg": cfg, "files": dataclasses.asdict(self.files)}
+
+
+def slug(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_") or "model"
+
+
+def parse_models(items: list[str] | dict[str, str]) -> dict[str, str]:
+    """``name=path`` or a bare path/Hub id (named after its last component)."""
+    if isinstance(items, dict):
+        return {slug(str(k)): str(v) for k, v in items.items()}
+    out: dict[str, str] = {}
+    for item in items:
+        name, _, path = item.partition("=") if "=" in item else (os.path.basename(item.rstrip("/")), "", item)
+        name = slug(name)
+        if name in out:
+            raise ValueError(f"two models named {name!r}; name them explicitly with NAME=PATH")
+        out[name] = path
+    return out
+
+
+def build_cells(suite: dict[str, Any], args: argparse.Namespace) -> tuple[list[Cell], str, str]:
+    """Expand the lr x seed grid (never one file per point). Returns (cells, output_dir, aggregate)."""
+    given = vars(args)
+    models = parse_models(given.get("models") or suite.get("models") or [])
+    tasks = given.get("tasks") or suite.get("tasks") or []
+    if not models:
+        raise ValueError("no models: pass --models or set 'models' in the suite")
+    if not tasks:
+        raise ValueError("no tasks: pass --tasks or set 'tasks' in the suite")
+    unknown = [t for t in tasks if t not in TASKS]
+    if unknown:
+        raise ValueError(f"unknown tasks {unknown}; known: {', '.join(TASKS)}")
+    lrs = [float(x) for x in (given.get("lrs") or suite.get("lrs") or PAPER_LRS)]
+    seeds = given.get("seeds", suite.get("seeds", 10))
+    seeds = list(range(int(seeds))) if isinstance(seeds, (int, str)) else [int(s) for s in seeds]
+    if not seeds:
+        raise ValueError("no seeds")
+    aggregate = given.get("aggregate") or suite.get("aggregate", "median")
+    output_dir = given.get("output_dir") or suite.get("output_dir")
+    if not output_dir:
+        raise ValueError("no output directory: pass --output-dir or set 'output_dir' in the suite")
+
+    defaults = dict(suite.get("defaults") or {})
+    if "protocol" in suite:
+        defaults["protocol"] = suite["protocol"]
+    cli_cfg = {k: given[k] for k in _CFG_FLAGS if k in given}
+    if given.get("no_bf16"):
+        cli_cfg["bf16"] = False
+    cli_data = {v: given[k] for k, v in _DATA_FLAGS.items() if k in given}
+    if cli_data and len(tasks) > 1:
+        raise ValueError("--train-file/--eval-file/--holdout/... apply to one task; use the suite's 'data' for several")
+    known_fields = {f.name for f in dataclasses.fields(RunConfig)}
+    cells = []
+    for task in tasks:
+        settings = defaults | dict((suite.get("task_overrides") or {}).get(task) or {}) | cli_cfg
+        bad = sorted(set(settings) - known_fields)
+        if bad:
+            raise ValueError(f"unknown settings {bad} for task {task}; valid: {sorted(known_fields)}")
+        data = dict((suite.get("data") or {}).get(task) or {}) | cli_data
+        bad = sorted(set(data) - {f.name for f in dataclasses.fields(DataFiles)})
+        if bad:
+            raise ValueError(f"unknown data keys {bad} for task {task}")
+        files = DataFiles(**data)
+        for name, path in models.items():
+            for lr in lrs:
+                for seed in seeds:
+                    cfg = RunConfig(**(settings | {"lr": lr, "seed": seed}))
+                    cells.append(Cell(name, path, task, cfg, files, given.get("tokenizer") or suite.get("tokenizer")))
+    return cells, output_dir, aggregate
+
+
+# ------------------------------------------------------------------------------------------ running
+
+
+def cell_dir(output_dir: str, cell: Cell) -> str:
+    return os.path.join(output_dir, *cell.key.split("/"))
+
+
+def is_done(output_dir: str, cell: Cell) -> bool:
+    path = os.path.join(cell_dir(output_dir, cell), "results.json")
+    if not os.path.isfile(path):
+        return False
+    with open(path, encoding="utf-8") as f:
+        recorded = json.load(f).get("cell")
+    if recorded is not None and recorded != cell.spec():
+        raise ValueError(
+            f"{path} was produced with other settings than requested now; use another --output-dir "
+            f"or delete that cell. Recorded: {recorded} Requested: {cell.spec()}"
+        )
+    return True
+
+
+def run_in_process(output_dir: str, cell: Cell) -> str | None:
+    """Run one cell here; None on success, else the error summary (recorded in error.json)."""
+    directory = cell_dir(output_dir, cell)
+    try:
+        record = run_cell(cell.model, cell.task, cell.cfg, cell.files, cell.tokenizer)
+    except Exception as e:  # a failing cell is data for the report, not the end of the sweep
+        summary = f"{type(e).__name__}: {e}"
+        write_json_atomic(os.path.join(directory, "error.json"),
+                          {"cell": cell.spec(), "error": summary, "traceback": traceback.format_exc()})
+        return summary
+    record |= {"cell": cell.spec(), "model_name": cell.model_name}
+    write_json_atomic(os.path.join(directory, "results.json"), record)
+    _remove(os.path.join(directory, "error.json"))
+    return None
+
+
+def run_subprocess(output_dir: str, cell: Cell, device: str | None, threads: int | None) -> str | None:
+    """Run one cell in a fresh interpreter (``--run-cell``), pinned to ``device``; None on success."""
+    directory = cell_dir(output_dir, cell)
+    os.makedirs(directory, exist_ok=True)
+    spec_path = os.path.join(directory, "cell.json")
+    write_json_atomic(spec_path, cell.spec())
+    env = dict(os.environ)
+    if device is not None:
+        env["CUDA_VISIBLE_DEVICES"] = device
+    if threads:
+        env["OMP_NUM_THREADS"] = str(threads)
+    log_path = os.path.join(directory, "log.txt")
+    with open(log_path, "w", encoding="utf-8") as log:
+        rc = subprocess.call([sys.executable, "-m", "avey_b.evaluation.sweep", "--run-cell", spec_path,
+                              "--output-dir", output_dir], stdout=log, stderr=subprocess.STDOUT, env=env)
+    if rc == 0 and os.path.isfile(os.path.join(directory, "results.json")):
+        return None
+    if os.path.isfile(os.path.join(directory, "error.json")):  # the child caught and recorded it
+        with open(os.path.join(directory, "error.json"), encoding="utf-8") as f:
+            return json.load(f)["error"]
+    with open(log_path, encoding="utf-8", errors="replace") as f:
+        tail = f.read()[-4000:]
+    summary = f"subprocess exited with code {rc}"
+    write_json_atomic(os.path.join(directory, "error.json"), {"cell": cell.spec(), "error": summary, "log_tail": tail})
+    return summary
+
+
+def _remove(path: str) -> None:
+    try:
+        os.remove(path)
+    except FileNotFoundError:
+        pass
+
+
+def run_sweep(cells: list[Cell], output_dir: str, workers: int = 1, devices: list[str] | None = None,
+              isolate: bool = False, log=print) -> dict[str, str]:
+    """Run the cells not yet done; returns {cell key: error summary} for the failures."""
+    todo = [c for c in cells if not is_done(output_dir, c)]
+    log(f"{len(cells)} cells, {len(cells) - len(todo)} already done, {len(todo)} to run")
+    failures: dict[str, str] = {}
+    if workers <= 1 and not isolate:
+        for i, cell in enumerate(todo, 1):
+            t0 = time.perf_counter()
+            err = run_in_process(output_dir, cell)
+            _log_cell(log, i, len(todo), cell, err, time.perf_counter() - t0, output_dir)
+            if err:
+                failures[cell.key] = err
+        return failures
+
+    slots: queue.Queue = queue.Queue()
+    for i in range(max(1, workers)):
+        slots.put(devices[i % len(devices)] if devices else None)
+    threads = None if devices else max(1, (os.cpu_count() or 1) // max(1, workers))
+
+    def work(cell: Cell) -> str | None:
+        device = slots.get()
+        try:
+            return run_subprocess(output_dir, cell, device, threads)
+        finally:
+            slots.put(device)
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        started = {pool.submit(work, c): (c, time.perf_counter()) for c in todo}
+        for i, fut in enumerate(concurrent.futures.as_completed(started), 1):
+            cell, t0 = started[fut]
+            err = fut.result()
+            _log_cell(log, i, len(todo), cell, err, time.perf_counter() - t0, output_dir)
+            if err:
+                failures[cell.key] = err
+    return failures
+
+
+def _log_cell(log, i: int, n: int, cell: Cell, err: str | None, seconds: float, output_dir: str) -> None:
+    if err:
+        log(f"[{i}/{n}] FAILED {cell.key} ({seconds:.0f}s): {err}")
+        return
+    with open(os.path.join(cell_dir(output_dir, cell), "results.json"), encoding="utf-8") as f:
+        rec = json.load(f)
+    log(f"[{i}/{n}] {cell.key}: {rec['metric']} = {rec['score']:.2f} ({seconds:.0f}s)")
+
+
+def _run_cell_file(spec_path: str, output_dir: str) -> int:
+    with open(spec_path, encoding="utf-8") as f:
+        spec = json.load(f)
+    cell = Cell(spec["model_name"], spec["model"], spec["task"], RunConfig(**spec["cfg"]),
+                DataFiles(**spec["files"]), spec.get("tokenizer"))
+    return 1 if run_in_process(output_dir, cell) else 0
+
+
+# ------------------------------------------------------------------------------------------ CLI
+
+
+def load_suite(path: str | None) -> dict[str, Any]:
+    if path is None:
+        return {}
+    import yaml
+
+    with open(path, encoding="utf-8") as f:
+        suite = yaml.safe_load(f) or {}
+    if not isinstance(suite, dict):
+        raise ValueError(f"{path}: a suite is a YAML mapping")
+    allowed = {"models", "tasks", "lrs", "seeds", "protocol", "aggregate", "output_dir", "defaults",
+               "task_overrides", "data", "tokenizer", "description"}
+    bad = sorted(set(suite) - allowed)
+    if bad:
+        raise ValueError(f"{path}: unknown keys {bad}; allowed: {sorted(allowed)}")
+    return suite
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="avey-b evaluate", description=__doc__.split("\n\n")[0],
+                                argument_default=argparse.SUPPRESS)
+    p.add_argument("--config", help="suite YAML (configs/eval/*.yaml)")
+    p.add_argument("--models", nargs="+", help="NAME=PATH_OR_HUB_ID (or a bare path/id) ...")
+    p.add_argument("--tasks", nargs="+", help=f"task names: {', '.join(TASKS)}")
+    p.add_argument("--lrs", nargs="+", type=float, help="learning rates (default: 2e-5 6e-5 1e-4 5e-4)")
+    p.add_argument("--seeds", type=int, help="number of seeds 0..N-1 (default 10)")
+    p.add_argument("--aggregate", choices=("median", "best"),
+                   help="median over seeds at the best lr (paper, default) or best single run (ablations)")
+    p.add_argument("--output-dir", help="root of the per-cell directories and the report")
+    p.add_argument("--workers", type=int, help="cells run at once, each in its own process (default 1)")
+    p.add_argument("--devices", help="comma-separated CUDA device ids to spread the workers over")
+    p.add_argument("--isolate", action="store_true", help="run every cell in a subprocess even with 1 worker")
+    p.add_argument("--dry-run", action="store_true", help="list the cells and exit")
+    p.add_argument("--report-only", action="store_true", help="only aggregate the existing results")
+    p.add_argument("--run-cell", help=argparse.SUPPRESS)  # internal: one cell from its cell.json
+    add_run_arguments(p, with_defaults=False)
+    args = p.parse_args(argv)
+    given = vars(args)
+    if "run_cell" in given:
+        return _run_cell_file(args.run_cell, args.output_dir)
+
+    import transformers
+
+    # Every cell loads a model: one identical load report and progress bar per cell drowns the sweep's own log.
+    transformers.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+    suite = load_suite(given.get("config"))
+    cells, output_dir, aggregate = build_cells(suite, args)
+    if given.get("dry_run"):
+        for c in cells:
+            print(c.key, "(done)" if is_done(output_dir, c) else "")
+        return 0
+    failures: dict[str, str] = {}
+    if not given.get("report_only"):
+        devices = given["devices"].split(",") if given.get("devices") else None
+        failures = run_sweep(cells, output_dir, given.get("workers", 1), devices, given.get("isolate", False))
+
+    from .report import write_report
+
+    md_path, _ = write_report(output_dir, aggregate=aggregate, protocol=cells[0].cfg.protocol,
+                              models=list(dict.fromkeys(c.model_name for c in cells)),
+                              tasks=list(dict.fromkeys(c.task for c in cells)))
+    with open(md_path, encoding="utf-8") as f:
+        print(f.read())
+    if failures:
+        print(f"{len(failures)} cell(s) failed:", file=sys.stderr)
+        for key, err in failures.items():
+            print(f"  {key}: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
