@@ -145,7 +145,7 @@ def test_needle_counts_and_ordinal_questions(tokenizer):
         assert ex["key"] in ex["question"]
         if ex["num_needles"] == 1:
             assert ex["ordinal"] is None
-            assert "first" not in ex["question"] and "second" not in ex["question"]
+            assert "first" not in ex["question"] and "second" not in ex["question"]  # keys avoid ordinals
             expected = found[0]
         else:
             assert found[0][1] != found[1][1]  # same key, different values

@@ -211,7 +211,8 @@ def generate_example(
     if num_needles not in (1, 2):
         raise ValueError(f"num_needles must be 1 or 2, got {num_needles}")
     measure = measure or _Measure(tokenizer)
-    key = f"{rng.choice(words)}-{rng.choice(words)}"
+    key_words = [w for w in words if w not in ORDINALS] or words  # keep "first"/"second" out of keys
+    key = f"{rng.choice(key_words)}-{rng.choice(key_words)}"
     for _ in range(max_value_tries):
         values: list[str] = []
         while len(values) < num_needles:
@@ -255,7 +256,11 @@ def _fit_length(tokenizer, words, rng, draft: _Draft, *, target, unit, measure: 
     n = -1
     for attempt in range(50):
         context, starts = _assemble(chosen, draft)
-        n = measure.pair(question, context, unit)
+        if unit == "input":  # one tokenization gives both the length and the offsets checked below
+            enc = tokenizer(question, context, return_offsets_mapping=True)
+            n = len(enc["input_ids"])
+        else:
+            n = measure.pair(question, context, unit)
         err = n - target
         # Aim for +-2 tokens first; accept anything within the tolerance after a few corrections.
         if abs(err) <= min(tol, 2) or (attempt >= 5 and abs(err) <= tol):
@@ -270,11 +275,12 @@ def _fit_length(tokenizer, words, rng, draft: _Draft, *, target, unit, measure: 
 
     answer = draft.answer
     ans_start = starts[(draft.ordinal or 1) - 1] + len(needle_prefix(draft.key))
-    if context[ans_start : ans_start + len(answer)] != answer or context.count(answer) != 1:
+    if context[ans_start : ans_start + len(answer)] != answer:
         raise AssertionError("internal error: answer offset does not match the assembled context")
     if any(context.count(v) != 1 for v in draft.values) or context.count(draft.key) != len(draft.values):
         return None  # a value or key collides with the text: redraw
-    enc = tokenizer(question, context, return_offsets_mapping=True)
+    if unit != "input":
+        enc = tokenizer(question, context, return_offsets_mapping=True)
     seq_ids = enc.sequence_ids()
     span = token_span(enc["offset_mapping"], seq_ids, context, ans_start, ans_start + len(answer))
     if span is None:
