@@ -50,7 +50,8 @@ class AveyBConfig(PretrainedConfig):
         mixing_activation (`str`, defaults to `"relu"`): ``σ`` applied after the static/dynamic mixing (App. A, A3);
             `"identity"` in the release.
         enricher_layout (`str`, defaults to `"paper"`): order of the enricher's output features.
-            `"paper"`: ``[bypass m_h | gate | contextual]``; `"release"`: ``[contextual | gate | bypass m_h]`` (SPEC §8).
+            `"paper"`: ``[bypass m_h | gate | contextual]`` and fuser input ``[bypass | c]``; `"release"`:
+            ``[contextual | gate | bypass m_h]`` and fuser input ``[c | bypass]`` (SPEC §8).
         layer_pattern (`str`, defaults to `"interleaved_sd"`): one of ``LAYER_PATTERNS`` (SPEC §4) or an explicit
             string of ``S``/``D`` letters of length ``L`` (e.g. ``"SDSD"``). Expanded into ``mixer_types``.
         mixer_types (`list[str]`, *optional*): per-layer ``"static"``/``"dynamic"``/``"coupled"``; derived from
@@ -196,6 +197,15 @@ class AveyBConfig(PretrainedConfig):
         self._validate()
         if self.mixer_types is None:
             self.mixer_types = self._expand_mixer_types()
+
+    @classmethod
+    def from_dict(cls, config_dict: dict, **kwargs):
+        """Also reads the authors' release ``config.json`` (SPEC §8) as the ``avey_b1`` parameterization."""
+        from .convert import is_release_config, release_config_to_ours
+
+        if is_release_config(config_dict):
+            config_dict = release_config_to_ours(config_dict)
+        return super().from_dict(config_dict, **kwargs)
 
     # -- derived sizes ---------------------------------------------------------------------------------------
     @property

@@ -36,7 +36,9 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        ms = torch.linalg.vector_norm(x.float(), dim=-1, keepdim=True).square() / x.shape[-1]
+        # the statistic in at least float32 (bf16 inputs), never below the input's precision (float64 inputs)
+        xf = x.to(torch.promote_types(x.dtype, torch.float32))
+        ms = torch.linalg.vector_norm(xf, dim=-1, keepdim=True).square() / x.shape[-1]
         return (x * torch.rsqrt(ms + self.eps).to(x.dtype)) * self.weight.to(x.dtype)
 
 
@@ -154,10 +156,10 @@ class AveyBLayer(GradientCheckpointingLayer):
         self.dropout = nn.Dropout(config.hidden_dropout)
         # Learned residual gain of the release; a fixed 1 otherwise (the paper's plain residual).
         self.alpha = nn.Parameter(torch.ones(())) if config.residual_scale else None
-        # Feature order of the enricher output (SPEC §8): the paper puts the bypass head first.
+        # Feature order of the enricher output and of the fuser input (SPEC §8): the paper puts the bypass first.
         self.release_layout = config.enricher_layout == "release"
         self.split_sizes = (d_mix, d_mix, m_h) if self.release_layout else (m_h, d_mix, d_mix)
-        self.fuser_split = (m_h, d_mix)
+        self.fuser_split = (d_mix, m_h) if self.release_layout else (m_h, d_mix)
 
     def forward(self, x: torch.Tensor, keep: torch.Tensor | None = None) -> torch.Tensor:
         z = self.enricher_act(self.enricher(self.norm(x)))  # (R, C, m)
@@ -168,7 +170,9 @@ class AveyBLayer(GradientCheckpointingLayer):
         if keep is not None:
             z_tr = z_tr * keep.unsqueeze(-1).to(z_tr.dtype)
         c = z_tl * self.mix_act(self.mixer(z_tr, keep))  # (R, C, d')
-        # fuser([z_h | c]) as two products on the weight's column blocks: no concatenated copy of 3d features
-        w_h, w_c = self.fuser.weight.split(self.fuser_split, dim=1)
-        out = self.dropout(F.linear(z_h, w_h, self.fuser.bias) + F.linear(c, w_c))  # (R, C, d)
+        # fuser([z_h | c]) (the release: [c | z_h]) as two products on the weight's column blocks, which saves
+        # a concatenated copy of 3d features per token
+        first, second = (c, z_h) if self.release_layout else (z_h, c)
+        w_first, w_second = self.fuser.weight.split(self.fuser_split, dim=1)
+        out = self.dropout(F.linear(first, w_first, self.fuser.bias) + F.linear(second, w_second))  # (R, C, d)
         return out + (x if self.alpha is None else self.alpha * x)

@@ -19,6 +19,7 @@ Notable choices:
 from __future__ import annotations
 
 import math
+import tempfile
 
 import torch
 import torch.nn.functional as F
@@ -51,6 +52,25 @@ class AveyBPreTrainedModel(PreTrainedModel):
     _no_split_modules = ["AveyBLayer"]
     _supports_sdpa = False
     _supports_flash_attn = False
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):
+        """``PreTrainedModel.from_pretrained``, which also accepts the authors' release checkpoints (a hub repo id
+        such as ``avey-ai/avey-b1-base-exp`` or a local download): they are converted on the fly (SPEC §8)."""
+        from .convert import convert_release_checkpoint, resolve_release_directory
+
+        release = None
+        if pretrained_model_name_or_path is not None:
+            release = resolve_release_directory(pretrained_model_name_or_path, **kwargs)
+        if release is None:
+            return super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
+        # The converted checkpoint carries the config (its head size comes from the weights); a `config` that the
+        # Auto classes built from the release's config.json does not know the number of labels, so it is
+        # dropped. Overrides still work as keyword arguments (e.g. num_labels=5, ignore_mismatched_sizes=True).
+        kwargs.pop("config", None)
+        with tempfile.TemporaryDirectory() as converted:
+            convert_release_checkpoint(release, converted)
+            return super().from_pretrained(converted, *model_args, **kwargs)
 
     def _init_matrix(self, weight: torch.Tensor) -> None:
         if self.config.initializer == "xavier_normal":
