@@ -71,7 +71,7 @@ def static_matrix_stats(model: nn.Module) -> list[dict[str, float]]:
             "mean": w.mean().item(),
             "std": w.std().item(),
             "min": w.min().item(),
-            "median": w.median().item(),
+            "median": w.quantile(0.5).item(),  # the usual median (mean of the two middles)
             "max": w.max().item(),
             "mean_abs": w.abs().mean().item(),
             "l1": w.abs().sum().item(),
