@@ -65,6 +65,10 @@ def test_tiny_cpu_run_writes_well_formed_csv_and_jsonl(tmp_path):
         assert r["latency_min_s"] <= r["latency_median_s"] <= r["latency_max_s"]
         assert math.isclose(r["throughput_tok_s"], 2 * r["seq_len"] / r["latency_median_s"])
         assert r["peak_mem_bytes"] > 0 and r["mem_method"] == "rss_sampler"
+        assert len(r["cpu_times_s"]) == 2 and r["cpu_median_s"] > 0  # process CPU time, for shared CPUs
+        assert (
+            fit.latency_of(r, "cpu") == r["cpu_median_s"] and fit.latency_of(r, "min") == r["latency_min_s"]
+        )
         assert r["n_params"] > 0 and r["dtype"] == "float32" and r["device"] == "cpu"
     # The compressor-off model really is another architecture (the compressor's P matrix is gone).
     assert by[("avey-b-tiny", 16)]["n_params"] != by[("avey-b-tiny:compressor=False", 16)]["n_params"]

@@ -45,6 +45,7 @@ import csv
 import json
 import os
 import platform
+import statistics
 import sys
 import time
 from collections.abc import Iterable
@@ -145,6 +146,9 @@ def run_point(
         "warmup": warmup,
         "first_call_s": t.first_call_s,
         "times_s": t.times_s,
+        "cpu_median_s": statistics.median(t.cpu_times_s),
+        "cpu_min_s": min(t.cpu_times_s),
+        "cpu_times_s": t.cpu_times_s,
         "peak_mem_bytes": t.peak_mem_bytes,
         "peak_mem_delta_bytes": t.peak_mem_delta_bytes,
         "mem_method": t.mem_method,
@@ -395,16 +399,17 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--out", default=None, help="also write the table (markdown) to this file")
     f.add_argument(
         "--stat",
-        choices=("median", "min"),
+        choices=("median", "min", "cpu"),
         default="median",
-        help="latency statistic of the repeats to fit (min is robust on a shared machine)",
+        help="what to fit: median or min wall latency of the repeats, or median process CPU time "
+        "(the stable measure on a shared CPU)",
     )
 
     g = sub.add_parser("plot", help="log-log throughput and latency plots")
     g.add_argument("results", help="results.jsonl of `bench run`")
     g.add_argument("--out", required=True, help="directory for throughput.png and latency.png")
     g.add_argument("--title", default=None)
-    g.add_argument("--stat", choices=("median", "min"), default="median", help="latency statistic to plot")
+    g.add_argument("--stat", choices=("median", "min", "cpu"), default="median", help="as for fit")
     return p
 
 

@@ -37,7 +37,11 @@ def plot_records(
     os.makedirs(out_dir, exist_ok=True)
     paths = []
     value = {"throughput": lambda r: throughput_of(r, stat), "latency": lambda r: latency_of(r, stat)}
-    for name, ylabel in (("throughput", "throughput (tokens/s)"), ("latency", "latency (s / forward)")):
+    unit = "CPU-s" if stat == "cpu" else "s"
+    for name, ylabel in (
+        ("throughput", f"throughput (tokens / {unit})"),
+        ("latency", f"latency ({unit} / forward)"),
+    ):
         get = value[name]
         fig, ax = plt.subplots(figsize=(7, 4.5))
         for key, pts in groups.items():
@@ -48,7 +52,7 @@ def plot_records(
             xs = [r["seq_len"] for r in ok]
             ys = [get(r) for r in ok]
             (line,) = ax.plot(xs, ys, marker="o", ms=3, label=key)
-            if name == "latency":
+            if name == "latency" and stat != "cpu":
                 lo = [y - r["latency_min_s"] for y, r in zip(ys, ok, strict=True)]
                 hi = [r["latency_max_s"] - y for y, r in zip(ys, ok, strict=True)]
                 ax.errorbar(xs, ys, yerr=[lo, hi], fmt="none", ecolor=line.get_color(), alpha=0.5)

@@ -16,6 +16,10 @@ Written once so that Avey-B and every baseline go through exactly the same measu
   a spike shorter than the sampling interval can be missed, and memory that glibc keeps cached after an
   earlier, larger point is already counted in the baseline. We report both the absolute peak RSS and the
   increase over the RSS just before the timed calls (``peak_mem_delta_bytes``). Off Linux it is ``None``.
+* Each timed call also records the process CPU time (``time.process_time``, all threads). On a shared
+  CPU, wall-clock time mostly measures how busy the neighbours are; CPU time measures the work done (plus
+  some OpenMP spin-waiting), so CPU-time scaling exponents are the stable ones there. On GPU it means
+  nothing (the host waits in ``synchronize``) and wall time is the measure.
 * ``is_oom(exc)`` recognizes CUDA and CPU out-of-memory errors so callers can record ``"OOM"`` as a data
   point instead of crashing (the paper's tables mark such points "OOM").
 
@@ -125,6 +129,7 @@ class Timing:
     """Timed calls of one benchmark point. Seconds per call; memory in bytes (None when unknown)."""
 
     times_s: list[float]
+    cpu_times_s: list[float]  # process CPU time (all threads) of each timed call
     warmup: int
     first_call_s: float | None  # duration of the first warm-up call (includes torch.compile tracing)
     peak_mem_bytes: int | None
@@ -146,7 +151,13 @@ class Timing:
 
     def summary(self) -> dict[str, Any]:
         d = asdict(self)
-        d.update(median_s=self.median_s, min_s=self.min_s, max_s=self.max_s, repeats=len(self.times_s))
+        d.update(
+            median_s=self.median_s,
+            min_s=self.min_s,
+            max_s=self.max_s,
+            repeats=len(self.times_s),
+            cpu_median_s=statistics.median(self.cpu_times_s),
+        )
         return d
 
 
@@ -189,15 +200,17 @@ def measure(
         sampler = PeakRSSSampler(rss_interval_s)
 
     times: list[float] = []
+    cpu_times: list[float] = []
     floor = min(min_repeats, repeats)
     ctx = sampler if sampler is not None else contextlib.nullcontext()
     with ctx:
         for _ in range(repeats):
             synchronize(device)
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             fn()
             synchronize(device)
             times.append(time.perf_counter() - t0)
+            cpu_times.append(time.process_time() - c0)
             if max_seconds is not None and len(times) >= floor and sum(times) >= max_seconds:
                 break
 
@@ -213,6 +226,7 @@ def measure(
         method = "unavailable"
     return Timing(
         times_s=times,
+        cpu_times_s=cpu_times,
         warmup=warmup,
         first_call_s=first_call_s,
         peak_mem_bytes=peak,

@@ -13,9 +13,10 @@ $PY -m avey_b.benchmarking.efficiency run --models avey-b-small bert-base modern
 $PY -m avey_b.benchmarking.efficiency run --models avey-b-small --no-compressor \
     --dtype float32 $COMMON --out "$OUT/compressor" --resume
 for d in main compressor; do
-  for stat in min median; do
+  for stat in cpu min median; do
     $PY -m avey_b.benchmarking.efficiency fit "$OUT/$d/results.jsonl" --min-length 1024 --stat $stat \
         --out "$OUT/$d/fits_$stat.md"
   done
-  $PY -m avey_b.benchmarking.efficiency plot "$OUT/$d/results.jsonl" --out "$OUT/$d" --stat min
+  $PY -m avey_b.benchmarking.efficiency plot "$OUT/$d/results.jsonl" --out "$OUT/$d" --stat cpu
+  $PY -m avey_b.benchmarking.efficiency plot "$OUT/$d/results.jsonl" --out "$OUT/$d/wall_min" --stat min
 done
