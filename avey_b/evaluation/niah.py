@@ -44,6 +44,7 @@ Evaluation (``avey-b niah evaluate``): see :func:`evaluate_main`.
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import os
 import random
@@ -445,13 +446,16 @@ def _lengths(values: list[str]) -> list[int]:
     return out
 
 
+_GENERATE_HELP = __doc__.split("Evaluation (")[0].split("-----\n")[-1]
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="avey-b niah", description="Needle-in-a-haystack sets (SPEC §7).")
     sub = p.add_subparsers(dest="command", required=True)
     g = sub.add_parser(
         "generate",
         help="generate NIAH-1/NIAH-2 train/test sets",
-        description=__doc__.split("Generation (``avey-b niah generate``)")[1].split("Evaluation")[0],
+        description=_GENERATE_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     g.add_argument(
@@ -477,7 +481,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     g.add_argument("--format", choices=("jsonl", "hf", "both"), default="both")
 
-    e = sub.add_parser("evaluate", help="fine-tune at a short length, report EM/F1 per length")
+    e = sub.add_parser(
+        "evaluate",
+        help="fine-tune at a short length, report EM/F1 per length",
+        description=inspect.cleandoc(evaluate_main.__doc__ or ""),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     add_evaluate_arguments(e)
     return p
 
@@ -548,7 +557,9 @@ def add_evaluate_arguments(e: argparse.ArgumentParser) -> None:
     e.add_argument(
         "--trust-remote-code", action="store_true", help="for Hub models with custom code (NeoBERT)"
     )
-    e.add_argument("--out", required=True, help="results directory (results.jsonl, table.md)")
+    e.add_argument(
+        "--out", required=True, help="results directory (results.jsonl, table_exact.md, table_f1.md)"
+    )
 
 
 def _slug(name: str) -> str:
