@@ -113,22 +113,29 @@ def _free_port():
         return s.getsockname()[1]
 
 
-def test_two_process_gloo_equals_one_process(corpus, tmp_path):
-    """Same global batch (8 sequences): 1 rank x 2 accumulation vs 2 ranks x 1: the same parameters."""
+@pytest.fixture(scope="module")
+def one_process_run(corpus, tmp_path_factory):
+    run = tmp_path_factory.mktemp("one")
+    assert main(overrides(corpus, run, steps=3, **{"checkpoint.every": 0})) == 0
+    return run
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_two_process_gloo_equals_one_process(corpus, tmp_path, one_process_run, strategy):
+    """Same global batch (8 sequences): 1 rank x 2 accumulation vs 2 ranks x 1 (DDP, or FSDP2 sharding): the
+    same parameters and losses."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    one = overrides(corpus, tmp_path / "one", steps=3, **{"checkpoint.every": 0})
-    two = overrides(corpus, tmp_path / "two", steps=3, **{"checkpoint.every": 0})
-    assert main(one) == 0
+    two = overrides(corpus, tmp_path / "two", steps=3, **{"checkpoint.every": 0, "distributed.strategy": strategy})
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(_free_port()),
            "-m", "avey_b.training.pretrain"] + two
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "2 rank(s)" in proc.stdout and "4 seq x 1 accumulation x 2 rank(s)" in proc.stdout
-    p1, p2 = params(tmp_path / "one" / "model"), params(tmp_path / "two" / "model")
+    assert "4 seq x 1 accumulation x 2 rank(s)" in proc.stdout
+    p1, p2 = params(one_process_run / "model"), params(tmp_path / "two" / "model")
     assert p1.keys() == p2.keys()
     for k in p1:
         torch.testing.assert_close(p1[k], p2[k], rtol=1e-4, atol=1e-5, msg=k)
-    l1, l2 = losses(tmp_path / "one"), losses(tmp_path / "two")
+    l1, l2 = losses(one_process_run), losses(tmp_path / "two")
     assert all(abs(l1[s] - l2[s]) < 1e-4 for s in l1)
 
 

@@ -193,8 +193,7 @@ class PackedSequences:
                     st["buffer"] = buf
                     out = self._emit(round_)
                     st["seq"] += R
-                    for x in out:
-                        yield x
+                    yield from out
                     n_yielded += 1
                     if self.max_sequences is not None and n_yielded >= self.max_sequences:
                         return

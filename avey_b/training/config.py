@@ -306,7 +306,7 @@ def _field_docs(cls) -> dict[str, str]:
     src = textwrap.dedent(inspect.getsource(cls))
     body = ast.parse(src).body[0].body
     docs = {}
-    for a, b in zip(body, body[1:]):
+    for a, b in zip(body, body[1:], strict=False):
         if isinstance(a, ast.AnnAssign) and isinstance(b, ast.Expr) and isinstance(getattr(b, "value", None), ast.Constant):
             docs[a.target.id] = " ".join(str(b.value.value).split())
     return docs

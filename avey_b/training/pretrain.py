@@ -36,8 +36,14 @@ from ..data.mlm import IGNORE_INDEX, mask_tokens, sequence_generator
 from ..data.packing import PackedSequences
 from ..data.tokenizer import eot_id, load_tokenizer, pad_to_multiple, special_ids, train_bpe_tokenizer
 from . import distributed as dist_utils
-from .checkpoint import (latest_checkpoint, load_train_state, rng_state, save_checkpoint, save_pretrained_atomic,
-                         set_rng_state)
+from .checkpoint import (
+    latest_checkpoint,
+    load_train_state,
+    rng_state,
+    save_checkpoint,
+    save_pretrained_atomic,
+    set_rng_state,
+)
 from .config import PretrainConfig, describe, dump_yaml, load_config, to_dict
 from .metrics import MetricsLogger, count_flops, peak_flops
 from .schedule import build_scheduler
@@ -136,6 +142,19 @@ def build_optimizer(model, cfg: PretrainConfig):
     no_decay = [p for p in model.parameters() if p.requires_grad and p.ndim < 2]
     groups = [{"params": decay, "weight_decay": o.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
     return torch.optim.AdamW(groups, lr=o.lr, betas=tuple(o.betas), eps=o.eps)
+
+
+def full_state_dict(model) -> dict:
+    """The unsharded model state on CPU (FSDP2: a collective every rank must call)."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    sd = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    # save_pretrained drops tied copies only when it builds the state dict itself; do the same here
+    tied = getattr(model, "_tied_weights_keys", None) or {}
+    if getattr(model.config, "tie_word_embeddings", True):
+        for key in (tied.keys() if isinstance(tied, dict) else tied):
+            sd.pop(key, None)
+    return sd
 
 
 def uses_sparse_logits(model) -> bool:
@@ -327,7 +346,13 @@ def _train(cfg: PretrainConfig, info, resume: str | None) -> dict:
         else:
             optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
-        stream.load_state_dict(state["data"])
+        data_state = state["data"]
+        if "per_rank" in data_state:
+            if len(data_state["per_rank"]) != info.world_size:
+                raise ValueError(f"checkpoint was written by {len(data_state['per_rank'])} ranks with "
+                                 f"data.shard_by=document; resume it on the same number of ranks")
+            data_state = data_state["per_rank"][info.rank]
+        stream.load_state_dict(data_state)
         step = int(state["step"])
         rngs = state["rng"]
         if len(rngs) == info.world_size:
@@ -353,23 +378,26 @@ def _train(cfg: PretrainConfig, info, resume: str | None) -> dict:
     old_handlers = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
 
     def save(step_: int) -> Path:
-        rngs = [rng_state()]
+        rngs, data_state = [rng_state()], stream.state_dict()
         if info.enabled:
             rngs = [None] * info.world_size
             torch.distributed.all_gather_object(rngs, rng_state())
+            if cfg.data.shard_by == "document":  # each rank packs its own documents: keep every position
+                states = [None] * info.world_size
+                torch.distributed.all_gather_object(states, data_state)
+                data_state = {"per_rank": states}
         sd, optim_sd = None, None
         if fsdp:
             # FSDP2: every rank takes part in gathering the full (unsharded) model and optimizer state
-            from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
-                                                                 get_optimizer_state_dict)
+            from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
 
             opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
-            sd = get_model_state_dict(raw_model, options=opts)
+            sd = full_state_dict(raw_model)
             optim_sd = get_optimizer_state_dict(raw_model, optimizer, options=opts)
         path = None
         if info.is_main:
             train_state = {"step": step_, "optimizer": optim_sd if fsdp else optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-                           "data": stream.state_dict(), "rng": rngs, "world_size": info.world_size,
+                           "data": data_state, "rng": rngs, "world_size": info.world_size,
                            "config": to_dict(cfg)}
             path = save_checkpoint(run_dir, step_, raw_model, tokenizer, train_state, cfg.checkpoint.keep_last,
                                    state_dict=sd)
@@ -479,12 +507,16 @@ def _train(cfg: PretrainConfig, info, resume: str | None) -> dict:
 
     results["final"] = evaluate(model, eval_stream, tokenizer, cfg, info, autocast)
     logger.log({"step": step, "tokens": step * global_seqs * N, **results["final"]})
+    final_sd = full_state_dict(raw_model) if fsdp else None  # collective: every rank gathers
     if info.is_main:
-        save_pretrained_atomic(run_dir / "model", raw_model, tokenizer)
+        save_pretrained_atomic(run_dir / "model", raw_model, tokenizer, state_dict=final_sd)
         _report(results, cfg, run_dir, time.time() - t_start)
-        if cfg.eval.fill_examples:
+    if cfg.eval.fill_examples and (info.is_main or fsdp):  # under FSDP every rank runs the forwards
+        filled = fill_mask(model, tokenizer, cfg.eval.fill_examples, info.device)
+        results["fill"] = filled
+        if info.is_main:
             print("\nfill-mask (top 5 per [MASK]):")
-            for text, preds in fill_mask(model, tokenizer, cfg.eval.fill_examples, info.device):
+            for text, preds in filled:
                 print(f"  {text}\n    -> {'  ;  '.join(preds)}")
     logger.close()
     return results
