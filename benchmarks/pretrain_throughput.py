@@ -24,9 +24,9 @@ import torch
 
 import avey_b  # noqa: F401
 from avey_b import AveyBForMaskedLM, presets
+from avey_b.training.config import load_config
 from avey_b.training.metrics import count_flops, peak_flops
 from avey_b.training.pretrain import build_optimizer, mlm_sums
-from avey_b.training.config import load_config
 
 
 def measured_gemm_peak(dtype: torch.dtype, device: torch.device, n: int = 2048, reps: int = 5) -> float:
