@@ -22,22 +22,27 @@ _NEG = ["bad", "awful", "poor", "dreadful", "weak"]
 _NOUNS = ["film", "plot", "cast", "story", "music", "ending"]
 _PEOPLE = ["Alice Smith", "Bob", "Carol Jones", "Dave"]
 _PLACES = ["Paris", "New York", "Berlin"]
-_FILLER = ["the", "a", "was", "very", "and", "in", "with", "met", "from", "today", "said", "who", "where"]
+_FILLER = ["the", "a", "was", "very", "and", "in", "with", "met", "from", "today", "said", "bob"]
 
 
-def tokenizer(directory: str, vocab_size: int = 160):
-    """Train a lower-casing WordPiece tokenizer with BERT-style specials and pair template on the toy
-    vocabulary; save it as a ``transformers`` fast tokenizer in ``directory`` and return it."""
-    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+def tokenizer(directory: str):
+    """A lower-casing WordPiece tokenizer with BERT-style specials and pair template over the toy vocabulary
+    (whole toy words, single letters and ``##`` letter pieces, so unseen words split into sub-tokens);
+    saved as a ``transformers`` fast tokenizer in ``directory`` and returned. The vocabulary is written
+    out rather than trained so that tests see the same splits on every run."""
+    import string
+
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
     from transformers import PreTrainedTokenizerFast
 
     specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    words = sorted({w.lower() for w in " ".join(_POS + _NEG + _NOUNS + _FILLER + _PEOPLE + _PLACES).split()})
+    pieces = list(string.ascii_lowercase) + ["##" + c for c in string.ascii_lowercase] + list("0123456789?.,!-")
+    vocab = {t: i for i, t in enumerate(dict.fromkeys(specials + words + pieces + ["where", "who", "what"]))}
+    tok = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]"))
     tok.normalizer = normalizers.BertNormalizer(lowercase=True)
     tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    corpus = [" ".join(_POS + _NEG + _NOUNS + _FILLER), " ".join(_PEOPLE + _PLACES), "? . , ! which what is"] * 3
-    tok.train_from_iterator(corpus, trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=specials))
-    cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
+    cls, sep = vocab["[CLS]"], vocab["[SEP]"]
     tok.post_processor = processors.TemplateProcessing(
         single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", cls), ("[SEP]", sep)]
     )

@@ -1,0 +1,101 @@
+"""One fine-tuning cell per family through the Auto classes: tiny Avey-B and tiny BERT, both protocols."""
+
+import pytest
+import torch
+
+from avey_b.evaluation import toy
+from avey_b.evaluation.finetune import resolve_steps, run_cell
+from avey_b.evaluation.tasks import DataFiles, RunConfig, get_task
+from avey_b.evaluation.tasks.base import load_model, load_tokenizer, mean_pool
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory):
+    root = tmp_path_factory.mktemp("harness")
+    tok = toy.tokenizer(str(root / "tok"))
+    return {
+        "tok": tok,
+        "bert": toy.bert(str(root / "bert"), tok),
+        "avey": toy.avey_b(str(root / "avey"), tok),
+        "sst2": DataFiles(train=toy.sst2_tsv(str(root / "s.tsv"), 256, 0), eval=toy.sst2_tsv(str(root / "d.tsv"), 64, 1)),
+        "conll": DataFiles(train=toy.conll(str(root / "c.train"), 24, 0), eval=toy.conll(str(root / "c.dev"), 8, 1)),
+        "squad": DataFiles(train=toy.squad_json(str(root / "q.json"), 24, 0),
+                           eval=toy.squad_json(str(root / "qd.json"), 6, 1, with_impossible=True)),
+        "beir": DataFiles(train=toy.beir(str(root / "beir"), 32, 20), eval=str(root / "beir")),
+    }
+
+
+@pytest.mark.parametrize("model", ["avey", "bert"])
+@pytest.mark.parametrize("protocol", ["standard", "paper"])
+@pytest.mark.parametrize("task,data,metric", [
+    ("conll2003", "conll", "f1"), ("squad_v2", "squad", "f1"), ("nq", "beir", "ndcg@10"),
+])
+def test_every_family_runs_for_both_models(env, model, protocol, task, data, metric):
+    cfg = RunConfig(lr=1e-3, seed=0, protocol=protocol, max_steps=2, batch_size=8, max_length=20, doc_stride=6,
+                    device="cpu")
+    rec = run_cell(env[model], task, cfg, env[data])
+    assert rec["metric"] == metric and rec["protocol"] == protocol and rec["train"]["steps"] == 2
+    assert 0.0 <= rec["score"] <= 100.0
+    if task == "squad_v2" and protocol == "standard":
+        assert {"exact", "HasAns_f1", "NoAns_f1"} <= set(rec["metrics"])
+    if task == "nq":  # the paper protocol ranks only documents that appear in the qrels
+        assert rec["metrics"]["corpus_size"] == (20 if protocol == "standard" else len(
+            {d for rel in get_task("nq").load("eval", env[data]).qrels.values() for d in rel}))
+
+
+def test_avey_b_learns_the_toy_sentiment_task(env):
+    cfg = RunConfig(lr=3e-3, seed=0, batch_size=16, max_length=16, device="cpu")
+    rec = run_cell(env["avey"], "sst2", cfg, env["sst2"])
+    assert rec["train"]["steps"] == 16  # 256 examples, one epoch
+    assert rec["train"]["loss_last"] < rec["train"]["loss_first"]
+    assert rec["score"] > 80.0  # chance is ~50
+
+
+def test_same_seed_same_result_and_seed_changes_the_head(env):
+    cfg = RunConfig(lr=1e-3, seed=3, max_steps=3, batch_size=8, max_length=16, device="cpu")
+    a = run_cell(env["bert"], "conll2003", cfg, env["conll"])
+    b = run_cell(env["bert"], "conll2003", cfg, env["conll"])
+    assert a["train"]["losses"] == b["train"]["losses"] and a["score"] == b["score"]
+    cfg.seed = 4
+    c = run_cell(env["bert"], "conll2003", cfg, env["conll"])
+    assert c["train"]["losses"][0] != a["train"]["losses"][0]
+
+
+def test_holdout_scores_unseen_part_of_the_training_file(env):
+    cfg = RunConfig(lr=1e-3, max_steps=1, batch_size=8, max_length=16, device="cpu")
+    rec = run_cell(env["avey"], "sst2", cfg, DataFiles(train=env["sst2"].train, holdout=0.25))
+    assert rec["metrics"]["n_eval"] == 64 and rec["train"]["examples"] == 192
+    with pytest.raises(ValueError, match="either an evaluation file or --holdout"):
+        run_cell(env["avey"], "sst2", cfg, DataFiles(train=env["sst2"].train, eval=env["sst2"].eval, holdout=0.25))
+
+
+def test_mean_pool_ignores_padding_for_both_models(env):
+    tok = env["tok"]
+    for name in ("avey", "bert"):
+        model = load_model(env[name], "embedding", RunConfig()).eval()
+        alone = tok(["the film was good"], return_tensors="pt")
+        batch = tok(["the film was good", "the plot was very very awful and weak"], padding=True, return_tensors="pt")
+        with torch.no_grad():
+            e1 = mean_pool(model(**alone).last_hidden_state, alone["attention_mask"])
+            e2 = mean_pool(model(**batch).last_hidden_state, batch["attention_mask"])[:1]
+        torch.testing.assert_close(e1, e2, atol=1e-5, rtol=1e-4)
+
+
+def test_step_budget_per_family():
+    cfg = RunConfig()
+    assert resolve_steps(get_task("sst2"), cfg, 10) == 10
+    assert resolve_steps(get_task("squad"), cfg, 10) == 40
+    assert resolve_steps(get_task("msmarco"), cfg, 10) == 1000
+    assert resolve_steps(get_task("msmarco"), RunConfig(max_steps=7), 10) == 7
+    assert resolve_steps(get_task("sst2"), RunConfig(epochs=0.5), 9) == 5
+
+
+def test_slow_tokenizers_are_rejected(monkeypatch):
+    import transformers
+
+    class Slow:
+        is_fast = False
+
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", lambda *a, **k: Slow())
+    with pytest.raises(ValueError, match="not a fast \\(Rust\\) tokenizer"):
+        load_tokenizer("some/model", RunConfig())

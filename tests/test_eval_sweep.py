@@ -1,0 +1,122 @@
+"""The lr x seed sweep end to end on tiny local files: results, report, resume, failure isolation."""
+
+import argparse
+import json
+import os
+
+import pytest
+
+from avey_b.evaluation import finetune, report, sweep, toy
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory):
+    root = tmp_path_factory.mktemp("sweep")
+    tok = toy.tokenizer(str(root / "tok"))
+    return {
+        "bert": toy.bert(str(root / "bert"), tok),
+        "avey": toy.avey_b(str(root / "avey"), tok),
+        "train": toy.sst2_tsv(str(root / "train.tsv"), 64, seed=0),
+        "dev": toy.sst2_tsv(str(root / "dev.tsv"), 32, seed=1),
+        "root": root,
+    }
+
+
+def _args(env, out, models, *extra):
+    return ["--models", *models, "--tasks", "sst2", "--lrs", "1e-3", "--seeds", "1", "--output-dir", str(out),
+            "--train-file", env["train"], "--eval-file", env["dev"], "--batch-size", "16", "--max-length", "16",
+            "--device", "cpu", *extra]
+
+
+def test_sweep_end_to_end_resume_and_failure_isolation(env, tmp_path, monkeypatch, capsys):
+    out = tmp_path / "eval"
+    models = [f"broken={tmp_path / 'no-such-model'}", f"avey-b={env['avey']}", f"bert={env['bert']}"]
+    rc = sweep.main(_args(env, out, models))
+    assert rc == 1  # one cell failed ...
+    err = capsys.readouterr().err
+    assert "1 cell(s) failed" in err and "broken/standard/sst2/lr0.001_seed0" in err
+
+    # ... but the cells after it ran and were recorded
+    records = {}
+    for name in ("avey-b", "bert"):
+        path = out / name / "standard" / "sst2" / "lr0.001_seed0" / "results.json"
+        records[name] = json.loads(path.read_text())
+        assert records[name]["model_name"] == name and records[name]["metric"] == "accuracy"
+        assert 0 <= records[name]["score"] <= 100 and records[name]["metrics"]["n_eval"] == 32
+        assert records[name]["train"]["steps"] == 4  # 64 examples / batch 16, one epoch (SC default)
+    broken = json.loads((out / "broken" / "standard" / "sst2" / "lr0.001_seed0" / "error.json").read_text())
+    assert "no-such-model" in broken["error"] and broken["traceback"]
+
+    rep = json.loads((out / "report.json").read_text())
+    assert rep["protocol"] == "standard" and rep["failed"][0]["dir"].startswith("broken")
+    for name, rec in records.items():
+        assert rep["models"][name]["tasks"]["sst2"]["score"] == pytest.approx(rec["score"])
+    md = (out / "report.md").read_text()
+    assert "| avey-b |" in md and "SST-2" in md and "Failed cells (1)" in md
+
+    # resume: finished cells are not run again; the failed one is retried
+    calls = []
+    real = finetune.run_cell
+
+    def spy(model, task, cfg, files, tokenizer=None):
+        calls.append(model)
+        return real(model, task, cfg, files, tokenizer)
+
+    monkeypatch.setattr(sweep, "run_cell", spy)
+    mtime = os.path.getmtime(out / "bert" / "standard" / "sst2" / "lr0.001_seed0" / "results.json")
+    assert sweep.main(_args(env, out, models[1:])) == 0
+    assert calls == []
+    assert os.path.getmtime(out / "bert" / "standard" / "sst2" / "lr0.001_seed0" / "results.json") == mtime
+
+    # changing a setting under the same output directory is refused, not mixed in
+    with pytest.raises(ValueError, match="other settings than requested"):
+        sweep.main(_args(env, out, models[1:], "--warmup-ratio", "0.2"))
+
+
+def test_isolated_subprocess_cell(env, tmp_path):
+    out = tmp_path / "iso"
+    assert sweep.main(_args(env, out, [f"bert={env['bert']}"], "--isolate", "--max-steps", "1")) == 0
+    cell = out / "bert" / "standard" / "sst2" / "lr0.001_seed0"
+    assert json.loads((cell / "results.json").read_text())["train"]["steps"] == 1
+    assert (cell / "log.txt").exists()
+
+
+def test_suite_file_expands_the_grid_and_cli_overrides(env, tmp_path):
+    suite = tmp_path / "suite.yaml"
+    suite.write_text(
+        f"models: {{a: {env['bert']}}}\ntasks: [sst2, conll2003]\nlrs: [1.0e-4, 5.0e-4]\nseeds: 3\n"
+        f"output_dir: {tmp_path / 'o'}\ndefaults: {{batch_size: 8}}\ntask_overrides: {{conll2003: {{batch_size: 4}}}}\n"
+    )
+    ns = argparse.Namespace(batch_size=2)
+    cells, out_dir, how = sweep.build_cells(sweep.load_suite(str(suite)), ns)
+    assert len(cells) == 2 * 2 * 3 and how == "median" and out_dir == str(tmp_path / "o")
+    assert {c.cfg.batch_size for c in cells} == {2}  # the command line wins over the suite
+    cells, _, _ = sweep.build_cells(sweep.load_suite(str(suite)), argparse.Namespace())
+    assert {(c.task, c.cfg.batch_size) for c in cells} == {("sst2", 8), ("conll2003", 4)}
+    assert sorted({c.cfg.seed for c in cells}) == [0, 1, 2]
+    suite.write_text("modles: {}\n")
+    with pytest.raises(ValueError, match="unknown keys \\['modles'\\]"):
+        sweep.load_suite(str(suite))
+
+
+def test_aggregate_median_at_best_lr_and_best_of():
+    recs = [{"model_name": "m", "task": "sst2", "lr": lr, "score": s}
+            for lr, scores in ((1e-4, [80, 90, 85]), (5e-4, [70, 95, 88])) for s in scores]
+    recs += [{"model_name": "m", "task": "mnli", "lr": 1e-4, "score": 60.0},
+             {"model_name": "m", "task": "conll2003", "lr": 1e-4, "score": 91.0}]
+    table = report.aggregate(recs, "median")
+    # medians: 1e-4 -> 85, 5e-4 -> 88: best lr 5e-4, sample std of (70, 95, 88)
+    assert table["m"]["sst2"]["best_lr"] == 5e-4 and table["m"]["sst2"]["score"] == 88
+    assert table["m"]["sst2"]["std"] == pytest.approx(12.897, abs=1e-3)
+    assert report.aggregate(recs, "best")["m"]["sst2"]["score"] == 95
+    avg = report.family_averages(table["m"])
+    assert avg["SC"] == {"value": pytest.approx((88 + 60) / 2), "complete": False}
+    md = report.markdown(table, "paper", "median", [])
+    assert "PAPER-COMPATIBLE" in md and "**74.00***" in md and "| m |" in md
+
+
+def test_help_works():
+    for main in (finetune.main, sweep.main, report.main):
+        with pytest.raises(SystemExit) as e:
+            main(["--help"])
+        assert e.value.code == 0
