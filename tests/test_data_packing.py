@@ -118,7 +118,7 @@ def test_restart_from_state_dict_continues_the_stream(corpus, tok):
         second = [next(it) for _ in range(n_total - 123)]
         got = first + second
         assert [x["index"] for x in got] == [x["index"] for x in ref]
-        assert all((x["input_ids"] == y["input_ids"]).all() for x, y in zip(got, ref))
+        assert all((x["input_ids"] == y["input_ids"]).all() for x, y in zip(got, ref, strict=True))
     assert full.state_dict()["epoch"] >= 1
 
 
@@ -172,3 +172,9 @@ def test_builtin_python_docs_corpus_is_real_deduplicated_text():
     assert len(docs) > 500
     assert len(set(" ".join(d.split()) for d in docs)) == len(docs)
     assert any("for" in d and "statement" in d for d in docs)
+
+
+def test_heldout_head_documents(corpus, docs, tok):
+    spec = SourceSpec(str(corpus))
+    assert collect(spec, tok, 2, split="heldout", heldout_docs=40) == reference(docs[:40], tok)
+    assert collect(spec, tok, 2, split="train", heldout_docs=40) == reference(docs[40:], tok)

@@ -7,7 +7,9 @@ How the stream is built (the same on every rank, so it does not depend on the wo
    consecutive source documents.
 2. ``DocumentChunks`` (an ``IterableDataset``) tokenizes chunk ``c`` in DataLoader worker ``c % W``; the
    DataLoader returns worker outputs round-robin, so chunks arrive in source order whatever ``W`` is.
-   Documents of the other split (held-out vs train, by content hash) are dropped inside the worker.
+   Documents of the other split are dropped inside the worker: held out by content hash
+   (``heldout_fraction``), or, for huge streams where a small hashed fraction would mean reading far
+   into the stream at every evaluation, the first ``heldout_docs`` documents.
 3. ``PackedSequences`` (main process) appends ``doc + [eot]`` to a token buffer and cuts it into sequences
    of exactly ``seq_len`` tokens; documents are split across sequence boundaries, nothing is dropped.
 4. Sharding: the global sequence stream is cut into *rounds* of ``world_size`` sequences; rank ``r`` keeps
@@ -58,12 +60,13 @@ class DocumentChunks(IterableDataset):
     """
 
     def __init__(self, spec: SourceSpec, tokenizer, eot: int, *, start: int = 0, chunk_docs: int = 64,
-                 split: str = "all", heldout_fraction: float = 0.0, doc_rank: int = 0, doc_world: int = 1,
-                 add_special_tokens: bool = False):
+                 split: str = "all", heldout_fraction: float = 0.0, heldout_docs: int = 0, doc_rank: int = 0,
+                 doc_world: int = 1, add_special_tokens: bool = False):
         if split not in SPLITS:
             raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
-        if split != "all" and not 0.0 < heldout_fraction < 1.0:
-            raise ValueError(f"split {split!r} needs 0 < heldout_fraction < 1, got {heldout_fraction}")
+        if split != "all" and heldout_docs <= 0 and not 0.0 < heldout_fraction < 1.0:
+            raise ValueError(f"split {split!r} needs 0 < heldout_fraction < 1 or heldout_docs > 0")
+        self.heldout_docs = heldout_docs
         self.spec, self.tokenizer, self.eot = spec, tokenizer, eot
         self.start, self.chunk_docs, self.split = start, chunk_docs, split
         self.heldout_fraction, self.doc_rank, self.doc_world = heldout_fraction, doc_rank, doc_world
@@ -74,6 +77,8 @@ class DocumentChunks(IterableDataset):
             return False
         if self.split == "all":
             return True
+        if self.heldout_docs > 0:  # the first documents of the stream are held out (cheap for huge streams)
+            return (index < self.heldout_docs) == (self.split == "heldout")
         return is_heldout(text, self.heldout_fraction) == (self.split == "heldout")
 
     def __iter__(self) -> Iterator[Chunk]:
@@ -108,8 +113,8 @@ class PackedSequences:
 
     def __init__(self, spec: SourceSpec, tokenizer, seq_len: int, *, eot: int, pad_id: int, rank: int = 0,
                  world_size: int = 1, shard_by: str = "sequence", split: str = "all", heldout_fraction: float = 0.0,
-                 loop: bool = True, num_workers: int = 0, chunk_docs: int = 64, add_special_tokens: bool = False,
-                 max_sequences: int | None = None):
+                 heldout_docs: int = 0, loop: bool = True, num_workers: int = 0, chunk_docs: int = 64,
+                 add_special_tokens: bool = False, max_sequences: int | None = None):
         if seq_len < 1:
             raise ValueError(f"seq_len must be >= 1, got {seq_len}")
         if not 0 <= rank < world_size:
@@ -119,6 +124,7 @@ class PackedSequences:
         self.spec, self.tokenizer, self.seq_len = spec, tokenizer, seq_len
         self.eot, self.pad_id, self.rank, self.world = eot, pad_id, rank, world_size
         self.shard_by, self.split, self.heldout_fraction = shard_by, split, heldout_fraction
+        self.heldout_docs = heldout_docs
         self.loop, self.num_workers, self.chunk_docs = loop, num_workers, chunk_docs
         self.add_special_tokens, self.max_sequences = add_special_tokens, max_sequences
         # in document mode each rank packs its own stream, so one "round" is one sequence
@@ -148,7 +154,7 @@ class PackedSequences:
     def _chunks(self, start: int) -> Iterator[Chunk]:
         ds = DocumentChunks(
             self.spec, self.tokenizer, self.eot, start=start, chunk_docs=self.chunk_docs, split=self.split,
-            heldout_fraction=self.heldout_fraction,
+            heldout_fraction=self.heldout_fraction, heldout_docs=self.heldout_docs,
             doc_rank=self.rank if self.shard_by == "document" else 0,
             doc_world=self.world if self.shard_by == "document" else 1,
             add_special_tokens=self.add_special_tokens,

@@ -55,6 +55,9 @@ class DataConfig:
     """Held-out corpus in the same forms; ``null``: ``eval_fraction`` of the training corpus, by content hash."""
     eval_fraction: float = 0.05
     """Share of training documents held out when ``eval`` is null (they are removed from training)."""
+    eval_documents: int = 0
+    """If > 0 (and ``eval`` is null): hold out the first N documents of the stream instead of a hashed fraction
+    (reads only N documents per evaluation: the choice for huge streamed corpora)."""
     text_field: str = "text"
     """Field/column holding the text in JSONL, Parquet and HF datasets."""
     txt_mode: str = "paragraph"

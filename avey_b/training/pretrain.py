@@ -66,8 +66,9 @@ def data_specs(cfg: PretrainConfig) -> tuple[SourceSpec, str, SourceSpec, str]:
     """(train spec, train split, eval spec, eval split): a separate eval corpus, or a hash-split of the train one."""
     train = source_spec(cfg, cfg.data.train)
     if cfg.data.eval is None:
-        if not 0 < cfg.data.eval_fraction < 1:
-            raise ValueError("data.eval is null, so data.eval_fraction must be in (0, 1) to hold out documents")
+        if cfg.data.eval_documents <= 0 and not 0 < cfg.data.eval_fraction < 1:
+            raise ValueError("data.eval is null, so set data.eval_fraction in (0, 1) or data.eval_documents > 0 "
+                             "to hold out documents")
         return train, "train", train, "heldout"
     ev = source_spec(cfg, cfg.data.eval, cfg.data.hf_eval_split)
     return train, "all", ev, "all"
@@ -83,8 +84,10 @@ def build_tokenizer(cfg: PretrainConfig, info, run_dir: Path):
 
         def texts():
             n = 0
-            for _, text in iter_documents(spec):
-                if split == "train" and is_heldout(text, cfg.data.eval_fraction):
+            for index, text in iter_documents(spec):
+                if split == "train" and cfg.data.eval_documents > 0 and index < cfg.data.eval_documents:
+                    continue
+                if split == "train" and cfg.data.eval_documents <= 0 and is_heldout(text, cfg.data.eval_fraction):
                     continue  # never fit the tokenizer on held-out text
                 yield text
                 n += 1
@@ -314,7 +317,7 @@ def _train(cfg: PretrainConfig, info, resume: str | None) -> dict:
     # --- data
     train_spec, train_split, eval_spec, eval_split = data_specs(cfg)
     common = dict(eot=eot_id(tokenizer), pad_id=tokenizer.pad_token_id, rank=info.rank, world_size=info.world_size,
-                  heldout_fraction=cfg.data.eval_fraction, chunk_docs=cfg.data.chunk_docs,
+                  heldout_fraction=cfg.data.eval_fraction, heldout_docs=cfg.data.eval_documents, chunk_docs=cfg.data.chunk_docs,
                   add_special_tokens=cfg.data.add_special_tokens)
     stream = PackedSequences(train_spec, tokenizer, N, split=train_split, loop=True, shard_by=cfg.data.shard_by,
                              num_workers=cfg.data.num_workers, **common)
