@@ -193,3 +193,13 @@ def test_run_config_errors_name_the_field():
         RunConfig(lr=0)
     with pytest.raises(ValueError, match="unknown task 'glue'"):
         get_task("glue")
+
+
+def test_streaming_rank_equals_full_topk():
+    g = torch.Generator().manual_seed(0)
+    q, d = torch.randn(5, 8, generator=g), torch.randn(23, 8, generator=g)
+    ids = [f"d{i}" for i in range(23)]
+    full = (q @ d.T).topk(10, dim=-1).indices.tolist()
+    streamed = ir.rank(q, iter(d.split(4)), ids, 10)  # 6 chunks, the last one short
+    assert streamed == [[ids[j] for j in row] for row in full]
+    assert ir.rank(q, iter([d[:3]]), ids[:3], 10) == [[ids[j] for j in row] for row in (q @ d[:3].T).topk(3).indices.tolist()]

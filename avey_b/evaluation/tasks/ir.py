@@ -100,16 +100,29 @@ def info_nce(q: torch.Tensor, d: torch.Tensor, scale: float) -> torch.Tensor:
     return torch.nn.functional.cross_entropy(scale * sims, torch.arange(q.shape[0], device=q.device))
 
 
-def rank(query_emb: torch.Tensor, doc_emb: torch.Tensor, doc_ids: list[str], k: int,
-         chunk: int = 1024) -> list[list[str]]:
-    """Top-k document ids per query by dot product (cosine for normalised embeddings), in query chunks
-    so memory stays bounded for large corpora."""
-    k = min(k, len(doc_ids))
-    out = []
-    for start in range(0, query_emb.shape[0], chunk):
-        top = (query_emb[start:start + chunk] @ doc_emb.T).topk(k, dim=-1).indices.tolist()
-        out.extend([[doc_ids[j] for j in row] for row in top])
-    return out
+def merge_topk(best: tuple[torch.Tensor, torch.Tensor] | None, scores: torch.Tensor, offset: int,
+               k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Fold a (queries, chunk) score block into the running top-k (values, corpus indices)."""
+    val, idx = scores.topk(min(k, scores.shape[1]), dim=-1)
+    idx = idx + offset
+    if best is not None:
+        val, order = torch.cat([best[0], val], 1).topk(min(k, best[0].shape[1] + val.shape[1]), dim=-1)
+        idx = torch.cat([best[1], idx], 1).gather(1, order)
+    return val, idx
+
+
+def rank(query_emb: torch.Tensor, doc_chunks, doc_ids: list[str], k: int) -> list[list[str]]:
+    """Top-k document ids per query by dot product (cosine for normalised embeddings). ``doc_chunks``
+    yields consecutive blocks of document embeddings, so the corpus never has to sit in memory at once
+    (the MS MARCO corpus has 8.8M passages)."""
+    best, offset = None, 0
+    for chunk in doc_chunks:
+        chunk = chunk.to(query_emb.device, query_emb.dtype)
+        best = merge_topk(best, query_emb @ chunk.T, offset, k)
+        offset += chunk.shape[0]
+    if offset != len(doc_ids):
+        raise ValueError(f"rank: {offset} document embeddings for {len(doc_ids)} ids")
+    return [[doc_ids[j] for j in row] for row in best[1].tolist()]
 
 
 class RetrievalTask(base.Task):
@@ -187,9 +200,11 @@ class RetrievalTask(base.Task):
         qids = sorted(examples.qrels)
         enc = lambda texts, n: base.encode_texts(model, tokenizer, texts, n, cfg.eval_batch_size, device,
                                                  cfg.normalize_embeddings, cfg.bf16)
-        doc_emb = enc([examples.corpus[d] for d in doc_ids], cfg.max_length)
-        q_emb = enc([examples.queries[q] for q in qids], cfg.query_max_length)
-        rankings = dict(zip(qids, rank(q_emb, doc_emb, doc_ids, 10), strict=False))
+        q_emb = enc([examples.queries[q] for q in qids], cfg.query_max_length).to(device)
+        chunk = int(cfg.extra.get("corpus_chunk", 65536))
+        doc_chunks = (enc([examples.corpus[d] for d in doc_ids[i:i + chunk]], cfg.max_length)
+                      for i in range(0, len(doc_ids), chunk))
+        rankings = dict(zip(qids, rank(q_emb, doc_chunks, doc_ids, 10), strict=True))
         ideal = "retrieved" if cfg.protocol == "paper" else "all"
         return {"ndcg@10": 100 * mean_ndcg_at_k(rankings, examples.qrels, 10, ideal),
                 "n_eval": len(qids), "corpus_size": len(doc_ids)}
