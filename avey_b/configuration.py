@@ -76,6 +76,10 @@ class AveyBConfig(PretrainedConfig):
             (`"max"`, paper) or the smallest (`"min"`, release, weights ≥ 1) selected score.
         ranker_block_size (`int`, defaults to 1024): query tokens scored per block in the ranker. Peak ranker
             memory is ``block × N`` similarities, linear in ``N``; it does not change results.
+        ranker_selection_precision (`str`, defaults to `"exact"`): `"exact"` scores candidates at the input's
+            precision; `"bfloat16"` runs the selection GEMM (the ``O(N²d)`` part) in bf16 for float32 inputs,
+            which is several times faster on CPUs with AMX and GPUs. Only near-ties can be chosen differently:
+            the weights of the chosen splits are always recomputed at full precision.
         compressor (`bool`, defaults to `True`): the neural compressor ``X̂ = P·X_cat (+ X_i)`` (§4.3). When off,
             each split is processed together with its ``k`` retrieved splits (``(k+1)S`` tokens) and only the
             current split's outputs are kept.
@@ -132,6 +136,7 @@ class AveyBConfig(PretrainedConfig):
         ranker: str = "unidirectional",
         ranker_weighting: str = "max",
         ranker_block_size: int = 1024,
+        ranker_selection_precision: str = "exact",
         compressor: bool = True,
         compressor_residual: bool = True,
         mixing_bias: bool = False,
@@ -173,6 +178,7 @@ class AveyBConfig(PretrainedConfig):
         self.ranker = ranker
         self.ranker_weighting = ranker_weighting
         self.ranker_block_size = ranker_block_size
+        self.ranker_selection_precision = ranker_selection_precision
         self.compressor = compressor
         self.compressor_residual = compressor_residual
         self.mixing_bias = mixing_bias
@@ -257,6 +263,7 @@ class AveyBConfig(PretrainedConfig):
         _choice("static_weights", self.static_weights, ("signed", "unsigned"))
         _choice("ranker", self.ranker, RANKER_MODES)
         _choice("ranker_weighting", self.ranker_weighting, ("max", "min"))
+        _choice("ranker_selection_precision", self.ranker_selection_precision, ("exact", "bfloat16"))
         _choice("initializer", self.initializer, ("xavier_normal", "normal"))
         _choice("classifier_head", self.classifier_head, ("linear", "avey-b1"))
         if not self.dynamic_temperature > 0:

@@ -162,11 +162,13 @@ class AveyBLayer(GradientCheckpointingLayer):
         self.fuser_split = (d_mix, m_h) if self.release_layout else (m_h, d_mix)
 
     def forward(self, x: torch.Tensor, keep: torch.Tensor | None = None) -> torch.Tensor:
-        z = self.enricher_act(self.enricher(self.norm(x)))  # (R, C, m)
-        if self.release_layout:
-            z_tr, z_tl, z_h = z.split(self.split_sizes, dim=-1)  # contextual, gate, bypass
-        else:
-            z_h, z_tl, z_tr = z.split(self.split_sizes, dim=-1)  # bypass, gate, contextual
+        h = self.norm(x)
+        # Z = σ_e(X U + b) with the one matrix U, applied as three row blocks so that each part comes out as its
+        # own contiguous tensor (mixing a strided slice of Z would cost a copy).
+        w_parts = self.enricher.weight.split(self.split_sizes)
+        b_parts = (None,) * 3 if self.enricher.bias is None else self.enricher.bias.split(self.split_sizes)
+        parts = [self.enricher_act(F.linear(h, w, b)) for w, b in zip(w_parts, b_parts)]  # (R, C, ·) each
+        z_tr, z_tl, z_h = parts if self.release_layout else parts[::-1]  # contextual, gate, bypass
         if keep is not None:
             z_tr = z_tr * keep.unsqueeze(-1).to(z_tr.dtype)
         c = z_tl * self.mix_act(self.mixer(z_tr, keep))  # (R, C, d')

@@ -11,8 +11,9 @@ loop runs over fixed-size blocks of queries, which bounds peak memory to ``block
 ``N``) instead of the ``N²`` full matrix.
 
 Gradients flow through the weights (the cosine scores), not through the discrete choice. The choice is made
-under ``no_grad``; when gradients are needed, MaxSim is recomputed for the ``k`` selected pairs only (``O(N k S d)``
-work and memory), so training never stores the ``O(N²)`` similarity blocks for backward.
+under ``no_grad`` (optionally with a bf16 GEMM, ``ranker_selection_precision``); the weights come from MaxSim
+recomputed for the ``k`` selected pairs only (``O(N k S d)`` work and memory) at the model's precision, so
+training never stores the ``O(N²)`` similarity blocks for backward.
 """
 
 from __future__ import annotations
@@ -48,30 +49,35 @@ class Ranker(nn.Module):
         self.weighting = config.ranker_weighting
         self.eps = config.ranker_eps
         self.block_size = config.ranker_block_size
+        self.low_precision = config.ranker_selection_precision == "bfloat16"
 
     @torch.no_grad()
-    def select(self, xn: torch.Tensor, keep: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def select(self, xn: torch.Tensor, keep: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
         """Top-``k`` candidates of every split.
 
         xn: (B, n, S, d) unit vectors (zero at padding); keep: (B, n, S) or None.
         Returns ``idx`` (B, n, k) candidate split ids laid out as in ``X_cat`` (descending score, missing slots
-        on the left), ``ok`` (B, n, k) whether a slot holds a split, and ``score`` (B, n, k) their MaxSim.
+        on the left) and ``ok`` (B, n, k), whether a slot holds a split.
         """
         B, n, S, d = xn.shape
         k = self.k
+        if self.low_precision and xn.dtype == torch.float32:
+            xn = xn.to(torch.bfloat16)  # the choice only; the weights are recomputed exactly in forward()
         blk = max(1, self.block_size // S)  # query splits per block
         split_ok = None if keep is None else keep.any(-1)  # (B, n): a split with no real token is no candidate
-        ids, oks, scores = [], [], []
+        # Candidates as a (d, n·S) matrix: every block multiplies two row-major operands, the fast GEMM layout
+        # for bf16 on CPU (a transposed operand is about 2x slower there).
+        cand = xn.reshape(B, n * S, d).transpose(1, 2).contiguous()
+        ids, oks = [], []
         for q0 in range(0, n, blk):
             q1 = min(n, q0 + blk)
             nq = q1 - q0
             J = n if self.bidirectional else q1  # unidirectional: only splits before the block's last one
             q = xn[:, q0:q1].reshape(B, nq * S, d)
-            c = xn[:, :J].reshape(B, J * S, d)
-            sim = (q @ c.transpose(1, 2)).view(B, nq, S, J, S)  # cosines, one GEMM per block
+            sim = (q @ cand[:, :, : J * S]).view(B, nq, S, J, S)  # cosines, one GEMM per block
             if keep is not None:
                 sim = sim.masked_fill(~keep[:, None, None, :J, :], float("-inf"))
-            best = sim.amax(-1)  # (B, nq, S, J)
+            best = sim.amax(-1).float()  # (B, nq, S, J) best candidate token per query token
             if keep is not None:
                 best = best.masked_fill(~keep[:, q0:q1, :, None], 0.0)
             score = best.sum(2)  # (B, nq, J) MaxSim
@@ -88,11 +94,9 @@ class Ranker(nn.Module):
             m = torch.isfinite(val).sum(-1, keepdim=True)
             src = torch.arange(k, device=xn.device) - (k - m)
             ok = src >= 0
-            src = src.clamp_min(0)
-            ids.append(idx.gather(-1, src).masked_fill(~ok, 0))
+            ids.append(idx.gather(-1, src.clamp_min(0)).masked_fill(~ok, 0))
             oks.append(ok)
-            scores.append(val.gather(-1, src).masked_fill(~ok, 0.0))
-        return torch.cat(ids, 1), torch.cat(oks, 1), torch.cat(scores, 1)
+        return torch.cat(ids, 1), torch.cat(oks, 1)
 
     def forward(self, x: torch.Tensor, keep: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """x: (B, n, S, d) embeddings, zero at padding.
@@ -103,14 +107,12 @@ class Ranker(nn.Module):
         if self.k == 0:
             return x, keep
         xn = F.normalize(x, dim=-1, eps=1e-12)
-        idx, ok, score = self.select(xn, keep)
+        idx, ok = self.select(xn, keep)
         batch = torch.arange(B, device=x.device)[:, None, None]
-        if torch.is_grad_enabled() and x.requires_grad:
-            # Recompute MaxSim of the selected pairs with autograd (cheap: k pairs per split).
-            score = _maxsim(
-                xn.unsqueeze(2), xn[batch, idx],
-                None if keep is None else keep.unsqueeze(2), None if keep is None else keep[batch, idx],
-            )  # (B, n, k)
+        # MaxSim of the k selected pairs, recomputed at the model's precision and under autograd when it is on
+        # (O(N·k·S·d): cheap next to the selection, and the only part that gradients flow through).
+        keep_sel = None if keep is None else keep[batch, idx]
+        score = _maxsim(xn.unsqueeze(2), xn[batch, idx], None if keep is None else keep.unsqueeze(2), keep_sel)
         # Normalize by the largest (paper) or smallest (release) selected score.
         if self.weighting == "max":
             den = score.masked_fill(~ok, float("-inf")).amax(-1, keepdim=True)
@@ -120,7 +122,8 @@ class Ranker(nn.Module):
         retrieved = x[batch, idx] * w[..., None, None].to(x.dtype)  # (B, n, k, S, d)
         x_cat = torch.cat([retrieved.flatten(2, 3), x], dim=2)  # (B, n, (k+1)S, d)
         keep = torch.ones(B, n, S, dtype=torch.bool, device=x.device) if keep is None else keep
-        keep_cat = torch.cat([(keep[batch, idx] & ok[..., None]).flatten(2, 3), keep], dim=2)
+        keep_sel = keep[batch, idx] if keep_sel is None else keep_sel
+        keep_cat = torch.cat([(keep_sel & ok[..., None]).flatten(2, 3), keep], dim=2)
         return x_cat, keep_cat
 
 

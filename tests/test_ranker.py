@@ -118,7 +118,7 @@ def test_weights_are_at_most_one_for_paper_and_at_least_one_for_release():
     for weighting in ("max", "min"):
         cfg = presets.tiny(split_size=3, num_retrieved_splits=2, ranker_weighting=weighting)
         ranker = Ranker(cfg)
-        idx, ok, score = ranker.select(torch.nn.functional.normalize(x, dim=-1), None)
+        idx, ok = ranker.select(torch.nn.functional.normalize(x, dim=-1), None)
         out, _ = ranker(x, None)
         i = 4  # two candidates or more
         w = out[0, i, :6].reshape(2, 3, -1).norm(dim=(1, 2)) / x[0, idx[0, i]].norm(dim=(1, 2))
@@ -138,3 +138,15 @@ def test_compressor_is_linear_map_plus_residual():
     torch.testing.assert_close(comp(x_cat, x), expected)
     comp.residual = False
     torch.testing.assert_close(comp(x_cat, x), expected - x)
+
+
+def test_bf16_selection_keeps_exact_weights():
+    """With the selection GEMM in bf16, well-separated choices are the same and the weights stay exact (fp32)."""
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(2, 8, 16, 64, generator=g)
+    x[:, :, :, :8] += 3 * torch.randn(2, 8, 1, 8, generator=g)  # split-level topics: well-separated MaxSim
+    exact = Ranker(presets.tiny(split_size=16, num_retrieved_splits=3))
+    fast = Ranker(presets.tiny(split_size=16, num_retrieved_splits=3, ranker_selection_precision="bfloat16"))
+    xn = torch.nn.functional.normalize(x, dim=-1)
+    assert torch.equal(exact.select(xn, None)[0], fast.select(xn, None)[0])
+    torch.testing.assert_close(fast(x, None)[0], exact(x, None)[0], rtol=0, atol=0)
