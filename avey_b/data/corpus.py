@@ -5,7 +5,8 @@ A *source spec* is one string (or a list of strings for several local paths), so
 
 * ``"python-docs"`` — real English text that ships with every Python interpreter: the ``pydoc_data.topics``
   help texts plus the docstrings of the standard library's modules, classes and functions (read with
-  ``ast`` from the ``.py`` sources, never imported, so no module side effects), deduplicated. No network.
+  ``ast`` from the ``.py`` sources, never imported, so no module side effects), with hard-wrapped lines
+  joined into paragraphs, deduplicated. No network.
 * ``"hf:NAME"`` — a Hugging Face dataset, always opened with ``streaming=True`` so it is never fully
   downloaded (e.g. ``hf:HuggingFaceFW/fineweb`` with ``hf_config="sample-10BT"``).
 * anything else — a local file or directory (searched recursively, files in sorted order):
@@ -179,6 +180,13 @@ _SKIP_DIRS = {"test", "tests", "idle_test", "site-packages", "dist-packages", "_
 _CACHE: list[str] | None = None
 
 
+def _reflow(text: str) -> str:
+    """Join the hard-wrapped lines of each paragraph (docstrings wrap at ~72 columns), keep paragraph breaks:
+    the result reads like running English text instead of newline-and-indent tokens every few words."""
+    paragraphs = [" ".join(p.split()) for p in text.strip().split("\n\n")]
+    return "\n\n".join(p for p in paragraphs if p)
+
+
 def python_docs_corpus(min_chars: int = 200) -> list[str]:
     """English documentation shipped with this Python: ``pydoc_data.topics`` + stdlib docstrings, deduplicated.
 
@@ -194,7 +202,7 @@ def python_docs_corpus(min_chars: int = 200) -> list[str]:
     docs: list[str] = []
 
     def add(text: str) -> None:
-        text = text.strip()
+        text = _reflow(text)
         key = " ".join(text.split())
         if len(text) >= min_chars and key not in seen:
             seen.add(key)

@@ -287,8 +287,19 @@ def apply_overrides(data: dict, overrides: list[str]) -> dict:
 
 
 
+CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs" / "pretrain"
+
+
+def resolve_config_path(path: str) -> Path:
+    """A YAML path, or the bare name of a shipped config (``quickstart`` -> ``configs/pretrain/quickstart.yaml``)."""
+    p = Path(path)
+    if not p.exists() and p.suffix == "" and (CONFIG_DIR / f"{path}.yaml").exists():
+        return CONFIG_DIR / f"{path}.yaml"
+    return p
+
+
 def load_config(path: str | None = None, overrides: list[str] | None = None) -> PretrainConfig:
-    data = _read_yaml(Path(path)) if path else {}
+    data = _read_yaml(resolve_config_path(path)) if path else {}
     data = apply_overrides(data, overrides or [])
     cfg = _build(PretrainConfig, data)
     cfg.validate()
@@ -306,7 +317,10 @@ def dump_yaml(cfg, path: str | Path) -> None:
 # ------------------------------------------------------------------------------------------ help text
 def _field_docs(cls) -> dict[str, str]:
     """The string literal under each field (litgpt style)."""
-    src = textwrap.dedent(inspect.getsource(cls))
+    try:
+        src = textwrap.dedent(inspect.getsource(cls))
+    except (OSError, TypeError):  # no source shipped (e.g. bytecode-only install): help without the docs
+        return {}
     body = ast.parse(src).body[0].body
     docs = {}
     for a, b in zip(body, body[1:], strict=False):
