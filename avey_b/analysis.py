@@ -100,7 +100,7 @@ def plot_static_matrices(model: nn.Module, path: str, max_layers: int = 16, cmap
     fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 3.0 * rows), squeeze=False)
     for ax in axes.flat[len(mats):]:
         ax.axis("off")
-    for ax, (layer, v) in zip(axes.flat, mats):
+    for ax, (layer, v) in zip(axes.flat, mats, strict=False):  # more axes than matrices
         lim = float(v.abs().max()) or 1.0
         im = ax.imshow(v.numpy(), cmap=cmap, vmin=-lim, vmax=lim)
         ax.set_title(f"layer {layer}")

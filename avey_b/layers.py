@@ -167,7 +167,7 @@ class AveyBLayer(GradientCheckpointingLayer):
         # own contiguous tensor (mixing a strided slice of Z would cost a copy).
         w_parts = self.enricher.weight.split(self.split_sizes)
         b_parts = (None,) * 3 if self.enricher.bias is None else self.enricher.bias.split(self.split_sizes)
-        parts = [self.enricher_act(F.linear(h, w, b)) for w, b in zip(w_parts, b_parts)]  # (R, C, ·) each
+        parts = [self.enricher_act(F.linear(h, w, b)) for w, b in zip(w_parts, b_parts, strict=True)]  # (R, C, ·) each
         z_tr, z_tl, z_h = parts if self.release_layout else parts[::-1]  # contextual, gate, bypass
         if keep is not None:
             z_tr = z_tr * keep.unsqueeze(-1).to(z_tr.dtype)

@@ -2,12 +2,10 @@
 
 import numpy as np
 import pytest
-import torch
+from conftest import seeded
 
 from avey_b import AveyBForSequenceClassification, AveyBModel, presets
 from avey_b.analysis import parameter_counts, plot_static_matrices, static_matrix_stats
-
-from conftest import seeded
 
 
 def test_parameter_counts_add_up_by_component():

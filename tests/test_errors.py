@@ -2,10 +2,9 @@
 
 import pytest
 import torch
+from conftest import seeded
 
 from avey_b import AveyBConfig, AveyBForMaskedLM, AveyBModel, presets
-
-from conftest import seeded
 
 
 @pytest.mark.parametrize("overrides, field", [

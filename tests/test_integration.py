@@ -2,13 +2,12 @@
 
 import pytest
 import torch
+from conftest import seeded
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
 from avey_b import AveyBForMaskedLM, AveyBModel, presets
 from avey_b.layers import AveyBLayer
-
-from conftest import seeded
 
 WORDS = "the a cat dog sat ran on under mat log red blue big small and".split()
 

@@ -3,6 +3,8 @@ the dynamic layer's guarantees (paper App. A) and every SPEC §4 variant changin
 
 import pytest
 import torch
+from conftest import seeded
+from test_padding import VARIANTS
 from transformers import (
     AutoConfig,
     AutoModel,
@@ -25,9 +27,6 @@ from avey_b import (
     presets,
 )
 from avey_b.layers import activation, normalize_rows
-
-from conftest import seeded
-from test_padding import VARIANTS
 
 HEADS = [AveyBModel, AveyBForMaskedLM, AveyBForSequenceClassification, AveyBForTokenClassification,
          AveyBForQuestionAnswering, AveyBForSentenceEmbedding]
@@ -158,7 +157,7 @@ def test_auto_classes_load_from_a_masked_lm_checkpoint(auto, cls, tmp_path, ids)
 def test_num_labels_change_with_ignore_mismatched_sizes(tmp_path):
     model = seeded(AveyBForSequenceClassification, presets.tiny(num_labels=2))
     model.save_pretrained(tmp_path)
-    with pytest.raises(Exception):  # a plain load refuses the shape change
+    with pytest.raises(RuntimeError, match="ignore_mismatched_sizes"):  # a plain load refuses the shape change
         AveyBForSequenceClassification.from_pretrained(tmp_path, num_labels=5)
     loaded = AveyBForSequenceClassification.from_pretrained(tmp_path, num_labels=5, ignore_mismatched_sizes=True)
     assert loaded.classifier.weight.shape == (5, 32)

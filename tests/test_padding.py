@@ -2,12 +2,11 @@
 
 import pytest
 import torch
+from conftest import seeded
 
 from avey_b import AveyBModel, presets
 from avey_b.configuration import LAYER_PATTERNS
 from avey_b.presets import AVEY_B1_ARCHITECTURE
-
-from conftest import seeded
 
 VARIANTS = {
     "default": {},
