@@ -111,10 +111,15 @@ def test_resume_and_refuse_to_overwrite(tmp_path):
     assert len(recs) == 2 * len(LENGTHS)  # bert-tiny points were not re-run
 
 
-def test_max_latency_skips_longer_lengths(tmp_path):
+def test_max_latency_skips_longer_lengths_and_resume_retries_them(tmp_path):
     out = _run(tmp_path, "--max-latency", "1e-9", models_=("avey-b-tiny",))
     status = [r["status"] for r in efficiency.read_records(str(out / "results.jsonl"))]
     assert status == ["ok", "skipped_time", "skipped_time"]
+    _run(tmp_path, "--resume", models_=("avey-b-tiny",))  # no latency cap now: the skipped points run
+    recs = efficiency.read_records(str(out / "results.jsonl"))
+    assert [(r["seq_len"], r["status"]) for r in recs] == [(16, "ok"), (40, "ok"), (600, "ok")]
+    assert len(efficiency.read_records(str(out / "results.jsonl"), latest=False)) == 5
+    assert len(_rows(out)) == 3  # the CSV holds the latest record of each point
 
 
 def test_unavailable_attention_is_recorded(tmp_path):

@@ -171,18 +171,21 @@ def _series(args) -> Iterable[tuple[str, str | None, str, str]]:
                     yield spec, attn, mode, dtype
 
 
+def point_key(r: dict[str, Any]) -> tuple:
+    return (r["model"], r.get("attn"), r["mode"], r["dtype"], r["batch_size"], r["seq_len"])
+
+
+#: Statuses that a ``--resume`` run keeps; skipped and inferred-OOM points are tried again (e.g. with a
+#: larger ``--max-latency``), and the newer record then supersedes the older one.
+FINAL_STATUSES = ("ok", "max_length", "unavailable")
+
+
 def _done_keys(path: str) -> set[tuple]:
-    keys = set()
-    if os.path.exists(path):
-        with open(path) as f:
-            for line in f:
-                line = line.strip()
-                if line:
-                    r = json.loads(line)
-                    keys.add(
-                        (r["model"], r.get("attn"), r["mode"], r["dtype"], r["batch_size"], r["seq_len"])
-                    )
-    return keys
+    if not os.path.exists(path):
+        return set()
+    return {
+        point_key(r) for r in read_records(path) if r["status"] in FINAL_STATUSES and not r.get("inferred")
+    }
 
 
 def run(args) -> list[dict[str, Any]]:
@@ -289,14 +292,18 @@ def _emit(path: str, rec: dict[str, Any]) -> dict[str, Any]:
     return rec
 
 
-def read_records(path: str) -> list[dict[str, Any]]:
-    """All JSON lines of a results file (blank lines and stdout noise that is not JSON are skipped)."""
+def read_records(path: str, *, latest: bool = True) -> list[dict[str, Any]]:
+    """The JSON lines of a results file (lines that are not JSON objects are skipped). With ``latest``,
+    a point recorded several times (a resumed run that retried it) keeps only its last record."""
     out = []
     with open(path) as f:
         for line in f:
             line = line.strip()
             if line.startswith("{"):
                 out.append(json.loads(line))
+    if latest:
+        last = {point_key(r): i for i, r in enumerate(out)}
+        out = [r for i, r in enumerate(out) if last[point_key(r)] == i]
     return out
 
 
