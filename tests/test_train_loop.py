@@ -141,16 +141,18 @@ def test_two_process_gloo_equals_one_process(corpus, tmp_path, one_process_run, 
 
 def test_sigterm_leaves_a_loadable_checkpoint(corpus, tmp_path):
     run = tmp_path / "killed"
+    # a tokenizer worker process too, and the signal goes to the whole process group (as Ctrl-C or a
+    # cluster scheduler would send it): the worker must not die before the trainer has saved
     cmd = [sys.executable, "-m", "avey_b.training.pretrain"] + overrides(
-        corpus, run, steps=10_000, **{"checkpoint.every": 0})
+        corpus, run, steps=10_000, **{"checkpoint.every": 0, "data.num_workers": 1})
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
-                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+                            env={**os.environ, "OMP_NUM_THREADS": "1"}, start_new_session=True)
     deadline = time.time() + 90
     for line in proc.stdout:
         if line.startswith("step") and "loss" in line:  # training is under way
             break
         assert time.time() < deadline
-    proc.send_signal(signal.SIGTERM)
+    os.killpg(proc.pid, signal.SIGTERM)
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 128 + signal.SIGTERM, out[-2000:]
     ckpt = list_checkpoints(run)[-1]

@@ -34,6 +34,7 @@ that every rank runs the same number of batches.
 from __future__ import annotations
 
 import copy
+import signal
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -107,6 +108,17 @@ class DocumentChunks(IterableDataset):
         return Chunk(end, [list(x) + [self.eot] for x in ids])
 
 
+def _identity(x):
+    return x
+
+
+def _ignore_stop_signals(_worker_id: int) -> None:
+    """Ctrl-C / SIGTERM reach the whole process group; the trainer handles them (finish the step, save), so
+    the tokenizer workers must not die first. They exit with the main process."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
 class PackedSequences:
     """Iterator of packed sequences for one rank: dicts with ``input_ids`` (long, ``seq_len``),
     ``attention_mask`` and ``index`` (the sequence's global index, used to key its mask)."""
@@ -162,8 +174,9 @@ class PackedSequences:
         if self.num_workers == 0:
             yield from ds
             return
-        loader = DataLoader(ds, batch_size=None, num_workers=self.num_workers, collate_fn=lambda x: x,
-                            prefetch_factor=4, persistent_workers=False, in_order=True)
+        loader = DataLoader(ds, batch_size=None, num_workers=self.num_workers, collate_fn=_identity,
+                            prefetch_factor=4, persistent_workers=False, in_order=True,
+                            worker_init_fn=_ignore_stop_signals)
         yield from loader
 
     def _emit(self, seqs: list[list[int]]) -> list[dict]:
