@@ -120,3 +120,17 @@ def test_help_works():
         with pytest.raises(SystemExit) as e:
             main(["--help"])
         assert e.value.code == 0
+
+
+def test_shipped_suites_expand():
+    root = os.path.join(os.path.dirname(__file__), "..", "configs", "eval")
+    paper = sweep.load_suite(os.path.join(root, "paper.yaml"))
+    cells, _, how = sweep.build_cells(paper, argparse.Namespace())
+    assert how == "median" and len(cells) == len(paper["models"]) * 12 * 4 * 10  # 12 benchmarks x 4 lrs x 10 seeds
+    assert {c.cfg.lr for c in cells} == set(sweep.PAPER_LRS)
+    cells, _, how = sweep.build_cells(sweep.load_suite(os.path.join(root, "ablation.yaml")), argparse.Namespace())
+    assert how == "best" and {c.cfg.lr for c in cells} == {5e-4} and {c.cfg.seed for c in cells} == set(range(5))
+    assert sweep.build_cells(sweep.load_suite(os.path.join(root, "tiny.yaml")), argparse.Namespace())[0]
+    from avey_b.evaluation.ablation import load_variants
+
+    assert "bidirectional-ranker" in load_variants(os.path.join(root, "ablation_variants.yaml"))["variants"]
