@@ -231,6 +231,9 @@ def test_fit_and_plot_commands(tmp_path, capsys):
         "avey-b-tiny [eager, -, float32]" in text
         and (tmp_path / "fit.md").read_text().strip() == text.strip()
     )
+    efficiency.main(["table", str(out / "results.jsonl"), "--stat", "cpu"])
+    text = capsys.readouterr().out
+    assert "throughput (tokens/CPU-s, cpu)" in text and "latency (CPU-s/forward, cpu)" in text
     efficiency.main(["plot", str(out / "results.jsonl"), "--out", str(tmp_path / "plots")])
     for name in ("throughput.png", "latency.png"):
         assert (tmp_path / "plots" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

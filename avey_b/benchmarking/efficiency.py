@@ -7,6 +7,7 @@ Three steps, each reading the previous one's output (STYLE §5.8):
                        interrupted run), then ``OUT/results.csv``.
 ``avey-b bench fit``   least-squares power laws over a long-context range: ``T(N) ∝ N^-α`` (throughput) and
                        ``latency ∝ N^β``, per series, next to the paper's values (:mod:`.fit`).
+``avey-b bench table`` markdown tables of throughput and latency per length ("—", "OOM", "skip" as such).
 ``avey-b bench plot``  log-log throughput and latency vs length (:mod:`.plot`).
 
 Every model goes through the same loop (:func:`run_point`): Avey-B from its presets and any Hugging Face
@@ -317,28 +318,36 @@ def write_csv(records: list[dict[str, Any]], path: str) -> None:
     os.replace(tmp, path)
 
 
-def cell(rec: dict[str, Any] | None, field: str = "throughput_tok_s") -> str:
+def cell(rec: dict[str, Any] | None, what: str = "throughput", stat: str = "median") -> str:
     """How a point reads in a table: the number, "—" past the max length, "OOM", or a short status."""
+    from .fit import latency_of, throughput_of
+
     if rec is None:
         return ""
     status = rec["status"]
     if status == "ok":
-        v = rec[field]
-        return f"{v:.4g}" if field.startswith("latency") else f"{v:,.0f}"
+        if what == "latency":
+            return f"{latency_of(rec, stat):.4g}"
+        return f"{throughput_of(rec, stat):,.0f}"
     return {"max_length": "—", "oom": "OOM", "skipped_time": "skip", "unavailable": "n/a"}.get(status, status)
 
 
-def format_table(records: list[dict[str, Any]], field: str = "throughput_tok_s") -> str:
-    """Markdown table: one row per series, one column per length."""
+def format_table(records: list[dict[str, Any]], what: str = "throughput", stat: str = "median") -> str:
+    """Markdown table: one row per series, one column per length (``what``: throughput or latency)."""
+    if what not in ("throughput", "latency"):
+        raise ValueError(f"what must be 'throughput' or 'latency', got {what!r}")
     lengths = sorted({r["seq_len"] for r in records})
     rows: dict[str, dict[int, dict]] = {}
     for r in records:
         rows.setdefault(series_key(r), {})[r["seq_len"]] = r
-    title = "throughput (tokens/s)" if field == "throughput_tok_s" else "latency (s/forward)"
+    unit = "CPU-s" if stat == "cpu" else "s"
+    title = (
+        f"throughput (tokens/{unit}, {stat})" if what == "throughput" else f"latency ({unit}/forward, {stat})"
+    )
     head = f"| {title} | " + " | ".join(_fmt_len(n) for n in lengths) + " |"
     lines = [head, "|" + "---|" * (len(lengths) + 1)]
     for key, pts in rows.items():
-        lines.append(f"| {key} | " + " | ".join(cell(pts.get(n), field) for n in lengths) + " |")
+        lines.append(f"| {key} | " + " | ".join(cell(pts.get(n), what, stat) for n in lengths) + " |")
     return "\n".join(lines)
 
 
@@ -412,6 +421,11 @@ def build_parser() -> argparse.ArgumentParser:
         "(the stable measure on a shared CPU)",
     )
 
+    t = sub.add_parser("table", help="markdown tables of throughput and latency per length")
+    t.add_argument("results", help="results.jsonl of `bench run`")
+    t.add_argument("--stat", choices=("median", "min", "cpu"), default="median", help="as for fit")
+    t.add_argument("--out", default=None, help="also write the tables (markdown) to this file")
+
     g = sub.add_parser("plot", help="log-log throughput and latency plots")
     g.add_argument("results", help="results.jsonl of `bench run`")
     g.add_argument("--out", required=True, help="directory for throughput.png and latency.png")
@@ -436,6 +450,17 @@ def main(argv: list[str] | None = None) -> int:
         if args.out:
             with open(args.out, "w") as fh:
                 fh.write(table + "\n")
+    elif args.command == "table":
+        records = read_records(args.results)
+        text = (
+            format_table(records, "throughput", args.stat)
+            + "\n\n"
+            + format_table(records, "latency", args.stat)
+        )
+        print(text)
+        if args.out:
+            with open(args.out, "w") as fh:
+                fh.write(text + "\n")
     elif args.command == "plot":
         from .plot import plot_results
 

@@ -149,7 +149,8 @@ def fit_table(
     fits = fit_series(records, min_length=min_length, max_length=max_length, stat=stat)
     rng = f"N in [{min_length}, {max_length}]" if max_length else f"N >= {min_length}"
     lines = [
-        f"Power-law fits over {rng} (status ok points only); T ∝ N^-α, latency ∝ N^β.",
+        f"Power-law fits over {rng}, {stat} latency of each point (status ok points only); "
+        "T ∝ N^-α, latency ∝ N^β.",
         "",
         "| series | points | range | α (ours) | α (paper) | β (ours) | β (paper) | paper setting |",
         "|---|---|---|---|---|---|---|---|",
