@@ -300,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--aggregate", choices=("median", "best"),
                    help="median over seeds at the best lr (paper, default) or best single run (ablations)")
     p.add_argument("--output-dir", help="root of the per-cell directories and the report")
-    p.add_argument("--workers", type=int, help="cells run at once, each in its own process (default 1)")
+    p.add_argument("--workers", type=int, help="cells run at once, each in its own process (default: 1, or one per --devices entry)")
     p.add_argument("--devices", help="comma-separated CUDA device ids to spread the workers over")
     p.add_argument("--isolate", action="store_true", help="run every cell in a subprocess even with 1 worker")
     p.add_argument("--dry-run", action="store_true", help="list the cells and exit")
@@ -326,7 +326,8 @@ def main(argv: list[str] | None = None) -> int:
     failures: dict[str, str] = {}
     if not given.get("report_only"):
         devices = given["devices"].split(",") if given.get("devices") else None
-        failures = run_sweep(cells, output_dir, given.get("workers", 1), devices, given.get("isolate", False))
+        workers = given.get("workers", len(devices) if devices else 1)  # default: one worker per device
+        failures = run_sweep(cells, output_dir, workers, devices, given.get("isolate", False))
 
     from .report import write_report
 
