@@ -1,0 +1,60 @@
+"""The Hugging Face Hub code paths of every family, on in-memory ``datasets`` objects (no network)."""
+
+import datasets
+import pytest
+
+from avey_b.evaluation.tasks import DataFiles, base, get_task
+
+
+@pytest.fixture
+def hub(monkeypatch):
+    tables = {}
+
+    def fake_load_hub(name, config, split):
+        key = (name, config, split)
+        if key not in tables:
+            raise AssertionError(f"unexpected Hub request {key}")
+        return tables[key]
+
+    monkeypatch.setattr(base, "load_hub", fake_load_hub)
+    return tables
+
+
+def test_glue_names_and_splits(hub):
+    hub[("nyu-mll/glue", "mnli", "validation_matched")] = datasets.Dataset.from_dict(
+        {"premise": ["a"], "hypothesis": ["b"], "label": [2], "idx": [0]})
+    assert get_task("mnli").load("eval", DataFiles()) == [{"text": "a", "text_pair": "b", "label": 2}]
+
+
+def test_ner_class_label_names(hub):
+    feats = datasets.Features({"tokens": datasets.Sequence(datasets.Value("string")),
+                               "tags": datasets.Sequence(datasets.ClassLabel(names=["O", "B-PER", "I-PER"]))})
+    hub[("hgissbkh/conll2003-en", None, "test")] = datasets.Dataset.from_dict(
+        {"tokens": [["Ada", "Lovelace", "wrote"]], "tags": [[1, 2, 0]]}, features=feats)
+    assert get_task("conll2003").load("eval", DataFiles()) == [
+        {"tokens": ["Ada", "Lovelace", "wrote"], "tags": ["B-PER", "I-PER", "O"]}]
+    hub[("hgissbkh/uner_en", None, "test")] = datasets.Dataset.from_dict({"words": [["x"]], "labels": [["O"]]})
+    with pytest.raises(ValueError, match="expected columns tokens"):
+        get_task("uner").load("eval", DataFiles())
+
+
+def test_squad_schema(hub):
+    hub[("rajpurkar/squad_v2", None, "validation")] = datasets.Dataset.from_dict({
+        "id": ["1", "2"], "title": ["t", "t"], "context": ["Bob is in Paris.", "Bob is in Paris."],
+        "question": ["where?", "why?"],
+        "answers": [{"text": ["Paris"], "answer_start": [10]}, {"text": [], "answer_start": []}]})
+    ex = get_task("squad_v2").load("eval", DataFiles())
+    assert ex[0]["answers"] == [{"text": "Paris", "start": 10}] and ex[1]["answers"] == []
+
+
+def test_beir_hub_layout(hub):
+    hub[("BeIR/nq", "corpus", "corpus")] = datasets.Dataset.from_dict(
+        {"_id": ["d1", "d2"], "title": ["T", ""], "text": ["one", "two"]})
+    hub[("BeIR/nq", "queries", "queries")] = datasets.Dataset.from_dict({"_id": ["q1"], "text": ["what"]})
+    hub[("BeIR/nq-qrels", None, "test")] = datasets.Dataset.from_dict(
+        {"query-id": ["q1"], "corpus-id": ["d2"], "score": [1]})
+    rs = get_task("nq").load("eval", DataFiles())
+    assert rs.corpus == {"d1": "T one", "d2": "two"} and rs.qrels == {"q1": {"d2": 1.0}}
+    hub[("hgissbkh/msmarco-pairs", None, "train")] = datasets.Dataset.from_dict(
+        {"query": ["q"], "positive": ["p"]})
+    assert get_task("msmarco").load("train", DataFiles()) == [("q", "p")]
