@@ -3,7 +3,7 @@ config, pretrained with the same trainer, tokenizer, data, masks, schedule and t
 Records both held-out masked-LM loss / accuracy curves as a plot and a table.
 
     python benchmarks/pretrain_compare.py --data ../shared/data/wikitext-2/valid.tokens.txt \
-        --out benchmarks/results/pretrain_compare_wikitext2
+        --out benchmarks/pretrain_results/compare_wikitext2
 
 The corpus is *not* part of the repository (it is the WikiText-2 validation file from the shared data
 folder); 10% of its paragraphs are held out by content hash. Writes ``<out>.md`` (table + command),
@@ -40,7 +40,7 @@ def bert_overrides_matching(target: int, vocab: int, hidden: int, layers: int, h
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", required=True, help="training text (file or dir); 10%% held out")
-    p.add_argument("--out", required=True, help="output prefix, e.g. benchmarks/results/pretrain_compare_wikitext2")
+    p.add_argument("--out", required=True, help="output prefix, e.g. benchmarks/pretrain_results/compare_wikitext2")
     p.add_argument("--run-root", default="runs/compare")
     p.add_argument("--steps", type=int, default=150)
     p.add_argument("--seq-len", type=int, default=256)
@@ -70,6 +70,8 @@ def main(argv=None) -> int:
     r_avey = train(load_config(None, common + [f"run_dir={root / 'avey-b'}", "model.arch=avey-b", "model.preset=small",
                                                f"model.overrides={json.dumps(avey)}"]))
     t_avey = time.time() - t0
+    if r_avey["exit_code"]:
+        return r_avey["exit_code"]
     tok_dir = root / "avey-b" / "model"
     from transformers import AutoTokenizer
 
@@ -82,6 +84,8 @@ def main(argv=None) -> int:
     r_bert = train(load_config(None, common + [f"run_dir={root / 'bert'}", f"tokenizer.path={tok_dir}", "model.arch=bert",
                                                f"model.overrides={json.dumps(bert)}"]))
     t_bert = time.time() - t0
+    if r_bert["exit_code"]:
+        return r_bert["exit_code"]
 
     rows = []
     for name, run in (("avey-b", "avey-b"), ("bert", "bert")):

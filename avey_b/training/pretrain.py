@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import signal
 import sys
 import time
@@ -376,6 +377,10 @@ def _train(cfg: PretrainConfig, info, resume: str | None) -> dict:
     stop_signal: list[int] = []
 
     def on_signal(signum, frame):
+        if stop_signal:  # a second signal: stop now, without the checkpoint
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
         stop_signal.append(signum)
 
     old_handlers = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
