@@ -178,3 +178,23 @@ def test_heldout_head_documents(corpus, docs, tok):
     spec = SourceSpec(str(corpus))
     assert collect(spec, tok, 2, split="heldout", heldout_docs=40) == reference(docs[:40], tok)
     assert collect(spec, tok, 2, split="train", heldout_docs=40) == reference(docs[40:], tok)
+
+
+def test_shuffled_epochs_are_permutations_and_resume_exactly(corpus, docs, tok):
+    spec = SourceSpec(str(corpus), shuffle_seed=3)
+    e0 = [t for _, t in iter_documents(spec, epoch=0)]
+    e1 = [t for _, t in iter_documents(spec, epoch=1)]
+    assert sorted(e0) == sorted(docs) == sorted(e1) and e0 != docs and e0 != e1
+    assert [t for _, t in iter_documents(spec, start=10, epoch=1)] == e1[10:]
+    kw = dict(eot=eot_id(tok), pad_id=tok.pad_token_id, loop=True, chunk_docs=5)
+    it = iter(PackedSequences(spec, tok, 16, **kw))
+    ref = [next(it)["input_ids"] for _ in range(700)]  # crosses into the second (differently shuffled) epoch
+    a = PackedSequences(spec, tok, 16, **kw)
+    it = iter(a)
+    got = [next(it)["input_ids"] for _ in range(400)]
+    b = PackedSequences(spec, tok, 16, **kw)
+    b.load_state_dict(a.state_dict())
+    it = iter(b)
+    got += [next(it)["input_ids"] for _ in range(300)]
+    assert b.state_dict()["epoch"] == 1
+    assert all((x == y).all() for x, y in zip(got, ref, strict=True))

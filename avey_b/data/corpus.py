@@ -47,6 +47,10 @@ class SourceSpec:
     hf_config: str | None = None
     hf_split: str = "train"
     min_chars: int = 1
+    shuffle_seed: int | None = None
+    """If set, documents come in a seeded random order that changes every epoch (local and built-in sources
+    are read into memory for this; HF streams use ``datasets``' shuffle buffer of ``shuffle_buffer`` rows)."""
+    shuffle_buffer: int = 10_000
     extra: dict = field(default_factory=dict, compare=False)
 
     def __post_init__(self):
@@ -77,16 +81,24 @@ def is_heldout(text: str, fraction: float) -> bool:
     return (h % 1_000_000) < fraction * 1_000_000
 
 
-def iter_documents(spec: SourceSpec, start: int = 0) -> Iterator[tuple[int, str]]:
-    """Yield ``(index, text)`` for every document of the source, from document ``start`` on."""
+def iter_documents(spec: SourceSpec, start: int = 0, epoch: int = 0) -> Iterator[tuple[int, str]]:
+    """Yield ``(index, text)`` for every document of the source, from document ``start`` on.
+
+    ``index`` is the position in this epoch's order (the source order, or the seeded shuffle of ``epoch``).
+    """
     kind = spec.kind
     if kind == "builtin":
-        docs = python_docs_corpus()
-        it: Iterator[str] = iter(docs)
+        it: Iterator[str] = iter(python_docs_corpus())
     elif kind == "hf":
-        it = _iter_hf(spec)
+        it = _iter_hf(spec, epoch)
     else:
         it = _iter_local(spec)
+    if spec.shuffle_seed is not None and kind != "hf":
+        import torch
+
+        docs = list(it)
+        g = torch.Generator().manual_seed(int(spec.shuffle_seed) * 1_000_003 + int(epoch))
+        it = (docs[i] for i in torch.randperm(len(docs), generator=g).tolist())
     for i, text in enumerate(it):
         if i < start:
             continue
@@ -162,13 +174,16 @@ def _iter_txt(path: Path, mode: str) -> Iterator[str]:
 
 
 # ------------------------------------------------------------------------------------ Hugging Face datasets
-def _iter_hf(spec: SourceSpec) -> Iterator[str]:
+def _iter_hf(spec: SourceSpec, epoch: int = 0) -> Iterator[str]:
     import datasets  # optional dependency (the `train` extra)
 
     name = spec.source[3:] if isinstance(spec.source, str) else spec.source[0][3:]
     # streaming=True: examples are read shard by shard over the network (or from a local dataset dir),
     # never materialized on disk in full.
     ds = datasets.load_dataset(name, spec.hf_config, split=spec.hf_split, streaming=True)
+    if spec.shuffle_seed is not None:
+        ds = ds.shuffle(seed=int(spec.shuffle_seed), buffer_size=spec.shuffle_buffer)
+        ds.set_epoch(epoch)  # a different, still deterministic, order every pass
     for row in ds:
         if spec.text_field not in row:
             raise KeyError(f"dataset {name!r} has no field {spec.text_field!r} (fields: {sorted(row)}); set data.text_field")

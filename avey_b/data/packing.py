@@ -62,12 +62,12 @@ class DocumentChunks(IterableDataset):
 
     def __init__(self, spec: SourceSpec, tokenizer, eot: int, *, start: int = 0, chunk_docs: int = 64,
                  split: str = "all", heldout_fraction: float = 0.0, heldout_docs: int = 0, doc_rank: int = 0,
-                 doc_world: int = 1, add_special_tokens: bool = False):
+                 doc_world: int = 1, add_special_tokens: bool = False, epoch: int = 0):
         if split not in SPLITS:
             raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
         if split != "all" and heldout_docs <= 0 and not 0.0 < heldout_fraction < 1.0:
             raise ValueError(f"split {split!r} needs 0 < heldout_fraction < 1 or heldout_docs > 0")
-        self.heldout_docs = heldout_docs
+        self.heldout_docs, self.epoch = heldout_docs, epoch
         self.spec, self.tokenizer, self.eot = spec, tokenizer, eot
         self.start, self.chunk_docs, self.split = start, chunk_docs, split
         self.heldout_fraction, self.doc_rank, self.doc_world = heldout_fraction, doc_rank, doc_world
@@ -89,7 +89,7 @@ class DocumentChunks(IterableDataset):
         first = self.start
         c = 0
         last = self.start - 1
-        for index, text in iter_documents(self.spec, self.start):
+        for index, text in iter_documents(self.spec, self.start, self.epoch):
             # chunks are counted in *source* documents so their boundaries do not depend on the filters
             while index >= first + self.chunk_docs:
                 if c % n_workers == worker:
@@ -163,13 +163,13 @@ class PackedSequences:
                        "buffer": buf.tolist() if torch.is_tensor(buf) else list(buf)}
 
     # ------------------------------------------------------------------------------------------- iterate
-    def _chunks(self, start: int) -> Iterator[Chunk]:
+    def _chunks(self, start: int, epoch: int) -> Iterator[Chunk]:
         ds = DocumentChunks(
             self.spec, self.tokenizer, self.eot, start=start, chunk_docs=self.chunk_docs, split=self.split,
             heldout_fraction=self.heldout_fraction, heldout_docs=self.heldout_docs,
             doc_rank=self.rank if self.shard_by == "document" else 0,
             doc_world=self.world if self.shard_by == "document" else 1,
-            add_special_tokens=self.add_special_tokens,
+            add_special_tokens=self.add_special_tokens, epoch=epoch,
         )
         if self.num_workers == 0:
             yield from ds
@@ -200,7 +200,7 @@ class PackedSequences:
             got_any_doc = False
             start_doc = st["doc"]
             buf = list(st["buffer"])
-            for chunk in self._chunks(st["doc"]):
+            for chunk in self._chunks(st["doc"], st["epoch"]):
                 if chunk.docs:
                     got_any_doc = True
                 for d in chunk.docs:

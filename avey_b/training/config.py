@@ -58,6 +58,9 @@ class DataConfig:
     eval_documents: int = 0
     """If > 0 (and ``eval`` is null): hold out the first N documents of the stream instead of a hashed fraction
     (reads only N documents per evaluation: the choice for huge streamed corpora)."""
+    shuffle: bool = False
+    """Shuffle the training documents (seeded by train.seed, a new order every epoch). Local / built-in corpora
+    are read into memory for this; HF streams use a shuffle buffer. Not with eval_documents."""
     text_field: str = "text"
     """Field/column holding the text in JSONL, Parquet and HF datasets."""
     txt_mode: str = "paragraph"

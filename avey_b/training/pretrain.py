@@ -57,20 +57,23 @@ class Interrupted(Exception):
 
 
 # ------------------------------------------------------------------------------------------------ setup
-def source_spec(cfg: PretrainConfig, source, split_name: str | None = None) -> SourceSpec:
+def source_spec(cfg: PretrainConfig, source, split_name: str | None = None, shuffle: bool = False) -> SourceSpec:
     d = cfg.data
     return SourceSpec(source=source, text_field=d.text_field, txt_mode=d.txt_mode, hf_config=d.hf_config,
-                      hf_split=split_name or d.hf_split)
+                      hf_split=split_name or d.hf_split, shuffle_seed=cfg.train.seed if shuffle else None)
 
 
 def data_specs(cfg: PretrainConfig) -> tuple[SourceSpec, str, SourceSpec, str]:
     """(train spec, train split, eval spec, eval split): a separate eval corpus, or a hash-split of the train one."""
-    train = source_spec(cfg, cfg.data.train)
+    train = source_spec(cfg, cfg.data.train, shuffle=cfg.data.shuffle)
     if cfg.data.eval is None:
+        if cfg.data.shuffle and cfg.data.eval_documents > 0:
+            raise ValueError("data.shuffle reorders the stream, so the first data.eval_documents documents would "
+                             "change every epoch; hold out with data.eval_fraction instead")
         if cfg.data.eval_documents <= 0 and not 0 < cfg.data.eval_fraction < 1:
             raise ValueError("data.eval is null, so set data.eval_fraction in (0, 1) or data.eval_documents > 0 "
                              "to hold out documents")
-        return train, "train", train, "heldout"
+        return train, "train", source_spec(cfg, cfg.data.train), "heldout"
     ev = source_spec(cfg, cfg.data.eval, cfg.data.hf_eval_split)
     return train, "all", ev, "all"
 
