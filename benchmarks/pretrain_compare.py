@@ -47,7 +47,7 @@ def main(argv=None) -> int:
     p.add_argument("--batch-tokens", type=int, default=4096)
     p.add_argument("--eval-every", type=int, default=25)
     p.add_argument("--vocab", type=int, default=8192)
-    p.add_argument("--precision", default="bf16")
+    p.add_argument("--precision", default="fp32")
     p.add_argument("--lr", type=float, default=2e-3)
     args = p.parse_args(argv)
 

@@ -509,8 +509,7 @@ def _train(cfg: PretrainConfig, info, resume: str | None) -> dict:
     if last_saved != step:
         path = save(step)
     else:
-        from .checkpoint import latest_checkpoint as _latest
-        path = _latest(run_dir)
+        path = latest_checkpoint(run_dir)
     results.update(step=step, exit_code=exit_code, checkpoint=str(path) if path else None)
     if exit_code:
         logger.close()
