@@ -10,6 +10,12 @@ from __future__ import annotations
 import os
 from typing import Any
 
+_STAT_TEXT = {
+    "median": "median wall time of repeats",
+    "min": "min wall time of repeats",
+    "cpu": "process CPU time",
+}
+
 
 def plot_results(path: str, out_dir: str, *, title: str | None = None, stat: str = "median") -> list[str]:
     """Write ``throughput.png`` and ``latency.png`` under ``out_dir``; returns their paths."""
@@ -64,7 +70,7 @@ def plot_records(
         ax.set_xlabel("sequence length N (tokens)")
         ax.set_ylabel(ylabel)
         b = {r["batch_size"] for r in records}
-        ax.set_title(title or f"{name} vs length, batch {','.join(map(str, sorted(b)))} ({stat} of repeats)")
+        ax.set_title(title or f"{name} vs length, batch {','.join(map(str, sorted(b)))} ({_STAT_TEXT[stat]})")
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=7)
         fig.tight_layout()
