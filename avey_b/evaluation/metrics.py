@@ -40,7 +40,7 @@ def accuracy(predictions: Sequence[int], labels: Sequence[int]) -> float:
         raise ValueError(f"accuracy: {len(predictions)} predictions for {len(labels)} labels")
     if not labels:
         raise ValueError("accuracy: no examples to score")
-    return sum(int(p == t) for p, t in zip(predictions, labels)) / len(labels)
+    return sum(int(p == t) for p, t in zip(predictions, labels, strict=False)) / len(labels)
 
 
 # --------------------------------------------------------------------------------------------- TC
@@ -79,12 +79,12 @@ def per_sentence_macro_f1(true_tags: list[list[str]], pred_tags: list[list[str]]
     predicted tags (``O`` included, each label weighted equally), then the mean over sentences."""
     _check_parallel(true_tags, pred_tags, "per_sentence_macro_f1")
     scores = []
-    for gold, pred in zip(true_tags, pred_tags):
+    for gold, pred in zip(true_tags, pred_tags, strict=False):
         if not gold:
             continue
         per_label = []
         for label in sorted(set(gold) | set(pred)):
-            tp = sum(1 for g, p in zip(gold, pred) if g == label and p == label)
+            tp = sum(1 for g, p in zip(gold, pred, strict=False) if g == label and p == label)
             n_pred = sum(1 for p in pred if p == label)
             n_gold = sum(1 for g in gold if g == label)
             per_label.append(2 * tp / (n_pred + n_gold) if n_pred + n_gold else 0.0)
@@ -97,7 +97,7 @@ def per_sentence_macro_f1(true_tags: list[list[str]], pred_tags: list[list[str]]
 def _check_parallel(a: list[list], b: list[list], name: str) -> None:
     if len(a) != len(b):
         raise ValueError(f"{name}: {len(a)} gold sentences but {len(b)} predicted")
-    for i, (x, y) in enumerate(zip(a, b)):
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):
         if len(x) != len(y):
             raise ValueError(f"{name}: sentence {i} has {len(x)} gold tags but {len(y)} predicted")
 
