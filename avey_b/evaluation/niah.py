@@ -19,8 +19,8 @@ value span (SQuAD-style extractive QA).
 * Distractor words are the tokenizer's own vocabulary entries that decode to a lowercase alphabetic word
   of 2+ letters ("random distractor tokens"), drawn uniformly with replacement.
 * Length is measured in MODEL tokens of the given tokenizer (any Hugging Face *fast* tokenizer): the whole
-  model input ``tokenizer(question, context)`` (question + passage + special tokens) is within ±1% of the
-  target (typically within a few tokens). ``--length-unit context`` measures the passage alone instead.
+  model input ``tokenizer(question, context)`` (question + passage + special tokens) is never longer than
+  the target and at most 1% shorter (typically 0-2 tokens), so the "8k" set fits an 8,192-token window. ``--length-unit context`` measures the passage alone instead.
   We count the whole input by default so that a model with an 8,192-token window can take the "8k" set,
   as in the paper's tables.
 * Spans are verified at generation time: ``context[answer_start:answer_start+len(text)] == text``, the
@@ -263,15 +263,16 @@ def _fit_length(tokenizer, words, rng, draft: _Draft, *, target, unit, measure: 
         else:
             n = measure.pair(question, context, unit)
         err = n - target
-        # Aim for +-2 tokens first; accept anything within the tolerance after a few corrections.
-        if abs(err) <= min(tol, 2) or (attempt >= 5 and abs(err) <= tol):
+        # Never longer than the target (a set for an 8,192-token window must fit it); aim for at most 2
+        # tokens short first, then accept anything within the tolerance after a few corrections.
+        if -min(tol, 2) <= err <= 0 or (attempt >= 5 and -tol <= err <= 0):
             break
         if err > 0:
             drop = min(len(chosen), max(1, err // 2))
             del chosen[len(chosen) - drop :]
         else:
             chosen.extend(rng.choice(words) for _ in range(max(1, -err // 2)))
-    if abs(n - target) > tol:
+    if not -tol <= n - target <= 0:
         raise ValueError(f"could not reach {target} +- {tol} tokens (last: {n})")
 
     answer = draft.answer
