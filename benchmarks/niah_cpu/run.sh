@@ -25,7 +25,8 @@ for task in ("niah-1", "niah-2"):
         print(f"| {task} | {name} | {s['n']} | {s['single']} | {s['tokens_min']} | {s['tokens_median']} | "
               f"{s['tokens_max']} | {100 * err:.3f}% |")
 PYEOF
-grep -E "Elapsed|Maximum resident" "$WORK/generate_time.txt" >> "$OUT/generation_stats.md"
+echo >> "$OUT/generation_stats.md"
+grep -E "Elapsed|Maximum resident|User time" "$WORK/generate_time.txt" | sed 's/^\s*/- /' >> "$OUT/generation_stats.md"
 # (2) End-to-end plumbing check: fine-tune at 256 tokens on NIAH-2 for 40 steps, score 256 ... 4k (20
 # examples per length). Models built from config with RANDOM weights (nothing pretrained is available
 # offline), so the scores measure nothing about the architectures; what the run shows is the protocol:
