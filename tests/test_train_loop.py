@@ -51,6 +51,7 @@ def overrides(corpus, run_dir, steps=6, **extra):
         "model.overrides": "{hidden_size: 32, num_hidden_layers: 2, split_size: 8, num_retrieved_splits: 2}",
         "data.seq_len": 32, "data.num_workers": 0, "data.eval_fraction": 0.1,
         "train.global_batch_tokens": 256, "train.micro_batch_size": 4, "train.max_steps": steps, "train.threads": 1,
+        "train.precision": "fp32",  # the equivalence tests compare runs exactly
         "optim.lr": 3e-3, "optim.warmup": 0.1, "eval.every": 0, "eval.max_sequences": 16, "eval.at_start": False,
         "checkpoint.every": 3, "checkpoint.keep_last": 5, "logging.every": 1, "logging.progress": False,
     }
@@ -182,3 +183,14 @@ def test_help_works(capsys):
         main(["--help"])
     assert e.value.code == 0
     assert "optim.lr" in capsys.readouterr().out
+
+
+def test_auto_precision_uses_bf16_only_where_it_is_native(monkeypatch):
+    from avey_b.training import pretrain
+
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    monkeypatch.setattr(pretrain, "cpu_has_native_bf16", lambda: False)
+    assert not pretrain.resolve_bf16("auto", cpu) and pretrain.resolve_bf16("auto", cuda)
+    assert pretrain.resolve_bf16("bf16", cpu) and not pretrain.resolve_bf16("fp32", cuda)
+    monkeypatch.setattr(pretrain, "cpu_has_native_bf16", lambda: True)
+    assert pretrain.resolve_bf16("auto", cpu) and not pretrain.resolve_bf16("fp32", cpu)

@@ -120,7 +120,8 @@ class TrainConfig:
     max_minutes: float | None = None
     """Stop (with a checkpoint) after this wall time; the schedule still follows max_steps."""
     precision: str = "auto"
-    """``auto`` (bf16 autocast on GPU, fp32 on CPU), ``bf16`` (autocast, also on CPU) or ``fp32``."""
+    """``auto`` (bf16 autocast on GPU and on CPUs with native bf16, i.e. AMX or AVX512-BF16; fp32 otherwise),
+    ``bf16`` (autocast, also on CPU) or ``fp32``."""
     compile: bool = False
     """``torch.compile`` the model."""
     device: str = "auto"

@@ -164,6 +164,23 @@ def full_state_dict(model) -> dict:
     return sd
 
 
+def cpu_has_native_bf16() -> bool:
+    """Whether this CPU multiplies bf16 in hardware (AMX or AVX512-BF16). Without it, bf16 autocast is emulated
+    and slower than float32, so ``precision=auto`` keeps float32 there. (torch.cpu's probes are private API:
+    any failure means "no".)"""
+    try:
+        return bool(torch.cpu._is_amx_tile_supported() or torch.cpu._is_avx512_bf16_supported())
+    except Exception:  # noqa: BLE001 -- an older/other torch build: assume no native bf16
+        return False
+
+
+def resolve_bf16(precision: str, device: torch.device) -> bool:
+    """``train.precision`` -> whether to run under bf16 autocast."""
+    if precision == "auto":
+        return device.type == "cuda" or (device.type == "cpu" and cpu_has_native_bf16())
+    return precision == "bf16"
+
+
 def uses_sparse_logits(model) -> bool:
     return bool(getattr(dist_utils.unwrap(model).config, "sparse_prediction", False))
 
@@ -309,7 +326,7 @@ def _train(cfg: PretrainConfig, info, resume: str | None) -> dict:
     torch.manual_seed(cfg.train.seed)
     model = build_model(cfg, tokenizer, resume_dir).to(info.device)
     n_params = sum(p.numel() for p in model.parameters())
-    use_bf16 = cfg.train.precision == "bf16" or (cfg.train.precision == "auto" and info.device.type == "cuda")
+    use_bf16 = resolve_bf16(cfg.train.precision, info.device)
     autocast = torch.autocast(info.device.type, dtype=torch.bfloat16) if use_bf16 else nullcontext()
     raw_model = model
     fsdp = info.enabled and cfg.distributed.strategy == "fsdp"
