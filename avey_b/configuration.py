@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from transformers import PretrainedConfig
 
+from . import release
+
 #: Named layer arrangements of the paper's "How to arrange static and dynamic layers?" appendix.
 #: Each maps the number of layers L to a string of ``S`` (static) / ``D`` (dynamic) letters.
 LAYER_PATTERNS = {
@@ -107,13 +109,8 @@ class AveyBConfig(PretrainedConfig):
     """
 
     model_type = "avey-b"
-    # Keys of the authors' release config.json (SPEC §8) read as our fields.
-    attribute_map = {
-        "d_embed": "hidden_size",
-        "n_layers": "num_hidden_layers",
-        "chunk_size": "split_size",
-        "k": "num_retrieved_splits",
-    }
+    # Keys of the authors' release config.json read as our fields (one table, in ``avey_b.release``).
+    attribute_map = release.attribute_map()
 
     def __init__(
         self,
@@ -206,11 +203,9 @@ class AveyBConfig(PretrainedConfig):
 
     @classmethod
     def from_dict(cls, config_dict: dict, **kwargs):
-        """Also reads the authors' release ``config.json`` (SPEC §8) as the ``avey_b1`` parameterization."""
-        from .convert import is_release_config, release_config_to_ours
-
-        if is_release_config(config_dict):
-            config_dict = release_config_to_ours(config_dict)
+        """Also reads the authors' release ``config.json`` as the ``avey_b1`` parameterization."""
+        if release.is_release_config(config_dict):
+            config_dict = release.release_config_to_ours(config_dict)
         return super().from_dict(config_dict, **kwargs)
 
     # -- derived sizes ---------------------------------------------------------------------------------------

@@ -19,7 +19,6 @@ Notable choices:
 from __future__ import annotations
 
 import math
-import tempfile
 
 import torch
 import torch.nn.functional as F
@@ -28,6 +27,7 @@ from transformers import PreTrainedModel
 from transformers import initialization as init
 from transformers.modeling_outputs import BaseModelOutput
 
+from . import release
 from .configuration import AveyBConfig
 from .layers import AveyBLayer, Mixer, RMSNorm, StaticMixer
 from .ranker import Compressor, Ranker
@@ -56,21 +56,32 @@ class AveyBPreTrainedModel(PreTrainedModel):
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):
         """``PreTrainedModel.from_pretrained``, which also accepts the authors' release checkpoints (a hub repo id
-        such as ``avey-ai/avey-b1-base-exp`` or a local download): they are converted on the fly (SPEC §8)."""
-        from .convert import convert_release_checkpoint, resolve_release_directory
+        such as ``avey-ai/avey-b1-base-exp`` or a local download), converted in memory into ``cls``.
 
-        release = None
+        The config comes from the release's ``config.json`` (its number of labels from the classifier's
+        weights); keyword arguments naming config fields override it (e.g. ``num_labels=5`` with
+        ``ignore_mismatched_sizes=True``). Backbone weights are checked by name and shape; a head the
+        checkpoint does not hold is initialized fresh, as transformers does for any encoder.
+        """
+        directory = None
         if pretrained_model_name_or_path is not None:
-            release = resolve_release_directory(pretrained_model_name_or_path, **kwargs)
-        if release is None:
+            directory = release.resolve_release_directory(pretrained_model_name_or_path, **kwargs)
+        if directory is None:
             return super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
-        # The converted checkpoint carries the config (its head size comes from the weights); a `config` that the
-        # Auto classes built from the release's config.json does not know the number of labels, so it is
-        # dropped. Overrides still work as keyword arguments (e.g. num_labels=5, ignore_mismatched_sizes=True).
+        weights = release.load_release_weights(directory)
+        config = cls.config_class(**release.release_config_to_ours(release.read_release_config(directory)))
+        if (num_labels := release.release_num_labels(weights)) is not None:
+            config.num_labels = num_labels
+        # A `config` the Auto classes built from the release's config.json lacks the number of labels: replaced.
         kwargs.pop("config", None)
-        with tempfile.TemporaryDirectory() as converted:
-            convert_release_checkpoint(release, converted)
-            return super().from_pretrained(converted, *model_args, **kwargs)
+        for key in [k for k in kwargs if hasattr(config, k) and k not in ("dtype", "torch_dtype")]:
+            setattr(config, key, kwargs.pop(key))
+        ours = release.release_state_dict_to_ours(weights)
+        with torch.device("meta"):
+            expected = {f"{cls.base_model_prefix}.{k}": v.shape for k, v in AveyBModel(config).state_dict().items()}
+        release.check_weights({k: v for k, v in ours.items() if k.startswith(cls.base_model_prefix + ".")},
+                              expected, strict=True)
+        return super().from_pretrained(None, *model_args, config=config, state_dict=ours, **kwargs)
 
     def _init_matrix(self, weight: torch.Tensor) -> None:
         if self.config.initializer == "xavier_normal":

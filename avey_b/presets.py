@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 from .configuration import AveyBConfig
+from .release import AVEY_B1_ARCHITECTURE
 
 
 def tiny(**overrides) -> AveyBConfig:
@@ -36,24 +37,6 @@ def large(**overrides) -> AveyBConfig:
     """Avey-B large: 391M parameters (d=1024, L=46; SPEC §2)."""
     return AveyBConfig(**{"hidden_size": 1024, "num_hidden_layers": 46, "split_size": 256,
                           "num_retrieved_splits": 3, **overrides})
-
-
-#: Every switch that makes the one model path compute what the authors' release computes (SPEC §8).
-AVEY_B1_ARCHITECTURE = {
-    "enricher_activation": "gelu",
-    "mixing_activation": "identity",
-    "enricher_layout": "release",
-    "layer_pattern": "interleaved_sd",
-    "dynamic_normalization": "l1",
-    "dynamic_eps": 1e-12,
-    "ranker_weighting": "min",
-    "fuser_bias": True,
-    "residual_scale": True,
-    "final_norm": False,
-    "decoder_bias": False,
-    "classifier_head": "avey-b1",
-    "initializer": "xavier_normal",
-}
 
 
 def avey_b1(**overrides) -> AveyBConfig:
