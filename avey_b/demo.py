@@ -1,6 +1,6 @@
 """``avey-b demo``: build a small, randomly initialized Avey-B and encode text, with no download.
 
-It trains a byte-level BPE tokenizer on the documentation that ships with Python (``pydoc_data``), builds the
+It trains a byte-level BPE tokenizer on the documentation that ships with Python (the ``python-docs`` corpus), builds the
 ``small`` preset with that vocabulary, encodes a padded batch (and checks it against each sentence encoded
 alone), and times the forward pass at growing lengths to show the processor's linear cost. The weights are
 random: for a trained model see ``avey-b pretrain``.
@@ -11,28 +11,6 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-
-
-def python_docs_text() -> list[str]:
-    """Real English text present on every Python install: the pydoc topic help texts."""
-    from pydoc_data.topics import topics
-
-    return [t for t in topics.values() if t.strip()]
-
-
-def train_demo_tokenizer(texts: list[str], vocab_size: int = 4096):
-    """A byte-level BPE with BERT-style specials, trained in a second or two."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-    tok = Tokenizer(models.BPE(unk_token="[UNK]"))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    tok.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials,
-                                                       initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="[PAD]", unk_token="[UNK]", cls_token="[CLS]",
-                                   sep_token="[SEP]", mask_token="[MASK]")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -47,13 +25,15 @@ def main(argv: list[str] | None = None) -> int:
 
     from avey_b import AveyBForSentenceEmbedding, presets
     from avey_b.analysis import parameter_counts
+    from avey_b.data.corpus import python_docs_corpus
+    from avey_b.tokenization import train_bpe_tokenizer
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    texts = python_docs_text()
+    texts = python_docs_corpus()
     t0 = time.perf_counter()
-    tok = train_demo_tokenizer(texts)
-    print(f"tokenizer: byte-level BPE, {len(tok)} tokens, trained on {len(texts)} pydoc topics "
+    tok = train_bpe_tokenizer(texts, vocab_size=4096)
+    print(f"tokenizer: byte-level BPE, {len(tok)} tokens, trained on {len(texts)} Python documentation texts "
           f"in {time.perf_counter() - t0:.1f}s")
 
     torch.manual_seed(0)

@@ -6,7 +6,8 @@ import torch
 from avey_b.evaluation import toy
 from avey_b.evaluation.finetune import resolve_steps, run_cell
 from avey_b.evaluation.tasks import DataFiles, RunConfig, get_task
-from avey_b.evaluation.tasks.base import load_model, load_tokenizer, mean_pool
+from avey_b.evaluation.tasks.base import load_model, load_task_tokenizer
+from avey_b.heads import mean_pool
 
 
 @pytest.fixture(scope="module")
@@ -98,4 +99,4 @@ def test_slow_tokenizers_are_rejected(monkeypatch):
 
     monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", lambda *a, **k: Slow())
     with pytest.raises(ValueError, match="not a fast \\(Rust\\) tokenizer"):
-        load_tokenizer("some/model", RunConfig())
+        load_task_tokenizer("some/model", RunConfig())

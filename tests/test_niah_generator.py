@@ -10,6 +10,7 @@ import pytest
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import PreTrainedTokenizerFast
 
+from avey_b.data import niah as niah_data
 from avey_b.evaluation import niah
 
 WORDS = (
@@ -91,13 +92,13 @@ def bpe():
 
 def _needle_values(example):
     """Values of every needle of the example's key, in text order (parsed from the context)."""
-    pat = re.escape(niah.needle_prefix(example["key"])) + r"(\S+) \."
+    pat = re.escape(niah_data.needle_prefix(example["key"])) + r"(\S+) \."
     return [(m.start(1), m.group(1)) for m in re.finditer(pat, example["context"])]
 
 
-@pytest.mark.parametrize("task", niah.TASKS)
+@pytest.mark.parametrize("task", niah_data.TASKS)
 def test_answer_spans_are_exact_in_characters_and_tokens(tokenizer, task):
-    rows = niah.generate_split(tokenizer, task=task, split="test", length=400, n=10, seed=1)
+    rows = niah_data.generate_split(tokenizer, task=task, split="test", length=400, n=10, seed=1)
     for ex in rows:
         text, start = ex["answers"]["text"][0], ex["answers"]["answer_start"][0]
         ctx = ex["context"]
@@ -118,8 +119,8 @@ def test_answer_spans_are_exact_in_characters_and_tokens(tokenizer, task):
 
 
 def test_value_formats(bpe):
-    one = niah.generate_split(bpe, task="niah-1", split="test", length=300, n=10, seed=0)
-    two = niah.generate_split(bpe, task="niah-2", split="test", length=300, n=10, seed=0)
+    one = niah_data.generate_split(bpe, task="niah-1", split="test", length=300, n=10, seed=0)
+    two = niah_data.generate_split(bpe, task="niah-2", split="test", length=300, n=10, seed=0)
     for ex in one:
         v = ex["answers"]["text"][0]
         assert (
@@ -134,7 +135,7 @@ def test_value_formats(bpe):
 
 
 def test_needle_counts_and_ordinal_questions(tokenizer):
-    rows = niah.generate_split(tokenizer, task="niah-2", split="test", length=500, n=20, seed=3)
+    rows = niah_data.generate_split(tokenizer, task="niah-2", split="test", length=500, n=20, seed=3)
     assert sum(r["num_needles"] == 1 for r in rows) == 8  # exactly 40% single-needle
     assert sum(r["num_needles"] == 2 for r in rows) == 12
     ordinals = set()
@@ -158,10 +159,10 @@ def test_needle_counts_and_ordinal_questions(tokenizer):
 
 
 def test_deterministic_by_seed(bpe):
-    a = niah.generate_split(bpe, task="niah-1", split="train", length=300, n=5, seed=7)
-    b = niah.generate_split(bpe, task="niah-1", split="train", length=300, n=5, seed=7)
-    c = niah.generate_split(bpe, task="niah-1", split="train", length=300, n=5, seed=8)
-    t = niah.generate_split(bpe, task="niah-1", split="test", length=300, n=5, seed=7)
+    a = niah_data.generate_split(bpe, task="niah-1", split="train", length=300, n=5, seed=7)
+    b = niah_data.generate_split(bpe, task="niah-1", split="train", length=300, n=5, seed=7)
+    c = niah_data.generate_split(bpe, task="niah-1", split="train", length=300, n=5, seed=8)
+    t = niah_data.generate_split(bpe, task="niah-1", split="test", length=300, n=5, seed=7)
     assert a == b
     assert [r["context"] for r in a] != [r["context"] for r in c]
     assert [r["context"] for r in a] != [r["context"] for r in t]  # train and test are different draws
@@ -170,7 +171,7 @@ def test_deterministic_by_seed(bpe):
 @pytest.mark.parametrize("unit", ["input", "context"])
 def test_lengths_within_one_percent_in_model_tokens(tokenizer, unit):
     for target in (150, 1000, 4000):
-        rows = niah.generate_split(
+        rows = niah_data.generate_split(
             tokenizer, task="niah-1", split="test", length=target, n=3, seed=0, unit=unit
         )
         for ex in rows:
@@ -184,9 +185,9 @@ def test_lengths_within_one_percent_in_model_tokens(tokenizer, unit):
 
 def test_bad_requests_fail_early(bpe):
     with pytest.raises(ValueError, match="shorter than the question"):
-        niah.generate_split(bpe, task="niah-1", split="test", length=10, n=1, seed=0)
+        niah_data.generate_split(bpe, task="niah-1", split="test", length=10, n=1, seed=0)
     with pytest.raises(ValueError, match="unknown NIAH task"):
-        niah.generate_split(bpe, task="niah-3", split="test", length=300, n=1, seed=0)
+        niah_data.generate_split(bpe, task="niah-3", split="test", length=300, n=1, seed=0)
 
 
 def test_generate_cli_writes_jsonl_hf_and_manifest(bpe, tmp_path):

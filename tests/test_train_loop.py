@@ -16,7 +16,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from avey_b.data.tokenizer import train_bpe_tokenizer
+from avey_b.tokenization import train_bpe_tokenizer
 from avey_b.training.checkpoint import list_checkpoints, load_train_state
 from avey_b.training.config import load_config
 from avey_b.training.pretrain import main, train

@@ -43,7 +43,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import csv
-import json
 import os
 import platform
 import statistics
@@ -54,7 +53,7 @@ from typing import Any
 
 import torch
 
-from .models import (
+from ..baselines import (
     build_config,
     build_model,
     count_parameters,
@@ -63,7 +62,17 @@ from .models import (
     parse_spec,
     random_batch,
 )
-from .timing import is_oom, measure, write_jsonl
+from ..device import autocast, is_oom, pick_device
+from ..records import (
+    append_jsonl,
+    latency_of,
+    length_table,
+    point_key,
+    read_records,
+    series_key,
+    throughput_of,
+)
+from .timing import measure
 
 PAPER_LENGTHS = [128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 98304]
 DTYPES = ("float32", "bfloat16", "autocast-bf16")
@@ -93,18 +102,6 @@ CSV_FIELDS = [
 ]
 
 
-def series_key(rec: dict[str, Any]) -> str:
-    """The name of one curve: model, attention, mode, dtype."""
-    attn = rec.get("attn") or "-"
-    return f"{rec['model']} [{rec['mode']}, {attn}, {rec['dtype']}]"
-
-
-def _resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
-
-
 def _dtype_setup(dtype: str, device: torch.device):
     """(weight dtype, autocast context factory) for a ``--dtype`` choice."""
     if dtype == "float32":
@@ -112,7 +109,7 @@ def _dtype_setup(dtype: str, device: torch.device):
     if dtype == "bfloat16":
         return torch.bfloat16, contextlib.nullcontext
     if dtype == "autocast-bf16":
-        return torch.float32, lambda: torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+        return torch.float32, lambda: autocast(device)
     raise ValueError(f"--dtype {dtype!r} is not one of {DTYPES}")
 
 
@@ -172,10 +169,6 @@ def _series(args) -> Iterable[tuple[str, str | None, str, str]]:
                     yield spec, attn, mode, dtype
 
 
-def point_key(r: dict[str, Any]) -> tuple:
-    return (r["model"], r.get("attn"), r["mode"], r["dtype"], r["batch_size"], r["seq_len"])
-
-
 #: Statuses that a ``--resume`` run keeps; skipped and inferred-OOM points are tried again (e.g. with a
 #: larger ``--max-latency``), and the newer record then supersedes the older one.
 FINAL_STATUSES = ("ok", "max_length", "unavailable")
@@ -190,7 +183,7 @@ def _done_keys(path: str) -> set[tuple]:
 
 
 def run(args) -> list[dict[str, Any]]:
-    device = _resolve_device(args.device)
+    device = pick_device(args.device)
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.dtype is None:
@@ -289,23 +282,8 @@ def run(args) -> list[dict[str, Any]]:
 
 def _emit(path: str, rec: dict[str, Any]) -> dict[str, Any]:
     rec.setdefault("time", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
-    write_jsonl(path, rec)
+    append_jsonl(path, rec, echo=True)
     return rec
-
-
-def read_records(path: str, *, latest: bool = True) -> list[dict[str, Any]]:
-    """The JSON lines of a results file (lines that are not JSON objects are skipped). With ``latest``,
-    a point recorded several times (a resumed run that retried it) keeps only its last record."""
-    out = []
-    with open(path) as f:
-        for line in f:
-            line = line.strip()
-            if line.startswith("{"):
-                out.append(json.loads(line))
-    if latest:
-        last = {point_key(r): i for i, r in enumerate(out)}
-        out = [r for i, r in enumerate(out) if last[point_key(r)] == i]
-    return out
 
 
 def write_csv(records: list[dict[str, Any]], path: str) -> None:
@@ -320,8 +298,6 @@ def write_csv(records: list[dict[str, Any]], path: str) -> None:
 
 def cell(rec: dict[str, Any] | None, what: str = "throughput", stat: str = "median") -> str:
     """How a point reads in a table: the number, "—" past the max length, "OOM", or a short status."""
-    from .fit import latency_of, throughput_of
-
     if rec is None:
         return ""
     status = rec["status"]
@@ -336,23 +312,14 @@ def format_table(records: list[dict[str, Any]], what: str = "throughput", stat: 
     """Markdown table: one row per series, one column per length (``what``: throughput or latency)."""
     if what not in ("throughput", "latency"):
         raise ValueError(f"what must be 'throughput' or 'latency', got {what!r}")
-    lengths = sorted({r["seq_len"] for r in records})
-    rows: dict[str, dict[int, dict]] = {}
+    rows: dict[str, dict[int, str]] = {}
     for r in records:
-        rows.setdefault(series_key(r), {})[r["seq_len"]] = r
+        rows.setdefault(series_key(r), {})[r["seq_len"]] = cell(r, what, stat)
     unit = "CPU-s" if stat == "cpu" else "s"
     title = (
         f"throughput (tokens/{unit}, {stat})" if what == "throughput" else f"latency ({unit}/forward, {stat})"
     )
-    head = f"| {title} | " + " | ".join(_fmt_len(n) for n in lengths) + " |"
-    lines = [head, "|" + "---|" * (len(lengths) + 1)]
-    for key, pts in rows.items():
-        lines.append(f"| {key} | " + " | ".join(cell(pts.get(n), what, stat) for n in lengths) + " |")
-    return "\n".join(lines)
-
-
-def _fmt_len(n: int) -> str:
-    return f"{n // 1024}K" if n >= 1024 and n % 1024 == 0 else str(n)
+    return length_table([title], [([key], cells) for key, cells in rows.items()])
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -368,7 +335,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--models",
         nargs="+",
         default=["avey-b-base", "modernbert-base", "neobert"],
-        help="model specs NAME[:key=value,...] (see avey_b.benchmarking.models)",
+        help="model specs NAME[:key=value,...] (see avey_b.baselines)",
     )
     r.add_argument("--lengths", nargs="+", type=int, default=PAPER_LENGTHS, help="sequence lengths (tokens)")
     r.add_argument("--batch-size", type=int, default=8)

@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from ..records import latency_of, read_records, series_key, throughput_of
+
 #: Paper values (Fig. "throughput" / "latency", B200, bf16, batch 8): (alpha, beta) per model family and
 #: setting. "optimized" = FlashAttention for the Transformers / torch.compile for Avey-B; "unoptimized" =
 #: eager attention / eager PyTorch.
@@ -82,23 +84,6 @@ def paper_value(rec: dict[str, Any]) -> tuple[str, float | None, float | None]:
     return "", None, None
 
 
-STATS = ("median", "min", "cpu")
-
-
-def latency_of(rec: dict[str, Any], stat: str = "median") -> float:
-    """The seconds per forward a fit or plot uses. ``median`` of the repeats' wall time (the paper's
-    protocol, right on a dedicated GPU); ``min`` (other processes only ever add time, so on a shared
-    machine the minimum is the less disturbed estimate); ``cpu``: median process CPU time of the repeats
-    (all threads; the work done, nearly insensitive to neighbours on a shared CPU; CPU runs only)."""
-    if stat not in STATS:
-        raise ValueError(f"stat must be one of {STATS}, got {stat!r}")
-    return rec[{"median": "latency_median_s", "min": "latency_min_s", "cpu": "cpu_median_s"}[stat]]
-
-
-def throughput_of(rec: dict[str, Any], stat: str = "median") -> float:
-    return rec["batch_size"] * rec["seq_len"] / latency_of(rec, stat)
-
-
 def fit_series(
     records: list[dict[str, Any]],
     *,
@@ -107,7 +92,6 @@ def fit_series(
     stat: str = "median",
 ):
     """Per series (see ``efficiency.series_key``): dict with α, β fits (None when < 2 usable points)."""
-    from .efficiency import series_key
 
     groups: dict[str, list[dict]] = {}
     for r in records:
@@ -175,6 +159,5 @@ def _f(v: float | None) -> str:
 def fit_table_from_file(
     path: str, *, min_length: int = 8192, max_length: int | None = None, stat: str = "median"
 ) -> str:
-    from .efficiency import read_records
 
     return fit_table(read_records(path), min_length=min_length, max_length=max_length, stat=stat)

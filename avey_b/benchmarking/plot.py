@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from ..records import latency_of, read_records, series_key, throughput_of
+
 _STAT_TEXT = {
     "median": "median wall time of repeats",
     "min": "min wall time of repeats",
@@ -19,7 +21,6 @@ _STAT_TEXT = {
 
 def plot_results(path: str, out_dir: str, *, title: str | None = None, stat: str = "median") -> list[str]:
     """Write ``throughput.png`` and ``latency.png`` under ``out_dir``; returns their paths."""
-    from .efficiency import read_records
 
     return plot_records(read_records(path), out_dir, title=title, stat=stat)
 
@@ -27,15 +28,13 @@ def plot_results(path: str, out_dir: str, *, title: str | None = None, stat: str
 def plot_records(
     records: list[dict[str, Any]], out_dir: str, *, title: str | None = None, stat: str = "median"
 ) -> list[str]:
-    """Lines at the ``stat`` latency of each point (see :func:`.fit.latency_of`); latency error bars span
+    """Lines at the ``stat`` latency of each point (see :func:`avey_b.records.latency_of`); latency error bars span
     min..max of the repeats."""
     import matplotlib
 
     matplotlib.use("Agg")  # files only; never needs a display
     import matplotlib.pyplot as plt
 
-    from .efficiency import series_key
-    from .fit import latency_of, throughput_of
 
     groups: dict[str, list[dict]] = {}
     for r in records:

@@ -20,18 +20,16 @@ Written once so that Avey-B and every baseline go through exactly the same measu
   CPU, wall-clock time mostly measures how busy the neighbours are; CPU time measures the work done (plus
   some OpenMP spin-waiting), so CPU-time scaling exponents are the stable ones there. On GPU it means
   nothing (the host waits in ``synchronize``) and wall time is the measure.
-* ``is_oom(exc)`` recognizes CUDA and CPU out-of-memory errors so callers can record ``"OOM"`` as a data
-  point instead of crashing (the paper's tables mark such points "OOM").
 
-Results are plain dicts (JSON-ready): one JSON line per point is the benchmark output format, and the
-fitting and plotting steps read those lines back.
+Results are plain dicts (JSON-ready): one JSON line per point is the benchmark output format
+(:mod:`avey_b.records`), and the fitting and plotting steps read those lines back. Out-of-memory failures
+are recognized by :func:`avey_b.device.is_oom` and recorded as "OOM" points.
 """
 
 from __future__ import annotations
 
 import contextlib
 import gc
-import json
 import os
 import statistics
 import threading
@@ -45,10 +43,8 @@ import torch
 __all__ = [
     "PeakRSSSampler",
     "Timing",
-    "is_oom",
     "measure",
     "synchronize",
-    "write_jsonl",
 ]
 
 
@@ -61,21 +57,6 @@ def synchronize(device: torch.device | str) -> None:
         torch.mps.synchronize()
     elif device.type == "xpu":  # pragma: no cover
         torch.xpu.synchronize(device)
-
-
-def is_oom(exc: BaseException) -> bool:
-    """True when ``exc`` is an out-of-memory failure (CUDA, or a CPU allocation that failed)."""
-    if isinstance(exc, torch.cuda.OutOfMemoryError):
-        return True
-    if isinstance(exc, MemoryError):
-        return True
-    if isinstance(exc, RuntimeError):
-        text = str(exc).lower()
-        return any(
-            s in text
-            for s in ("out of memory", "can't allocate memory", "cannot allocate memory", "not enough memory")
-        )
-    return False
 
 
 def _rss_bytes() -> int | None:
@@ -233,16 +214,3 @@ def measure(
         peak_mem_delta_bytes=delta,
         mem_method=method,
     )
-
-
-def write_jsonl(path: str | os.PathLike | None, record: dict[str, Any], *, echo: bool = True) -> None:
-    """Append ``record`` as one JSON line to ``path`` (flushed, so an interrupted run keeps its points)
-    and echo it to stdout (one JSON document per line, nanochat-style)."""
-    line = json.dumps(record, sort_keys=False, default=str)
-    if path is not None:
-        with open(path, "a") as f:
-            f.write(line + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-    if echo:
-        print(line, flush=True)

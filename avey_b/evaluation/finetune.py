@@ -30,7 +30,7 @@ from typing import Any
 import torch
 
 from .tasks import TASKS, get_task
-from .tasks.base import DataFiles, RunConfig, Task, autocast_ctx, load_model, load_tokenizer, pad_id_of
+from .tasks.base import DataFiles, RunConfig, Task, autocast_ctx, load_model, load_task_tokenizer, pad_id_of
 
 
 def resolve_steps(task: Task, cfg: RunConfig, batches_per_epoch: int) -> int:
@@ -112,7 +112,7 @@ def run_cell(model_name: str, task_name: str, cfg: RunConfig, files: DataFiles,
 
     task = get_task(task_name)
     device = pick_device(cfg)
-    tokenizer = load_tokenizer(tokenizer_name or model_name, cfg)
+    tokenizer = load_task_tokenizer(tokenizer_name or model_name, cfg)
     train, evaluation = load_data(task, files, cfg)
     transformers.set_seed(cfg.seed)  # head initialisation and dropout
     model = load_model(model_name, task.head(cfg), cfg, **task.model_kwargs(train, evaluation, cfg)).to(device)

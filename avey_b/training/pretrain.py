@@ -35,7 +35,7 @@ import torch.nn.functional as F
 from ..data.corpus import SourceSpec, iter_documents
 from ..data.mlm import IGNORE_INDEX, mask_tokens, sequence_generator
 from ..data.packing import PackedSequences
-from ..data.tokenizer import eot_id, load_tokenizer, pad_to_multiple, special_ids, train_bpe_tokenizer
+from ..tokenization import eot_id, load_tokenizer, pad_to_multiple, special_ids, train_bpe_tokenizer
 from . import distributed as dist_utils
 from .checkpoint import (
     latest_checkpoint,

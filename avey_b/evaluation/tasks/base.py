@@ -11,13 +11,16 @@ from __future__ import annotations
 
 import csv
 import json
-import math
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import torch
+import torch.nn.functional as F
+
+from ...heads import mean_pool  # importing the package registers Avey-B with the Auto classes
+from ...tokenization import load_tokenizer
 
 PROTOCOLS = ("standard", "paper")
 
@@ -167,49 +170,24 @@ class Task:
 # ------------------------------------------------------------------------------------------ models
 
 
-def import_avey_b() -> bool:
-    """Register Avey-B with the Auto classes (``import avey_b``); False when the model package is absent."""
-    try:
-        import avey_b.heads  # noqa: F401  (registration happens in avey_b/__init__)
-    except ImportError:
-        return False
-    return True
-
-
 def load_model(name_or_path: str, head: str, cfg: RunConfig, **kwargs):
     """Any encoder by Hub name or local path, through the Auto class of ``head``."""
     import transformers
 
     if head not in HEADS:
         raise ValueError(f"unknown head {head!r}; expected one of {sorted(HEADS)}")
-    import_avey_b()
     auto = getattr(transformers, HEADS[head])
     return auto.from_pretrained(name_or_path, trust_remote_code=cfg.trust_remote_code, **kwargs)
 
 
-def load_tokenizer(name_or_path: str, cfg: RunConfig):
-    from transformers import AutoTokenizer
-
-    import_avey_b()
-    tok = AutoTokenizer.from_pretrained(name_or_path, trust_remote_code=cfg.trust_remote_code)
-    if not getattr(tok, "is_fast", False):
-        raise ValueError(
-            f"tokenizer of {name_or_path!r} is not a fast (Rust) tokenizer; the harness needs offset "
-            "mappings for token classification and QA"
-        )
-    return tok
+def load_task_tokenizer(name_or_path: str, cfg: RunConfig):
+    """The tokenizer of an encoder under evaluation, as it is (no tokens added), fast (offsets needed)."""
+    return load_tokenizer(name_or_path, complete=False, require_fast=True, trust_remote_code=cfg.trust_remote_code)
 
 
 def pad_id_of(tokenizer) -> int:
     # The pad id only fills positions that attention_mask hides, so any id works when none is defined.
     return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-
-
-def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor, normalize: bool = True) -> torch.Tensor:
-    """Masked mean over real tokens (B, N, d) -> (B, d), optionally L2-normalised."""
-    mask = attention_mask.to(hidden.dtype).unsqueeze(-1)
-    pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1.0)
-    return torch.nn.functional.normalize(pooled, dim=-1) if normalize else pooled
 
 
 def encode_texts(model, tokenizer, texts: Sequence[str], max_length: int, batch_size: int,
@@ -225,7 +203,8 @@ def encode_texts(model, tokenizer, texts: Sequence[str], max_length: int, batch_
         batch = {k: v.to(device) for k, v in pad_batch(feats, pad).items()}
         with torch.no_grad(), autocast_ctx(device, autocast):
             hidden = model(**batch).last_hidden_state
-        emb = mean_pool(hidden.float(), batch["attention_mask"], normalize).cpu()
+        emb = mean_pool(hidden.float(), batch["attention_mask"])
+        emb = (F.normalize(emb, dim=-1) if normalize else emb).cpu()
         for j, i in enumerate(idx):
             out[i] = emb[j]
     if not out:
@@ -295,6 +274,3 @@ def load_hub(name: str, config: str | None, split: str):
         raise ImportError("loading benchmarks by name needs `datasets` (pip install avey-b[eval])") from e
     return datasets.load_dataset(name, config, split=split)
 
-
-def ceil_div(a: int, b: int) -> int:
-    return math.ceil(a / b)

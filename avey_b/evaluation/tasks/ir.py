@@ -32,6 +32,7 @@ from typing import Any
 
 import torch
 
+from ...heads import mean_pool
 from . import base
 
 _Q_COLS = ("query", "anchor", "question", "sentence1")
@@ -184,8 +185,8 @@ class RetrievalTask(base.Task):
     def loss(self, model, batch, cfg) -> torch.Tensor:
         q = model(input_ids=batch["q_input_ids"], attention_mask=batch["q_attention_mask"]).last_hidden_state
         d = model(input_ids=batch["d_input_ids"], attention_mask=batch["d_attention_mask"]).last_hidden_state
-        q = base.mean_pool(q.float(), batch["q_attention_mask"], normalize=False)
-        d = base.mean_pool(d.float(), batch["d_attention_mask"], normalize=False)
+        q = mean_pool(q.float(), batch["q_attention_mask"])
+        d = mean_pool(d.float(), batch["d_attention_mask"])
         return info_nce(q, d, cfg.ir_scale)
 
     # -- scoring -----------------------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""Encoders to benchmark, built from their configurations with random weights (no download).
+"""Baseline encoders built from their configurations with random weights (no download): the one list that
+the efficiency benchmark, NIAH evaluation and the comparison scripts in ``benchmarks/`` share.
 
 A model spec is ``NAME[:key=value,...]``: a registered name below, or a local directory / Hub id
 holding a ``config.json`` (read with ``AutoConfig``; after ``import avey_b`` that includes Avey-B
@@ -7,7 +8,7 @@ directories). The ``key=value`` overrides set config attributes (values parsed a
 
 Registered names:
 
-* ``avey-b-tiny|small|base|large``: ``avey_b.presets``; ``tiny`` is the test model,
+* ``avey-b-<preset>`` for every preset of ``avey_b.presets`` (``tiny``, ``small``, ``base``, ``large``, ``avey-b1``); ``tiny`` is the test model,
   ``small`` d=256 L=8 S=64 k=3 (CPU runs), ``base`` the paper's 164M model.
 * ``bert-base``: ``transformers.BertConfig()`` defaults (BERT-base, learned absolute positions, max 512).
 * ``bert-tiny``: a 2-layer, width-32 BERT for tests.
@@ -38,7 +39,7 @@ from typing import Any
 import torch
 from torch import nn
 
-AVEY_B_PRESETS = ("tiny", "small", "base", "large")
+from . import presets  # importing the package registers Avey-B with the Auto classes
 
 
 def _tiny_bert():
@@ -157,26 +158,27 @@ def is_avey_b(config) -> bool:
     return getattr(config, "model_type", None) == "avey-b"
 
 
+def is_registered(name: str) -> bool:
+    """Whether ``name`` is built from a config here (a registered name or ``avey-b-<preset>``), not loaded."""
+    return name in NAMED_CONFIGS or name.removeprefix("avey-b-") in presets.PRESETS
+
+
 def build_config(spec: ModelSpec | str):
     """The config for ``spec`` (registered name, ``avey-b-<preset>``, or a directory / Hub id)."""
     if isinstance(spec, str):
         spec = parse_spec(spec)
     name = spec.name
-    if name.startswith("avey-b-") and name[len("avey-b-") :] in AVEY_B_PRESETS:
-        from avey_b import presets
-
+    if name.startswith("avey-b-") and name.removeprefix("avey-b-") in presets.PRESETS:
         # Overrides go through the preset so AveyBConfig validates them and re-derives layer_types.
-        return getattr(presets, name[len("avey-b-") :])(**spec.overrides)
+        return presets.get(name.removeprefix("avey-b-"), **spec.overrides)
     elif name in NAMED_CONFIGS:
         config = NAMED_CONFIGS[name]()
     elif os.path.isdir(name) or "/" in name:
         from transformers import AutoConfig
 
-        import avey_b  # noqa: F401  (registers Avey-B with AutoConfig)
-
         config = AutoConfig.from_pretrained(name)
     else:
-        known = [f"avey-b-{p}" for p in AVEY_B_PRESETS] + sorted(NAMED_CONFIGS)
+        known = [f"avey-b-{p}" for p in presets.PRESETS] + sorted(NAMED_CONFIGS)
         raise ValueError(f"unknown model {name!r}: use one of {known}, a local directory or a Hub id")
     for key, value in spec.overrides.items():
         if not hasattr(config, key):
@@ -211,8 +213,6 @@ def build_model(config, *, attn_implementation: str | None = None, head: str = "
     Raises ``ValueError``/``ImportError`` when the attention implementation is unavailable.
     """
     from transformers import AutoModel, AutoModelForQuestionAnswering
-
-    import avey_b  # noqa: F401  (Auto* registration)
 
     cls = {"base": AutoModel, "qa": AutoModelForQuestionAnswering}[head]
     kwargs = {}

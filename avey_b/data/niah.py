@@ -1,0 +1,413 @@
+"""Needle-in-a-haystack (NIAH) extractive-QA sets, as in the paper's appendix "Long-Range Benchmark Results"
+(``avey-b niah generate``; the evaluation protocol is :mod:`avey_b.evaluation.niah`).
+
+Each example is a passage of random distractor words with one or two *needles* ``"The value of KEY is
+VALUE ."`` inserted at random word positions, and a question holding only the key; the answer is the
+value span (SQuAD-style extractive QA).
+
+* NIAH-1: alphanumeric values (8 characters, at least two letters and two digits, e.g. ``k7Qz2mPa``);
+  NIAH-2: numeric values (7 digits, no leading zero).
+* 40% of each split has one needle ("What is the value of KEY?"); 60% has two needles with the *same*
+  key and different values, and the question asks for the n-th occurrence ("What is the value of KEY at
+  its second occurrence?"), n ∈ {first, second} uniformly. The 40/60 proportion is exact per split
+  (rounded), the order shuffled.
+* Keys are two distractor-vocabulary words joined by a hyphen (``river-stone``): distractors are joined
+  by spaces, so a key never occurs in the passage except in its needles. Values contain digits, which
+  distractors never do, so each value occurs exactly once (checked).
+* Distractor words are the tokenizer's own vocabulary entries that decode to a lowercase alphabetic word
+  of 2+ letters ("random distractor tokens"), drawn uniformly with replacement.
+* Length is measured in MODEL tokens of the given tokenizer (any Hugging Face *fast* tokenizer): the whole
+  model input ``tokenizer(question, context)`` (question + passage + special tokens) is never longer than
+  the target and at most 1% shorter (typically 0-2 tokens), so the "8k" set fits an 8,192-token window. ``--length-unit context`` measures the passage alone instead.
+  We count the whole input by default so that a model with an 8,192-token window can take the "8k" set,
+  as in the paper's tables.
+* Spans are verified at generation time: ``context[answer_start:answer_start+len(text)] == text``, the
+  value occurs once in the context, and the answer's token span in the model input
+  (``answer_token_start``/``answer_token_end``, inclusive) covers exactly the answer characters (plus only
+  whitespace that a tokenizer folds into a token). An example whose answer a tokenizer cannot align is
+  regenerated with another value (a handful of tries, then a clear error).
+* Deterministic: each (task, split, length) draws from ``random.Random(f"{seed}:{task}:{split}:{length}")``,
+  so a set is reproducible alone and independent of which other lengths are generated.
+
+Output under ``--out``: ``{task}/{split}_{length}.jsonl`` (one example per line: ``id, context,
+question, answers {text: [..], answer_start: [..]}``, plus ``task, split, target_length, num_tokens,
+context_tokens, num_needles, ordinal, key, needle_char_starts, answer_token_start, answer_token_end``),
+``{task}/manifest.json`` (arguments, tokenizer, counts, length statistics) and, with ``--format hf`` or
+``both``, a ``datasets.DatasetDict`` saved with ``save_to_disk`` in ``{task}/hf`` (splits named
+``{split}_{length}``).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import statistics
+import string
+from dataclasses import dataclass
+from typing import Any
+
+from ..records import write_json_atomic, write_jsonl_atomic
+
+TASKS = ("niah-1", "niah-2")
+DEFAULT_TEST_LENGTHS = [1024, 2048, 4096, 8192, 16384, 32768, 65536, 98304]
+DEFAULT_TRAIN_LENGTH = 2048
+SINGLE_FRACTION = 0.4
+ORDINALS = ("first", "second")
+_WORD_RE = re.compile(r"^[a-z]{2,}$")
+
+
+# ----------------------------------------------------------------------------------------- pieces
+
+
+def distractor_words(tokenizer, *, min_words: int = 20) -> list[str]:
+    """Vocabulary entries of ``tokenizer`` that decode to a lowercase alphabetic word (>= 2 letters)."""
+    special = set(getattr(tokenizer, "all_special_ids", []) or [])
+    words = set()
+    for tok_id in range(len(tokenizer)):
+        if tok_id in special:
+            continue
+        w = tokenizer.decode([tok_id]).strip()
+        if _WORD_RE.match(w):
+            words.add(w)
+    if len(words) < min_words:
+        raise ValueError(
+            f"tokenizer has only {len(words)} vocabulary entries that decode to lowercase words; "
+            f"NIAH distractors need at least {min_words}"
+        )
+    return sorted(words)  # sorted: the draw must not depend on set iteration order
+
+
+def make_value(rng: random.Random, task: str) -> str:
+    if task == "niah-1":
+        while True:
+            v = "".join(rng.choice(string.ascii_letters + string.digits) for _ in range(8))
+            if sum(c.isdigit() for c in v) >= 2 and sum(c.isalpha() for c in v) >= 2:
+                return v
+    if task == "niah-2":
+        return str(rng.randint(1_000_000, 9_999_999))
+    raise ValueError(f"unknown NIAH task {task!r}: use one of {TASKS}")
+
+
+def needle_prefix(key: str) -> str:
+    return f"The value of {key} is "
+
+
+def needle_text(key: str, value: str) -> str:
+    # The space before "." keeps the value a whole pre-token for every common tokenizer (BPE, WordPiece,
+    # SentencePiece), so its token span aligns with its characters.
+    return f"{needle_prefix(key)}{value} ."
+
+
+def question_text(key: str, ordinal: str | None) -> str:
+    if ordinal is None:
+        return f"What is the value of {key}?"
+    return f"What is the value of {key} at its {ordinal} occurrence?"
+
+
+@dataclass
+class _Draft:
+    key: str
+    values: list[str]
+    ordinal: int | None  # 1-based occurrence asked for (two-needle examples); None for one needle
+    fractions: list[float]  # needle depths in [0, 1), sorted
+
+    @property
+    def answer(self) -> str:
+        return self.values[(self.ordinal or 1) - 1]
+
+    @property
+    def question(self) -> str:
+        return question_text(self.key, None if self.ordinal is None else ORDINALS[self.ordinal - 1])
+
+
+class _Measure:
+    """Token counting with a per-word cache: for whitespace-pre-tokenizing tokenizers the passage's tokens
+    are the sum of its words' tokens, which lets us choose the word count before the one exact check."""
+
+    def __init__(self, tokenizer):
+        self.tok = tokenizer
+        self.cache: dict[str, int] = {}
+
+    def word(self, w: str) -> int:
+        n = self.cache.get(w)
+        if n is None:
+            n = len(self.tok(" " + w, add_special_tokens=False)["input_ids"])
+            self.cache[w] = n
+        return n
+
+    def pair(self, question: str, context: str, unit: str) -> int:
+        if unit == "context":
+            return len(self.tok(context, add_special_tokens=False)["input_ids"])
+        return len(self.tok(question, context)["input_ids"])
+
+
+def _assemble(words: list[str], draft: _Draft) -> tuple[str, list[int]]:
+    """Passage text with the needles inserted at their depths; returns (context, needle char starts)."""
+    n = len(words)
+    slots = sorted(min(int(f * (n + 1)), n) for f in draft.fractions)
+    pieces: list[str] = []
+    starts: list[int] = []
+    pos = 0
+    prev = 0
+    for slot, value in zip(slots, draft.values, strict=True):
+        chunk = " ".join(words[prev:slot])
+        if chunk:
+            pieces.append(chunk)
+            pos += len(chunk) + 1
+        starts.append(pos)
+        needle = needle_text(draft.key, value)
+        pieces.append(needle)
+        pos += len(needle) + 1
+        prev = slot
+    tail = " ".join(words[prev:])
+    if tail:
+        pieces.append(tail)
+    return " ".join(pieces), starts
+
+
+def token_span(offsets, sequence_ids, context: str, start: int, end: int) -> tuple[int, int] | None:
+    """Inclusive token indices of the input whose context-token offsets cover exactly ``[start, end)``
+    (extra characters inside the boundary tokens may only be whitespace); None when not aligned."""
+    first = last = None
+    for i, (sid, (a, b)) in enumerate(zip(sequence_ids, offsets, strict=True)):
+        if sid != 1 or b <= a:
+            continue
+        if a < end and b > start:  # overlaps the answer
+            if first is None:
+                first = i
+            last = i
+    if first is None:
+        return None
+    a0, b1 = offsets[first][0], offsets[last][1]
+    if context[a0:start].strip() or context[end:b1].strip():
+        return None
+    return first, last
+
+
+# ----------------------------------------------------------------------------------------- generation
+
+
+def generate_example(
+    tokenizer,
+    words: list[str],
+    rng: random.Random,
+    *,
+    task: str,
+    target: int,
+    num_needles: int,
+    unit: str = "input",
+    measure: _Measure | None = None,
+    tolerance: float = 0.01,
+    max_value_tries: int = 10,
+) -> dict[str, Any]:
+    """One verified NIAH example of ``target`` tokens (see the module docstring)."""
+    if num_needles not in (1, 2):
+        raise ValueError(f"num_needles must be 1 or 2, got {num_needles}")
+    measure = measure or _Measure(tokenizer)
+    key_words = [w for w in words if w not in ORDINALS] or words  # keep "first"/"second" out of keys
+    key = f"{rng.choice(key_words)}-{rng.choice(key_words)}"
+    for _ in range(max_value_tries):
+        values: list[str] = []
+        while len(values) < num_needles:
+            v = make_value(rng, task)
+            if v not in values:
+                values.append(v)
+        ordinal = rng.randint(1, 2) if num_needles == 2 else None
+        fractions = sorted(rng.random() for _ in range(num_needles))
+        draft = _Draft(key, values, ordinal, fractions)
+        ex = _fit_length(
+            tokenizer, words, rng, draft, target=target, unit=unit, measure=measure, tolerance=tolerance
+        )
+        if ex is not None:
+            ex.update(task=task, target_length=target, num_needles=num_needles, ordinal=ordinal, key=key)
+            return ex
+    raise ValueError(
+        f"could not align the answer span with tokens after {max_value_tries} values: tokenizer "
+        f"{getattr(tokenizer, 'name_or_path', tokenizer)!r} merges the needle value with its neighbours"
+    )
+
+
+def _fit_length(tokenizer, words, rng, draft: _Draft, *, target, unit, measure: _Measure, tolerance):
+    """Choose the number of distractor words so the example hits ``target`` tokens, then verify spans."""
+    question = draft.question
+    empty_ctx, _ = _assemble([], draft)
+    base = measure.pair(question, empty_ctx, unit)  # question + needles + special tokens
+    if base > target * (1 + tolerance):
+        raise ValueError(f"target length {target} is shorter than the question and needles ({base} tokens)")
+    # Draw distractors until their summed token counts reach the budget (additive estimate), then correct
+    # with exact counts of the assembled text: add / drop words at the end until within tolerance.
+    chosen: list[str] = []
+    budget = target - base
+    total = 0
+    while total < budget:
+        w = rng.choice(words)
+        chosen.append(w)
+        total += measure.word(w)
+    if chosen and total - budget > budget - (total - measure.word(chosen[-1])):
+        total -= measure.word(chosen.pop())
+    tol = max(0, int(tolerance * target))
+    n = -1
+    for attempt in range(50):
+        context, starts = _assemble(chosen, draft)
+        if unit == "input":  # one tokenization gives both the length and the offsets checked below
+            enc = tokenizer(question, context, return_offsets_mapping=True)
+            n = len(enc["input_ids"])
+        else:
+            n = measure.pair(question, context, unit)
+        err = n - target
+        # Never longer than the target (a set for an 8,192-token window must fit it); aim for at most 2
+        # tokens short first, then accept anything within the tolerance after a few corrections.
+        if -min(tol, 2) <= err <= 0 or (attempt >= 5 and -tol <= err <= 0):
+            break
+        if err > 0:
+            drop = min(len(chosen), max(1, err // 2))
+            del chosen[len(chosen) - drop :]
+        else:
+            chosen.extend(rng.choice(words) for _ in range(max(1, -err // 2)))
+    if not -tol <= n - target <= 0:
+        raise ValueError(f"could not reach {target} +- {tol} tokens (last: {n})")
+
+    answer = draft.answer
+    ans_start = starts[(draft.ordinal or 1) - 1] + len(needle_prefix(draft.key))
+    if context[ans_start : ans_start + len(answer)] != answer:
+        raise AssertionError("internal error: answer offset does not match the assembled context")
+    if any(context.count(v) != 1 for v in draft.values) or context.count(draft.key) != len(draft.values):
+        return None  # a value or key collides with the text: redraw
+    if unit != "input":
+        enc = tokenizer(question, context, return_offsets_mapping=True)
+    seq_ids = enc.sequence_ids()
+    span = token_span(enc["offset_mapping"], seq_ids, context, ans_start, ans_start + len(answer))
+    if span is None:
+        return None
+    ctx_tokens = sum(1 for s in seq_ids if s == 1)
+    return {
+        "context": context,
+        "question": question,
+        "answers": {"text": [answer], "answer_start": [ans_start]},
+        "num_tokens": len(enc["input_ids"]),
+        "context_tokens": ctx_tokens,
+        "needle_char_starts": starts,
+        "answer_token_start": span[0],
+        "answer_token_end": span[1],
+    }
+
+
+def generate_split(
+    tokenizer,
+    *,
+    task: str,
+    split: str,
+    length: int,
+    n: int,
+    seed: int,
+    unit: str = "input",
+    words: list[str] | None = None,
+    measure: _Measure | None = None,
+) -> list[dict[str, Any]]:
+    """``n`` examples of one (task, split, length): exactly ``round(0.4 n)`` single-needle, rest two."""
+    if task not in TASKS:
+        raise ValueError(f"unknown NIAH task {task!r}: use one of {TASKS}")
+    if n < 1:
+        raise ValueError(f"number of examples must be >= 1, got {n}")
+    words = words or distractor_words(tokenizer)
+    measure = measure or _Measure(tokenizer)
+    rng = random.Random(f"{seed}:{task}:{split}:{length}")
+    n_single = round(SINGLE_FRACTION * n)
+    kinds = [1] * n_single + [2] * (n - n_single)
+    rng.shuffle(kinds)
+    out = []
+    for i, k in enumerate(kinds):
+        ex = generate_example(
+            tokenizer, words, rng, task=task, target=length, num_needles=k, unit=unit, measure=measure
+        )
+        out.append({"id": f"{task}-{split}-{length}-{i:05d}", "split": split, **ex})
+    return out
+
+
+def generate(
+    tokenizer,
+    out_dir: str,
+    *,
+    tasks=TASKS,
+    test_lengths=DEFAULT_TEST_LENGTHS,
+    train_lengths=(DEFAULT_TRAIN_LENGTH,),
+    n_train: int = 1000,
+    n_test: int = 200,
+    seed: int = 0,
+    unit: str = "input",
+    fmt: str = "jsonl",
+    tokenizer_name: str | None = None,
+    log=print,
+) -> dict[str, Any]:
+    """Write every (task, split, length) set under ``out_dir``; returns the manifest of the last task."""
+    words = distractor_words(tokenizer)
+    measure = _Measure(tokenizer)
+    manifest: dict[str, Any] = {}
+    for task in tasks:
+        task_dir = os.path.join(out_dir, task)
+        os.makedirs(task_dir, exist_ok=True)
+        sets = [("train", L, n_train) for L in train_lengths if n_train > 0]
+        sets += [("test", L, n_test) for L in test_lengths if n_test > 0]
+        stats = {}
+        all_rows: dict[str, list[dict[str, Any]]] = {}
+        for split, length, n in sets:
+            rows = generate_split(
+                tokenizer,
+                task=task,
+                split=split,
+                length=length,
+                n=n,
+                seed=seed,
+                unit=unit,
+                words=words,
+                measure=measure,
+            )
+            name = f"{split}_{length}"
+            if fmt in ("jsonl", "both"):
+                write_jsonl_atomic(os.path.join(task_dir, name + ".jsonl"), rows)
+            all_rows[name] = rows
+            key = "num_tokens" if unit == "input" else "context_tokens"
+            toks = [r[key] for r in rows]
+            stats[name] = {
+                "n": len(rows),
+                "single": sum(r["num_needles"] == 1 for r in rows),
+                "tokens_min": min(toks),
+                "tokens_max": max(toks),
+                "tokens_median": statistics.median(toks),
+            }
+            log(f"{task} {name}: {len(rows)} examples, {key} {min(toks)}..{max(toks)}")
+        if fmt in ("hf", "both"):
+            from datasets import Dataset, DatasetDict
+
+            DatasetDict({k: Dataset.from_list(v) for k, v in all_rows.items()}).save_to_disk(
+                os.path.join(task_dir, "hf")
+            )
+        manifest = {
+            "task": task,
+            "seed": seed,
+            "length_unit": unit,
+            "tokenizer": tokenizer_name,
+            "single_fraction": SINGLE_FRACTION,
+            "sets": stats,
+            "format": fmt,
+            "distractor_vocabulary": len(words),
+        }
+        write_json_atomic(os.path.join(task_dir, "manifest.json"), manifest)
+    return manifest
+
+
+def parse_lengths(values: list[str]) -> list[int]:
+    """Token counts from ``["1024", "4k", "96k"]`` (``k`` = 1,024)."""
+    out = []
+    for v in values:
+        v = v.lower().strip()
+        mult = 1024 if v.endswith("k") else 1
+        try:
+            n = int(float(v[:-1]) * mult) if v.endswith("k") else int(v)
+        except ValueError:
+            raise ValueError(f"bad length {v!r}: use an integer or e.g. 4k") from None
+        if n < 1:
+            raise ValueError(f"length must be positive, got {v!r}")
+        out.append(n)
+    return out
