@@ -1,8 +1,9 @@
 """The single ``avey-b`` command line.
 
-Each subcommand lives in its own module and exposes ``main(argv: list[str] | None) -> int``; this file only
-dispatches, so ``avey-b X ...`` and ``python -m avey_b.<module> ...`` are the same program. Modules are
-imported lazily: ``avey-b convert`` does not pay for importing the training or evaluation stacks.
+Every user-facing action is a verb here. Each lives in its own module and exposes
+``main(argv: list[str] | None) -> int``; this file only dispatches. Modules are imported lazily: ``avey-b
+convert`` does not pay for importing the training or evaluation stacks. (Under ``torchrun``, pretraining is
+``torchrun ... -m avey_b.training.pretrain``, the same program as ``avey-b pretrain``.)
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "pretrain": ("avey_b.training.pretrain", "masked-LM pretraining (local files or HF datasets)"),
     "finetune": ("avey_b.evaluation.finetune", "fine-tune and score one model on one task"),
     "evaluate": ("avey_b.evaluation.sweep", "the paper's lr x seed protocol over benchmarks"),
+    "report": ("avey_b.evaluation.report", "the Table-3 report of an evaluation directory"),
+    "ablation": ("avey_b.ablation", "pretrain and evaluate the paper's architecture variants"),
     "niah": ("avey_b.evaluation.niah", "generate / evaluate needle-in-a-haystack sets"),
     "bench": ("avey_b.benchmarking.efficiency", "latency / throughput vs sequence length"),
     "convert": ("avey_b.convert", "convert an authors' release checkpoint to this library's format"),

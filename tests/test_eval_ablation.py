@@ -4,7 +4,8 @@ import json
 
 import yaml
 
-from avey_b.evaluation import ablation, toy
+from avey_b import ablation
+from avey_b import testing as toy
 
 
 def test_ablation_pretrains_variants_evaluates_and_isolates_failures(tmp_path):

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from avey_b.evaluation import toy
+from avey_b import testing as toy
 from avey_b.evaluation.finetune import resolve_steps, run_cell
 from avey_b.evaluation.tasks import DataFiles, RunConfig, get_task
 from avey_b.evaluation.tasks.base import load_model, load_task_tokenizer

@@ -5,7 +5,7 @@ import json
 import pytest
 import torch
 
-from avey_b.evaluation import toy
+from avey_b import testing as toy
 from avey_b.evaluation.tasks import DataFiles, RunConfig, get_task, ir, qa, tc
 
 

@@ -6,7 +6,8 @@ import os
 
 import pytest
 
-from avey_b.evaluation import finetune, report, sweep, toy
+from avey_b import testing as toy
+from avey_b.evaluation import finetune, report, sweep
 
 
 @pytest.fixture(scope="module")
@@ -95,7 +96,7 @@ def test_suite_file_expands_the_grid_and_cli_overrides(env, tmp_path):
     assert {(c.task, c.cfg.batch_size) for c in cells} == {("sst2", 8), ("conll2003", 4)}
     assert sorted({c.cfg.seed for c in cells}) == [0, 1, 2]
     suite.write_text("modles: {}\n")
-    with pytest.raises(ValueError, match="unknown keys \\['modles'\\]"):
+    with pytest.raises(ValueError, match="unknown config key 'modles' \\(did you mean 'models'\\?\\)"):
         sweep.load_suite(str(suite))
 
 
@@ -122,15 +123,28 @@ def test_help_works():
         assert e.value.code == 0
 
 
-def test_shipped_suites_expand():
-    root = os.path.join(os.path.dirname(__file__), "..", "configs", "eval")
-    paper = sweep.load_suite(os.path.join(root, "paper.yaml"))
+def test_shipped_suites_expand_by_name():
+    paper = sweep.load_suite("paper")  # shipped as package data, found by name from any working directory
     cells, _, how = sweep.build_cells(paper, argparse.Namespace())
     assert how == "median" and len(cells) == len(paper["models"]) * 12 * 4 * 10  # 12 benchmarks x 4 lrs x 10 seeds
     assert {c.cfg.lr for c in cells} == set(sweep.PAPER_LRS)
-    cells, _, how = sweep.build_cells(sweep.load_suite(os.path.join(root, "ablation.yaml")), argparse.Namespace())
+    cells, _, how = sweep.build_cells(sweep.load_suite("ablation"), argparse.Namespace())
     assert how == "best" and {c.cfg.lr for c in cells} == {5e-4} and {c.cfg.seed for c in cells} == set(range(5))
-    assert sweep.build_cells(sweep.load_suite(os.path.join(root, "tiny.yaml")), argparse.Namespace())[0]
-    from avey_b.evaluation.ablation import load_variants
+    assert sweep.build_cells(sweep.load_suite("tiny.yaml"), argparse.Namespace())[0]
+    from avey_b.ablation import load_variants
+    from avey_b.configs import resolve
 
-    assert "bidirectional-ranker" in load_variants(os.path.join(root, "ablation_variants.yaml"))["variants"]
+    assert "bidirectional-ranker" in load_variants(str(resolve("ablation_variants", "eval"))).variants
+
+
+def test_suites_and_variants_are_strict(tmp_path):
+    from avey_b.ablation import load_variants
+
+    (tmp_path / "suite.yaml").write_text("tasks: [sst2]\nlearning_rates: [1e-3]\n")
+    with pytest.raises(KeyError, match="unknown config key 'learning_rates'.*'lrs'"):
+        sweep.load_suite(str(tmp_path / "suite.yaml"))
+    (tmp_path / "variants.yaml").write_text("variants: {a: {}}\npretrain: base\n")
+    with pytest.raises(KeyError, match="unknown config key 'pretrain'.*'pretrain_config'"):
+        load_variants(str(tmp_path / "variants.yaml"))
+    with pytest.raises(FileNotFoundError, match="neither a path nor a shipped eval config: ablation, "):
+        sweep.load_suite("papr")

@@ -186,11 +186,11 @@ def test_help_works(capsys):
 
 
 def test_auto_precision_uses_bf16_only_where_it_is_native(monkeypatch):
-    from avey_b.training import pretrain
+    from avey_b import device
 
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
-    monkeypatch.setattr(pretrain, "cpu_has_native_bf16", lambda: False)
-    assert not pretrain.resolve_bf16("auto", cpu) and pretrain.resolve_bf16("auto", cuda)
-    assert pretrain.resolve_bf16("bf16", cpu) and not pretrain.resolve_bf16("fp32", cuda)
-    monkeypatch.setattr(pretrain, "cpu_has_native_bf16", lambda: True)
-    assert pretrain.resolve_bf16("auto", cpu) and not pretrain.resolve_bf16("fp32", cpu)
+    monkeypatch.setattr(device, "cpu_has_native_bf16", lambda: False)
+    assert not device.use_bf16("auto", cpu) and device.use_bf16("auto", cuda)
+    assert device.use_bf16("bf16", cpu) and not device.use_bf16("fp32", cuda)
+    monkeypatch.setattr(device, "cpu_has_native_bf16", lambda: True)
+    assert device.use_bf16("auto", cpu) and not device.use_bf16("fp32", cpu)

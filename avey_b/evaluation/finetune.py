@@ -23,12 +23,13 @@ import math
 import os
 import platform
 import sys
-import tempfile
 import time
 from typing import Any
 
 import torch
 
+from ..device import pick_device
+from ..records import write_json_atomic
 from .tasks import TASKS, get_task
 from .tasks.base import DataFiles, RunConfig, Task, autocast_ctx, load_model, load_task_tokenizer, pad_id_of
 
@@ -42,12 +43,6 @@ def resolve_steps(task: Task, cfg: RunConfig, batches_per_epoch: int) -> int:
     if task.default_steps is not None:
         return task.default_steps
     return max(1, math.ceil(task.default_epochs * batches_per_epoch))
-
-
-def pick_device(cfg: RunConfig) -> torch.device:
-    if cfg.device:
-        return torch.device(cfg.device)
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
 def load_data(task: Task, files: DataFiles, cfg: RunConfig) -> tuple[Any, Any]:
@@ -111,7 +106,7 @@ def run_cell(model_name: str, task_name: str, cfg: RunConfig, files: DataFiles,
     import transformers
 
     task = get_task(task_name)
-    device = pick_device(cfg)
+    device = pick_device(cfg.device)
     tokenizer = load_task_tokenizer(tokenizer_name or model_name, cfg)
     train, evaluation = load_data(task, files, cfg)
     transformers.set_seed(cfg.seed)  # head initialisation and dropout
@@ -134,16 +129,6 @@ def run_cell(model_name: str, task_name: str, cfg: RunConfig, files: DataFiles,
                      "transformers": transformers.__version__},
         "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-
-
-def write_json_atomic(path: str, record: dict[str, Any]) -> None:
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), suffix=".tmp")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        json.dump(record, f, indent=2, sort_keys=True)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def _mean(xs: list[float]) -> float:

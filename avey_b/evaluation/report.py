@@ -21,6 +21,7 @@ import sys
 from collections import defaultdict
 from typing import Any
 
+from ..records import write_text_atomic
 from .tasks import FAMILIES, TASKS
 
 PROTOCOL_LABEL = {
@@ -143,11 +144,8 @@ def write_report(output_dir: str, aggregate: str = "median", protocol: str | Non
                "models": {m: {"tasks": v, "family_average": family_averages(v)} for m, v in table.items()},
                "failed": failures}
     md_path, json_path = os.path.join(output_dir, "report.md"), os.path.join(output_dir, "report.json")
-    os.makedirs(output_dir, exist_ok=True)
-    with open(md_path, "w", encoding="utf-8") as f:
-        f.write(md)
-    with open(json_path, "w", encoding="utf-8") as f:
-        json.dump(payload, f, indent=2)
+    write_text_atomic(md_path, md)
+    write_text_atomic(json_path, json.dumps(payload, indent=2))
     return md_path, json_path
 
 
@@ -155,7 +153,7 @@ aggregate_fn = aggregate
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m avey_b.evaluation.report", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="avey-b report", description=__doc__.split("\n\n")[0])
     p.add_argument("output_dir", help="the sweep's output directory")
     p.add_argument("--aggregate", choices=("median", "best"), default="median")
     p.add_argument("--protocol", choices=("standard", "paper"), help="needed when the directory holds both")

@@ -1,9 +1,9 @@
 """The paper's downstream protocol (SPEC §6): every model x task x learning rate x seed, then the report.
 
-    avey-b evaluate --config configs/eval/paper.yaml
+    avey-b evaluate --config paper
     avey-b evaluate --models avey-b=runs/avey-b-base bert=google-bert/bert-base-uncased \\
         --tasks sst2 conll2003 --lrs 2e-5 6e-5 1e-4 5e-4 --seeds 10 --output-dir runs/eval
-    avey-b evaluate --config configs/eval/paper.yaml --workers 4 --devices 0,1,2,3   # one cell per GPU
+    avey-b evaluate --config paper --workers 4 --devices 0,1,2,3   # one cell per GPU
 
 One directory per cell, ``<output-dir>/<model>/<protocol>/<task>/lr<lr>_seed<seed>/``, holding
 ``results.json`` when the cell finished and ``error.json`` (exception and traceback, or exit code and log
@@ -18,10 +18,9 @@ spread over ``--devices`` (each subprocess sees one GPU through ``CUDA_VISIBLE_D
 crash, an out-of-memory error or a hung library cannot take other cells with it.
 
 Precedence of settings: RunConfig defaults < the suite's ``defaults`` < its ``task_overrides[task]`` <
-command-line flags. The suite YAML (``configs/eval/*.yaml``) keys: ``models`` (name -> path or Hub id),
-``tasks``, ``lrs``, ``seeds`` (a count or a list), ``protocol``, ``aggregate`` (``median`` | ``best``),
-``output_dir``, ``defaults``, ``task_overrides``, ``data`` (task -> {train, eval, train_split, eval_split,
-holdout}), ``tokenizer``.
+command-line flags. A suite is a YAML file (a path, or the name of one shipped in ``avey_b/configs/eval/``)
+read by the package's config dialect (:mod:`avey_b.configs`) into ``SuiteConfig``: its keys are that class's
+fields, and a key it does not have is an error listing the valid ones.
 """
 
 from __future__ import annotations
@@ -32,14 +31,15 @@ import dataclasses
 import json
 import os
 import queue
-import re
 import subprocess
 import sys
 import time
 import traceback
 from typing import Any
 
-from .finetune import add_run_arguments, run_cell, write_json_atomic
+from .. import configs
+from ..records import slug, write_json_atomic
+from .finetune import add_run_arguments, run_cell
 from .tasks import TASKS
 from .tasks.base import DataFiles, RunConfig
 
@@ -72,10 +72,6 @@ class Cell:
         cfg.pop("device")
         return {"model_name": self.model_name, "model": self.model, "task": self.task, "tokenizer": self.tokenizer,
                 "cfg": cfg, "files": dataclasses.asdict(self.files)}
-
-
-def slug(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_") or "model"
 
 
 def parse_models(items: list[str] | dict[str, str]) -> dict[str, str]:
@@ -272,27 +268,48 @@ def _run_cell_file(spec_path: str, output_dir: str) -> int:
 # ------------------------------------------------------------------------------------------ CLI
 
 
+@dataclasses.dataclass
+class SuiteConfig:
+    """An evaluation suite (``avey_b/configs/eval/*.yaml``); command-line flags override its values."""
+
+    description: str = ""
+    """What the suite is for and how to run it (free text)."""
+    models: dict = dataclasses.field(default_factory=dict)
+    """Report name -> local directory or Hub id."""
+    tasks: list = dataclasses.field(default_factory=list)
+    """Task names (``mnli``, ``sst2``, ``conll2003``, ``squad``, ``msmarco``, ...)."""
+    lrs: list | None = None
+    """Learning rates; null: the paper's 2e-5, 6e-5, 1e-4, 5e-4."""
+    seeds: Any = 10
+    """A number of seeds (0 .. N-1) or a list of seeds."""
+    protocol: str | None = None
+    """``standard`` (default) or ``paper`` scoring."""
+    aggregate: str = "median"
+    """``median`` over seeds at the best learning rate (the paper) or ``best`` single run (ablations)."""
+    output_dir: str | None = None
+    """Root of the per-cell directories and the report."""
+    defaults: dict = dataclasses.field(default_factory=dict)
+    """``RunConfig`` fields for every task (batch_size, max_length, epochs, ...)."""
+    task_overrides: dict = dataclasses.field(default_factory=dict)
+    """Task -> ``RunConfig`` fields for that task only."""
+    data: dict = dataclasses.field(default_factory=dict)
+    """Task -> local data (``train``, ``eval``, ``train_split``, ``eval_split``, ``holdout``)."""
+    tokenizer: str | None = None
+    """A tokenizer for every model (default: each model's own)."""
+
+
 def load_suite(path: str | None) -> dict[str, Any]:
+    """A suite's settings as a mapping (unset values left out), read strictly through ``SuiteConfig``."""
     if path is None:
         return {}
-    import yaml
-
-    with open(path, encoding="utf-8") as f:
-        suite = yaml.safe_load(f) or {}
-    if not isinstance(suite, dict):
-        raise ValueError(f"{path}: a suite is a YAML mapping")
-    allowed = {"models", "tasks", "lrs", "seeds", "protocol", "aggregate", "output_dir", "defaults",
-               "task_overrides", "data", "tokenizer", "description"}
-    bad = sorted(set(suite) - allowed)
-    if bad:
-        raise ValueError(f"{path}: unknown keys {bad}; allowed: {sorted(allowed)}")
-    return suite
+    suite = configs.load(SuiteConfig, path, kind="eval")
+    return {k: v for k, v in dataclasses.asdict(suite).items() if v not in (None, "", {}, [])}
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="avey-b evaluate", description=__doc__.split("\n\n")[0],
                                 argument_default=argparse.SUPPRESS)
-    p.add_argument("--config", help="suite YAML (configs/eval/*.yaml)")
+    p.add_argument("--config", help=f"suite YAML, or a shipped suite: {', '.join(configs.shipped('eval'))}")
     p.add_argument("--models", nargs="+", help="NAME=PATH_OR_HUB_ID (or a bare path/id) ...")
     p.add_argument("--tasks", nargs="+", help=f"task names: {', '.join(TASKS)}")
     p.add_argument("--lrs", nargs="+", type=float, help="learning rates (default: 2e-5 6e-5 1e-4 5e-4)")

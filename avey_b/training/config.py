@@ -1,26 +1,19 @@
 """Pretraining runs as data: a dataclass tree, one YAML file per paper run, dotlist overrides.
 
-``load_config("configs/pretrain/base.yaml", ["optim.lr=2.5e-4", "train.max_steps=100"])`` reads the YAML,
-applies the overrides (values parsed as YAML: ``1e-3``, ``true``, ``[a, b]``, ``null``), and builds a
-``PretrainConfig``. A key that does not exist is an error naming the key and the valid keys; ``model.overrides``
-is the one free-form mapping (architecture fields, checked by the model's own config class).
-A YAML file may say ``base: other.yaml`` (relative to itself) to start from another file.
-
-Each field's docstring (the string literal under it) is the documentation; ``describe()`` prints them all as
-the ``--help`` of ``avey-b pretrain``.
+``load_config("base", ["optim.lr=2.5e-4", "train.max_steps=100"])`` reads a shipped recipe (or any YAML path)
+through the package's one config dialect (:mod:`avey_b.configs`) and builds a ``PretrainConfig``. A key that
+does not exist is an error naming the key and the valid keys; ``model.overrides`` is the one free-form mapping
+(architecture fields, checked by the model's own config class). Each field's docstring (the string literal
+under it) is its documentation, printed by ``describe()`` as the ``--help`` of ``avey-b pretrain``.
 """
 
 from __future__ import annotations
 
-import ast
-import dataclasses
-import inspect
-import textwrap
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, get_type_hints
+from typing import Any
 
-import yaml
+from .. import configs
+from ..configs import apply_overrides, dump_yaml, to_dict  # noqa: F401  (part of this module's interface)
 
 
 @dataclass
@@ -212,137 +205,12 @@ class PretrainConfig:
         return max(1, int(self.train.max_tokens) // self.train.global_batch_tokens)
 
 
-# -------------------------------------------------------------------------------------------- loading
-def _build(cls, data: dict, prefix: str = ""):
-    if not isinstance(data, dict):
-        raise TypeError(f"config section {prefix.rstrip('.') or '<root>'!r} must be a mapping, got {type(data).__name__}")
-    hints = get_type_hints(cls)
-    names = {f.name for f in dataclasses.fields(cls)}
-    kwargs = {}
-    for key, value in data.items():
-        if key not in names:
-            raise KeyError(f"unknown config key {prefix + key!r}; valid keys in {prefix.rstrip('.') or 'the root'}: {sorted(names)}")
-        typ = hints[key]
-        if dataclasses.is_dataclass(typ):
-            kwargs[key] = _build(typ, value or {}, prefix + key + ".")
-        else:
-            kwargs[key] = _coerce(value, typ, prefix + key)
-    return cls(**kwargs)
-
-
-def _coerce(value, typ, key):
-    # YAML parses `1e-3` as a string (YAML 1.1); accept numbers written that way for float/int fields.
-    if value is None:
-        return None
-    base = [t for t in getattr(typ, "__args__", (typ,)) if t is not type(None)]
-    if float in base and isinstance(value, (int, str)) and not isinstance(value, bool):
-        try:
-            return float(value)
-        except ValueError as e:
-            raise ValueError(f"config key {key!r} expects a number, got {value!r}") from e
-    if int in base and isinstance(value, float) and value.is_integer():
-        return int(value)
-    if int in base and isinstance(value, str):
-        try:
-            return int(float(value))
-        except ValueError as e:
-            raise ValueError(f"config key {key!r} expects an integer, got {value!r}") from e
-    if dict in base and not isinstance(value, dict):
-        raise TypeError(f"config key {key!r} expects a mapping, got {value!r}")
-    return value
-
-
-def _read_yaml(path: Path) -> dict:
-    if not path.exists():
-        raise FileNotFoundError(f"config file not found: {str(path)!r}")
-    data = yaml.safe_load(path.read_text()) or {}
-    if not isinstance(data, dict):
-        raise TypeError(f"{path}: the top level must be a mapping")
-    base = data.pop("base", None)
-    if base is not None:
-        parent = _read_yaml((path.parent / base).resolve())
-        data = _merge(parent, data)
-    return data
-
-
-def _merge(a: dict, b: dict) -> dict:
-    out = dict(a)
-    for k, v in b.items():
-        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) and k != "overrides" else v
-    return out
-
-
-def apply_overrides(data: dict, overrides: list[str]) -> dict:
-    """Apply ``a.b.c=value`` overrides (value parsed as YAML) to a nested dict."""
-    data = dict(data)
-    for item in overrides:
-        if "=" not in item:
-            raise ValueError(f"override {item!r} is not of the form key=value (e.g. optim.lr=1e-3)")
-        key, raw = item.split("=", 1)
-        value = yaml.safe_load(raw) if raw != "" else None
-        node = data
-        parts = key.strip().split(".")
-        for p in parts[:-1]:
-            node[p] = dict(node.get(p) or {})
-            node = node[p]
-        node[parts[-1]] = value
-    return data
-
-
-
-
-CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs" / "pretrain"
-
-
-def resolve_config_path(path: str) -> Path:
-    """A YAML path, or the bare name of a shipped config (``quickstart`` -> ``configs/pretrain/quickstart.yaml``)."""
-    p = Path(path)
-    if not p.exists() and p.suffix == "" and (CONFIG_DIR / f"{path}.yaml").exists():
-        return CONFIG_DIR / f"{path}.yaml"
-    return p
-
-
 def load_config(path: str | None = None, overrides: list[str] | None = None) -> PretrainConfig:
-    data = _read_yaml(resolve_config_path(path)) if path else {}
-    data = apply_overrides(data, overrides or [])
-    cfg = _build(PretrainConfig, data)
+    """A validated ``PretrainConfig`` from a YAML path or a shipped recipe name, and ``key=value`` overrides."""
+    cfg = configs.load(PretrainConfig, path, overrides, kind="pretrain")
     cfg.validate()
     return cfg
 
 
-def to_dict(cfg) -> dict:
-    return dataclasses.asdict(cfg)
-
-
-def dump_yaml(cfg, path: str | Path) -> None:
-    Path(path).write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
-
-
-# ------------------------------------------------------------------------------------------ help text
-def _field_docs(cls) -> dict[str, str]:
-    """The string literal under each field (litgpt style)."""
-    try:
-        src = textwrap.dedent(inspect.getsource(cls))
-    except (OSError, TypeError):  # no source shipped (e.g. bytecode-only install): help without the docs
-        return {}
-    body = ast.parse(src).body[0].body
-    docs = {}
-    for a, b in zip(body, body[1:], strict=False):
-        if isinstance(a, ast.AnnAssign) and isinstance(b, ast.Expr) and isinstance(getattr(b, "value", None), ast.Constant):
-            docs[a.target.id] = " ".join(str(b.value.value).split())
-    return docs
-
-
 def describe() -> str:
-    lines = ["config keys (override with key=value):"]
-    root = PretrainConfig()
-    docs = _field_docs(PretrainConfig)
-    for f in dataclasses.fields(PretrainConfig):
-        value = getattr(root, f.name)
-        if dataclasses.is_dataclass(value):
-            sub = _field_docs(type(value))
-            for g in dataclasses.fields(value):
-                lines.append(f"  {f.name}.{g.name} = {getattr(value, g.name)!r}\n      {sub.get(g.name, '')}")
-        else:
-            lines.append(f"  {f.name} = {value!r}\n      {docs.get(f.name, '')}")
-    return "\n".join(lines)
+    return configs.describe(PretrainConfig())

@@ -1,8 +1,8 @@
 """Masked-LM pretraining (SPEC §5) for Avey-B and, on the same data and budget, Hugging Face encoders.
 
-    avey-b pretrain --config configs/pretrain/quickstart.yaml
-    avey-b pretrain --config configs/pretrain/base.yaml optim.lr=2.5e-4 train.max_steps=1000
-    torchrun --nproc_per_node 8 -m avey_b.training.pretrain --config configs/pretrain/base.yaml
+    avey-b pretrain --config quickstart
+    avey-b pretrain --config base optim.lr=2.5e-4 train.max_steps=1000
+    torchrun --nproc_per_node 8 -m avey_b.training.pretrain --config base
     avey-b pretrain --config ... --resume            # continue from the run dir's last checkpoint
 
 The loop, top to bottom: set up (process group, seed, run dir, tokenizer, model, optimizer, schedule, data),
@@ -35,6 +35,8 @@ import torch.nn.functional as F
 from ..data.corpus import SourceSpec, iter_documents
 from ..data.mlm import IGNORE_INDEX, mask_tokens, sequence_generator
 from ..data.packing import PackedSequences
+from ..device import autocast as device_autocast
+from ..device import use_bf16
 from ..tokenization import eot_id, load_tokenizer, pad_to_multiple, special_ids, train_bpe_tokenizer
 from . import distributed as dist_utils
 from .checkpoint import (
@@ -162,23 +164,6 @@ def full_state_dict(model) -> dict:
         for key in (tied.keys() if isinstance(tied, dict) else tied):
             sd.pop(key, None)
     return sd
-
-
-def cpu_has_native_bf16() -> bool:
-    """Whether this CPU multiplies bf16 in hardware (AMX or AVX512-BF16). Without it, bf16 autocast is emulated
-    and slower than float32, so ``precision=auto`` keeps float32 there. (torch.cpu's probes are private API:
-    any failure means "no".)"""
-    try:
-        return bool(torch.cpu._is_amx_tile_supported() or torch.cpu._is_avx512_bf16_supported())
-    except Exception:  # noqa: BLE001 -- an older/other torch build: assume no native bf16
-        return False
-
-
-def resolve_bf16(precision: str, device: torch.device) -> bool:
-    """``train.precision`` -> whether to run under bf16 autocast."""
-    if precision == "auto":
-        return device.type == "cuda" or (device.type == "cpu" and cpu_has_native_bf16())
-    return precision == "bf16"
 
 
 def uses_sparse_logits(model) -> bool:
@@ -326,8 +311,8 @@ def _train(cfg: PretrainConfig, info, resume: str | None) -> dict:
     torch.manual_seed(cfg.train.seed)
     model = build_model(cfg, tokenizer, resume_dir).to(info.device)
     n_params = sum(p.numel() for p in model.parameters())
-    use_bf16 = resolve_bf16(cfg.train.precision, info.device)
-    autocast = torch.autocast(info.device.type, dtype=torch.bfloat16) if use_bf16 else nullcontext()
+    bf16 = use_bf16(cfg.train.precision, info.device)
+    autocast = device_autocast(info.device, bf16)
     raw_model = model
     fsdp = info.enabled and cfg.distributed.strategy == "fsdp"
     model = dist_utils.parallelize(model, info, cfg.distributed.strategy, cfg.train.compile)
@@ -390,7 +375,7 @@ def _train(cfg: PretrainConfig, info, resume: str | None) -> dict:
     logger = MetricsLogger(run_dir, info.is_main, tensorboard=cfg.logging.tensorboard, wandb=cfg.logging.wandb,
                            wandb_project=cfg.logging.wandb_project, config=to_dict(cfg), resume=state is not None)
     say(f"model {cfg.model.arch} ({n_params / 1e6:.2f}M parameters, vocab {len(tokenizer)}), {info.world_size} rank(s) "
-        f"on {info.device}, {'bf16 autocast' if use_bf16 else 'fp32'}; global batch {global_seqs} x {N} tokens "
+        f"on {info.device}, {'bf16 autocast' if bf16 else 'fp32'}; global batch {global_seqs} x {N} tokens "
         f"= {mb} seq x {accum} accumulation x {info.world_size} rank(s); {total_steps} steps")
 
     # --- stop cleanly on SIGTERM / Ctrl-C: finish the step, save, exit non-zero
@@ -568,7 +553,7 @@ def main(argv: list[str] | None = None) -> int:
         epilog=describe(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--config", help="YAML file (e.g. configs/pretrain/quickstart.yaml); omitted: the defaults")
+    parser.add_argument("--config", help="YAML file, or a shipped recipe (quickstart, base, large, ablation-10b, debug); omitted: the defaults")
     parser.add_argument("--resume", nargs="?", const="auto", default=None, metavar="CKPT",
                         help="continue from CKPT, or (no value) from the run dir's latest checkpoint")
     parser.add_argument("--print-config", action="store_true", help="print the resolved config and exit")

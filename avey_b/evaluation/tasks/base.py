@@ -19,6 +19,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from ...device import autocast
 from ...heads import mean_pool  # importing the package registers Avey-B with the Auto classes
 from ...tokenization import load_tokenizer
 
@@ -238,8 +239,8 @@ def batches(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
 
 
 def autocast_ctx(device: torch.device, enabled: bool):
-    """bf16 autocast on CUDA; a no-op on CPU, where everything runs float32."""
-    return torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=enabled and device.type == "cuda")
+    """Fine-tuning's precision policy: bf16 autocast on CUDA when ``enabled``; CPU runs float32."""
+    return autocast(device, enabled and device.type == "cuda")
 
 
 def model_inputs(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -1,13 +1,14 @@
-"""Reproduce the paper's ablation table: pretrain each architecture variant, evaluate, tabulate.
+"""``avey-b ablation``: reproduce the paper's ablation table (§5.2 and its appendix "Ablation Study"): pretrain
+each architecture variant, evaluate, tabulate. It drives pretraining and evaluation, so it sits above both.
 
-    python -m avey_b.evaluation.ablation --variants configs/eval/ablation_variants.yaml
-    python -m avey_b.evaluation.ablation --variants configs/eval/ablation_variants.yaml \\
+    avey-b ablation --variants ablation_variants
+    avey-b ablation --variants ablation_variants \\
         --only avey-b bidirectional-ranker -- --tasks sst2 conll2003       # extra flags go to the sweep
 
-For every variant (a set of ``key=value`` overrides of the pretraining config, SPEC §4) this runs
+For every variant (a set of ``key=value`` overrides of the pretraining config) this runs
 ``avey-b pretrain`` into ``<output_dir>/pretrain/<variant>`` (skipped when ``model/`` already exists;
 resumed from the latest checkpoint when one exists), then one ``avey-b evaluate`` sweep over all finished
-variants under the ablation protocol (``configs/eval/ablation.yaml``: 5 seeds at 5e-4, best of five), and
+variants under the ablation protocol (the shipped ``ablation`` suite: 5 seeds at 5e-4, best of five), and
 prints the table with one row per variant. A variant whose pretraining fails is reported and left out;
 the others go on. Exit code 1 when anything failed.
 """
@@ -19,22 +20,34 @@ import json
 import os
 import sys
 import traceback
+from dataclasses import dataclass, field
 from typing import Any
 
+from . import configs
 
-def load_variants(path: str) -> dict[str, Any]:
-    import yaml
 
-    with open(path, encoding="utf-8") as f:
-        spec = yaml.safe_load(f) or {}
-    allowed = {"pretrain_config", "suite", "output_dir", "variants", "description"}
-    bad = sorted(set(spec) - allowed)
-    if bad:
-        raise ValueError(f"{path}: unknown keys {bad}; allowed: {sorted(allowed)}")
-    variants = spec.get("variants")
-    if not isinstance(variants, dict) or not variants:
+@dataclass
+class AblationConfig:
+    """An ablation experiment (``avey_b/configs/eval/ablation_variants.yaml``)."""
+
+    description: str = ""
+    """What the experiment is for and how to run it (free text)."""
+    pretrain_config: str = "ablation-10b"
+    """The pretraining recipe every variant starts from: a path (relative to this file) or a shipped name."""
+    suite: str = "ablation"
+    """The evaluation suite: a path (relative to this file) or a shipped name."""
+    output_dir: str = "runs/ablation"
+    """Root of ``pretrain/<variant>`` and ``eval/``."""
+    variants: dict = field(default_factory=dict)
+    """Variant name -> ``key: value`` overrides of the pretraining config (``{}``: the recipe as it is)."""
+
+
+def load_variants(path: str) -> AblationConfig:
+    """An ``AblationConfig`` read strictly through the package's config dialect."""
+    spec = configs.load(AblationConfig, path, kind="eval")
+    if not spec.variants:
         raise ValueError(f"{path}: 'variants' must map variant names to override mappings")
-    for name, overrides in variants.items():
+    for name, overrides in spec.variants.items():
         if overrides is not None and not isinstance(overrides, dict):
             raise ValueError(f"{path}: variant {name!r}: overrides must be a mapping of key: value")
     return spec
@@ -46,6 +59,12 @@ def override_args(overrides: dict[str, Any] | None) -> list[str]:
     return [f"{k}={json.dumps(v)}" for k, v in (overrides or {}).items()]
 
 
+def _beside(variants_file, path: str, kind: str):
+    """``path`` relative to the variants file when it exists there, else a path or shipped name of ``kind``."""
+    near = variants_file.parent / path
+    return near if not os.path.isabs(path) and near.exists() else configs.resolve(path, kind)
+
+
 def pretrain_variant(name: str, overrides: dict[str, Any] | None, pretrain_config: str, root: str,
                      pretrain_main=None) -> str:
     """Pretrain one variant unless done; returns its model directory. Raises on failure."""
@@ -54,7 +73,7 @@ def pretrain_variant(name: str, overrides: dict[str, Any] | None, pretrain_confi
     if os.path.isfile(os.path.join(model_dir, "config.json")):
         return model_dir
     if pretrain_main is None:
-        from avey_b.training.pretrain import main as pretrain_main
+        from .training.pretrain import main as pretrain_main
     argv = ["--config", pretrain_config, *override_args(overrides), f"run_dir={json.dumps(run_dir)}"]
     ckpt_dir = os.path.join(run_dir, "checkpoints")
     if os.path.isdir(ckpt_dir) and os.listdir(ckpt_dir):
@@ -73,24 +92,24 @@ def main(argv: list[str] | None = None, pretrain_main=None) -> int:
     if "--" in argv:
         i = argv.index("--")
         argv, extra = argv[:i], argv[i + 1:]
-    p = argparse.ArgumentParser(prog="python -m avey_b.evaluation.ablation", description=__doc__.split("\n\n")[0])
-    p.add_argument("--variants", required=True, help="variants YAML (configs/eval/ablation_variants.yaml)")
+    p = argparse.ArgumentParser(prog="avey-b ablation", description=__doc__.split("\n\n")[0])
+    p.add_argument("--variants", required=True,
+                   help="variants YAML, or the shipped one's name (ablation_variants)")
     p.add_argument("--only", nargs="+", help="run only these variants")
     p.add_argument("--output-dir", help="overrides the file's output_dir")
     p.add_argument("--skip-pretrain", action="store_true", help="evaluate only variants already pretrained")
     args = p.parse_args(argv)
-    spec = load_variants(args.variants)
-    root = args.output_dir or spec.get("output_dir") or "runs/ablation"
-    variants = spec["variants"]
+    variants_file = configs.resolve(args.variants, "eval")
+    spec = load_variants(str(variants_file))
+    root = args.output_dir or spec.output_dir
+    variants = spec.variants
     if args.only:
         unknown = sorted(set(args.only) - set(variants))
         if unknown:
             raise ValueError(f"unknown variants {unknown}; defined: {sorted(variants)}")
         variants = {k: v for k, v in variants.items() if k in args.only}
-    base_dir = os.path.dirname(os.path.abspath(args.variants))
-    resolve = lambda path: path if os.path.isabs(path) or os.path.exists(path) else os.path.join(base_dir, path)
-    pretrain_config = resolve(spec.get("pretrain_config", "../pretrain/ablation-10b.yaml"))
-    suite = resolve(spec.get("suite", "ablation.yaml"))
+    pretrain_config = str(_beside(variants_file, spec.pretrain_config, "pretrain"))
+    suite = str(_beside(variants_file, spec.suite, "eval"))
 
     models, failed = {}, {}
     for name, overrides in variants.items():
@@ -108,7 +127,7 @@ def main(argv: list[str] | None = None, pretrain_main=None) -> int:
             traceback.print_exc()
     rc = 0
     if models:
-        from .sweep import main as sweep_main
+        from .evaluation.sweep import main as sweep_main
 
         rc = sweep_main(["--config", suite, "--models", *[f"{k}={v}" for k, v in models.items()],
                          "--output-dir", os.path.join(root, "eval"), "--aggregate", "best", *extra])

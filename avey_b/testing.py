@@ -1,8 +1,8 @@
 """Tiny, fully offline material for the harness: a WordPiece tokenizer trained on the spot, tiny encoders
-built from configs (BERT and, when the model package is present, Avey-B), and tiny data files in every
-local format the tasks read. The tests use it, and so does the CPU demo suite (``configs/eval/tiny.yaml``):
+built from configs (BERT and Avey-B), and tiny data files in every
+local format the tasks read. The tests use it, and so does the CPU demo suite (the shipped ``tiny`` suite):
 
-    python -m avey_b.evaluation.toy --out /tmp/avey-toy      # then: avey-b evaluate --config configs/eval/tiny.yaml
+    python -m avey_b.testing --out /tmp/avey-toy      # then: avey-b evaluate --config tiny
 
 The data are synthetic and learnable (the sentiment of a sentence is the polarity of its adjective,
 entities are capitalised names from fixed lists), so a few steps already move the scores; they measure
@@ -160,7 +160,7 @@ def build_all(out: str) -> dict[str, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m avey_b.evaluation.toy", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m avey_b.testing", description=__doc__.split("\n\n")[0])
     p.add_argument("--out", required=True, help="directory to create")
     args = p.parse_args(argv)
     print(json.dumps(build_all(args.out), indent=2))

@@ -1,0 +1,100 @@
+"""The package's shape: no import circle, no import from a lower layer to a higher one, a --help for every verb."""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from avey_b.cli import COMMANDS, main
+
+PACKAGE = Path(__file__).resolve().parents[1] / "avey_b"
+#: Layers, lowest first. A module may import its own layer and the ones below, never one above.
+#: The CLI layer holds the verbs that drive several subpackages.
+LAYERS = [
+    {"configuration", "layers", "ranker", "modeling", "heads", "presets", "release", "analysis", "tokenization",
+     "records", "device", "configs", "baselines", "__init__"},
+    {"data", "training", "evaluation", "benchmarking", "testing"},
+    {"cli", "ablation", "demo", "convert"},
+]
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph() -> dict[str, set[str]]:
+    modules = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+    graph = {}
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        deps = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    target = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    target = node.module or ""
+                for alias in node.names:
+                    sub = f"{target}.{alias.name}"
+                    deps.add(sub if sub in modules else target)
+            elif isinstance(node, ast.Import):
+                deps.update(a.name for a in node.names)
+        graph[name] = {d for d in deps if d in modules and d != name}
+    return graph
+
+
+def _layer(module: str) -> int:
+    top = module.split(".")[1] if "." in module else "__init__"
+    return next(i for i, names in enumerate(LAYERS) if top in names)
+
+
+def test_every_module_has_a_layer():
+    for module in import_graph():
+        _layer(module)  # StopIteration names a module nobody placed
+
+
+def test_no_import_circle():
+    graph = import_graph()
+    state: dict[str, int] = {}
+
+    def visit(node, path):
+        state[node] = 1
+        for dep in graph[node]:
+            if state.get(dep) == 1:
+                cycle = path[path.index(dep):] + [dep]
+                pytest.fail("import circle: " + " -> ".join(cycle))
+            if dep not in state:
+                visit(dep, path + [dep])
+        state[node] = 2
+
+    for module in graph:
+        if module not in state:
+            visit(module, [module])
+
+
+def test_no_import_goes_up_a_layer():
+    up = [f"{m} -> {d}" for m, deps in import_graph().items() for d in deps if _layer(d) > _layer(m)]
+    assert up == []
+
+
+def test_evaluation_does_not_import_benchmarking():
+    graph = import_graph()
+    bad = [f"{m} -> {d}" for m, deps in graph.items() if m.startswith("avey_b.evaluation")
+           for d in deps if d.startswith("avey_b.benchmarking")]
+    assert bad == []
+
+
+@pytest.mark.parametrize("verb", sorted(COMMANDS))
+def test_every_verb_has_help(verb, capsys):
+    with pytest.raises(SystemExit) as e:
+        main([verb, "--help"])
+    assert e.value.code == 0
+    assert f"avey-b {verb}" in capsys.readouterr().out
+
+
+def test_unknown_verb_lists_the_verbs(capsys):
+    assert main(["pretrian"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown command 'pretrian'" in err and all(v in err for v in COMMANDS)
