@@ -1,5 +1,5 @@
 """Analysis helpers used in the paper: parameter counts per component, static-matrix statistics (App.
-"Coupled vs decoupled", SPEC §7 last bullet) and heatmaps of the static matrices ``V``.
+"Coupled vs. Decoupled Layers: A Statistical Analysis") and heatmaps of the static matrices ``V``.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""AveyBConfig: every architecture knob of Avey-B (SPEC §1-4, §8), documented and validated.
+"""AveyBConfig: every architecture knob of Avey-B (the paper's §3–4, its ablations, and the authors' release), documented and validated.
 
 Paper symbols: ``d`` = ``hidden_size``, ``L`` = ``num_hidden_layers``, ``S`` = ``split_size``,
 ``k`` = ``num_retrieved_splits``, ``V`` = ``vocab_size``, ``m`` = ``expansion_factor * d``.
@@ -36,15 +36,15 @@ def _choice(field: str, value, allowed) -> None:
 
 
 class AveyBConfig(PretrainedConfig):
-    r"""Configuration of an Avey-B encoder. Defaults are the paper's *base* model (SPEC §2: ≈164M parameters).
+    r"""Configuration of an Avey-B encoder. Defaults are the paper's *base* model (paper §5.1: "165M"; ≈164M parameters here).
 
     Args:
         vocab_size (`int`, defaults to 50368): ``V``, rows of the embedding table (tied with the MLM decoder).
-        hidden_size (`int`, defaults to 768): ``d``, the model width (SPEC §1.1).
-        num_hidden_layers (`int`, defaults to 30): ``L``, layers of the neural processor (SPEC §1.5).
-        split_size (`int`, defaults to 256): ``S``, tokens per split; the processor's context width (SPEC §1.2).
-        num_retrieved_splits (`int`, defaults to 3): ``k``, splits the ranker retrieves per split (SPEC §1.3).
-        expansion_factor (`int`, defaults to 4): enricher width ``m = expansion_factor * d`` (SPEC §1.5).
+        hidden_size (`int`, defaults to 768): ``d``, the model width.
+        num_hidden_layers (`int`, defaults to 30): ``L``, layers of the neural processor (paper §3.2).
+        split_size (`int`, defaults to 256): ``S``, tokens per split; the processor's context width (paper §3.1).
+        num_retrieved_splits (`int`, defaults to 3): ``k``, splits the ranker retrieves per split (paper §3.1).
+        expansion_factor (`int`, defaults to 4): enricher width ``m = expansion_factor * d`` (paper §3.2).
         bypass_proportion (`float`, defaults to 0.5): share of the ``m`` enriched features bypassed straight to
             the fuser (``m_h``); the rest (``m_t``) is split evenly into gate ``Z_tl`` and contextual part ``Z_tr``.
         enricher_activation (`str`, defaults to `"relu2"`): ``σ_e`` of the enricher; ReLU² in the paper (App. A,
@@ -53,15 +53,15 @@ class AveyBConfig(PretrainedConfig):
             `"identity"` in the release.
         enricher_layout (`str`, defaults to `"paper"`): order of the enricher's output features.
             `"paper"`: ``[bypass m_h | gate | contextual]`` and fuser input ``[bypass | c]``; `"release"`:
-            ``[contextual | gate | bypass m_h]`` and fuser input ``[c | bypass]`` (SPEC §8).
-        layer_pattern (`str`, defaults to `"interleaved_sd"`): one of ``LAYER_PATTERNS`` (SPEC §4) or an explicit
+            ``[contextual | gate | bypass m_h]`` and fuser input ``[c | bypass]``.
+        layer_pattern (`str`, defaults to `"interleaved_sd"`): one of ``LAYER_PATTERNS`` (appendix "How to Arrange Static and Dynamic Layers?") or an explicit
             string of ``S``/``D`` letters of length ``L`` (e.g. ``"SDSD"``). Expanded into ``mixer_types``.
         mixer_types (`list[str]`, *optional*): per-layer ``"static"``/``"dynamic"``/``"coupled"``; derived from
             ``layer_pattern`` and ``parameterization`` when not given (ModernBERT's ``layer_types``, renamed: transformers validates that name
             against its attention kinds).
         parameterization (`str`, defaults to `"decoupled"`): `"decoupled"` (Avey-B, §4.2: a layer is static *or*
             dynamic) or `"coupled"` (original Avey: every layer mixes with ``V ⊙ S̃``; the configured row
-            normalization is kept, SPEC §4 decision). Coupled ignores ``layer_pattern``.
+            normalization is kept: our choice, the paper does not say). Coupled ignores ``layer_pattern``.
         dynamic_normalization (`str`, defaults to `"sum"`): row normalization of the dynamic cosine matrix ``S``:
             `"sum"` ``S/(Σ_j S + ε)`` (paper); `"l1"` ``S/max(Σ_j |S|, ε)`` (release); `"rms"` ``S/(rms_j S + ε)``;
             `"softmax"`; `"scaled_softmax"` softmax of ``S / dynamic_temperature``; `"none"`.
@@ -102,7 +102,7 @@ class AveyBConfig(PretrainedConfig):
             (``N(0, initializer_range)``) for linear, embedding, static ``V`` and compressor ``P`` weights.
         initializer_range (`float`, defaults to 0.02): std of the `"normal"` initializer.
         classifier_head (`str`, defaults to `"linear"`): `"linear"` (dropout + one linear layer on the pooled /
-            per-token states) or `"avey-b1"` (the release's heads, SPEC §8).
+            per-token states) or `"avey-b1"` (the release's heads).
         sparse_prediction (`bool`, defaults to `False`): the MLM head computes logits only at positions whose
             label is not -100 (saves most of the vocabulary projection in pretraining).
         normalize_embeddings (`bool`, defaults to `True`): L2-normalize sentence embeddings.

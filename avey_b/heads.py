@@ -81,7 +81,7 @@ class AveyBForMaskedLM(AveyBPreTrainedModel):
 
 
 class _ReleaseSequenceHead(nn.Sequential):
-    """The release's sequence-classification MLP (SPEC §8): d -> 2d -> 2d -> d with GELUs."""
+    """The release's sequence-classification MLP: d -> 2d -> 2d -> d with GELUs."""
 
     def __init__(self, d: int):
         super().__init__(nn.Linear(d, 2 * d), nn.GELU(), nn.Linear(2 * d, 2 * d), nn.GELU(), nn.Linear(2 * d, d))
@@ -147,7 +147,7 @@ class AveyBForTokenClassification(AveyBPreTrainedModel):
         self.num_labels = config.num_labels
         self.model = AveyBModel(config)
         d = config.hidden_size
-        # The release's token head is Linear(d, d) -> tanh before the classifier (SPEC §8).
+        # The release's token head is Linear(d, d) -> tanh before the classifier.
         self.dense = nn.Sequential(nn.Linear(d, d), nn.Tanh()) if config.classifier_head == "avey-b1" else None
         self.dropout = nn.Dropout(config.classifier_dropout)
         self.classifier = nn.Linear(d, config.num_labels)

@@ -1,6 +1,6 @@
 """The neural processor of Avey-B: one pre-norm layer, enricher -> [bypass | gate ⊙ σ(mix)] -> fuser.
 
-Notation (SPEC): ``R`` rows processed independently (``B · n_splits``), ``C`` tokens per row (``S``, or
+Notation (the paper's): ``R`` rows processed independently (``B · n_splits``), ``C`` tokens per row (``S``, or
 ``(k+1)S`` without the compressor), ``d`` model width, ``m`` enricher width, ``d'`` mixing width (``m_t / 2``).
 
 The only difference between a static, a dynamic and a coupled layer is the mixer module; everything else
@@ -156,7 +156,7 @@ class AveyBLayer(GradientCheckpointingLayer):
         self.dropout = nn.Dropout(config.hidden_dropout)
         # Learned residual gain of the release; a fixed 1 otherwise (the paper's plain residual).
         self.alpha = nn.Parameter(torch.ones(())) if config.residual_scale else None
-        # Feature order of the enricher output and of the fuser input (SPEC §8): the paper puts the bypass first.
+        # Feature order of the enricher output and of the fuser input: the paper puts the bypass first.
         self.release_layout = config.enricher_layout == "release"
         self.split_sizes = (d_mix, d_mix, m_h) if self.release_layout else (m_h, d_mix, d_mix)
         self.fuser_split = (d_mix, m_h) if self.release_layout else (m_h, d_mix)

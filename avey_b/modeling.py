@@ -1,19 +1,20 @@
 """Avey-B backbone: embed -> rank -> compress -> L processor layers -> reassemble.
 
-Paper: "Avey-B" (Acharya & Hammoud, ICLR 2026); the reference for every choice is ``SPEC.md``.
+Paper: "Avey-B" (Acharya & Hammoud, ICLR 2026): §3 (ranker, neural processor) and §4 (bidirectional
+contextualization, decoupled parametrization, neural compression).
 
-Notation (SPEC): ``B`` batch, ``N`` sequence length, ``S`` split size, ``n = ceil(N/S)`` splits, ``k`` retrieved
+Notation (the paper's): ``B`` batch, ``N`` sequence length, ``S`` split size, ``n = ceil(N/S)`` splits, ``k`` retrieved
 splits, ``d`` width, ``L`` layers, ``V`` vocabulary, ``C`` tokens per processor row (``S``; ``(k+1)S`` without the
 compressor).
 
 Notable choices:
 - Any ``N >= 1``: the sequence is zero-padded to ``n·S`` after embedding and the padding dropped at the end.
 - Split padding and user padding (``attention_mask == 0``) are the same thing: a ``keep`` mask that the ranker,
-  the compressor and every mixing layer honour, so real tokens never see padding (SPEC §3). Right padding is
+  the compressor and every mixing layer honour, so real tokens never see padding (this library's padding semantics; the release ignores padding). Right padding is
   exact; left padding shifts split boundaries and is therefore *not* equivalent to no padding.
 - The ranker runs once, on the embedding output; the processor sees ``(B·n, C, d)`` rows, independent of ``N``,
   which is why the processor's cost is linear in ``N``.
-- Every variant of SPEC §4 is a config switch on this one code path.
+- Every variant of the paper's ablations (§5.2 and appendix) is a config switch on this one code path.
 """
 
 from __future__ import annotations

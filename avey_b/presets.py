@@ -1,4 +1,4 @@
-"""Named configurations (SPEC §2), in the style of litgpt / torchtitan: ``presets.base(**overrides)``.
+"""Named configurations (paper §5.1 and the authors' release), in the style of litgpt / torchtitan: ``presets.base(**overrides)``.
 
 | name   | d    | L  | S   | k | V     | parameters | source                                           |
 |--------|------|----|-----|---|-------|------------|--------------------------------------------------|
@@ -6,7 +6,7 @@
 | small  | 256  | 8  | 64  | 3 | 50368 | ~19M       | CPU benchmarks and the quickstart                |
 | base   | 768  | 30 | 256 | 3 | 50368 | ≈164M      | paper ("165M")                                   |
 | large  | 1024 | 46 | 256 | 3 | 50368 | ≈391M      | inferred: the shape that gives the paper's 391M  |
-| avey-b1 | 768 | 30 | 256 | 3 | 50368 | ≈164M      | the authors' public release (SPEC §8)            |
+| avey-b1 | 768 | 30 | 256 | 3 | 50368 | ≈164M      | the authors' public release                      |
 """
 
 from __future__ import annotations
@@ -28,13 +28,13 @@ def small(**overrides) -> AveyBConfig:
 
 
 def base(**overrides) -> AveyBConfig:
-    """Avey-B base: the paper's 165M model (SPEC §2)."""
+    """Avey-B base: the paper's 165M model (§5.1)."""
     return AveyBConfig(**{"hidden_size": 768, "num_hidden_layers": 30, "split_size": 256, "num_retrieved_splits": 3,
                           **overrides})
 
 
 def large(**overrides) -> AveyBConfig:
-    """Avey-B large: 391M parameters (d=1024, L=46; SPEC §2)."""
+    """Avey-B large: 391M parameters (d=1024, L=46: the shape that gives the paper's 391M)."""
     return AveyBConfig(**{"hidden_size": 1024, "num_hidden_layers": 46, "split_size": 256,
                           "num_retrieved_splits": 3, **overrides})
 

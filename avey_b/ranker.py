@@ -1,4 +1,4 @@
-"""The ranker (weighted-selective-split retrieval, SPEC §1.3) and the neural compressor (§4.3).
+"""The ranker (weighted-selective-split retrieval, paper §3.1 and §4.1) and the neural compressor (§4.3).
 
 Notation: ``B`` batch, ``n`` splits, ``S`` split size, ``k`` retrieved splits, ``d`` width, ``J`` candidates.
 

@@ -1,4 +1,4 @@
-"""``avey-b bench``: latency (s/forward) and throughput (tokens/s) vs sequence length (SPEC §7, paper §5.4).
+"""``avey-b bench``: latency (s/forward) and throughput (tokens/s) vs sequence length (paper §5.4).
 
 Three steps, each reading the previous one's output (STYLE §5.8):
 

@@ -1,4 +1,4 @@
-"""Masked-LM corruption (paper Appendix "Pretraining methodology", SPEC §5).
+"""Masked-LM corruption (paper appendix "Pretraining Methodology").
 
 ``mask_tokens`` is a pure function: it takes token ids and a ``torch.Generator`` and returns
 ``(inputs, labels)``. The default follows the paper: 20% of the maskable tokens are selected, every

@@ -1,4 +1,4 @@
-"""Metrics of the downstream protocol (SPEC §6), in two flavours.
+"""Metrics of the downstream protocol (paper §5.1), in two flavours.
 
 ``standard`` (the default everywhere) is what the benchmark owners define:
 

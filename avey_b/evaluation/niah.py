@@ -29,7 +29,7 @@ from ..tokenization import load_tokenizer
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="avey-b niah", description="Needle-in-a-haystack sets (SPEC §7).")
+    p = argparse.ArgumentParser(prog="avey-b niah", description="Needle-in-a-haystack sets (paper appendix \"Long-Range Benchmark Results\").")
     sub = p.add_subparsers(dest="command", required=True)
     g = sub.add_parser(
         "generate",

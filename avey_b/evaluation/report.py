@@ -3,7 +3,7 @@
     python -m avey_b.evaluation.report runs/eval                     # median over seeds at the best lr
     python -m avey_b.evaluation.report runs/ablation --aggregate best
 
-``median`` (paper, SPEC §6): per model and benchmark, the median over seeds at each learning rate; the
+``median`` (paper §5.1): per model and benchmark, the median over seeds at each learning rate; the
 best learning rate is the one with the highest median; the reported score is that median and the spread
 is the sample standard deviation (ddof=1) over the seeds at that learning rate. ``best`` (ablations):
 the best single run over all seeds and learning rates. Family averages are the mean of the family's

@@ -1,4 +1,4 @@
-"""The paper's downstream protocol (SPEC §6): every model x task x learning rate x seed, then the report.
+"""The paper's downstream protocol (paper §5.1): every model x task x learning rate x seed, then the report.
 
     avey-b evaluate --config paper
     avey-b evaluate --models avey-b=runs/avey-b-base bert=google-bert/bert-base-uncased \\

@@ -1,4 +1,4 @@
-"""Masked-LM pretraining (SPEC §5) for Avey-B and, on the same data and budget, Hugging Face encoders.
+"""Masked-LM pretraining (paper appendix "Pretraining Methodology") for Avey-B and, on the same data and budget, Hugging Face encoders.
 
     avey-b pretrain --config quickstart
     avey-b pretrain --config base optim.lr=2.5e-4 train.max_steps=1000
@@ -27,6 +27,7 @@ import signal
 import sys
 import time
 from contextlib import nullcontext
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -265,62 +266,206 @@ def train(cfg: PretrainConfig, resume: str | None = None) -> dict:
         dist_utils.cleanup()
 
 
+@dataclass
+class BatchGeometry:
+    """The global batch in sequences is fixed; ranks x micro-batches x accumulation fill it."""
+
+    global_seqs: int
+    micro_batch: int
+    accumulation: int
+
+    @classmethod
+    def of(cls, cfg: PretrainConfig, world_size: int) -> BatchGeometry:
+        global_seqs = cfg.train.global_batch_tokens // cfg.data.seq_len
+        if global_seqs % world_size:
+            raise ValueError(f"global batch of {global_seqs} sequences does not split over {world_size} ranks")
+        per_rank = global_seqs // world_size
+        mb = min(cfg.train.micro_batch_size, per_rank)
+        if per_rank % mb:
+            raise ValueError(f"{per_rank} sequences per rank per step is not a multiple of train.micro_batch_size={mb}")
+        return cls(global_seqs, mb, per_rank // mb)
+
+
+def flops_per_token(model, tokenizer, cfg: PretrainConfig, info, micro_batch: int, autocast) -> float | None:
+    """FLOPs of one forward + backward per token (for MFU), counted on a synthetic batch that touches no RNG and
+    no data. None under DDP/FSDP, whose backward collectives would need every rank here."""
+    if info.enabled:
+        return None
+    N = cfg.data.seq_len
+    with torch.random.fork_rng(devices=[]):
+        g = torch.Generator().manual_seed(0)
+        ids = torch.randint(len(tokenizer) // 2, len(tokenizer), (micro_batch, N), generator=g)
+        labels = torch.where(torch.rand(ids.shape, generator=g) < cfg.data.mask_rate, ids, IGNORE_INDEX)
+        probe = {"input_ids": ids.to(info.device), "attention_mask": torch.ones_like(ids).to(info.device),
+                 "labels": labels.to(info.device)}
+        flops = count_flops(lambda: mlm_sums(model, probe, autocast)[0].backward()) / (micro_batch * N)
+        model.zero_grad(set_to_none=True)
+    return flops
+
+
+class TrainState:
+    """What a checkpoint holds besides the weights: the step, optimizer, schedule, data position and RNG states;
+    ``restore`` reads it back from a checkpoint, ``save`` writes one (every rank takes part)."""
+
+    def __init__(self, cfg: PretrainConfig, info, run_dir: Path, raw_model, optimizer, scheduler, stream, tokenizer,
+                 fsdp: bool):
+        self.cfg, self.info, self.run_dir, self.fsdp = cfg, info, run_dir, fsdp
+        self.raw_model, self.optimizer, self.scheduler, self.stream, self.tokenizer = (
+            raw_model, optimizer, scheduler, stream, tokenizer)
+        self.step = 0
+        self.last_saved = -1
+
+    def restore(self, state: dict | None) -> None:
+        """Continue from a checkpoint's train state (``None``: a fresh run, seeded per rank)."""
+        cfg, info = self.cfg, self.info
+        if state is None:
+            torch.manual_seed(cfg.train.seed + 1000 * info.rank)  # dropout differs per rank
+            return
+        if self.fsdp:
+            from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+
+            set_optimizer_state_dict(self.raw_model, self.optimizer, state["optimizer"],
+                                     options=StateDictOptions(full_state_dict=True))
+        else:
+            self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        data_state = state["data"]
+        if "per_rank" in data_state:
+            if len(data_state["per_rank"]) != info.world_size:
+                raise ValueError(f"checkpoint was written by {len(data_state['per_rank'])} ranks with "
+                                 f"data.shard_by=document; resume it on the same number of ranks")
+            data_state = data_state["per_rank"][info.rank]
+        self.stream.load_state_dict(data_state)
+        self.step = self.last_saved = int(state["step"])
+        rngs = state["rng"]
+        if len(rngs) == info.world_size:
+            set_rng_state(rngs[info.rank])
+        else:
+            dist_utils.print0(f"note: checkpoint has RNG states for {len(rngs)} ranks, this run has "
+                              f"{info.world_size}; reseeding")
+            torch.manual_seed(cfg.train.seed + 1000 * info.rank + self.step)
+
+    def save(self) -> Path | None:
+        """A checkpoint of the current step (written by rank 0, atomically); returns its path on rank 0."""
+        cfg, info = self.cfg, self.info
+        rngs, data_state = [rng_state()], self.stream.state_dict()
+        if info.enabled:
+            rngs = [None] * info.world_size
+            torch.distributed.all_gather_object(rngs, rng_state())
+            if cfg.data.shard_by == "document":  # each rank packs its own documents: keep every position
+                states = [None] * info.world_size
+                torch.distributed.all_gather_object(states, data_state)
+                data_state = {"per_rank": states}
+        sd, optim_sd = None, None
+        if self.fsdp:
+            # FSDP2: every rank takes part in gathering the full (unsharded) model and optimizer state
+            from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+
+            sd = full_state_dict(self.raw_model)
+            optim_sd = get_optimizer_state_dict(self.raw_model, self.optimizer,
+                                                options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        path = None
+        if info.is_main:
+            train_state = {"step": self.step, "optimizer": optim_sd if self.fsdp else self.optimizer.state_dict(),
+                           "scheduler": self.scheduler.state_dict(), "data": data_state, "rng": rngs,
+                           "world_size": info.world_size, "config": to_dict(cfg)}
+            path = save_checkpoint(self.run_dir, self.step, self.raw_model, self.tokenizer, train_state,
+                                   cfg.checkpoint.keep_last, state_dict=sd)
+        if info.enabled:
+            torch.distributed.barrier()
+        self.last_saved = self.step
+        return path
+
+
+class StopSignals:
+    """SIGTERM / Ctrl-C ask the loop to finish its step, save and exit non-zero; a second signal stops at once."""
+
+    def __enter__(self) -> StopSignals:
+        self.received: list[int] = []
+        self.old = {s: signal.signal(s, self._on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+        return self
+
+    def _on_signal(self, signum, frame) -> None:
+        if self.received:  # a second signal: stop now, without the checkpoint
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        self.received.append(signum)
+
+    def __exit__(self, *exc) -> None:
+        for s, h in self.old.items():
+            signal.signal(s, h)
+
+
+def train_step(model, batches: list[dict], optimizer, scheduler, cfg: PretrainConfig, info, autocast):
+    """One optimizer step over the micro-batches; returns (global per-token loss, gradient norm, learning rate)."""
+    n_local = sum(int((b["labels"] != IGNORE_INDEX).sum()) for b in batches)
+    n_global = dist_utils.all_reduce_sum(torch.tensor([float(n_local)], device=info.device), info).item()
+    step_loss = torch.zeros((), dtype=torch.float64)
+    for i, b in enumerate(batches):
+        sync = nullcontext()
+        if info.enabled and cfg.distributed.strategy == "ddp" and i < len(batches) - 1:
+            sync = model.no_sync()  # reduce gradients once, after the last micro-batch
+        with sync:
+            if (b["labels"] != IGNORE_INDEX).any():
+                loss_sum, _, _ = mlm_sums(model, b, autocast)
+            else:  # nothing masked here: a zero loss that still runs the graph (DDP needs every param)
+                out = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"])
+                loss_sum = out.logits.float().sum() * 0.0
+            # DDP averages gradients over ranks; scale so the result is the global per-token mean
+            (loss_sum * (info.world_size / max(n_global, 1.0))).backward()
+        step_loss += loss_sum.detach().double().cpu()
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.optim.clip if cfg.optim.clip > 0 else float("inf"))
+    lr = scheduler.get_last_lr()[0]
+    optimizer.step()
+    scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
+    loss = dist_utils.all_reduce_sum(step_loss.to(info.device), info).item() / max(n_global, 1.0)
+    return loss, float(grad_norm), lr
+
+
+def _resume_dir(resume: str | None, run_dir: Path) -> Path | None:
+    if resume is None:
+        return None
+    if resume == "auto":
+        found = latest_checkpoint(run_dir)
+        dist_utils.print0(f"resuming from {found}" if found else f"no checkpoint in {run_dir}; starting fresh")
+        return found
+    if not Path(resume).is_dir():
+        raise FileNotFoundError(f"--resume: checkpoint directory not found: {resume}")
+    return Path(resume)
+
+
 def _train(cfg: PretrainConfig, info, resume: str | None) -> dict:
     t_start = time.time()
+    from transformers import AutoTokenizer
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # no per-save "Writing model shards" bars inside our own progress bar
     if cfg.train.threads:
         torch.set_num_threads(cfg.train.threads)
-    run_dir = Path(cfg.run_dir)
-    say = dist_utils.print0
+    run_dir, say = Path(cfg.run_dir), dist_utils.print0
 
-    # --- where to start from
-    resume_dir = None
-    if resume is not None:
-        if resume == "auto":
-            resume_dir = latest_checkpoint(run_dir)
-            say(f"resuming from {resume_dir}" if resume_dir else f"no checkpoint in {run_dir}; starting fresh")
-        else:
-            resume_dir = Path(resume)
-            if not resume_dir.is_dir():
-                raise FileNotFoundError(f"--resume: checkpoint directory not found: {resume}")
-    state = load_train_state(resume_dir) if resume_dir else None
+    # --- set up: where to start from, batch geometry, tokenizer, model, optimizer, schedule, data
+    resume_dir = _resume_dir(resume, run_dir)
+    checkpoint_state = load_train_state(resume_dir) if resume_dir else None
     if info.is_main:
         run_dir.mkdir(parents=True, exist_ok=True)
         dump_yaml(cfg, run_dir / "config.yaml")
     if info.enabled:
         torch.distributed.barrier()
-
-    # --- batch geometry: the global batch in sequences is fixed; ranks x micro-batches x accumulation fill it
-    N = cfg.data.seq_len
-    global_seqs = cfg.train.global_batch_tokens // N
-    if global_seqs % info.world_size:
-        raise ValueError(f"global batch of {global_seqs} sequences does not split over {info.world_size} ranks")
-    per_rank = global_seqs // info.world_size
-    mb = min(cfg.train.micro_batch_size, per_rank)
-    if per_rank % mb:
-        raise ValueError(f"{per_rank} sequences per rank per step is not a multiple of train.micro_batch_size={mb}")
-    accum = per_rank // mb
-    total_steps = cfg.steps
-
-    # --- tokenizer, model, optimizer, schedule
-    from transformers import AutoTokenizer
-
+    N, geo, total_steps = cfg.data.seq_len, BatchGeometry.of(cfg, info.world_size), cfg.steps
     tokenizer = AutoTokenizer.from_pretrained(str(resume_dir)) if resume_dir else build_tokenizer(cfg, info, run_dir)
     torch.manual_seed(cfg.train.seed)
-    model = build_model(cfg, tokenizer, resume_dir).to(info.device)
-    n_params = sum(p.numel() for p in model.parameters())
+    raw_model = build_model(cfg, tokenizer, resume_dir).to(info.device)
+    n_params = sum(p.numel() for p in raw_model.parameters())
     bf16 = use_bf16(cfg.train.precision, info.device)
     autocast = device_autocast(info.device, bf16)
-    raw_model = model
     fsdp = info.enabled and cfg.distributed.strategy == "fsdp"
-    model = dist_utils.parallelize(model, info, cfg.distributed.strategy, cfg.train.compile)
+    model = dist_utils.parallelize(raw_model, info, cfg.distributed.strategy, cfg.train.compile)
     optimizer = build_optimizer(model, cfg)
     scheduler = build_scheduler(optimizer, schedule=cfg.optim.schedule, total=total_steps, warmup=cfg.optim.warmup,
                                 min_ratio=cfg.optim.min_lr_ratio)
-
-    # --- data
     train_spec, train_split, eval_spec, eval_split = data_specs(cfg)
     common = dict(eot=eot_id(tokenizer), pad_id=tokenizer.pad_token_id, rank=info.rank, world_size=info.world_size,
                   heldout_fraction=cfg.data.eval_fraction, heldout_docs=cfg.data.eval_documents, chunk_docs=cfg.data.chunk_docs,
@@ -333,192 +478,93 @@ def _train(cfg: PretrainConfig, info, resume: str | None) -> dict:
         return PackedSequences(eval_spec, tokenizer, N, split=eval_split, loop=False, shard_by="sequence",
                                num_workers=0, max_sequences=per, **common)
 
-    # --- FLOPs of one micro-step (for MFU), measured on a synthetic batch that touches no RNG and no data
-    flops_per_token = None
-    with torch.random.fork_rng(devices=[]):
-        g = torch.Generator().manual_seed(0)
-        ids = torch.randint(len(tokenizer) // 2, len(tokenizer), (mb, N), generator=g)
-        probe = {"input_ids": ids.to(info.device), "attention_mask": torch.ones_like(ids).to(info.device),
-                 "labels": torch.where(torch.rand(ids.shape, generator=g) < cfg.data.mask_rate, ids, IGNORE_INDEX).to(info.device)}
-        if not info.enabled:  # collectives inside DDP/FSDP backward would need every rank here; skip the probe
-            flops_per_token = count_flops(lambda: mlm_sums(raw_model, probe, autocast)[0].backward()) / (mb * N)
-            raw_model.zero_grad(set_to_none=True)
+    fpt = flops_per_token(raw_model, tokenizer, cfg, info, geo.micro_batch, autocast)
     peak = peak_flops(info.device, cfg.train.peak_flops)
-
-    step = 0
-    if state is not None:
-        if fsdp:
-            from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
-
-            set_optimizer_state_dict(raw_model, optimizer, state["optimizer"],
-                                     options=StateDictOptions(full_state_dict=True))
-        else:
-            optimizer.load_state_dict(state["optimizer"])
-        scheduler.load_state_dict(state["scheduler"])
-        data_state = state["data"]
-        if "per_rank" in data_state:
-            if len(data_state["per_rank"]) != info.world_size:
-                raise ValueError(f"checkpoint was written by {len(data_state['per_rank'])} ranks with "
-                                 f"data.shard_by=document; resume it on the same number of ranks")
-            data_state = data_state["per_rank"][info.rank]
-        stream.load_state_dict(data_state)
-        step = int(state["step"])
-        rngs = state["rng"]
-        if len(rngs) == info.world_size:
-            set_rng_state(rngs[info.rank])
-        else:
-            say(f"note: checkpoint has RNG states for {len(rngs)} ranks, this run has {info.world_size}; reseeding")
-            torch.manual_seed(cfg.train.seed + 1000 * info.rank + step)
-    else:
-        torch.manual_seed(cfg.train.seed + 1000 * info.rank)  # dropout differs per rank
+    state = TrainState(cfg, info, run_dir, raw_model, optimizer, scheduler, stream, tokenizer, fsdp)
+    state.restore(checkpoint_state)
+    tokens_per_step = geo.global_seqs * N
 
     logger = MetricsLogger(run_dir, info.is_main, tensorboard=cfg.logging.tensorboard, wandb=cfg.logging.wandb,
-                           wandb_project=cfg.logging.wandb_project, config=to_dict(cfg), resume=state is not None)
+                           wandb_project=cfg.logging.wandb_project, config=to_dict(cfg), resume=checkpoint_state is not None)
     say(f"model {cfg.model.arch} ({n_params / 1e6:.2f}M parameters, vocab {len(tokenizer)}), {info.world_size} rank(s) "
-        f"on {info.device}, {'bf16 autocast' if bf16 else 'fp32'}; global batch {global_seqs} x {N} tokens "
-        f"= {mb} seq x {accum} accumulation x {info.world_size} rank(s); {total_steps} steps")
+        f"on {info.device}, {'bf16 autocast' if bf16 else 'fp32'}; global batch {geo.global_seqs} x {N} tokens "
+        f"= {geo.micro_batch} seq x {geo.accumulation} accumulation x {info.world_size} rank(s); {total_steps} steps")
 
-    # --- stop cleanly on SIGTERM / Ctrl-C: finish the step, save, exit non-zero
-    stop_signal: list[int] = []
+    with StopSignals() as signals:  # from here on a signal ends in a checkpoint
+        results: dict = {"untrained": None, "final": None}
+        if cfg.eval.at_start and state.step == 0:
+            results["untrained"] = evaluate(model, eval_stream, tokenizer, cfg, info, autocast)
+            say(f"untrained: held-out MLM loss {results['untrained']['eval_loss']:.4f}, "
+                f"accuracy {results['untrained']['eval_accuracy']:.4f}")
+            logger.log({"step": 0, "tokens": 0, **results["untrained"]})
 
-    def on_signal(signum, frame):
-        if stop_signal:  # a second signal: stop now, without the checkpoint
-            signal.signal(signum, signal.SIG_DFL)
-            os.kill(os.getpid(), signum)
-            return
-        stop_signal.append(signum)
+        bar = None
+        if info.is_main and cfg.logging.progress:
+            from tqdm.auto import tqdm
 
-    old_handlers = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+            bar = tqdm(total=total_steps, initial=state.step, desc="pretrain", unit="step", dynamic_ncols=True)
+        write = (bar.write if bar is not None else say) if info.is_main else (lambda *a: None)
 
-    def save(step_: int) -> Path:
-        rngs, data_state = [rng_state()], stream.state_dict()
-        if info.enabled:
-            rngs = [None] * info.world_size
-            torch.distributed.all_gather_object(rngs, rng_state())
-            if cfg.data.shard_by == "document":  # each rank packs its own documents: keep every position
-                states = [None] * info.world_size
-                torch.distributed.all_gather_object(states, data_state)
-                data_state = {"per_rank": states}
-        sd, optim_sd = None, None
-        if fsdp:
-            # FSDP2: every rank takes part in gathering the full (unsharded) model and optimizer state
-            from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+        # --- the loop: step, log, evaluate, checkpoint, stop on a signal or the time limit
+        it = iter(stream)
+        model.train()
+        last_log_t, last_log_step = time.time(), state.step
+        window_loss = torch.zeros(2, dtype=torch.float64)
+        exit_code = 0
+        try:
+            while state.step < total_steps:
+                micro = [[next(it) for _ in range(geo.micro_batch)] for _ in range(geo.accumulation)]
+                batches = [masked_batch(m, tokenizer, cfg, info.device, cfg.train.seed) for m in micro]
+                loss, grad_norm, lr = train_step(model, batches, optimizer, scheduler, cfg, info, autocast)
+                state.step += 1
+                step = state.step
+                window_loss += torch.tensor([loss, 1.0], dtype=torch.float64)
+                if bar is not None:
+                    bar.update(1)
+                    bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.2e}")
 
-            opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
-            sd = full_state_dict(raw_model)
-            optim_sd = get_optimizer_state_dict(raw_model, optimizer, options=opts)
-        path = None
-        if info.is_main:
-            train_state = {"step": step_, "optimizer": optim_sd if fsdp else optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-                           "data": data_state, "rng": rngs, "world_size": info.world_size,
-                           "config": to_dict(cfg)}
-            path = save_checkpoint(run_dir, step_, raw_model, tokenizer, train_state, cfg.checkpoint.keep_last,
-                                   state_dict=sd)
-        if info.enabled:
-            torch.distributed.barrier()
-        return path
+                if step % cfg.logging.every == 0 or step == total_steps:
+                    tps = (step - last_log_step) * tokens_per_step / max(time.time() - last_log_t, 1e-9)
+                    rec = {"step": step, "tokens": step * tokens_per_step,
+                           "loss": window_loss[0].item() / window_loss[1].item(), "lr": lr, "grad_norm": grad_norm,
+                           "tokens_per_s": round(tps, 1)}
+                    if fpt:
+                        rec["tflops"] = fpt * tps / info.world_size / 1e12
+                        if peak:
+                            rec["mfu"] = rec["tflops"] * 1e12 / peak
+                    logger.log(rec)
+                    write(f"step {step:>6} | loss {rec['loss']:.4f} | lr {lr:.2e} | grad {grad_norm:.3f} | "
+                          f"{tps:,.0f} tok/s" + (f" | MFU {rec['mfu']:.1%}" if "mfu" in rec else ""))
+                    last_log_t, last_log_step = time.time(), step
+                    window_loss.zero_()
+                if cfg.eval.every and step % cfg.eval.every == 0 and step < total_steps:
+                    ev = evaluate(model, eval_stream, tokenizer, cfg, info, autocast)
+                    logger.log({"step": step, "tokens": step * tokens_per_step, **ev})
+                    write(f"step {step:>6} | held-out loss {ev['eval_loss']:.4f} | accuracy {ev['eval_accuracy']:.4f}")
+                if cfg.checkpoint.every and step % cfg.checkpoint.every == 0:
+                    state.save()
 
-    results: dict = {"untrained": None, "final": None}
-    if cfg.eval.at_start and step == 0:
-        results["untrained"] = evaluate(model, eval_stream, tokenizer, cfg, info, autocast)
-        say(f"untrained: held-out MLM loss {results['untrained']['eval_loss']:.4f}, "
-            f"accuracy {results['untrained']['eval_accuracy']:.4f}")
-        logger.log({"step": 0, "tokens": 0, **results["untrained"]})
-
-    bar = None
-    if info.is_main and cfg.logging.progress:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=total_steps, initial=step, desc="pretrain", unit="step", dynamic_ncols=True)
-    write = (bar.write if bar is not None else say) if info.is_main else (lambda *a: None)
-
-    it = iter(stream)
-    model.train()
-    last_log_t, last_log_step = time.time(), step
-    window_loss = torch.zeros(2, dtype=torch.float64)
-    exit_code = 0
-    last_saved = step if state is not None else -1
-    try:
-        while step < total_steps:
-            micro = [[next(it) for _ in range(mb)] for _ in range(accum)]
-            batches = [masked_batch(m, tokenizer, cfg, info.device, cfg.train.seed) for m in micro]
-            n_local = sum(int((b["labels"] != IGNORE_INDEX).sum()) for b in batches)
-            n_global = dist_utils.all_reduce_sum(torch.tensor([float(n_local)], device=info.device), info).item()
-            step_loss = torch.zeros((), dtype=torch.float64)
-            for i, b in enumerate(batches):
-                sync = nullcontext()
-                if info.enabled and cfg.distributed.strategy == "ddp" and i < accum - 1:
-                    sync = model.no_sync()  # reduce gradients once, after the last micro-batch
-                with sync:
-                    if (b["labels"] != IGNORE_INDEX).any():
-                        loss_sum, _, _ = mlm_sums(model, b, autocast)
-                    else:  # nothing masked here: a zero loss that still runs the graph (DDP needs every param)
-                        out = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"])
-                        loss_sum = out.logits.float().sum() * 0.0
-                    # DDP averages gradients over ranks; scale so the result is the global per-token mean
-                    (loss_sum * (info.world_size / max(n_global, 1.0))).backward()
-                step_loss += loss_sum.detach().double().cpu()
-            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.optim.clip if cfg.optim.clip > 0 else float("inf"))
-            lr = scheduler.get_last_lr()[0]
-            optimizer.step()
-            scheduler.step()
-            optimizer.zero_grad(set_to_none=True)
-            step += 1
-            loss_global = dist_utils.all_reduce_sum(step_loss.to(info.device), info).item() / max(n_global, 1.0)
-            window_loss += torch.tensor([loss_global, 1.0], dtype=torch.float64)
+                out_of_time = cfg.train.max_minutes is not None and (time.time() - t_start) / 60 >= cfg.train.max_minutes
+                if dist_utils.any_rank(bool(signals.received) or out_of_time, info):
+                    if signals.received:
+                        exit_code = 128 + signals.received[0]
+                        raise Interrupted
+                    write(f"train.max_minutes={cfg.train.max_minutes} reached at step {step}; stopping")
+                    break
+        except Interrupted:
+            write(f"interrupted by signal {signals.received[0]} at step {state.step}; saving a checkpoint")
+        finally:
             if bar is not None:
-                bar.update(1)
-                bar.set_postfix(loss=f"{loss_global:.3f}", lr=f"{lr:.2e}")
+                bar.close()
 
-            if step % cfg.logging.every == 0 or step == total_steps:
-                dt = time.time() - last_log_t
-                tps = (step - last_log_step) * global_seqs * N / max(dt, 1e-9)
-                rec = {"step": step, "tokens": step * global_seqs * N, "loss": window_loss[0].item() / window_loss[1].item(),
-                       "lr": lr, "grad_norm": float(grad_norm), "tokens_per_s": round(tps, 1)}
-                if flops_per_token:
-                    rec["tflops"] = flops_per_token * tps / info.world_size / 1e12
-                    if peak:
-                        rec["mfu"] = rec["tflops"] * 1e12 / peak
-                logger.log(rec)
-                write(f"step {step:>6} | loss {rec['loss']:.4f} | lr {lr:.2e} | grad {rec['grad_norm']:.3f} | "
-                      f"{tps:,.0f} tok/s" + (f" | MFU {rec['mfu']:.1%}" if "mfu" in rec else ""))
-                last_log_t, last_log_step = time.time(), step
-                window_loss.zero_()
-
-            if cfg.eval.every and step % cfg.eval.every == 0 and step < total_steps:
-                ev = evaluate(model, eval_stream, tokenizer, cfg, info, autocast)
-                logger.log({"step": step, "tokens": step * global_seqs * N, **ev})
-                write(f"step {step:>6} | held-out loss {ev['eval_loss']:.4f} | accuracy {ev['eval_accuracy']:.4f}")
-            if cfg.checkpoint.every and step % cfg.checkpoint.every == 0:
-                save(step)
-                last_saved = step
-
-            out_of_time = cfg.train.max_minutes is not None and (time.time() - t_start) / 60 >= cfg.train.max_minutes
-            if dist_utils.any_rank(bool(stop_signal) or out_of_time, info):
-                if stop_signal:
-                    exit_code = 128 + stop_signal[0]
-                    raise Interrupted
-                write(f"train.max_minutes={cfg.train.max_minutes} reached at step {step}; stopping")
-                break
-    except Interrupted:
-        write(f"interrupted by signal {stop_signal[0]} at step {step}; saving a checkpoint")
-    finally:
-        for s, h in old_handlers.items():
-            signal.signal(s, h)
-        if bar is not None:
-            bar.close()
-
-    if last_saved != step:
-        path = save(step)
-    else:
-        path = latest_checkpoint(run_dir)
-    results.update(step=step, exit_code=exit_code, checkpoint=str(path) if path else None)
+    # --- finish: last checkpoint, final evaluation, the model, fill-mask examples
+    path = state.save() if state.last_saved != state.step else latest_checkpoint(run_dir)
+    results.update(step=state.step, exit_code=exit_code, checkpoint=str(path) if path else None)
     if exit_code:
         logger.close()
         return results
-
     results["final"] = evaluate(model, eval_stream, tokenizer, cfg, info, autocast)
-    logger.log({"step": step, "tokens": step * global_seqs * N, **results["final"]})
+    logger.log({"step": state.step, "tokens": state.step * tokens_per_step, **results["final"]})
     final_sd = full_state_dict(raw_model) if fsdp else None  # collective: every rank gathers
     if info.is_main:
         save_pretrained_atomic(run_dir / "model", raw_model, tokenizer, state_dict=final_sd)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The paper's efficiency setting (SPEC §7, paper §5.4): batch 8, 128 ... 96K tokens, bf16, on one GPU.
+# The paper's efficiency setting (paper §5.4): batch 8, 128 ... 96K tokens, bf16, on one GPU.
 # Avey-B base eager and torch.compile; ModernBERT-base and NeoBERT (approximated from its published shape,
 # see avey_b/benchmarking/models.py) with SDPA, eager attention and FlashAttention-2 (if flash-attn is
 # installed; otherwise those points are recorded as "unavailable"). Not run yet: no GPU was lent to the

@@ -1,4 +1,4 @@
-"""Registry of the paper's 12 downstream benchmarks: task name -> :class:`~.base.Task` class (SPEC §6)."""
+"""Registry of the paper's 12 downstream benchmarks: task name -> :class:`~.base.Task` class (paper §5.1)."""
 
 from __future__ import annotations
 

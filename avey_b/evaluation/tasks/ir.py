@@ -1,4 +1,4 @@
-"""Information retrieval (IR): MS MARCO, NQ, MLDR — NDCG@10 after 1,000 training steps (SPEC §6).
+"""Information retrieval (IR): MS MARCO, NQ, MLDR — NDCG@10 after 1,000 training steps (paper §5.1).
 
 A bi-encoder: query and document embeddings are the masked mean of the encoder's last hidden states
 (L2-normalised), relevance is their cosine. Training is contrastive with in-batch negatives (InfoNCE on

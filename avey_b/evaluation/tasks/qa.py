@@ -1,4 +1,4 @@
-"""Extractive question answering (QA): SQuAD, SQuAD v2, ReCoRD — F1, 4 epochs (SPEC §6).
+"""Extractive question answering (QA): SQuAD, SQuAD v2, ReCoRD — F1, 4 epochs (paper §5.1).
 
 Data: ``rajpurkar/squad``, ``rajpurkar/squad_v2``, ``hgissbkh/record`` (SQuAD columns ``id``, ``question``,
 ``context``, ``answers{text, answer_start}``; the SuperGLUE ReCoRD columns ``passage``/``query``/``answers``

@@ -1,4 +1,4 @@
-"""Sequence classification (SC): MNLI (matched), QQP, SST-2 — accuracy, 1 epoch (SPEC §6).
+"""Sequence classification (SC): MNLI (matched), QQP, SST-2 — accuracy, 1 epoch (paper §5.1).
 
 Data: ``nyu-mll/glue`` (configs mnli / qqp / sst2) or local GLUE TSV files (header line; the column names
 of the original GLUE release and of the Hub version are both recognised) or JSONL with the same fields.

@@ -1,4 +1,4 @@
-"""Token classification (TC): CoNLL-2003, OntoNotes 5, UNER (English) — 1 epoch (SPEC §6).
+"""Token classification (TC): CoNLL-2003, OntoNotes 5, UNER (English) — 1 epoch (paper §5.1).
 
 Data: ``hgissbkh/conll2003-en``, ``hgissbkh/ontonotes5``, ``hgissbkh/uner_en`` (columns ``tokens`` and
 ``tags``/``ner_tags``, class-label features) or local CoNLL column files (one ``word ... tag`` line per
