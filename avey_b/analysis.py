@@ -12,6 +12,11 @@ from torch import nn
 from .layers import StaticMixer
 
 
+def count_parameters(model: nn.Module) -> int:
+    """Parameters of any ``nn.Module``, a tied tensor counted once."""
+    return sum(p.numel() for p in model.parameters())
+
+
 def parameter_counts(model: nn.Module) -> dict[str, int]:
     """Parameters per component of an Avey-B model (any head), counting tied tensors once.
 

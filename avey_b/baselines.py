@@ -40,6 +40,7 @@ import torch
 from torch import nn
 
 from . import presets  # importing the package registers Avey-B with the Auto classes
+from .configs import check_keys
 
 
 def _tiny_bert():
@@ -180,11 +181,8 @@ def build_config(spec: ModelSpec | str):
     else:
         known = [f"avey-b-{p}" for p in presets.PRESETS] + sorted(NAMED_CONFIGS)
         raise ValueError(f"unknown model {name!r}: use one of {known}, a local directory or a Hub id")
+    check_keys(config, spec.overrides, f"model spec {spec.label!r}: {type(config).__name__}'s fields are")
     for key, value in spec.overrides.items():
-        if not hasattr(config, key):
-            raise ValueError(
-                f"model spec {spec.label!r}: config {type(config).__name__} has no field {key!r}"
-            )
         setattr(config, key, value)
     return config
 
@@ -220,10 +218,6 @@ def build_model(config, *, attn_implementation: str | None = None, head: str = "
         kwargs["attn_implementation"] = attn_implementation
     model = cls.from_config(config, **kwargs)
     return model.eval()
-
-
-def count_parameters(model: nn.Module) -> int:
-    return sum(p.numel() for p in model.parameters())
 
 
 def random_batch(config, batch_size: int, length: int, device: torch.device, seed: int = 0):

@@ -7,9 +7,13 @@ Training settings (optimizer, data, schedule) deliberately live elsewhere (``ave
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
+
 from transformers import PretrainedConfig
 
 from . import release
+from .configs import unknown_key
 
 #: Named layer arrangements of the paper's "How to arrange static and dynamic layers?" appendix.
 #: Each maps the number of layers L to a string of ``S`` (static) / ``D`` (dynamic) letters.
@@ -28,6 +32,24 @@ _LETTER_TO_TYPE = {"S": "static", "D": "dynamic"}
 ACTIVATIONS = ("relu2", "relu", "gelu", "gelu_tanh", "silu", "identity")
 DYNAMIC_NORMALIZATIONS = ("sum", "l1", "rms", "softmax", "scaled_softmax", "none")
 RANKER_MODES = ("unidirectional", "bidirectional", "off")
+
+
+def _transformers_keys() -> set[str]:
+    """Keys that transformers itself passes to (or saves from) a config besides a model's own fields: the base
+    config's fields, loading and label keys, special-token ids, and the generation defaults it discards."""
+    keys = {f.name for f in dataclasses.fields(PretrainedConfig)} | {
+        "model_type", "torch_dtype", "num_labels", "name_or_path", "output_attentions", "attn_implementation",
+        "experts_implementation", "per_layer_config", "auto_map", "bos_token_id", "eos_token_id", "sep_token_id",
+        "cls_token_id", "mask_token_id", "unk_token_id", "tokenizer_class", "finetuning_task", "task_specific_params",
+        "prefix", "is_decoder", "add_cross_attention", "tie_encoder_decoder", "pruned_heads", "torchscript",
+    }
+    try:  # the generation keys transformers pops from every config (private API: best effort)
+        from transformers import GenerationConfig
+
+        keys |= set(GenerationConfig._get_default_generation_params())
+    except Exception:  # noqa: BLE001
+        pass
+    return keys | set(release.RELEASE_CONFIG_FIELDS) | release.RELEASE_REDUNDANT_FIELDS | release.HF_STANDARD_FIELDS
 
 
 def _choice(field: str, value, allowed) -> None:
@@ -196,6 +218,10 @@ class AveyBConfig(PretrainedConfig):
         self.sparse_prediction = sparse_prediction
         self.normalize_embeddings = normalize_embeddings
         self.mixer_types = mixer_types
+        unknown = [k for k in kwargs if not k.startswith("_") and k not in _transformers_keys()]
+        if unknown:  # a typo would otherwise be saved into config.json and silently ignored by the model
+            fields = [p for p in inspect.signature(AveyBConfig.__init__).parameters if p not in ("self", "kwargs")]
+            raise unknown_key(unknown[0], fields, "AveyBConfig's fields are")
         super().__init__(pad_token_id=pad_token_id, tie_word_embeddings=tie_word_embeddings, **kwargs)
         self._validate()
         if self.mixer_types is None:

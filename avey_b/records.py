@@ -12,8 +12,14 @@ import json
 import os
 import re
 import tempfile
+import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
+
+
+def utc_timestamp() -> str:
+    """Now, as ``2026-11-22T15:04:05Z`` (the time stamp of every record)."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
 def slug(name: str) -> str:

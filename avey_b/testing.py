@@ -66,7 +66,7 @@ def bert(directory: str, tok, hidden: int = 32, layers: int = 2) -> str:
 
 def avey_b(directory: str, tok, **overrides) -> str:
     """A randomly initialised tiny Avey-B (``presets.tiny()``, vocabulary resized to the tokenizer)."""
-    from avey_b import AveyBForMaskedLM, presets
+    from . import AveyBForMaskedLM, presets
 
     cfg = presets.tiny(vocab_size=len(tok), pad_token_id=tok.pad_token_id, **overrides)
     AveyBForMaskedLM(cfg).save_pretrained(directory)
@@ -144,11 +144,7 @@ def build_all(out: str) -> dict[str, str]:
     """Everything the tiny demo suite needs, under ``out``; returns the paths."""
     os.makedirs(out, exist_ok=True)
     tok = tokenizer(os.path.join(out, "tokenizer"))
-    paths = {"bert": bert(os.path.join(out, "bert-tiny"), tok)}
-    try:
-        paths["avey-b"] = avey_b(os.path.join(out, "avey-b-tiny"), tok)
-    except ImportError:
-        print("avey_b model package not available: only the BERT toy model was built", file=sys.stderr)
+    paths = {"bert": bert(os.path.join(out, "bert-tiny"), tok), "avey-b": avey_b(os.path.join(out, "avey-b-tiny"), tok)}
     paths["sst2_train"] = sst2_tsv(os.path.join(out, "sst2_train.tsv"), 256, seed=0)
     paths["sst2_dev"] = sst2_tsv(os.path.join(out, "sst2_dev.tsv"), 64, seed=1)
     paths["conll_train"] = conll(os.path.join(out, "conll.train"), 128, seed=0)

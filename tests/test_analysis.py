@@ -1,4 +1,4 @@
-"""Analysis helpers: parameter counts per component, static-matrix statistics (SPEC §7) and heatmaps."""
+"""Analysis helpers: parameter counts per component, static-matrix statistics (appendix "Coupled vs. Decoupled Layers") and heatmaps."""
 
 import numpy as np
 import pytest

@@ -275,8 +275,12 @@ def test_model_specs():
     assert models.max_length(models.build_config("modernbert-tiny")) is None  # RoPE: extrapolated for speed
     assert models.max_length(models.build_config("modernbert-tiny"), respect_rope_window=True) == 512
     assert models.build_config("avey-b-tiny:compressor=False").compressor is False
-    with pytest.raises(ValueError, match="no field 'nonsense'"):
+    with pytest.raises(ValueError, match="unknown config key 'nonsense'"):
         models.build_config("bert-tiny:nonsense=1")
+    with pytest.raises(ValueError, match="unknown config key 'hiden_size' \\(did you mean 'hidden_size'\\?\\)"):
+        models.build_config("bert-tiny:hiden_size=64")
+    with pytest.raises(ValueError, match="did you mean 'split_size'"):
+        models.build_config("avey-b-tiny:split_sise=8")
     with pytest.raises(ValueError, match="unknown model"):
         models.build_config("gpt-17")
     neo = models.build_config("neobert")

@@ -1,4 +1,4 @@
-"""Loading the authors' release checkpoints (SPEC §8): a release-format directory is built here from a tiny random
+"""Loading the authors' release checkpoints: a release-format directory is built here from a tiny random
 config with the release's exact key names and shapes, and checked against an explicit, slow re-statement of the
 release's forward pass."""
 
@@ -50,7 +50,7 @@ def write_release(path, weights, extra_config=None):
 
 
 def release_hidden(w, ids):
-    """The release's forward pass (SPEC §8), one sequence whose length is a multiple of S, with plain loops."""
+    """The release's forward pass, one sequence whose length is a multiple of S, with plain loops."""
     w = {k: v.double() for k, v in w.items()}
     x = w["embed.weight"][ids]  # (N, d)
     n = x.shape[0] // S

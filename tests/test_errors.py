@@ -30,8 +30,26 @@ def test_invalid_config_names_the_field(overrides, field):
         presets.tiny(**overrides)
 
 
+def test_misspelled_config_field_is_an_error_naming_the_closest_field(tmp_path):
+    with pytest.raises(ValueError, match="unknown config key 'hidden_sise' \\(did you mean 'hidden_size'\\?\\)"):
+        AveyBConfig(hidden_sise=32)
+    with pytest.raises(ValueError, match="did you mean 'num_retrieved_splits'"):
+        presets.tiny(num_retrieved_split=1)
+    # keys transformers itself passes still load, and a saved config round-trips
+    config = presets.tiny(num_labels=3, output_attentions=False, torch_dtype="float32", bos_token_id=1)
+    config.save_pretrained(tmp_path)
+    again = AveyBConfig.from_pretrained(tmp_path, num_labels=3)
+    assert again.to_dict() == config.to_dict() | {"_name_or_path": again._name_or_path}
+    import json
+
+    saved = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps(saved | {"split_sise": 8}))
+    with pytest.raises(ValueError, match="split_sise"):  # a typo in a config.json is caught on load too
+        AveyBConfig.from_pretrained(tmp_path)
+
+
 def test_release_config_keys_are_read_through_the_attribute_map(tmp_path):
-    """The authors' config.json spells d, L, S, k as d_embed, n_layers, chunk_size, k (SPEC §8)."""
+    """The authors' config.json spells d, L, S, k as d_embed, n_layers, chunk_size, k (the release)."""
     import json
 
     (tmp_path / "config.json").write_text(json.dumps({

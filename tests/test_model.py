@@ -1,5 +1,5 @@
 """The Hugging Face contract (as transformers' ModelTesterMixin checks it for built-in encoders), the heads,
-the dynamic layer's guarantees (paper App. A) and every SPEC §4 variant changing the computation."""
+the dynamic layer's guarantees (paper App. A) and every variant of the paper's ablations changing the computation."""
 
 import pytest
 import torch
@@ -70,7 +70,7 @@ def test_dynamic_normalization_is_monotone_in_relevance():
 
 @pytest.mark.parametrize("name", sorted(set(VARIANTS) - {"default"}))
 def test_every_variant_trains_and_changes_the_computation(name):
-    """Each SPEC §4 switch runs forward and backward and actually changes the outputs of the default model."""
+    """Each ablation switch runs forward and backward and actually changes the outputs of the default model."""
     torch.manual_seed(0)
     # four layers, so that every named pattern differs from the default interleaving
     reference_overrides = {"enricher_activation": "gelu"} if name == "norm_l1" else {}

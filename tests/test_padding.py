@@ -1,4 +1,4 @@
-"""Padding correctness (SPEC §3) and split causality (SPEC §1), for every variant of SPEC §4."""
+"""Padding correctness and split causality (paper §3.1, §4.1), for every variant of the paper's ablations."""
 
 import pytest
 import torch

@@ -1,4 +1,4 @@
-"""The vectorized ranker against a slow, obviously-correct loop written here from SPEC §1.3."""
+"""The vectorized ranker against a slow, obviously-correct loop written here from the paper's §3.1 (MaxSim ranker)."""
 
 import math
 

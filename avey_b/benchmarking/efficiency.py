@@ -43,20 +43,20 @@ from __future__ import annotations
 import argparse
 import contextlib
 import csv
+import io
 import os
 import platform
 import statistics
 import sys
-import time
 from collections.abc import Iterable
 from typing import Any
 
 import torch
 
+from ..analysis import count_parameters
 from ..baselines import (
     build_config,
     build_model,
-    count_parameters,
     is_avey_b,
     max_length,
     parse_spec,
@@ -71,6 +71,8 @@ from ..records import (
     read_records,
     series_key,
     throughput_of,
+    utc_timestamp,
+    write_text_atomic,
 )
 from .timing import measure
 
@@ -281,19 +283,18 @@ def run(args) -> list[dict[str, Any]]:
 
 
 def _emit(path: str, rec: dict[str, Any]) -> dict[str, Any]:
-    rec.setdefault("time", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+    rec.setdefault("time", utc_timestamp())
     append_jsonl(path, rec, echo=True)
     return rec
 
 
 def write_csv(records: list[dict[str, Any]], path: str) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=CSV_FIELDS, extrasaction="ignore")
-        w.writeheader()
-        for r in records:
-            w.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in CSV_FIELDS})
-    os.replace(tmp, path)
+    out = io.StringIO()
+    w = csv.DictWriter(out, fieldnames=CSV_FIELDS, extrasaction="ignore")
+    w.writeheader()
+    for r in records:
+        w.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in CSV_FIELDS})
+    write_text_atomic(path, out.getvalue())
 
 
 def cell(rec: dict[str, Any] | None, what: str = "throughput", stat: str = "median") -> str:

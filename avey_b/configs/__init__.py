@@ -11,7 +11,8 @@ One dialect for every config of the package (pretraining runs, evaluation suites
   (the ``--help`` of ``avey-b pretrain``).
 
 The YAML files beside this module ship in the wheel as package data, so ``--config quickstart`` works from any
-installation, not only from a source checkout.
+installation, not only from a source checkout. PyYAML is imported only when a file is read or written, so the
+model package (whose config uses :func:`unknown_key`) does not need it.
 """
 
 from __future__ import annotations
@@ -24,8 +25,6 @@ import textwrap
 from pathlib import Path
 from typing import get_type_hints
 
-import yaml
-
 CONFIG_DIR = Path(__file__).resolve().parent
 KINDS = ("pretrain", "eval")
 
@@ -35,6 +34,21 @@ class UnknownConfigKey(KeyError, ValueError):
 
     def __str__(self) -> str:
         return str(self.args[0])
+
+
+def unknown_key(key: str, valid, where: str) -> UnknownConfigKey:
+    """The error for a key that is not one of ``valid``: names it, the closest valid key, and the valid keys."""
+    valid = sorted(valid)
+    close = difflib.get_close_matches(key.rpartition(".")[2], valid, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return UnknownConfigKey(f"unknown config key {key!r}{hint}; {where}: {valid}")
+
+
+def check_keys(obj, keys, where: str) -> None:
+    """Every key must be an attribute of ``obj`` (e.g. a transformers config); else :func:`unknown_key`."""
+    for key in keys:
+        if not hasattr(obj, key):
+            raise unknown_key(key, [k for k in vars(obj) if not k.startswith("_")], where)
 
 
 def shipped(kind: str) -> list[str]:
@@ -74,10 +88,7 @@ def build(cls, data: dict, prefix: str = ""):
     kwargs = {}
     for key, value in data.items():
         if key not in names:
-            close = difflib.get_close_matches(key, names, n=1)
-            hint = f" (did you mean {prefix + close[0]!r}?)" if close else ""
-            raise UnknownConfigKey(f"unknown config key {prefix + key!r}{hint}; valid keys in "
-                                   f"{prefix.rstrip('.') or 'the root'}: {sorted(names)}")
+            raise unknown_key(prefix + key, names, f"valid keys in {prefix.rstrip('.') or 'the root'}")
         typ = hints[key]
         if dataclasses.is_dataclass(typ):
             kwargs[key] = build(typ, value or {}, prefix + key + ".")
@@ -110,6 +121,8 @@ def _coerce(value, typ, key):
 
 def read_yaml(path: Path) -> dict:
     """A YAML mapping, with ``base: other.yaml`` resolved relative to the file."""
+    import yaml
+
     if not path.exists():
         raise FileNotFoundError(f"config file not found: {str(path)!r}")
     data = yaml.safe_load(path.read_text()) or {}
@@ -131,6 +144,8 @@ def _merge(a: dict, b: dict) -> dict:
 
 def apply_overrides(data: dict, overrides: list[str]) -> dict:
     """Apply ``a.b.c=value`` overrides (value parsed as YAML) to a nested dict."""
+    import yaml
+
     data = dict(data)
     for item in overrides:
         if "=" not in item:
@@ -152,6 +167,8 @@ def to_dict(cfg) -> dict:
 
 
 def dump_yaml(cfg, path: str | Path) -> None:
+    import yaml
+
     Path(path).write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
 
 

@@ -28,8 +28,9 @@ from typing import Any
 
 import torch
 
+from ..analysis import count_parameters
 from ..device import pick_device
-from ..records import write_json_atomic
+from ..records import utc_timestamp, write_json_atomic
 from .tasks import TASKS, get_task
 from .tasks.base import DataFiles, RunConfig, Task, autocast_ctx, load_model, load_task_tokenizer, pad_id_of
 
@@ -123,11 +124,11 @@ def run_cell(model_name: str, task_name: str, cfg: RunConfig, files: DataFiles,
         "model": model_name, "task": task.name, "family": task.family, "protocol": cfg.protocol,
         "lr": cfg.lr, "seed": cfg.seed, "metric": task.metric, "score": metrics[task.metric],
         "metrics": metrics, "train": training | {"examples": task.num_examples(train), "seconds": t1 - t0},
-        "eval_seconds": t2 - t1, "n_parameters": sum(p.numel() for p in model.parameters()),
+        "eval_seconds": t2 - t1, "n_parameters": count_parameters(model),
         "config": cfg.to_dict(), "data": vars(files), "device": str(device),
         "versions": {"python": platform.python_version(), "torch": torch.__version__,
                      "transformers": transformers.__version__},
-        "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "finished": utc_timestamp(),
     }
 
 

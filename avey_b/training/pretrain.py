@@ -33,6 +33,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from ..analysis import count_parameters
+from ..configs import check_keys
 from ..data.corpus import SourceSpec, iter_documents
 from ..data.mlm import IGNORE_INDEX, mask_tokens, sequence_generator
 from ..data.packing import PackedSequences
@@ -130,6 +132,7 @@ def build_model(cfg: PretrainConfig, tokenizer, resume_dir: Path | None = None):
     else:
         kwargs = {"vocab_size": vocab, "pad_token_id": tokenizer.pad_token_id}
         base = AutoConfig.for_model(m.arch)
+        check_keys(base, m.overrides, f"model.overrides for {m.arch}: {type(base).__name__}'s fields are")
         if hasattr(base, "max_position_embeddings"):
             kwargs["max_position_embeddings"] = max(cfg.data.seq_len, 512)
         for name in ("bos_token_id", "eos_token_id", "cls_token_id", "sep_token_id"):
@@ -458,7 +461,7 @@ def _train(cfg: PretrainConfig, info, resume: str | None) -> dict:
     tokenizer = AutoTokenizer.from_pretrained(str(resume_dir)) if resume_dir else build_tokenizer(cfg, info, run_dir)
     torch.manual_seed(cfg.train.seed)
     raw_model = build_model(cfg, tokenizer, resume_dir).to(info.device)
-    n_params = sum(p.numel() for p in raw_model.parameters())
+    n_params = count_parameters(raw_model)
     bf16 = use_bf16(cfg.train.precision, info.device)
     autocast = device_autocast(info.device, bf16)
     fsdp = info.enabled and cfg.distributed.strategy == "fsdp"
