@@ -78,6 +78,8 @@ def pretrain_variant(name: str, overrides: dict[str, Any] | None, pretrain_confi
     ckpt_dir = os.path.join(run_dir, "checkpoints")
     if os.path.isdir(ckpt_dir) and os.listdir(ckpt_dir):
         argv.append("--resume")  # last: its optional value would otherwise swallow the next override
+    elif os.path.isdir(run_dir) and os.listdir(run_dir):
+        argv.append("--overwrite")  # a start that failed before its first checkpoint: moved aside, not deleted
     rc = pretrain_main(argv)
     if rc:
         raise RuntimeError(f"pretraining of variant {name!r} exited with code {rc}")

@@ -167,9 +167,12 @@ def to_dict(cfg) -> dict:
 
 
 def dump_yaml(cfg, path: str | Path) -> None:
+    """Write ``cfg`` as YAML, atomically."""
     import yaml
 
-    Path(path).write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
+    from ..records import write_text_atomic
+
+    write_text_atomic(path, yaml.safe_dump(to_dict(cfg), sort_keys=False))
 
 
 # ------------------------------------------------------------------------------------------ help text

@@ -10,7 +10,8 @@ A checkpoint is a directory ``<run_dir>/checkpoints/step_00001234/`` holding
 
 It is first written to ``checkpoints/.tmp-step_…`` and then renamed into place (a rename within one
 directory is atomic on POSIX), so a crash or a kill while saving never leaves a half-written checkpoint
-under a real name. Only the last ``keep_last`` step directories are kept.
+under a real name. Each checkpoint names its run (``RUN_ID``), and only the last ``keep_last`` step
+directories *of the same run* are kept: a checkpoint of another run is never pruned.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import torch
 
 STEP_RE = re.compile(r"^step_(\d+)$")
 STATE_FILE = "train_state.pt"
+RUN_ID_FILE = "RUN_ID"
 
 
 def checkpoint_dir(run_dir: str | Path) -> Path:
@@ -45,8 +47,16 @@ def latest_checkpoint(run_dir: str | Path) -> Path | None:
     return found[-1] if found else None
 
 
-def save_pretrained_atomic(dest: Path, model, tokenizer, state_dict=None, extra: dict | None = None) -> Path:
-    """Write model (+ tokenizer, + ``extra`` files as torch.save) to ``dest`` through a temp dir and a rename."""
+def run_id_of(ckpt: Path) -> str | None:
+    """The id of the run that wrote a checkpoint (None for checkpoints from before run ids)."""
+    path = Path(ckpt) / RUN_ID_FILE
+    return path.read_text().strip() if path.exists() else None
+
+
+def save_pretrained_atomic(dest: Path, model, tokenizer, state_dict=None, extra: dict | None = None,
+                           texts: dict[str, str] | None = None) -> Path:
+    """Write model (+ tokenizer, + ``extra`` files as torch.save, + ``texts`` files) to ``dest`` through a temp
+    dir and a rename."""
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.parent / f".tmp-{dest.name}-{os.getpid()}"
@@ -58,6 +68,8 @@ def save_pretrained_atomic(dest: Path, model, tokenizer, state_dict=None, extra:
         tokenizer.save_pretrained(tmp)
     for name, obj in (extra or {}).items():
         torch.save(obj, tmp / name)
+    for name, text in (texts or {}).items():
+        (tmp / name).write_text(text)
     if dest.exists():  # re-saving the same step (e.g. interrupted right after a periodic save)
         old = dest.parent / f".old-{dest.name}-{os.getpid()}"
         os.replace(dest, old)
@@ -70,11 +82,14 @@ def save_pretrained_atomic(dest: Path, model, tokenizer, state_dict=None, extra:
 
 def save_checkpoint(run_dir, step: int, model, tokenizer, train_state: dict, keep_last: int = 3,
                     state_dict=None) -> Path:
-    """Save one step checkpoint atomically and delete the ones beyond the last ``keep_last``."""
+    """Save one step checkpoint atomically and delete this run's checkpoints beyond the last ``keep_last``
+    (the run is ``train_state["run_id"]``; checkpoints of other runs are left alone)."""
+    run_id = str(train_state["run_id"])
     dest = checkpoint_dir(run_dir) / f"step_{step:08d}"
-    save_pretrained_atomic(dest, model, tokenizer, state_dict=state_dict, extra={STATE_FILE: train_state})
+    save_pretrained_atomic(dest, model, tokenizer, state_dict=state_dict, extra={STATE_FILE: train_state},
+                           texts={RUN_ID_FILE: run_id})
     if keep_last > 0:
-        for old in list_checkpoints(run_dir)[:-keep_last]:
+        for old in [c for c in list_checkpoints(run_dir) if run_id_of(c) == run_id][:-keep_last]:
             shutil.rmtree(old)
     return dest
 

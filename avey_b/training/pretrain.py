@@ -42,6 +42,7 @@ from ..device import autocast as device_autocast
 from ..device import use_bf16
 from ..tokenization import eot_id, load_tokenizer, pad_to_multiple, special_ids, train_bpe_tokenizer
 from . import distributed as dist_utils
+from . import rundir
 from .checkpoint import (
     latest_checkpoint,
     load_train_state,
@@ -261,10 +262,12 @@ def fill_mask(model, tokenizer, sentences: list[str], device, top_k: int = 5) ->
 
 
 # ------------------------------------------------------------------------------------------- training
-def train(cfg: PretrainConfig, resume: str | None = None) -> dict:
+def train(cfg: PretrainConfig, resume: str | None = None, overwrite: bool = False) -> dict:
+    """Pretrain as ``cfg`` says. ``resume``: a checkpoint directory, or "auto" (the run dir's latest);
+    ``overwrite``: move an existing run in ``cfg.run_dir`` aside first (see :mod:`.rundir`)."""
     info = dist_utils.init(cfg.train.device)
     try:
-        return _train(cfg, info, resume)
+        return _train(cfg, info, resume, overwrite)
     finally:
         dist_utils.cleanup()
 
@@ -317,6 +320,7 @@ class TrainState:
             raw_model, optimizer, scheduler, stream, tokenizer)
         self.step = 0
         self.last_saved = -1
+        self.run_id = rundir.new_run_id()
 
     def restore(self, state: dict | None) -> None:
         """Continue from a checkpoint's train state (``None``: a fresh run, seeded per rank)."""
@@ -340,6 +344,7 @@ class TrainState:
             data_state = data_state["per_rank"][info.rank]
         self.stream.load_state_dict(data_state)
         self.step = self.last_saved = int(state["step"])
+        self.run_id = state.get("run_id") or self.run_id  # a checkpoint from before run ids: a new id
         rngs = state["rng"]
         if len(rngs) == info.world_size:
             set_rng_state(rngs[info.rank])
@@ -371,7 +376,7 @@ class TrainState:
         if info.is_main:
             train_state = {"step": self.step, "optimizer": optim_sd if self.fsdp else self.optimizer.state_dict(),
                            "scheduler": self.scheduler.state_dict(), "data": data_state, "rng": rngs,
-                           "world_size": info.world_size, "config": to_dict(cfg)}
+                           "world_size": info.world_size, "config": to_dict(cfg), "run_id": self.run_id}
             path = save_checkpoint(self.run_dir, self.step, self.raw_model, self.tokenizer, train_state,
                                    cfg.checkpoint.keep_last, state_dict=sd)
         if info.enabled:
@@ -439,7 +444,7 @@ def _resume_dir(resume: str | None, run_dir: Path) -> Path | None:
     return Path(resume)
 
 
-def _train(cfg: PretrainConfig, info, resume: str | None) -> dict:
+def _train(cfg: PretrainConfig, info, resume: str | None, overwrite: bool = False) -> dict:
     t_start = time.time()
     from transformers import AutoTokenizer
     from transformers.utils import logging as hf_logging
@@ -449,12 +454,17 @@ def _train(cfg: PretrainConfig, info, resume: str | None) -> dict:
         torch.set_num_threads(cfg.train.threads)
     run_dir, say = Path(cfg.run_dir), dist_utils.print0
 
-    # --- set up: where to start from, batch geometry, tokenizer, model, optimizer, schedule, data
+    # --- set up: where to start from (checked before anything is written), batch geometry, tokenizer, model,
+    # optimizer, schedule, data
     resume_dir = _resume_dir(resume, run_dir)
     checkpoint_state = load_train_state(resume_dir) if resume_dir else None
+    changes = rundir.check_resume(checkpoint_state.get("config"), to_dict(cfg)) if checkpoint_state else {}
+    if resume_dir is not None and run_dir.exists() and any(run_dir.iterdir()) and run_dir.resolve() not in resume_dir.resolve().parents:
+        raise rundir.RunDirError(f"--resume {resume_dir}: run_dir {run_dir} holds another run "
+                                 f"({rundir.describe_contents(run_dir)}); resume into that checkpoint's own run dir or an empty one")
+    moved = rundir.prepare(run_dir, resuming=resume_dir is not None, overwrite=overwrite, act=info.is_main)
     if info.is_main:
         run_dir.mkdir(parents=True, exist_ok=True)
-        dump_yaml(cfg, run_dir / "config.yaml")
     if info.enabled:
         torch.distributed.barrier()
     N, geo, total_steps = cfg.data.seq_len, BatchGeometry.of(cfg, info.world_size), cfg.steps
@@ -486,6 +496,15 @@ def _train(cfg: PretrainConfig, info, resume: str | None) -> dict:
     state = TrainState(cfg, info, run_dir, raw_model, optimizer, scheduler, stream, tokenizer, fsdp)
     state.restore(checkpoint_state)
     tokens_per_step = geo.global_seqs * N
+    if info.is_main:  # the inputs are validated: now the run's config and history are written
+        dump_yaml(cfg, run_dir / "config.yaml")
+        if moved is not None:
+            rundir.record(run_dir, "overwrite", previous_run_moved_to=str(moved))
+        if checkpoint_state is None:
+            rundir.record(run_dir, "start", run_id=state.run_id, step=0)
+        else:
+            rundir.record(run_dir, "resume", run_id=state.run_id, step=state.step, checkpoint=str(resume_dir),
+                          changes=changes)
 
     logger = MetricsLogger(run_dir, info.is_main, tensorboard=cfg.logging.tensorboard, wandb=cfg.logging.wandb,
                            wandb_project=cfg.logging.wandb_project, config=to_dict(cfg), resume=checkpoint_state is not None)
@@ -605,6 +624,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", help="YAML file, or a shipped recipe (quickstart, base, large, ablation-10b, debug); omitted: the defaults")
     parser.add_argument("--resume", nargs="?", const="auto", default=None, metavar="CKPT",
                         help="continue from CKPT, or (no value) from the run dir's latest checkpoint")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="start afresh in a run_dir that holds a run, after moving that run aside (never deleted)")
     parser.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
     parser.add_argument("overrides", nargs="*", help="key=value overrides, e.g. optim.lr=1e-3 data.train=my_dir/")
     args = parser.parse_args(argv)
@@ -614,7 +635,9 @@ def main(argv: list[str] | None = None) -> int:
 
         print(yaml.safe_dump(to_dict(cfg), sort_keys=False))
         return 0
-    results = train(cfg, resume=args.resume)
+    if args.resume and args.overwrite:
+        parser.error("--resume continues the run in run_dir; --overwrite moves it aside: choose one")
+    results = train(cfg, resume=args.resume, overwrite=args.overwrite)
     return int(results.get("exit_code", 0))
 
 
