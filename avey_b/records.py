@@ -16,6 +16,8 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from .files import iter_jsonl
+
 
 def utc_timestamp() -> str:
     """Now, as ``2026-11-22T15:04:05Z`` (the time stamp of every record)."""
@@ -43,17 +45,7 @@ def append_jsonl(path: str | os.PathLike | None, record: dict[str, Any], *, echo
 def read_jsonl(path: str | os.PathLike, *, objects_only: bool = False) -> list[Any]:
     """The records of a JSON-lines file. Blank lines are skipped; with ``objects_only``, so are lines that are not
     JSON objects (log lines mixed into a captured stdout). A malformed line is an error naming file and line."""
-    out = []
-    with open(path, encoding="utf-8") as f:
-        for number, line in enumerate(f, 1):
-            line = line.strip()
-            if not line or (objects_only and not line.startswith("{")):
-                continue
-            try:
-                out.append(json.loads(line))
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path}, line {number}: not valid JSON ({e.msg} at column {e.colno})") from None
-    return out
+    return [v for _, v in iter_jsonl(path, objects=objects_only, skip_other_lines=objects_only)]
 
 
 def _atomic_write(path: str | os.PathLike, write: Callable[[Any], None]) -> None:

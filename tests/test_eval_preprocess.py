@@ -47,7 +47,7 @@ def test_read_conll_docstart_iob1(tmp_path):
                      {"tokens": ["Peter", "Blackburn"], "tags": ["B-PER", "I-PER"]}]
     assert task.labels(sents, []) == ["O", "B-ORG", "B-PER", "I-PER"]
     (tmp_path / "bad.conll").write_text("EU\n")
-    with pytest.raises(ValueError, match="bad.conll:1: expected 'word ... tag'"):
+    with pytest.raises(ValueError, match="bad.conll, line 1: expected 'word ... tag'"):
         tc.read_conll(str(tmp_path / "bad.conll"))
 
 

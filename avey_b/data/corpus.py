@@ -22,12 +22,13 @@ from __future__ import annotations
 
 import ast
 import hashlib
-import json
 import os
 import sysconfig
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from ..files import iter_jsonl, iter_lines, read_text
 
 TEXT_SUFFIXES = (".txt", ".text", ".md", ".rst")
 JSONL_SUFFIXES = (".jsonl", ".json", ".ndjson")
@@ -132,14 +133,11 @@ def _iter_local(spec: SourceSpec) -> Iterator[str]:
         if suffix in TEXT_SUFFIXES:
             yield from _iter_txt(f, spec.txt_mode)
         elif suffix in JSONL_SUFFIXES:
-            with open(f, encoding="utf-8") as fh:
-                for lineno, line in enumerate(fh, 1):
-                    if not line.strip():
-                        continue
-                    row = json.loads(line)
-                    if spec.text_field not in row:
-                        raise KeyError(f"{f}:{lineno}: no field {spec.text_field!r} (fields: {sorted(row)}); set data.text_field")
-                    yield str(row[spec.text_field])
+            for lineno, row in iter_jsonl(f):
+                if spec.text_field not in row:
+                    raise KeyError(f"{f}, line {lineno}: no field {spec.text_field!r} (fields: {sorted(row)}); "
+                                   "set data.text_field")
+                yield str(row[spec.text_field])
         else:
             import pyarrow.parquet as pq  # ships with `datasets`
 
@@ -151,26 +149,26 @@ def _iter_local(spec: SourceSpec) -> Iterator[str]:
 
 
 def _iter_txt(path: Path, mode: str) -> Iterator[str]:
-    with open(path, encoding="utf-8", errors="replace") as fh:
-        if mode == "file":
-            text = fh.read().strip()
-            if text:
-                yield text
-            return
-        if mode == "line":
-            for line in fh:
-                if line.strip():
-                    yield line.strip()
-            return
-        block: list[str] = []
-        for line in fh:
+    """Documents of a UTF-8 text file (a non-UTF-8 byte is an error naming the file, line and byte offset)."""
+    if mode == "file":
+        text = read_text(path).strip()
+        if text:
+            yield text
+        return
+    if mode == "line":
+        for _, line in iter_lines(path):
             if line.strip():
-                block.append(line.rstrip("\n"))
-            elif block:
-                yield "\n".join(block).strip()
-                block = []
-        if block:
+                yield line.strip()
+        return
+    block: list[str] = []
+    for _, line in iter_lines(path):
+        if line.strip():
+            block.append(line)
+        elif block:
             yield "\n".join(block).strip()
+            block = []
+    if block:
+        yield "\n".join(block).strip()
 
 
 # ------------------------------------------------------------------------------------ Hugging Face datasets

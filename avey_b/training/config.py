@@ -183,8 +183,22 @@ class PretrainConfig:
 
     def validate(self) -> None:
         d, o, t = self.data, self.optim, self.train
-        if d.seq_len < 1:
-            raise ValueError(f"data.seq_len must be >= 1, got {d.seq_len}")
+        for key, value in (("data.seq_len", d.seq_len), ("train.global_batch_tokens", t.global_batch_tokens),
+                           ("train.micro_batch_size", t.micro_batch_size), ("train.max_steps", t.max_steps),
+                           ("train.max_tokens", t.max_tokens), ("data.chunk_docs", d.chunk_docs),
+                           ("eval.max_sequences", self.eval.max_sequences)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ValueError(f"{key} must be a positive integer, got {value!r}")
+        for key, value in (("data.num_workers", d.num_workers), ("eval.every", self.eval.every),
+                           ("checkpoint.every", self.checkpoint.every), ("checkpoint.keep_last", self.checkpoint.keep_last)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"{key} must be an integer >= 0, got {value!r}")
+        if not 0 < d.mask_rate < 1:
+            raise ValueError(f"data.mask_rate must be in (0, 1), got {d.mask_rate}")
+        if not o.lr > 0:
+            raise ValueError(f"optim.lr must be > 0, got {o.lr}")
+        if self.logging.every < 1:
+            raise ValueError(f"logging.every must be a positive integer, got {self.logging.every}")
         if t.global_batch_tokens % d.seq_len:
             raise ValueError(f"train.global_batch_tokens ({t.global_batch_tokens}) must be a multiple of data.seq_len ({d.seq_len})")
         if t.max_steps is None and t.max_tokens is None:

@@ -9,9 +9,6 @@ exact same code.
 
 from __future__ import annotations
 
-import csv
-import json
-import os
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -20,6 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from ...device import autocast
+from ...files import DataFileError, iter_jsonl, read_rows
 from ...heads import mean_pool  # importing the package registers Avey-B with the Auto classes
 from ...tokenization import load_tokenizer
 
@@ -251,20 +249,24 @@ def model_inputs(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 # ------------------------------------------------------------------------------------------ files
 
 
-def read_table(path: str) -> list[dict[str, str]]:
-    """Rows of a TSV (GLUE: header line, tab separated, quotes are literal text), CSV or JSONL file."""
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"data file not found: {path}")
+def read_table(path: str) -> list[tuple[str, dict[str, Any]]]:
+    """``(where, row)`` for the rows of a TSV (GLUE: header line, tab separated, quotes are literal text), CSV or
+    JSONL file; ``where`` is ``"path, line N"`` for error messages. Every row must have the header's fields."""
     if path.endswith((".jsonl", ".json")):
-        with open(path, encoding="utf-8") as f:
-            return [json.loads(line) for line in f if line.strip()]
-    delimiter = "," if path.endswith(".csv") else "\t"
-    quoting = csv.QUOTE_MINIMAL if delimiter == "," else csv.QUOTE_NONE
-    with open(path, encoding="utf-8", newline="") as f:
-        rows = list(csv.DictReader(f, delimiter=delimiter, quoting=quoting))
-    if not rows:
-        raise ValueError(f"{path}: no rows under the header")
-    return rows
+        rows = [(f"{path}, line {n}", row) for n, row in iter_jsonl(path)]
+        if not rows:
+            raise DataFileError(f"{path}: no rows")
+        return rows
+    return [(f"{path}, line {n}", row) for n, row in read_rows(path, "," if path.endswith(".csv") else "\t")]
+
+
+def require_columns(columns, groups: dict[str, tuple[str, ...]], source: str, task: str) -> None:
+    """Format sniffing: ``columns`` must hold one name of every group (e.g. {"text": (...), "label": (...)})."""
+    missing = {what: names for what, names in groups.items() if not any(n in columns for n in names)}
+    if missing:
+        wanted = "; ".join(f"a {what} column (one of {list(names)})" for what, names in missing.items())
+        raise DataFileError(f"{source} does not look like {task} data: found columns {sorted(columns)}, "
+                            f"expected {wanted}")
 
 
 def load_hub(name: str, config: str | None, split: str):

@@ -24,14 +24,13 @@ Scoring
 
 from __future__ import annotations
 
-import csv
-import json
 import os
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
+from ...files import DataFileError, iter_jsonl, read_rows
 from ...heads import mean_pool
 from . import base
 
@@ -61,15 +60,24 @@ def read_beir(directory: str, split: str) -> RetrievalSet:
     qrels_path = os.path.join(directory, "qrels", f"{split}.tsv")
     if not os.path.isfile(qrels_path):
         raise FileNotFoundError(f"{directory}: no qrels for split {split!r} ({qrels_path})")
-    with open(os.path.join(directory, "corpus.jsonl"), encoding="utf-8") as f:
-        corpus = {str(r["_id"]): _doc_text(r) for r in map(json.loads, filter(str.strip, f))}
-    with open(os.path.join(directory, "queries.jsonl"), encoding="utf-8") as f:
-        queries = {str(r["_id"]): r["text"] for r in map(json.loads, filter(str.strip, f))}
+    corpus = {str(_field(r, "_id", path, n)): _doc_text(r) for path in [os.path.join(directory, "corpus.jsonl")]
+              for n, r in iter_jsonl(path)}
+    queries = {str(_field(r, "_id", path, n)): _field(r, "text", path, n)
+               for path in [os.path.join(directory, "queries.jsonl")] for n, r in iter_jsonl(path)}
     qrels: dict[str, dict[str, float]] = {}
-    with open(qrels_path, encoding="utf-8", newline="") as f:
-        for row in csv.DictReader(f, delimiter="\t"):
-            qrels.setdefault(str(row["query-id"]), {})[str(row["corpus-id"])] = float(row["score"])
+    for n, row in read_rows(qrels_path, "\t"):
+        q, d, score = (_field(row, k, qrels_path, n) for k in ("query-id", "corpus-id", "score"))
+        try:
+            qrels.setdefault(str(q), {})[str(d)] = float(score)
+        except ValueError:
+            raise DataFileError(f"{qrels_path}, line {n}: score {score!r} is not a number") from None
     return _checked(RetrievalSet(corpus, queries, qrels), directory)
+
+
+def _field(row: dict[str, Any], key: str, path: str, lineno: int):
+    if key not in row:
+        raise DataFileError(f"{path}, line {lineno}: no {key!r} field (found {sorted(row)}); not a BEIR file?")
+    return row[key]
 
 
 def _checked(rs: RetrievalSet, source: str) -> RetrievalSet:
@@ -146,7 +154,7 @@ class RetrievalTask(base.Task):
             if os.path.isdir(path):
                 rs = read_beir(path, files.train_split or "train")
                 return [(rs.queries[q], rs.corpus[d]) for q, rel in rs.qrels.items() for d, r in rel.items() if r > 0]
-            return pairs_from_rows(base.read_table(path), path)
+            return pairs_from_rows([row for _, row in base.read_table(path)], path)
         split = files.eval_split or self.eval_split
         if files.eval is not None:
             return read_beir(files.eval, split)

@@ -20,31 +20,33 @@ paper protocol (EncodEval):
 
 from __future__ import annotations
 
-import json
-import os
 from typing import Any
 
 import torch
 
+from ...files import DataFileError, load_json
 from . import base
 
 
 def read_squad_json(path: str) -> list[dict[str, Any]]:
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"data file not found: {path}")
-    with open(path, encoding="utf-8") as f:
-        data = json.load(f)
-    if "data" not in data:
-        raise ValueError(f"{path}: not a SQuAD JSON file (no top-level 'data')")
-    out = []
-    for article in data["data"]:
-        for para in article["paragraphs"]:
-            for qa in para["qas"]:
-                answers = [] if qa.get("is_impossible") else qa.get("answers", [])
-                out.append({
-                    "id": str(qa["id"]), "question": qa["question"], "context": para["context"],
-                    "answers": [{"text": a["text"], "start": int(a["answer_start"])} for a in answers],
-                })
+    data = load_json(path)
+    if not isinstance(data, dict) or not isinstance(data.get("data"), list):
+        found = sorted(data) if isinstance(data, dict) else type(data).__name__
+        raise DataFileError(f"{path} does not look like a SQuAD JSON file: expected a top-level 'data' list, "
+                            f"found {found}")
+    out, where = [], "article 0"
+    try:
+        for a_i, article in enumerate(data["data"]):
+            for p_i, para in enumerate(article["paragraphs"]):
+                where = f"article {a_i}, paragraph {p_i}"
+                for qa in para["qas"]:
+                    answers = [] if qa.get("is_impossible") else qa.get("answers", [])
+                    out.append({
+                        "id": str(qa["id"]), "question": qa["question"], "context": para["context"],
+                        "answers": [{"text": a["text"], "start": int(a["answer_start"])} for a in answers],
+                    })
+    except (KeyError, TypeError) as e:
+        raise DataFileError(f"{path}: {where}: missing SQuAD field {e}") from None
     return out
 
 

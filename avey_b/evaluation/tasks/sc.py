@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from ...files import DataFileError
 from . import base
 
 # text column candidates (first match wins): original GLUE TSV names and Hub names
@@ -33,26 +34,27 @@ class SequenceClassificationTask(base.Task):
     def load(self, which: str, files: base.DataFiles) -> list[dict[str, Any]]:
         path = files.train if which == "train" else files.eval
         if path is not None:
-            rows = base.read_table(path)
-            source = path
+            rows, source = base.read_table(path), path
         else:
             split = (files.train_split or self.train_split) if which == "train" else (files.eval_split or self.eval_split)
-            rows = list(base.load_hub("nyu-mll/glue", self.hub_config, split))
             source = f"nyu-mll/glue/{self.hub_config}:{split}"
-        return [self._example(row, source, i) for i, row in enumerate(rows)]
+            rows = [(f"{source} row {i}", r) for i, r in enumerate(base.load_hub("nyu-mll/glue", self.hub_config, split))]
+        groups = {"text": _TEXT_A, "label": _LABEL} | ({"second text": _TEXT_B} if self.pair else {})
+        base.require_columns(rows[0][1] if rows else {}, groups, source, self.display)
+        return [self._example(row, where) for where, row in rows]
 
-    def _example(self, row: dict[str, Any], source: str, i: int) -> dict[str, Any]:
-        a = _first(row, _TEXT_A, source, i, "text")
-        b = _first(row, _TEXT_B, source, i, "second text") if self.pair else None
-        raw = _first(row, _LABEL, source, i, "label")
+    def _example(self, row: dict[str, Any], where: str) -> dict[str, Any]:
+        a = _first(row, _TEXT_A, where, "text")
+        b = _first(row, _TEXT_B, where, "second text") if self.pair else None
+        raw = _first(row, _LABEL, where, "label")
         label = _MNLI_LABELS.get(raw, raw) if isinstance(raw, str) else raw
         try:
             label = int(label)
         except (TypeError, ValueError):
-            raise ValueError(f"{source} row {i}: label {raw!r} is not a class id of {self.name}") from None
+            raise DataFileError(f"{where}: label {raw!r} is not a class id of {self.name}") from None
         if not 0 <= label < self.num_labels:
             # GLUE test files carry -1 (hidden labels): they cannot be scored
-            raise ValueError(f"{source} row {i}: label {label} outside [0, {self.num_labels}) for {self.name}")
+            raise DataFileError(f"{where}: label {label} outside [0, {self.num_labels}) for {self.name}")
         return {"text": a, "text_pair": b, "label": label}
 
     def head(self, cfg: base.RunConfig) -> str:
@@ -91,11 +93,11 @@ class SequenceClassificationTask(base.Task):
         return {"accuracy": 100 * accuracy(preds, [e["label"] for e in examples]), "n_eval": len(examples)}
 
 
-def _first(row: dict[str, Any], names: tuple[str, ...], source: str, i: int, what: str):
+def _first(row: dict[str, Any], names: tuple[str, ...], where: str, what: str):
     for n in names:
         if n in row and row[n] is not None:
             return row[n]
-    raise ValueError(f"{source} row {i}: no {what} column; expected one of {names}, found {sorted(row)}")
+    raise DataFileError(f"{where}: no {what} column; expected one of {names}, found {sorted(row)}")
 
 
 class MNLI(SequenceClassificationTask):

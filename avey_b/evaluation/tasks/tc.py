@@ -18,35 +18,45 @@ unlike ``is_split_into_words`` which some BPE tokenizers reject.
 
 from __future__ import annotations
 
-import os
+import re
 from typing import Any
 
 import torch
 
+from ...files import DataFileError, iter_lines
 from . import base
+
+_TAG = re.compile(r"^(O|[BIESLU]-\S+)$")  # IOB1/IOB2/IOBES entity tags
 
 
 def read_conll(path: str) -> list[dict[str, list[str]]]:
-    """Sentences of a CoNLL column file: ``{"tokens": [...], "tags": [...]}`` (tags as written)."""
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"data file not found: {path}")
+    """Sentences of a CoNLL column file: ``{"tokens": [...], "tags": [...]}`` (tags as written).
+
+    Format sniffing: every tag must look like an entity tag (``O``, ``B-PER``, ``I-LOC``, ...), so a file of
+    another format (a TSV of sentences and labels, say) stops here with what was found instead of training on
+    one long "sentence"."""
     sentences, words, tags = [], [], []
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            parts = line.split()
-            if not parts or parts[0] == "-DOCSTART-":
-                if words:
-                    sentences.append({"tokens": words, "tags": tags})
-                    words, tags = [], []
-                continue
-            if len(parts) < 2:
-                raise ValueError(f"{path}:{lineno}: expected 'word ... tag', got {line.strip()!r}")
-            words.append(parts[0])
-            tags.append(parts[-1])
+    for lineno, line in iter_lines(path):
+        parts = line.split()
+        if not parts or parts[0] == "-DOCSTART-":
+            if words:
+                sentences.append({"tokens": words, "tags": tags})
+                words, tags = [], []
+            continue
+        if len(parts) < 2:
+            raise DataFileError(f"{path}, line {lineno}: expected 'word ... tag', got {line.strip()!r}")
+        if not _TAG.match(parts[-1]):
+            raise DataFileError(
+                f"{path}, line {lineno} does not look like CoNLL NER data: its last column {parts[-1]!r} is not an "
+                f"entity tag (O, B-PER, I-LOC, ...); the line has {len(parts)} whitespace-separated fields: "
+                f"{line.strip()[:100]!r}"
+            )
+        words.append(parts[0])
+        tags.append(parts[-1])
     if words:
         sentences.append({"tokens": words, "tags": tags})
     if not sentences:
-        raise ValueError(f"{path}: no sentences")
+        raise DataFileError(f"{path}: no sentences")
     return sentences
 
 

@@ -1,0 +1,110 @@
+"""Reading data files strictly, with errors that name the file and the line.
+
+Every reader of training and evaluation data (text, JSONL, TSV/CSV, CoNLL, SQuAD JSON, BEIR) goes through these:
+
+* text is UTF-8 (a leading byte-order mark is allowed); anything else is a :class:`DataFileError` naming the
+  file, the line and the byte offset, never a silent replacement character;
+* a malformed JSON line names the file, the line and the column;
+* lines are read one at a time, so a training corpus of any size streams.
+
+This module imports nothing else from the package.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from collections.abc import Iterator
+from typing import Any
+
+
+class DataFileError(ValueError):
+    """A data file that cannot be read as its format says (the message names the file and the line)."""
+
+
+def _decode(raw: bytes, path, lineno: int, offset: int) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        bad = raw[e.start:e.start + 4]
+        raise DataFileError(
+            f"{path}, line {lineno} (byte offset {offset + e.start}): not UTF-8 text (bytes {bad!r}); "
+            "convert the file to UTF-8 (e.g. iconv -f latin1 -t utf-8)"
+        ) from None
+
+
+def check_file(path: str | os.PathLike) -> None:
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"data file not found: {path}")
+
+
+def iter_lines(path: str | os.PathLike) -> Iterator[tuple[int, str]]:
+    """``(line number, line without its newline)`` for every line of a UTF-8 text file."""
+    check_file(path)
+    offset = 0
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, 1):
+            text = _decode(raw, path, lineno, offset)
+            if lineno == 1:
+                text = text.removeprefix("\ufeff")
+            offset += len(raw)
+            yield lineno, text.rstrip("\r\n")
+
+
+def read_text(path: str | os.PathLike) -> str:
+    """The whole file as text (UTF-8, checked line by line so an error names the line)."""
+    return "\n".join(line for _, line in iter_lines(path))
+
+
+def iter_jsonl(path: str | os.PathLike, *, objects: bool = True, skip_other_lines: bool = False
+               ) -> Iterator[tuple[int, Any]]:
+    """``(line number, value)`` for every non-blank line of a JSON-lines file; with ``objects`` each value must
+    be a JSON object. ``skip_other_lines`` passes over lines that do not start with ``{`` (log lines captured
+    with a results stream)."""
+    for lineno, line in iter_lines(path):
+        if not line.strip() or (skip_other_lines and not line.lstrip().startswith("{")):
+            continue
+        try:
+            value = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise DataFileError(f"{path}, line {lineno}, column {e.colno}: not valid JSON ({e.msg})") from None
+        if objects and not isinstance(value, dict):
+            raise DataFileError(f"{path}, line {lineno}: expected a JSON object, found {type(value).__name__}")
+        yield lineno, value
+
+
+def load_json(path: str | os.PathLike) -> Any:
+    """One JSON document (a SQuAD file, a manifest)."""
+    text = read_text(path)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise DataFileError(f"{path}, line {e.lineno}, column {e.colno}: not valid JSON ({e.msg})") from None
+
+
+def read_rows(path: str | os.PathLike, delimiter: str = "\t") -> list[tuple[int, dict[str, str]]]:
+    """``(line number, row)`` of a delimited file with a header line. Every row must have the header's number of
+    fields; quotes are literal text for tab-separated files (GLUE), CSV quoting for comma-separated ones."""
+    lines = iter_lines(path)
+    quoting = csv.QUOTE_MINIMAL if delimiter == "," else csv.QUOTE_NONE
+    numbered = ((n, line) for n, line in lines)
+    first = next(numbered, None)
+    if first is None:
+        raise DataFileError(f"{path}: empty file (expected a header line)")
+    header = next(csv.reader([first[1]], delimiter=delimiter, quoting=quoting))
+    sep = "tab" if delimiter == "\t" else repr(delimiter)
+    rows = []
+    for lineno, line in numbered:
+        if not line.strip():
+            continue
+        fields = next(csv.reader([line], delimiter=delimiter, quoting=quoting))
+        if len(fields) != len(header):
+            raise DataFileError(
+                f"{path}, line {lineno}: {len(fields)} {sep}-separated field(s) where the header {header} has "
+                f"{len(header)}: {line[:120]!r}"
+            )
+        rows.append((lineno, dict(zip(header, fields, strict=True))))
+    if not rows:
+        raise DataFileError(f"{path}: no rows under the header {header}")
+    return rows
