@@ -30,12 +30,22 @@ def _usage() -> str:
     for name, (_, text) in COMMANDS.items():
         lines.append(f"  {name:<10} {text}")
     lines.append("")
-    lines.append("Run 'avey-b <command> --help' for the options of one command.")
+    lines.append("Run 'avey-b <command> --help' for the options of one command; add --debug to see the traceback")
+    lines.append("of an error instead of its one-line message.")
     return "\n".join(lines)
 
 
+def _message(error: BaseException) -> str:
+    text = error.args[0] if isinstance(error, KeyError) and len(error.args) == 1 else str(error)
+    return f"{type(error).__name__}: {text}" if not isinstance(error, (ValueError, KeyError, OSError)) else str(text)
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Dispatch to a verb. An error ends in one line on stderr and exit code 1; ``--debug`` (anywhere in the
+    arguments) shows the traceback instead."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv
+    argv = [a for a in argv if a != "--debug"]
     if not argv or argv[0] in ("-h", "--help"):
         print(_usage())
         return 0
@@ -44,7 +54,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"avey-b: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
         return 2
     module = importlib.import_module(COMMANDS[name][0])
-    return int(module.main(rest) or 0)
+    if debug:
+        return int(module.main(rest) or 0)
+    try:
+        return int(module.main(rest) or 0)
+    except Exception as error:  # noqa: BLE001 -- one clear line for the user; --debug shows the traceback
+        print(f"avey-b {name}: error: {_message(error)}\n(run with --debug for the traceback)", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -34,6 +34,29 @@ def _decode(raw: bytes, path, lineno: int, offset: int) -> str:
         ) from None
 
 
+_HASHES: dict[tuple, str] = {}
+
+
+def content_hash(path: str | os.PathLike) -> str:
+    """SHA-256 of a file's bytes, or of a directory's files (relative names and bytes, in sorted order).
+    Cached per process by (path, size, modification time), so many cells over the same data hash it once."""
+    import hashlib
+
+    root = os.fspath(path)
+    paths = [root] if os.path.isfile(root) else sorted(
+        os.path.join(d, f) for d, _, names in os.walk(root) for f in names)
+    key = tuple((p, os.stat(p).st_size, os.stat(p).st_mtime_ns) for p in paths)
+    if key not in _HASHES:
+        h = hashlib.sha256()
+        for p in paths:
+            h.update(os.path.relpath(p, root).encode() + b"\0")
+            with open(p, "rb") as f:
+                for chunk in iter(lambda: f.read(1 << 20), b""):
+                    h.update(chunk)
+        _HASHES[key] = h.hexdigest()
+    return _HASHES[key]
+
+
 def check_file(path: str | os.PathLike) -> None:
     if not os.path.isfile(path):
         raise FileNotFoundError(f"data file not found: {path}")

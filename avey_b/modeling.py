@@ -68,6 +68,8 @@ class AveyBPreTrainedModel(PreTrainedModel):
         if pretrained_model_name_or_path is not None:
             directory = release.resolve_release_directory(pretrained_model_name_or_path, **kwargs)
         if directory is None:
+            if pretrained_model_name_or_path is not None and kwargs.get("config") is None:
+                _refuse_other_model_types(cls, pretrained_model_name_or_path, kwargs)
             return super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
         weights = release.load_release_weights(directory)
         config = cls.config_class(**release.release_config_to_ours(release.read_release_config(directory)))
@@ -102,6 +104,18 @@ class AveyBPreTrainedModel(PreTrainedModel):
             init.ones_(module.weight)
         elif isinstance(module, AveyBLayer) and module.alpha is not None:
             init.ones_(module.alpha)
+
+
+def _refuse_other_model_types(cls, name_or_path, kwargs: dict) -> None:
+    """An Avey-B class asked to load another architecture's checkpoint is an error, not a warning followed by a
+    model built from a foreign config."""
+    hub = {k: kwargs[k] for k in ("cache_dir", "force_download", "proxies", "token", "revision", "local_files_only",
+                                  "subfolder") if k in kwargs}
+    config_dict, _ = cls.config_class.get_config_dict(name_or_path, **hub)
+    model_type = config_dict.get("model_type")
+    if model_type not in (None, cls.config_class.model_type):
+        raise ValueError(f"{name_or_path} holds a {model_type!r} model, not Avey-B: load it with the transformers "
+                         f"Auto classes (e.g. AutoModel.from_pretrained), not {cls.__name__}")
 
 
 def _check_inputs(

@@ -100,3 +100,37 @@ def test_slow_tokenizers_are_rejected(monkeypatch):
     monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", lambda *a, **k: Slow())
     with pytest.raises(ValueError, match="not a fast \\(Rust\\) tokenizer"):
         load_task_tokenizer("some/model", RunConfig())
+
+
+def test_finetune_save_model_writes_a_loadable_model_and_tokenizer(env, tmp_path):
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from avey_b.evaluation.finetune import main
+
+    out = tmp_path / "ft"
+    assert main(["--model", env["avey"], "--task", "sst2", "--lr", "3e-3", "--output-dir", str(tmp_path / "o"),
+                 "--train-file", env["sst2"].train, "--eval-file", env["sst2"].eval, "--batch-size", "16",
+                 "--max-length", "16", "--device", "cpu", "--max-steps", "3", "--save-model", str(out)]) == 0
+    model = AutoModelForSequenceClassification.from_pretrained(out).eval()
+    tok = AutoTokenizer.from_pretrained(out)
+    fresh = AutoModelForSequenceClassification.from_pretrained(env["avey"], num_labels=2)
+    assert model.config.num_labels == 2
+    assert not torch.equal(model.classifier.weight, fresh.classifier.weight)  # the trained head was saved
+    with torch.no_grad():
+        assert model(**tok(["a good film"], return_tensors="pt")).logits.shape == (1, 2)
+
+
+def test_avey_b_classes_refuse_another_model_type(env):
+    from avey_b import AveyBForMaskedLM, AveyBModel
+
+    with pytest.raises(ValueError, match=r"holds a 'bert' model, not Avey-B.*Auto classes"):
+        AveyBForMaskedLM.from_pretrained(env["bert"])
+    with pytest.raises(ValueError, match="not Avey-B"):
+        AveyBModel.from_pretrained(env["bert"])
+
+
+def test_a_missing_local_model_path_is_reported_as_such_not_as_a_hub_error(tmp_path):
+    with pytest.raises(FileNotFoundError, match="is not an existing local path"):
+        load_model(str(tmp_path / "no" / "such" / "model"), "sequence-classification", RunConfig())
+    with pytest.raises(FileNotFoundError, match="tokenizer not found: '../runs/x'"):
+        load_task_tokenizer("../runs/x", RunConfig())

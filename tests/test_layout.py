@@ -12,7 +12,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "avey_b"
 #: The CLI layer holds the verbs that drive several subpackages.
 LAYERS = [
     {"configuration", "layers", "ranker", "modeling", "heads", "presets", "release", "analysis", "tokenization",
-     "records", "device", "configs", "baselines", "__init__"},
+     "records", "device", "configs", "baselines", "files", "progress", "__init__"},
     {"data", "training", "evaluation", "benchmarking", "testing"},
     {"cli", "ablation", "demo", "convert"},
 ]
@@ -98,3 +98,16 @@ def test_unknown_verb_lists_the_verbs(capsys):
     assert main(["pretrian"]) == 2
     err = capsys.readouterr().err
     assert "unknown command 'pretrian'" in err and all(v in err for v in COMMANDS)
+
+
+def test_cli_errors_are_one_line_without_traceback_unless_debug(capsys, tmp_path):
+    assert main(["pretrain", f"run_dir={tmp_path}", "train.max_step=3"]) == 1
+    err = capsys.readouterr().err
+    assert "avey-b pretrain: error: unknown config key 'train.max_step' (did you mean 'max_steps'?)" in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 2
+    with pytest.raises(KeyError, match="train.max_step"):
+        main(["--debug", "pretrain", f"run_dir={tmp_path}", "train.max_step=3"])
+    assert main(["finetune", "--task", "sst2", "--model", str(tmp_path / "nothing-here"), "--lr", "1e-3",
+                 "--output-dir", str(tmp_path / "out"),
+                 "--train-file", str(tmp_path / "t.tsv"), "--eval-file", str(tmp_path / "d.tsv")]) == 1
+    assert "Traceback" not in capsys.readouterr().err

@@ -63,6 +63,7 @@ from ..baselines import (
     random_batch,
 )
 from ..device import autocast, is_oom, pick_device
+from ..progress import Progress
 from ..records import (
     append_jsonl,
     latency_of,
@@ -206,6 +207,11 @@ def run(args) -> list[dict[str, Any]]:
         "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
     }
     records: list[dict[str, Any]] = []
+    progress = Progress(len(list(_series(args))) * len(lengths), "bench", unit="point", every=0.0)
+
+    def emit(rec: dict[str, Any]) -> None:
+        records.append(_emit(jsonl, rec))
+        progress.update()
 
     for spec_str, attn, mode, dtype in _series(args):
         spec = parse_spec(spec_str)
@@ -227,19 +233,17 @@ def run(args) -> list[dict[str, Any]]:
             model = build_model(config, attn_implementation=attn).to(device=device, dtype=weight_dtype)
         except (ValueError, ImportError) as e:  # attention implementation not available here
             for n in todo:
-                records.append(
-                    _emit(jsonl, {**base, "seq_len": n, "status": "unavailable", "error": str(e)[:300]})
-                )
+                emit({**base, "seq_len": n, "status": "unavailable", "error": str(e)[:300]})
             continue
         n_params = count_parameters(model)
         stop: tuple[str, str] | None = None  # (status, reason) for the remaining lengths
         for n in todo:
             rec = {**base, "seq_len": n, "n_params": n_params}
             if limit is not None and n > limit:
-                records.append(_emit(jsonl, {**rec, "status": "max_length", "error": f"max length {limit}"}))
+                emit({**rec, "status": "max_length", "error": f"max length {limit}"})
                 continue
             if stop is not None:
-                records.append(_emit(jsonl, {**rec, "status": stop[0], "inferred": True, "error": stop[1]}))
+                emit({**rec, "status": stop[0], "inferred": True, "error": stop[1]})
                 continue
             fwd = model
             if mode == "compile":
@@ -269,13 +273,14 @@ def run(args) -> list[dict[str, Any]]:
                 del fwd
                 if device.type == "cuda":
                     torch.cuda.empty_cache()
-            records.append(_emit(jsonl, rec))
+            emit(rec)
             if rec["status"] == "ok" and args.max_latency and rec["latency_median_s"] > args.max_latency:
                 stop = (
                     "skipped_time",
                     f"latency {rec['latency_median_s']:.2f}s > --max-latency at length {n}",
                 )
         del model
+    progress.close()
     all_records = read_records(jsonl)
     write_csv(all_records, os.path.join(args.out, "results.csv"))
     print(format_table(all_records), file=sys.stderr)

@@ -24,13 +24,16 @@ import os
 import platform
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import torch
 
 from ..analysis import count_parameters
 from ..device import pick_device
+from ..progress import Progress
 from ..records import utc_timestamp, write_json_atomic
+from ..training.checkpoint import save_pretrained_atomic
 from .tasks import TASKS, get_task
 from .tasks.base import DataFiles, RunConfig, Task, autocast_ctx, load_model, load_task_tokenizer, pad_id_of
 
@@ -78,6 +81,7 @@ def train_model(model, task: Task, features: list[dict[str, Any]], cfg: RunConfi
     model.train()
     losses: list[float] = []
     step = 0
+    progress = Progress(steps, f"finetune {task.name} (lr {cfg.lr:g}, seed {cfg.seed})")
     while step < steps:  # step budgets longer than one epoch cycle over the data (IR)
         for batch in loader:
             batch = {k: v.to(device) for k, v in batch.items()}
@@ -93,8 +97,10 @@ def train_model(model, task: Task, features: list[dict[str, Any]], cfg: RunConfi
             optimizer.zero_grad(set_to_none=True)
             losses.append(loss.item())
             step += 1
+            progress.update(loss=losses[-1])
             if step >= steps:
                 break
+    progress.close()
     model.eval()
     tenth = max(1, len(losses) // 10)
     return {"steps": steps, "batches_per_epoch": len(loader), "loss_first": _mean(losses[:tenth]),
@@ -102,8 +108,9 @@ def train_model(model, task: Task, features: list[dict[str, Any]], cfg: RunConfi
 
 
 def run_cell(model_name: str, task_name: str, cfg: RunConfig, files: DataFiles,
-             tokenizer_name: str | None = None) -> dict[str, Any]:
-    """Fine-tune and score one cell; returns the results record (see module docstring)."""
+             tokenizer_name: str | None = None, save_model: str | None = None) -> dict[str, Any]:
+    """Fine-tune and score one cell; returns the results record (see module docstring). ``save_model``: also
+    write the fine-tuned model and its tokenizer there (``from_pretrained`` loads them, head included)."""
     import transformers
 
     task = get_task(task_name)
@@ -120,6 +127,8 @@ def run_cell(model_name: str, task_name: str, cfg: RunConfig, files: DataFiles,
     with torch.no_grad():
         metrics = task.evaluate(model, tokenizer, evaluation, cfg)
     t2 = time.perf_counter()
+    if save_model:
+        save_pretrained_atomic(Path(save_model), model, tokenizer)
     return {
         "model": model_name, "task": task.name, "family": task.family, "protocol": cfg.protocol,
         "lr": cfg.lr, "seed": cfg.seed, "metric": task.metric, "score": metrics[task.metric],
@@ -192,10 +201,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--lr", type=float, required=True)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--output-dir", required=True, help="results.json is written here")
+    p.add_argument("--save-model", metavar="DIR", help="also save the fine-tuned model + tokenizer to DIR")
     add_run_arguments(p)
     args = p.parse_args(argv)
     cfg, files = config_from_args(args, args.lr, args.seed)
-    record = run_cell(args.model, args.task, cfg, files, args.tokenizer)
+    record = run_cell(args.model, args.task, cfg, files, args.tokenizer, save_model=args.save_model)
     path = os.path.join(args.output_dir, "results.json")
     write_json_atomic(path, record)
     print(json.dumps({k: record[k] for k in ("model", "task", "protocol", "lr", "seed", "metric", "score")}))

@@ -20,6 +20,7 @@ from .. import baselines
 from ..data import niah as niah_data
 from ..data.niah import DEFAULT_TRAIN_LENGTH, TASKS, parse_lengths
 from ..device import is_oom, pick_device
+from ..progress import Progress
 from ..records import append_jsonl, length_table, read_jsonl, write_text_atomic
 from ..tokenization import load_tokenizer
 
@@ -260,6 +261,7 @@ def evaluate_model(name: str, task: str, args, log=print) -> dict[str, Any]:
         f"{training['loss_last']:.3f}"
     )
     stop = None
+    progress = Progress(len(lengths), f"niah {name} {task}", unit="length", every=0.0)
     for length in lengths:
         rows = _read_set(os.path.join(task_dir, f"test_{length}.jsonl"))
         if args.max_eval_examples:
@@ -290,6 +292,8 @@ def evaluate_model(name: str, task: str, args, log=print) -> dict[str, Any]:
                 stop = length
         record["results"][str(length)] = res
         log(f"  {task} {length}: {_cell(res)}")
+        progress.update()
+    progress.close()
     return record
 
 

@@ -38,6 +38,8 @@ import traceback
 from typing import Any
 
 from .. import configs
+from ..files import content_hash
+from ..progress import Progress
 from ..records import slug, write_json_atomic
 from .finetune import add_run_arguments, run_cell
 from .tasks import TASKS
@@ -65,6 +67,18 @@ class Cell:
     @property
     def key(self) -> str:
         return f"{self.model_name}/{self.cfg.protocol}/{self.task}/lr{self.cfg.lr:g}_seed{self.cfg.seed}"
+
+    def fingerprint(self) -> dict[str, str]:
+        """Hashes of what the cell reads: every local data file or directory, and the model's files (a Hub id
+        or name stands for itself). A finished cell whose fingerprint differs is stale and runs again."""
+        out = {}
+        for name, value in dataclasses.asdict(self.files).items():
+            if isinstance(value, str) and os.path.exists(value):
+                out[f"data.{name}"] = content_hash(value)
+        for name, value in (("model", self.model), ("tokenizer", self.tokenizer)):
+            if value and os.path.exists(value):
+                out[name] = content_hash(value)
+        return out
 
     def spec(self) -> dict[str, Any]:
         """What identifies the cell's settings (compared on resume); the device is not part of it."""
@@ -146,12 +160,18 @@ def cell_dir(output_dir: str, cell: Cell) -> str:
     return os.path.join(output_dir, *cell.key.split("/"))
 
 
-def is_done(output_dir: str, cell: Cell) -> bool:
+def is_done(output_dir: str, cell: Cell, log=None) -> bool:
+    """Whether the cell has a result for its settings *and* its current data and model (see ``fingerprint``)."""
     path = os.path.join(cell_dir(output_dir, cell), "results.json")
     if not os.path.isfile(path):
         return False
     with open(path, encoding="utf-8") as f:
-        recorded = json.load(f).get("cell")
+        record = json.load(f)
+    recorded = record.get("cell")
+    if record.get("fingerprint") != cell.fingerprint():
+        if log is not None:
+            log(f"{cell.key}: its data or model changed since {path} was written; running it again")
+        return False
     if recorded is not None and recorded != cell.spec():
         raise ValueError(
             f"{path} was produced with other settings than requested now; use another --output-dir "
@@ -170,7 +190,7 @@ def run_in_process(output_dir: str, cell: Cell) -> str | None:
         write_json_atomic(os.path.join(directory, "error.json"),
                           {"cell": cell.spec(), "error": summary, "traceback": traceback.format_exc()})
         return summary
-    record |= {"cell": cell.spec(), "model_name": cell.model_name}
+    record |= {"cell": cell.spec(), "model_name": cell.model_name, "fingerprint": cell.fingerprint()}
     write_json_atomic(os.path.join(directory, "results.json"), record)
     _remove(os.path.join(directory, "error.json"))
     return None
@@ -213,16 +233,19 @@ def _remove(path: str) -> None:
 def run_sweep(cells: list[Cell], output_dir: str, workers: int = 1, devices: list[str] | None = None,
               isolate: bool = False, log=print) -> dict[str, str]:
     """Run the cells not yet done; returns {cell key: error summary} for the failures."""
-    todo = [c for c in cells if not is_done(output_dir, c)]
+    todo = [c for c in cells if not is_done(output_dir, c, log)]
     log(f"{len(cells)} cells, {len(cells) - len(todo)} already done, {len(todo)} to run")
     failures: dict[str, str] = {}
+    progress = Progress(len(todo), "evaluate", unit="cell", every=0.0)
     if workers <= 1 and not isolate:
         for i, cell in enumerate(todo, 1):
             t0 = time.perf_counter()
             err = run_in_process(output_dir, cell)
             _log_cell(log, i, len(todo), cell, err, time.perf_counter() - t0, output_dir)
+            progress.update()
             if err:
                 failures[cell.key] = err
+        progress.close()
         return failures
 
     slots: queue.Queue = queue.Queue()
@@ -243,8 +266,10 @@ def run_sweep(cells: list[Cell], output_dir: str, workers: int = 1, devices: lis
             cell, t0 = started[fut]
             err = fut.result()
             _log_cell(log, i, len(todo), cell, err, time.perf_counter() - t0, output_dir)
+            progress.update()
             if err:
                 failures[cell.key] = err
+    progress.close()
     return failures
 
 

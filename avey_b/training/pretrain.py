@@ -40,6 +40,7 @@ from ..data.mlm import IGNORE_INDEX, mask_tokens, sequence_generator
 from ..data.packing import PackedSequences
 from ..device import autocast as device_autocast
 from ..device import use_bf16
+from ..progress import Progress
 from ..tokenization import eot_id, load_tokenizer, pad_to_multiple, special_ids, train_bpe_tokenizer
 from . import distributed as dist_utils
 from . import rundir
@@ -520,12 +521,8 @@ def _train(cfg: PretrainConfig, info, resume: str | None, overwrite: bool = Fals
                 f"accuracy {results['untrained']['eval_accuracy']:.4f}")
             logger.log({"step": 0, "tokens": 0, **results["untrained"]})
 
-        bar = None
-        if info.is_main and cfg.logging.progress:
-            from tqdm.auto import tqdm
-
-            bar = tqdm(total=total_steps, initial=state.step, desc="pretrain", unit="step", dynamic_ncols=True)
-        write = (bar.write if bar is not None else say) if info.is_main else (lambda *a: None)
+        bar = Progress(total_steps, "pretrain", initial=state.step, enabled=info.is_main and cfg.logging.progress)
+        write = bar.write if info.is_main else (lambda *a: None)
 
         # --- the loop: step, log, evaluate, checkpoint, stop on a signal or the time limit
         it = iter(stream)
@@ -541,9 +538,7 @@ def _train(cfg: PretrainConfig, info, resume: str | None, overwrite: bool = Fals
                 state.step += 1
                 step = state.step
                 window_loss += torch.tensor([loss, 1.0], dtype=torch.float64)
-                if bar is not None:
-                    bar.update(1)
-                    bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.2e}")
+                bar.update(1, loss=round(loss, 3), lr=f"{lr:.2e}")
 
                 if step % cfg.logging.every == 0 or step == total_steps:
                     tps = (step - last_log_step) * tokens_per_step / max(time.time() - last_log_t, 1e-9)
@@ -576,8 +571,7 @@ def _train(cfg: PretrainConfig, info, resume: str | None, overwrite: bool = Fals
         except Interrupted:
             write(f"interrupted by signal {signals.received[0]} at step {state.step}; saving a checkpoint")
         finally:
-            if bar is not None:
-                bar.close()
+            bar.close()
 
     # --- finish: last checkpoint, final evaluation, the model, fill-mask examples
     path = state.save() if state.last_saved != state.step else latest_checkpoint(run_dir)
