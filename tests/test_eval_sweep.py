@@ -148,3 +148,24 @@ def test_suites_and_variants_are_strict(tmp_path):
         load_variants(str(tmp_path / "variants.yaml"))
     with pytest.raises(FileNotFoundError, match="neither a path nor a shipped eval config: ablation, "):
         sweep.load_suite("papr")
+
+
+def test_a_cell_whose_data_changed_runs_again(env, tmp_path, capsys):
+    import shutil
+
+    dev = tmp_path / "dev.tsv"
+    shutil.copy(env["dev"], dev)
+    out = tmp_path / "eval"
+    args = ["--models", f"avey-b={env['avey']}", "--tasks", "sst2", "--lrs", "1e-3", "--seeds", "1",
+            "--output-dir", str(out), "--train-file", env["train"], "--eval-file", str(dev), "--batch-size", "16",
+            "--max-length", "16", "--device", "cpu"]
+    result = out / "avey-b" / "standard" / "sst2" / "lr0.001_seed0" / "results.json"
+    assert sweep.main(args) == 0
+    assert json.loads(result.read_text())["metrics"]["n_eval"] == 32
+    assert sweep.main(args) == 0
+    assert "1 already done, 0 to run" in capsys.readouterr().out  # same data: not run again
+    lines = dev.read_text().splitlines()
+    dev.write_text("\n".join(lines[:11]) + "\n")  # the dev file shrinks to 10 examples
+    assert sweep.main(args) == 0
+    assert "its data or model changed" in capsys.readouterr().out
+    assert json.loads(result.read_text())["metrics"]["n_eval"] == 10  # scored on the new data, not the stale cell
