@@ -128,6 +128,8 @@ class AveyBConfig(PretrainedConfig):
         sparse_prediction (`bool`, defaults to `False`): the MLM head computes logits only at positions whose
             label is not -100 (saves most of the vocabulary projection in pretraining).
         normalize_embeddings (`bool`, defaults to `True`): L2-normalize sentence embeddings.
+        contrastive_scale (`float`, defaults to 20.0): logit scale of the sentence-embedding head's in-batch
+            contrastive loss on cosine similarities (sentence-transformers' default for the same loss).
     """
 
     model_type = "avey-b"
@@ -175,6 +177,7 @@ class AveyBConfig(PretrainedConfig):
         classifier_head: str = "linear",
         sparse_prediction: bool = False,
         normalize_embeddings: bool = True,
+        contrastive_scale: float = 20.0,
         pad_token_id: int | None = None,
         tie_word_embeddings: bool = True,
         **kwargs,
@@ -217,6 +220,7 @@ class AveyBConfig(PretrainedConfig):
         self.classifier_head = classifier_head
         self.sparse_prediction = sparse_prediction
         self.normalize_embeddings = normalize_embeddings
+        self.contrastive_scale = contrastive_scale
         self.mixer_types = mixer_types
         unknown = [k for k in kwargs if not k.startswith("_") and k not in _transformers_keys()]
         if unknown:  # a typo would otherwise be saved into config.json and silently ignored by the model
@@ -287,6 +291,8 @@ class AveyBConfig(PretrainedConfig):
         _choice("ranker_selection_precision", self.ranker_selection_precision, ("exact", "bfloat16"))
         _choice("initializer", self.initializer, ("xavier_normal", "normal"))
         _choice("classifier_head", self.classifier_head, ("linear", "avey-b1"))
+        if not self.contrastive_scale > 0:
+            raise ValueError(f"AveyBConfig.contrastive_scale must be > 0, got {self.contrastive_scale!r}")
         if not self.dynamic_temperature > 0:
             raise ValueError(f"AveyBConfig.dynamic_temperature must be > 0, got {self.dynamic_temperature!r}")
         for field in ("norm_eps", "dynamic_eps", "ranker_eps"):

@@ -6,12 +6,14 @@ transformers output class (``loss`` when labels are given), and honours ``return
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 from transformers.modeling_outputs import (
-    BaseModelOutputWithPooling,
     MaskedLMOutput,
+    ModelOutput,
     MultipleChoiceModelOutput,
     QuestionAnsweringModelOutput,
     SequenceClassifierOutput,
@@ -66,6 +68,8 @@ class AveyBForMaskedLM(AveyBPreTrainedModel):
         return_dict: bool | None = None,
         token_type_ids: torch.Tensor | None = None,
         position_ids: torch.Tensor | None = None,
+        output_attentions: bool | None = None,
+        **kwargs,
     ) -> MaskedLMOutput | tuple:
         out = self.model(input_ids, attention_mask, inputs_embeds, output_hidden_states, return_dict=True)
         h = out.last_hidden_state
@@ -128,6 +132,8 @@ class AveyBForSequenceClassification(AveyBPreTrainedModel):
         return_dict: bool | None = None,
         token_type_ids: torch.Tensor | None = None,
         position_ids: torch.Tensor | None = None,
+        output_attentions: bool | None = None,
+        **kwargs,
     ) -> SequenceClassifierOutput | tuple:
         out = self.model(input_ids, attention_mask, inputs_embeds, output_hidden_states, return_dict=True)
         pooled = mean_pool(out.last_hidden_state, attention_mask)
@@ -163,6 +169,8 @@ class AveyBForTokenClassification(AveyBPreTrainedModel):
         return_dict: bool | None = None,
         token_type_ids: torch.Tensor | None = None,
         position_ids: torch.Tensor | None = None,
+        output_attentions: bool | None = None,
+        **kwargs,
     ) -> TokenClassifierOutput | tuple:
         out = self.model(input_ids, attention_mask, inputs_embeds, output_hidden_states, return_dict=True)
         h = out.last_hidden_state
@@ -199,6 +207,8 @@ class AveyBForQuestionAnswering(AveyBPreTrainedModel):
         return_dict: bool | None = None,
         token_type_ids: torch.Tensor | None = None,
         position_ids: torch.Tensor | None = None,
+        output_attentions: bool | None = None,
+        **kwargs,
     ) -> QuestionAnsweringModelOutput | tuple:
         out = self.model(input_ids, attention_mask, inputs_embeds, output_hidden_states, return_dict=True)
         logits = self.qa_outputs(self.dropout(out.last_hidden_state)).float()  # (B, N, 2)
@@ -239,6 +249,8 @@ class AveyBForMultipleChoice(AveyBPreTrainedModel):
         return_dict: bool | None = None,
         token_type_ids: torch.Tensor | None = None,
         position_ids: torch.Tensor | None = None,
+        output_attentions: bool | None = None,
+        **kwargs,
     ) -> MultipleChoiceModelOutput | tuple:
         source = input_ids if input_ids is not None else inputs_embeds
         if source is None or source.dim() < 3:
@@ -254,11 +266,44 @@ class AveyBForMultipleChoice(AveyBPreTrainedModel):
         return _finish(output, return_dict, self.config)
 
 
+@dataclass
+class SentenceEmbeddingOutput(ModelOutput):
+    """``BaseModelOutputWithPooling``'s fields after the contrastive ``loss`` of :func:`in_batch_contrastive_loss`
+    (first, as in every transformers output with a loss)."""
+
+    loss: torch.FloatTensor | None = None
+    last_hidden_state: torch.FloatTensor | None = None
+    pooler_output: torch.FloatTensor | None = None
+    hidden_states: tuple[torch.FloatTensor, ...] | None = None
+    attentions: tuple[torch.FloatTensor, ...] | None = None
+
+
+def in_batch_contrastive_loss(embeddings: torch.Tensor, labels: torch.Tensor, scale: float = 20.0) -> torch.Tensor:
+    """In-batch contrastive loss over cosine similarities: every other input with the same label is a positive,
+    every input with another label a negative (InfoNCE with several positives, as supervised contrastive
+    learning; for ``(anchor, positive)`` pairs give both the same label and it is sentence-transformers'
+    MultipleNegativesRankingLoss, in both directions). Inputs without a positive in the batch add nothing."""
+    if labels.shape != embeddings.shape[:1]:
+        raise ValueError(f"labels must have shape (batch,) = {tuple(embeddings.shape[:1])}, got {tuple(labels.shape)}")
+    e = F.normalize(embeddings.float(), dim=-1)
+    logits = scale * e @ e.T
+    self_mask = torch.eye(len(e), dtype=torch.bool, device=e.device)
+    logits = logits.masked_fill(self_mask, float("-inf"))
+    positive = (labels[:, None] == labels[None, :]) & ~self_mask
+    has_positive = positive.any(1)
+    log_prob = logits - torch.logsumexp(logits, dim=1, keepdim=True)
+    per_anchor = -(log_prob.masked_fill(~positive, 0.0).sum(1)) / positive.sum(1).clamp_min(1)
+    if not has_positive.any():
+        return logits.masked_fill(self_mask, 0.0).sum() * 0.0  # no pair: zero, but on the graph
+    return per_anchor[has_positive].mean()
+
+
 class AveyBForSentenceEmbedding(AveyBPreTrainedModel):
     """Sentence embeddings for retrieval: masked mean pooling, L2-normalized if ``config.normalize_embeddings``.
 
     ``pooler_output`` holds the (B, d) embeddings; no parameters beyond the backbone, so any Avey-B checkpoint
-    (e.g. a masked-LM one) loads into it.
+    (e.g. a masked-LM one) loads into it. With ``labels`` (B,), ``loss`` is :func:`in_batch_contrastive_loss`
+    (inputs sharing a label are pulled together, the others pushed apart; scale ``config.contrastive_scale``).
     """
 
     def __init__(self, config: AveyBConfig):
@@ -271,16 +316,20 @@ class AveyBForSentenceEmbedding(AveyBPreTrainedModel):
         input_ids: torch.LongTensor | None = None,
         attention_mask: torch.Tensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
         token_type_ids: torch.Tensor | None = None,
         position_ids: torch.Tensor | None = None,
-    ) -> BaseModelOutputWithPooling | tuple:
+        output_attentions: bool | None = None,
+        **kwargs,
+    ) -> SentenceEmbeddingOutput | tuple:
         out = self.model(input_ids, attention_mask, inputs_embeds, output_hidden_states, return_dict=True)
         pooled = mean_pool(out.last_hidden_state, attention_mask)
         if self.config.normalize_embeddings:
             pooled = F.normalize(pooled.float(), dim=-1).to(pooled.dtype)
-        output = BaseModelOutputWithPooling(
-            last_hidden_state=out.last_hidden_state, pooler_output=pooled, hidden_states=out.hidden_states
+        loss = None if labels is None else in_batch_contrastive_loss(pooled, labels, self.config.contrastive_scale)
+        output = SentenceEmbeddingOutput(
+            loss=loss, last_hidden_state=out.last_hidden_state, pooler_output=pooled, hidden_states=out.hidden_states
         )
         return _finish(output, return_dict, self.config)

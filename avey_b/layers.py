@@ -164,17 +164,25 @@ class AveyBLayer(GradientCheckpointingLayer):
     def forward(self, x: torch.Tensor, keep: torch.Tensor | None = None) -> torch.Tensor:
         h = self.norm(x)
         # Z = σ_e(X U + b) with the one matrix U, applied as three row blocks so that each part comes out as its
-        # own contiguous tensor (mixing a strided slice of Z would cost a copy).
-        w_parts = self.enricher.weight.split(self.split_sizes)
-        b_parts = (None,) * 3 if self.enricher.bias is None else self.enricher.bias.split(self.split_sizes)
-        parts = [self.enricher_act(F.linear(h, w, b)) for w, b in zip(w_parts, b_parts, strict=True)]  # (R, C, ·) each
-        z_tr, z_tl, z_h = parts if self.release_layout else parts[::-1]  # contextual, gate, bypass
+        # own contiguous tensor (mixing a strided slice of Z would cost a copy). When the enricher is not a plain
+        # nn.Linear (a PEFT adapter, a quantized layer), it is called as a module so that its own forward runs.
+        if type(self.enricher) is nn.Linear:
+            w_parts = self.enricher.weight.split(self.split_sizes)
+            b_parts = (None,) * 3 if self.enricher.bias is None else self.enricher.bias.split(self.split_sizes)
+            parts = [self.enricher_act(F.linear(h, w, b)) for w, b in zip(w_parts, b_parts, strict=True)]
+        else:
+            parts = [p.contiguous() for p in self.enricher_act(self.enricher(h)).split(self.split_sizes, dim=-1)]
+        z_tr, z_tl, z_h = parts if self.release_layout else parts[::-1]  # contextual, gate, bypass: (R, C, ·)
         if keep is not None:
             z_tr = z_tr * keep.unsqueeze(-1).to(z_tr.dtype)
         c = z_tl * self.mix_act(self.mixer(z_tr, keep))  # (R, C, d')
         # fuser([z_h | c]) (the release: [c | z_h]) as two products on the weight's column blocks, which saves
         # a concatenated copy of 3d features per token
         first, second = (c, z_h) if self.release_layout else (z_h, c)
-        w_first, w_second = self.fuser.weight.split(self.fuser_split, dim=1)
-        out = self.dropout(F.linear(first, w_first, self.fuser.bias) + F.linear(second, w_second))  # (R, C, d)
+        if type(self.fuser) is nn.Linear:
+            w_first, w_second = self.fuser.weight.split(self.fuser_split, dim=1)
+            out = F.linear(first, w_first, self.fuser.bias) + F.linear(second, w_second)
+        else:  # an adapted / quantized fuser runs its own forward on the concatenated input
+            out = self.fuser(torch.cat([first, second], dim=-1))
+        out = self.dropout(out)  # (R, C, d)
         return out + (x if self.alpha is None else self.alpha * x)

@@ -192,6 +192,8 @@ class AveyBModel(AveyBPreTrainedModel):
         return_dict: bool | None = None,
         token_type_ids: torch.Tensor | None = None,  # accepted for tokenizer compatibility; Avey-B has no segments
         position_ids: torch.Tensor | None = None,  # accepted and unused: positions live in the static matrices
+        output_attentions: bool | None = None,  # accepted as transformers' encoders do: Avey-B has no attention
+        **kwargs,  # what the ecosystem passes along (PEFT, Trainer): nothing here changes the computation
     ) -> BaseModelOutput | tuple:
         config = self.config
         _check_inputs(config, input_ids, inputs_embeds, attention_mask)
@@ -200,6 +202,7 @@ class AveyBModel(AveyBPreTrainedModel):
 
         x = self.embed_tokens(input_ids) if inputs_embeds is None else inputs_embeds
         x = self.embed_dropout(x)
+        all_hidden = [x] if output_hidden_states else None
         B, N, d = x.shape
         S = config.split_size
         n = math.ceil(N / S)
@@ -216,7 +219,6 @@ class AveyBModel(AveyBPreTrainedModel):
             x = F.pad(x, (0, 0, 0, pad)) * keep.unsqueeze(-1).to(x.dtype)  # padded tokens are zero vectors
             keep = keep.view(B, n, S)
         x = x.reshape(B, n, S, d)
-        all_hidden = [x.reshape(B, n * S, d)[:, :N]] if output_hidden_states else None
 
         if self.ranker is None:  # ablation "w/o ranker": every split alone
             h, h_keep = x, keep
@@ -233,7 +235,10 @@ class AveyBModel(AveyBPreTrainedModel):
         for layer in self.layers:
             h = layer(h, h_keep)
             if output_hidden_states:
-                all_hidden.append(self._reassemble(h, B, N))
+                seq = self._reassemble(h, B, N)
+                all_hidden.append(seq)
+                if C == S:  # rows are the splits: continue from the returned tensor, so it is on the gradient path
+                    h = F.pad(seq, (0, 0, 0, pad)).reshape(B * n, S, d)
         out = self._reassemble(h, B, N)
         if self.norm is not None:
             out = self.norm(out)
