@@ -81,7 +81,7 @@ def test_returned_hidden_states_are_on_the_gradient_path_and_change_nothing(over
     for h in out.hidden_states:
         h.retain_grad()
     out.last_hidden_state.sum().backward()
-    on_path = out.hidden_states if not overrides.get("compressor") is False else out.hidden_states[:1]
+    on_path = out.hidden_states if overrides.get("compressor") is not False else out.hidden_states[:1]
     assert all(h.grad is not None for h in on_path)
 
 
