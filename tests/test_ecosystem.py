@@ -47,7 +47,7 @@ def test_lora_trains_saves_loads_and_merges_for_every_task_type(task_type, tmp_p
     loss = out.loss if labels else getattr(out, field).float().pow(2).mean()
     loss.backward()
     with torch.no_grad():  # one step so the adapter is not the identity
-        for n, p in model.named_parameters():
+        for p in model.parameters():
             if p.requires_grad:
                 p.add_(torch.randn_like(p) * 0.05)
     model.eval()
