@@ -111,3 +111,18 @@ def test_cli_errors_are_one_line_without_traceback_unless_debug(capsys, tmp_path
                  "--output-dir", str(tmp_path / "out"),
                  "--train-file", str(tmp_path / "t.tsv"), "--eval-file", str(tmp_path / "d.tsv")]) == 1
     assert "Traceback" not in capsys.readouterr().err
+
+
+def test_progress_in_a_log_is_plain_lines_with_rate_and_eta():
+    import io
+
+    from avey_b.progress import Progress
+
+    log = io.StringIO()  # not a terminal: no carriage-return bar
+    with Progress(4, "finetune sst2", unit="step", every=0.0, file=log) as p:
+        for _ in range(4):
+            p.update(loss=0.5)
+    lines = log.getvalue().splitlines()
+    assert "\r" not in log.getvalue() and len(lines) == 5  # one per update (every=0) and one at the end
+    assert lines[1].startswith("finetune sst2: 2/4 steps (50%), ") and "steps/s, ETA " in lines[1]
+    assert "loss 0.5" in lines[-1] and "4/4 steps (100%)" in lines[-1]

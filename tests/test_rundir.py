@@ -84,3 +84,14 @@ def test_resume_into_a_run_dir_of_another_run_is_refused(corpus, tmp_path):  # n
     assert main(overrides(corpus, b, steps=2, **{"checkpoint.every": 2})) == 0
     with pytest.raises(rundir.RunDirError, match="holds another run"):
         main(["--resume", str(list_checkpoints(a)[-1])] + overrides(corpus, b, steps=4))
+
+
+def test_misspelled_model_overrides_are_errors_for_hf_architectures_too(corpus, tmp_path):  # noqa: F811
+    bert = overrides(corpus, tmp_path / "bert", steps=1, **{"model.arch": "bert",
+                                                           "model.overrides": "{hidden_sise: 32}"})
+    with pytest.raises(KeyError, match=r"unknown config key 'hidden_sise' \(did you mean 'hidden_size'\?\)"):
+        main(bert)
+    avey = overrides(corpus, tmp_path / "avey", steps=1, **{"model.overrides": "{split_sise: 8}"})
+    with pytest.raises(KeyError, match=r"did you mean 'split_size'"):
+        main(avey)
+    assert not (tmp_path / "bert" / "config.yaml").exists()  # nothing recorded for a run that never started
