@@ -98,8 +98,12 @@ class AveyBConfig(PretrainedConfig):
             "w/o ranker" ablation does).
         ranker_weighting (`str`, defaults to `"max"`): the selected MaxSim scores are divided by the largest
             (`"max"`, paper) or the smallest (`"min"`, release, weights ≥ 1) selected score.
-        ranker_block_size (`int`, defaults to 1024): query tokens scored per block in the ranker. Peak ranker
-            memory is ``block × N`` similarities, linear in ``N``; it does not change results.
+        ranker_block_size (`int`, defaults to 1024): at most this many query tokens are scored per block in the
+            ranker; it does not change results.
+        ranker_memory_mb (`int`, defaults to 256): cap on the similarities the ranker holds at once (fp32 values
+            and their masked copy): the query block shrinks, and the candidates are tiled, so that
+            ``B × query tokens × candidate tokens × 8 bytes`` stays under it whatever ``N``. It does not change
+            results.
         ranker_selection_precision (`str`, defaults to `"exact"`): `"exact"` scores candidates at the input's
             precision; `"bfloat16"` runs the selection GEMM (the ``O(N²d)`` part) in bf16 for float32 inputs,
             which is several times faster on CPUs with AMX and GPUs. Only near-ties can be chosen differently:
@@ -157,6 +161,7 @@ class AveyBConfig(PretrainedConfig):
         ranker: str = "unidirectional",
         ranker_weighting: str = "max",
         ranker_block_size: int = 1024,
+        ranker_memory_mb: int = 256,
         ranker_selection_precision: str = "exact",
         compressor: bool = True,
         compressor_residual: bool = True,
@@ -200,6 +205,7 @@ class AveyBConfig(PretrainedConfig):
         self.ranker = ranker
         self.ranker_weighting = ranker_weighting
         self.ranker_block_size = ranker_block_size
+        self.ranker_memory_mb = ranker_memory_mb
         self.ranker_selection_precision = ranker_selection_precision
         self.compressor = compressor
         self.compressor_residual = compressor_residual
@@ -264,7 +270,7 @@ class AveyBConfig(PretrainedConfig):
     # -- validation ------------------------------------------------------------------------------------------
     def _validate(self) -> None:
         for field in ("vocab_size", "hidden_size", "num_hidden_layers", "split_size", "expansion_factor",
-                      "ranker_block_size"):
+                      "ranker_block_size", "ranker_memory_mb"):
             value = getattr(self, field)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"AveyBConfig.{field} must be an integer >= 1, got {value!r}")

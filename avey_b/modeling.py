@@ -10,16 +10,17 @@ compressor).
 Notable choices:
 - Any ``N >= 1``: the sequence is zero-padded to ``n·S`` after embedding and the padding dropped at the end.
 - Split padding and user padding (``attention_mask == 0``) are the same thing: a ``keep`` mask that the ranker,
-  the compressor and every mixing layer honour, so real tokens never see padding (this library's padding semantics; the release ignores padding). Right padding is
-  exact; left padding shifts split boundaries and is therefore *not* equivalent to no padding.
+  the compressor and every mixing layer honour, so real tokens never see padding (this library's padding
+  semantics; the release ignores padding). Padding may sit anywhere (left, right, in between): each row's real
+  tokens are moved to its front before the splits are cut and put back after, so the real tokens' outputs equal
+  those of the unpadded sequence. Splits with no real token skip the processor; rows of different lengths are
+  ranked each over its own splits.
 - The ranker runs once, on the embedding output; the processor sees ``(B·n, C, d)`` rows, independent of ``N``,
   which is why the processor's cost is linear in ``N``.
 - Every variant of the paper's ablations (§5.2 and appendix) is a config switch on this one code path.
 """
 
 from __future__ import annotations
-
-import math
 
 import torch
 import torch.nn.functional as F
@@ -200,19 +201,36 @@ class AveyBModel(AveyBPreTrainedModel):
         output_hidden_states = config.output_hidden_states if output_hidden_states is None else output_hidden_states
         return_dict = config.return_dict if return_dict is None else return_dict
 
+        if torch.jit.is_tracing():
+            raise NotImplementedError(
+                "Avey-B does not support TorchScript tracing (torch.onnx.export(..., dynamo=False) or torch.jit.trace): "
+                "its split count and retrieval depend on the input length, which a trace would freeze. Use "
+                "torch.export.export, torch.onnx.export(..., dynamo=True) or `avey-b export`."
+            )
+        # Under torch.compile / torch.export the graph must not branch on values: take the general path always.
+        tracing = torch.compiler.is_compiling()
         x = self.embed_tokens(input_ids) if inputs_embeds is None else inputs_embeds
         x = self.embed_dropout(x)
         all_hidden = [x] if output_hidden_states else None
         B, N, d = x.shape
         S = config.split_size
-        n = math.ceil(N / S)
+        n = (N + S - 1) // S
         pad = n * S - N
+
+        # Any padding side: each row's real tokens are moved to its front (in order) so that splits start at the
+        # first real token, as for right padding; outputs are put back in place at the end.
+        mask = None if attention_mask is None else attention_mask.bool()
+        order = None
+        if mask is not None and (tracing or bool((mask[:, 1:] & ~mask[:, :-1]).any())):
+            order = torch.sort((~mask).to(torch.uint8), dim=1, stable=True).indices  # (B, N)
+            x = x.gather(1, order[..., None].expand(-1, -1, d))
+            mask = mask.gather(1, order)
 
         # keep: (B, n·S) real-token mask; None means "no padding anywhere" and skips every masking op.
         keep = None
-        if attention_mask is not None and (torch.compiler.is_compiling() or not bool(attention_mask.all())):
-            keep = attention_mask.bool()
-        if pad and keep is None:
+        if mask is not None and (tracing or not bool(mask.all())):
+            keep = mask
+        if keep is None and (pad or tracing):
             keep = torch.ones(B, N, dtype=torch.bool, device=x.device)
         if keep is not None:
             keep = F.pad(keep, (0, pad), value=False)
@@ -232,14 +250,32 @@ class AveyBModel(AveyBPreTrainedModel):
         h = h.reshape(B * n, C, d)
         h_keep = None if h_keep is None else h_keep.reshape(B * n, C)
 
+        # Split-level unpadding: a processor row whose split holds no real token is dropped (its outputs are
+        # padding) and comes back as zeros at the end. Eager only: the number of rows depends on the values.
+        rows = None
+        if keep is not None and not tracing:
+            split_ok = keep.any(-1).reshape(B * n)
+            if not bool(split_ok.all()):
+                rows = split_ok.nonzero().squeeze(1)
+                h, h_keep = h.index_select(0, rows), h_keep.index_select(0, rows)
+
+        def restore(rows_out: torch.Tensor) -> torch.Tensor:
+            """Processor rows -> (B, N, d) in the input's token order."""
+            if rows is not None:
+                rows_out = rows_out.new_zeros(B * n, *rows_out.shape[1:]).index_copy(0, rows, rows_out)
+            seq = self._reassemble(rows_out, B, N)
+            return seq if order is None else seq.scatter(1, order[..., None].expand_as(seq), seq)
+
         for layer in self.layers:
             h = layer(h, h_keep)
             if output_hidden_states:
-                seq = self._reassemble(h, B, N)
+                seq = restore(h)
                 all_hidden.append(seq)
                 if C == S:  # rows are the splits: continue from the returned tensor, so it is on the gradient path
-                    h = F.pad(seq, (0, 0, 0, pad)).reshape(B * n, S, d)
-        out = self._reassemble(h, B, N)
+                    aligned = seq if order is None else seq.gather(1, order[..., None].expand_as(seq))
+                    h = F.pad(aligned, (0, 0, 0, pad)).reshape(B * n, S, d)
+                    h = h if rows is None else h.index_select(0, rows)
+        out = restore(h)
         if self.norm is not None:
             out = self.norm(out)
 

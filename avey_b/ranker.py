@@ -6,14 +6,15 @@ The ranker scores every split against its candidates with MaxSim,
 ``MaxSim(i, j) = Σ_{t∈i} max_{u∈j} cos(x_t, x_u)``, keeps the top-``k`` and returns, per split,
 ``X_cat = [w_1 X_{j1} | … | w_k X_{jk} | X_i]`` with missing slots as zeros on the left (so the current split
 always occupies the last ``S`` rows). It is vectorized: one GEMM per block of query splits against all of their
-candidates, ``amax`` over candidate tokens, ``topk`` for the choice and ``gather`` for the copies. The only Python
-loop runs over fixed-size blocks of queries, which bounds peak memory to ``block × N`` similarities (linear in
-``N``) instead of the ``N²`` full matrix.
+candidates, ``amax`` over candidate tokens, ``topk`` for the choice and ``gather`` for the copies. The Python
+loops run over blocks of queries and tiles of candidates sized so that the similarities in flight never exceed
+``ranker_memory_mb``, instead of the ``N²`` full matrix.
 
 Gradients flow through the weights (the cosine scores), not through the discrete choice. The choice is made
 under ``no_grad`` (optionally with a bf16 GEMM, ``ranker_selection_precision``); the weights come from MaxSim
 recomputed for the ``k`` selected pairs only (``O(N k S d)`` work and memory) at the model's precision, so
-training never stores the ``O(N²)`` similarity blocks for backward.
+training never stores the ``O(N²)`` similarity blocks for backward. See :class:`Ranker` for how the selection's
+memory is capped and how it behaves under ``torch.compile`` and export.
 """
 
 from __future__ import annotations
@@ -40,7 +41,20 @@ def _maxsim(q: torch.Tensor, c: torch.Tensor, q_keep: torch.Tensor | None, c_kee
 
 
 class Ranker(nn.Module):
-    """Selects, weights and concatenates the top-``k`` candidate splits of every split. No parameters."""
+    """Selects, weights and concatenates the top-``k`` candidate splits of every split. No parameters.
+
+    Selection work and memory:
+
+    * a batch of mixed lengths is ranked row by row, each row over its own splits only (up to its last real
+      split), so a short row costs what it would cost alone, not what the batch's longest row costs;
+    * the similarity working set of one step — ``B × (query tokens) × (candidate tokens)`` values — is capped
+      at ``ranker_memory_mb``: the block of query splits shrinks as ``N`` grows, and past one query split per
+      block the candidates are taken in tiles too (each tile gives its own MaxSim columns: no rescaling);
+    * under ``torch.export`` / ONNX export the choice is one loop-free computation over all splits (the exported
+      graph then runs at every length; its memory is ``N²`` similarities, so exported models are for the lengths
+      a deployment serves), and in ``torch.compile`` the selection runs eagerly, outside the graph, so the
+      compiled graphs do not depend on the number of splits.
+    """
 
     def __init__(self, config: AveyBConfig):
         super().__init__()
@@ -49,8 +63,17 @@ class Ranker(nn.Module):
         self.weighting = config.ranker_weighting
         self.eps = config.ranker_eps
         self.block_size = config.ranker_block_size
+        self.memory_elements = config.ranker_memory_mb * 2**20 // 8  # fp32 similarities and their masked copy
         self.low_precision = config.ranker_selection_precision == "bfloat16"
 
+    def plan(self, B: int, n: int, S: int) -> tuple[int, int]:
+        """(query splits per block, candidate splits per tile) for ``B`` rows of ``n`` splits, within the cap."""
+        per_pair = B * S * S  # similarities of one query split against one candidate split
+        blk = max(1, min(max(1, self.block_size // S), n, self.memory_elements // (per_pair * n)))
+        tile = max(1, min(n, self.memory_elements // (per_pair * blk)))
+        return blk, tile
+
+    @torch.compiler.disable
     @torch.no_grad()
     def select(self, xn: torch.Tensor, keep: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
         """Top-``k`` candidates of every split.
@@ -60,43 +83,80 @@ class Ranker(nn.Module):
         on the left) and ``ok`` (B, n, k), whether a slot holds a split.
         """
         B, n, S, d = xn.shape
-        k = self.k
         if self.low_precision and xn.dtype == torch.float32:
             xn = xn.to(torch.bfloat16)  # the choice only; the weights are recomputed exactly in forward()
-        blk = max(1, self.block_size // S)  # query splits per block
-        split_ok = None if keep is None else keep.any(-1)  # (B, n): a split with no real token is no candidate
-        # Candidates as a (d, n·S) matrix: every block multiplies two row-major operands, the fast GEMM layout
+        if keep is None or B == 1:
+            return self._select(xn, keep)
+        # rows of mixed lengths: each row over its splits up to its last real one
+        split_ok = keep.any(-1)
+        ends = (split_ok * torch.arange(1, n + 1, device=xn.device)).amax(1).tolist()
+        if all(e == n for e in ends):
+            return self._select(xn, keep)
+        idx = torch.zeros(B, n, self.k, dtype=torch.long, device=xn.device)
+        ok = torch.zeros(B, n, self.k, dtype=torch.bool, device=xn.device)
+        for b, m in enumerate(ends):
+            if m:
+                i, o = self._select(xn[b:b + 1, :m], keep[b:b + 1, :m])
+                idx[b, :m], ok[b, :m] = i[0], o[0]
+        return idx, ok
+
+    def _select(self, xn: torch.Tensor, keep: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        B, n, S, d = xn.shape
+        blk, tile = self.plan(B, n, S)
+        # Candidates as a (d, n·S) matrix: every product multiplies two row-major operands, the fast GEMM layout
         # for bf16 on CPU (a transposed operand is about 2x slower there).
         cand = xn.reshape(B, n * S, d).transpose(1, 2).contiguous()
         ids, oks = [], []
         for q0 in range(0, n, blk):
             q1 = min(n, q0 + blk)
-            nq = q1 - q0
             J = n if self.bidirectional else q1  # unidirectional: only splits before the block's last one
-            q = xn[:, q0:q1].reshape(B, nq * S, d)
-            sim = (q @ cand[:, :, : J * S]).view(B, nq, S, J, S)  # cosines, one GEMM per block
-            if keep is not None:
-                sim = sim.masked_fill(~keep[:, None, None, :J, :], float("-inf"))
-            best = sim.amax(-1).float()  # (B, nq, S, J) best candidate token per query token
-            if keep is not None:
-                best = best.masked_fill(~keep[:, q0:q1, :, None], 0.0)
-            score = best.sum(2)  # (B, nq, J) MaxSim
-            i = torch.arange(q0, q1, device=xn.device)[:, None]
-            j = torch.arange(J, device=xn.device)[None, :]
-            allowed = (j != i) if self.bidirectional else (j < i)  # (nq, J)
-            if split_ok is not None:
-                allowed = allowed & split_ok[:, None, :J]
-            score = score.masked_fill(~allowed, float("-inf"))
-            if J < k:  # fewer candidates than slots: pad with impossible ones
-                score = F.pad(score, (0, k - J), value=float("-inf"))
-            val, idx = score.topk(k, dim=-1)  # descending, impossible (-inf) ones last
-            # Move the m valid entries to the right end: slot p holds entry p - (k - m).
-            m = torch.isfinite(val).sum(-1, keepdim=True)
-            src = torch.arange(k, device=xn.device) - (k - m)
-            ok = src >= 0
-            ids.append(idx.gather(-1, src.clamp_min(0)).masked_fill(~ok, 0))
-            oks.append(ok)
+            q = xn[:, q0:q1].reshape(B, (q1 - q0) * S, d)
+            score = torch.cat([self._maxsim_tile(q, cand, keep, q0, q1, j0, min(J, j0 + tile))
+                               for j0 in range(0, J, tile)], dim=-1)  # (B, nq, J)
+            i, o = self._top_k(score, q0, q1, keep)
+            ids.append(i)
+            oks.append(o)
         return torch.cat(ids, 1), torch.cat(oks, 1)
+
+    def _maxsim_tile(self, q, cand, keep, q0: int, q1: int, j0: int, j1: int) -> torch.Tensor:
+        """MaxSim of query splits ``q0:q1`` (as ``q``: (B, nq·S, d)) against candidate splits ``j0:j1``."""
+        B, S = q.shape[0], (q.shape[1] // (q1 - q0))
+        sim = (q @ cand[:, :, j0 * S: j1 * S]).view(B, q1 - q0, S, j1 - j0, S)  # cosines, one GEMM per tile
+        if keep is not None:
+            sim = sim.masked_fill(~keep[:, None, None, j0:j1, :], float("-inf"))
+        best = sim.amax(-1).float()  # (B, nq, S, jt) best candidate token per query token
+        if keep is not None:
+            best = best.masked_fill(~keep[:, q0:q1, :, None], 0.0)
+        return best.sum(2)  # (B, nq, jt)
+
+    def _top_k(self, score: torch.Tensor, q0, q1, keep) -> tuple[torch.Tensor, torch.Tensor]:
+        """From MaxSim scores (B, nq, J) of query splits q0:q1: the k best allowed candidates, laid out as in
+        ``X_cat`` (missing slots on the left)."""
+        k, J, device = self.k, score.shape[-1], score.device
+        i = torch.arange(q1 - q0, device=device)[:, None] + q0
+        j = torch.arange(J, device=device)[None, :]
+        allowed = (j != i) if self.bidirectional else (j < i)  # (nq, J)
+        if keep is not None:  # a split with no real token is no candidate
+            allowed = allowed & keep[:, :J].any(-1)[:, None, :]
+        score = score.masked_fill(~allowed, float("-inf"))
+        # k impossible columns more: topk(k) is defined at every number of candidates (also in exported graphs)
+        score = F.pad(score, (0, k), value=float("-inf"))
+        val, idx = score.topk(k, dim=-1)  # descending, impossible (-inf) ones last
+        # Move the m valid entries to the right end: slot p holds entry p - (k - m).
+        m = torch.isfinite(val).sum(-1, keepdim=True)
+        src = torch.arange(k, device=device) - (k - m)
+        ok = src >= 0
+        return idx.gather(-1, src.clamp_min(0)).masked_fill(~ok, 0), ok
+
+    def select_for_export(self, xn: torch.Tensor, keep: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The same choice as :meth:`select`, as one loop-free computation over all ``n`` splits (what
+        ``torch.export`` and ONNX can capture for every ``n``)."""
+        B, n, S, d = xn.shape
+        q = xn.reshape(B, n * S, d)
+        sim = (q @ q.transpose(1, 2)).view(B, n, S, n, S)
+        sim = sim.masked_fill(~keep[:, None, None, :, :], float("-inf"))
+        best = sim.amax(-1).float().masked_fill(~keep[:, :, :, None], 0.0)
+        return self._top_k(best.sum(2), 0, n, keep)
 
     def forward(self, x: torch.Tensor, keep: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """x: (B, n, S, d) embeddings, zero at padding.
@@ -107,7 +167,11 @@ class Ranker(nn.Module):
         if self.k == 0:
             return x, keep
         xn = F.normalize(x, dim=-1, eps=1e-12)
-        idx, ok = self.select(xn, keep)
+        if torch.compiler.is_exporting():
+            keep_all = torch.ones(B, n, S, dtype=torch.bool, device=x.device) if keep is None else keep
+            idx, ok = self.select_for_export(xn, keep_all)
+        else:
+            idx, ok = self.select(xn, keep)
         batch = torch.arange(B, device=x.device)[:, None, None]
         # MaxSim of the k selected pairs, recomputed at the model's precision and under autograd when it is on
         # (O(N·k·S·d): cheap next to the selection, and the only part that gradients flow through).

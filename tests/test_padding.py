@@ -120,3 +120,71 @@ def test_processor_layer_ignores_whatever_sits_in_padded_rows(layer_type, norm):
         a, b = layer(x, keep), layer(garbage, keep)
     torch.testing.assert_close(a[keep], b[keep], rtol=1e-5, atol=1e-5)
     assert torch.isfinite(a).all() and torch.isfinite(b).all()  # an all-padding row stays finite
+
+
+def _batch_with_padding_everywhere():
+    """Three rows of 22 slots: left-padded (13 real), full (22), and padding scattered in between (15 real)."""
+    g = torch.Generator().manual_seed(3)
+    seqs = [torch.randint(1, 99, (n,), generator=g) for n in (13, 22, 15)]
+    ids = torch.zeros(3, 22, dtype=torch.long)
+    mask = torch.zeros(3, 22, dtype=torch.long)
+    ids[0, 9:], mask[0, 9:] = seqs[0], 1  # left padding
+    ids[1], mask[1] = seqs[1], 1
+    where = torch.tensor([0, 1, 2, 4, 5, 7, 8, 9, 12, 13, 15, 16, 18, 20, 21])  # 15 real tokens, 7 gaps
+    ids[2, where], mask[2, where] = seqs[2], 1
+    return seqs, ids, mask, [torch.arange(9, 22), torch.arange(22), where]
+
+
+@pytest.mark.parametrize("name", sorted(VARIANTS))
+def test_any_padding_side_gives_the_unpadded_outputs(name):
+    """Left padding, right padding or padding in between: the real tokens' outputs are those of the sequence
+    alone (the row is re-aligned internally so its splits start at its first real token)."""
+    model = seeded(AveyBModel, presets.tiny(**VARIANTS[name]))
+    seqs, ids, mask, where = _batch_with_padding_everywhere()
+    with torch.no_grad():
+        out = model(ids, attention_mask=mask, output_hidden_states=True)
+        for row, (seq, pos) in enumerate(zip(seqs, where, strict=True)):
+            alone = model(seq[None], output_hidden_states=True)
+            torch.testing.assert_close(out.last_hidden_state[row, pos], alone.last_hidden_state[0], rtol=1e-5, atol=1e-5)
+            for h_batch, h_alone in zip(out.hidden_states, alone.hidden_states, strict=True):
+                torch.testing.assert_close(h_batch[row, pos], h_alone[0], rtol=1e-5, atol=1e-5)
+
+
+def test_tokenizer_padding_side_does_not_change_results():
+    from avey_b import testing
+
+    tok = testing.tokenizer(str(__import__("tempfile").mkdtemp()))
+    model = seeded(AveyBModel, presets.tiny(vocab_size=len(tok)))
+    texts = ["a good film", "the story was very lovely and the music was superb today"]
+    outs = {}
+    for side in ("right", "left"):
+        tok.padding_side = side
+        enc = tok(texts, padding=True, return_tensors="pt")
+        with torch.no_grad():
+            h = model(**enc).last_hidden_state
+        outs[side] = [h[i][enc["attention_mask"][i].bool()] for i in range(len(texts))]
+    for right, left in zip(outs["right"], outs["left"], strict=True):
+        torch.testing.assert_close(left, right, rtol=1e-5, atol=1e-6)
+
+
+def test_splits_without_real_tokens_skip_the_processor_and_come_back_as_zeros(monkeypatch):
+    """A batch of mixed lengths: the processor sees only rows with a real token, and the ranker ranks each row
+    over its own splits; real-token outputs are unchanged."""
+    from avey_b.layers import AveyBLayer
+    from avey_b.ranker import Ranker
+
+    model = seeded(AveyBModel, presets.tiny())
+    seqs, ids, mask, where = _batch_with_padding_everywhere()
+    ids, mask = torch.cat([ids, torch.zeros(3, 18, dtype=torch.long)], 1), torch.cat([mask, torch.zeros(3, 18, dtype=torch.long)], 1)
+    rows_seen, ranked = [], []
+    real_forward, real_select = AveyBLayer.forward, Ranker._select
+    monkeypatch.setattr(AveyBLayer, "forward", lambda self, h, keep=None: rows_seen.append(h.shape[0]) or real_forward(self, h, keep))
+    monkeypatch.setattr(Ranker, "_select", lambda self, xn, keep: ranked.append(xn.shape[:2]) or real_select(self, xn, keep))
+    with torch.no_grad():
+        out = model(ids, attention_mask=mask).last_hidden_state
+    # 40 slots = 10 splits per row; real tokens need 4 + 6 + 4 splits after re-alignment
+    assert set(rows_seen) == {14} and sorted(tuple(s) for s in ranked) == [(1, 4), (1, 4), (1, 6)]
+    assert torch.count_nonzero(out[1, 24:]) == 0  # row 1's splits 6..9 hold no real token: zeros
+    with torch.no_grad():
+        for row, (seq, pos) in enumerate(zip(seqs, where, strict=True)):
+            torch.testing.assert_close(out[row, pos], model(seq[None]).last_hidden_state[0], rtol=1e-5, atol=1e-5)

@@ -150,3 +150,34 @@ def test_bf16_selection_keeps_exact_weights():
     xn = torch.nn.functional.normalize(x, dim=-1)
     assert torch.equal(exact.select(xn, None)[0], fast.select(xn, None)[0])
     torch.testing.assert_close(fast(x, None)[0], exact(x, None)[0], rtol=0, atol=0)
+
+
+def test_memory_cap_bounds_the_working_set_at_every_length():
+    from avey_b.ranker import Ranker
+
+    ranker = Ranker(presets.small())  # S = 64, ranker_memory_mb = 256
+    budget = 256 * 2**20
+    for N in (16_384, 65_536, 262_144, 1_048_576):
+        n = N // 64
+        blk, tile = ranker.plan(1, n, 64)
+        assert blk * tile * 64 * 64 * 8 <= budget  # fp32 similarities + their masked copy, one step
+        assert blk >= 1 and tile >= 1
+    assert ranker.plan(1, 256, 64) == (16, 256)  # short inputs: whole candidate rows, 1024-token query blocks
+    assert ranker.plan(1, 16_384, 64)[0] == 1  # 1M tokens: one query split per block, candidates in tiles
+    assert ranker.plan(1, 16_384, 64)[1] < 16_384
+
+
+@pytest.mark.parametrize("bidirectional", [False, True])
+def test_tiling_does_not_change_the_choice(bidirectional):
+    from avey_b.ranker import Ranker
+
+    config = presets.tiny(ranker="bidirectional" if bidirectional else "unidirectional")
+    x = torch.nn.functional.normalize(torch.randn(2, 9, 4, 32, generator=torch.Generator().manual_seed(0)), dim=-1)
+    keep = torch.ones(2, 9, 4, dtype=torch.bool)
+    keep[1, 6:] = False
+    keep[0, 2, 1:] = False
+    wide, tiled = Ranker(config), Ranker(config)
+    tiled.memory_elements = 2 * 4 * 4  # one query split x one candidate split per step
+    assert tiled.plan(2, 9, 4) == (1, 1)
+    for a, b in zip(wide.select(x, keep), tiled.select(x, keep), strict=True):
+        assert torch.equal(a, b)
