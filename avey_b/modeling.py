@@ -230,7 +230,7 @@ class AveyBModel(AveyBPreTrainedModel):
         keep = None
         if mask is not None and (tracing or not bool(mask.all())):
             keep = mask
-        if keep is None and (pad or tracing):
+        if keep is None and (tracing or pad):  # tracing first: no guard on the value of pad
             keep = torch.ones(B, N, dtype=torch.bool, device=x.device)
         if keep is not None:
             keep = F.pad(keep, (0, pad), value=False)

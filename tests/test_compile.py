@@ -1,0 +1,45 @@
+"""torch.compile serves every length with a bounded number of graphs, and equals eager.
+
+How the bound comes about: the ranker's selection (a loop over blocks of splits, whose trip count depends on
+the length) runs eagerly outside the graph (``torch.compiler.disable``), and the model takes no branch on
+length-dependent values while compiling. What remains are dynamo's own specializations of sizes 0 and 1: a
+length of 1 token, and a length of one split (``N <= S``), each compile once more. So for one batch-size class
+(1, or more than 1) the model compiles its graph pieces for at most three length classes — ``N = 1``,
+``1 < N <= S`` and ``N > S`` (with and without a partial last split) — and never again, whatever the length.
+"""
+
+import random
+
+import pytest
+import torch
+from torch._dynamo.utils import counters
+
+from avey_b import AveyBModel, presets
+
+pytestmark = pytest.mark.slow
+
+
+def test_twenty_random_lengths_compile_nothing_new_and_equal_eager():
+    torch._dynamo.reset()
+    counters.clear()
+    torch.manual_seed(0)
+    model = AveyBModel(presets.tiny()).eval()
+    compiled = torch.compile(model, dynamic=True)
+    g = torch.Generator().manual_seed(0)
+
+    def run(length):
+        # continuous inputs: token ids from a 99-word vocabulary repeat so often that exact MaxSim ties are common,
+        # and a tie may be broken differently by a 1e-7 difference (compiled vs eager rounding)
+        x = torch.randn(2, length, 32, generator=g)
+        with torch.no_grad():
+            torch.testing.assert_close(compiled(inputs_embeds=x).last_hidden_state,
+                                       model(inputs_embeds=x).last_hidden_state, rtol=1e-4, atol=1e-4)
+
+    for length in (1, 3, 4, 5, 8):  # the length classes: N = 1, N <= S (= 4), N > S with/without a partial split
+        run(length)
+    warm = counters["stats"]["unique_graphs"]
+    assert warm <= 16
+    rng = random.Random(0)
+    for length in [rng.randint(1, 20_000) for _ in range(20)]:
+        run(length)
+    assert counters["stats"]["unique_graphs"] == warm  # no new graph for any length
