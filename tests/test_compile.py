@@ -43,3 +43,25 @@ def test_twenty_random_lengths_compile_nothing_new_and_equal_eager():
     for length in [rng.randint(1, 20_000) for _ in range(20)]:
         run(length)
     assert counters["stats"]["unique_graphs"] == warm  # no new graph for any length
+
+
+def test_torchscript_tracing_fails_loudly_and_export_at_a_fixed_length_equals_eager():
+    model = AveyBModel(presets.tiny()).eval()
+    ids = torch.randint(1, 99, (2, 50), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones_like(ids)
+    mask[1, 30:] = 0
+    with pytest.raises(NotImplementedError, match="does not support TorchScript tracing"):
+        torch.jit.trace(lambda i, m: model(i, attention_mask=m).last_hidden_state, (ids, mask))
+
+    class Encoder(torch.nn.Module):
+        def __init__(self, model):
+            super().__init__()
+            self.model = model
+
+        def forward(self, input_ids, attention_mask):
+            return self.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+
+    wrapped = Encoder(model).eval()
+    exported = torch.export.export(wrapped, (ids, mask))
+    with torch.no_grad():
+        torch.testing.assert_close(exported.module()(ids, mask)[mask.bool()], wrapped(ids, mask)[mask.bool()])
