@@ -22,6 +22,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "niah": ("avey_b.evaluation.niah", "generate / evaluate needle-in-a-haystack sets"),
     "bench": ("avey_b.benchmarking.efficiency", "latency / throughput vs sequence length"),
     "convert": ("avey_b.convert", "convert an authors' release checkpoint to this library's format"),
+    "export": ("avey_b.export", "an Avey-B checkpoint as ONNX / torch.export, for every length"),
 }
 
 

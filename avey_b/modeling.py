@@ -215,7 +215,16 @@ class AveyBModel(AveyBPreTrainedModel):
         all_hidden = [x] if output_hidden_states else None
         B, N, d = x.shape
         S = config.split_size
-        n = (N + S - 1) // S
+        if torch.compiler.is_exporting():
+            # The exporter cannot prove facts about ceil(N/S) of a symbolic length (N <= n·S, n != 1, ...) and would
+            # pin the graph to one split count. Computed as a value with its facts stated, the split count is a free
+            # symbol, and the exported graph holds for every length.
+            n = torch.scalar_tensor(N).add(S - 1).div(S, rounding_mode="floor").long().item()
+            torch._check(n >= 1)
+            torch._check(n * S >= N)
+            torch._check(n * S < N + S)
+        else:
+            n = (N + S - 1) // S
         pad = n * S - N
 
         # Any padding side: each row's real tokens are moved to its front (in order) so that splits start at the
@@ -223,7 +232,11 @@ class AveyBModel(AveyBPreTrainedModel):
         mask = None if attention_mask is None else attention_mask.bool()
         order = None
         if mask is not None and (tracing or bool((mask[:, 1:] & ~mask[:, :-1]).any())):
-            order = torch.sort((~mask).to(torch.uint8), dim=1, stable=True).indices  # (B, N)
+            # where each token goes: real tokens to the front, then the padding, both in order (a stable sort by
+            # "is padding", written with cumsum/scatter, which every exporter supports)
+            real = mask.long()
+            dest = torch.where(mask, real.cumsum(1) - 1, real.sum(1, keepdim=True) + (1 - real).cumsum(1) - 1)
+            order = torch.zeros_like(dest).scatter(1, dest, torch.arange(N, device=x.device).expand(B, N))  # (B, N)
             x = x.gather(1, order[..., None].expand(-1, -1, d))
             mask = mask.gather(1, order)
 

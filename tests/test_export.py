@@ -1,0 +1,65 @@
+"""Export for every length: a torch.export program and an ONNX model (onnxruntime) with dynamic batch and length
+equal the eager model — below k+1 splits, inside, past one ranker block, up to 16K tokens — with padding on any
+side. Token ids are distinct within a row so that no two splits tie exactly in the ranker (a tie may be broken
+either way by a 1e-7 rounding difference)."""
+
+import pytest
+import torch
+
+from avey_b import AveyBForMaskedLM, AveyBModel, presets
+from avey_b.export import Exportable, export_onnx, export_program, main, verify_onnx
+
+pytestmark = pytest.mark.slow
+CONFIG = dict(vocab_size=20_000)  # tiny: S = 4, k = 2, so k + 1 splits = 12 tokens; ranker block 1,024 tokens
+
+
+def inputs(batch, length, left=False):
+    gen = torch.Generator().manual_seed(length)
+    ids = torch.stack([torch.randperm(19_999, generator=gen)[:length] + 1 for _ in range(batch)])
+    mask = torch.ones_like(ids)
+    if batch > 1:
+        cut = max(1, length // 2)
+        if left:
+            mask[-1, :length - cut] = 0
+        else:
+            mask[-1, cut:] = 0
+    return ids, mask
+
+
+@pytest.fixture(scope="module")
+def model():
+    torch.manual_seed(0)
+    return AveyBModel(presets.tiny(**CONFIG)).eval()
+
+
+def test_torch_export_program_runs_at_every_length_and_batch(model):
+    program = export_program(model).module()
+    eager = Exportable(model, "last_hidden_state")
+    for batch, length, left in [
+            (1, 1, False), (2, 7, True), (3, 13, False), (1, 50, False), (2, 1100, True), (3, 3000, False)]:
+        ids, mask = inputs(batch, length, left)
+        with torch.no_grad():
+            got, want = program(ids, mask), eager(ids, mask)
+        torch.testing.assert_close(got[mask.bool()], want[mask.bool()], rtol=1e-5, atol=1e-5)
+
+
+def test_onnx_model_runs_at_every_length_and_batch(model, tmp_path):
+    import onnxruntime as ort
+
+    path = export_onnx(model, tmp_path / "avey.onnx")
+    assert verify_onnx(path, model, "last_hidden_state", lengths=(1, 7, 13, 50, 1100, 16_384)) <= 1e-4
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    for batch, length, left in [(1, 5, False), (3, 333, True), (4, 2049, False)]:
+        ids, mask = inputs(batch, length, left)
+        got = torch.from_numpy(session.run(None, {"input_ids": ids.numpy(), "attention_mask": mask.numpy()})[0])
+        with torch.no_grad():
+            want = model(ids, attention_mask=mask).last_hidden_state
+        torch.testing.assert_close(got[mask.bool()], want[mask.bool()], rtol=1e-4, atol=1e-4)
+
+
+def test_export_verb_writes_and_verifies_a_masked_lm(tmp_path, capsys):
+    torch.manual_seed(0)
+    AveyBForMaskedLM(presets.tiny(**CONFIG)).save_pretrained(tmp_path / "ckpt")
+    assert main([str(tmp_path / "ckpt"), str(tmp_path / "mlm.onnx"), "--head", "masked-lm"]) == 0
+    out = capsys.readouterr().out
+    assert (tmp_path / "mlm.onnx").is_file() and "onnxruntime matches the eager model" in out
