@@ -108,6 +108,10 @@ class AveyBConfig(PretrainedConfig):
             precision; `"bfloat16"` runs the selection GEMM (the ``O(N²d)`` part) in bf16 for float32 inputs,
             which is several times faster on CPUs with AMX and GPUs. Only near-ties can be chosen differently:
             the weights of the chosen splits are always recomputed at full precision.
+        chunk_tokens (`int`, defaults to 65536): after the ranker's choice, processor rows are built and run through
+            the layers in chunks of about this many tokens, which bounds activation memory for long inputs (eager;
+            compiled and exported graphs, and ``output_hidden_states``, take all rows at once). It does not change
+            results beyond float rounding.
         compressor (`bool`, defaults to `True`): the neural compressor ``X̂ = P·X_cat (+ X_i)`` (§4.3). When off,
             each split is processed together with its ``k`` retrieved splits (``(k+1)S`` tokens) and only the
             current split's outputs are kept.
@@ -162,6 +166,7 @@ class AveyBConfig(PretrainedConfig):
         ranker_weighting: str = "max",
         ranker_block_size: int = 1024,
         ranker_memory_mb: int = 256,
+        chunk_tokens: int = 65536,
         ranker_selection_precision: str = "exact",
         compressor: bool = True,
         compressor_residual: bool = True,
@@ -206,6 +211,7 @@ class AveyBConfig(PretrainedConfig):
         self.ranker_weighting = ranker_weighting
         self.ranker_block_size = ranker_block_size
         self.ranker_memory_mb = ranker_memory_mb
+        self.chunk_tokens = chunk_tokens
         self.ranker_selection_precision = ranker_selection_precision
         self.compressor = compressor
         self.compressor_residual = compressor_residual
@@ -270,7 +276,7 @@ class AveyBConfig(PretrainedConfig):
     # -- validation ------------------------------------------------------------------------------------------
     def _validate(self) -> None:
         for field in ("vocab_size", "hidden_size", "num_hidden_layers", "split_size", "expansion_factor",
-                      "ranker_block_size", "ranker_memory_mb"):
+                      "ranker_block_size", "ranker_memory_mb", "chunk_tokens"):
             value = getattr(self, field)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"AveyBConfig.{field} must be an integer >= 1, got {value!r}")

@@ -252,17 +252,22 @@ class AveyBModel(AveyBPreTrainedModel):
             keep = keep.view(B, n, S)
         x = x.reshape(B, n, S, d)
 
-        if self.ranker is None:  # ablation "w/o ranker": every split alone
-            h, h_keep = x, keep
-        else:
-            x_cat, keep_cat = self.ranker(x, keep)  # (B, n, (k+1)S, d)
-            if self.compressor is not None:
-                h, h_keep = self.compressor(x_cat, x), keep  # (B, n, S, d)
-            else:  # ablation "w/o compression": process (k+1)S tokens, keep the current split's S
-                h, h_keep = x_cat, keep_cat
-        C = h.shape[2]
-        h = h.reshape(B * n, C, d)
-        h_keep = None if h_keep is None else h_keep.reshape(B * n, C)
+        # After the choice, processor rows are independent: they are built (retrieval, compression) and run through
+        # the layers in chunks of about `chunk_tokens` tokens, so activation memory stays bounded for long inputs.
+        x_f, keep_f = x.reshape(B * n, S, d), None if keep is None else keep.reshape(B * n, S)
+        if self.ranker is not None:
+            xn, idx, ok = self.ranker.choose(x, keep)
+            _, xn_f, _, gidx, ok_f = self.ranker.flat(x, keep, idx, ok, xn)
+        C = (config.num_retrieved_splits + 1) * S if self.ranker is not None and self.compressor is None else S
+
+        def rows_in(sel):
+            """Processor input rows (R, C, d) and their keep mask for the splits ``sel``."""
+            if self.ranker is None:  # ablation "w/o ranker": every split alone
+                return x_f[sel], None if keep_f is None else keep_f[sel]
+            x_cat, keep_cat = self.ranker.concat(x_f, xn_f, keep_f, gidx, ok_f, sel)
+            if self.compressor is None:  # ablation "w/o compression": process (k+1)S tokens, keep the current S
+                return x_cat, keep_cat
+            return self.compressor(x_cat, x_f[sel]), None if keep_f is None else keep_f[sel]
 
         # Split-level unpadding: a processor row whose split holds no real token is dropped (its outputs are
         # padding) and comes back as zeros at the end. Eager only: the number of rows depends on the values.
@@ -271,7 +276,6 @@ class AveyBModel(AveyBPreTrainedModel):
             split_ok = keep.any(-1).reshape(B * n)
             if not bool(split_ok.all()):
                 rows = split_ok.nonzero().squeeze(1)
-                h, h_keep = h.index_select(0, rows), h_keep.index_select(0, rows)
 
         def restore(rows_out: torch.Tensor) -> torch.Tensor:
             """Processor rows -> (B, N, d) in the input's token order."""
@@ -280,15 +284,28 @@ class AveyBModel(AveyBPreTrainedModel):
             seq = self._reassemble(rows_out, B, N)
             return seq if order is None else seq.scatter(1, order[..., None].expand_as(seq), seq)
 
-        for layer in self.layers:
-            h = layer(h, h_keep)
-            if output_hidden_states:
-                seq = restore(h)
-                all_hidden.append(seq)
-                if C == S:  # rows are the splits: continue from the returned tensor, so it is on the gradient path
-                    aligned = seq if order is None else seq.gather(1, order[..., None].expand_as(seq))
-                    h = F.pad(aligned, (0, 0, 0, pad)).reshape(B * n, S, d)
-                    h = h if rows is None else h.index_select(0, rows)
+        total = B * n if rows is None else rows.numel()
+        chunk = max(1, config.chunk_tokens // C)
+        if tracing or output_hidden_states or total <= chunk:  # one pass over all rows
+            h, h_keep = rows_in(slice(None) if rows is None else rows)
+            for layer in self.layers:
+                h = layer(h, h_keep)
+                if output_hidden_states:
+                    seq = restore(h)
+                    all_hidden.append(seq)
+                    if C == S:  # rows are the splits: continue from the returned tensor (on the gradient path)
+                        aligned = seq if order is None else seq.gather(1, order[..., None].expand_as(seq))
+                        h = F.pad(aligned, (0, 0, 0, pad)).reshape(B * n, S, d)
+                        h = h if rows is None else h.index_select(0, rows)
+        else:
+            outs = []
+            for start in range(0, total, chunk):
+                sel = slice(start, start + chunk) if rows is None else rows[start:start + chunk]
+                h, h_keep = rows_in(sel)
+                for layer in self.layers:
+                    h = layer(h, h_keep)
+                outs.append(h[:, -S:])  # only the current split's outputs are kept
+            h = torch.cat(outs)
         out = restore(h)
         if self.norm is not None:
             out = self.norm(out)

@@ -158,6 +158,57 @@ class Ranker(nn.Module):
         best = sim.amax(-1).float().masked_fill(~keep[:, :, :, None], 0.0)
         return self._top_k(best.sum(2), 0, n, keep)
 
+    def choose(self, x: torch.Tensor, keep: torch.Tensor | None):
+        """The choice for every split: ``(xn, idx, ok)`` with ``xn`` the unit vectors (B, n, S, d), ``idx`` (B, n, k)
+        candidate split ids laid out as in ``X_cat`` and ``ok`` (B, n, k) whether a slot holds a split."""
+        B, n, S, d = x.shape
+        xn = F.normalize(x, dim=-1, eps=1e-12)
+        if self.k == 0:
+            empty = torch.zeros(B, n, 0, dtype=torch.long, device=x.device)
+            return xn, empty, empty.bool()
+        if torch.compiler.is_exporting():
+            keep_all = torch.ones(B, n, S, dtype=torch.bool, device=x.device) if keep is None else keep
+            idx, ok = self.select_for_export(xn, keep_all)
+        else:
+            idx, ok = self.select(xn, keep)
+        return xn, idx, ok
+
+    def concat(self, x: torch.Tensor, xn: torch.Tensor, keep: torch.Tensor | None, idx: torch.Tensor,
+               ok: torch.Tensor, rows) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``X_cat`` (R, (k+1)S, d) and its keep mask for the processor rows ``rows`` (a slice or index tensor).
+
+        All arguments are flat over splits: ``x``/``xn`` (B·n, S, d), ``keep`` (B·n, S) or None, ``idx`` (B·n, k)
+        *global* split ids, ``ok`` (B·n, k). Rows are independent, so the model can build them in chunks."""
+        xs = x[rows]
+        ks = None if keep is None else keep[rows]
+        if self.k == 0:
+            return xs, ks
+        sel, okr = idx[rows], ok[rows]  # (R, k)
+        keep_sel = None if keep is None else keep[sel]  # (R, k, S)
+        # MaxSim of the k selected pairs, recomputed at the model's precision and under autograd when it is on
+        # (O(N·k·S·d): cheap next to the selection, and the only part that gradients flow through).
+        score = _maxsim(xn[rows].unsqueeze(1), xn[sel], None if ks is None else ks.unsqueeze(1), keep_sel)
+        # Normalize by the largest (paper) or smallest (release) selected score.
+        if self.weighting == "max":
+            den = score.masked_fill(~okr, float("-inf")).amax(-1, keepdim=True)
+        else:
+            den = score.masked_fill(~okr, float("inf")).amin(-1, keepdim=True)
+        w = torch.where(okr, score / (den + self.eps), torch.zeros_like(score))  # (R, k); 0 for empty slots
+        retrieved = x[sel] * w[..., None, None].to(x.dtype)  # (R, k, S, d)
+        x_cat = torch.cat([retrieved.flatten(1, 2), xs], dim=1)  # (R, (k+1)S, d)
+        if ks is None:
+            ks = torch.ones(xs.shape[:2], dtype=torch.bool, device=x.device)
+        slot = (okr[..., None] if keep_sel is None else keep_sel & okr[..., None]).expand(-1, -1, xs.shape[1])
+        return x_cat, torch.cat([slot.flatten(1, 2), ks], dim=1)
+
+    @staticmethod
+    def flat(x: torch.Tensor, keep: torch.Tensor | None, idx: torch.Tensor, ok: torch.Tensor, xn: torch.Tensor):
+        """The (B, n, ...) tensors of :meth:`choose` flattened over splits for :meth:`concat` (ids made global)."""
+        B, n, S, d = x.shape
+        gidx = (idx + n * torch.arange(B, device=x.device)[:, None, None]).reshape(B * n, -1)
+        return (x.reshape(B * n, S, d), xn.reshape(B * n, S, d), None if keep is None else keep.reshape(B * n, S),
+                gidx, ok.reshape(B * n, -1))
+
     def forward(self, x: torch.Tensor, keep: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """x: (B, n, S, d) embeddings, zero at padding.
 
@@ -166,29 +217,10 @@ class Ranker(nn.Module):
         B, n, S, d = x.shape
         if self.k == 0:
             return x, keep
-        xn = F.normalize(x, dim=-1, eps=1e-12)
-        if torch.compiler.is_exporting():
-            keep_all = torch.ones(B, n, S, dtype=torch.bool, device=x.device) if keep is None else keep
-            idx, ok = self.select_for_export(xn, keep_all)
-        else:
-            idx, ok = self.select(xn, keep)
-        batch = torch.arange(B, device=x.device)[:, None, None]
-        # MaxSim of the k selected pairs, recomputed at the model's precision and under autograd when it is on
-        # (O(N·k·S·d): cheap next to the selection, and the only part that gradients flow through).
-        keep_sel = None if keep is None else keep[batch, idx]
-        score = _maxsim(xn.unsqueeze(2), xn[batch, idx], None if keep is None else keep.unsqueeze(2), keep_sel)
-        # Normalize by the largest (paper) or smallest (release) selected score.
-        if self.weighting == "max":
-            den = score.masked_fill(~ok, float("-inf")).amax(-1, keepdim=True)
-        else:
-            den = score.masked_fill(~ok, float("inf")).amin(-1, keepdim=True)
-        w = torch.where(ok, score / (den + self.eps), torch.zeros_like(score))  # (B, n, k); 0 for empty slots
-        retrieved = x[batch, idx] * w[..., None, None].to(x.dtype)  # (B, n, k, S, d)
-        x_cat = torch.cat([retrieved.flatten(2, 3), x], dim=2)  # (B, n, (k+1)S, d)
-        keep = torch.ones(B, n, S, dtype=torch.bool, device=x.device) if keep is None else keep
-        keep_sel = keep[batch, idx] if keep_sel is None else keep_sel
-        keep_cat = torch.cat([(keep_sel & ok[..., None]).flatten(2, 3), keep], dim=2)
-        return x_cat, keep_cat
+        xn, idx, ok = self.choose(x, keep)
+        x_f, xn_f, keep_f, gidx, ok_f = self.flat(x, keep, idx, ok, xn)
+        x_cat, keep_cat = self.concat(x_f, xn_f, keep_f, gidx, ok_f, slice(None))
+        return x_cat.view(B, n, -1, d), keep_cat.view(B, n, -1)
 
 
 class Compressor(nn.Module):

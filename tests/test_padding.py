@@ -188,3 +188,17 @@ def test_splits_without_real_tokens_skip_the_processor_and_come_back_as_zeros(mo
     with torch.no_grad():
         for row, (seq, pos) in enumerate(zip(seqs, where, strict=True)):
             torch.testing.assert_close(out[row, pos], model(seq[None]).last_hidden_state[0], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["default", "no_compressor", "ranker_off", "k0", "bidirectional"])
+def test_processing_rows_in_chunks_changes_nothing(name):
+    """Long inputs run the processor in chunks of rows (bounded activation memory): same outputs as one pass,
+    with and without padding."""
+    whole = seeded(AveyBModel, presets.tiny(**VARIANTS[name]))
+    chunked = seeded(AveyBModel, presets.tiny(**VARIANTS[name], chunk_tokens=8))  # 2 rows of 4 tokens a chunk
+    seqs, ids, mask, where = _batch_with_padding_everywhere()
+    with torch.no_grad():
+        for kwargs in ({"attention_mask": mask}, {}):
+            a = whole(ids, **kwargs).last_hidden_state
+            b = chunked(ids, **kwargs).last_hidden_state
+            torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)
