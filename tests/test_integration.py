@@ -21,7 +21,7 @@ def tiny_tokenizer() -> PreTrainedTokenizerFast:
                                    sep_token="[SEP]", mask_token="[MASK]")
 
 
-def test_layer_stack_and_model_compile_without_graph_breaks():
+def test_layers_compile_without_graph_breaks_and_the_model_breaks_only_at_the_selection():
     model = seeded(AveyBForMaskedLM, presets.tiny())
     ids = torch.randint(1, 99, (2, 13), generator=torch.Generator().manual_seed(0))
     mask = torch.ones_like(ids)
@@ -30,8 +30,12 @@ def test_layer_stack_and_model_compile_without_graph_breaks():
         layer = AveyBLayer(presets.tiny(layer_pattern="all_" + kind), 0)
         explanation = torch._dynamo.explain(layer)(torch.randn(6, 4, 32), mask.new_ones(6, 4).bool())
         assert explanation.graph_break_count == 0, explanation.break_reasons
+    # the ranker's choice (a loop whose trip count depends on the length) runs eagerly by design, so that the
+    # compiled graphs do not depend on the number of splits; it is the only place the graph breaks
     explanation = torch._dynamo.explain(model)(ids, attention_mask=mask)
-    assert explanation.graph_break_count == 0, explanation.break_reasons
+    assert explanation.graph_break_count >= 1
+    for reason in explanation.break_reasons:
+        assert "compiler.disable" in str(reason.reason) and "Ranker.select" in str(reason.reason), reason
 
 
 def test_compiled_model_matches_eager():
