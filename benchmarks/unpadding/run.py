@@ -68,7 +68,8 @@ def main() -> None:
             mask[row, :n] = 1
         for dtype in args.dtypes:
             ctx = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if dtype == "bf16" else torch.no_grad
-            sides = {"before": lambda: model(ids), "after": lambda: model(ids, attention_mask=mask)}
+            sides = {"before": lambda m=model, i=ids: m(i),
+                     "after": lambda m=model, i=ids, a=mask: m(i, attention_mask=a)}
             res = {s: [] for s in sides}
             with torch.no_grad():
                 with ctx():
