@@ -106,6 +106,7 @@ class Ranker(nn.Module):
         # Candidates as a (d, n·S) matrix: every product multiplies two row-major operands, the fast GEMM layout
         # for bf16 on CPU (a transposed operand is about 2x slower there).
         cand = xn.reshape(B, n * S, d).transpose(1, 2).contiguous()
+        split_ok = None if keep is None else keep.any(-1)  # (B, n): a split with no real token is no candidate
         ids, oks = [], []
         for q0 in range(0, n, blk):
             q1 = min(n, q0 + blk)
@@ -113,7 +114,7 @@ class Ranker(nn.Module):
             q = xn[:, q0:q1].reshape(B, (q1 - q0) * S, d)
             score = torch.cat([self._maxsim_tile(q, cand, keep, q0, q1, j0, min(J, j0 + tile))
                                for j0 in range(0, J, tile)], dim=-1)  # (B, nq, J)
-            i, o = self._top_k(score, q0, q1, keep)
+            i, o = self._top_k(score, q0, q1, split_ok)
             ids.append(i)
             oks.append(o)
         return torch.cat(ids, 1), torch.cat(oks, 1)
@@ -129,15 +130,15 @@ class Ranker(nn.Module):
             best = best.masked_fill(~keep[:, q0:q1, :, None], 0.0)
         return best.sum(2)  # (B, nq, jt)
 
-    def _top_k(self, score: torch.Tensor, q0, q1, keep) -> tuple[torch.Tensor, torch.Tensor]:
+    def _top_k(self, score: torch.Tensor, q0, q1, split_ok) -> tuple[torch.Tensor, torch.Tensor]:
         """From MaxSim scores (B, nq, J) of query splits q0:q1: the k best allowed candidates, laid out as in
         ``X_cat`` (missing slots on the left)."""
         k, J, device = self.k, score.shape[-1], score.device
         i = torch.arange(q1 - q0, device=device)[:, None] + q0
         j = torch.arange(J, device=device)[None, :]
         allowed = (j != i) if self.bidirectional else (j < i)  # (nq, J)
-        if keep is not None:  # a split with no real token is no candidate
-            allowed = allowed & keep[:, :J].any(-1)[:, None, :]
+        if split_ok is not None:
+            allowed = allowed & split_ok[:, None, :J]
         score = score.masked_fill(~allowed, float("-inf"))
         # k impossible columns more: topk(k) is defined at every number of candidates (also in exported graphs)
         score = F.pad(score, (0, k), value=float("-inf"))
@@ -156,7 +157,7 @@ class Ranker(nn.Module):
         sim = (q @ q.transpose(1, 2)).view(B, n, S, n, S)
         sim = sim.masked_fill(~keep[:, None, None, :, :], float("-inf"))
         best = sim.amax(-1).float().masked_fill(~keep[:, :, :, None], 0.0)
-        return self._top_k(best.sum(2), 0, n, keep)
+        return self._top_k(best.sum(2), 0, n, keep.any(-1))
 
     def choose(self, x: torch.Tensor, keep: torch.Tensor | None):
         """The choice for every split: ``(xn, idx, ok)`` with ``xn`` the unit vectors (B, n, S, d), ``idx`` (B, n, k)
