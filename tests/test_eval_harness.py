@@ -134,3 +134,24 @@ def test_a_missing_local_model_path_is_reported_as_such_not_as_a_hub_error(tmp_p
         load_model(str(tmp_path / "no" / "such" / "model"), "sequence-classification", RunConfig())
     with pytest.raises(FileNotFoundError, match="tokenizer not found: '../runs/x'"):
         load_task_tokenizer("../runs/x", RunConfig())
+
+
+def test_precision_auto_is_bf16_autocast_only_where_the_cpu_multiplies_bf16(env, monkeypatch):
+    from avey_b import device as dev
+    from avey_b.evaluation.tasks.base import autocast_ctx
+
+    cpu = torch.device("cpu")
+    monkeypatch.setattr(dev, "cpu_has_native_bf16", lambda: True)
+    with autocast_ctx(cpu, "auto"):
+        assert torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.bfloat16
+    with autocast_ctx(cpu, "fp32"):
+        assert not torch.is_autocast_enabled("cpu")
+    cfg = RunConfig(lr=1e-3, seed=0, max_steps=2, batch_size=8, max_length=16, device="cpu")
+    rec = run_cell(env["avey"], "sst2", cfg, env["sst2"])
+    assert rec["train"]["autocast"] == "bf16" and rec["train"]["tokens"] > 0 and rec["train"]["tokens_per_s"] > 0
+    monkeypatch.setattr(dev, "cpu_has_native_bf16", lambda: False)
+    with autocast_ctx(cpu, "auto"):
+        assert not torch.is_autocast_enabled("cpu")
+    assert run_cell(env["avey"], "sst2", cfg, env["sst2"])["train"]["autocast"] == "fp32"
+    with pytest.raises(ValueError, match="precision must be one of"):
+        RunConfig(lr=1e-3, precision="fp16")

@@ -10,7 +10,8 @@ trust its presence as "cell done").
 Why a plain loop rather than ``transformers.Trainer``: the four families need different things from the
 loop (IR is step-based with a two-tower InfoNCE loss, QA scoring needs the window bookkeeping, the paper
 protocol swaps heads), and the loop itself is short — AdamW, linear warm-up/decay
-(``get_linear_schedule_with_warmup``), gradient clipping, bf16 autocast on CUDA. Keeping it in view makes
+(``get_linear_schedule_with_warmup``), gradient clipping, bf16 autocast (``--precision auto``: on CUDA and on
+CPUs with native bf16). Keeping it in view makes
 the protocol auditable (exactly which steps, which schedule, which seed drives what) and keeps Avey-B and
 every baseline on the very same code path, with no Trainer defaults silently differing between versions.
 """
@@ -30,7 +31,7 @@ from typing import Any
 import torch
 
 from ..analysis import count_parameters
-from ..device import pick_device
+from ..device import pick_device, use_bf16
 from ..progress import Progress
 from ..records import utc_timestamp, write_json_atomic
 from ..training.checkpoint import save_pretrained_atomic
@@ -80,12 +81,15 @@ def train_model(model, task: Task, features: list[dict[str, Any]], cfg: RunConfi
     scheduler = get_linear_schedule_with_warmup(optimizer, int(cfg.warmup_ratio * steps), steps)
     model.train()
     losses: list[float] = []
-    step = 0
+    step = tokens = 0
+    t0 = time.perf_counter()
     progress = Progress(steps, f"finetune {task.name} (lr {cfg.lr:g}, seed {cfg.seed})")
     while step < steps:  # step budgets longer than one epoch cycle over the data (IR)
         for batch in loader:
             batch = {k: v.to(device) for k, v in batch.items()}
-            with autocast_ctx(device, cfg.bf16):
+            # real (non-padding) tokens through the encoder: both towers of an IR pair
+            tokens += sum(int(v.sum()) for k, v in batch.items() if k.endswith("attention_mask"))
+            with autocast_ctx(device, cfg.precision):
                 loss = task.loss(model, batch, cfg)
             if not torch.isfinite(loss):
                 raise FloatingPointError(f"non-finite training loss {loss.item()} at step {step} (lr {cfg.lr})")
@@ -101,9 +105,12 @@ def train_model(model, task: Task, features: list[dict[str, Any]], cfg: RunConfi
             if step >= steps:
                 break
     progress.close()
+    seconds = time.perf_counter() - t0
     model.eval()
     tenth = max(1, len(losses) // 10)
-    return {"steps": steps, "batches_per_epoch": len(loader), "loss_first": _mean(losses[:tenth]),
+    return {"steps": steps, "batches_per_epoch": len(loader), "tokens": tokens,
+            "tokens_per_s": round(tokens / seconds, 1) if seconds > 0 else None,
+            "autocast": "bf16" if use_bf16(cfg.precision, device) else "fp32", "loss_first": _mean(losses[:tenth]),
             "loss_last": _mean(losses[-tenth:]), "losses": [round(x, 5) for x in losses[:: max(1, steps // 100)]]}
 
 
@@ -175,7 +182,9 @@ def add_run_arguments(p: argparse.ArgumentParser, with_defaults: bool = True) ->
     t.add_argument("--warmup-ratio", type=float, default=d(0.1))
     t.add_argument("--weight-decay", type=float, default=d(0.0))
     t.add_argument("--device", help="cpu, cuda, cuda:1 ... (default: cuda when available)")
-    t.add_argument("--no-bf16", action="store_true", help="disable bf16 autocast on CUDA")
+    t.add_argument("--precision", choices=("auto", "bf16", "fp32"), default=d("auto"),
+                   help="auto (default): bf16 autocast on CUDA and on CPUs with native bf16 (AMX / AVX512-BF16), "
+                        "fp32 elsewhere")
     t.add_argument("--tokenizer", help="tokenizer name/path when the model directory has none")
     t.add_argument("--trust-remote-code", action="store_true", help="for Hub models with custom code (NeoBERT)")
 
@@ -186,7 +195,7 @@ def config_from_args(args: argparse.Namespace, lr: float, seed: int) -> tuple[Ru
         batch_size=args.batch_size, eval_batch_size=args.eval_batch_size, max_length=args.max_length,
         query_max_length=args.query_max_length, doc_stride=args.doc_stride,
         max_answer_length=args.max_answer_length, warmup_ratio=args.warmup_ratio,
-        weight_decay=args.weight_decay, bf16=not args.no_bf16, max_train_examples=args.max_train_examples,
+        weight_decay=args.weight_decay, precision=args.precision, max_train_examples=args.max_train_examples,
         max_eval_examples=args.max_eval_examples, device=args.device, trust_remote_code=args.trust_remote_code,
     )
     files = DataFiles(train=args.train_file, eval=args.eval_file, train_split=args.train_split,

@@ -133,7 +133,8 @@ def add_evaluate_arguments(e: argparse.ArgumentParser) -> None:
     e.add_argument("--max-eval-examples", type=int, default=None)
     e.add_argument("--seed", type=int, default=0)
     e.add_argument("--device", default=None)
-    e.add_argument("--no-bf16", action="store_true", help="disable bf16 autocast on CUDA")
+    e.add_argument("--precision", choices=("auto", "bf16", "fp32"), default="auto",
+                   help="auto (default): bf16 autocast on CUDA and on CPUs with native bf16, fp32 elsewhere")
     e.add_argument(
         "--trust-remote-code", action="store_true", help="for Hub models with custom code (NeoBERT)"
     )
@@ -222,7 +223,7 @@ def evaluate_model(name: str, task: str, args, log=print) -> dict[str, Any]:
         max_steps=args.max_steps,
         batch_size=args.batch_size,
         eval_batch_size=args.eval_batch_size,
-        bf16=not args.no_bf16,
+        precision=args.precision,
         device=args.device,
         trust_remote_code=args.trust_remote_code,
         max_answer_length=30,

@@ -50,7 +50,7 @@ PAPER_LRS = (2e-5, 6e-5, 1e-4, 5e-4)
 # CLI dest -> RunConfig field (flags with other names are mapped by hand below)
 _CFG_FLAGS = ("protocol", "epochs", "max_steps", "batch_size", "eval_batch_size", "max_length",
               "query_max_length", "doc_stride", "max_answer_length", "warmup_ratio", "weight_decay",
-              "max_train_examples", "max_eval_examples", "device", "trust_remote_code")
+              "max_train_examples", "max_eval_examples", "device", "precision", "trust_remote_code")
 _DATA_FLAGS = {"train_file": "train", "eval_file": "eval", "train_split": "train_split",
                "eval_split": "eval_split", "holdout": "holdout"}
 
@@ -128,8 +128,6 @@ def build_cells(suite: dict[str, Any], args: argparse.Namespace) -> tuple[list[C
     if "protocol" in suite:
         defaults["protocol"] = suite["protocol"]
     cli_cfg = {k: given[k] for k in _CFG_FLAGS if k in given}
-    if given.get("no_bf16"):
-        cli_cfg["bf16"] = False
     cli_data = {v: given[k] for k, v in _DATA_FLAGS.items() if k in given}
     if cli_data and len(tasks) > 1:
         raise ValueError("--train-file/--eval-file/--holdout/... apply to one task; use the suite's 'data' for several")

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from ...device import autocast
+from ...device import PRECISIONS, autocast, use_bf16
 from ...files import DataFileError, iter_jsonl, read_rows
 from ...heads import mean_pool  # importing the package registers Avey-B with the Auto classes
 from ...tokenization import load_tokenizer
@@ -61,8 +61,9 @@ class RunConfig:
     warmup_ratio: float = 0.1
     weight_decay: float = 0.0
     grad_clip: float = 1.0
-    bf16: bool = True
-    """bf16 autocast on CUDA (ignored on CPU, which runs float32)."""
+    precision: str = "auto"
+    """``auto``: bf16 autocast on CUDA and on CPUs that multiply bf16 natively (AMX / AVX512-BF16), float32
+    elsewhere — the policy of pretraining's ``precision: auto``; ``bf16`` or ``fp32`` force one."""
     normalize_embeddings: bool = True
     """IR only: L2-normalise the mean-pooled embeddings (retrieval by cosine)."""
     ir_scale: float = 20.0
@@ -75,6 +76,8 @@ class RunConfig:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
         if self.protocol not in PROTOCOLS:
             raise ValueError(f"protocol must be one of {PROTOCOLS}, got {self.protocol!r}")
         if not self.lr > 0:
@@ -205,7 +208,7 @@ def pad_id_of(tokenizer) -> int:
 
 
 def encode_texts(model, tokenizer, texts: Sequence[str], max_length: int, batch_size: int,
-                 device: torch.device, normalize: bool, autocast: bool) -> torch.Tensor:
+                 device: torch.device, normalize: bool, precision: str) -> torch.Tensor:
     """Embeddings (len(texts), d) in float32, computed in length-sorted batches for speed."""
     order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
     out = [None] * len(texts)
@@ -215,7 +218,7 @@ def encode_texts(model, tokenizer, texts: Sequence[str], max_length: int, batch_
         enc = tokenizer([texts[i] for i in idx], truncation=True, max_length=max_length)
         feats = [{"input_ids": ids, "attention_mask": am} for ids, am in zip(enc["input_ids"], enc["attention_mask"], strict=False)]
         batch = {k: v.to(device) for k, v in pad_batch(feats, pad).items()}
-        with torch.no_grad(), autocast_ctx(device, autocast):
+        with torch.no_grad(), autocast_ctx(device, precision):
             hidden = model(**batch).last_hidden_state
         emb = mean_pool(hidden.float(), batch["attention_mask"])
         emb = (F.normalize(emb, dim=-1) if normalize else emb).cpu()
@@ -251,9 +254,9 @@ def batches(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
         yield items[start:start + size]
 
 
-def autocast_ctx(device: torch.device, enabled: bool):
-    """Fine-tuning's precision policy: bf16 autocast on CUDA when ``enabled``; CPU runs float32."""
-    return autocast(device, enabled and device.type == "cuda")
+def autocast_ctx(device: torch.device, precision: str):
+    """bf16 autocast per ``precision`` (``auto`` / ``bf16`` / ``fp32``, see :func:`avey_b.device.use_bf16`)."""
+    return autocast(device, use_bf16(precision, device))
 
 
 def model_inputs(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

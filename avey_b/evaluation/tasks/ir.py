@@ -208,7 +208,7 @@ class RetrievalTask(base.Task):
             doc_ids = list(examples.corpus)
         qids = sorted(examples.qrels)
         enc = lambda texts, n: base.encode_texts(model, tokenizer, texts, n, cfg.eval_batch_size, device,
-                                                 cfg.normalize_embeddings, cfg.bf16)
+                                                 cfg.normalize_embeddings, cfg.precision)
         q_emb = enc([examples.queries[q] for q in qids], cfg.query_max_length).to(device)
         chunk = int(cfg.extra.get("corpus_chunk", 65536))
         doc_chunks = (enc([examples.corpus[d] for d in doc_ids[i:i + chunk]], cfg.max_length)

@@ -205,7 +205,7 @@ class QuestionAnsweringTask(base.Task):
         for start in range(0, len(feats), cfg.eval_batch_size):
             chunk = [{k: f[k] for k in keys} for f in feats[start:start + cfg.eval_batch_size]]
             batch = {k: v.to(device) for k, v in base.pad_batch(chunk, base.pad_id_of(tokenizer)).items()}
-            with torch.no_grad(), base.autocast_ctx(device, cfg.bf16):
+            with torch.no_grad(), base.autocast_ctx(device, cfg.precision):
                 yield start, model(**batch)
 
     def evaluate(self, model, tokenizer, examples, cfg) -> dict[str, float]:

@@ -81,7 +81,7 @@ class SequenceClassificationTask(base.Task):
         preds: list[int] = []
         for chunk in base.batches(feats, cfg.eval_batch_size):
             batch = {k: v.to(device) for k, v in base.pad_batch(list(chunk), base.pad_id_of(tokenizer)).items()}
-            with torch.no_grad(), base.autocast_ctx(device, cfg.bf16):
+            with torch.no_grad(), base.autocast_ctx(device, cfg.precision):
                 logits = model(**base.model_inputs(batch)).logits
             preds.extend(logits.float().argmax(-1).tolist())
         return preds

@@ -187,7 +187,7 @@ class TokenClassificationTask(base.Task):
         for start in range(0, len(feats), cfg.eval_batch_size):
             chunk = feats[start:start + cfg.eval_batch_size]
             batch = {k: v.to(device) for k, v in base.pad_batch(chunk, base.pad_id_of(tokenizer)).items()}
-            with torch.no_grad(), base.autocast_ctx(device, cfg.bf16):
+            with torch.no_grad(), base.autocast_ctx(device, cfg.precision):
                 preds = model(**base.model_inputs(batch)).logits.float().argmax(-1).tolist()
             for j, p in enumerate(preds):
                 ex = examples[start + j]
