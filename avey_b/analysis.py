@@ -12,6 +12,16 @@ from torch import nn
 from .layers import StaticMixer
 
 
+def count_flops(fn) -> int:
+    """FLOPs of one call of ``fn`` (a forward, a forward + backward...), counted by PyTorch's FlopCounterMode:
+    the matrix products actually run (2 per multiply-add), not elementwise work."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with FlopCounterMode(display=False) as counter:
+        fn()
+    return int(counter.get_total_flops())
+
+
 def count_parameters(model: nn.Module) -> int:
     """Parameters of any ``nn.Module``, a tied tensor counted once."""
     return sum(p.numel() for p in model.parameters())

@@ -7,8 +7,8 @@ The ranker scores every split against its candidates with MaxSim,
 ``X_cat = [w_1 X_{j1} | … | w_k X_{jk} | X_i]`` with missing slots as zeros on the left (so the current split
 always occupies the last ``S`` rows). It is vectorized: one GEMM per block of query splits against all of their
 candidates, ``amax`` over candidate tokens, ``topk`` for the choice and ``gather`` for the copies. The Python
-loops run over blocks of queries and tiles of candidates sized so that the similarities in flight never exceed
-``ranker_memory_mb``, instead of the ``N²`` full matrix.
+loops run over blocks of queries and cache-sized tiles of candidates (within ``ranker_memory_mb``): the max is
+taken while a tile is hot, so neither the ``N²`` matrix nor a ``block × N`` one is ever written.
 
 Gradients flow through the weights (the cosine scores), not through the discrete choice. The choice is made
 under ``no_grad`` (optionally with a bf16 GEMM, ``ranker_selection_precision``); the weights come from MaxSim
@@ -47,9 +47,11 @@ class Ranker(nn.Module):
 
     * a batch of mixed lengths is ranked row by row, each row over its own splits only (up to its last real
       split), so a short row costs what it would cost alone, not what the batch's longest row costs;
-    * the similarity working set of one step — ``B × (query tokens) × (candidate tokens)`` values — is capped
-      at ``ranker_memory_mb``: the block of query splits shrinks as ``N`` grows, and past one query split per
-      block the candidates are taken in tiles too (each tile gives its own MaxSim columns: no rescaling);
+    * the similarity working set of one step — ``B × (query tokens) × (candidate tokens)`` values — is one
+      cache-sized tile (:attr:`TILE_BYTES` per device and precision), reused for every step, and never above
+      ``ranker_memory_mb``; past that the query block shrinks too. Each tile gives its own MaxSim columns (no
+      rescaling), so the ``block × N`` similarities of a block are never written out; the memory beyond the
+      tile is the candidates and one score row per query split — linear in ``N``;
     * under ``torch.export`` / ONNX export the choice is one loop-free computation over all splits (the exported
       graph then runs at every length; its memory is ``N²`` similarities, so exported models are for the lengths
       a deployment serves), and in ``torch.compile`` the selection runs eagerly, outside the graph, so the
@@ -65,12 +67,22 @@ class Ranker(nn.Module):
         self.block_size = config.ranker_block_size
         self.memory_elements = config.ranker_memory_mb * 2**20 // 8  # fp32 similarities and their masked copy
         self.low_precision = config.ranker_selection_precision == "bfloat16"
+        self.tile_bytes = None  # the similarity tile's size; None: TILE_BYTES for the device (set to A/B-test)
 
-    def plan(self, B: int, n: int, S: int) -> tuple[int, int]:
-        """(query splits per block, candidate splits per tile) for ``B`` rows of ``n`` splits, within the cap."""
+    # Bytes of similarities per tile: small enough to stay in cache on CPU (the max is taken while the tile is
+    # hot, instead of writing and re-reading a block x N matrix), large enough that each GEMM keeps the cores
+    # busy; on GPU larger tiles amortize the launches. Measured in benchmarks/roofline/ (README there).
+    TILE_BYTES = {("cpu", 4): 2**20, ("cpu", 2): 4 * 2**20, ("cuda", 4): 64 * 2**20, ("cuda", 2): 64 * 2**20}
+
+    def plan(self, B: int, n: int, S: int, element_size: int = 4, device: str = "cpu") -> tuple[int, int]:
+        """(query splits per block, candidate splits per tile) for ``B`` rows of ``n`` splits.
+
+        A block has ``ranker_block_size`` query tokens; its candidates are taken in tiles of
+        ``tile_bytes`` similarities (a cache-sized working set), and never more than the memory cap allows."""
         per_pair = B * S * S  # similarities of one query split against one candidate split
-        blk = max(1, min(max(1, self.block_size // S), n, self.memory_elements // (per_pair * n)))
-        tile = max(1, min(n, self.memory_elements // (per_pair * blk)))
+        blk = max(1, min(max(1, self.block_size // S), n, self.memory_elements // per_pair))
+        tile_bytes = self.tile_bytes or self.TILE_BYTES.get((device, element_size), 64 * 2**20)
+        tile = max(1, min(n, tile_bytes // (element_size * per_pair * blk), self.memory_elements // (per_pair * blk)))
         return blk, tile
 
     @torch.compiler.disable
@@ -102,33 +114,43 @@ class Ranker(nn.Module):
 
     def _select(self, xn: torch.Tensor, keep: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
         B, n, S, d = xn.shape
-        blk, tile = self.plan(B, n, S)
+        blk, tile = self.plan(B, n, S, xn.element_size(), xn.device.type)
         # Candidates as a (d, n·S) matrix: every product multiplies two row-major operands, the fast GEMM layout
         # for bf16 on CPU (a transposed operand is about 2x slower there).
         cand = xn.reshape(B, n * S, d).transpose(1, 2).contiguous()
         split_ok = None if keep is None else keep.any(-1)  # (B, n): a split with no real token is no candidate
+        buffers: dict[tuple[int, ...], torch.Tensor] = {}  # one similarity tile per shape, reused: stays in cache
         ids, oks = [], []
         for q0 in range(0, n, blk):
             q1 = min(n, q0 + blk)
             J = n if self.bidirectional else q1  # unidirectional: only splits before the block's last one
             q = xn[:, q0:q1].reshape(B, (q1 - q0) * S, d)
-            score = torch.cat([self._maxsim_tile(q, cand, keep, q0, q1, j0, min(J, j0 + tile))
-                               for j0 in range(0, J, tile)], dim=-1)  # (B, nq, J)
+            score = torch.empty(B, q1 - q0, J, dtype=torch.float32, device=xn.device)
+            for j0 in range(0, J, tile):
+                j1 = min(J, j0 + tile)
+                self._maxsim_tile(q, cand, keep, q0, q1, j0, j1, buffers, out=score[:, :, j0:j1])
             i, o = self._top_k(score, q0, q1, split_ok)
             ids.append(i)
             oks.append(o)
         return torch.cat(ids, 1), torch.cat(oks, 1)
 
-    def _maxsim_tile(self, q, cand, keep, q0: int, q1: int, j0: int, j1: int) -> torch.Tensor:
-        """MaxSim of query splits ``q0:q1`` (as ``q``: (B, nq·S, d)) against candidate splits ``j0:j1``."""
+    def _maxsim_tile(self, q, cand, keep, q0: int, q1: int, j0: int, j1: int, buffers: dict, out: torch.Tensor):
+        """MaxSim of query splits ``q0:q1`` (as ``q``: (B, nq·S, d)) against candidate splits ``j0:j1``, written to
+        ``out`` (B, nq, jt) in float32: one GEMM into a reused tile buffer, then the max over each candidate
+        split's tokens while the tile is in cache (a candidate split never straddles two tiles, so no running max
+        across tiles is needed)."""
         B, S = q.shape[0], (q.shape[1] // (q1 - q0))
-        sim = (q @ cand[:, :, j0 * S: j1 * S]).view(B, q1 - q0, S, j1 - j0, S)  # cosines, one GEMM per tile
-        if keep is not None:
-            sim = sim.masked_fill(~keep[:, None, None, j0:j1, :], float("-inf"))
-        best = sim.amax(-1).float()  # (B, nq, S, jt) best candidate token per query token
-        if keep is not None:
-            best = best.masked_fill(~keep[:, q0:q1, :, None], 0.0)
-        return best.sum(2)  # (B, nq, jt)
+        shape = (B, q.shape[1], (j1 - j0) * S)
+        buf = buffers.get(shape)
+        if buf is None:
+            buf = buffers[shape] = q.new_empty(shape)
+        sim = torch.matmul(q, cand[:, :, j0 * S: j1 * S], out=buf).view(B, q1 - q0, S, j1 - j0, S)  # cosines
+        if keep is not None:  # a padded candidate token is never the best match
+            sim.masked_fill_(~keep[:, None, None, j0:j1, :], float("-inf"))
+        best = sim.amax(-1)  # (B, nq, S, jt) best candidate token per query token
+        if keep is not None:  # padded query tokens do not vote
+            best.masked_fill_(~keep[:, q0:q1, :, None], 0.0)
+        torch.sum(best, 2, dtype=torch.float32, out=out)
 
     def _top_k(self, score: torch.Tensor, q0, q1, split_ok) -> tuple[torch.Tensor, torch.Tensor]:
         """From MaxSim scores (B, nq, J) of query splits q0:q1: the k best allowed candidates, laid out as in

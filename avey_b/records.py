@@ -25,8 +25,8 @@ def utc_timestamp() -> str:
 
 
 def slug(name: str) -> str:
-    """``name`` as one path component: runs of characters other than ``[A-Za-z0-9._-]`` become ``_``."""
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", str(name)).strip("_") or "model"
+    """``name`` as one path component: runs of characters other than ``[A-Za-z0-9._@-]`` become ``_``."""
+    return re.sub(r"[^A-Za-z0-9._@-]+", "_", str(name)).strip("_") or "model"
 
 
 def append_jsonl(path: str | os.PathLike | None, record: dict[str, Any], *, echo: bool = False) -> None:

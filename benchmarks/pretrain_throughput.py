@@ -24,8 +24,9 @@ import torch
 
 import avey_b  # noqa: F401
 from avey_b import AveyBForMaskedLM, presets
+from avey_b.analysis import count_flops
 from avey_b.training.config import load_config
-from avey_b.training.metrics import count_flops, peak_flops
+from avey_b.training.metrics import peak_flops
 from avey_b.training.pretrain import build_optimizer, mlm_sums
 
 

@@ -116,6 +116,22 @@ def test_aggregate_median_at_best_lr_and_best_of():
     assert "PAPER-COMPATIBLE" in md and "**74.00***" in md and "| m |" in md
 
 
+def test_report_compares_variants_of_a_model():
+    recs = [{"model_name": f"{m}@{v}", "task": t, "lr": lr, "score": s}
+            for m, base in (("avey-b", 70.0), ("bert", 60.0)) for v, gain in (("scratch", 0.0), ("pretrained", 5.0))
+            for t in ("sst2", "conll2003") for lr, shift in ((1e-4, 0.0), (1e-3, 1.0)) for s in (
+                base + gain + shift - 1, base + gain + shift, base + gain + shift + 2)]
+    recs.append({"model_name": "plain", "task": "sst2", "lr": 1e-4, "score": 50.0})
+    order = ["avey-b@scratch", "avey-b@pretrained", "bert@scratch", "bert@pretrained", "plain"]  # the suite's order
+    md = report.markdown(report.aggregate(recs, "median"), "standard", "median", [], models=order)
+    assert "| Model | Task | scratch | pretrained | Δ pretrained |" in md
+    assert "| avey-b | SST-2 | 71.00 ± 1.53 [70.00, 73.00] | 76.00 ± 1.53 [75.00, 78.00] | +5.00 |" in md
+    assert "| bert | CoNLL | 61.00 ± 1.53 [60.00, 63.00] | 66.00 ± 1.53 [65.00, 68.00] | +5.00 |" in md
+    assert "| plain | SST-2 |" not in md.split("**By variant**")[1]
+    assert "**By variant**" not in report.markdown(report.aggregate(recs[-1:], "median"), "standard", "median", [])
+    assert sweep.parse_models(["avey-b@scratch=/x"]) == {"avey-b@scratch": "/x"}
+
+
 def test_help_works():
     for main in (finetune.main, sweep.main, report.main):
         with pytest.raises(SystemExit) as e:

@@ -152,19 +152,19 @@ def test_bf16_selection_keeps_exact_weights():
     torch.testing.assert_close(fast(x, None)[0], exact(x, None)[0], rtol=0, atol=0)
 
 
-def test_memory_cap_bounds_the_working_set_at_every_length():
+def test_the_similarity_tile_is_cache_sized_and_within_the_memory_cap_at_every_length():
     from avey_b.ranker import Ranker
 
-    ranker = Ranker(presets.small())  # S = 64, ranker_memory_mb = 256
-    budget = 256 * 2**20
-    for N in (16_384, 65_536, 262_144, 1_048_576):
-        n = N // 64
-        blk, tile = ranker.plan(1, n, 64)
-        assert blk * tile * 64 * 64 * 8 <= budget  # fp32 similarities + their masked copy, one step
-        assert blk >= 1 and tile >= 1
-    assert ranker.plan(1, 256, 64) == (16, 256)  # short inputs: whole candidate rows, 1024-token query blocks
-    assert ranker.plan(1, 16_384, 64)[0] == 1  # 1M tokens: one query split per block, candidates in tiles
-    assert ranker.plan(1, 16_384, 64)[1] < 16_384
+    ranker = Ranker(presets.small())  # S = 64, 1024-token query blocks, ranker_memory_mb = 256
+    for N in (1024, 16_384, 65_536, 262_144, 1_048_576):
+        for size in (4, 2):  # fp32, bf16
+            blk, tile = ranker.plan(1, N // 64, 64, size)
+            assert blk == min(16, N // 64)  # the query block does not shrink with N
+            assert tile * 64 * blk * 64 * size <= Ranker.TILE_BYTES["cpu", size]  # one cache-sized tile per step
+    assert ranker.plan(1, 256, 64, 4) == (16, 4) and ranker.plan(1, 256, 64, 2) == (16, 32)
+    assert ranker.plan(1, 256, 64, 4, "cuda")[1] == 256  # GPU: whole candidate rows at 16K tokens
+    ranker.memory_elements = 2 * 64 * 64  # a tiny cap wins over the tile size, then over the block
+    assert ranker.plan(1, 256, 64, 4) == (2, 1)
 
 
 @pytest.mark.parametrize("bidirectional", [False, True])

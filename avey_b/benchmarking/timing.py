@@ -43,6 +43,7 @@ import torch
 __all__ = [
     "PeakRSSSampler",
     "Timing",
+    "gemm_rate",
     "measure",
     "synchronize",
 ]
@@ -57,6 +58,27 @@ def synchronize(device: torch.device | str) -> None:
         torch.mps.synchronize()
     elif device.type == "xpu":  # pragma: no cover
         torch.xpu.synchronize(device)
+
+
+def gemm_rate(dtype: torch.dtype = torch.float32, n: int = 2048, repeats: int = 5,
+              device: torch.device | str = "cpu") -> float:
+    """FLOP/s of the fastest of ``repeats`` square ``n``-cubed GEMMs in ``dtype`` on ``device``.
+
+    The reference for FLOP utilization: measured in the same process, with the same thread count and at (nearly)
+    the same time as the figure it is compared with, because this machine's speed drifts between runs. Callers
+    measure it before and after their points and report both (or their mean)."""
+    g = torch.Generator(device=device).manual_seed(0)
+    a = torch.randn(n, n, generator=g, device=device).to(dtype)
+    b = torch.randn(n, n, generator=g, device=device).to(dtype)
+    a @ b  # warm-up (oneDNN / cuBLAS kernel choice)
+    best = float("inf")
+    for _ in range(repeats):
+        synchronize(device)
+        t = time.perf_counter()
+        a @ b
+        synchronize(device)
+        best = min(best, time.perf_counter() - t)
+    return 2 * n**3 / best
 
 
 def _rss_bytes() -> int | None:

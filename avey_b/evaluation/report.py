@@ -9,6 +9,11 @@ is the sample standard deviation (ddof=1) over the seeds at that learning rate. 
 the best single run over all seeds and learning rates. Family averages are the mean of the family's
 benchmark scores; an average over an incomplete family is marked with ``*``. Failed cells (``error.json``
 without ``results.json``) are listed under the tables.
+
+Variants of one model: models named ``<model>@<variant>`` (e.g. ``avey-b@scratch`` and ``avey-b@pretrained``)
+also get a table with one row per model and task and one column per variant — the score at that variant's best
+learning rate with the spread over seeds (± standard deviation, [min, max]) — and the change from the first
+variant to each other one.
 """
 
 from __future__ import annotations
@@ -118,11 +123,46 @@ def markdown(table: dict[str, dict[str, dict[str, Any]]], protocol: str, how: st
             per = ", ".join(f"{lr}: {d['median']:.2f}" for lr, d in v["per_lr"].items())
             lines.append(f"| {m} | {t} | {v['best_lr']:g} | {v['n_seeds']} | {per} |")
     lines.append("")
+    lines += variant_rows(table, models)
     if any(not a["complete"] for m in table.values() for a in family_averages(m).values()):
         lines += ["\\* average over the family's benchmarks present in the results only.", ""]
     if failures:
         lines += [f"**Failed cells ({len(failures)})**", ""] + [f"- `{f['dir']}`: {f['error']}" for f in failures] + [""]
     return "\n".join(lines)
+
+
+def variant_rows(table: dict[str, dict[str, dict[str, Any]]], models: list[str]) -> list[str]:
+    """The "by variant" table of models named ``<model>@<variant>`` (see the module docstring); [] when no model
+    has two variants."""
+    variants: dict[str, list[str]] = defaultdict(list)
+    for m in models:
+        if "@" in m:
+            base, variant = m.split("@", 1)
+            variants[base].append(variant)
+    variants = {b: v for b, v in variants.items() if len(v) > 1}
+    if not variants:
+        return []
+    names = list(dict.fromkeys(v for vs in variants.values() for v in vs))  # first-seen order
+    lines = ["**By variant** (score at the variant's best learning rate, ± standard deviation over seeds, "
+             "[min, max]; Δ from the first variant)", "",
+             "| Model | Task | " + " | ".join(names) + " | " + " | ".join(f"Δ {n}" for n in names[1:]) + " |",
+             "|---|---|" + "---:|" * (2 * len(names) - 1)]
+    for base, present in variants.items():
+        tasks = list(dict.fromkeys(t for v in present for t in table[f"{base}@{v}"]))
+        for t in tasks:
+            cells, scores = [], {}
+            for n in names:
+                r = table.get(f"{base}@{n}", {}).get(t)
+                if r is None:
+                    cells.append("–")
+                    continue
+                seeds = r["per_lr"][f"{r['best_lr']:g}"]["scores"]
+                scores[n] = r["score"]
+                cells.append(f"{r['score']:.2f} ± {r['std']:.2f} [{min(seeds):.2f}, {max(seeds):.2f}]")
+            first = scores.get(names[0])
+            deltas = ["–" if first is None or n not in scores else f"{scores[n] - first:+.2f}" for n in names[1:]]
+            lines.append(f"| {base} | {TASKS[t].display if t in TASKS else t} | " + " | ".join(cells + deltas) + " |")
+    return lines + [""]
 
 
 def write_report(output_dir: str, aggregate: str = "median", protocol: str | None = None,

@@ -1,5 +1,5 @@
 """Metrics sinks for a run (rank 0 only): ``metrics.jsonl`` (every record), ``metrics.csv`` (fixed columns),
-and TensorBoard / Weights & Biases when installed and asked for. Also the FLOP count behind MFU."""
+and TensorBoard / Weights & Biases when installed and asked for; the peak FLOP/s behind MFU."""
 
 from __future__ import annotations
 
@@ -79,12 +79,3 @@ class MetricsLogger:
             self.tb.close()
         if self.wandb is not None:
             self.wandb.finish()
-
-
-def count_flops(fn) -> int:
-    """FLOPs of one call of ``fn`` (e.g. a forward + backward), counted by PyTorch's FlopCounterMode."""
-    from torch.utils.flop_counter import FlopCounterMode
-
-    with FlopCounterMode(display=False) as counter:
-        fn()
-    return int(counter.get_total_flops())

@@ -33,7 +33,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from ..analysis import count_parameters
+from ..analysis import count_flops, count_parameters
 from ..configs import check_keys
 from ..data.corpus import SourceSpec, iter_documents
 from ..data.mlm import IGNORE_INDEX, mask_tokens, sequence_generator
@@ -53,7 +53,7 @@ from .checkpoint import (
     set_rng_state,
 )
 from .config import PretrainConfig, describe, dump_yaml, load_config, to_dict
-from .metrics import MetricsLogger, count_flops, peak_flops
+from .metrics import MetricsLogger, peak_flops
 from .schedule import build_scheduler
 
 EVAL_SEED_OFFSET = 7_777_777  # held-out masks differ from training masks but are the same at every evaluation

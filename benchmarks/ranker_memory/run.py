@@ -20,18 +20,7 @@ import time
 import torch
 
 from avey_b import AveyBModel, presets
-from avey_b.benchmarking.timing import PeakRSSSampler
-
-
-def gemm_rate(dtype: torch.dtype, n: int = 2048, reps: int = 5) -> float:
-    a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
-    a @ b
-    best = float("inf")
-    for _ in range(reps):
-        t = time.perf_counter()
-        a @ b
-        best = min(best, time.perf_counter() - t)
-    return 2 * n**3 / best
+from avey_b.benchmarking.timing import PeakRSSSampler, gemm_rate
 
 
 def main() -> None:

@@ -23,16 +23,9 @@ import time
 import torch
 
 from avey_b import AveyBModel, presets
-from avey_b.benchmarking.timing import PeakRSSSampler
+from avey_b.benchmarking.timing import PeakRSSSampler, gemm_rate
 
 LENGTHS = [128, 384, 640, 896, 1152, 2048, 6144, 16384]  # long-tailed: median 1,024, max 16,384
-
-
-def gemm_rate(dtype: torch.dtype, n: int = 2048, reps: int = 5) -> float:
-    a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
-    a @ b
-    best = min((lambda t: (a @ b, time.perf_counter() - t)[1])(time.perf_counter()) for _ in range(reps))
-    return 2 * n**3 / best
 
 
 def timed(fn):

@@ -1,0 +1,191 @@
+"""Forward time, FLOP utilization and ranker share of Avey-B on this machine, against a GEMM measured in the same
+process at the same time — the figures that cannot flatter us.
+
+    python benchmarks/roofline/run.py --presets small --lengths 1024 4096 16384 65536 --dtypes fp32 bf16
+    python benchmarks/roofline/run.py --presets small --lengths 16384 65536 --ab before-after   # A/B, alternated
+
+Per point (preset, length, precision, mode): one forward of a batch-1 input of random token ids through a model
+with random weights (seed 0), no gradients. Reported:
+
+* ``seconds`` (the fastest of ``--repeats``), ``tokens_per_s``;
+* ``flops``: the matrix products the forward actually runs (PyTorch's FlopCounterMode: ranker GEMMs, enricher,
+  fuser, mixing, compressor; elementwise work is not counted), and ``utilization`` = achieved FLOP/s over the
+  same-dtype 2048³ GEMM rate measured right before and right after the point (their mean; both recorded);
+* ``ranker_seconds`` / ``ranker_share`` / ``ranker_utilization``: the selection alone (the ranker's choice on
+  the same embeddings), timed the same way, with its own FLOPs;
+* ``peak_mb``: process RSS above its level just before the forward (sampled every millisecond; indicative).
+
+``--ab`` runs two setups of the same model on the same inputs, alternating them repeat by repeat, and prints the
+ratio: ``before-after`` is the previous code path (similarity blocks as large as ``ranker_memory_mb`` allows,
+processor rows in 64K-token chunks) against the current defaults. Records go to ``results.jsonl`` next to this
+file with the command, machine, thread count and load average.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from contextlib import nullcontext
+from pathlib import Path
+
+import torch
+
+from avey_b import AveyBModel, presets
+from avey_b.analysis import count_flops
+from avey_b.benchmarking.timing import PeakRSSSampler, gemm_rate
+
+HERE = Path(__file__).resolve().parent
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+# name -> function(model) that puts the model in that setup (and returns nothing)
+def _before(model):
+    model.ranker.tile_bytes = 2**62  # tiles as large as the memory cap: block x N similarity matrices
+    model.config.chunk_tokens = 65536
+
+
+def _after(model):
+    model.ranker.tile_bytes = None
+    model.config.chunk_tokens = CHUNK_DEFAULT
+
+
+CHUNK_DEFAULT = presets.small().chunk_tokens
+SETUPS = {"before": _before, "after": _after}
+AB = {"before-after": ("before", "after")}
+
+
+def machine() -> str:
+    name = "unknown CPU"
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                name = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{platform.node()}: {name}, {os.cpu_count()} CPUs, torch {torch.__version__}"
+
+
+def best_time(fn, repeats: int) -> float:
+    fn()  # warm-up
+    best = float("inf")
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
+def build(preset: str, mode: str) -> tuple[AveyBModel, object]:
+    torch.manual_seed(0)
+    model = AveyBModel(presets.get(preset)).eval()
+    fwd = torch.compile(model, dynamic=True) if mode == "compiled" else model
+    return model, fwd
+
+
+def point(model, fwd, ids, dtype_name: str, repeats: int) -> dict:
+    dtype = DTYPES[dtype_name]
+    ctx = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if dtype_name == "bf16" else nullcontext
+    S = model.config.split_size
+    with torch.no_grad():
+        emb = model.embed_tokens(ids)
+        n = -(-ids.shape[1] // S)
+        x4 = torch.nn.functional.pad(emb, (0, 0, 0, n * S - ids.shape[1])).view(1, n, S, -1)
+
+        def forward():
+            with ctx():
+                fwd(input_ids=ids)
+
+        def ranker():
+            with ctx():
+                model.ranker.choose(x4.to(dtype) if dtype_name == "bf16" else x4, None)
+
+        forward()  # warm-up (and compilation) before counting
+        flops = count_flops(forward)
+        rflops = count_flops(ranker)
+        g0 = gemm_rate(dtype)
+        seconds = best_time(forward, repeats)
+        rseconds = best_time(ranker, repeats)
+        g1 = gemm_rate(dtype)
+        with PeakRSSSampler() as mem:
+            forward()
+    g = (g0 + g1) / 2
+    return {"seconds": round(seconds, 4), "tokens_per_s": round(ids.shape[1] / seconds, 1), "flops": flops,
+            "gflop_per_s": round(flops / seconds / 1e9, 1), "gemm_gflop_per_s": [round(g0 / 1e9, 1), round(g1 / 1e9, 1)],
+            "utilization": round(flops / seconds / g, 3), "ranker_seconds": round(rseconds, 4),
+            "ranker_share": round(rseconds / seconds, 3), "ranker_flops": rflops,
+            "ranker_utilization": round(rflops / rseconds / g, 3),
+            "peak_mb": None if mem.peak is None else round((mem.peak - mem.baseline) / 2**20)}
+
+
+def ab_point(model, ids, dtype_name: str, repeats: int, setups: tuple[str, str]) -> dict:
+    """Two setups of the same model on the same input, alternated repeat by repeat; best time of each."""
+    ctx = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if dtype_name == "bf16" else nullcontext
+    times = {s: [] for s in setups}
+    outs = {}
+    with torch.no_grad():
+        for s in setups:  # warm-up each, and keep its output for the equality check
+            SETUPS[s](model)
+            with ctx():
+                outs[s] = model(input_ids=ids).last_hidden_state.float()
+        g0 = gemm_rate(DTYPES[dtype_name])
+        for _ in range(repeats):
+            for s in setups:
+                SETUPS[s](model)
+                t = time.perf_counter()
+                with ctx():
+                    model(input_ids=ids)
+                times[s].append(time.perf_counter() - t)
+        g1 = gemm_rate(DTYPES[dtype_name])
+        SETUPS["after"](model)
+        with ctx():
+            flops = count_flops(lambda: model(input_ids=ids))
+    a, b = setups
+    g = (g0 + g1) / 2
+    return {"setups": list(setups), "seconds": {s: [round(t, 4) for t in v] for s, v in times.items()},
+            "ratio": round(min(times[a]) / min(times[b]), 3),
+            "utilization": {s: round(flops / min(times[s]) / g, 3) for s in setups},
+            "gemm_gflop_per_s": [round(g0 / 1e9, 1), round(g1 / 1e9, 1)],
+            "max_abs_diff": float((outs[a] - outs[b]).abs().max())}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--presets", nargs="+", default=["small"])
+    p.add_argument("--lengths", nargs="+", type=int, default=[1024, 4096, 16384, 65536])
+    p.add_argument("--dtypes", nargs="+", default=["fp32", "bf16"], choices=list(DTYPES))
+    p.add_argument("--modes", nargs="+", default=["eager"], choices=["eager", "compiled"])
+    p.add_argument("--ab", choices=list(AB), help="alternate two setups instead of measuring points")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--out", default=str(HERE / "results.jsonl"))
+    args = p.parse_args()
+    torch.set_num_threads(args.threads)
+    head = {"command": " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]]), "machine": machine(),
+            "threads": args.threads, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    print(f"# {head['machine']}, {args.threads} threads, load average {os.getloadavg()}", flush=True)
+    for preset in args.presets:
+        for mode in (["eager"] if args.ab else args.modes):
+            model, fwd = build(preset, mode)
+            for N in args.lengths:
+                ids = torch.randint(0, model.config.vocab_size, (1, N), generator=torch.Generator().manual_seed(N))
+                for dt in args.dtypes:
+                    load = os.getloadavg()[0]
+                    if args.ab:
+                        rec = ab_point(model, ids, dt, args.repeats, AB[args.ab])
+                        rec.update(kind="ab", ab=args.ab)
+                    else:
+                        rec = point(model, fwd, ids, dt, args.repeats)
+                        rec.update(kind="point", mode=mode)
+                    rec = {**head, "preset": preset, "tokens": N, "precision": dt, **rec, "load_1min": round(load, 2)}
+                    with open(args.out, "a") as f:
+                        f.write(json.dumps(rec) + "\n")
+                    print(json.dumps({k: v for k, v in rec.items() if k not in ("command", "machine", "date")}),
+                          flush=True)
+
+
+if __name__ == "__main__":
+    main()
