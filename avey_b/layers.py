@@ -163,6 +163,8 @@ class AveyBLayer(GradientCheckpointingLayer):
 
     def forward(self, x: torch.Tensor, keep: torch.Tensor | None = None) -> torch.Tensor:
         h = self.norm(x)
+        if torch.is_autocast_enabled(h.device.type) and h.dtype == torch.float32:
+            h = h.to(torch.get_autocast_dtype(h.device.type))  # once, not once per enricher block (same values)
         # Z = σ_e(X U + b) with the one matrix U, applied as three row blocks so that each part comes out as its
         # own contiguous tensor (mixing a strided slice of Z would cost a copy). When the enricher is not a plain
         # nn.Linear (a PEFT adapter, a quantized layer), it is called as a module so that its own forward runs.

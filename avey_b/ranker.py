@@ -95,8 +95,11 @@ class Ranker(nn.Module):
         on the left) and ``ok`` (B, n, k), whether a slot holds a split.
         """
         B, n, S, d = xn.shape
-        if self.low_precision and xn.dtype == torch.float32:
-            xn = xn.to(torch.bfloat16)  # the choice only; the weights are recomputed exactly in forward()
+        if xn.dtype == torch.float32:  # the choice only; the weights are recomputed at full precision in concat()
+            if torch.is_autocast_enabled(xn.device.type):  # cast once, not once per tile (the products are the same)
+                xn = xn.to(torch.get_autocast_dtype(xn.device.type))
+            elif self.low_precision:
+                xn = xn.to(torch.bfloat16)
         if keep is None or B == 1:
             return self._select(xn, keep)
         # rows of mixed lengths: each row over its splits up to its last real one
