@@ -7,7 +7,8 @@ import pytest
 from avey_b.training.config import describe, load_config
 from avey_b.training.schedule import lr_multiplier, warmup_steps
 
-CONFIGS = sorted((Path(__file__).parent.parent / "configs" / "pretrain").glob("*.yaml"))
+CONFIGS = sorted((Path(__file__).parent.parent / "avey_b" / "configs" / "pretrain").glob("*.yaml"))
+assert CONFIGS, "no shipped pretraining configs found"
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)

@@ -74,10 +74,14 @@ def test_short_run_lowers_heldout_loss_and_checkpoint_loads(corpus, tmp_path, ar
     if arch == "bert":
         extra.update({"model.arch": "bert", "model.overrides": "{hidden_size: 32, num_hidden_layers: 2, "
                       "num_attention_heads: 2, intermediate_size: 64, max_position_embeddings: 64}"})
+    extra["eval.fill_examples"] = '[{text: "the cat reads [MASK] book.", answer: a}, "a dog [MASK] the [MASK]."]'
     cfg = load_config(None, overrides(corpus, tmp_path / arch, **extra))
     res = train(cfg)
     assert res["final"]["eval_loss"] < res["untrained"]["eval_loss"] - 1.0
     assert res["final"]["eval_accuracy"] > res["untrained"]["eval_accuracy"]
+    scored, plain = res["fill"]
+    assert scored["answer"] == "a" and scored["hit"] == ("a" in scored["top5"][0].split("|"))
+    assert plain["answer"] is None and plain["hit"] is None and len(plain["top5"]) == 2  # two [MASK]s
 
     from transformers import AutoModelForMaskedLM, pipeline
 
@@ -90,6 +94,16 @@ def test_short_run_lowers_heldout_loss_and_checkpoint_loads(corpus, tmp_path, ar
     preds = fill("the cat reads [MASK] book.")
     assert len(preds) == 5 and all("token_str" in p for p in preds)
     assert (tmp_path / arch / "config.yaml").exists() and (tmp_path / arch / "metrics.csv").exists()
+
+
+@pytest.mark.parametrize("examples,message", [
+    ('["no mask here"]', "has no \\[MASK\\]"),
+    ('[{text: "a [MASK] b [MASK]", answer: x}]', "exactly one"),
+    ('[{text: "a [MASK] b", answr: x}]', "must be a sentence or"),
+])
+def test_fill_examples_are_checked_before_training(corpus, tmp_path, examples, message):
+    with pytest.raises(ValueError, match=message):
+        load_config(None, overrides(corpus, tmp_path, **{"eval.fill_examples": examples})).validate()
 
 
 def test_resume_equals_uninterrupted_run(corpus, tmp_path):

@@ -136,7 +136,9 @@ class EvalConfig:
     at_start: bool = True
     """Also evaluate the untrained model, to report the gain."""
     fill_examples: list = field(default_factory=list)
-    """Sentences with [MASK] whose top predictions are printed after training."""
+    """Sentences with [MASK] whose top predictions are printed after training; an entry may be
+    ``{text: "... [MASK] ...", answer: word}`` (one [MASK]), and then the run also says whether the word is among
+    the top 5 and how many of the examples got it."""
 
 
 @dataclass
@@ -211,6 +213,14 @@ class PretrainConfig:
             raise ValueError(f"distributed.strategy must be ddp or fsdp, got {self.distributed.strategy!r}")
         if len(o.betas) != 2:
             raise ValueError(f"optim.betas needs two values, got {o.betas}")
+        for i, e in enumerate(self.eval.fill_examples):
+            text = e.get("text") if isinstance(e, dict) else e
+            if isinstance(e, dict) and (set(e) != {"text", "answer"} or not isinstance(e["answer"], str)):
+                raise ValueError(f"eval.fill_examples[{i}] must be a sentence or {{text: ..., answer: word}}, got {e!r}")
+            if not isinstance(text, str) or "[MASK]" not in text:
+                raise ValueError(f"eval.fill_examples[{i}] has no [MASK]: {e!r}")
+            if isinstance(e, dict) and text.count("[MASK]") != 1:
+                raise ValueError(f"eval.fill_examples[{i}] has an answer, so it needs exactly one [MASK]: {text!r}")
 
     @property
     def steps(self) -> int:

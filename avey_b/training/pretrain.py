@@ -586,12 +586,19 @@ def _train(cfg: PretrainConfig, info, resume: str | None, overwrite: bool = Fals
         save_pretrained_atomic(run_dir / "model", raw_model, tokenizer, state_dict=final_sd)
         _report(results, cfg, run_dir, time.time() - t_start)
     if cfg.eval.fill_examples and (info.is_main or fsdp):  # under FSDP every rank runs the forwards
-        filled = fill_mask(model, tokenizer, cfg.eval.fill_examples, info.device)
-        results["fill"] = filled
+        examples = [(e["text"], e["answer"]) if isinstance(e, dict) else (e, None) for e in cfg.eval.fill_examples]
+        filled = fill_mask(model, tokenizer, [t for t, _ in examples], info.device)
+        results["fill"] = [{"text": t, "top5": preds, "answer": a,
+                            "hit": None if a is None else a.strip() in preds[0].split("|")}
+                           for (t, a), (_, preds) in zip(examples, filled, strict=True)]
         if info.is_main:
             print("\nfill-mask (top 5 per [MASK]):")
-            for text, preds in filled:
-                print(f"  {text}\n    -> {'  ;  '.join(preds)}")
+            for r in results["fill"]:
+                mark = "" if r["answer"] is None else f"   [{r['answer']}: {'in the top 5' if r['hit'] else 'missed'}]"
+                print(f"  {r['text']}\n    -> {'  ;  '.join(r['top5'])}{mark}")
+            scored = [r for r in results["fill"] if r["answer"] is not None]
+            if scored:
+                print(f"  the right word is in the top 5 for {sum(r['hit'] for r in scored)} of {len(scored)} sentences")
     logger.close()
     return results
 

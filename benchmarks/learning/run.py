@@ -1,0 +1,229 @@
+"""Learning benchmark: does Avey-B learn tasks, and does masked-LM pretraining help it, next to a BERT and a
+ModernBERT of the same parameter count — one shared tokenizer, the same data, the same budgets, this CPU.
+
+    python benchmarks/learning/run.py --shared ../shared/data --work runs/learning --threads 2
+
+Steps (each resumable: a finished pretraining run or evaluation cell is not redone):
+
+1. one byte-level BPE on the pretraining text: the Python docs bundled with the library plus the shared
+   WikiText-2 text (``wikitext-2/valid.tokens.txt``), 5% of documents held out by content hash;
+2. masked-LM pretraining of each model on that text with the quickstart's recipe and token budget
+   (``avey-b pretrain --config quickstart`` with ``model.arch`` / ``model.overrides`` / ``data.train`` changed;
+   BERT and ModernBERT widths chosen to match Avey-B's parameter count); the held-out curves of the three
+   models go to ``pretraining.png`` / ``pretraining.jsonl``;
+3. "scratch" models: the same configurations, freshly initialized (seed 0);
+4. ``avey-b evaluate`` on SST-2 (the shared train file minus a fixed 5% holdout, scored on the holdout;
+   accuracy) and CoNLL-2003 (``eng.train``, scored on ``eng.testa``; seqeval entity F1), one epoch,
+   2 learning rates x 3 seeds per model; the evaluation report (``report.md``) has the by-variant table
+   (scratch vs pretrained, median at the best learning rate, spread over seeds), copied to ``results.md``.
+
+The shared data are not part of the repository; nothing here downloads anything.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+AVEY = {"hidden_size": 256, "num_hidden_layers": 4, "split_size": 32, "num_retrieved_splits": 3}
+LRS = [5e-4, 2e-3]
+SEEDS = 3
+
+
+def sh(cmd: list[str], log: Path) -> None:
+    print("$", " ".join(cmd), flush=True)
+    with open(log, "a") as f:
+        rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT).returncode
+    if rc:
+        raise SystemExit(f"failed (exit {rc}): see {log}")
+
+
+def corpus_files(shared: Path, work: Path) -> list[str]:
+    """The pretraining text as two JSONL files (documents): the bundled Python docs and WikiText-2 paragraphs."""
+    from avey_b.data.corpus import python_docs_corpus
+
+    docs, wiki = work / "python_docs.jsonl", work / "wikitext2.jsonl"
+    if not docs.exists():
+        with open(docs, "w") as f:
+            for text in python_docs_corpus():
+                f.write(json.dumps({"text": text}) + "\n")
+    if not wiki.exists():
+        paras, block = [], []
+        for line in open(shared / "wikitext-2" / "valid.tokens.txt", encoding="utf-8"):
+            if line.strip().startswith("= ") and block:  # a new (sub)section starts a new document
+                paras.append(" ".join(block))
+                block = []
+            if line.strip():
+                block.append(line.strip())
+        if block:
+            paras.append(" ".join(block))
+        with open(wiki, "w") as f:
+            for text in paras:
+                if len(text) >= 200:
+                    f.write(json.dumps({"text": text}) + "\n")
+    return [str(docs), str(wiki)]
+
+
+def count(config) -> int:
+    import torch
+    from transformers import AutoModelForMaskedLM
+
+    with torch.device("meta"):
+        return sum(p.numel() for p in AutoModelForMaskedLM.from_config(config).parameters())
+
+
+def matched_overrides(arch: str, vocab: int, target: int) -> dict:
+    """Two layers of width 256 for BERT / ModernBERT, the FFN width chosen to match ``target`` parameters."""
+    from transformers import AutoConfig
+
+    base = {"hidden_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4}
+    if arch == "bert":
+        base["max_position_embeddings"] = 512
+    best = None
+    for inter in range(256, 4097, 32):
+        n = count(AutoConfig.for_model(arch, vocab_size=vocab, intermediate_size=inter, **base))
+        if best is None or abs(n - target) < abs(best[1] - target):
+            best = (inter, n)
+    return {**base, "intermediate_size": best[0]}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--shared", default="../shared/data")
+    p.add_argument("--work", default="runs/learning")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--pretrain-overrides", nargs="*", default=[], help="extra key=value for every pretraining run")
+    p.add_argument("--smoke", action="store_true",
+                   help="a few-minute check of the whole pipeline (40 pretraining steps, 256 training and 128 "
+                        "evaluation examples per task); writes nothing into benchmarks/")
+    args = p.parse_args()
+    if args.smoke:
+        args.pretrain_overrides = ["train.max_steps=40", "eval.every=20", *args.pretrain_overrides]
+    shared, work = Path(args.shared), Path(args.work)
+    work.mkdir(parents=True, exist_ok=True)
+    log = work / "log.txt"
+    py = sys.executable
+    files = corpus_files(shared, work)
+    common = [f"data.train=[{','.join(files)}]", f"train.threads={args.threads}", "train.max_minutes=null",
+              "logging.progress=false", "checkpoint.every=0", *args.pretrain_overrides]
+    t_start = time.time()
+
+    # 1-2. Avey-B first: its run trains the shared tokenizer, which the other two reuse
+    runs = {}
+    avey_dir = work / "pretrain" / "avey-b"
+    if not (avey_dir / "model" / "config.json").exists():
+        sh([py, "-m", "avey_b.cli", "pretrain", "--config", "quickstart", "--overwrite", f"run_dir={avey_dir}",
+            f"model.overrides={json.dumps(AVEY)}", *common], log)
+    runs["avey-b"] = avey_dir
+    from transformers import AutoConfig, AutoTokenizer
+
+    import avey_b  # noqa: F401  (registers Avey-B with the Auto classes)
+
+    tok_dir = avey_dir / "model"
+    vocab = len(AutoTokenizer.from_pretrained(tok_dir))
+    target = count(AutoConfig.from_pretrained(tok_dir))
+    sizes = {"avey-b": target}
+    for arch in ("bert", "modernbert"):
+        over = matched_overrides(arch, vocab, target)
+        d = work / "pretrain" / arch
+        if not (d / "model" / "config.json").exists():
+            sh([py, "-m", "avey_b.cli", "pretrain", "--config", "quickstart", "--overwrite", f"run_dir={d}",
+                f"tokenizer.path={tok_dir}", f"model.arch={arch}", f"model.overrides={json.dumps(over)}", *common], log)
+        runs[arch] = d
+        sizes[arch] = count(AutoConfig.from_pretrained(d / "model"))
+    t_pre = time.time() - t_start
+
+    curves = []
+    for name, d in runs.items():
+        for line in open(d / "metrics.jsonl"):
+            r = json.loads(line)
+            if "eval_loss" in r:
+                curves.append({"model": name, "step": r["step"], "tokens": r["tokens"], "eval_loss": r["eval_loss"],
+                               "eval_accuracy": r["eval_accuracy"]})
+    out = work if args.smoke else HERE
+    with open(out / "pretraining.jsonl", "w") as f:
+        for r in curves:
+            f.write(json.dumps(r) + "\n")
+    plot(curves, out / "pretraining.png")
+
+    # 3. scratch = the same configuration, freshly initialized
+    import torch
+    from transformers import AutoModelForMaskedLM
+
+    models = {}
+    for name, d in runs.items():
+        scratch = work / "scratch" / name
+        if not (scratch / "config.json").exists():
+            torch.manual_seed(0)
+            model = AutoModelForMaskedLM.from_config(AutoConfig.from_pretrained(d / "model"))
+            model.save_pretrained(scratch)
+            AutoTokenizer.from_pretrained(d / "model").save_pretrained(scratch)
+        models[f"{name}@scratch"] = str(scratch)
+        models[f"{name}@pretrained"] = str(d / "model")
+
+    # 4. the evaluation sweep (resumable), then its report
+    suite = {
+        "description": "benchmarks/learning: scratch vs pretrained, Avey-B / BERT / ModernBERT of one size",
+        "models": models, "tasks": ["sst2", "conll2003"], "lrs": LRS, "seeds": SEEDS, "protocol": "standard",
+        "aggregate": "median", "output_dir": str(work / "eval"),
+        "defaults": {"batch_size": 32, "max_length": 128, "epochs": 1, "device": "cpu",
+                     **({"max_train_examples": 256, "max_eval_examples": 128} if args.smoke else {})},
+        "data": {"sst2": {"train": str(shared / "sst2" / "train.tsv"), "holdout": 0.05},
+                 "conll2003": {"train": str(shared / "conll2003" / "eng.train"),
+                               "eval": str(shared / "conll2003" / "eng.testa")}},
+    }
+    import yaml
+
+    (work / "suite.yaml").write_text(yaml.safe_dump(suite, sort_keys=False))
+    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
+    print("$ avey-b evaluate --config", work / "suite.yaml", flush=True)
+    with open(log, "a") as f:
+        subprocess.run([py, "-m", "avey_b.cli", "evaluate", "--config", str(work / "suite.yaml")], stdout=f,
+                       stderr=subprocess.STDOUT, env=env)
+    report = (work / "eval" / "report.md").read_text()
+    head = [
+        "# Learning benchmark: scratch vs pretrained (Avey-B, BERT, ModernBERT of one size)", "",
+        "```", f"python benchmarks/learning/run.py {' '.join(sys.argv[1:])}", "```", "",
+        f"Machine: {platform.node()}, {platform.processor() or platform.machine()}, {args.threads} threads; "
+        f"load average at the end {os.getloadavg()}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}. "
+        f"Pretraining took {t_pre / 60:.0f} min, the whole benchmark {(time.time() - t_start) / 60:.0f} min.", "",
+        "Parameters (masked-LM model, tied embeddings counted once): "
+        + ", ".join(f"{k} {v / 1e6:.2f}M" for k, v in sizes.items()) + ".", "",
+        "Pretraining curves: `pretraining.png` (held-out masked-LM loss and accuracy).", "",
+    ]
+    (out / "results.md").write_text("\n".join(head) + report)
+    if not args.smoke:
+        shutil.copy(work / "suite.yaml", HERE / "suite.yaml")
+    print((out / "results.md").read_text())
+
+
+def plot(curves: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for name in dict.fromkeys(r["model"] for r in curves):
+        pts = [r for r in curves if r["model"] == name]
+        axes[0].plot([r["tokens"] / 1e6 for r in pts], [r["eval_loss"] for r in pts], label=name)
+        axes[1].plot([r["tokens"] / 1e6 for r in pts], [100 * r["eval_accuracy"] for r in pts], label=name)
+    for ax, title in zip(axes, ("held-out masked-LM loss", "held-out masked-token accuracy (%)"), strict=True):
+        ax.set_xlabel("training tokens (M)")
+        ax.set_title(title)
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+if __name__ == "__main__":
+    main()

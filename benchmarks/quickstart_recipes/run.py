@@ -1,0 +1,112 @@
+"""Recipe search for the quickstart (`avey-b pretrain --config quickstart`): each variant is the recipe shipped before the search
+(`BEFORE`) plus `key=value` overrides, run through the real CLI into its own run directory; its held-out curve (masked-LM loss and
+accuracy on the 5% held-out Python docs, every `eval.every` steps) is appended to `results.jsonl`.
+
+    python benchmarks/quickstart_recipes/run.py --variants v0-long adam-1e-3 --threads 1   # in one shell
+    python benchmarks/quickstart_recipes/run.py --variants quickstart --threads 2         # alone: the wall time
+    python benchmarks/quickstart_recipes/plot.py
+
+Variants run one after another (or in two shells, `--threads 1` each, on a 2-core machine); step counts, not
+wall time, are what the curves compare. Wall time of the chosen recipe is measured separately, alone, with
+`--threads 2` (see README.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+# The recipe the quickstart shipped before this search, as overrides of today's quickstart.yaml, so that every
+# variant below reproduces whatever the shipped file now says.
+BEFORE = ["model.overrides={hidden_size: 256, num_hidden_layers: 4, split_size: 64, num_retrieved_splits: 3}",
+          "optim.betas=[0.95,0.95]", "optim.eps=1e-18", "train.global_batch_tokens=4096", "train.micro_batch_size=16",
+          "eval.every=100"]
+# name -> overrides on top of BEFORE
+VARIANTS: dict[str, list[str]] = {
+    # the shipped recipe before this search: 400 steps x 4096 tokens, lr 2e-3, AdamW (0.95, 0.95), eps 1e-18
+    "v0-shipped": ["train.max_steps=400"],
+    # the same, three times longer
+    "v0-long": ["train.max_steps=1200"],
+    # common small-model AdamW (betas 0.9/0.98, eps 1e-8) at lr 1e-3
+    "adam-1e-3": ["train.max_steps=1200", "optim.betas=[0.9,0.98]", "optim.eps=1e-8", "optim.lr=1e-3"],
+    # the ~10-minute budget (4.9M tokens) in half-size batches (2x the updates), AdamW (0.9, 0.98), lr 2e-3
+    "b2k-v4k": ["train.max_steps=2400", "train.global_batch_tokens=2048", "train.micro_batch_size=8",
+                "optim.betas=[0.9,0.98]", "optim.eps=1e-8", "optim.lr=2e-3"],
+    # ... with a 2,048-token vocabulary
+    "b2k-v2k": ["train.max_steps=2400", "train.global_batch_tokens=2048", "train.micro_batch_size=8",
+                "optim.betas=[0.9,0.98]", "optim.eps=1e-8", "optim.lr=2e-3", "tokenizer.vocab_size=2048"],
+    # ... and twice the learning rate
+    "b2k-v2k-lr4e-3": ["train.max_steps=2400", "train.global_batch_tokens=2048", "train.micro_batch_size=8",
+                       "optim.betas=[0.9,0.98]", "optim.eps=1e-8", "optim.lr=4e-3", "tokenizer.vocab_size=2048"],
+    # split size 32 (the static mixing matrix V is 32x32: each position's weights see twice the data)
+    "b2k-s32": ["train.max_steps=2400", "train.global_batch_tokens=2048", "train.micro_batch_size=8",
+                "optim.betas=[0.9,0.98]", "optim.eps=1e-8", "optim.lr=2e-3",
+                "model.overrides={hidden_size: 256, num_hidden_layers: 4, split_size: 32, num_retrieved_splits: 3}"],
+    # split size 32 and a 2,048-token vocabulary together
+    "b2k-s32-v2k": ["train.max_steps=2400", "train.global_batch_tokens=2048", "train.micro_batch_size=8",
+                    "optim.betas=[0.9,0.98]", "optim.eps=1e-8", "optim.lr=2e-3", "tokenizer.vocab_size=2048",
+                    "model.overrides={hidden_size: 256, num_hidden_layers: 4, split_size: 32, num_retrieved_splits: 3}"],
+    # the quickstart with split size 16
+    "s16": ["model.overrides={hidden_size: 256, num_hidden_layers: 4, split_size: 16, num_retrieved_splits: 3}",
+            "optim.betas=[0.9,0.98]", "optim.eps=1e-8", "train.global_batch_tokens=2048",
+            "train.micro_batch_size=8", "eval.every=200"],
+    # the quickstart with twice the learning rate
+    "s32-lr4e-3": ["model.overrides={hidden_size: 256, num_hidden_layers: 4, split_size: 32, num_retrieved_splits: 3}",
+                   "optim.betas=[0.9,0.98]", "optim.eps=1e-8", "train.global_batch_tokens=2048",
+                   "train.micro_batch_size=8", "eval.every=200", "optim.lr=4e-3"],
+    # the recipe shipped since (avey_b/configs/pretrain/quickstart.yaml), which is b2k-s32 with eval every 200
+    "quickstart": ["model.overrides={hidden_size: 256, num_hidden_layers: 4, split_size: 32, num_retrieved_splits: 3}",
+                   "optim.betas=[0.9,0.98]", "optim.eps=1e-8", "train.global_batch_tokens=2048",
+                   "train.micro_batch_size=8", "eval.every=200"],
+}
+
+
+def run_variant(name: str, overrides: list[str], args) -> dict:
+    run_dir = Path(args.work) / name
+    cmd = [sys.executable, "-m", "avey_b.cli", "pretrain", "--config", "quickstart", "--overwrite",
+           f"run_dir={run_dir}", f"train.threads={args.threads}", "train.max_minutes=null",
+           "logging.progress=false", *BEFORE, *overrides]
+    print("$", " ".join(cmd), flush=True)
+    load = os.getloadavg()
+    t = time.time()
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    seconds = time.time() - t
+    if out.returncode:
+        sys.stderr.write(out.stdout[-3000:] + out.stderr[-3000:])
+        raise SystemExit(f"variant {name} failed (exit {out.returncode})")
+    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    curve = [{k: m[k] for k in ("step", "tokens", "eval_loss", "eval_accuracy", "elapsed_s") if k in m}
+             for m in metrics if "eval_loss" in m]
+    train = [{k: m[k] for k in ("step", "loss", "tokens_per_s") if k in m} for m in metrics if "loss" in m]
+    fill = out.stdout[out.stdout.find("fill-mask"):].strip() if "fill-mask" in out.stdout else ""
+    rec = {"variant": name, "overrides": overrides, "threads": args.threads, "seconds": round(seconds, 1),
+           "load_avg_at_start": [round(x, 2) for x in load], "machine": f"{platform.node()} {platform.machine()}",
+           "date": time.strftime("%Y-%m-%d %H:%M", time.gmtime()), "curve": curve, "train": train, "fill_mask": fill}
+    print(f"{name}: final held-out loss {curve[-1]['eval_loss']:.3f}, accuracy {curve[-1]['eval_accuracy']:.3%} "
+          f"after {curve[-1]['step']} steps, {seconds / 60:.1f} min", flush=True)
+    return rec
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--work", default="runs/quickstart_recipes")
+    p.add_argument("--out", default=str(HERE / "results.jsonl"))
+    args = p.parse_args()
+    for name in args.variants:
+        rec = run_variant(name, VARIANTS[name], args)
+        with open(args.out, "a") as f:
+            f.write(json.dumps(rec) + "\n")
+
+
+if __name__ == "__main__":
+    main()
