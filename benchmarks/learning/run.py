@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-AVEY = {"hidden_size": 256, "num_hidden_layers": 4, "split_size": 32, "num_retrieved_splits": 3}
+AVEY = {"hidden_size": 256, "num_hidden_layers": 4, "split_size": 16, "num_retrieved_splits": 3}  # the quickstart's
 LRS = [5e-4, 2e-3]
 SEEDS = 3
 
@@ -89,7 +89,7 @@ def matched_overrides(arch: str, vocab: int, target: int) -> dict:
         base["max_position_embeddings"] = 512
     best = None
     for inter in range(256, 4097, 32):
-        n = count(AutoConfig.for_model(arch, vocab_size=vocab, intermediate_size=inter, **base))
+        n = count(AutoConfig.for_model(arch, vocab_size=vocab, intermediate_size=inter, pad_token_id=0, **base))
         if best is None or abs(n - target) < abs(best[1] - target):
             best = (inter, n)
     return {**base, "intermediate_size": best[0]}

@@ -26,7 +26,11 @@ def main() -> None:
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
     for name, rec in latest.items():
         pts = rec["curve"]
+        if len(pts) < 3:  # stopped by hand right after it started
+            continue
         style = {"linewidth": 2.5, "color": "black"} if name == "quickstart" else {}
+        if rec.get("stopped_by_hand"):
+            style, name = {"linestyle": "--"}, f"{name} (stopped)"
         axes[0].plot([p["tokens"] / 1e6 for p in pts], [p["eval_loss"] for p in pts], label=name, **style)
         axes[1].plot([p["tokens"] / 1e6 for p in pts], [100 * p["eval_accuracy"] for p in pts], label=name, **style)
     axes[1].axhline(15, color="grey", linestyle=":", linewidth=1)

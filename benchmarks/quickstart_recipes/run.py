@@ -62,8 +62,8 @@ VARIANTS: dict[str, list[str]] = {
     "s32-lr4e-3": ["model.overrides={hidden_size: 256, num_hidden_layers: 4, split_size: 32, num_retrieved_splits: 3}",
                    "optim.betas=[0.9,0.98]", "optim.eps=1e-8", "train.global_batch_tokens=2048",
                    "train.micro_batch_size=8", "eval.every=200", "optim.lr=4e-3"],
-    # the recipe shipped since (avey_b/configs/pretrain/quickstart.yaml), which is b2k-s32 with eval every 200
-    "quickstart": ["model.overrides={hidden_size: 256, num_hidden_layers: 4, split_size: 32, num_retrieved_splits: 3}",
+    # the recipe shipped since (avey_b/configs/pretrain/quickstart.yaml): s16
+    "quickstart": ["model.overrides={hidden_size: 256, num_hidden_layers: 4, split_size: 16, num_retrieved_splits: 3}",
                    "optim.betas=[0.9,0.98]", "optim.eps=1e-8", "train.global_batch_tokens=2048",
                    "train.micro_batch_size=8", "eval.every=200"],
 }
