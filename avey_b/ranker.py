@@ -72,7 +72,7 @@ class Ranker(nn.Module):
     # Bytes of similarities per tile: small enough to stay in cache on CPU (the max is taken while the tile is
     # hot, instead of writing and re-reading a block x N matrix), large enough that each GEMM keeps the cores
     # busy; on GPU larger tiles amortize the launches. Measured in benchmarks/roofline/ (README there).
-    TILE_BYTES = {("cpu", 4): 2**20, ("cpu", 2): 4 * 2**20, ("cuda", 4): 64 * 2**20, ("cuda", 2): 64 * 2**20}
+    TILE_BYTES = {("cpu", 4): 2**20, ("cpu", 2): 2 * 2**20, ("cuda", 4): 64 * 2**20, ("cuda", 2): 64 * 2**20}
 
     def plan(self, B: int, n: int, S: int, element_size: int = 4, device: str = "cpu") -> tuple[int, int]:
         """(query splits per block, candidate splits per tile) for ``B`` rows of ``n`` splits.

@@ -161,7 +161,7 @@ def test_the_similarity_tile_is_cache_sized_and_within_the_memory_cap_at_every_l
             blk, tile = ranker.plan(1, N // 64, 64, size)
             assert blk == min(16, N // 64)  # the query block does not shrink with N
             assert tile * 64 * blk * 64 * size <= Ranker.TILE_BYTES["cpu", size]  # one cache-sized tile per step
-    assert ranker.plan(1, 256, 64, 4) == (16, 4) and ranker.plan(1, 256, 64, 2) == (16, 32)
+    assert ranker.plan(1, 256, 64, 4) == (16, 4) and ranker.plan(1, 256, 64, 2) == (16, 16)
     assert ranker.plan(1, 256, 64, 4, "cuda")[1] == 256  # GPU: whole candidate rows at 16K tokens
     ranker.memory_elements = 2 * 64 * 64  # a tiny cap wins over the tile size, then over the block
     assert ranker.plan(1, 256, 64, 4) == (2, 1)

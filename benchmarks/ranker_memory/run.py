@@ -2,11 +2,12 @@
 
     python benchmarks/ranker_memory/run.py --lengths 16384 65536 262144 1048576 --dtypes fp32 bf16 --threads 2
 
-The ranker's similarity working set is capped (``ranker_memory_mb``, 256 MB by default): the query block shrinks
-and the candidates are tiled as ``N`` grows (the plan is printed per length). Everything else the forward holds
-is linear in ``N``, so peak memory should be ``~cap + c·N``. Peak memory is the process RSS above the level just
-before the forward, sampled every millisecond; the 2048³ GEMM rate of each precision is measured in the same
-process for context.
+The ranker's similarity working set is one cache-sized tile (within ``ranker_memory_mb``), reused for every step
+(the plan is recorded per length and precision). Everything else the forward holds is linear in ``N``, so peak
+memory should be ``~constant + c·N``. Peak memory is the process RSS above the level just before the forward,
+sampled every millisecond. FLOPs: the processor's per-token FLOPs counted at 4K tokens (FlopCounterMode) times
+``N``, plus the ranker's MaxSim GEMMs (every split against itself and the earlier ones); utilization is against
+the same-dtype 2048³ GEMM rate measured in the same process right before and after each point.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import time
 import torch
 
 from avey_b import AveyBModel, presets
+from avey_b.analysis import count_flops
 from avey_b.benchmarking.timing import PeakRSSSampler, gemm_rate
 
 
@@ -38,21 +40,35 @@ def main() -> None:
     torch.manual_seed(0)
     config = presets.small(vocab_size=4096)
     model = AveyBModel(config).eval()
-    S = config.split_size
+    S, d = config.split_size, config.hidden_size
+
+    def ranker_flops(n_tokens: int) -> int:  # MaxSim GEMMs: every split against itself and every earlier split
+        n = n_tokens // S
+        return n * (n + 1) // 2 * S * S * 2 * d
+
+    probe = torch.randint(10, 4096, (1, 4096), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        per_token = (count_flops(lambda: model(probe)) - ranker_flops(4096)) / 4096  # the linear part
     for n_tokens in args.lengths:
         ids = torch.randint(10, 4096, (1, n_tokens), generator=torch.Generator().manual_seed(n_tokens))
-        blk, tile = model.ranker.plan(1, n_tokens // S, S)
+        flops = per_token * n_tokens + ranker_flops(n_tokens)
         for dtype in args.dtypes:
+            torch_dtype = torch.float32 if dtype == "fp32" else torch.bfloat16
+            blk, tile = model.ranker.plan(1, n_tokens // S, S, torch_dtype.itemsize)
+            g0 = gemm_rate(torch_dtype)
             with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == "bf16"):
                 model(ids[:, :2048])  # warm-up
                 with PeakRSSSampler() as mem:
                     t = time.perf_counter()
                     model(ids)
                     seconds = time.perf_counter() - t
+            g1 = gemm_rate(torch_dtype)
             rec = {"tokens": n_tokens, "dtype": dtype, "seconds": round(seconds, 3),
                    "peak_mb": round((mem.peak - mem.baseline) / 2**20, 1), "query_splits_per_block": blk,
-                   "candidate_splits_per_tile": tile, "threads": args.threads, "load": os.getloadavg(),
-                   "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+                   "candidate_splits_per_tile": tile, "flops": int(flops),
+                   "utilization": round(flops / seconds / ((g0 + g1) / 2), 3),
+                   "gemm_gflop_per_s": [round(g0 / 1e9, 1), round(g1 / 1e9, 1)], "threads": args.threads,
+                   "load": os.getloadavg(), "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
             print(json.dumps(rec), flush=True)
             with open(args.out, "a") as f:
                 f.write(json.dumps(rec) + "\n")

@@ -7,8 +7,8 @@ splits), alternated in one process on the same weights and inputs.
 "before" is the padded batch run without its attention mask: every split of every row goes through the ranker
 and all L layers — the work the previous code did for this batch (it also applied the masks, so it was slightly
 slower still). "after" is the same batch with its mask. Peak memory is the process RSS above the level just
-before the call (sampled every millisecond). The same-process GEMM rate (2048³, same dtype) is printed for
-context, measured before and after the runs.
+before the call (sampled every millisecond). Each side's FLOPs are counted (FlopCounterMode) and its utilization
+is against the same-dtype 2048³ GEMM rate measured in the same process before the runs and after each dtype.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import time
 import torch
 
 from avey_b import AveyBModel, presets
+from avey_b.analysis import count_flops
 from avey_b.benchmarking.timing import PeakRSSSampler, gemm_rate
 
 LENGTHS = [128, 384, 640, 896, 1152, 2048, 6144, 16384]  # long-tailed: median 1,024, max 16,384
@@ -70,11 +71,16 @@ def main() -> None:
                     for _ in range(args.repeats):
                         for side, fn in sides.items():  # alternated
                             res[side].append(timed(fn))
+                    flops = {side: count_flops(fn) for side, fn in sides.items()}
+            rate = gemm_rate(torch.float32 if dtype == "fp32" else torch.bfloat16)
             rec = {"preset": preset, "dtype": dtype, "threads": args.threads, "lengths": LENGTHS,
-                   "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "load": os.getloadavg()}
+                   "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "load": os.getloadavg(),
+                   "gemm_gflop_per_s": [round(rates[dtype] / 1e9, 1), round(rate / 1e9, 1)]}
             for side, runs in res.items():
                 rec[f"{side}_s"] = statistics.median(t for t, _ in runs)
                 rec[f"{side}_peak_mb"] = max((m or 0) for _, m in runs) / 2**20
+                rec[f"{side}_flops"] = flops[side]  # the work each side runs: the padded batch does more
+                rec[f"{side}_utilization"] = round(flops[side] / rec[f"{side}_s"] / ((rates[dtype] + rate) / 2), 3)
             rec["speedup"] = rec["before_s"] / rec["after_s"]
             print(json.dumps(rec), flush=True)
             with open(args.out, "a") as f:
