@@ -5,7 +5,7 @@ Notation: ``B`` batch, ``n`` splits, ``S`` split size, ``k`` retrieved splits, `
 The ranker scores every split against its candidates with MaxSim,
 ``MaxSim(i, j) = Σ_{t∈i} max_{u∈j} cos(x_t, x_u)``, keeps the top-``k`` and returns, per split,
 ``X_cat = [w_1 X_{j1} | … | w_k X_{jk} | X_i]`` with missing slots as zeros on the left (so the current split
-always occupies the last ``S`` rows). It is vectorized: one GEMM per block of query splits against all of their
+always occupies the last ``S`` rows). It is vectorized: one GEMM per block of query splits and tile of their
 candidates, ``amax`` over candidate tokens, ``topk`` for the choice and ``gather`` for the copies. The Python
 loops run over blocks of queries and cache-sized tiles of candidates (within ``ranker_memory_mb``): the max is
 taken while a tile is hot, so neither the ``N²`` matrix nor a ``block × N`` one is ever written.
