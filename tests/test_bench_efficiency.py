@@ -68,6 +68,9 @@ def test_tiny_cpu_run_writes_well_formed_csv_and_jsonl(tmp_path):
         assert math.isclose(r["throughput_tok_s"], 2 * r["seq_len"] / r["latency_median_s"])
         assert r["peak_mem_bytes"] > 0 and r["mem_method"] == "rss_sampler"
         assert len(r["cpu_times_s"]) == 2 and r["cpu_median_s"] > 0  # process CPU time, for shared CPUs
+        # FLOPs of the forward and its utilization against a same-process GEMM of the same dtype
+        assert r["flops"] > 0 and r["gemm_flop_s"] > 0
+        assert math.isclose(r["utilization"], r["flops"] / r["latency_min_s"] / r["gemm_flop_s"])
         assert (
             records.latency_of(r, "cpu") == r["cpu_median_s"] and records.latency_of(r, "min") == r["latency_min_s"]
         )
@@ -155,6 +158,7 @@ def test_compile_mode_runs_a_point(tmp_path):
     )
     (rec,) = records.read_records(str(out / "results.jsonl"))
     assert rec["status"] == "ok" and rec["mode"] == "compile" and rec["first_call_s"] > 0
+    assert rec["flops"] > 0  # counted on the eager model behind the compiled one
 
 
 def test_power_law_fit_recovers_known_exponents():

@@ -27,8 +27,11 @@ A point that cannot run is data, not a crash: ``max_length`` (past a learned pos
 "—"), ``oom`` (out of memory; longer lengths of that series are then recorded as ``oom`` without
 running, ``inferred: true``), ``skipped_time`` (``--max-latency`` exceeded at a shorter length),
 ``unavailable``. ``status == "ok"`` points carry ``latency_median_s``/``min``/``max`` over ``repeats``
-timed calls (after ``warmup``), ``throughput_tok_s = batch·N / median latency`` and peak memory
-(see :mod:`.timing` for how memory is measured on CPU and GPU).
+timed calls (after ``warmup``), ``throughput_tok_s = batch·N / median latency``, peak memory
+(see :mod:`.timing` for how memory is measured on CPU and GPU), the forward's ``flops`` (matrix products,
+FlopCounterMode) and its ``utilization``: FLOP/s at the fastest call over the rate of a same-dtype GEMM timed in
+the same process right before and after the point (``gemm_flop_s``), so that figures from different runs or
+machines are compared by utilization, not by raw time.
 
 Example (the paper's GPU setting)::
 
@@ -53,7 +56,7 @@ from typing import Any
 
 import torch
 
-from ..analysis import count_parameters
+from ..analysis import count_flops, count_parameters
 from ..baselines import (
     build_config,
     build_model,
@@ -75,7 +78,7 @@ from ..records import (
     utc_timestamp,
     write_text_atomic,
 )
-from .timing import measure
+from .timing import gemm_rate, measure
 
 PAPER_LENGTHS = [128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 98304]
 DTYPES = ("float32", "bfloat16", "autocast-bf16")
@@ -99,6 +102,8 @@ CSV_FIELDS = [
     "peak_mem_bytes",
     "peak_mem_delta_bytes",
     "mem_method",
+    "flops",
+    "utilization",
     "n_params",
     "threads",
     "error",
@@ -128,16 +133,28 @@ def run_point(
     repeats: int,
     max_point_seconds: float | None,
     seed: int = 0,
+    flop_model=None,
+    gemm_dtype: torch.dtype | None = None,
 ) -> dict[str, Any]:
-    """Time one forward pass configuration. Returns the measured fields (raises on OOM / errors)."""
+    """Time one forward pass configuration. Returns the measured fields (raises on OOM / errors).
+
+    With ``flop_model`` (the eager model behind a compiled one, or the model itself) the forward's FLOPs are
+    counted once and its utilization is reported against a ``gemm_dtype`` GEMM timed right before and after the
+    point, in this process."""
     ids, mask = random_batch(config, batch_size, length, device, seed=seed)
 
-    def forward():
+    def forward(m=model):
         with torch.no_grad(), autocast():
-            return model(input_ids=ids, attention_mask=mask)
+            return m(input_ids=ids, attention_mask=mask)
 
+    g0 = gemm_rate(gemm_dtype, device=device) if gemm_dtype is not None else None
     t = measure(forward, device=device, warmup=warmup, repeats=repeats, max_seconds=max_point_seconds)
-    return {
+    extra: dict[str, Any] = {}
+    if gemm_dtype is not None:
+        g = (g0 + gemm_rate(gemm_dtype, device=device)) / 2
+        flops = count_flops(lambda: forward(flop_model or model))
+        extra = {"flops": flops, "gemm_flop_s": g, "utilization": flops / t.min_s / g}
+    return {**extra,
         "status": "ok",
         "latency_median_s": t.median_s,
         "latency_min_s": t.min_s,
@@ -262,6 +279,8 @@ def run(args) -> list[dict[str, Any]]:
                         repeats=args.repeats,
                         max_point_seconds=args.max_point_seconds,
                         seed=args.seed,
+                        flop_model=model,
+                        gemm_dtype=torch.float32 if dtype == "float32" else torch.bfloat16,
                     )
                 )
             except Exception as e:  # OOM is data; anything else is a bug and is re-raised
