@@ -25,23 +25,10 @@ import torch
 import avey_b  # noqa: F401
 from avey_b import AveyBForMaskedLM, presets
 from avey_b.analysis import count_flops
+from avey_b.benchmarking.timing import gemm_rate
 from avey_b.training.config import load_config
 from avey_b.training.metrics import peak_flops
 from avey_b.training.pretrain import build_optimizer, mlm_sums
-
-
-def measured_gemm_peak(dtype: torch.dtype, device: torch.device, n: int = 2048, reps: int = 5) -> float:
-    a = torch.randn(n, n, device=device, dtype=dtype)
-    b = torch.randn(n, n, device=device, dtype=dtype)
-    a @ b
-    times = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        a @ b
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        times.append(time.perf_counter() - t)
-    return 2 * n**3 / min(times)
 
 
 def run(args, dtype_name: str, compiled: bool) -> dict:
@@ -83,7 +70,7 @@ def run(args, dtype_name: str, compiled: bool) -> dict:
     peak = peak_flops(device, None)
     peak_kind = "vendor bf16 dense"
     if peak is None:
-        peak = measured_gemm_peak(torch.bfloat16 if bf16 else torch.float32, device)
+        peak = gemm_rate(torch.bfloat16 if bf16 else torch.float32, device=device)
         peak_kind = f"measured {'bf16' if bf16 else 'fp32'} 2048^3 GEMM"
     return {
         "preset": args.preset, "overrides": json.loads(args.overrides), "params_M": round(n_params / 1e6, 2),
