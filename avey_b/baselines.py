@@ -220,6 +220,27 @@ def build_model(config, *, attn_implementation: str | None = None, head: str = "
     return model.eval()
 
 
+def masked_lm_parameters(config) -> int:
+    """Parameters of the masked-LM model built from ``config`` (tied embeddings counted once), on no memory."""
+    from transformers import AutoModelForMaskedLM
+
+    with torch.device("meta"):
+        return sum(p.numel() for p in AutoModelForMaskedLM.from_config(config).parameters())
+
+
+def matched_width(arch: str, target: int, **config) -> dict:
+    """``config`` for ``arch`` (``bert``, ``modernbert``) with the FFN width (``intermediate_size``, a multiple of
+    32) whose masked-LM model has the parameter count closest to ``target``: a Transformer the size of an Avey-B."""
+    from transformers import AutoConfig
+
+    def size(inter: int) -> int:
+        return masked_lm_parameters(AutoConfig.for_model(arch, intermediate_size=inter, **config))
+
+    hidden = config.get("hidden_size", 768)
+    inter = min(range(32, 16 * hidden + 1, 32), key=lambda i: abs(size(i) - target))
+    return {**config, "intermediate_size": inter}
+
+
 def random_batch(config, batch_size: int, length: int, device: torch.device, seed: int = 0):
     """Random token ids in ``[0, vocab)`` (avoiding id 0..3 so no special/pad token appears) + ones mask."""
     g = torch.Generator().manual_seed(seed)

@@ -21,22 +21,6 @@ from pathlib import Path
 import torch
 
 
-def bert_overrides_matching(target: int, vocab: int, hidden: int, layers: int, heads: int, max_pos: int) -> dict:
-    """BERT config whose parameter count is closest to ``target`` by choosing the FFN width (multiples of 32)."""
-    from transformers import BertConfig, BertForMaskedLM
-
-    best = None
-    for inter in range(64, 8 * hidden + 1, 32):
-        cfg = BertConfig(vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
-                         intermediate_size=inter, max_position_embeddings=max_pos)
-        with torch.device("meta"):
-            n = sum(p.numel() for p in BertForMaskedLM(cfg).parameters())
-        if best is None or abs(n - target) < abs(best[1] - target):
-            best = (inter, n)
-    return {"hidden_size": hidden, "num_hidden_layers": layers, "num_attention_heads": heads,
-            "intermediate_size": best[0], "max_position_embeddings": max_pos}
-
-
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", required=True, help="training text (file or dir); 10%% held out")
@@ -52,7 +36,8 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
 
     import avey_b  # noqa: F401
-    from avey_b import AveyBForMaskedLM, presets
+    from avey_b import presets
+    from avey_b.baselines import masked_lm_parameters, matched_width
     from avey_b.training.config import load_config
     from avey_b.training.pretrain import train
 
@@ -76,9 +61,11 @@ def main(argv=None) -> int:
     from transformers import AutoTokenizer
 
     vocab = len(AutoTokenizer.from_pretrained(tok_dir))
-    with torch.device("meta"):
-        n_avey = sum(p.numel() for p in AveyBForMaskedLM(presets.small(vocab_size=vocab, **avey)).parameters())
-    bert = bert_overrides_matching(n_avey, vocab, hidden=256, layers=4, heads=4, max_pos=max(512, args.seq_len))
+    shape = {"hidden_size": 256, "num_hidden_layers": 4, "num_attention_heads": 4,
+             "max_position_embeddings": max(512, args.seq_len)}
+    n_avey = masked_lm_parameters(presets.small(vocab_size=vocab, **avey))
+    bert = matched_width("bert", n_avey, vocab_size=vocab, **shape)
+    bert = {k: bert[k] for k in (*shape, "intermediate_size")}
 
     t0 = time.time()
     r_bert = train(load_config(None, common + [f"run_dir={root / 'bert'}", f"tokenizer.path={tok_dir}", "model.arch=bert",

@@ -297,6 +297,26 @@ def test_model_specs():
     assert set(neo.layer_types) == {"full_attention"} and neo.hidden_activation == "silu"
 
 
+def test_matched_width_is_the_closest_ffn_width():
+    from transformers import AutoConfig
+
+    avey = models.build_config("avey-b-tiny")
+    target = models.masked_lm_parameters(avey)
+    shape = {"vocab_size": avey.vocab_size, "pad_token_id": 0, "hidden_size": 32, "num_hidden_layers": 2,
+             "num_attention_heads": 2}
+    for arch in ("bert", "modernbert"):
+        cfg = models.matched_width(arch, target, **shape)
+        assert {k: cfg[k] for k in shape} == shape and cfg["intermediate_size"] % 32 == 0
+
+        def size(inter, arch=arch):
+            return models.masked_lm_parameters(AutoConfig.for_model(arch, **{**shape, "intermediate_size": inter}))
+
+        best = abs(size(cfg["intermediate_size"]) - target)
+        assert best <= abs(size(cfg["intermediate_size"] + 32) - target)
+        if cfg["intermediate_size"] > 32:
+            assert best <= abs(size(cfg["intermediate_size"] - 32) - target)
+
+
 def test_help_works(capsys):
     with pytest.raises(SystemExit) as e:
         efficiency.main(["run", "--help"])

@@ -39,25 +39,20 @@ def main() -> None:
     from transformers import AutoConfig, AutoModelForMaskedLM, AutoTokenizer, BertConfig
 
     import avey_b  # noqa: F401
+    from avey_b.baselines import masked_lm_parameters, matched_width
     from avey_b.benchmarking.timing import gemm_rate
     from avey_b.evaluation.finetune import run_cell
     from avey_b.evaluation.tasks import DataFiles, RunConfig
 
     tok = AutoTokenizer.from_pretrained(args.avey)
-    with torch.device("meta"):
-        target = sum(t.numel() for t in AutoModelForMaskedLM.from_config(AutoConfig.from_pretrained(args.avey)).parameters())
+    target = masked_lm_parameters(AutoConfig.from_pretrained(args.avey))
     bert_dir = Path(args.work) / "bert"
     if not (bert_dir / "config.json").exists():
-        best = None
-        for inter in range(256, 4097, 32):
-            cfg = BertConfig(vocab_size=len(tok), hidden_size=256, num_hidden_layers=2, num_attention_heads=4,
-                             intermediate_size=inter, max_position_embeddings=512, pad_token_id=tok.pad_token_id)
-            with torch.device("meta"):
-                n = sum(t.numel() for t in AutoModelForMaskedLM.from_config(cfg).parameters())
-            if best is None or abs(n - target) < abs(best[1] - target):
-                best = (cfg, n)
+        cfg = BertConfig(**matched_width("bert", target, vocab_size=len(tok), hidden_size=256, num_hidden_layers=2,
+                                         num_attention_heads=4, max_position_embeddings=512,
+                                         pad_token_id=tok.pad_token_id))
         torch.manual_seed(0)
-        AutoModelForMaskedLM.from_config(best[0]).save_pretrained(bert_dir)
+        AutoModelForMaskedLM.from_config(cfg).save_pretrained(bert_dir)
         tok.save_pretrained(bert_dir)
     models = {"avey-b": args.avey, "bert": str(bert_dir)}
     files = DataFiles(train=args.sst2, holdout=0.05)  # the learning benchmark's fixed 5% holdout
