@@ -67,6 +67,12 @@ VARIANTS: dict[str, list[str]] = {
                    "optim.betas=[0.9,0.98]", "optim.eps=1e-8", "train.global_batch_tokens=2048",
                    "train.micro_batch_size=8", "eval.every=200"],
 }
+QUICKSTART = VARIANTS["quickstart"][1:]  # the quickstart's overrides of BEFORE, split size aside
+# the quickstart with split size 8
+VARIANTS["s8"] = ["model.overrides={hidden_size: 256, num_hidden_layers: 4, split_size: 8, num_retrieved_splits: 3}",
+                  *QUICKSTART]
+# the quickstart with 30% of the tokens masked (its held-out accuracy is then scored at 30% masking too)
+VARIANTS["mask30"] = [*VARIANTS["quickstart"], "data.mask_rate=0.3"]
 
 
 def run_variant(name: str, overrides: list[str], args) -> dict:

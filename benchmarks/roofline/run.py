@@ -17,7 +17,9 @@ with random weights (seed 0), no gradients. Reported:
 
 ``--ab`` runs two setups of the same model on the same inputs, alternating them repeat by repeat, and prints the
 ratio: ``before-after`` is the previous code path (similarity blocks as large as ``ranker_memory_mb`` allows,
-processor rows in 64K-token chunks) against the current defaults. Records go to ``results.jsonl`` next to this
+processor rows in 64K-token chunks) against the current defaults; ``selection-precision`` is the default exact
+(fp32) choice of splits against ``ranker_selection_precision="bfloat16"`` (under bf16 autocast both choose in
+bf16, so run it with ``--dtypes fp32``). Records go to ``results.jsonl`` next to this
 file with the command, machine, thread count and load average.
 """
 
@@ -41,20 +43,28 @@ from avey_b.benchmarking.timing import PeakRSSSampler, gemm_rate
 HERE = Path(__file__).resolve().parent
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
-# name -> function(model) that puts the model in that setup (and returns nothing)
+# name -> function(model) that puts the model in that setup (and returns nothing); each sets every knob it uses
 def _before(model):
     model.ranker.tile_bytes = 2**62  # tiles as large as the memory cap: block x N similarity matrices
     model.config.chunk_tokens = 65536
+    model.ranker.low_precision = False
 
 
 def _after(model):
     model.ranker.tile_bytes = None
     model.config.chunk_tokens = CHUNK_DEFAULT
+    model.ranker.low_precision = False
+
+
+def _bf16_select(model):
+    _after(model)
+    model.ranker.low_precision = True  # what ranker_selection_precision="bfloat16" sets
 
 
 CHUNK_DEFAULT = presets.small().chunk_tokens
-SETUPS = {"before": _before, "after": _after}
-AB = {"before-after": ("before", "after")}
+SETUPS = {"before": _before, "after": _after, "bf16-select": _bf16_select}
+AB = {"before-after": ("before", "after"),  # the tiled ranker and 4K-token processor chunks vs the code before
+      "selection-precision": ("after", "bf16-select")}  # exact (default) vs bf16 choice of splits
 
 
 def machine() -> str:
