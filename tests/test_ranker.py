@@ -181,3 +181,22 @@ def test_tiling_does_not_change_the_choice(bidirectional):
     assert tiled.plan(2, 9, 4) == (1, 1)
     for a, b in zip(wide.select(x, keep), tiled.select(x, keep), strict=True):
         assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("bidirectional", [False, True])
+def test_bf16_choice_equals_the_loop_free_formula_in_bf16(bidirectional):
+    """The tiled bf16 path (GEMM in bf16, max and sum in fp32 on CPU) chooses what the one-matrix formula of the
+    export path chooses on the same bf16 unit vectors."""
+    from avey_b.ranker import Ranker
+
+    direction = "bidirectional" if bidirectional else "unidirectional"
+    config = presets.tiny(split_size=8, num_retrieved_splits=3, ranker=direction)
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(1, 40, 8, 32, generator=g)
+    x[..., :4] += 2 * torch.randn(1, 40, 1, 4, generator=g)  # split-level topics: no near-ties
+    xn = torch.nn.functional.normalize(x, dim=-1).bfloat16()
+    ranker = Ranker(config)
+    ranker.tile_bytes = 8 * 8 * 8 * 2 * 3  # several tiles per query block
+    keep = torch.ones(1, 40, 8, dtype=torch.bool)
+    for a, b in zip(ranker.select(xn, None), ranker.select_for_export(xn, keep), strict=True):
+        assert torch.equal(a, b)
