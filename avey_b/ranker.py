@@ -68,6 +68,7 @@ class Ranker(nn.Module):
         self.memory_elements = config.ranker_memory_mb * 2**20 // 8  # fp32 similarities and their masked copy
         self.low_precision = config.ranker_selection_precision == "bfloat16"
         self.tile_bytes = None  # the similarity tile's size; None: TILE_BYTES for the device (set to A/B-test)
+        self.max_in_fp32 = None  # take bf16 tiles' max in fp32; None: on CPU (set to A/B-test)
 
     # Bytes of similarities per tile: small enough to stay in cache on CPU (the max is taken while the tile is
     # hot, instead of writing and re-reading a block x N matrix), large enough that each GEMM keeps the cores
@@ -122,7 +123,7 @@ class Ranker(nn.Module):
         # for bf16 on CPU (a transposed operand is about 2x slower there).
         cand = xn.reshape(B, n * S, d).transpose(1, 2).contiguous()
         split_ok = None if keep is None else keep.any(-1)  # (B, n): a split with no real token is no candidate
-        buffers: dict[tuple[int, ...], torch.Tensor] = {}  # one similarity tile per shape, reused: stays in cache
+        buffers: dict[tuple, torch.Tensor] = {}  # one similarity tile per shape (and dtype), reused: stays in cache
         ids, oks = [], []
         for q0 in range(0, n, blk):
             q1 = min(n, q0 + blk)
@@ -148,6 +149,13 @@ class Ranker(nn.Module):
         if buf is None:
             buf = buffers[shape] = q.new_empty(shape)
         sim = torch.matmul(q, cand[:, :, j0 * S: j1 * S], out=buf).view(B, q1 - q0, S, j1 - j0, S)  # cosines
+        if sim.dtype != torch.float32 and (self.max_in_fp32 if self.max_in_fp32 is not None else sim.is_cpu):
+            # PyTorch's CPU max over a short last dimension is several times slower in bf16 than a bf16 -> fp32
+            # copy plus the fp32 max (benchmarks/roofline/); the copy is exact, so the choice is the same
+            wide = buffers.get((*shape, "fp32"))
+            if wide is None:
+                wide = buffers[(*shape, "fp32")] = torch.empty(shape, dtype=torch.float32, device=q.device)
+            sim = wide.view_as(sim).copy_(sim)
         if keep is not None:  # a padded candidate token is never the best match
             sim.masked_fill_(~keep[:, None, None, j0:j1, :], float("-inf"))
         best = sim.amax(-1)  # (B, nq, S, jt) best candidate token per query token

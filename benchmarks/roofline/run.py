@@ -48,12 +48,19 @@ def _before(model):
     model.ranker.tile_bytes = 2**62  # tiles as large as the memory cap: block x N similarity matrices
     model.config.chunk_tokens = 65536
     model.ranker.low_precision = False
+    model.ranker.max_in_fp32 = False
 
 
 def _after(model):
     model.ranker.tile_bytes = None
     model.config.chunk_tokens = CHUNK_DEFAULT
     model.ranker.low_precision = False
+    model.ranker.max_in_fp32 = None
+
+
+def _bf16_max(model):
+    _after(model)
+    model.ranker.max_in_fp32 = False  # the max of bf16 similarity tiles taken in bf16 (the code before)
 
 
 def _bf16_select(model):
@@ -62,9 +69,10 @@ def _bf16_select(model):
 
 
 CHUNK_DEFAULT = presets.small().chunk_tokens
-SETUPS = {"before": _before, "after": _after, "bf16-select": _bf16_select}
+SETUPS = {"before": _before, "after": _after, "bf16-select": _bf16_select, "bf16-max": _bf16_max}
 AB = {"before-after": ("before", "after"),  # the tiled ranker and 4K-token processor chunks vs the code before
-      "selection-precision": ("after", "bf16-select")}  # exact (default) vs bf16 choice of splits
+      "selection-precision": ("after", "bf16-select"),  # exact (default) vs bf16 choice of splits
+      "tile-max": ("bf16-max", "after")}  # bf16 tiles: their max in bf16 vs in fp32 (run with --dtypes bf16)
 
 
 def machine() -> str:
@@ -96,14 +104,21 @@ def build(preset: str, mode: str) -> tuple[AveyBModel, object]:
     return model, fwd
 
 
-def point(model, fwd, ids, dtype_name: str, repeats: int) -> dict:
-    dtype = DTYPES[dtype_name]
-    ctx = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if dtype_name == "bf16" else nullcontext
+def embedded(model, ids, dtype_name: str) -> torch.Tensor:
+    """The ranker's input for ``ids``: embeddings as (1, n, S, d), in bf16 for bf16 points (as under autocast)."""
     S = model.config.split_size
     with torch.no_grad():
         emb = model.embed_tokens(ids)
-        n = -(-ids.shape[1] // S)
-        x4 = torch.nn.functional.pad(emb, (0, 0, 0, n * S - ids.shape[1])).view(1, n, S, -1)
+    n = -(-ids.shape[1] // S)
+    x4 = torch.nn.functional.pad(emb, (0, 0, 0, n * S - ids.shape[1])).view(1, n, S, -1)
+    return x4.to(DTYPES[dtype_name])
+
+
+def point(model, fwd, ids, dtype_name: str, repeats: int) -> dict:
+    dtype = DTYPES[dtype_name]
+    ctx = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if dtype_name == "bf16" else nullcontext
+    x4 = embedded(model, ids, dtype_name)
+    with torch.no_grad():
 
         def forward():
             with ctx():
@@ -111,7 +126,7 @@ def point(model, fwd, ids, dtype_name: str, repeats: int) -> dict:
 
         def ranker():
             with ctx():
-                model.ranker.choose(x4.to(dtype) if dtype_name == "bf16" else x4, None)
+                model.ranker.choose(x4, None)
 
         forward()  # warm-up (and compilation) before counting
         flops = count_flops(forward)
@@ -132,34 +147,43 @@ def point(model, fwd, ids, dtype_name: str, repeats: int) -> dict:
 
 
 def ab_point(model, ids, dtype_name: str, repeats: int, setups: tuple[str, str]) -> dict:
-    """Two setups of the same model on the same input, alternated repeat by repeat; best time of each."""
+    """Two setups of the same model on the same input, alternated repeat by repeat (the forward, then the ranker
+    alone on the same embeddings); best time of each, utilization of each against the same-process GEMM."""
     ctx = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if dtype_name == "bf16" else nullcontext
-    times = {s: [] for s in setups}
-    outs = {}
+    x4 = embedded(model, ids, dtype_name)
+    calls = {"forward": lambda: model(input_ids=ids), "ranker": lambda: model.ranker.choose(x4, None)}
+    times = {(c, s): [] for c in calls for s in setups}
+    outs, choices = {}, {}
     with torch.no_grad():
-        for s in setups:  # warm-up each, and keep its output for the equality check
+        for s in setups:  # warm-up each, and keep its output and choice for the equality check
             SETUPS[s](model)
             with ctx():
                 outs[s] = model(input_ids=ids).last_hidden_state.float()
+                choices[s] = model.ranker.choose(x4, None)[1]
         g0 = gemm_rate(DTYPES[dtype_name])
         for _ in range(repeats):
-            for s in setups:
-                SETUPS[s](model)
-                t = time.perf_counter()
-                with ctx():
-                    model(input_ids=ids)
-                times[s].append(time.perf_counter() - t)
+            for c, fn in calls.items():
+                for s in setups:
+                    SETUPS[s](model)
+                    t = time.perf_counter()
+                    with ctx():
+                        fn()
+                    times[c, s].append(time.perf_counter() - t)
         g1 = gemm_rate(DTYPES[dtype_name])
         SETUPS["after"](model)
         with ctx():
-            flops = count_flops(lambda: model(input_ids=ids))
+            flops = {c: count_flops(fn) for c, fn in calls.items()}
     a, b = setups
     g = (g0 + g1) / 2
-    return {"setups": list(setups), "seconds": {s: [round(t, 4) for t in v] for s, v in times.items()},
-            "ratio": round(min(times[a]) / min(times[b]), 3),
-            "utilization": {s: round(flops / min(times[s]) / g, 3) for s in setups},
+    best = {k: min(v) for k, v in times.items()}
+    return {"setups": list(setups), "seconds": {s: [round(t, 4) for t in times["forward", s]] for s in setups},
+            "ratio": round(best["forward", a] / best["forward", b], 3),
+            "utilization": {s: round(flops["forward"] / best["forward", s] / g, 3) for s in setups},
+            "ranker_seconds": {s: [round(t, 4) for t in times["ranker", s]] for s in setups},
+            "ranker_ratio": round(best["ranker", a] / best["ranker", b], 3),
+            "ranker_utilization": {s: round(flops["ranker"] / best["ranker", s] / g, 3) for s in setups},
             "gemm_gflop_per_s": [round(g0 / 1e9, 1), round(g1 / 1e9, 1)],
-            "max_abs_diff": float((outs[a] - outs[b]).abs().max())}
+            "max_abs_diff": float((outs[a] - outs[b]).abs().max()), "same_choice": bool(torch.equal(*choices.values()))}
 
 
 def main() -> None:
