@@ -123,7 +123,7 @@ class Ranker(nn.Module):
         # for bf16 on CPU (a transposed operand is about 2x slower there).
         cand = xn.reshape(B, n * S, d).transpose(1, 2).contiguous()
         split_ok = None if keep is None else keep.any(-1)  # (B, n): a split with no real token is no candidate
-        buffers: dict[tuple, torch.Tensor] = {}  # one similarity tile per shape (and dtype), reused: stays in cache
+        buffers: dict[tuple, torch.Tensor] = {}  # one similarity tile per (shape, dtype), reused: stays in cache
         ids, oks = [], []
         for q0 in range(0, n, blk):
             q1 = min(n, q0 + blk)
@@ -145,17 +145,18 @@ class Ranker(nn.Module):
         across tiles is needed)."""
         B, S = q.shape[0], (q.shape[1] // (q1 - q0))
         shape = (B, q.shape[1], (j1 - j0) * S)
-        buf = buffers.get(shape)
-        if buf is None:
-            buf = buffers[shape] = q.new_empty(shape)
-        sim = torch.matmul(q, cand[:, :, j0 * S: j1 * S], out=buf).view(B, q1 - q0, S, j1 - j0, S)  # cosines
+
+        def tile(dtype: torch.dtype) -> torch.Tensor:
+            if (shape, dtype) not in buffers:
+                buffers[shape, dtype] = torch.empty(shape, dtype=dtype, device=q.device)
+            return buffers[shape, dtype]
+
+        sim = torch.matmul(q, cand[:, :, j0 * S: j1 * S], out=tile(q.dtype))  # cosines
+        sim = sim.view(B, q1 - q0, S, j1 - j0, S)
         if sim.dtype != torch.float32 and (self.max_in_fp32 if self.max_in_fp32 is not None else sim.is_cpu):
             # PyTorch's CPU max over a short last dimension is several times slower in bf16 than a bf16 -> fp32
             # copy plus the fp32 max (benchmarks/roofline/); the copy is exact, so the choice is the same
-            wide = buffers.get((*shape, "fp32"))
-            if wide is None:
-                wide = buffers[(*shape, "fp32")] = torch.empty(shape, dtype=torch.float32, device=q.device)
-            sim = wide.view_as(sim).copy_(sim)
+            sim = tile(torch.float32).view_as(sim).copy_(sim)
         if keep is not None:  # a padded candidate token is never the best match
             sim.masked_fill_(~keep[:, None, None, j0:j1, :], float("-inf"))
         best = sim.amax(-1)  # (B, nq, S, jt) best candidate token per query token

@@ -132,19 +132,14 @@ def main() -> None:
                 sh([py, "-m", "avey_b.cli", "pretrain", "--config", "quickstart", "--overwrite", f"run_dir={d}",
                     f"tokenizer.path={tok_dir}", f"model.arch={arch}", f"model.overrides={json.dumps(over)}",
                     f"optim.lr={lr}", *common], log)
-            tried[d] = final_eval(d)["eval_loss"]
+            tried[d] = evals(d)[-1]["eval_loss"]
         runs[arch] = min(tried, key=tried.get)
         chosen[arch] = {str(d.name): round(v, 4) for d, v in tried.items()}
         sizes[arch] = masked_lm_parameters(AutoConfig.from_pretrained(runs[arch] / "model"))
     t_pre = time.time() - t_start
 
-    curves = []
-    for name, d in runs.items():
-        for line in open(d / "metrics.jsonl"):
-            r = json.loads(line)
-            if "eval_loss" in r:
-                curves.append({"model": name, "step": r["step"], "tokens": r["tokens"], "eval_loss": r["eval_loss"],
-                               "eval_accuracy": r["eval_accuracy"]})
+    curves = [{"model": name, **{k: r[k] for k in ("step", "tokens", "eval_loss", "eval_accuracy")}}
+              for name, d in runs.items() for r in evals(d)]
     out = work if args.smoke else HERE
     with open(out / "pretraining.jsonl", "w") as f:
         for r in curves:
@@ -209,9 +204,10 @@ def main() -> None:
     print((out / "results.md").read_text())
 
 
-def final_eval(run_dir: Path) -> dict:
-    """The last held-out evaluation of a pretraining run."""
-    return [r for r in map(json.loads, open(run_dir / "metrics.jsonl")) if "eval_loss" in r][-1]
+def evals(run_dir: Path) -> list[dict]:
+    """The held-out evaluations of a pretraining run, in order."""
+    with open(run_dir / "metrics.jsonl") as f:
+        return [r for r in map(json.loads, f) if "eval_loss" in r]
 
 
 def plot(curves: list[dict], path: Path) -> None:

@@ -31,7 +31,7 @@ import os
 import platform
 import sys
 import time
-from contextlib import nullcontext
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -39,6 +39,7 @@ import torch
 from avey_b import AveyBModel, presets
 from avey_b.analysis import count_flops
 from avey_b.benchmarking.timing import PeakRSSSampler, gemm_rate
+from avey_b.device import autocast
 
 HERE = Path(__file__).resolve().parent
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
@@ -116,7 +117,7 @@ def embedded(model, ids, dtype_name: str) -> torch.Tensor:
 
 def point(model, fwd, ids, dtype_name: str, repeats: int) -> dict:
     dtype = DTYPES[dtype_name]
-    ctx = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if dtype_name == "bf16" else nullcontext
+    ctx = partial(autocast, torch.device("cpu"), dtype_name == "bf16")
     x4 = embedded(model, ids, dtype_name)
     with torch.no_grad():
 
@@ -149,7 +150,7 @@ def point(model, fwd, ids, dtype_name: str, repeats: int) -> dict:
 def ab_point(model, ids, dtype_name: str, repeats: int, setups: tuple[str, str]) -> dict:
     """Two setups of the same model on the same input, alternated repeat by repeat (the forward, then the ranker
     alone on the same embeddings); best time of each, utilization of each against the same-process GEMM."""
-    ctx = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if dtype_name == "bf16" else nullcontext
+    ctx = partial(autocast, torch.device("cpu"), dtype_name == "bf16")
     x4 = embedded(model, ids, dtype_name)
     calls = {"forward": lambda: model(input_ids=ids), "ranker": lambda: model.ranker.choose(x4, None)}
     times = {(c, s): [] for c in calls for s in setups}
