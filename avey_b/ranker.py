@@ -65,7 +65,8 @@ class Ranker(nn.Module):
         self.weighting = config.ranker_weighting
         self.eps = config.ranker_eps
         self.block_size = config.ranker_block_size
-        self.memory_elements = config.ranker_memory_mb * 2**20 // 8  # fp32 similarities and their masked copy
+        # 8 bytes per similarity: room for an fp32 tile (4) or a bf16 tile with its fp32 copy for the max (6)
+        self.memory_elements = config.ranker_memory_mb * 2**20 // 8
         self.low_precision = config.ranker_selection_precision == "bfloat16"
         self.tile_bytes = None  # the similarity tile's size; None: TILE_BYTES for the device (set to A/B-test)
         self.max_in_fp32 = None  # take bf16 tiles' max in fp32; None: on CPU (set to A/B-test)
