@@ -17,6 +17,16 @@ def test_every_shipped_config_parses(path):
     assert cfg.steps >= 1
 
 
+def test_quickstart_long_is_the_quickstart_three_times_longer():
+    """Same corpus, tokenizer, model shape and fill-mask sentences; 3x the tokens in half-size batches."""
+    short, long = load_config("quickstart"), load_config("quickstart-long")
+    assert long.data == short.data and long.tokenizer == short.tokenizer
+    assert long.eval.fill_examples == short.eval.fill_examples
+    assert {k: v for k, v in long.model.overrides.items() if k != "hidden_dropout"} == short.model.overrides
+    assert long.train.max_steps * long.train.global_batch_tokens == 3 * short.train.max_steps * short.train.global_batch_tokens
+    assert long.run_dir != short.run_dir  # one never moves the other's run aside
+
+
 def test_overrides_are_parsed_as_yaml_values():
     cfg = load_config(None, ["train.max_steps=7", "optim.lr=1e-3", "optim.betas=[0.9, 0.99]",
                              "model.overrides.hidden_size=64", "data.eval=null", "logging.tensorboard=true"])

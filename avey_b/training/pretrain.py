@@ -622,7 +622,7 @@ def main(argv: list[str] | None = None) -> int:
         epilog=describe(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--config", help="YAML file, or a shipped recipe (quickstart, base, large, ablation-10b, debug); omitted: the defaults")
+    parser.add_argument("--config", help="YAML file, or a shipped recipe (quickstart, quickstart-long, base, large, ablation-10b, debug); omitted: the defaults")
     parser.add_argument("--resume", nargs="?", const="auto", default=None, metavar="CKPT",
                         help="continue from CKPT, or (no value) from the run dir's latest checkpoint")
     parser.add_argument("--overwrite", action="store_true",

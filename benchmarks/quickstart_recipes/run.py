@@ -22,6 +22,8 @@ import sys
 import time
 from pathlib import Path
 
+from select_fill import score  # this folder's fill-mask rule (the script's directory is on sys.path)
+
 HERE = Path(__file__).resolve().parent
 
 # The recipe the quickstart shipped before this search, as overrides of today's quickstart.yaml, so that every
@@ -68,11 +70,43 @@ VARIANTS: dict[str, list[str]] = {
                    "train.micro_batch_size=8", "eval.every=200"],
 }
 QUICKSTART = VARIANTS["quickstart"][1:]  # the quickstart's overrides of BEFORE, split size aside
+# the quickstart with other seeds (initialization, masks, document order): the spread of one recipe
+VARIANTS["quickstart-seed1"] = [*VARIANTS["quickstart"], "train.seed=1"]
+VARIANTS["quickstart-seed2"] = [*VARIANTS["quickstart"], "train.seed=2"]
 # the quickstart with split size 8
 VARIANTS["s8"] = ["model.overrides={hidden_size: 256, num_hidden_layers: 4, split_size: 8, num_retrieved_splits: 3}",
                   *QUICKSTART]
 # the quickstart with 30% of the tokens masked (its held-out accuracy is then scored at 30% masking too)
 VARIANTS["mask30"] = [*VARIANTS["quickstart"], "data.mask_rate=0.3"]
+VARIANTS["mask40"] = [*VARIANTS["quickstart"], "data.mask_rate=0.4"]
+# the quickstart's tokens in half-size batches again: 1,024 tokens, 4,800 steps
+VARIANTS["b1k"] = [*VARIANTS["quickstart"], "train.global_batch_tokens=1024", "train.micro_batch_size=4",
+                   "train.max_steps=4800", "eval.every=400"]
+# and again: 512-token batches (two sequences), 9,600 steps
+VARIANTS["b512"] = [*VARIANTS["quickstart"], "train.global_batch_tokens=512", "train.micro_batch_size=2",
+                    "train.max_steps=9600", "eval.every=800"]
+# 1,024-token batches at lr 1e-3
+VARIANTS["b1k-lr1e-3"] = [*VARIANTS["b1k"], "optim.lr=1e-3"]
+# 1,024-token batches with dropout 0.1 on the hidden states (the corpus is seen ~11 times)
+VARIANTS["b1k-drop"] = [*VARIANTS["b1k"], "model.overrides={hidden_size: 256, num_hidden_layers: 4, split_size: 16, "
+                        "num_retrieved_splits: 3, hidden_dropout: 0.1}"]
+# ... and a quarter more steps (6,000: 6.1M tokens)
+VARIANTS["b1k-drop-6k"] = [*VARIANTS["b1k-drop"], "train.max_steps=6000"]
+# ... and three times the tokens (14,400 steps: 14.7M tokens, ~30 min on 2 cores): where the 10-minute budget ends
+VARIANTS["b1k-drop-3x"] = [*VARIANTS["b1k-drop"], "train.max_steps=14400", "eval.every=1200"]
+# the recipe shipped as avey_b/configs/pretrain/quickstart-long.yaml: b1k-drop-3x (run it alone, --threads 2)
+VARIANTS["quickstart-long"] = [*VARIANTS["b1k-drop-3x"], "checkpoint.every=1800"]
+# 1,024-token batches with an 8,192-token vocabulary
+VARIANTS["b1k-v8k"] = [*VARIANTS["b1k"], "tokenizer.vocab_size=8192"]
+# 1,024-token batches on the docs plus the stdlib's comment blocks (+55% text; build the file first with
+# python benchmarks/quickstart_recipes/comments_corpus.py --out runs/corpus_plus/docs.jsonl)
+VARIANTS["b1k-comments"] = [*VARIANTS["b1k"], "data.train=runs/corpus_plus/docs.jsonl"]
+# 1,024-token batches, dropout 0.1, deeper and narrower: 6 layers of width 192
+VARIANTS["b1k-drop-l6"] = [*VARIANTS["b1k"], "model.overrides={hidden_size: 192, num_hidden_layers: 6, split_size: 16, "
+                           "num_retrieved_splits: 3, hidden_dropout: 0.1}"]
+# the quickstart retrieving one split instead of three (each split's processor sees 2S tokens, not 4S)
+VARIANTS["k1"] = ["model.overrides={hidden_size: 256, num_hidden_layers: 4, split_size: 16, num_retrieved_splits: 1}",
+                  *QUICKSTART]
 
 
 def run_variant(name: str, overrides: list[str], args) -> dict:
@@ -93,11 +127,14 @@ def run_variant(name: str, overrides: list[str], args) -> dict:
              for m in metrics if "eval_loss" in m]
     train = [{k: m[k] for k in ("step", "loss", "tokens_per_s") if k in m} for m in metrics if "loss" in m]
     fill = out.stdout[out.stdout.find("fill-mask"):].strip() if "fill-mask" in out.stdout else ""
+    rate = score(str(run_dir / "model"))
     rec = {"variant": name, "overrides": overrides, "threads": args.threads, "seconds": round(seconds, 1),
            "load_avg_at_start": [round(x, 2) for x in load], "machine": f"{platform.node()} {platform.machine()}",
-           "date": time.strftime("%Y-%m-%d %H:%M", time.gmtime()), "curve": curve, "train": train, "fill_mask": fill}
+           "date": time.strftime("%Y-%m-%d %H:%M", time.gmtime()), "curve": curve, "train": train, "fill_mask": fill,
+           "fill_rate": {k: rate[k] for k in ("sentences", "top1", "top5")}}
     print(f"{name}: final held-out loss {curve[-1]['eval_loss']:.3f}, accuracy {curve[-1]['eval_accuracy']:.3%} "
-          f"after {curve[-1]['step']} steps, {seconds / 60:.1f} min", flush=True)
+          f"after {curve[-1]['step']} steps, {seconds / 60:.1f} min; right word in the top 5 for {rate['top5']:.1%} of "
+          f"{rate['sentences']} held-out sentences", flush=True)
     return rec
 
 
