@@ -1,6 +1,7 @@
 """Recipe search for the quickstart (`avey-b pretrain --config quickstart`): each variant is the recipe shipped before the search
 (`BEFORE`) plus `key=value` overrides, run through the real CLI into its own run directory; its held-out curve (masked-LM loss and
-accuracy on the 5% held-out Python docs, every `eval.every` steps) is appended to `results.jsonl`.
+accuracy on the 5% held-out Python docs, every `eval.every` steps) and its fill-mask hit rate on every held-out sentence of
+`select_fill.py` are appended to `results.jsonl`.
 
     python benchmarks/quickstart_recipes/run.py --variants v0-long adam-1e-3 --threads 1   # in one shell
     python benchmarks/quickstart_recipes/run.py --variants quickstart --threads 2         # alone: the wall time
