@@ -32,6 +32,7 @@ _LETTER_TO_TYPE = {"S": "static", "D": "dynamic"}
 ACTIVATIONS = ("relu2", "relu", "gelu", "gelu_tanh", "silu", "identity")
 DYNAMIC_NORMALIZATIONS = ("sum", "l1", "rms", "softmax", "scaled_softmax", "none")
 RANKER_MODES = ("unidirectional", "bidirectional", "off")
+RANKER_ALGORITHMS = ("auto", "dense", "vocabulary")
 
 
 def _transformers_keys() -> set[str]:
@@ -98,6 +99,14 @@ class AveyBConfig(PretrainedConfig):
             "w/o ranker" ablation does).
         ranker_weighting (`str`, defaults to `"max"`): the selected MaxSim scores are divided by the largest
             (`"max"`, paper) or the smallest (`"min"`, release, weights ≥ 1) selected score.
+        ranker_algorithm (`str`, defaults to `"auto"`): how the ranker computes MaxSim for its choice; every path
+            chooses the same splits (ties: the nearer split wins, at equal distance the preceding one).
+            `"dense"`: every query token against every candidate token, ``O(N²·d)``. `"vocabulary"`: factored through
+            the row's ``U`` distinct token ids — the ranker runs on the embedding output (§3.1), so
+            ``M[v, j] = max_{u∈j} cos(E_v, x_u)`` and ``MaxSim(i, j) = Σ_{t∈i} M[id_t, j]``, ``O(U·N·d + N²/S)``;
+            exact only when the model gets ``input_ids`` and equal ids have equal embeddings (no active embedding
+            dropout), an error otherwise. `"auto"`: the vocabulary path where it is exact and its estimated work is
+            lower (real text has far fewer distinct ids than tokens), the dense path elsewhere.
         ranker_block_size (`int`, defaults to 1024): at most this many query tokens are scored per block in the
             ranker; it does not change results.
         ranker_memory_mb (`int`, defaults to 256): cap on the similarities the ranker holds at once (fp32 values
@@ -166,6 +175,7 @@ class AveyBConfig(PretrainedConfig):
         static_weights: str = "signed",
         ranker: str = "unidirectional",
         ranker_weighting: str = "max",
+        ranker_algorithm: str = "auto",
         ranker_block_size: int = 1024,
         ranker_memory_mb: int = 256,
         chunk_tokens: int = 4096,
@@ -211,6 +221,7 @@ class AveyBConfig(PretrainedConfig):
         self.static_weights = static_weights
         self.ranker = ranker
         self.ranker_weighting = ranker_weighting
+        self.ranker_algorithm = ranker_algorithm
         self.ranker_block_size = ranker_block_size
         self.ranker_memory_mb = ranker_memory_mb
         self.chunk_tokens = chunk_tokens
@@ -302,6 +313,7 @@ class AveyBConfig(PretrainedConfig):
         _choice("static_weights", self.static_weights, ("signed", "unsigned"))
         _choice("ranker", self.ranker, RANKER_MODES)
         _choice("ranker_weighting", self.ranker_weighting, ("max", "min"))
+        _choice("ranker_algorithm", self.ranker_algorithm, RANKER_ALGORITHMS)
         _choice("ranker_selection_precision", self.ranker_selection_precision, ("exact", "bfloat16"))
         _choice("initializer", self.initializer, ("xavier_normal", "normal"))
         _choice("classifier_head", self.classifier_head, ("linear", "avey-b1"))

@@ -212,6 +212,8 @@ class AveyBModel(AveyBPreTrainedModel):
         tracing = torch.compiler.is_compiling()
         x = self.embed_tokens(input_ids) if inputs_embeds is None else inputs_embeds
         x = self.embed_dropout(x)
+        # The ranker's vocabulary path factors MaxSim through the token ids: exact when x is a function of the ids.
+        ids = input_ids if inputs_embeds is None and not (self.training and self.embed_dropout.p > 0) else None
         all_hidden = [x] if output_hidden_states else None
         B, N, d = x.shape
         S = config.split_size
@@ -239,6 +241,7 @@ class AveyBModel(AveyBPreTrainedModel):
             order = torch.zeros_like(dest).scatter(1, dest, torch.arange(N, device=x.device).expand(B, N))  # (B, N)
             x = x.gather(1, order[..., None].expand(-1, -1, d))
             mask = mask.gather(1, order)
+            ids = None if ids is None else ids.gather(1, order)
 
         # keep: (B, n·S) real-token mask; None means "no padding anywhere" and skips every masking op.
         keep = None
@@ -250,13 +253,15 @@ class AveyBModel(AveyBPreTrainedModel):
             keep = F.pad(keep, (0, pad), value=False)
             x = F.pad(x, (0, 0, 0, pad)) * keep.unsqueeze(-1).to(x.dtype)  # padded tokens are zero vectors
             keep = keep.view(B, n, S)
+            ids = None if ids is None else F.pad(ids, (0, pad))
         x = x.reshape(B, n, S, d)
+        ids = None if ids is None else ids.reshape(B, n, S)
 
         # After the choice, processor rows are independent: they are built (retrieval, compression) and run through
         # the layers in chunks of about `chunk_tokens` tokens, so activation memory stays bounded for long inputs.
         x_f, keep_f = x.reshape(B * n, S, d), None if keep is None else keep.reshape(B * n, S)
         if self.ranker is not None:
-            xn, idx, ok = self.ranker.choose(x, keep)
+            xn, idx, ok = self.ranker(x, keep, ids)
             _, xn_f, _, gidx, ok_f = self.ranker.flat(x, keep, idx, ok, xn)
         C = (config.num_retrieved_splits + 1) * S if self.ranker is not None and self.compressor is None else S
 

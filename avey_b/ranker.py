@@ -1,20 +1,37 @@
 """The ranker (weighted-selective-split retrieval, paper §3.1 and §4.1) and the neural compressor (§4.3).
 
-Notation: ``B`` batch, ``n`` splits, ``S`` split size, ``k`` retrieved splits, ``d`` width, ``J`` candidates.
+Notation: ``B`` batch, ``n`` splits, ``S`` split size, ``k`` retrieved splits, ``d`` width, ``J`` candidate splits,
+``U`` distinct token ids of a row.
 
 The ranker scores every split against its candidates with MaxSim,
 ``MaxSim(i, j) = Σ_{t∈i} max_{u∈j} cos(x_t, x_u)``, keeps the top-``k`` and returns, per split,
 ``X_cat = [w_1 X_{j1} | … | w_k X_{jk} | X_i]`` with missing slots as zeros on the left (so the current split
-always occupies the last ``S`` rows). It is vectorized: one GEMM per block of query splits and tile of their
-candidates, ``amax`` over candidate tokens, ``topk`` for the choice and ``gather`` for the copies. The Python
-loops run over blocks of queries and cache-sized tiles of candidates (within ``ranker_memory_mb``): the max is
-taken while a tile is hot, so neither the ``N²`` matrix nor a ``block × N`` one is ever written.
+always occupies the last ``S`` rows).
+
+One MaxSim, two steps, used by every path below: :func:`best_match` (the best cosine of each query vector in each
+candidate split, padding never matching) and a vote that sums those maxima over a query split's real tokens.
+The choice is computed one of three ways, all choosing the same splits:
+
+* **dense** (tiled): the query tokens of a block against cache-sized tiles of candidate tokens — one GEMM per
+  block and tile, the max taken while the tile is hot; ``O(N²·d)``.
+* **vocabulary**: the ranker runs on the embedding output (§3.1), so with token-id input the cosine of two tokens
+  depends only on their ids. With ``U`` distinct ids in a row, ``M[v, j] = max_{u∈j} cos(E_v, x_u)`` is one
+  ``(U × d)·(d × N)`` product, and ``MaxSim(i, j) = Σ_{t∈i} M[id_t, j]`` a sum of looked-up rows (an embedding-bag
+  sum); ``O(U·N·d + N²/S)`` instead of ``O(N²·d)``, exact, the same choice. Candidates are taken in tiles of ``M``
+  columns with a running top-``k`` per query split, so neither ``M`` nor the ``n × n`` scores are held whole.
+  Unidirectionally an id is compared only with the splits before the last split it occurs in (ids are ordered by
+  that split, so each candidate tile multiplies a suffix of them).
+* **export**: under ``torch.export`` / ONNX, one loop-free computation over all splits (the graph then holds at
+  every length; its memory is ``N²`` similarities).
+
+**Tie rule.** Repeated text makes exactly tied MaxSim scores common, and the paths sum in different orders. Every
+path ranks candidates by the key (score, then the nearer split; at equal distance, the preceding one), built by
+:func:`_ranking_keys` so that distinct scores keep their order exactly: ties are broken the same way everywhere.
 
 Gradients flow through the weights (the cosine scores), not through the discrete choice. The choice is made
-under ``no_grad`` (optionally with a bf16 GEMM, ``ranker_selection_precision``); the weights come from MaxSim
-recomputed for the ``k`` selected pairs only (``O(N k S d)`` work and memory) at the model's precision, so
-training never stores the ``O(N²)`` similarity blocks for backward. See :class:`Ranker` for how the selection's
-memory is capped and how it behaves under ``torch.compile`` and export.
+under ``no_grad`` (with a bf16 GEMM under bf16 autocast or ``ranker_selection_precision="bfloat16"``); the weights
+come from MaxSim recomputed for the ``k`` selected pairs only (``O(N k S d)``) at the model's precision, so
+training never stores the ``O(N²)`` similarity blocks for backward.
 """
 
 from __future__ import annotations
@@ -25,190 +42,346 @@ from torch import nn
 
 from .configuration import AveyBConfig
 
+# Bytes of similarities per tile: small enough to stay in cache on CPU (the max is taken while the tile is hot,
+# instead of writing and re-reading a block x N matrix), large enough that each GEMM keeps the cores busy; on GPU
+# larger tiles amortize the launches. Measured in benchmarks/roofline/. Module settings, not model state: a
+# benchmark may patch them.
+TILE_BYTES = {("cpu", 4): 2**20, ("cpu", 2): 2 * 2**20, ("cuda", 4): 64 * 2**20, ("cuda", 2): 64 * 2**20}
+#: Take the max of bf16 similarity tiles in fp32 (None: on CPU, where PyTorch's bf16 max over a short last
+#: dimension is several times slower than an exact bf16 -> fp32 copy plus the fp32 max; benchmarks/roofline/).
+MAX_IN_FP32: bool | None = None
+#: Vocabulary path, unidirectional: order the distinct ids by the last split they occur in, so that a candidate
+#: split is multiplied only with the ids that still occur after it (benchmarks/vocabulary_ranker/ measures it).
+ORDER_BY_LAST_SPLIT = True
 
-def _maxsim(q: torch.Tensor, c: torch.Tensor, q_keep: torch.Tensor | None, c_keep: torch.Tensor | None):
-    """MaxSim of normalized query splits against candidate splits, pairwise by broadcasting.
+# Bytes per (query split, candidate split) pair the vocabulary path holds for one tile of M columns at its peak:
+# the fp32 scores, the allowed mask, and while the ranking keys are built, the fp64 keys, their step, and the
+# (query, candidate) preference rank (int64) and bonus (fp64).
+_PAIR_BYTES = 37
 
-    q: (..., S, d), c: (..., S, d) unit (or zero) vectors; keeps: (..., S) bool or None.  Returns (...).
+
+# --------------------------------------------------------------------------------------------------------------
+# One MaxSim
+# --------------------------------------------------------------------------------------------------------------
+def best_match(q: torch.Tensor, c: torch.Tensor, c_keep: torch.Tensor | None, S: int,
+               buffers: dict | None = None) -> torch.Tensor:
+    """The best cosine of each query vector in each candidate split (``max_{u∈j} cos(q, x_u)``).
+
+    q: (..., Q, d) unit vectors (zero at padding); c: (..., d, J·S) the candidates' unit vectors as columns;
+    c_keep: (..., J·S) bool or None — a padded candidate token is never the best match (an all-padding split gives
+    ``-inf``). Returns (..., Q, J), in float32 when ``buffers`` is given.
+
+    With ``buffers`` (a dict; no autograd) the similarities go into a reused tile buffer per shape and dtype, which
+    stays in cache, and are masked in place; without, the computation is out of place and differentiable.
     """
-    sim = q @ c.transpose(-1, -2)  # (..., S, S)
-    if c_keep is not None:  # a padded candidate token is never the best match
-        sim = sim.masked_fill(~c_keep.unsqueeze(-2), float("-inf"))
-    best = sim.amax(-1)  # (..., S): best candidate token per query token
-    if q_keep is not None:  # padded query tokens do not vote
-        best = best.masked_fill(~q_keep, 0.0)
-    return best.sum(-1)
+    J = c.shape[-1] // S
+    if buffers is None:
+        sim = (q @ c).unflatten(-1, (J, S))
+        if c_keep is not None:
+            sim = sim.masked_fill(~c_keep.unflatten(-1, (J, S)).unsqueeze(-3), float("-inf"))
+        return sim.amax(-1)
+
+    def tile(dtype: torch.dtype) -> torch.Tensor:
+        shape = (*q.shape[:-1], c.shape[-1])
+        if (shape, dtype) not in buffers:
+            buffers[shape, dtype] = torch.empty(shape, dtype=dtype, device=q.device)
+        return buffers[shape, dtype]
+
+    sim = torch.matmul(q, c, out=tile(q.dtype))
+    if sim.dtype != torch.float32 and (MAX_IN_FP32 if MAX_IN_FP32 is not None else sim.is_cpu):
+        sim = tile(torch.float32).copy_(sim)  # exact: the max, hence the choice, is the same
+    sim = sim.unflatten(-1, (J, S))
+    if c_keep is not None:
+        sim.masked_fill_(~c_keep.unflatten(-1, (J, S)).unsqueeze(-3), float("-inf"))
+    return sim.amax(-1)
+
+
+def vote(best: torch.Tensor, q_keep: torch.Tensor | None) -> torch.Tensor:
+    """MaxSim from :func:`best_match`: best (..., S, J) per query token -> (..., J), summed over the split's real
+    tokens (padded query tokens do not vote), in float32 (float64 for float64 input)."""
+    if q_keep is not None:
+        best = best.masked_fill(~q_keep.unsqueeze(-1), 0.0)
+    return best.sum(-2, dtype=torch.promote_types(best.dtype, torch.float32))
+
+
+def _ranking_keys(score: torch.Tensor, i: torch.Tensor, j: torch.Tensor, n: int) -> torch.Tensor:
+    """Float64 keys that order candidates by MaxSim, then by nearness: on equal scores the nearer split ranks
+    first, and at equal distance the preceding split (``j < i``).
+
+    ``score`` (..., Q, J) float32, ``-inf`` where not allowed; ``i`` (Q, 1) and ``j`` (1, J) split ids; ``n`` bounds
+    the distance. The key adds less than a quarter of a float32 ulp of the score (plus a tiny absolute term, so that
+    ties at 0 are broken too): distinct float32 scores keep their order exactly, and keys are all distinct."""
+    rank = 2 * (i - j).abs() - (j < i).long()  # 1, 2, 3, ...: smaller is preferred
+    bonus = 1.0 - rank.double() / (2 * n + 2)  # in (0, 1), larger is preferred
+    s = score.double()
+    step = s.abs().nan_to_num_(posinf=0.0).mul_(2.0**-26).add_(2.0**-160).mul_(bonus)  # 0 where not allowed
+    return s.add_(step)
+
+
+def _allowed(i: torch.Tensor, j: torch.Tensor, bidirectional: bool) -> torch.Tensor:
+    return (j != i) if bidirectional else (j < i)
+
+
+def _layout(val: torch.Tensor, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Top-``k`` keys (descending, impossible ``-inf`` ones last) and their split ids -> the ``X_cat`` layout:
+    the ``m`` valid entries moved to the right end (slot ``p`` holds entry ``p - (k - m)``), empty slots 0/False."""
+    k = val.shape[-1]
+    m = torch.isfinite(val).sum(-1, keepdim=True)
+    src = torch.arange(k, device=val.device) - (k - m)
+    ok = src >= 0
+    return idx.gather(-1, src.clamp_min(0)).masked_fill(~ok, 0), ok
 
 
 class Ranker(nn.Module):
-    """Selects, weights and concatenates the top-``k`` candidate splits of every split. No parameters.
+    """Chooses the top-``k`` candidate splits of every split, and builds ``X_cat`` for the chosen ones. No
+    parameters. ``forward`` returns the choice; :meth:`concat` the weighted concatenation.
 
-    Selection work and memory:
+    Work and memory:
 
+    * ``ranker_algorithm`` picks the dense or the vocabulary path (``"auto"``: the vocabulary path where it is exact
+      — token ids given, equal ids with equal embeddings — and its estimated work is lower), per row;
     * a batch of mixed lengths is ranked row by row, each row over its own splits only (up to its last real
-      split), so a short row costs what it would cost alone, not what the batch's longest row costs;
-    * the similarity working set of one step — ``B × (query tokens) × (candidate tokens)`` values — is one
-      cache-sized tile (:attr:`TILE_BYTES` per device and precision), reused for every step, and never above
-      ``ranker_memory_mb``; past that the query block shrinks too. Each tile gives its own MaxSim columns (no
-      rescaling), so the ``block × N`` similarities of a block are never written out; the memory beyond the
-      tile is the candidates and one score row per query split — linear in ``N``;
-    * under ``torch.export`` / ONNX export the choice is one loop-free computation over all splits (the exported
-      graph then runs at every length; its memory is ``N²`` similarities, so exported models are for the lengths
-      a deployment serves), and in ``torch.compile`` the selection runs eagerly, outside the graph, so the
-      compiled graphs do not depend on the number of splits.
+      split), so a short row costs what it would cost alone;
+    * dense: the similarity working set of one step is one cache-sized tile (:data:`TILE_BYTES`), reused, and
+      never above ``ranker_memory_mb``; vocabulary: the same tiles for ``M``, and the scores of one tile of ``M``
+      columns (all query splits × ``J`` candidates) within ``ranker_memory_mb``; beyond that both hold the
+      candidates and a few values per token — linear in ``N``;
+    * under ``torch.export`` / ONNX export the choice is one loop-free computation over all splits, and in
+      ``torch.compile`` the choice runs eagerly, outside the graph, so compiled graphs do not depend on ``n``.
     """
 
     def __init__(self, config: AveyBConfig):
         super().__init__()
         self.k = config.num_retrieved_splits
         self.bidirectional = config.ranker == "bidirectional"
+        self.algorithm = config.ranker_algorithm
         self.weighting = config.ranker_weighting
         self.eps = config.ranker_eps
         self.block_size = config.ranker_block_size
         # 8 bytes per similarity: room for an fp32 tile (4) or a bf16 tile with its fp32 copy for the max (6)
         self.memory_elements = config.ranker_memory_mb * 2**20 // 8
         self.low_precision = config.ranker_selection_precision == "bfloat16"
-        self.tile_bytes = None  # the similarity tile's size; None: TILE_BYTES for the device (set to A/B-test)
-        self.max_in_fp32 = None  # take bf16 tiles' max in fp32; None: on CPU (set to A/B-test)
 
-    # Bytes of similarities per tile: small enough to stay in cache on CPU (the max is taken while the tile is
-    # hot, instead of writing and re-reading a block x N matrix), large enough that each GEMM keeps the cores
-    # busy; on GPU larger tiles amortize the launches. Measured in benchmarks/roofline/ (README there).
-    TILE_BYTES = {("cpu", 4): 2**20, ("cpu", 2): 2 * 2**20, ("cuda", 4): 64 * 2**20, ("cuda", 2): 64 * 2**20}
-
+    # -- plans ---------------------------------------------------------------------------------------------------
     def plan(self, B: int, n: int, S: int, element_size: int = 4, device: str = "cpu") -> tuple[int, int]:
-        """(query splits per block, candidate splits per tile) for ``B`` rows of ``n`` splits.
+        """Dense path: (query splits per block, candidate splits per tile) for ``B`` rows of ``n`` splits.
 
-        A block has ``ranker_block_size`` query tokens; its candidates are taken in tiles of
-        ``tile_bytes`` similarities (a cache-sized working set), and never more than the memory cap allows."""
+        A block has ``ranker_block_size`` query tokens; its candidates are taken in tiles of :data:`TILE_BYTES`
+        similarities (a cache-sized working set), and never more than the memory cap allows."""
         per_pair = B * S * S  # similarities of one query split against one candidate split
         blk = max(1, min(max(1, self.block_size // S), n, self.memory_elements // per_pair))
-        tile_bytes = self.tile_bytes or self.TILE_BYTES.get((device, element_size), 64 * 2**20)
+        tile_bytes = TILE_BYTES.get((device, element_size), 64 * 2**20)
         tile = max(1, min(n, tile_bytes // (element_size * per_pair * blk), self.memory_elements // (per_pair * blk)))
         return blk, tile
 
+    def plan_vocabulary(self, U: int, n: int, S: int, element_size: int = 4, device: str = "cpu"
+                        ) -> tuple[int, int, int]:
+        """Vocabulary path: (ids per GEMM block, candidate splits per similarity tile, candidate splits per tile
+        of ``M`` columns) for a row of ``n`` splits with ``U`` distinct ids.
+
+        The similarity tiles are the dense path's (``ranker_block_size`` ids against :data:`TILE_BYTES`); a tile of
+        ``M`` columns (``(U + 1) × J`` float32) and the scores of every query split against it (``n × J`` pairs at
+        :data:`_PAIR_BYTES`) stay within ``ranker_memory_mb``."""
+        ids, tile = self.plan(1, max(1, -(-U // S)), S, element_size, device)
+        ids = min(U, ids * S)
+        budget = self.memory_elements * 8 - ids * tile * S * 8  # bytes beside the similarity tile
+        cols = budget // ((U + 1) * 4 + n * _PAIR_BYTES)
+        cols = max(tile, cols // tile * tile)
+        return ids, tile, min(cols, max(n, 1))
+
+    def vocabulary_cost(self, last_split: torch.Tensor, n: int, S: int, d: int) -> tuple[float, float]:
+        """(vocabulary, dense) multiply-adds of a row's choice, from the last split each distinct id occurs in."""
+        U = last_split.numel()
+        if self.bidirectional:
+            return float(U * n * S * d + n * n * S), float(n * n * S * S * d)
+        gemm = (last_split.sum().item() + U) * S * d if ORDER_BY_LAST_SPLIT else U * n * S * d
+        return float(gemm + n * n * S / 2), float(n * (n + 1) / 2 * S * S * d)
+
+    # -- the choice ------------------------------------------------------------------------------------------------
+    def forward(self, x: torch.Tensor, keep: torch.Tensor | None, ids: torch.Tensor | None = None):
+        """The choice for every split.
+
+        x: (B, n, S, d) embeddings (zero at padding); keep: (B, n, S) real-token mask or None; ids: (B, n, S) the
+        token ids of ``x`` when ``x`` is their embedding (enables the vocabulary path), else None.
+        Returns ``(xn, idx, ok)``: the unit vectors (B, n, S, d), ``idx`` (B, n, k) candidate split ids laid out as
+        in ``X_cat`` (descending score, missing slots on the left) and ``ok`` (B, n, k) whether a slot holds a split.
+        """
+        B, n, S, d = x.shape
+        xn = F.normalize(x, dim=-1, eps=1e-12)
+        if self.k == 0:
+            empty = torch.zeros(B, n, 0, dtype=torch.long, device=x.device)
+            return xn, empty, empty.bool()
+        if self.algorithm == "vocabulary" and ids is None:
+            raise ValueError(
+                "ranker_algorithm='vocabulary' needs token ids whose embeddings are the ranker's input: pass input_ids "
+                "(not inputs_embeds) and keep embedding dropout inactive (eval mode or embedding_dropout=0), or use "
+                "ranker_algorithm='auto'"
+            )
+        if torch.compiler.is_exporting():
+            keep_all = torch.ones(B, n, S, dtype=torch.bool, device=x.device) if keep is None else keep
+            idx, ok = self.select_for_export(xn, keep_all)
+        else:
+            idx, ok = self.select(xn, keep, None if self.algorithm == "dense" else ids)
+        return xn, idx, ok
+
     @torch.compiler.disable
     @torch.no_grad()
-    def select(self, xn: torch.Tensor, keep: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Top-``k`` candidates of every split.
+    def select(self, xn: torch.Tensor, keep: torch.Tensor | None, ids: torch.Tensor | None = None
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Top-``k`` candidates of every split: ``(idx, ok)`` as returned by :meth:`forward`.
 
-        xn: (B, n, S, d) unit vectors (zero at padding); keep: (B, n, S) or None.
-        Returns ``idx`` (B, n, k) candidate split ids laid out as in ``X_cat`` (descending score, missing slots
-        on the left) and ``ok`` (B, n, k), whether a slot holds a split.
-        """
+        xn: (B, n, S, d) unit vectors (zero at padding); keep: (B, n, S) or None; ids: (B, n, S) or None (then the
+        dense path)."""
         B, n, S, d = xn.shape
         if xn.dtype == torch.float32:  # the choice only; the weights are recomputed at full precision in concat()
             if torch.is_autocast_enabled(xn.device.type):  # cast once, not once per tile (the products are the same)
                 xn = xn.to(torch.get_autocast_dtype(xn.device.type))
             elif self.low_precision:
                 xn = xn.to(torch.bfloat16)
-        if keep is None or B == 1:
-            return self._select(xn, keep)
-        # rows of mixed lengths: each row over its splits up to its last real one
-        split_ok = keep.any(-1)
-        ends = (split_ok * torch.arange(1, n + 1, device=xn.device)).amax(1).tolist()
-        if all(e == n for e in ends):
-            return self._select(xn, keep)
+        if keep is None:
+            ends = [n] * B
+        else:  # each row over its splits up to its last real one
+            ends = (keep.any(-1) * torch.arange(1, n + 1, device=xn.device)).amax(1).tolist()
         idx = torch.zeros(B, n, self.k, dtype=torch.long, device=xn.device)
         ok = torch.zeros(B, n, self.k, dtype=torch.bool, device=xn.device)
+        dense = []
         for b, m in enumerate(ends):
-            if m:
-                i, o = self._select(xn[b:b + 1, :m], keep[b:b + 1, :m])
-                idx[b, :m], ok[b, :m] = i[0], o[0]
+            got = None
+            if m and ids is not None:
+                got = self._select_vocabulary(xn[b, :m], None if keep is None else keep[b, :m], ids[b, :m])
+            if got is not None:
+                idx[b, :m], ok[b, :m] = got
+            elif m:
+                dense.append(b)
+        if len(dense) == B and all(m == n for m in ends):  # one batched call for rows of full length
+            return self._select_dense(xn, keep)
+        for b in dense:
+            m = ends[b]
+            i, o = self._select_dense(xn[b:b + 1, :m], None if keep is None else keep[b:b + 1, :m])
+            idx[b, :m], ok[b, :m] = i[0], o[0]
         return idx, ok
 
-    def _select(self, xn: torch.Tensor, keep: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    def _select_dense(self, xn: torch.Tensor, keep: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
         B, n, S, d = xn.shape
         blk, tile = self.plan(B, n, S, xn.element_size(), xn.device.type)
         # Candidates as a (d, n·S) matrix: every product multiplies two row-major operands, the fast GEMM layout
         # for bf16 on CPU (a transposed operand is about 2x slower there).
         cand = xn.reshape(B, n * S, d).transpose(1, 2).contiguous()
+        c_keep = None if keep is None else keep.reshape(B, n * S)
         split_ok = None if keep is None else keep.any(-1)  # (B, n): a split with no real token is no candidate
-        buffers: dict[tuple, torch.Tensor] = {}  # one similarity tile per (shape, dtype), reused: stays in cache
+        buffers: dict = {}  # one similarity tile per (shape, dtype), reused: stays in cache
         ids, oks = [], []
         for q0 in range(0, n, blk):
             q1 = min(n, q0 + blk)
             J = n if self.bidirectional else q1  # unidirectional: only splits before the block's last one
             q = xn[:, q0:q1].reshape(B, (q1 - q0) * S, d)
+            q_keep = None if keep is None else keep[:, q0:q1]
             score = torch.empty(B, q1 - q0, J, dtype=torch.float32, device=xn.device)
-            for j0 in range(0, J, tile):
+            for j0 in range(0, J, tile):  # a candidate split never straddles two tiles: no running max needed
                 j1 = min(J, j0 + tile)
-                self._maxsim_tile(q, cand, keep, q0, q1, j0, j1, buffers, out=score[:, :, j0:j1])
-            i, o = self._top_k(score, q0, q1, split_ok)
+                best = best_match(q, cand[:, :, j0 * S:j1 * S], None if c_keep is None else c_keep[:, j0 * S:j1 * S],
+                                  S, buffers)  # (B, nq·S, jt)
+                score[:, :, j0:j1] = vote(best.view(B, q1 - q0, S, j1 - j0), q_keep)
+            i, o = self._top_k(score, q0, split_ok)
             ids.append(i)
             oks.append(o)
         return torch.cat(ids, 1), torch.cat(oks, 1)
 
-    def _maxsim_tile(self, q, cand, keep, q0: int, q1: int, j0: int, j1: int, buffers: dict, out: torch.Tensor):
-        """MaxSim of query splits ``q0:q1`` (as ``q``: (B, nq·S, d)) against candidate splits ``j0:j1``, written to
-        ``out`` (B, nq, jt) in float32: one GEMM into a reused tile buffer, then the max over each candidate
-        split's tokens while the tile is in cache (a candidate split never straddles two tiles, so no running max
-        across tiles is needed)."""
-        B, S = q.shape[0], (q.shape[1] // (q1 - q0))
-        shape = (B, q.shape[1], (j1 - j0) * S)
-
-        def tile(dtype: torch.dtype) -> torch.Tensor:
-            if (shape, dtype) not in buffers:
-                buffers[shape, dtype] = torch.empty(shape, dtype=dtype, device=q.device)
-            return buffers[shape, dtype]
-
-        sim = torch.matmul(q, cand[:, :, j0 * S: j1 * S], out=tile(q.dtype))  # cosines
-        sim = sim.view(B, q1 - q0, S, j1 - j0, S)
-        if sim.dtype != torch.float32 and (self.max_in_fp32 if self.max_in_fp32 is not None else sim.is_cpu):
-            # PyTorch's CPU max over a short last dimension is several times slower in bf16 than a bf16 -> fp32
-            # copy plus the fp32 max (benchmarks/roofline/); the copy is exact, so the choice is the same
-            sim = tile(torch.float32).view_as(sim).copy_(sim)
-        if keep is not None:  # a padded candidate token is never the best match
-            sim.masked_fill_(~keep[:, None, None, j0:j1, :], float("-inf"))
-        best = sim.amax(-1)  # (B, nq, S, jt) best candidate token per query token
-        if keep is not None:  # padded query tokens do not vote
-            best.masked_fill_(~keep[:, q0:q1, :, None], 0.0)
-        torch.sum(best, 2, dtype=torch.float32, out=out)
-
-    def _top_k(self, score: torch.Tensor, q0, q1, split_ok) -> tuple[torch.Tensor, torch.Tensor]:
-        """From MaxSim scores (B, nq, J) of query splits q0:q1: the k best allowed candidates, laid out as in
-        ``X_cat`` (missing slots on the left)."""
-        k, J, device = self.k, score.shape[-1], score.device
-        i = torch.arange(q1 - q0, device=device)[:, None] + q0
+    def _top_k(self, score: torch.Tensor, q0: int, split_ok: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """From MaxSim scores (B, nq, J) of query splits ``q0 …``: the ``k`` best allowed candidates under the tie
+        rule, laid out as in ``X_cat``. Loop-free (also what the export path runs)."""
+        k, (nq, J), device = self.k, score.shape[-2:], score.device
+        i = torch.arange(nq, device=device)[:, None] + q0
         j = torch.arange(J, device=device)[None, :]
-        allowed = (j != i) if self.bidirectional else (j < i)  # (nq, J)
+        allowed = _allowed(i, j, self.bidirectional)  # (nq, J)
         if split_ok is not None:
             allowed = allowed & split_ok[:, None, :J]
-        score = score.masked_fill(~allowed, float("-inf"))
+        key = _ranking_keys(score.masked_fill(~allowed, float("-inf")), i, j, J)
         # k impossible columns more: topk(k) is defined at every number of candidates (also in exported graphs)
-        score = F.pad(score, (0, k), value=float("-inf"))
-        val, idx = score.topk(k, dim=-1)  # descending, impossible (-inf) ones last
-        # Move the m valid entries to the right end: slot p holds entry p - (k - m).
-        m = torch.isfinite(val).sum(-1, keepdim=True)
-        src = torch.arange(k, device=device) - (k - m)
-        ok = src >= 0
-        return idx.gather(-1, src.clamp_min(0)).masked_fill(~ok, 0), ok
+        val, idx = F.pad(key, (0, k), value=float("-inf")).topk(k, dim=-1)
+        return _layout(val, idx)
+
+    def _select_vocabulary(self, xn: torch.Tensor, keep: torch.Tensor | None, ids: torch.Tensor):
+        """The vocabulary path for one row: xn (n, S, d), keep (n, S) or None, ids (n, S). Returns ``(idx, ok)`` of
+        shape (n, k), or None when the factoring is not exact (equal ids with different vectors: a hook or noise on
+        the embeddings) or, under ``"auto"``, not cheaper."""
+        n, S, d = xn.shape
+        device = xn.device
+        flat = xn.reshape(n * S, d)
+        pos = torch.arange(n * S, device=device)
+        if keep is not None:
+            pos = pos[keep.reshape(-1)]
+        vocab, inv = torch.unique(ids.reshape(-1)[pos], return_inverse=True)  # inv: each real token's distinct id
+        U = vocab.numel()
+        first = torch.full((U,), n * S, device=device).scatter_reduce_(0, inv, pos, "amin")
+        last = torch.zeros(U, dtype=torch.long, device=device).scatter_reduce_(0, inv, pos // S, "amax")
+        if self.algorithm == "auto":
+            vocabulary, dense = self.vocabulary_cost(last, n, S, d)
+            if not vocabulary < dense:
+                return None
+        q = flat[first]  # (U, d): the unit vector of each distinct id (where it first occurs)
+        for c0 in range(0, pos.numel(), 2**16):  # exact only if every occurrence of an id has the same vector
+            if not torch.equal(flat[pos[c0:c0 + 2**16]], q[inv[c0:c0 + 2**16]]):
+                if self.algorithm == "vocabulary":
+                    raise ValueError(
+                        "ranker_algorithm='vocabulary': tokens with the same id have different embeddings (a hook or "
+                        "noise on the embedding output), so MaxSim does not factor through the ids; use 'auto' or "
+                        "'dense'"
+                    )
+                return None
+        if not self.bidirectional and ORDER_BY_LAST_SPLIT:  # ids ordered by the last split they occur in
+            last, perm = last.sort(stable=True)
+            q = q[perm]
+            inv = torch.empty_like(perm).scatter_(0, perm, torch.arange(U, device=device))[inv]
+        # each token's row of M (U for padding: a row that embedding_bag skips)
+        rows = torch.full((n * S,), U, dtype=torch.long, device=device).index_put_((pos,), inv).view(n, S)
+        c_keep = None if keep is None else keep.reshape(n * S)
+        split_ok = None if keep is None else keep.any(-1)
+        cand = flat.t().contiguous()  # (d, n·S)
+        ub, tile, cols = self.plan_vocabulary(U, n, S, xn.element_size(), device.type)
+        k = self.k
+        best_key = torch.full((n, k), float("-inf"), dtype=torch.float64, device=device)
+        best_idx = torch.zeros(n, k, dtype=torch.long, device=device)
+        buffers: dict = {}
+        J = n if self.bidirectional else n - 1  # unidirectional: the last split is nobody's candidate
+        for j0 in range(0, J, cols):
+            j1 = min(J, j0 + cols)
+            # the ids still needed: unidirectionally, those occurring after split j0 (a suffix once ordered)
+            ordered = not self.bidirectional and ORDER_BY_LAST_SPLIT
+            a = int(torch.searchsorted(last, j0, right=True)) if ordered else 0
+            M = torch.empty(U + 1 - a, j1 - j0, dtype=torch.float32, device=device)  # M[v, j]; last row: padding
+            for g0 in range(j0, j1, tile):
+                g1 = min(j1, g0 + tile)
+                ga = int(torch.searchsorted(last, g0, right=True)) if ordered else 0
+                c = cand[:, g0 * S:g1 * S]
+                ck = None if c_keep is None else c_keep[g0 * S:g1 * S]
+                for u0 in range(ga, U, ub):
+                    u1 = min(U, u0 + ub)
+                    M[u0 - a:u1 - a, g0 - j0:g1 - j0] = best_match(q[u0:u1], c, ck, S, buffers)
+            i0 = 0 if self.bidirectional else j0 + 1  # unidirectional: only later splits vote for these candidates
+            score = F.embedding_bag(rows[i0:] - a, M, mode="sum", padding_idx=U - a)  # (n - i0, jt) MaxSim
+            i = torch.arange(i0, n, device=device)[:, None]
+            j = torch.arange(j0, j1, device=device)[None, :]
+            allowed = _allowed(i, j, self.bidirectional)
+            if split_ok is not None:
+                allowed = allowed & split_ok[None, j0:j1]
+            key = _ranking_keys(score.masked_fill_(~allowed, float("-inf")), i, j, n)
+            val, top = key.topk(min(k, j1 - j0), dim=-1)  # the tile's best, then merged with the running best
+            val = torch.cat([best_key[i0:], val], 1)
+            cand_idx = torch.cat([best_idx[i0:], j.expand(n - i0, -1).gather(1, top)], 1)
+            val, p = val.topk(k, dim=-1)
+            best_key[i0:], best_idx[i0:] = val, cand_idx.gather(1, p)
+        return _layout(best_key, best_idx)
 
     def select_for_export(self, xn: torch.Tensor, keep: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The same choice as :meth:`select`, as one loop-free computation over all ``n`` splits (what
         ``torch.export`` and ONNX can capture for every ``n``)."""
         B, n, S, d = xn.shape
         q = xn.reshape(B, n * S, d)
-        sim = (q @ q.transpose(1, 2)).view(B, n, S, n, S)
-        sim = sim.masked_fill(~keep[:, None, None, :, :], float("-inf"))
-        best = sim.amax(-1).float().masked_fill(~keep[:, :, :, None], 0.0)
-        return self._top_k(best.sum(2), 0, n, keep.any(-1))
+        best = best_match(q, q.transpose(1, 2), keep.reshape(B, n * S), S)  # (B, n·S, n)
+        return self._top_k(vote(best.view(B, n, S, n), keep), 0, keep.any(-1))
 
-    def choose(self, x: torch.Tensor, keep: torch.Tensor | None):
-        """The choice for every split: ``(xn, idx, ok)`` with ``xn`` the unit vectors (B, n, S, d), ``idx`` (B, n, k)
-        candidate split ids laid out as in ``X_cat`` and ``ok`` (B, n, k) whether a slot holds a split."""
-        B, n, S, d = x.shape
-        xn = F.normalize(x, dim=-1, eps=1e-12)
-        if self.k == 0:
-            empty = torch.zeros(B, n, 0, dtype=torch.long, device=x.device)
-            return xn, empty, empty.bool()
-        if torch.compiler.is_exporting():
-            keep_all = torch.ones(B, n, S, dtype=torch.bool, device=x.device) if keep is None else keep
-            idx, ok = self.select_for_export(xn, keep_all)
-        else:
-            idx, ok = self.select(xn, keep)
-        return xn, idx, ok
-
+    # -- X_cat -----------------------------------------------------------------------------------------------------
     def concat(self, x: torch.Tensor, xn: torch.Tensor, keep: torch.Tensor | None, idx: torch.Tensor,
                ok: torch.Tensor, rows) -> tuple[torch.Tensor, torch.Tensor | None]:
         """``X_cat`` (R, (k+1)S, d) and its keep mask for the processor rows ``rows`` (a slice or index tensor).
@@ -221,9 +394,12 @@ class Ranker(nn.Module):
             return xs, ks
         sel, okr = idx[rows], ok[rows]  # (R, k)
         keep_sel = None if keep is None else keep[sel]  # (R, k, S)
+        R, S = xs.shape[:2]
         # MaxSim of the k selected pairs, recomputed at the model's precision and under autograd when it is on
-        # (O(N·k·S·d): cheap next to the selection, and the only part that gradients flow through).
-        score = _maxsim(xn[rows].unsqueeze(1), xn[sel], None if ks is None else ks.unsqueeze(1), keep_sel)
+        # (O(N·k·S·d): cheap next to the choice, and the only part that gradients flow through).
+        best = best_match(xn[rows], xn[sel].flatten(1, 2).transpose(1, 2),
+                          None if keep_sel is None else keep_sel.flatten(1, 2), S)  # (R, S, k)
+        score = vote(best, ks)  # (R, k)
         # Normalize by the largest (paper) or smallest (release) selected score.
         if self.weighting == "max":
             den = score.masked_fill(~okr, float("-inf")).amax(-1, keepdim=True)
@@ -234,29 +410,16 @@ class Ranker(nn.Module):
         x_cat = torch.cat([retrieved.flatten(1, 2), xs], dim=1)  # (R, (k+1)S, d)
         if ks is None:
             ks = torch.ones(xs.shape[:2], dtype=torch.bool, device=x.device)
-        slot = (okr[..., None] if keep_sel is None else keep_sel & okr[..., None]).expand(-1, -1, xs.shape[1])
+        slot = (okr[..., None] if keep_sel is None else keep_sel & okr[..., None]).expand(-1, -1, S)
         return x_cat, torch.cat([slot.flatten(1, 2), ks], dim=1)
 
     @staticmethod
     def flat(x: torch.Tensor, keep: torch.Tensor | None, idx: torch.Tensor, ok: torch.Tensor, xn: torch.Tensor):
-        """The (B, n, ...) tensors of :meth:`choose` flattened over splits for :meth:`concat` (ids made global)."""
+        """The (B, n, ...) tensors of :meth:`forward` flattened over splits for :meth:`concat` (ids made global)."""
         B, n, S, d = x.shape
         gidx = (idx + n * torch.arange(B, device=x.device)[:, None, None]).reshape(B * n, -1)
         return (x.reshape(B * n, S, d), xn.reshape(B * n, S, d), None if keep is None else keep.reshape(B * n, S),
                 gidx, ok.reshape(B * n, -1))
-
-    def forward(self, x: torch.Tensor, keep: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """x: (B, n, S, d) embeddings, zero at padding.
-
-        Returns ``X_cat`` (B, n, (k+1)S, d) and its keep mask (B, n, (k+1)S), where empty slots count as padding.
-        """
-        B, n, S, d = x.shape
-        if self.k == 0:
-            return x, keep
-        xn, idx, ok = self.choose(x, keep)
-        x_f, xn_f, keep_f, gidx, ok_f = self.flat(x, keep, idx, ok, xn)
-        x_cat, keep_cat = self.concat(x_f, xn_f, keep_f, gidx, ok_f, slice(None))
-        return x_cat.view(B, n, -1, d), keep_cat.view(B, n, -1)
 
 
 class Compressor(nn.Module):

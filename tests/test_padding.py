@@ -177,9 +177,17 @@ def test_splits_without_real_tokens_skip_the_processor_and_come_back_as_zeros(mo
     seqs, ids, mask, where = _batch_with_padding_everywhere()
     ids, mask = torch.cat([ids, torch.zeros(3, 18, dtype=torch.long)], 1), torch.cat([mask, torch.zeros(3, 18, dtype=torch.long)], 1)
     rows_seen, ranked = [], []
-    real_forward, real_select = AveyBLayer.forward, Ranker._select
+    real_forward, real_dense, real_vocab = AveyBLayer.forward, Ranker._select_dense, Ranker._select_vocabulary
     monkeypatch.setattr(AveyBLayer, "forward", lambda self, h, keep=None: rows_seen.append(h.shape[0]) or real_forward(self, h, keep))
-    monkeypatch.setattr(Ranker, "_select", lambda self, xn, keep: ranked.append(xn.shape[:2]) or real_select(self, xn, keep))
+    monkeypatch.setattr(Ranker, "_select_dense", lambda self, xn, keep: ranked.append(xn.shape[:2]) or real_dense(self, xn, keep))
+
+    def vocab(self, xn, *args):  # one row, (n, S, d); None when the dense path ranks it instead
+        got = real_vocab(self, xn, *args)
+        if got is not None:
+            ranked.append((1, xn.shape[0]))
+        return got
+
+    monkeypatch.setattr(Ranker, "_select_vocabulary", vocab)
     with torch.no_grad():
         out = model(ids, attention_mask=mask).last_hidden_state
     # 40 slots = 10 splits per row; real tokens need 4 + 6 + 4 splits after re-alignment

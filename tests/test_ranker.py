@@ -1,12 +1,17 @@
-"""The vectorized ranker against a slow, obviously-correct loop written here from the paper's §3.1 (MaxSim ranker)."""
+"""The ranker against a slow, obviously-correct loop written here from the paper's §3.1 (MaxSim ranker), on every
+path that computes the choice (dense tiles, the vocabulary factoring, the loop-free export formula), and the paths
+against each other on heavily repeated token ids, where exact ties are common."""
 
 import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 
-from avey_b import presets
+from avey_b import AveyBModel, presets, ranker as ranker_module
 from avey_b.ranker import Compressor, Ranker
+
+PATHS = ["dense", "vocabulary", "export"]
 
 
 def cosine(a, b):
@@ -17,7 +22,9 @@ def cosine(a, b):
 
 
 def oracle(x, keep, k, bidirectional, weighting, eps):
-    """Loop over batch, splits, candidates and tokens; returns X_cat (B, n, (k+1)S, d) and the chosen ids."""
+    """Loop over batch, splits, candidates and tokens; returns X_cat (B, n, (k+1)S, d) and the chosen ids.
+
+    Tie rule: on equal scores the nearer split wins; at equal distance, the preceding one."""
     B, n, S, d = x.shape
     out = torch.zeros(B, n, (k + 1) * S, d, dtype=x.dtype)
     chosen = {}
@@ -35,7 +42,7 @@ def oracle(x, keep, k, bidirectional, weighting, eps):
                         continue
                     total += max(cosine(x[b, i, t], x[b, j, u]).item() for u in range(S) if keep[b, j, u])
                 scores[j] = total
-            top = sorted(scores, key=lambda j: -scores[j])[:k]
+            top = sorted(scores, key=lambda j: (-scores[j], abs(i - j), j > i))[:k]
             chosen[b, i] = top
             if top:
                 vals = [scores[j] for j in top]
@@ -48,35 +55,58 @@ def oracle(x, keep, k, bidirectional, weighting, eps):
     return out, chosen
 
 
-def make_inputs(B=2, n=5, S=3, d=6, seed=0, pad_last=2):
+def choose(ranker, x, keep, ids, path):
+    """(idx, ok) of one path on embeddings x (B, n, S, d)."""
+    xn = F.normalize(x, dim=-1, eps=1e-12)
+    if path == "export":
+        return ranker.select_for_export(xn, torch.ones(x.shape[:3], dtype=torch.bool) if keep is None else keep)
+    if path == "vocabulary":
+        ranker.algorithm = "vocabulary"
+        return ranker.select(xn, keep, ids)
+    return ranker.select(xn, keep)
+
+
+def retrieve(ranker, x, keep, idx, ok):
+    """X_cat (B, n, (k+1)S, d) and its keep mask for a choice, built as the model builds it."""
+    B, n, S, d = x.shape
+    xn = F.normalize(x, dim=-1, eps=1e-12)
+    x_cat, keep_cat = ranker.concat(*ranker.flat(x, keep, idx, ok, xn), slice(None))
+    return x_cat.view(B, n, -1, d), keep_cat.view(B, n, -1)
+
+
+def make_inputs(B=2, n=5, S=3, d=6, seed=0, pad_last=2, V=None):
+    """Embeddings of token ids (V distinct ids; None: every token its own id), right padding in the second row."""
     g = torch.Generator().manual_seed(seed)
-    x = torch.randn(B, n, S, d, generator=g, dtype=torch.float64)
+    V = V or B * n * S
+    table = torch.randn(V, d, generator=g, dtype=torch.float64)
+    ids = torch.randint(0, V, (B, n, S), generator=g) if V < B * n * S else torch.randperm(V, generator=g).view(B, n, S)
     keep = torch.ones(B, n, S, dtype=torch.bool)
-    keep.view(B, n * S)[1, n * S - pad_last:] = False  # right padding in the second row
-    x = x * keep.unsqueeze(-1)
-    return x, keep
+    keep.view(B, n * S)[1, n * S - pad_last:] = False
+    return table[ids] * keep.unsqueeze(-1), keep, ids
 
 
+@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("bidirectional", [False, True])
 @pytest.mark.parametrize("weighting", ["max", "min"])
 @pytest.mark.parametrize("block", [1, 2, 1000])  # query splits per block: many blocks, uneven blocks, one block
-def test_ranker_matches_loop_oracle(bidirectional, weighting, block):
+def test_ranker_matches_loop_oracle(path, bidirectional, weighting, block):
     S, k = 3, 2
     cfg = presets.tiny(split_size=S, num_retrieved_splits=k, ranker="bidirectional" if bidirectional else "unidirectional",
                        ranker_weighting=weighting, ranker_block_size=block * S)
-    x, keep = make_inputs(S=S, pad_last=4)  # 4 > S: the last split of row 1 is all padding
+    x, keep, ids = make_inputs(S=S, pad_last=4, V=7)  # 4 > S: the last split of row 1 is all padding; 7 ids: ties
     ranker = Ranker(cfg)
     expected, chosen = oracle(x, keep, k, bidirectional, weighting, cfg.ranker_eps)
-    got, keep_cat = ranker(x, keep)
-    torch.testing.assert_close(got, expected, rtol=1e-9, atol=1e-9)
+    idx, ok = choose(ranker, x, keep, ids, path)
+    got, keep_cat = retrieve(ranker, x, keep, idx, ok)
+    real = keep.any(-1)  # all-padding query splits: every score is 0; their outputs are dropped by the model
+    torch.testing.assert_close(got[real], expected[real], rtol=1e-9, atol=1e-9)
     # selection: the first split never retrieves (unidirectional); a short candidate list leaves zero slots on the left
     if not bidirectional:
         assert chosen[0, 0] == [] and got[0, 0, : k * S].abs().sum() == 0
         assert len(chosen[0, 1]) == 1 and got[0, 1, :S].abs().sum() == 0 and got[0, 1, S:2 * S].abs().sum() > 0
     # an all-padding split (row 1, last) is never retrieved
     assert all(4 not in top for (b, i), top in chosen.items() if b == 1)
-    # the keep mask of X_cat marks empty slots and padded tokens as padding (for all-padding query splits every
-    # score is 0 and the choice among ties is arbitrary; their weights are 0 and their outputs are dropped)
+    # the keep mask of X_cat marks empty slots and padded tokens as padding
     for (b, i), top in chosen.items():
         if not keep[b, i].any():
             continue
@@ -86,25 +116,37 @@ def test_ranker_matches_loop_oracle(bidirectional, weighting, block):
             assert torch.equal(keep_cat[b, i, (slot0 + p) * S:(slot0 + p + 1) * S], keep[b, j])
 
 
-def test_ranker_without_padding_mask_equals_all_true_mask():
-    cfg = presets.tiny(split_size=3, num_retrieved_splits=2)
-    x, _ = make_inputs(S=3, pad_last=0)
-    ranker = Ranker(cfg)
-    a, _ = ranker(x, None)
-    b, _ = ranker(x, torch.ones(x.shape[:3], dtype=torch.bool))
-    torch.testing.assert_close(a, b)
+def test_the_oracle_inputs_have_exact_ties():
+    """The oracle test above exercises the tie rule: its inputs hold exactly tied MaxSim scores."""
+    x, keep, _ = make_inputs(S=3, pad_last=4, V=7)
+    xn = F.normalize(x, dim=-1)
+    scores = torch.einsum("isd,jtd->ijst", xn[0], xn[0]).amax(-1).sum(-1)
+    tril = scores[torch.tril_indices(5, 5, -1).unbind()]
+    assert tril.unique().numel() < tril.numel()
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_ranker_without_padding_mask_equals_all_true_mask(path):
+    ranker = Ranker(presets.tiny(split_size=3, num_retrieved_splits=2))
+    x, _, ids = make_inputs(S=3, pad_last=0, V=9)
+    a = choose(ranker, x, None, ids, path)
+    b = choose(ranker, x, torch.ones(x.shape[:3], dtype=torch.bool), ids, path)
+    for u, v in zip(a, b, strict=True):
+        assert torch.equal(u, v)
 
 
 def test_gradient_flows_through_weights_not_choice():
     """With autograd on, the weights are recomputed for the selected pairs; values match the no-grad path and
     the retrieved splits receive gradient through both their content and their weight."""
-    cfg = presets.tiny(split_size=3, num_retrieved_splits=2)
-    x, keep = make_inputs(S=3, pad_last=2)
-    ranker = Ranker(cfg)
+    ranker = Ranker(presets.tiny(split_size=3, num_retrieved_splits=2))
+    x, keep, _ = make_inputs(S=3, pad_last=2)
     with torch.no_grad():
-        ref, _ = ranker(x, keep)
+        _, idx, ok = ranker(x, keep)
+        ref, _ = retrieve(ranker, x, keep, idx, ok)
     xg = x.clone().requires_grad_(True)
-    out, _ = ranker(xg, keep)
+    _, idx_g, ok_g = ranker(xg, keep)
+    assert torch.equal(idx_g, idx) and torch.equal(ok_g, ok)
+    out, _ = retrieve(ranker, xg, keep, idx_g, ok_g)
     torch.testing.assert_close(out.detach(), ref, rtol=1e-12, atol=1e-12)
     # d(weight)/d(current split) is non-zero: the current split (slot k) gets gradient from the retrieved slots
     out[:, 2, : 2 * 3].sum().backward()
@@ -113,13 +155,12 @@ def test_gradient_flows_through_weights_not_choice():
 
 
 def test_weights_are_at_most_one_for_paper_and_at_least_one_for_release():
-    x, keep = make_inputs(S=3, n=6, pad_last=0)
+    x, _, _ = make_inputs(S=3, n=6, pad_last=0)
     x = x.abs()  # non-negative embeddings: positive MaxSim scores
     for weighting in ("max", "min"):
-        cfg = presets.tiny(split_size=3, num_retrieved_splits=2, ranker_weighting=weighting)
-        ranker = Ranker(cfg)
-        idx, ok = ranker.select(torch.nn.functional.normalize(x, dim=-1), None)
-        out, _ = ranker(x, None)
+        ranker = Ranker(presets.tiny(split_size=3, num_retrieved_splits=2, ranker_weighting=weighting))
+        _, idx, ok = ranker(x, None)
+        out, _ = retrieve(ranker, x, None, idx, ok)
         i = 4  # two candidates or more
         w = out[0, i, :6].reshape(2, 3, -1).norm(dim=(1, 2)) / x[0, idx[0, i]].norm(dim=(1, 2))
         if weighting == "max":
@@ -147,30 +188,47 @@ def test_bf16_selection_keeps_exact_weights():
     x[:, :, :, :8] += 3 * torch.randn(2, 8, 1, 8, generator=g)  # split-level topics: well-separated MaxSim
     exact = Ranker(presets.tiny(split_size=16, num_retrieved_splits=3))
     fast = Ranker(presets.tiny(split_size=16, num_retrieved_splits=3, ranker_selection_precision="bfloat16"))
-    xn = torch.nn.functional.normalize(x, dim=-1)
-    assert torch.equal(exact.select(xn, None)[0], fast.select(xn, None)[0])
-    torch.testing.assert_close(fast(x, None)[0], exact(x, None)[0], rtol=0, atol=0)
+    _, idx, ok = exact(x, None)
+    _, idx_f, ok_f = fast(x, None)
+    assert torch.equal(idx, idx_f)
+    torch.testing.assert_close(retrieve(fast, x, None, idx_f, ok_f)[0], retrieve(exact, x, None, idx, ok)[0],
+                               rtol=0, atol=0)
 
 
 def test_the_similarity_tile_is_cache_sized_and_within_the_memory_cap_at_every_length():
-    from avey_b.ranker import Ranker
-
     ranker = Ranker(presets.small())  # S = 64, 1024-token query blocks, ranker_memory_mb = 256
     for N in (1024, 16_384, 65_536, 262_144, 1_048_576):
         for size in (4, 2):  # fp32, bf16
             blk, tile = ranker.plan(1, N // 64, 64, size)
             assert blk == min(16, N // 64)  # the query block does not shrink with N
-            assert tile * 64 * blk * 64 * size <= Ranker.TILE_BYTES["cpu", size]  # one cache-sized tile per step
+            assert tile * 64 * blk * 64 * size <= ranker_module.TILE_BYTES["cpu", size]  # one cache-sized tile a step
     assert ranker.plan(1, 256, 64, 4) == (16, 4) and ranker.plan(1, 256, 64, 2) == (16, 16)
     assert ranker.plan(1, 256, 64, 4, "cuda")[1] == 256  # GPU: whole candidate rows at 16K tokens
     ranker.memory_elements = 2 * 64 * 64  # a tiny cap wins over the tile size, then over the block
     assert ranker.plan(1, 256, 64, 4) == (2, 1)
 
 
-@pytest.mark.parametrize("bidirectional", [False, True])
-def test_tiling_does_not_change_the_choice(bidirectional):
-    from avey_b.ranker import Ranker
+@pytest.mark.parametrize("size", [4, 2])
+def test_the_vocabulary_working_set_at_1m_tokens_stays_within_the_cap(size):
+    """At 1M tokens (S = 64: 16,384 splits) with 32K distinct ids (cl100k on English text) — and with as many
+    distinct ids as the vocabulary holds — one step's similarity tile is cache-sized, and the tile of M columns
+    with every query split's scores against it stays within ranker_memory_mb."""
+    ranker = Ranker(presets.small())
+    cap = presets.small().ranker_memory_mb * 2**20
+    n, S = 2**20 // 64, 64
+    for U in (32_000, 50_368):
+        ids, tile, cols = ranker.plan_vocabulary(U, n, S, size)
+        assert ids * tile * S * size <= ranker_module.TILE_BYTES["cpu", size]  # one cache-sized tile a step
+        similarity = ids * tile * S * size + (ids * tile * S * 4 if size == 2 else 0)  # + the fp32 copy for the max
+        scores = (U + 1) * cols * 4 + n * cols * ranker_module._PAIR_BYTES
+        assert similarity + scores <= cap
+        assert cols >= 64  # wide enough for the embedding-bag sums to stream whole rows of M
+    # small inputs: one tile of M columns covers every candidate
+    assert ranker.plan_vocabulary(2_800, 256, 64)[2] == 256
 
+
+@pytest.mark.parametrize("bidirectional", [False, True])
+def test_tiling_does_not_change_the_choice(bidirectional, monkeypatch):
     config = presets.tiny(ranker="bidirectional" if bidirectional else "unidirectional")
     x = torch.nn.functional.normalize(torch.randn(2, 9, 4, 32, generator=torch.Generator().manual_seed(0)), dim=-1)
     keep = torch.ones(2, 9, 4, dtype=torch.bool)
@@ -184,11 +242,9 @@ def test_tiling_does_not_change_the_choice(bidirectional):
 
 
 @pytest.mark.parametrize("bidirectional", [False, True])
-def test_bf16_choice_equals_the_loop_free_formula_in_bf16(bidirectional):
+def test_bf16_choice_equals_the_loop_free_formula_in_bf16(bidirectional, monkeypatch):
     """The tiled bf16 path (GEMM in bf16, max and sum in fp32 on CPU) chooses what the one-matrix formula of the
     export path chooses on the same bf16 unit vectors."""
-    from avey_b.ranker import Ranker
-
     direction = "bidirectional" if bidirectional else "unidirectional"
     config = presets.tiny(split_size=8, num_retrieved_splits=3, ranker=direction)
     g = torch.Generator().manual_seed(1)
@@ -196,7 +252,178 @@ def test_bf16_choice_equals_the_loop_free_formula_in_bf16(bidirectional):
     x[..., :4] += 2 * torch.randn(1, 40, 1, 4, generator=g)  # split-level topics: no near-ties
     xn = torch.nn.functional.normalize(x, dim=-1).bfloat16()
     ranker = Ranker(config)
-    ranker.tile_bytes = 8 * 8 * 8 * 2 * 3  # several tiles per query block
+    monkeypatch.setitem(ranker_module.TILE_BYTES, ("cpu", 2), 8 * 8 * 8 * 2 * 3)  # several tiles per query block
     keep = torch.ones(1, 40, 8, dtype=torch.bool)
     for a, b in zip(ranker.select(xn, None), ranker.select_for_export(xn, keep), strict=True):
         assert torch.equal(a, b)
+
+
+# -- the vocabulary path against the dense path on heavily repeated ids ----------------------------------------------
+def repeated_batch(seed, B, N, S, V=50, d=16, side="right"):
+    """Embeddings (B, n, S, d) of ids drawn from a V-id vocabulary (rows of mixed lengths, padded on ``side`` and
+    then moved to the front as the model does), the keep mask and the ids."""
+    g = torch.Generator().manual_seed(seed)
+    table = torch.randn(V, d, generator=g)
+    ids = torch.randint(0, V, (B, N), generator=g)
+    ids[:, N // 3: N // 3 + 2 * S] = ids[:, :2 * S]  # a repeated passage: exactly tied candidates
+    lengths = [N] + [int(torch.randint(1, N + 1, (1,), generator=g)) for _ in range(B - 1)]
+    keep = torch.zeros(B, N, dtype=torch.bool)
+    for b, m in enumerate(lengths):  # only relative position matters to the ranker: real tokens first
+        keep[b, :m] = True
+    n = -(-N // S)
+    keep = F.pad(keep, (0, n * S - N)).view(B, n, S)
+    ids = F.pad(ids, (0, n * S - N)).view(B, n, S) * keep
+    return table[ids] * keep.unsqueeze(-1), keep, ids
+
+
+def float64_scores(x, keep):
+    """MaxSim of every split against every split, in float64: (B, n, n)."""
+    B, n, S, d = x.shape
+    xn = F.normalize(x.double(), dim=-1, eps=1e-12)
+    sim = torch.einsum("bisd,bjtd->bijst", xn, xn).masked_fill(~keep[:, None, :, None, :], float("-inf"))
+    return sim.amax(-1).masked_fill(~keep[:, :, None, :], 0).sum(-1)
+
+
+@pytest.mark.parametrize("bidirectional", [False, True])
+@pytest.mark.parametrize("k", [1, 2, 3, 4])
+def test_vocabulary_path_chooses_what_the_dense_path_chooses(bidirectional, k):
+    S = 5
+    config = presets.tiny(split_size=S, num_retrieved_splits=k,
+                          ranker="bidirectional" if bidirectional else "unidirectional")
+    for seed in range(3):
+        x, keep, ids = repeated_batch(seed, B=3, N=173, S=S)  # S does not divide N
+        xn = F.normalize(x, dim=-1, eps=1e-12)
+        dense, vocab = Ranker(config), Ranker(config)
+        vocab.algorithm = "vocabulary"
+        idx_d, ok_d = dense.select(xn, keep)
+        idx_v, ok_v = vocab.select(xn, keep, ids)
+        assert torch.equal(ok_d, ok_v)
+        ref = float64_scores(x, keep)
+        real = keep.any(-1)
+        for b in range(x.shape[0]):
+            for i in range(x.shape[1]):
+                if not real[b, i]:
+                    continue
+                s_d, s_v = ref[b, i, idx_d[b, i]][ok_d[b, i]], ref[b, i, idx_v[b, i]][ok_v[b, i]]
+                torch.testing.assert_close(s_v, s_d, rtol=0, atol=1e-5)  # the same scores, chosen in the same order
+        # with the tie rule: the same splits everywhere (repeated text gives exactly tied scores)
+        assert torch.equal(idx_d[real], idx_v[real])
+
+
+def test_repeated_text_has_exact_ties_that_the_tie_rule_breaks():
+    """The inputs above do hold exact ties at the top-k boundary: without a shared rule the paths could differ."""
+    x, keep, _ = repeated_batch(0, B=1, N=173, S=5)
+    ref = float64_scores(x, keep)[0]
+    n = ref.shape[0]
+    tied = 0
+    for i in range(2, n):
+        top = ref[i, :i].sort(descending=True).values
+        tied += int((top[:-1] == top[1:]).any())
+    assert tied > 0
+
+
+def test_vocabulary_tiles_and_id_order_do_not_change_the_choice(monkeypatch):
+    config = presets.tiny(split_size=4, num_retrieved_splits=3)
+    x, keep, ids = repeated_batch(5, B=2, N=301, S=4)
+    xn = F.normalize(x, dim=-1, eps=1e-12)
+    wide, tiled = Ranker(config), Ranker(config)
+    wide.algorithm = tiled.algorithm = "vocabulary"
+    tiled.memory_elements = 64  # M in tiles of two candidate splits, ids in blocks of eight
+    tiled.block_size = 8
+    assert tiled.plan_vocabulary(50, 76, 4) == (8, 2, 2)
+    want = wide.select(xn, keep, ids)
+    for order in (True, False):
+        monkeypatch.setattr(ranker_module, "ORDER_BY_LAST_SPLIT", order)
+        for got in (tiled.select(xn, keep, ids), wide.select(xn, keep, ids)):
+            for a, b in zip(got, want, strict=True):
+                assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("bidirectional", [False, True])
+def test_whole_model_is_the_same_under_dense_and_vocabulary(bidirectional):
+    """Model outputs under ranker_algorithm dense / vocabulary / auto on repeated ids, padding on both sides."""
+    overrides = {"ranker": "bidirectional" if bidirectional else "unidirectional", "split_size": 5, "vocab_size": 50}
+    torch.manual_seed(0)
+    models = {a: AveyBModel(presets.tiny(**overrides, ranker_algorithm=a)).eval() for a in ("dense", "vocabulary", "auto")}
+    for m in models.values():
+        m.load_state_dict(models["dense"].state_dict())
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(0, 50, (3, 203), generator=g)
+    ids[:, 100:140] = ids[:, 0:40]
+    mask = torch.ones_like(ids)
+    mask[1, 150:] = 0  # right padding
+    mask[2, :37] = 0  # left padding
+    with torch.no_grad():
+        out = {a: m(ids, attention_mask=mask).last_hidden_state for a, m in models.items()}
+    real = mask.bool()
+    torch.testing.assert_close(out["vocabulary"][real], out["dense"][real], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(out["auto"][real], out["dense"][real], rtol=1e-5, atol=1e-5)
+
+
+def _spy(monkeypatch):
+    """Record which path ranked each row: 'vocabulary' when the vocabulary path returned a choice, else 'dense'."""
+    calls = []
+    real_vocab, real_dense = Ranker._select_vocabulary, Ranker._select_dense
+
+    def vocab(self, *args):
+        got = real_vocab(self, *args)
+        if got is not None:
+            calls.append("vocabulary")
+        return got
+
+    monkeypatch.setattr(Ranker, "_select_vocabulary", vocab)
+    monkeypatch.setattr(Ranker, "_select_dense", lambda self, xn, keep: calls.append("dense") or real_dense(self, xn, keep))
+    return calls
+
+
+def test_auto_takes_the_vocabulary_path_where_it_is_exact_and_cheaper(monkeypatch):
+    calls = _spy(monkeypatch)
+    config = presets.tiny(vocab_size=1000)
+    torch.manual_seed(0)
+    model = AveyBModel(config).eval()
+    repeated = torch.randint(0, 20, (1, 400))
+    distinct = torch.randperm(1000)[:400][None]
+    with torch.no_grad():
+        model(repeated)
+        assert calls == ["vocabulary"]
+        calls.clear()
+        model(distinct)  # U = N: the factoring saves nothing
+        assert calls == ["dense"]
+        calls.clear()
+        model(inputs_embeds=model.embed_tokens(repeated))  # no ids: the embeddings could be anything
+        assert calls == ["dense"]
+        calls.clear()
+    dropout = AveyBModel(presets.tiny(vocab_size=1000, embedding_dropout=0.1))
+    dropout.load_state_dict(model.state_dict())
+    dropout.train()(repeated)  # dropout active: equal ids no longer have equal vectors
+    assert calls == ["dense"]
+    calls.clear()
+    with torch.no_grad():
+        dropout.eval()(repeated)
+    assert calls == ["vocabulary"]
+
+
+def test_auto_falls_back_and_vocabulary_refuses_when_equal_ids_have_different_vectors(monkeypatch):
+    """A hook that adds noise to the embeddings (as NEFTune does) breaks the factoring: auto ranks densely, an
+    explicit 'vocabulary' says why it cannot."""
+    calls = _spy(monkeypatch)
+    ids = torch.randint(0, 20, (1, 400), generator=torch.Generator().manual_seed(0))
+    for algorithm in ("auto", "vocabulary"):
+        torch.manual_seed(0)
+        model = AveyBModel(presets.tiny(vocab_size=1000, ranker_algorithm=algorithm)).eval()
+        model.embed_tokens.register_forward_hook(lambda module, args, out: out + 0.01 * torch.randn_like(out))
+        with torch.no_grad():
+            if algorithm == "auto":
+                model(ids)
+                assert calls == ["dense"]
+            else:
+                with pytest.raises(ValueError, match="same id have different embeddings"):
+                    model(ids)
+
+
+def test_vocabulary_without_token_ids_is_a_clear_error():
+    model = AveyBModel(presets.tiny(ranker_algorithm="vocabulary")).eval()
+    with pytest.raises(ValueError, match="needs token ids"):
+        model(inputs_embeds=torch.randn(1, 20, 32))
+    with pytest.raises(ValueError, match="ranker_algorithm="):
+        presets.tiny(ranker_algorithm="vocab")

@@ -37,6 +37,7 @@ from pathlib import Path
 import torch
 
 from avey_b import AveyBModel, presets
+from avey_b import ranker as ranker_module
 from avey_b.analysis import count_flops
 from avey_b.benchmarking.timing import PeakRSSSampler, gemm_rate
 from avey_b.device import autocast
@@ -46,22 +47,22 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 # name -> function(model) that puts the model in that setup (and returns nothing); each sets every knob it uses
 def _before(model):
-    model.ranker.tile_bytes = 2**62  # tiles as large as the memory cap: block x N similarity matrices
+    ranker_module.TILE_BYTES.update(dict.fromkeys(TILE_BYTES_DEFAULT, 2**62))  # tiles as large as the memory cap
     model.config.chunk_tokens = 65536
     model.ranker.low_precision = False
-    model.ranker.max_in_fp32 = False
+    ranker_module.MAX_IN_FP32 = False
 
 
 def _after(model):
-    model.ranker.tile_bytes = None
+    ranker_module.TILE_BYTES.update(TILE_BYTES_DEFAULT)
     model.config.chunk_tokens = CHUNK_DEFAULT
     model.ranker.low_precision = False
-    model.ranker.max_in_fp32 = None
+    ranker_module.MAX_IN_FP32 = None
 
 
 def _bf16_max(model):
     _after(model)
-    model.ranker.max_in_fp32 = False  # the max of bf16 similarity tiles taken in bf16 (the code before)
+    ranker_module.MAX_IN_FP32 = False  # the max of bf16 similarity tiles taken in bf16 (the code before)
 
 
 def _bf16_select(model):
@@ -70,6 +71,7 @@ def _bf16_select(model):
 
 
 CHUNK_DEFAULT = presets.small().chunk_tokens
+TILE_BYTES_DEFAULT = dict(ranker_module.TILE_BYTES)
 SETUPS = {"before": _before, "after": _after, "bf16-select": _bf16_select, "bf16-max": _bf16_max}
 AB = {"before-after": ("before", "after"),  # the tiled ranker and 4K-token processor chunks vs the code before
       "selection-precision": ("after", "bf16-select"),  # exact (default) vs bf16 choice of splits
@@ -127,7 +129,7 @@ def point(model, fwd, ids, dtype_name: str, repeats: int) -> dict:
 
         def ranker():
             with ctx():
-                model.ranker.choose(x4, None)
+                model.ranker(x4, None)
 
         forward()  # warm-up (and compilation) before counting
         flops = count_flops(forward)
@@ -152,7 +154,7 @@ def ab_point(model, ids, dtype_name: str, repeats: int, setups: tuple[str, str])
     alone on the same embeddings); best time of each, utilization of each against the same-process GEMM."""
     ctx = partial(autocast, torch.device("cpu"), dtype_name == "bf16")
     x4 = embedded(model, ids, dtype_name)
-    calls = {"forward": lambda: model(input_ids=ids), "ranker": lambda: model.ranker.choose(x4, None)}
+    calls = {"forward": lambda: model(input_ids=ids), "ranker": lambda: model.ranker(x4, None)}
     times = {(c, s): [] for c in calls for s in setups}
     outs, choices = {}, {}
     with torch.no_grad():
@@ -160,7 +162,7 @@ def ab_point(model, ids, dtype_name: str, repeats: int, setups: tuple[str, str])
             SETUPS[s](model)
             with ctx():
                 outs[s] = model(input_ids=ids).last_hidden_state.float()
-                choices[s] = model.ranker.choose(x4, None)[1]
+                choices[s] = model.ranker(x4, None)[1]
         g0 = gemm_rate(DTYPES[dtype_name])
         for _ in range(repeats):
             for c, fn in calls.items():
