@@ -107,12 +107,12 @@ class AveyBConfig(PretrainedConfig):
             exact only when the model gets ``input_ids`` and equal ids have equal embeddings (no active embedding
             dropout), an error otherwise. `"auto"`: the vocabulary path where it is exact and its estimated work is
             lower (real text has far fewer distinct ids than tokens), the dense path elsewhere.
-        ranker_block_size (`int`, defaults to 1024): at most this many query tokens are scored per block in the
-            ranker; it does not change results.
-        ranker_memory_mb (`int`, defaults to 256): cap on the similarities the ranker holds at once (fp32 values
-            and their masked copy): the query block shrinks, and the candidates are tiled, so that
-            ``B × query tokens × candidate tokens × 8 bytes`` stays under it whatever ``N``. It does not change
-            results.
+        ranker_block_size (`int`, defaults to 512): at most this many query tokens (dense path) or distinct ids
+            (vocabulary path) are scored per block in the ranker; it does not change results.
+        ranker_memory_mb (`int`, defaults to 256): cap on what the ranker's choice holds at once beside the
+            embeddings: the similarity tiles (the query block shrinks, and the candidates are tiled, so that
+            ``B × query tokens × candidate tokens × 8 bytes`` stays under it whatever ``N``) and, on the vocabulary
+            path, a tile of ``M`` columns with every query split's scores against it. It does not change results.
         ranker_selection_precision (`str`, defaults to `"exact"`): `"exact"` scores candidates at the input's
             precision; `"bfloat16"` runs the selection GEMM (the ``O(N²d)`` part) in bf16 for float32 inputs,
             which is several times faster on CPUs with AMX and GPUs. Only near-ties can be chosen differently:
@@ -176,7 +176,7 @@ class AveyBConfig(PretrainedConfig):
         ranker: str = "unidirectional",
         ranker_weighting: str = "max",
         ranker_algorithm: str = "auto",
-        ranker_block_size: int = 1024,
+        ranker_block_size: int = 512,
         ranker_memory_mb: int = 256,
         chunk_tokens: int = 4096,
         ranker_selection_precision: str = "exact",

@@ -46,75 +46,76 @@ from .configuration import AveyBConfig
 # instead of writing and re-reading a block x N matrix), large enough that each GEMM keeps the cores busy; on GPU
 # larger tiles amortize the launches. Measured in benchmarks/roofline/. Module settings, not model state: a
 # benchmark may patch them.
-TILE_BYTES = {("cpu", 4): 2**20, ("cpu", 2): 2 * 2**20, ("cuda", 4): 64 * 2**20, ("cuda", 2): 64 * 2**20}
-#: Take the max of bf16 similarity tiles in fp32 (None: on CPU, where PyTorch's bf16 max over a short last
-#: dimension is several times slower than an exact bf16 -> fp32 copy plus the fp32 max; benchmarks/roofline/).
-MAX_IN_FP32: bool | None = None
+TILE_BYTES = {("cpu", 4): 2 * 2**20, ("cpu", 2): 2 * 2**20, ("cuda", 4): 64 * 2**20, ("cuda", 2): 64 * 2**20}
 #: Vocabulary path, unidirectional: order the distinct ids by the last split they occur in, so that a candidate
 #: split is multiplied only with the ids that still occur after it (benchmarks/vocabulary_ranker/ measures it).
 ORDER_BY_LAST_SPLIT = True
 
 # Bytes per (query split, candidate split) pair the vocabulary path holds for one tile of M columns at its peak:
-# the fp32 scores, the allowed mask, and while the ranking keys are built, the fp64 keys, their step, and the
-# (query, candidate) preference rank (int64) and bonus (fp64).
+# the fp32 scores and the allowed mask, and while the ranking keys are built, the fp64 keys, their step and the
+# nearness (fp64; bidirectionally also an int64 distance).
 _PAIR_BYTES = 37
 
 
 # --------------------------------------------------------------------------------------------------------------
 # One MaxSim
 # --------------------------------------------------------------------------------------------------------------
-def best_match(q: torch.Tensor, c: torch.Tensor, c_keep: torch.Tensor | None, S: int,
+def best_match(c: torch.Tensor, q: torch.Tensor, c_keep: torch.Tensor | None, S: int,
                buffers: dict | None = None) -> torch.Tensor:
     """The best cosine of each query vector in each candidate split (``max_{u∈j} cos(q, x_u)``).
 
-    q: (..., Q, d) unit vectors (zero at padding); c: (..., d, J·S) the candidates' unit vectors as columns;
-    c_keep: (..., J·S) bool or None — a padded candidate token is never the best match (an all-padding split gives
-    ``-inf``). Returns (..., Q, J), in float32 when ``buffers`` is given.
+    c: (..., J·S, d) the candidates' unit vectors (zero at padding); q: (..., d, Q) the query unit vectors as
+    columns; c_keep: (..., J·S) bool or None — a padded candidate token is never the best match (an all-padding
+    split gives ``-inf``). Returns (..., J, Q). The max runs over the middle axis of the (..., J, S, Q) similarities
+    (whole vectors at a time, in the input's precision: exact, so the choice is the same).
 
     With ``buffers`` (a dict; no autograd) the similarities go into a reused tile buffer per shape and dtype, which
     stays in cache, and are masked in place; without, the computation is out of place and differentiable.
     """
-    J = c.shape[-1] // S
+    J = c.shape[-2] // S
     if buffers is None:
-        sim = (q @ c).unflatten(-1, (J, S))
-        if c_keep is not None:
-            sim = sim.masked_fill(~c_keep.unflatten(-1, (J, S)).unsqueeze(-3), float("-inf"))
-        return sim.amax(-1)
-
-    def tile(dtype: torch.dtype) -> torch.Tensor:
-        shape = (*q.shape[:-1], c.shape[-1])
-        if (shape, dtype) not in buffers:
-            buffers[shape, dtype] = torch.empty(shape, dtype=dtype, device=q.device)
-        return buffers[shape, dtype]
-
-    sim = torch.matmul(q, c, out=tile(q.dtype))
-    if sim.dtype != torch.float32 and (MAX_IN_FP32 if MAX_IN_FP32 is not None else sim.is_cpu):
-        sim = tile(torch.float32).copy_(sim)  # exact: the max, hence the choice, is the same
-    sim = sim.unflatten(-1, (J, S))
+        sim = c @ q
+    else:
+        shape = (*c.shape[:-1], q.shape[-1])
+        if (shape, c.dtype) not in buffers:
+            buffers[shape, c.dtype] = torch.empty(shape, dtype=c.dtype, device=c.device)
+        sim = torch.matmul(c, q, out=buffers[shape, c.dtype])
+    sim = sim.unflatten(-2, (J, S))  # (..., J, S, Q)
     if c_keep is not None:
-        sim.masked_fill_(~c_keep.unflatten(-1, (J, S)).unsqueeze(-3), float("-inf"))
-    return sim.amax(-1)
+        pad = ~c_keep.unflatten(-1, (J, S)).unsqueeze(-1)
+        sim = sim.masked_fill_(pad, float("-inf")) if buffers is not None else sim.masked_fill(pad, float("-inf"))
+    return sim.amax(-2)
 
 
 def vote(best: torch.Tensor, q_keep: torch.Tensor | None) -> torch.Tensor:
-    """MaxSim from :func:`best_match`: best (..., S, J) per query token -> (..., J), summed over the split's real
-    tokens (padded query tokens do not vote), in float32 (float64 for float64 input)."""
+    """MaxSim from :func:`best_match`: best (..., J, nq, S) per query token -> (..., nq, J), summed over each query
+    split's real tokens (q_keep: (..., nq, S); padded query tokens do not vote), in float32 (float64 for float64
+    input)."""
     if q_keep is not None:
-        best = best.masked_fill(~q_keep.unsqueeze(-1), 0.0)
-    return best.sum(-2, dtype=torch.promote_types(best.dtype, torch.float32))
+        best = best.masked_fill(~q_keep.unsqueeze(-3), 0.0)
+    return best.sum(-1, dtype=torch.promote_types(best.dtype, torch.float32)).transpose(-1, -2)
 
 
-def _ranking_keys(score: torch.Tensor, i: torch.Tensor, j: torch.Tensor, n: int) -> torch.Tensor:
+def _ranking_keys(score: torch.Tensor, i: torch.Tensor, j: torch.Tensor, n: int, bidirectional: bool
+                  ) -> torch.Tensor:
     """Float64 keys that order candidates by MaxSim, then by nearness: on equal scores the nearer split ranks
     first, and at equal distance the preceding split (``j < i``).
 
     ``score`` (..., Q, J) float32, ``-inf`` where not allowed; ``i`` (Q, 1) and ``j`` (1, J) split ids; ``n`` bounds
-    the distance. The key adds less than a quarter of a float32 ulp of the score (plus a tiny absolute term, so that
-    ties at 0 are broken too): distinct float32 scores keep their order exactly, and keys are all distinct."""
-    rank = 2 * (i - j).abs() - (j < i).long()  # 1, 2, 3, ...: smaller is preferred
-    bonus = 1.0 - rank.double() / (2 * n + 2)  # in (0, 1), larger is preferred
+    the distance. The key adds to the score a bonus in (0, 2^-26·(|s| + 2^-134)) that grows with nearness: less than
+    a quarter of a float32 ulp of the score (the absolute term breaks ties at 0 too), so distinct float32 scores keep
+    their order exactly and the keys of one query split are all distinct."""
+    r = 1.0 / (2 * n + 2)
+    # nearness in (0, 1): 1 - r·(2|i - j| - [j < i]); unidirectionally j < i, which makes it a sum of a column and a
+    # row (one pass); entries that are not allowed get no bonus whatever their nearness.
+    if bidirectional:
+        near = 1.0 - r * (2 * (i - j).abs() - (j < i).long()).double()
+    else:
+        near = (1.0 + r - 2 * r * i.double()) + 2 * r * j.double()
     s = score.double()
-    step = s.abs().nan_to_num_(posinf=0.0).mul_(2.0**-26).add_(2.0**-160).mul_(bonus)  # 0 where not allowed
+    # float64 constants as tensors (an exporter may store a Python float as float32: 1e300 -> inf, 2^-134 -> 0)
+    big, tiny = (torch.tensor(v, dtype=torch.float64, device=s.device) for v in (1e300, 2.0**-134))
+    step = s.abs().clamp_(max=big).add_(tiny).mul_(near).mul_(2.0**-26)  # finite: -inf keys stay -inf
     return s.add_(step)
 
 
@@ -158,7 +159,7 @@ class Ranker(nn.Module):
         self.weighting = config.ranker_weighting
         self.eps = config.ranker_eps
         self.block_size = config.ranker_block_size
-        # 8 bytes per similarity: room for an fp32 tile (4) or a bf16 tile with its fp32 copy for the max (6)
+        # the cap in units of 8 bytes: a similarity takes 4 (fp32) or 2 (bf16), the rest is headroom for the masks
         self.memory_elements = config.ranker_memory_mb * 2**20 // 8
         self.low_precision = config.ranker_selection_precision == "bfloat16"
 
@@ -264,9 +265,9 @@ class Ranker(nn.Module):
     def _select_dense(self, xn: torch.Tensor, keep: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
         B, n, S, d = xn.shape
         blk, tile = self.plan(B, n, S, xn.element_size(), xn.device.type)
-        # Candidates as a (d, n·S) matrix: every product multiplies two row-major operands, the fast GEMM layout
-        # for bf16 on CPU (a transposed operand is about 2x slower there).
-        cand = xn.reshape(B, n * S, d).transpose(1, 2).contiguous()
+        # Candidate tokens as rows, a block's query tokens as columns: both operands row-major, the fast GEMM layout
+        # for bf16 on CPU (a transposed operand is about 2x slower there), with no copy of the candidates.
+        cand = xn.reshape(B, n * S, d)
         c_keep = None if keep is None else keep.reshape(B, n * S)
         split_ok = None if keep is None else keep.any(-1)  # (B, n): a split with no real token is no candidate
         buffers: dict = {}  # one similarity tile per (shape, dtype), reused: stays in cache
@@ -274,14 +275,14 @@ class Ranker(nn.Module):
         for q0 in range(0, n, blk):
             q1 = min(n, q0 + blk)
             J = n if self.bidirectional else q1  # unidirectional: only splits before the block's last one
-            q = xn[:, q0:q1].reshape(B, (q1 - q0) * S, d)
+            q = xn[:, q0:q1].reshape(B, (q1 - q0) * S, d).transpose(1, 2).contiguous()  # (B, d, nq·S)
             q_keep = None if keep is None else keep[:, q0:q1]
             score = torch.empty(B, q1 - q0, J, dtype=torch.float32, device=xn.device)
             for j0 in range(0, J, tile):  # a candidate split never straddles two tiles: no running max needed
                 j1 = min(J, j0 + tile)
-                best = best_match(q, cand[:, :, j0 * S:j1 * S], None if c_keep is None else c_keep[:, j0 * S:j1 * S],
-                                  S, buffers)  # (B, nq·S, jt)
-                score[:, :, j0:j1] = vote(best.view(B, q1 - q0, S, j1 - j0), q_keep)
+                best = best_match(cand[:, j0 * S:j1 * S], q, None if c_keep is None else c_keep[:, j0 * S:j1 * S],
+                                  S, buffers)  # (B, jt, nq·S)
+                score[:, :, j0:j1] = vote(best.view(B, j1 - j0, q1 - q0, S), q_keep)
             i, o = self._top_k(score, q0, split_ok)
             ids.append(i)
             oks.append(o)
@@ -296,7 +297,7 @@ class Ranker(nn.Module):
         allowed = _allowed(i, j, self.bidirectional)  # (nq, J)
         if split_ok is not None:
             allowed = allowed & split_ok[:, None, :J]
-        key = _ranking_keys(score.masked_fill(~allowed, float("-inf")), i, j, J)
+        key = _ranking_keys(score.masked_fill(~allowed, float("-inf")), i, j, J, self.bidirectional)
         # k impossible columns more: topk(k) is defined at every number of candidates (also in exported graphs)
         val, idx = F.pad(key, (0, k), value=float("-inf")).topk(k, dim=-1)
         return _layout(val, idx)
@@ -321,7 +322,8 @@ class Ranker(nn.Module):
                 return None
         q = flat[first]  # (U, d): the unit vector of each distinct id (where it first occurs)
         for c0 in range(0, pos.numel(), 2**16):  # exact only if every occurrence of an id has the same vector
-            if not torch.equal(flat[pos[c0:c0 + 2**16]], q[inv[c0:c0 + 2**16]]):
+            real = flat[c0:c0 + 2**16] if keep is None else flat[pos[c0:c0 + 2**16]]
+            if not torch.equal(real, q[inv[c0:c0 + 2**16]]):
                 if self.algorithm == "vocabulary":
                     raise ValueError(
                         "ranker_algorithm='vocabulary': tokens with the same id have different embeddings (a hook or "
@@ -337,7 +339,7 @@ class Ranker(nn.Module):
         rows = torch.full((n * S,), U, dtype=torch.long, device=device).index_put_((pos,), inv).view(n, S)
         c_keep = None if keep is None else keep.reshape(n * S)
         split_ok = None if keep is None else keep.any(-1)
-        cand = flat.t().contiguous()  # (d, n·S)
+        q = q.t().contiguous()  # (d, U): ids as columns
         ub, tile, cols = self.plan_vocabulary(U, n, S, xn.element_size(), device.type)
         k = self.k
         best_key = torch.full((n, k), float("-inf"), dtype=torch.float64, device=device)
@@ -353,11 +355,11 @@ class Ranker(nn.Module):
             for g0 in range(j0, j1, tile):
                 g1 = min(j1, g0 + tile)
                 ga = int(torch.searchsorted(last, g0, right=True)) if ordered else 0
-                c = cand[:, g0 * S:g1 * S]
+                c = flat[g0 * S:g1 * S]
                 ck = None if c_keep is None else c_keep[g0 * S:g1 * S]
                 for u0 in range(ga, U, ub):
                     u1 = min(U, u0 + ub)
-                    M[u0 - a:u1 - a, g0 - j0:g1 - j0] = best_match(q[u0:u1], c, ck, S, buffers)
+                    M[u0 - a:u1 - a, g0 - j0:g1 - j0] = best_match(c, q[:, u0:u1], ck, S, buffers).t()
             i0 = 0 if self.bidirectional else j0 + 1  # unidirectional: only later splits vote for these candidates
             score = F.embedding_bag(rows[i0:] - a, M, mode="sum", padding_idx=U - a)  # (n - i0, jt) MaxSim
             i = torch.arange(i0, n, device=device)[:, None]
@@ -365,7 +367,7 @@ class Ranker(nn.Module):
             allowed = _allowed(i, j, self.bidirectional)
             if split_ok is not None:
                 allowed = allowed & split_ok[None, j0:j1]
-            key = _ranking_keys(score.masked_fill_(~allowed, float("-inf")), i, j, n)
+            key = _ranking_keys(score.masked_fill_(~allowed, float("-inf")), i, j, n, self.bidirectional)
             val, top = key.topk(min(k, j1 - j0), dim=-1)  # the tile's best, then merged with the running best
             val = torch.cat([best_key[i0:], val], 1)
             cand_idx = torch.cat([best_idx[i0:], j.expand(n - i0, -1).gather(1, top)], 1)
@@ -378,8 +380,8 @@ class Ranker(nn.Module):
         ``torch.export`` and ONNX can capture for every ``n``)."""
         B, n, S, d = xn.shape
         q = xn.reshape(B, n * S, d)
-        best = best_match(q, q.transpose(1, 2), keep.reshape(B, n * S), S)  # (B, n·S, n)
-        return self._top_k(vote(best.view(B, n, S, n), keep), 0, keep.any(-1))
+        best = best_match(q, q.transpose(1, 2), keep.reshape(B, n * S), S)  # (B, n, n·S)
+        return self._top_k(vote(best.view(B, n, n, S), keep), 0, keep.any(-1))
 
     # -- X_cat -----------------------------------------------------------------------------------------------------
     def concat(self, x: torch.Tensor, xn: torch.Tensor, keep: torch.Tensor | None, idx: torch.Tensor,
@@ -397,9 +399,9 @@ class Ranker(nn.Module):
         R, S = xs.shape[:2]
         # MaxSim of the k selected pairs, recomputed at the model's precision and under autograd when it is on
         # (O(N·k·S·d): cheap next to the choice, and the only part that gradients flow through).
-        best = best_match(xn[rows], xn[sel].flatten(1, 2).transpose(1, 2),
-                          None if keep_sel is None else keep_sel.flatten(1, 2), S)  # (R, S, k)
-        score = vote(best, ks)  # (R, k)
+        best = best_match(xn[sel].flatten(1, 2), xn[rows].transpose(1, 2),
+                          None if keep_sel is None else keep_sel.flatten(1, 2), S)  # (R, k, S)
+        score = vote(best.unsqueeze(-2), None if ks is None else ks.unsqueeze(-2))[:, 0]  # (R, k)
         # Normalize by the largest (paper) or smallest (release) selected score.
         if self.weighting == "max":
             den = score.masked_fill(~okr, float("-inf")).amax(-1, keepdim=True)

@@ -1,7 +1,9 @@
 """Export for every length: a torch.export program and an ONNX model (onnxruntime) with dynamic batch and length
 equal the eager model — below k+1 splits, inside, past one ranker block, up to 16K tokens — with padding on any
-side. Token ids are distinct within a row so that no two splits tie exactly in the ranker (a tie may be broken
-either way by a 1e-7 rounding difference)."""
+side. The torch.export program is compared on repeated text, where exactly tied MaxSim scores are common: it applies
+the eager paths' tie rule and keeps ties exact (eager takes its vocabulary path there). onnxruntime computes the same
+scores to ~5e-7 but its kernels round some exactly tied scores apart (on a 40-id text, 108 of 10,713 tie groups,
+1.8% of the choices), so the ONNX model is compared on distinct ids, where no two splits tie."""
 
 import pytest
 import torch
@@ -13,9 +15,13 @@ pytestmark = pytest.mark.slow
 CONFIG = dict(vocab_size=20_000)  # tiny: S = 4, k = 2, so k + 1 splits = 12 tokens; ranker block 1,024 tokens
 
 
-def inputs(batch, length, left=False):
+def inputs(batch, length, left=False, repeated=False):
+    """Distinct ids within a row, or (``repeated``) ids from 40 of them: repeated text, with exact ties."""
     gen = torch.Generator().manual_seed(length)
-    ids = torch.stack([torch.randperm(19_999, generator=gen)[:length] + 1 for _ in range(batch)])
+    if repeated:
+        ids = torch.randint(1, 41, (batch, length), generator=gen)
+    else:
+        ids = torch.stack([torch.randperm(19_999, generator=gen)[:length] + 1 for _ in range(batch)])
     mask = torch.ones_like(ids)
     if batch > 1:
         cut = max(1, length // 2)
@@ -37,7 +43,7 @@ def test_torch_export_program_runs_at_every_length_and_batch(model):
     eager = Exportable(model, "last_hidden_state")
     for batch, length, left in [
             (1, 1, False), (2, 7, True), (3, 13, False), (1, 50, False), (2, 1100, True), (3, 3000, False)]:
-        ids, mask = inputs(batch, length, left)
+        ids, mask = inputs(batch, length, left, repeated=True)
         with torch.no_grad():
             got, want = program(ids, mask), eager(ids, mask)
         torch.testing.assert_close(got[mask.bool()], want[mask.bool()], rtol=1e-5, atol=1e-5)

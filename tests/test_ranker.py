@@ -8,7 +8,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from avey_b import AveyBModel, presets, ranker as ranker_module
+from avey_b import AveyBModel, presets
+from avey_b import ranker as ranker_module
 from avey_b.ranker import Compressor, Ranker
 
 PATHS = ["dense", "vocabulary", "export"]
@@ -196,13 +197,13 @@ def test_bf16_selection_keeps_exact_weights():
 
 
 def test_the_similarity_tile_is_cache_sized_and_within_the_memory_cap_at_every_length():
-    ranker = Ranker(presets.small())  # S = 64, 1024-token query blocks, ranker_memory_mb = 256
+    ranker = Ranker(presets.small())  # S = 64, 512-token query blocks, ranker_memory_mb = 256
     for N in (1024, 16_384, 65_536, 262_144, 1_048_576):
         for size in (4, 2):  # fp32, bf16
             blk, tile = ranker.plan(1, N // 64, 64, size)
-            assert blk == min(16, N // 64)  # the query block does not shrink with N
+            assert blk == min(8, N // 64)  # the query block does not shrink with N
             assert tile * 64 * blk * 64 * size <= ranker_module.TILE_BYTES["cpu", size]  # one cache-sized tile a step
-    assert ranker.plan(1, 256, 64, 4) == (16, 4) and ranker.plan(1, 256, 64, 2) == (16, 16)
+    assert ranker.plan(1, 256, 64, 4) == (8, 16) and ranker.plan(1, 256, 64, 2) == (8, 32)
     assert ranker.plan(1, 256, 64, 4, "cuda")[1] == 256  # GPU: whole candidate rows at 16K tokens
     ranker.memory_elements = 2 * 64 * 64  # a tiny cap wins over the tile size, then over the block
     assert ranker.plan(1, 256, 64, 4) == (2, 1)

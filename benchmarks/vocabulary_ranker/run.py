@@ -132,6 +132,114 @@ def record(out: Path, rec: dict) -> None:
         f.write(json.dumps(rec) + "\n")
 
 
+class Inputs:
+    """One length's inputs: ids (1, N), the ranker's view of them (1, n, S, d) embeddings, keep mask, (1, n, S) ids."""
+
+    def __init__(self, model: AveyBModel, ids: torch.Tensor):
+        S, d = model.config.split_size, model.config.hidden_size
+        N = ids.shape[1]
+        self.n = n = -(-N // S)
+        self.ids, self.U = ids, int(ids.unique().numel())
+        with torch.no_grad():
+            self.x = torch.nn.functional.pad(model.embed_tokens(ids), (0, 0, 0, n * S - N)).view(1, n, S, d)
+        self.keep = None if n * S == N else (torch.arange(n * S) < N).view(1, n, S)
+        self.ids4 = torch.nn.functional.pad(ids, (0, n * S - N)).view(1, n, S)
+
+    def choose(self, model: AveyBModel, algorithm: str, bf16: bool):
+        model.ranker.algorithm = algorithm
+        with torch.no_grad(), autocast(CPU, bf16):
+            return model.ranker(self.x, self.keep, self.ids4)[1:]
+
+    def forward(self, model: AveyBModel, algorithm: str, bf16: bool) -> torch.Tensor:
+        model.ranker.algorithm = algorithm
+        with torch.no_grad(), autocast(CPU, bf16):
+            return model(self.ids).last_hidden_state
+
+    def vocabulary_flops(self, model: AveyBModel, bf16: bool) -> int:
+        model.ranker.algorithm = "vocabulary"
+        with torch.no_grad(), autocast(CPU, bf16):
+            return count_flops(lambda: model.ranker(self.x, self.keep, self.ids4))
+
+
+def ranker_point(model, inputs: Inputs, dtype: str, repeats: int, with_dense: bool) -> dict:
+    """The choice alone, dense vs vocabulary alternated; whether they chose the same splits."""
+    bf16, S, d = dtype == "bf16", model.config.split_size, model.config.hidden_size
+    g0 = gemm_rate(DTYPES[dtype])
+    dense_eq = dense_flops(model.ranker, inputs.n, S, d, DTYPES[dtype].itemsize)
+    vocab_flops = inputs.vocabulary_flops(model, bf16)
+    sides = ["dense", "vocabulary"] if with_dense else ["vocabulary"]
+    best, chosen = dict.fromkeys(sides, float("inf")), {}
+    for _ in range(repeats):
+        for s in sides:
+            seconds, _, chosen[s] = timed(lambda s=s: inputs.choose(model, s, bf16))
+            best[s] = min(best[s], seconds)
+    g1 = gemm_rate(DTYPES[dtype])
+    rate = (g0 + g1) / 2
+    rec = {"part": "ranker", "vocabulary_s": round(best["vocabulary"], 4), "vocabulary_flops": vocab_flops,
+           "dense_equivalent_flops": dense_eq,
+           "vocabulary_utilization": round(vocab_flops / best["vocabulary"] / rate, 3),
+           "vocabulary_dense_equivalent_utilization": round(dense_eq / best["vocabulary"] / rate, 3),
+           "gemm_gflop_per_s": [round(g0 / 1e9, 1), round(g1 / 1e9, 1)]}
+    if with_dense:
+        (idx_d, ok_d), (idx_v, ok_v) = chosen["dense"], chosen["vocabulary"]
+        rec.update(dense_s=round(best["dense"], 4), speedup=round(best["dense"] / best["vocabulary"], 2),
+                   dense_utilization=round(dense_eq / best["dense"] / rate, 3),
+                   same_choice_fraction=((idx_d == idx_v) & (ok_d == ok_v)).all(-1).float().mean().item())
+    return rec
+
+
+def forward_point(model, inputs: Inputs, dtype: str, repeats: int, with_dense: bool, per_token: float) -> dict:
+    """The whole forward under both algorithms, alternated, with peak memory."""
+    bf16, S, d = dtype == "bf16", model.config.split_size, model.config.hidden_size
+    N = inputs.ids.shape[1]
+    inputs.forward(model, "vocabulary", bf16)  # warm-up
+    flops = per_token * N + inputs.vocabulary_flops(model, bf16)
+    dense_eq = per_token * N + dense_flops(model.ranker, inputs.n, S, d, DTYPES[dtype].itemsize)
+    sides = ["dense", "vocabulary"] if with_dense else ["vocabulary"]
+    best, peak, outs = dict.fromkeys(sides, float("inf")), dict.fromkeys(sides, 0.0), {}
+    g0 = gemm_rate(DTYPES[dtype])
+    for _ in range(repeats):
+        for s in sides:
+            seconds, mb, outs[s] = timed(lambda s=s: inputs.forward(model, s, bf16))
+            best[s], peak[s] = min(best[s], seconds), max(peak[s], mb)
+    g1 = gemm_rate(DTYPES[dtype])
+    rate = (g0 + g1) / 2
+    rec = {"part": "forward", "vocabulary_s": round(best["vocabulary"], 3),
+           "vocabulary_peak_mb": round(peak["vocabulary"], 1), "vocabulary_flops": int(flops),
+           "vocabulary_utilization": round(flops / best["vocabulary"] / rate, 3),
+           "dense_equivalent_flops": int(dense_eq), "gemm_gflop_per_s": [round(g0 / 1e9, 1), round(g1 / 1e9, 1)]}
+    if with_dense:
+        rec.update(dense_s=round(best["dense"], 3), dense_peak_mb=round(peak["dense"], 1),
+                   speedup=round(best["dense"] / best["vocabulary"], 2),
+                   dense_utilization=round(dense_eq / best["dense"] / rate, 3),
+                   max_abs_difference=float((outs["dense"].float() - outs["vocabulary"].float()).abs().max()))
+    return rec
+
+
+def release_point(directory: Path, config, ids: torch.Tensor, repeats: int) -> dict:
+    """fp32 forward of the release code against this library's default, same weights, alternated."""
+    release = load_release(directory)
+    torch.manual_seed(0)
+    theirs = release.AveyModel(release.AveyConfig(
+        vocab_size=config.vocab_size, d_embed=config.hidden_size, n_layers=config.num_hidden_layers,
+        chunk_size=config.split_size, k=config.num_retrieved_splits)).eval()
+    with tempfile.TemporaryDirectory() as tmp:
+        theirs.save_pretrained(tmp)
+        ours = AveyBModel.from_pretrained(tmp).eval()  # the same weights, converted
+    calls = {"ours": lambda: ours(ids).last_hidden_state, "release": lambda: theirs(ids).last_hidden_state}
+    best, outs = dict.fromkeys(calls, float("inf")), {}
+    with torch.no_grad():
+        for fn in calls.values():
+            fn()  # warm-up at this length
+        for _ in range(repeats):
+            for s, fn in calls.items():
+                seconds, _, outs[s] = timed(fn)
+                best[s] = min(best[s], seconds)
+    return {"part": "release", "ours_s": round(best["ours"], 3), "release_s": round(best["release"], 3),
+            "speedup": round(best["release"] / best["ours"], 2), "ours_algorithm": ours.config.ranker_algorithm,
+            "max_abs_difference": float((outs["ours"] - outs["release"]).abs().max())}
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--data", type=Path, default=Path("../shared/data"), help="folder of the shared English text")
@@ -169,110 +277,18 @@ def main() -> None:
     for N in args.lengths:
         if N > all_ids.shape[1]:
             raise SystemExit(f"the text holds {all_ids.shape[1]} tokens, fewer than {N}")
-        ids = all_ids[:, :N]
-        n = -(-N // S)
-        with torch.no_grad():
-            x = torch.nn.functional.pad(model.embed_tokens(ids), (0, 0, 0, n * S - N)).view(1, n, S, d)
-        keep = None
-        if n * S != N:
-            keep = (torch.arange(n * S) < N).view(1, n, S)
-        ids4 = torch.nn.functional.pad(ids, (0, n * S - N)).view(1, n, S)
-        U = int(ids.unique().numel())
+        inputs = Inputs(model, all_ids[:, :N])
         repeats = args.repeats if N < 262144 else 1
         for dtype in args.dtypes:
-            enabled = dtype == "bf16"
-            g0 = gemm_rate(DTYPES[dtype])
-            dense_eq = dense_flops(model.ranker, n, S, d, DTYPES[dtype].itemsize)
-            point = {**base, "tokens": N, "distinct_ids": U, "dtype": dtype, "repeats": repeats}
-
+            point = {**base, "tokens": N, "distinct_ids": inputs.U, "dtype": dtype, "repeats": repeats}
             if "ranker" in args.parts:
-                def choice(algorithm):
-                    model.ranker.algorithm = algorithm
-                    with torch.no_grad(), autocast(CPU, enabled):
-                        return model.ranker(x, keep, ids4)[1:]
-
-                with torch.no_grad(), autocast(CPU, enabled):
-                    model.ranker.algorithm = "vocabulary"
-                    vocab_flops = count_flops(lambda: model.ranker(x, keep, ids4))
-                sides = ["dense", "vocabulary"] if N <= args.dense_ranker_max else ["vocabulary"]
-                best = {s: float("inf") for s in sides}
-                chosen = {}
-                for _ in range(repeats):
-                    for s in sides:
-                        seconds, _, chosen[s] = timed(lambda s=s: choice(s))
-                        best[s] = min(best[s], seconds)
-                g1 = gemm_rate(DTYPES[dtype])
-                rate = (g0 + g1) / 2
-                rec = {**point, "part": "ranker", "vocabulary_s": round(best["vocabulary"], 4),
-                       "vocabulary_flops": vocab_flops, "dense_equivalent_flops": dense_eq,
-                       "vocabulary_utilization": round(vocab_flops / best["vocabulary"] / rate, 3),
-                       "vocabulary_dense_equivalent_utilization": round(dense_eq / best["vocabulary"] / rate, 3),
-                       "gemm_gflop_per_s": [round(g0 / 1e9, 1), round(g1 / 1e9, 1)]}
-                if "dense" in sides:
-                    (idx_d, ok_d), (idx_v, ok_v) = chosen["dense"], chosen["vocabulary"]
-                    same = ((idx_d == idx_v) & (ok_d == ok_v)).all(-1).float().mean().item()
-                    rec.update(dense_s=round(best["dense"], 4), speedup=round(best["dense"] / best["vocabulary"], 2),
-                               dense_utilization=round(dense_eq / best["dense"] / rate, 3),
-                               same_choice_fraction=same)
-                record(args.out, rec)
-
+                record(args.out, {**point, **ranker_point(model, inputs, dtype, repeats, N <= args.dense_ranker_max)})
             if "forward" in args.parts:
-                def forward(algorithm):
-                    model.ranker.algorithm = algorithm
-                    with torch.no_grad(), autocast(CPU, enabled):
-                        return model(ids).last_hidden_state
-
-                with torch.no_grad(), autocast(CPU, enabled):
-                    model.ranker.algorithm = "vocabulary"
-                    model(ids[:, :2048])  # warm-up
-                    ranker_flops = count_flops(lambda: model.ranker(x, keep, ids4))
-                sides = ["dense", "vocabulary"] if N <= args.dense_forward_max else ["vocabulary"]
-                best = {s: float("inf") for s in sides}
-                peak = {s: 0.0 for s in sides}
-                outs = {}
-                g0 = gemm_rate(DTYPES[dtype])
-                for _ in range(repeats):
-                    for s in sides:
-                        seconds, mb, outs[s] = timed(lambda s=s: forward(s))
-                        best[s], peak[s] = min(best[s], seconds), max(peak[s], mb)
-                g1 = gemm_rate(DTYPES[dtype])
-                rate = (g0 + g1) / 2
-                flops = processor_per_token * N + ranker_flops
-                rec = {**point, "part": "forward", "vocabulary_s": round(best["vocabulary"], 3),
-                       "vocabulary_peak_mb": round(peak["vocabulary"], 1), "vocabulary_flops": int(flops),
-                       "vocabulary_utilization": round(flops / best["vocabulary"] / rate, 3),
-                       "dense_equivalent_flops": int(processor_per_token * N + dense_eq),
-                       "gemm_gflop_per_s": [round(g0 / 1e9, 1), round(g1 / 1e9, 1)]}
-                if "dense" in sides:
-                    rec.update(dense_s=round(best["dense"], 3), dense_peak_mb=round(peak["dense"], 1),
-                               speedup=round(best["dense"] / best["vocabulary"], 2),
-                               dense_utilization=round((processor_per_token * N + dense_eq) / best["dense"] / rate, 3),
-                               max_abs_difference=float((outs["dense"].float() - outs["vocabulary"].float()).abs().max()))
-                record(args.out, rec)
-
+                record(args.out, {**point, **forward_point(model, inputs, dtype, repeats, N <= args.dense_forward_max,
+                                                           processor_per_token)})
         if "release" in args.parts and N in args.release_lengths:
-            release = load_release(args.release)
-            torch.manual_seed(0)
-            rel_config = release.AveyConfig(vocab_size=config.vocab_size, d_embed=d, n_layers=config.num_hidden_layers,
-                                            chunk_size=S, k=config.num_retrieved_splits)
-            theirs = release.AveyModel(rel_config).eval()
-            with tempfile.TemporaryDirectory() as tmp:
-                theirs.save_pretrained(tmp)
-                ours = AveyBModel.from_pretrained(tmp).eval()  # the same weights, converted
-            best = {"ours": float("inf"), "release": float("inf")}
-            outs = {}
-            calls = {"ours": lambda: ours(ids).last_hidden_state, "release": lambda: theirs(ids).last_hidden_state}
-            with torch.no_grad():
-                calls["ours"](), calls["release"]()  # warm-up at this length
-                for _ in range(args.repeats):
-                    for s, fn in calls.items():
-                        seconds, _, outs[s] = timed(fn)
-                        best[s] = min(best[s], seconds)
-            record(args.out, {**base, "part": "release", "tokens": N, "distinct_ids": U, "dtype": "fp32",
-                              "ours_s": round(best["ours"], 3), "release_s": round(best["release"], 3),
-                              "speedup": round(best["release"] / best["ours"], 2),
-                              "ours_algorithm": ours.config.ranker_algorithm, "repeats": args.repeats,
-                              "max_abs_difference": float((outs["ours"] - outs["release"]).abs().max())})
+            record(args.out, {**base, "tokens": N, "distinct_ids": inputs.U, "dtype": "fp32", "repeats": args.repeats,
+                              **release_point(args.release, config, inputs.ids, args.repeats)})
 
 
 if __name__ == "__main__":
