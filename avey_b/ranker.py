@@ -51,6 +51,12 @@ TILE_BYTES = {("cpu", 4): 2 * 2**20, ("cpu", 2): 2 * 2**20, ("cuda", 4): 64 * 2*
 #: split is multiplied only with the ids that still occur after it (benchmarks/vocabulary_ranker/ measures it).
 ORDER_BY_LAST_SPLIT = True
 
+# "auto" takes the vocabulary path when its estimated work times AUTO_OVERHEAD is below the dense path's, from
+# AUTO_MIN_SPLITS splits on: measured on random ids (U close to N), its time is the estimate's ratio times 1.05-1.2
+# at 16K-64K tokens and more below that, where both paths take milliseconds (benchmarks/vocabulary_ranker/).
+AUTO_OVERHEAD = 1.25
+AUTO_MIN_SPLITS = 16
+
 # Bytes per (query split, candidate split) pair the vocabulary path holds for one tile of M columns at its peak:
 # the fp32 scores and the allowed mask, and while the ranking keys are built, the fp64 keys, their step and the
 # nearness (fp64; bidirectionally also an int64 distance).
@@ -307,6 +313,8 @@ class Ranker(nn.Module):
         shape (n, k), or None when the factoring is not exact (equal ids with different vectors: a hook or noise on
         the embeddings) or, under ``"auto"``, not cheaper."""
         n, S, d = xn.shape
+        if self.algorithm == "auto" and n < AUTO_MIN_SPLITS:
+            return None
         device = xn.device
         flat = xn.reshape(n * S, d)
         pos = torch.arange(n * S, device=device)
@@ -318,7 +326,7 @@ class Ranker(nn.Module):
         last = torch.zeros(U, dtype=torch.long, device=device).scatter_reduce_(0, inv, pos // S, "amax")
         if self.algorithm == "auto":
             vocabulary, dense = self.vocabulary_cost(last, n, S, d)
-            if not vocabulary < dense:
+            if not AUTO_OVERHEAD * vocabulary < dense:
                 return None
         q = flat[first]  # (U, d): the unit vector of each distinct id (where it first occurs)
         for c0 in range(0, pos.numel(), 2**16):  # exact only if every occurrence of an id has the same vector
