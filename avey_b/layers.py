@@ -39,7 +39,10 @@ class RMSNorm(nn.Module):
         # the statistic in at least float32 (bf16 inputs), never below the input's precision (float64 inputs)
         xf = x.to(torch.promote_types(x.dtype, torch.float32))
         ms = torch.linalg.vector_norm(xf, dim=-1, keepdim=True).square() / x.shape[-1]
-        return (x * torch.rsqrt(ms + self.eps).to(x.dtype)) * self.weight.to(x.dtype)
+        y = x * torch.rsqrt(ms + self.eps).to(x.dtype)
+        if torch.is_grad_enabled():
+            return y * self.weight.to(x.dtype)
+        return y.mul_(self.weight.to(x.dtype))  # inference: no second copy of x (1 GB at 1M tokens of d = 256)
 
 
 def activation(name: str):

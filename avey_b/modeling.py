@@ -303,14 +303,16 @@ class AveyBModel(AveyBPreTrainedModel):
                         h = F.pad(aligned, (0, 0, 0, pad)).reshape(B * n, S, d)
                         h = h if rows is None else h.index_select(0, rows)
         else:
-            outs = []
+            out = None  # filled chunk by chunk: no list of chunks to concatenate (a second copy of every output)
             for start in range(0, total, chunk):
                 sel = slice(start, start + chunk) if rows is None else rows[start:start + chunk]
                 h, h_keep = rows_in(sel)
                 for layer in self.layers:
                     h = layer(h, h_keep)
-                outs.append(h[:, -S:])  # only the current split's outputs are kept
-            h = torch.cat(outs)
+                if out is None:
+                    out = h.new_empty(total, S, d)
+                out[start:start + h.shape[0]] = h[:, -S:]  # only the current split's outputs are kept
+            h = out
         out = restore(h)
         if self.norm is not None:
             out = self.norm(out)

@@ -226,7 +226,10 @@ class Ranker(nn.Module):
             )
         if torch.compiler.is_exporting():
             keep_all = torch.ones(B, n, S, dtype=torch.bool, device=x.device) if keep is None else keep
-            idx, ok = self.select_for_export(xn, keep_all)
+            if ids is not None and self.algorithm != "dense":
+                idx, ok = self.select_for_export_vocabulary(xn, keep_all, ids)
+            else:
+                idx, ok = self.select_for_export(xn, keep_all)
         else:
             idx, ok = self.select(xn, keep, None if self.algorithm == "dense" else ids)
         return xn, idx, ok
@@ -329,9 +332,10 @@ class Ranker(nn.Module):
             if not AUTO_OVERHEAD * vocabulary < dense:
                 return None
         q = flat[first]  # (U, d): the unit vector of each distinct id (where it first occurs)
-        for c0 in range(0, pos.numel(), 2**16):  # exact only if every occurrence of an id has the same vector
-            real = flat[c0:c0 + 2**16] if keep is None else flat[pos[c0:c0 + 2**16]]
-            if not torch.equal(real, q[inv[c0:c0 + 2**16]]):
+        step = 4096  # tokens per comparison: a few MB at a time
+        for c0 in range(0, pos.numel(), step):  # exact only if every occurrence of an id has the same vector
+            real = flat[c0:c0 + step] if keep is None else flat[pos[c0:c0 + step]]
+            if not torch.equal(real, q[inv[c0:c0 + step]]):
                 if self.algorithm == "vocabulary":
                     raise ValueError(
                         "ranker_algorithm='vocabulary': tokens with the same id have different embeddings (a hook or "
@@ -390,6 +394,20 @@ class Ranker(nn.Module):
         q = xn.reshape(B, n * S, d)
         best = best_match(q, q.transpose(1, 2), keep.reshape(B, n * S), S)  # (B, n, n·S)
         return self._top_k(vote(best.view(B, n, n, S), keep), 0, keep.any(-1))
+
+    def select_for_export_vocabulary(self, xn: torch.Tensor, keep: torch.Tensor, ids: torch.Tensor
+                                     ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The vocabulary factoring as one loop-free computation (what exported graphs run when they get token ids):
+        the batch's ``U`` distinct ids (``torch.unique``, ONNX ``Unique``), each one's best cosine in every candidate
+        split of each row, and MaxSim as a gather-and-sum of those maxima — ``U × N`` similarities and ``n × N``
+        maxima per row instead of ``N²`` similarities. Same choice as :meth:`select`."""
+        B, n, S, d = xn.shape
+        flat = xn.reshape(B, n * S, d)
+        vocab, inv = torch.unique(torch.where(keep, ids, -1).reshape(-1), return_inverse=True)  # padding: id -1
+        q = flat.new_zeros(vocab.shape[0], d).index_put_((inv,), flat.reshape(-1, d))  # equal ids, equal vectors
+        best = best_match(flat, q.t(), keep.reshape(B, n * S), S)  # (B, n, U): M[v, j] of every row
+        votes = best.gather(-1, inv.view(B, 1, n * S).expand(-1, n, -1))  # (B, n, n·S): M[id_t, j]
+        return self._top_k(vote(votes.view(B, n, n, S), keep), 0, keep.any(-1))
 
     # -- X_cat -----------------------------------------------------------------------------------------------------
     def concat(self, x: torch.Tensor, xn: torch.Tensor, keep: torch.Tensor | None, idx: torch.Tensor,

@@ -1,5 +1,6 @@
 """The GPU suite (``pytest -m gpu``; skipped without CUDA): CUDA equals CPU, bf16 autocast is finite, compiled
-equals eager at many lengths, the base model takes 96K tokens x batch 8 in bf16, gradient checkpointing."""
+equals eager at many lengths, the base model takes 96K tokens x batch 8 in bf16, gradient checkpointing, and the
+ranker's vocabulary path chooses on CUDA what it chooses on CPU and what the dense path chooses."""
 
 import random
 
@@ -80,3 +81,35 @@ def test_gradient_checkpointing_gives_the_same_gradients():
         model(ids, labels=ids).loss.backward()
         grads.append(model.model.embed_tokens.weight.grad.clone())
     torch.testing.assert_close(grads[0], grads[1], rtol=1e-4, atol=1e-5)
+
+
+def test_vocabulary_path_on_cuda_chooses_what_cpu_and_the_dense_path_choose():
+    """The vocabulary path's operations (unique, GEMM, amax, embedding_bag, topk on float64 keys) on CUDA: the same
+    choice as on CPU and as the dense path on CUDA, on repeated ids, and the same model outputs."""
+    import torch.nn.functional as F
+
+    from avey_b.ranker import Ranker
+
+    config = presets.small(vocab_size=4096)
+    g = torch.Generator().manual_seed(0)
+    table = F.normalize(torch.randn(300, 256, generator=g), dim=-1)
+    ids = torch.randint(0, 300, (2, 200, 64), generator=g)
+    keep = torch.ones(2, 200, 64, dtype=torch.bool)
+    keep[1, 150:] = False
+    xn = table[ids] * keep.unsqueeze(-1)
+    vocab = Ranker(config)
+    vocab.algorithm = "vocabulary"
+    cpu = vocab.select(xn, keep, ids)
+    gpu = vocab.select(xn.cuda(), keep.cuda(), ids.cuda())
+    dense = Ranker(config).select(xn.cuda(), keep.cuda())
+    for a, b, c in zip(cpu, gpu, dense, strict=True):
+        assert torch.equal(a, b.cpu()) and torch.equal(b, c)
+    torch.manual_seed(0)
+    model = AveyBModel(config).cuda().eval()
+    text = torch.randint(10, 400, (2, 20_000), device="cuda")
+    with torch.no_grad():
+        outs = {}
+        for algorithm in ("dense", "vocabulary"):
+            model.ranker.algorithm = algorithm
+            outs[algorithm] = model(text).last_hidden_state
+    torch.testing.assert_close(outs["vocabulary"], outs["dense"], rtol=1e-4, atol=1e-4)

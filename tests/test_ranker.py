@@ -1,6 +1,6 @@
 """The ranker against a slow, obviously-correct loop written here from the paper's §3.1 (MaxSim ranker), on every
-path that computes the choice (dense tiles, the vocabulary factoring, the loop-free export formula), and the paths
-against each other on heavily repeated token ids, where exact ties are common."""
+path that computes the choice (dense tiles, the vocabulary factoring, and the loop-free formulas of both that exported
+graphs run), and the paths against each other on heavily repeated token ids, where exact ties are common."""
 
 import math
 
@@ -12,7 +12,7 @@ from avey_b import AveyBModel, presets
 from avey_b import ranker as ranker_module
 from avey_b.ranker import Compressor, Ranker
 
-PATHS = ["dense", "vocabulary", "export"]
+PATHS = ["dense", "vocabulary", "export", "export-vocabulary"]
 
 
 def cosine(a, b):
@@ -59,8 +59,11 @@ def oracle(x, keep, k, bidirectional, weighting, eps):
 def choose(ranker, x, keep, ids, path):
     """(idx, ok) of one path on embeddings x (B, n, S, d)."""
     xn = F.normalize(x, dim=-1, eps=1e-12)
+    keep_all = torch.ones(x.shape[:3], dtype=torch.bool) if keep is None else keep
     if path == "export":
-        return ranker.select_for_export(xn, torch.ones(x.shape[:3], dtype=torch.bool) if keep is None else keep)
+        return ranker.select_for_export(xn, keep_all)
+    if path == "export-vocabulary":
+        return ranker.select_for_export_vocabulary(xn, keep_all, ids)
     if path == "vocabulary":
         ranker.algorithm = "vocabulary"
         return ranker.select(xn, keep, ids)
@@ -307,8 +310,11 @@ def test_vocabulary_path_chooses_what_the_dense_path_chooses(bidirectional, k):
                     continue
                 s_d, s_v = ref[b, i, idx_d[b, i]][ok_d[b, i]], ref[b, i, idx_v[b, i]][ok_v[b, i]]
                 torch.testing.assert_close(s_v, s_d, rtol=0, atol=1e-5)  # the same scores, chosen in the same order
-        # with the tie rule: the same splits everywhere (repeated text gives exactly tied scores)
+        # with the tie rule: the same splits everywhere (repeated text gives exactly tied scores), also in the
+        # loop-free formulas that exported graphs run
         assert torch.equal(idx_d[real], idx_v[real])
+        for idx_e, ok_e in (vocab.select_for_export_vocabulary(xn, keep, ids), dense.select_for_export(xn, keep)):
+            assert torch.equal(idx_e[real], idx_d[real]) and torch.equal(ok_e[real], ok_d[real])
 
 
 def test_repeated_text_has_exact_ties_that_the_tie_rule_breaks():

@@ -16,6 +16,8 @@ embeddings (fastest of ``--repeats``; one repeat from 256K tokens on):
 * ``ranker``: the choice alone (``ranker_algorithm`` dense vs vocabulary), and whether both chose the same splits;
 * ``forward``: the whole forward under both, with peak memory (process RSS above its level before the call,
   sampled every millisecond, freed heap returned to the system before each call);
+* ``order``: the vocabulary ranker with its distinct ids ordered by the last split they occur in (each candidate
+  tile then multiplies only the ids that still occur after it) against unordered ids, alternated;
 * ``release``: fp32 forward of the authors' release code (its directory: ``--release``; ``torch.compile`` replaced by
   an identity, so eager against eager) against this library's default (``auto``) on the same weights.
 
@@ -42,6 +44,7 @@ from pathlib import Path
 import torch
 
 from avey_b import AveyBModel, presets
+from avey_b import ranker as ranker_module
 from avey_b.analysis import count_flops
 from avey_b.benchmarking.timing import PeakRSSSampler, gemm_rate
 from avey_b.device import autocast
@@ -216,6 +219,26 @@ def forward_point(model, inputs: Inputs, dtype: str, repeats: int, with_dense: b
     return rec
 
 
+def order_point(model, inputs: Inputs, dtype: str, repeats: int) -> dict:
+    """The vocabulary ranker with ids ordered by their last split (the default) against unordered, alternated."""
+    bf16 = dtype == "bf16"
+    best, chosen, flops = {}, {}, {}
+    try:
+        for _ in range(repeats):
+            for ordered in (True, False):
+                ranker_module.ORDER_BY_LAST_SPLIT = ordered
+                seconds, _, chosen[ordered] = timed(lambda: inputs.choose(model, "vocabulary", bf16))
+                best[ordered] = min(best.get(ordered, float("inf")), seconds)
+        for ordered in (True, False):
+            ranker_module.ORDER_BY_LAST_SPLIT = ordered
+            flops[ordered] = inputs.vocabulary_flops(model, bf16)
+    finally:
+        ranker_module.ORDER_BY_LAST_SPLIT = True
+    return {"part": "order", "ordered_s": round(best[True], 4), "unordered_s": round(best[False], 4),
+            "speedup": round(best[False] / best[True], 2), "ordered_flops": flops[True],
+            "unordered_flops": flops[False], "same_choice": all(torch.equal(a, b) for a, b in zip(chosen[True], chosen[False], strict=True))}
+
+
 def release_point(directory: Path, config, ids: torch.Tensor, repeats: int) -> dict:
     """fp32 forward of the release code against this library's default, same weights, alternated."""
     release = load_release(directory)
@@ -248,11 +271,13 @@ def main() -> None:
     p.add_argument("--lengths", type=int, nargs="+", default=[4096, 16384, 65536, 262144])
     p.add_argument("--dtypes", nargs="+", default=["fp32", "bf16"], choices=list(DTYPES))
     p.add_argument("--parts", nargs="+", default=["ranker", "forward", "release"],
-                   choices=["ranker", "forward", "release"])
+                   choices=["ranker", "forward", "order", "release"])
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--release-lengths", type=int, nargs="+", default=[16384, 65536])
     p.add_argument("--dense-ranker-max", type=int, default=1 << 30,
                    help="longest input at which the dense ranker is timed (past it only the vocabulary side runs)")
+    p.add_argument("--dense-ranker-dtypes", nargs="+", default=list(DTYPES), choices=list(DTYPES),
+                   help="precisions in which the dense ranker is timed (the vocabulary side runs in every --dtypes)")
     p.add_argument("--dense-forward-max", type=int, default=262144,
                    help="longest input at which the dense forward is timed")
     p.add_argument("--threads", type=int, default=2)
@@ -282,10 +307,13 @@ def main() -> None:
         for dtype in args.dtypes:
             point = {**base, "tokens": N, "distinct_ids": inputs.U, "dtype": dtype, "repeats": repeats}
             if "ranker" in args.parts:
-                record(args.out, {**point, **ranker_point(model, inputs, dtype, repeats, N <= args.dense_ranker_max)})
+                with_dense = N <= args.dense_ranker_max and dtype in args.dense_ranker_dtypes
+                record(args.out, {**point, **ranker_point(model, inputs, dtype, repeats, with_dense)})
             if "forward" in args.parts:
                 record(args.out, {**point, **forward_point(model, inputs, dtype, repeats, N <= args.dense_forward_max,
                                                            processor_per_token)})
+            if "order" in args.parts:
+                record(args.out, {**point, **order_point(model, inputs, dtype, repeats)})
         if "release" in args.parts and N in args.release_lengths:
             record(args.out, {**base, "tokens": N, "distinct_ids": inputs.U, "dtype": "fp32", "repeats": args.repeats,
                               **release_point(args.release, config, inputs.ids, args.repeats)})

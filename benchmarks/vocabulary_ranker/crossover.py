@@ -1,0 +1,68 @@
+"""Where the vocabulary path stops paying: random token ids (as many distinct ids as the vocabulary allows), dense vs
+vocabulary ranker alternated in one process, against the ranker's own work estimate — the numbers behind
+``AUTO_OVERHEAD`` and ``AUTO_MIN_SPLITS`` in ``avey_b/ranker.py``.
+
+    python benchmarks/vocabulary_ranker/crossover.py
+
+Small config (d=256, S=64, k=3), random weights (seed 0), batch 1, CPU, fp32 and bf16 autocast, fastest of 3.
+Records go to ``crossover.jsonl`` beside this script; ``what_auto_takes`` is the path ``ranker_algorithm="auto"``
+takes for that input.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from avey_b import AveyBModel, presets
+from avey_b import ranker as ranker_module
+from avey_b.device import autocast
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from run import Inputs, machine  # noqa: E402  (the sibling script's input builder)
+
+POINTS = [(512, 50368), (1024, 50368), (4096, 50368), (16384, 50368), (16384, 8000), (65536, 50368)]
+
+
+def main() -> None:
+    torch.set_num_threads(2)
+    torch.manual_seed(0)
+    model = AveyBModel(presets.small()).eval()
+    ranker = model.ranker
+    S, d = model.config.split_size, model.config.hidden_size
+    out = Path(__file__).with_name("crossover.jsonl")
+    for N, V in POINTS:
+        ids = torch.randint(0, V, (1, N), generator=torch.Generator().manual_seed(N))
+        inputs = Inputs(model, ids)
+        last = torch.zeros(V, dtype=torch.long).scatter_reduce_(0, ids[0], torch.arange(N) // S, "amax")
+        vocabulary, dense = ranker.vocabulary_cost(last[ids[0].unique()], inputs.n, S, d)
+        estimate = vocabulary / dense
+        auto = ("vocabulary" if inputs.n >= ranker_module.AUTO_MIN_SPLITS
+                and ranker_module.AUTO_OVERHEAD * estimate < 1 else "dense")
+        for dtype in ("fp32", "bf16"):
+            best = {}
+            for _ in range(3):
+                for algorithm in ("dense", "vocabulary"):
+                    ranker.algorithm = algorithm
+                    with torch.no_grad(), autocast(torch.device("cpu"), dtype == "bf16"):
+                        t = time.perf_counter()
+                        ranker(inputs.x, inputs.keep, inputs.ids4)
+                        best[algorithm] = min(best.get(algorithm, float("inf")), time.perf_counter() - t)
+            rec = {"tokens": N, "vocabulary_size": V, "distinct_ids": inputs.U, "dtype": dtype,
+                   "dense_s": round(best["dense"], 5), "vocabulary_s": round(best["vocabulary"], 5),
+                   "measured_ratio": round(best["vocabulary"] / best["dense"], 3),
+                   "estimated_ratio": round(estimate, 3), "what_auto_takes": auto, "ids": "random (uniform)",
+                   "machine": machine(), "threads": 2, "load": [round(x, 2) for x in os.getloadavg()],
+                   "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+            print(json.dumps(rec), flush=True)
+            with open(out, "a") as f:
+                f.write(json.dumps(rec) + "\n")
+
+
+if __name__ == "__main__":
+    main()
