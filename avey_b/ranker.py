@@ -21,12 +21,14 @@ The choice is computed one of three ways, all choosing the same splits:
   columns with a running top-``k`` per query split, so neither ``M`` nor the ``n × n`` scores are held whole.
   Unidirectionally an id is compared only with the splits before the last split it occurs in (ids are ordered by
   that split, so each candidate tile multiplies a suffix of them).
-* **export**: under ``torch.export`` / ONNX, one loop-free computation over all splits (the graph then holds at
-  every length; its memory is ``N²`` similarities).
+* **export**: under ``torch.export`` / ONNX, one loop-free computation over all splits, so the graph holds at every
+  length: the vocabulary factoring over the batch's distinct ids when the model got token ids (``U × N``
+  similarities), else the dense formula (``N²``).
 
 **Tie rule.** Repeated text makes exactly tied MaxSim scores common, and the paths sum in different orders. Every
 path ranks candidates by the key (score, then the nearer split; at equal distance, the preceding one), built by
 :func:`_ranking_keys` so that distinct scores keep their order exactly: ties are broken the same way everywhere.
+(A runtime with other kernels, such as onnxruntime, may round two exactly tied scores apart; no rule can undo that.)
 
 Gradients flow through the weights (the cosine scores), not through the discrete choice. The choice is made
 under ``no_grad`` (with a bf16 GEMM under bf16 autocast or ``ranker_selection_precision="bfloat16"``); the weights

@@ -50,19 +50,12 @@ def _before(model):
     ranker_module.TILE_BYTES.update(dict.fromkeys(TILE_BYTES_DEFAULT, 2**62))  # tiles as large as the memory cap
     model.config.chunk_tokens = 65536
     model.ranker.low_precision = False
-    ranker_module.MAX_IN_FP32 = False
 
 
 def _after(model):
     ranker_module.TILE_BYTES.update(TILE_BYTES_DEFAULT)
     model.config.chunk_tokens = CHUNK_DEFAULT
     model.ranker.low_precision = False
-    ranker_module.MAX_IN_FP32 = None
-
-
-def _bf16_max(model):
-    _after(model)
-    ranker_module.MAX_IN_FP32 = False  # the max of bf16 similarity tiles taken in bf16 (the code before)
 
 
 def _bf16_select(model):
@@ -72,10 +65,9 @@ def _bf16_select(model):
 
 CHUNK_DEFAULT = presets.small().chunk_tokens
 TILE_BYTES_DEFAULT = dict(ranker_module.TILE_BYTES)
-SETUPS = {"before": _before, "after": _after, "bf16-select": _bf16_select, "bf16-max": _bf16_max}
+SETUPS = {"before": _before, "after": _after, "bf16-select": _bf16_select}
 AB = {"before-after": ("before", "after"),  # the tiled ranker and 4K-token processor chunks vs the code before
-      "selection-precision": ("after", "bf16-select"),  # exact (default) vs bf16 choice of splits
-      "tile-max": ("bf16-max", "after")}  # bf16 tiles: their max in bf16 vs in fp32 (run with --dtypes bf16)
+      "selection-precision": ("after", "bf16-select")}  # exact (default) vs bf16 choice of splits
 
 
 def machine() -> str:

@@ -1,4 +1,5 @@
-"""Markdown tables of ``results.jsonl`` (written by run.py): ranker alone, whole forward, the release side by side.
+"""Markdown tables of ``results.jsonl`` (run.py: ranker alone, whole forward, id order, the release side by side), and of
+``crossover.jsonl`` and ``export.jsonl`` beside it when present.
 
     python benchmarks/vocabulary_ranker/table.py [results.jsonl]
 
@@ -73,6 +74,27 @@ def main() -> None:
         for r in release:
             print(f"| {r['tokens']:,} | {fmt_s(r['release_s'])} | {fmt_s(r['ours_s'])} | **{r['speedup']:.1f}×** | "
                   f"{r['max_abs_difference']:.1e} | {r['load'][0]:.1f} |")
+
+
+    here = path.parent
+    if (here / "crossover.jsonl").exists():
+        print("\n### Random ids (U close to N): where the vocabulary path stops paying\n")
+        print("| tokens | vocabulary | distinct ids | precision | dense (s) | vocabulary (s) | measured ratio | "
+              "estimated ratio | auto takes |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        for line in (here / "crossover.jsonl").read_text().splitlines():
+            r = json.loads(line)
+            print(f"| {r['tokens']:,} | {r['vocabulary_size']:,} | {r['distinct_ids']:,} | {r['dtype']} | "
+                  f"{fmt_s(r['dense_s'])} | {fmt_s(r['vocabulary_s'])} | {r['measured_ratio']:.2f} | "
+                  f"{r['estimated_ratio']:.2f} | {r['what_auto_takes']} |")
+    if (here / "export.jsonl").exists():
+        print("\n### Exported (ONNX) small model in onnxruntime\n")
+        print("| tokens | distinct ids | ranker formula in the graph | seconds | peak MB | max abs difference from eager |")
+        print("|---|---|---|---|---|---|")
+        for line in (here / "export.jsonl").read_text().splitlines():
+            r = json.loads(line)
+            print(f"| {r['tokens']:,} | {r['distinct_ids']:,} | {r['graph']} | {fmt_s(r['seconds'])} | "
+                  f"{r['peak_mb']:,.0f} | {r['max_abs_difference_from_eager']:.1e} |")
 
 
 if __name__ == "__main__":
