@@ -345,7 +345,8 @@ class Ranker(nn.Module):
                         "'dense'"
                     )
                 return None
-        if not self.bidirectional and ORDER_BY_LAST_SPLIT:  # ids ordered by the last split they occur in
+        ordered = not self.bidirectional and ORDER_BY_LAST_SPLIT
+        if ordered:  # ids ordered by the last split they occur in
             last, perm = last.sort(stable=True)
             q = q[perm]
             inv = torch.empty_like(perm).scatter_(0, perm, torch.arange(U, device=device))[inv]
@@ -363,7 +364,6 @@ class Ranker(nn.Module):
         for j0 in range(0, J, cols):
             j1 = min(J, j0 + cols)
             # the ids still needed: unidirectionally, those occurring after split j0 (a suffix once ordered)
-            ordered = not self.bidirectional and ORDER_BY_LAST_SPLIT
             a = int(torch.searchsorted(last, j0, right=True)) if ordered else 0
             M = torch.empty(U + 1 - a, j1 - j0, dtype=torch.float32, device=device)  # M[v, j]; last row: padding
             for g0 in range(j0, j1, tile):
