@@ -25,11 +25,13 @@ from .modeling import AveyBModel, AveyBPreTrainedModel
 
 
 def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
-    """Masked mean over the sequence: (B, N, d) -> (B, d); padding never contributes."""
+    """Masked mean over the sequence: (B, N, d) -> (B, d); padding never contributes. Sums and counts accumulate in
+    at least float32: a float16 sum of 100K tokens overflows (65,504), and bfloat16 cannot count past 256 exactly."""
+    acc = torch.promote_types(hidden.dtype, torch.float32)
     if attention_mask is None:
-        return hidden.mean(1)
-    m = attention_mask.to(hidden.dtype).unsqueeze(-1)
-    return (hidden * m).sum(1) / m.sum(1).clamp_min(1.0)
+        return hidden.mean(1, dtype=acc).to(hidden.dtype)
+    total = (hidden * attention_mask.to(hidden.dtype).unsqueeze(-1)).sum(1, dtype=acc)
+    return (total / attention_mask.sum(1, keepdim=True).clamp_min(1).to(acc)).to(hidden.dtype)
 
 
 def _finish(output, return_dict: bool | None, config: AveyBConfig):

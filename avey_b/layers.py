@@ -45,6 +45,15 @@ class RMSNorm(nn.Module):
         return y.mul_(self.weight.to(x.dtype))  # inference: no second copy of x (1 GB at 1M tokens of d = 256)
 
 
+def unit_vectors(x: torch.Tensor) -> torch.Tensor:
+    """``x / ‖x‖`` over the last axis; a zero vector (a padded token) stays a zero vector, never NaN, in every
+    precision. float16 works in float32: its smallest normal number is 6e-5 (an epsilon of 1e-12 rounds to 0, and
+    a zero row would give 0/0) and its largest is 65504 (the norm of a large vector overflows)."""
+    if x.dtype == torch.float16:
+        return F.normalize(x.float(), dim=-1, eps=1e-12).to(x.dtype)
+    return F.normalize(x, dim=-1, eps=1e-12)
+
+
 def activation(name: str):
     """The activation functions named in the config (``σ_e`` of the enricher, ``σ`` after the mixing)."""
     if name == "relu2":  # ReLU², the paper's enricher (App. A, A1: makes the cosines non-negative)
@@ -67,7 +76,7 @@ def dynamic_similarity(z: torch.Tensor, keep: torch.Tensor | None, config: AveyB
 
     ``z``: (R, C, d') with padded rows already zero.  Returns (R, C, C).
     """
-    zn = F.normalize(z, dim=-1, eps=1e-12)  # zero vector -> zero vector, never NaN
+    zn = unit_vectors(z)
     return normalize_rows(zn @ zn.transpose(-1, -2), keep, config)
 
 
@@ -76,7 +85,8 @@ def normalize_rows(sim: torch.Tensor, keep: torch.Tensor | None, config: AveyBCo
 
     Padded columns of ``sim`` are 0 (cosine with a zero vector); the normalizations count real tokens only.
     """
-    norm, eps = config.dynamic_normalization, config.dynamic_eps
+    # an ε below the dtype's smallest normal number (the release's 1e-12 in float16) would round to 0: 0/0 = NaN
+    norm, eps = config.dynamic_normalization, max(config.dynamic_eps, torch.finfo(sim.dtype).tiny)
     if norm == "sum":  # the paper: S / (Σ_j S + ε); row-stochastic when S >= 0 (ReLU² enricher)
         return sim / (sim.sum(-1, keepdim=True) + eps)
     if norm == "l1":  # the release: S / max(Σ_j |S|, ε)

@@ -43,6 +43,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .configuration import AveyBConfig
+from .layers import unit_vectors
 
 # Bytes of similarities per tile: small enough to stay in cache on CPU (the max is taken while the tile is hot,
 # instead of writing and re-reading a block x N matrix), large enough that each GEMM keeps the cores busy; on GPU
@@ -216,7 +217,7 @@ class Ranker(nn.Module):
         in ``X_cat`` (descending score, missing slots on the left) and ``ok`` (B, n, k) whether a slot holds a split.
         """
         B, n, S, d = x.shape
-        xn = F.normalize(x, dim=-1, eps=1e-12)
+        xn = unit_vectors(x)
         if self.k == 0:
             empty = torch.zeros(B, n, 0, dtype=torch.long, device=x.device)
             return xn, empty, empty.bool()

@@ -26,7 +26,9 @@ from avey_b import (
     AveyBModel,
     presets,
 )
-from avey_b.layers import activation, normalize_rows
+from avey_b.layers import activation, normalize_rows, unit_vectors
+from avey_b.heads import mean_pool
+from avey_b.ranker import Ranker
 
 HEADS = [AveyBModel, AveyBForMaskedLM, AveyBForSequenceClassification, AveyBForTokenClassification,
          AveyBForQuestionAnswering, AveyBForSentenceEmbedding]
@@ -233,6 +235,81 @@ def test_bf16_autocast_is_finite_with_all_padding_rows_and_zero_vectors():
         m = seeded(AveyBModel, presets.tiny(dynamic_normalization=name))
         with torch.autocast("cpu", dtype=torch.bfloat16), torch.no_grad():
             assert torch.isfinite(m(ids, attention_mask=mask).last_hidden_state).all(), name
+
+
+def test_unit_vectors_keep_zero_vectors_zero_and_large_vectors_finite_in_every_precision():
+    x = torch.zeros(3, 8)
+    x[1] = 1000.0  # norm 2,828 in float32; its square (8e6) is past float16's 65,504
+    x[2, 0] = 1e-9  # below float16's smallest normal number
+    for dtype in (torch.float16, torch.bfloat16, torch.float32):
+        u = unit_vectors(x.to(dtype)).float()
+        assert torch.isfinite(u).all(), dtype
+        assert torch.equal(u[0], torch.zeros(8)), dtype
+        torch.testing.assert_close(u[1], torch.full((8,), 8 ** -0.5), atol=1e-2, rtol=0)
+
+
+def test_mean_pooling_of_a_long_input_is_exact_in_half_precision():
+    """100K tokens: a float16 sum (or token count) overflows at 65,504; bfloat16 cannot count them exactly."""
+    hidden = torch.full((2, 100_000, 4), 3.0)
+    mask = torch.ones(2, 100_000, dtype=torch.long)
+    mask[1, 70_000:] = 0
+    for dtype in (torch.float16, torch.bfloat16):
+        torch.testing.assert_close(mean_pool(hidden.to(dtype), mask).float(), torch.full((2, 4), 3.0))
+        torch.testing.assert_close(mean_pool(hidden.to(dtype), None).float(), torch.full((2, 4), 3.0))
+
+
+class _PinnedChoice:
+    """Records the ranker's choice of a float32 run and replays it in a reduced-precision run, so that the two
+    forwards can be compared where a near-tie (random weights, random ids) would flip a discrete choice."""
+
+    def __init__(self, monkeypatch):
+        self.original, self.choices, self.replay = Ranker.forward, [], None
+        monkeypatch.setattr(Ranker, "forward", self)
+
+    def __get__(self, ranker, owner):
+        return lambda *a, **kw: self(ranker, *a, **kw)
+
+    def __call__(self, ranker, x, *args, **kwargs):
+        xn, idx, ok = self.original(ranker, x, *args, **kwargs)
+        if self.replay is None:
+            self.choices.append((idx, ok))
+            return xn, idx, ok
+        return (xn, *self.choices[self.replay])
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("name", sorted(VARIANTS))
+def test_half_precision_weights_give_finite_outputs_close_to_float32(name, dtype, monkeypatch):
+    """``model.half()`` / ``model.to(torch.bfloat16)`` (weights and activations in 16 bits, no autocast): finite
+    everywhere, padding positions included, and at real tokens within 2% (float16) / 6% (bfloat16) of the
+    largest float32 output, for the same ranker choice. Rows: left padding, right padding, five tokens."""
+    ids = torch.randint(1, 99, (3, 22), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones_like(ids)
+    mask[0, :6] = 0
+    mask[1, 13:] = 0
+    mask[2, 5:] = 0
+    pinned = _PinnedChoice(monkeypatch)
+    model = seeded(AveyBModel, presets.tiny(**VARIANTS[name]))
+    with torch.no_grad():
+        ref = model(ids, attention_mask=mask).last_hidden_state
+        pinned.replay = 0
+        out = model.to(dtype)(ids, attention_mask=mask).last_hidden_state
+    assert out.dtype == dtype and torch.isfinite(out).all()
+    real = mask.bool()
+    err = (out.float() - ref)[real].abs().max() / ref[real].abs().max()
+    assert err < (0.02 if dtype == torch.float16 else 0.06), err
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("cls", HEADS[1:])
+def test_every_head_is_finite_with_half_precision_weights(cls, dtype):
+    ids = torch.randint(1, 99, (2, 9), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones_like(ids)
+    mask[1, 5:] = 0
+    model = seeded(cls, presets.tiny()).to(dtype)
+    with torch.no_grad():
+        out = model(ids, attention_mask=mask)
+    assert torch.isfinite(first_output(out).float()).all()
 
 
 # -- heads -------------------------------------------------------------------------------------------------------
