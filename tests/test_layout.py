@@ -103,7 +103,7 @@ def test_unknown_verb_lists_the_verbs(capsys):
 def test_cli_errors_are_one_line_without_traceback_unless_debug(capsys, tmp_path):
     assert main(["pretrain", f"run_dir={tmp_path}", "train.max_step=3"]) == 1
     err = capsys.readouterr().err
-    assert "avey-b pretrain: error: unknown config key 'train.max_step' (did you mean 'max_steps'?)" in err
+    assert "avey-b pretrain: error: unknown config key 'train.max_step' (did you mean 'train.max_steps'?)" in err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 2
     with pytest.raises(KeyError, match="train.max_step"):
         main(["--debug", "pretrain", f"run_dir={tmp_path}", "train.max_step=3"])

@@ -70,7 +70,9 @@ def test_resume_refuses_frozen_changes_and_records_allowed_ones(corpus, tmp_path
     assert (run / "config.yaml").read_text() == config  # a rejected resume leaves the run as it was
 
     longer = overrides(corpus, run, steps=6, **{"checkpoint.every": 2, "logging.every": 2})
-    assert main(longer + ["--resume"]) == 0
+    # an override right after --resume is an override, not the checkpoint path (--resume's value is optional)
+    first = next(o for o in longer if o.startswith("train.max_steps="))
+    assert main(["--resume", first] + [o for o in longer if o != first]) == 0
     assert load_train_state(list_checkpoints(run)[-1])["step"] == 6
     last = history(run)[-1]
     assert last["event"] == "resume" and last["step"] == 4

@@ -15,6 +15,9 @@ assert CONFIGS, "no shipped pretraining configs found"
 def test_every_shipped_config_parses(path):
     cfg = load_config(str(path))
     assert cfg.steps >= 1
+    # a shipped recipe leaves the thread count to PyTorch, which honours OMP_NUM_THREADS (a pinned 2 ran 20x slower
+    # beside another job on a 2-core machine); train.threads=N stays an explicit override
+    assert cfg.train.threads is None
 
 
 def test_quickstart_long_is_the_quickstart_three_times_longer():
@@ -45,6 +48,15 @@ def test_unknown_key_names_the_key():
         load_config(None, ["optim.learning_rate=1e-3", "train.max_steps=1"])
     with pytest.raises(KeyError, match="bogus"):
         load_config(None, ["bogus=1"])
+
+
+@pytest.mark.parametrize("typo, named, meant", [("train.lr", "train.lr", "optim.lr"),
+                                                ("train.warmpu", "train.warmpu", "optim.warmup"),
+                                                ("optim.lrr", "optim.lrr", "optim.lr"),
+                                                ("trian.max_steps", "trian", "train")])
+def test_did_you_mean_searches_every_section(typo, named, meant):
+    with pytest.raises(KeyError, match=rf"unknown config key '{named}' \(did you mean '{meant}'\?\)"):
+        load_config(None, [f"{typo}=1", "train.max_steps=1"])
 
 
 def test_bad_values_are_clear_errors(tmp_path):

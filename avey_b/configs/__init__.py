@@ -36,12 +36,30 @@ class UnknownConfigKey(KeyError, ValueError):
         return str(self.args[0])
 
 
-def unknown_key(key: str, valid, where: str) -> UnknownConfigKey:
-    """The error for a key that is not one of ``valid``: names it, the closest valid key, and the valid keys."""
+def unknown_key(key: str, valid, where: str, elsewhere=()) -> UnknownConfigKey:
+    """The error for a key that is not one of ``valid``: names it, the valid key it most likely meant, and the valid
+    keys. ``elsewhere``: the dotted keys of the whole config tree, searched too (``train.lr`` -> ``optim.lr``): the
+    same name in another section first, then the closest name in this section, then the closest anywhere."""
     valid = sorted(valid)
-    close = difflib.get_close_matches(key.rpartition(".")[2], valid, n=1)
-    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    section, _, leaf = key.rpartition(".")
+    same_name = [k for k in elsewhere if k.rpartition(".")[2] == leaf and k != key]
+    close = [section + "." + m if section else m for m in difflib.get_close_matches(leaf, valid, n=1)]
+    if not same_name and not close:
+        leaves = {k.rpartition(".")[2]: k for k in sorted(elsewhere, reverse=True)}
+        close = [leaves[m] for m in difflib.get_close_matches(leaf, leaves, n=1)]
+    guess = (same_name or close or [None])[0]
+    hint = f" (did you mean {guess!r}?)" if guess else ""
     return UnknownConfigKey(f"unknown config key {key!r}{hint}; {where}: {valid}")
+
+
+def dotted_keys(cls, prefix: str = "") -> list[str]:
+    """Every key of the dataclass tree ``cls``, dotted (``optim.lr``), sections included."""
+    hints, keys = get_type_hints(cls), []
+    for f in dataclasses.fields(cls):
+        keys.append(prefix + f.name)
+        if dataclasses.is_dataclass(hints[f.name]):
+            keys += dotted_keys(hints[f.name], prefix + f.name + ".")
+    return keys
 
 
 def check_keys(obj, keys, where: str) -> None:
@@ -79,8 +97,9 @@ def load(cls, path: str | Path | None = None, overrides: list[str] | None = None
     return build(cls, apply_overrides(data, overrides or []))
 
 
-def build(cls, data: dict, prefix: str = ""):
-    """``cls`` from a nested mapping; unknown keys are errors that list the valid ones."""
+def build(cls, data: dict, prefix: str = "", root=None):
+    """``cls`` from a nested mapping; unknown keys are errors that list the valid ones (``root``: the class of the
+    whole tree, whose other sections the did-you-mean searches too)."""
     if not isinstance(data, dict):
         raise TypeError(f"config section {prefix.rstrip('.') or '<root>'!r} must be a mapping, got {type(data).__name__}")
     hints = get_type_hints(cls)
@@ -88,10 +107,11 @@ def build(cls, data: dict, prefix: str = ""):
     kwargs = {}
     for key, value in data.items():
         if key not in names:
-            raise unknown_key(prefix + key, names, f"valid keys in {prefix.rstrip('.') or 'the root'}")
+            raise unknown_key(prefix + key, names, f"valid keys in {prefix.rstrip('.') or 'the root'}",
+                              dotted_keys(root or cls))
         typ = hints[key]
         if dataclasses.is_dataclass(typ):
-            kwargs[key] = build(typ, value or {}, prefix + key + ".")
+            kwargs[key] = build(typ, value or {}, prefix + key + ".", root or cls)
         else:
             kwargs[key] = _coerce(value, typ, prefix + key)
     return cls(**kwargs)

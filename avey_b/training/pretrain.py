@@ -624,12 +624,19 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--config", help="YAML file, or a shipped recipe (quickstart, quickstart-long, base, large, ablation-10b, debug); omitted: the defaults")
     parser.add_argument("--resume", nargs="?", const="auto", default=None, metavar="CKPT",
-                        help="continue from CKPT, or (no value) from the run dir's latest checkpoint")
+                        help="continue from CKPT, or (no value) from the run dir's latest checkpoint; overrides may "
+                             "come before or after it (a key=value right after --resume is an override, not CKPT)")
     parser.add_argument("--overwrite", action="store_true",
                         help="start afresh in a run_dir that holds a run, after moving that run aside (never deleted)")
     parser.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
     parser.add_argument("overrides", nargs="*", help="key=value overrides, e.g. optim.lr=1e-3 data.train=my_dir/")
     args = parser.parse_args(argv)
+    if args.resume not in (None, "auto") and "=" in args.resume and not Path(args.resume).exists():
+        # `--resume train.threads=1`: argparse gave the override to --resume's optional value
+        argv = list(sys.argv[1:] if argv is None else argv)
+        before = argv[:argv.index(args.resume)]
+        args.overrides.insert(sum(a in args.overrides for a in before), args.resume)
+        args.resume = "auto"
     cfg = load_config(args.config, args.overrides)
     if args.print_config:
         import yaml
