@@ -128,8 +128,13 @@ def throughput_of(rec: dict[str, Any], stat: str = "median") -> float:
 
 
 def read_records(path: str | os.PathLike, *, latest: bool = True) -> list[dict[str, Any]]:
-    """The records of an efficiency results file. With ``latest``, a point recorded several times (a resumed
-    run that retried it) keeps only its last record."""
+    """The records of an efficiency results file, or of the ``results.jsonl`` in a directory ``bench run`` wrote.
+    With ``latest``, a point recorded several times (a resumed run that retried it) keeps only its last record."""
+    if os.path.isdir(path):
+        path = os.path.join(path, "results.jsonl")
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"{os.path.dirname(path)} is a directory without results.jsonl: pass the "
+                                    "directory `avey-b bench run --out` wrote, or its results.jsonl")
     out = read_jsonl(path, objects_only=True)
     if latest:
         last = {point_key(r): i for i, r in enumerate(out)}

@@ -237,6 +237,13 @@ def test_fit_and_plot_commands(tmp_path, capsys):
         "avey-b-tiny [eager, -, float32]" in text
         and (tmp_path / "fit.md").read_text().strip() == text.strip()
     )
+    efficiency.main(["fit", str(out)])  # the run directory is taken for its results.jsonl
+    text = capsys.readouterr().out
+    # the default range (N >= 8192) holds none of this short run's lengths: the table says what to pass
+    assert "avey-b-tiny [eager, -, float32]: fewer than 2 lengths in the fit range" in text
+    assert f"pass --min-length {sorted(map(int, LENGTHS))[-2]} (or smaller)" in text
+    with pytest.raises(FileNotFoundError, match="without results.jsonl"):
+        efficiency.main(["fit", str(tmp_path)])
     efficiency.main(["table", str(out / "results.jsonl"), "--stat", "cpu"])
     text = capsys.readouterr().out
     assert "throughput (tokens/CPU-s, cpu)" in text and "latency (CPU-s/forward, cpu)" in text

@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+from transformers import pipeline
 
 from avey_b import testing as toy
 from avey_b.evaluation.finetune import resolve_steps, run_cell
@@ -118,6 +119,25 @@ def test_finetune_save_model_writes_a_loadable_model_and_tokenizer(env, tmp_path
     assert not torch.equal(model.classifier.weight, fresh.classifier.weight)  # the trained head was saved
     with torch.no_grad():
         assert model(**tok(["a good film"], return_tensors="pt")).logits.shape == (1, 2)
+    # a pipeline says what a class is, not LABEL_1
+    assert pipeline("text-classification", model=model, tokenizer=tok)("a good film")[0]["label"] in ("negative",
+                                                                                                     "positive")
+
+
+def test_finetune_save_model_of_a_tagger_names_its_tags(env, tmp_path):
+    from avey_b.evaluation.finetune import main
+
+    out = tmp_path / "ft"
+    assert main(["--model", env["avey"], "--task", "conll2003", "--lr", "3e-3", "--output-dir", str(tmp_path / "o"),
+                 "--train-file", env["conll"].train, "--eval-file", env["conll"].eval, "--batch-size", "8",
+                 "--max-length", "20", "--device", "cpu", "--max-steps", "2", "--save-model", str(out)]) == 0
+    tags = pipeline("token-classification", model=str(out), ignore_labels=[])("Alice Smith met Bob in Paris")
+    assert tags and {t["entity"] for t in tags} <= {"O", "B-PER", "I-PER", "B-LOC", "I-LOC"}
+
+
+def test_finetune_names_a_missing_model_as_the_model(tmp_path):
+    with pytest.raises(FileNotFoundError, match="model not found: .*no/such/model"):
+        run_cell(str(tmp_path / "no" / "such" / "model"), "sst2", RunConfig(), DataFiles())
 
 
 def test_avey_b_classes_refuse_another_model_type(env):

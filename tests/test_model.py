@@ -26,8 +26,8 @@ from avey_b import (
     AveyBModel,
     presets,
 )
-from avey_b.layers import activation, normalize_rows, unit_vectors
 from avey_b.heads import mean_pool
+from avey_b.layers import activation, normalize_rows, unit_vectors
 from avey_b.ranker import Ranker
 
 HEADS = [AveyBModel, AveyBForMaskedLM, AveyBForSequenceClassification, AveyBForTokenClassification,

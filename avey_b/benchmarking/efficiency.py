@@ -401,7 +401,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--resume", action="store_true", help="append to OUT/results.jsonl, skipping done points")
 
     f = sub.add_parser("fit", help="power-law fits of throughput and latency")
-    f.add_argument("results", help="results.jsonl of `bench run`")
+    f.add_argument("results", help="the --out directory of `bench run`, or its results.jsonl")
     f.add_argument("--min-length", type=int, default=8192, help="smallest length in the fit range")
     f.add_argument("--max-length", type=int, default=None, help="largest length in the fit range")
     f.add_argument("--out", default=None, help="also write the table (markdown) to this file")
@@ -414,12 +414,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     t = sub.add_parser("table", help="markdown tables of throughput and latency per length")
-    t.add_argument("results", help="results.jsonl of `bench run`")
+    t.add_argument("results", help="the --out directory of `bench run`, or its results.jsonl")
     t.add_argument("--stat", choices=("median", "min", "cpu"), default="median", help="as for fit")
     t.add_argument("--out", default=None, help="also write the tables (markdown) to this file")
 
     g = sub.add_parser("plot", help="log-log throughput and latency plots")
-    g.add_argument("results", help="results.jsonl of `bench run`")
+    g.add_argument("results", help="the --out directory of `bench run`, or its results.jsonl")
     g.add_argument("--out", required=True, help="directory for throughput.png and latency.png")
     g.add_argument("--title", default=None)
     g.add_argument("--stat", choices=("median", "min", "cpu"), default="median", help="as for fit")

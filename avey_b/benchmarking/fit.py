@@ -139,16 +139,25 @@ def fit_table(
         "| series | points | range | α (ours) | α (paper) | β (ours) | β (paper) | paper setting |",
         "|---|---|---|---|---|---|---|---|",
     ]
+    short = []  # series with fewer than two lengths in the range: the longest --min-length that would fit them
     for key, e in fits.items():
         setting, pa, pb = paper_value(e["first"])
         if e["alpha"] is None:
             lines.append(f"| {key} | <2 | — | — | {_f(pa)} | — | {_f(pb)} | {setting} |")
+            lengths = sorted({r["seq_len"] for r in records if series_key(r) == key and r["status"] == "ok"
+                              and (max_length is None or r["seq_len"] <= max_length)})
+            short.append((key, lengths))
             continue
         lo, hi = e["range"]
         lines.append(
             f"| {key} | {e['n_points']} | {lo}–{hi} | {e['alpha']:.2f} | {_f(pa)} | "
             f"{e['beta']:.2f} | {_f(pb)} | {setting} |"
         )
+    for key, lengths in short:
+        hint = (f"pass --min-length {lengths[-2]} (or smaller) to fit it" if len(lengths) >= 2
+                else "it needs ok points at two lengths or more")
+        lines.append(f"\n{key}: fewer than 2 lengths in the fit range (ok lengths recorded: "
+                     f"{', '.join(map(str, lengths)) or 'none'}); {hint}.")
     return "\n".join(lines)
 
 

@@ -36,7 +36,16 @@ from ..progress import Progress
 from ..records import utc_timestamp, write_json_atomic
 from ..training.checkpoint import save_pretrained_atomic
 from .tasks import TASKS, get_task
-from .tasks.base import DataFiles, RunConfig, Task, autocast_ctx, load_model, load_task_tokenizer, pad_id_of
+from .tasks.base import (
+    DataFiles,
+    RunConfig,
+    Task,
+    autocast_ctx,
+    check_model_source,
+    load_model,
+    load_task_tokenizer,
+    pad_id_of,
+)
 
 
 def resolve_steps(task: Task, cfg: RunConfig, batches_per_epoch: int) -> int:
@@ -126,6 +135,7 @@ def run_cell(model_name: str, task_name: str, cfg: RunConfig, files: DataFiles,
 
     task = get_task(task_name)
     device = pick_device(cfg.device)
+    check_model_source(model_name)  # a missing model is named as the model, not as its tokenizer
     tokenizer = load_task_tokenizer(tokenizer_name or model_name, cfg)
     train, evaluation = load_data(task, files, cfg)
     transformers.set_seed(cfg.seed)  # head initialisation and dropout

@@ -177,7 +177,7 @@ def _testparse_lengths(task_dir: str, wanted: list[int] | None) -> list[int]:
 
 def _load_model_and_tokenizer(name: str, args, cfg):
     """(model with a QA head, tokenizer, max input length or None, how it was built)."""
-    from .tasks.base import load_model, load_task_tokenizer
+    from .tasks.base import check_model_source, load_model, load_task_tokenizer
 
     spec = baselines.parse_spec(name)
     if baselines.is_registered(spec.name):
@@ -192,6 +192,7 @@ def _load_model_and_tokenizer(name: str, args, cfg):
         model = baselines.build_model(config, head="qa")
         how = "from config, random weights"
     else:
+        check_model_source(name)  # a missing model is named as the model, not as its tokenizer
         tok = load_task_tokenizer(args.tokenizer or name, cfg)
         model = load_model(name, "question-answering", cfg)
         config = model.config

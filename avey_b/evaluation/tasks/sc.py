@@ -27,6 +27,9 @@ class SequenceClassificationTask(base.Task):
     default_epochs = 1.0
     hub_config = ""
     num_labels = 2
+    label_names: tuple[str, ...] = ()
+    """Class names by id (GLUE's), saved as the model's ``id2label`` so a pipeline says ``positive``, not
+    ``LABEL_1``."""
     pair = False
     train_split = "train"
     eval_split = "validation"
@@ -61,7 +64,9 @@ class SequenceClassificationTask(base.Task):
         return "sequence-classification"
 
     def model_kwargs(self, train, evaluation, cfg) -> dict[str, Any]:
-        return {"num_labels": self.num_labels}
+        names = self.label_names or tuple(f"LABEL_{i}" for i in range(self.num_labels))
+        return {"num_labels": self.num_labels, "id2label": dict(enumerate(names)),
+                "label2id": {n: i for i, n in enumerate(names)}}
 
     def _encode(self, examples, tokenizer, cfg) -> list[dict[str, Any]]:
         pairs = [e["text_pair"] for e in examples] if self.pair else None
@@ -102,12 +107,15 @@ def _first(row: dict[str, Any], names: tuple[str, ...], where: str, what: str):
 
 class MNLI(SequenceClassificationTask):
     name, display, hub_config, num_labels, pair = "mnli", "MNLI", "mnli", 3, True
+    label_names = tuple(_MNLI_LABELS)  # entailment, neutral, contradiction
     eval_split = "validation_matched"
 
 
 class QQP(SequenceClassificationTask):
     name, display, hub_config, num_labels, pair = "qqp", "QQP", "qqp", 2, True
+    label_names = ("not_duplicate", "duplicate")
 
 
 class SST2(SequenceClassificationTask):
     name, display, hub_config, num_labels, pair = "sst2", "SST-2", "sst2", 2, False
+    label_names = ("negative", "positive")
