@@ -50,11 +50,23 @@ def content_hash(path: str | os.PathLike) -> str:
         h = hashlib.sha256()
         for p in paths:
             h.update(os.path.relpath(p, root).encode() + b"\0")
-            with open(p, "rb") as f:
-                for chunk in iter(lambda: f.read(1 << 20), b""):
-                    h.update(chunk)
+            _feed(h, p)
         _HASHES[key] = h.hexdigest()
     return _HASHES[key]
+
+
+def sha256_of_file(path: str | os.PathLike) -> str:
+    """SHA-256 of a file's bytes (hex, as ``sha256sum`` prints it), never cached: for integrity checks."""
+    import hashlib
+
+    return _feed(hashlib.sha256(), path).hexdigest()
+
+
+def _feed(h, path):
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h
 
 
 def check_file(path: str | os.PathLike) -> None:

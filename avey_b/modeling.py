@@ -71,7 +71,14 @@ class AveyBPreTrainedModel(PreTrainedModel):
         if directory is None:
             if pretrained_model_name_or_path is not None and kwargs.get("config") is None:
                 _refuse_other_model_types(cls, pretrained_model_name_or_path, kwargs)
-            return super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
+            try:
+                return super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
+            except Exception as error:
+                if type(error).__name__ != "SafetensorError":
+                    raise
+                name = _damaged_weights_file(pretrained_model_name_or_path, kwargs.get("subfolder") or "")
+                raise OSError(f"{name}: cannot be read as safetensors ({error}); the file is damaged or was cut "
+                              "short: save or download it again") from error
         weights = release.load_release_weights(directory)
         config = cls.config_class(**release.release_config_to_ours(release.read_release_config(directory)))
         if (num_labels := release.release_num_labels(weights)) is not None:
@@ -105,6 +112,25 @@ class AveyBPreTrainedModel(PreTrainedModel):
             init.ones_(module.weight)
         elif isinstance(module, AveyBLayer) and module.alpha is not None:
             init.ones_(module.alpha)
+
+
+def _damaged_weights_file(name_or_path, subfolder: str) -> str:
+    """The weights file of a local model directory that safetensors cannot open (else the name as given)."""
+    import os
+
+    from safetensors import safe_open
+
+    directory = os.path.join(str(name_or_path), subfolder)
+    if not os.path.isdir(directory):
+        return str(name_or_path)
+    for name in sorted(f for f in os.listdir(directory) if f.endswith(".safetensors")):
+        try:
+            with safe_open(os.path.join(directory, name), "pt") as f:
+                for key in f.keys():
+                    f.get_slice(key)
+        except Exception:  # noqa: BLE001 -- this is the file that failed, whatever the error
+            return os.path.join(directory, name)
+    return directory
 
 
 def _refuse_other_model_types(cls, name_or_path, kwargs: dict) -> None:

@@ -2,7 +2,9 @@
 aside), pruning only touches the current run's checkpoints, and --resume refuses changed settings that cannot
 change mid-run while applying and recording the others."""
 
+import hashlib
 import json
+import os
 
 import pytest
 from test_train_loop import corpus, overrides  # noqa: F401  (the module's corpus fixture)
@@ -10,7 +12,14 @@ from test_train_loop import corpus, overrides  # noqa: F401  (the module's corpu
 from avey_b import presets
 from avey_b.tokenization import train_bpe_tokenizer
 from avey_b.training import rundir
-from avey_b.training.checkpoint import list_checkpoints, load_train_state, run_id_of, save_checkpoint
+from avey_b.training.checkpoint import (
+    DamagedCheckpoint,
+    list_checkpoints,
+    load_train_state,
+    run_id_of,
+    save_checkpoint,
+    verify,
+)
 from avey_b.training.pretrain import main
 
 
@@ -97,3 +106,75 @@ def test_misspelled_model_overrides_are_errors_for_hf_architectures_too(corpus, 
     with pytest.raises(KeyError, match=r"did you mean 'split_size'"):
         main(avey)
     assert not (tmp_path / "bert" / "config.yaml").exists()  # nothing recorded for a run that never started
+
+
+# -- integrity ---------------------------------------------------------------------------------------------------
+
+def damage(path, *, truncate=False):
+    """Zero 4 KB (at most a quarter of the file) in the middle of ``path``, or cut it to half its size."""
+    size = path.stat().st_size
+    if truncate:
+        os.truncate(path, size // 2)
+        return
+    n = min(4096, size // 4)
+    with open(path, "r+b") as f:
+        f.seek(size // 2 - n // 2)
+        f.write(b"\0" * n)
+
+
+def test_every_checkpoint_records_the_sha256_of_each_of_its_files(corpus, tmp_path):  # noqa: F811
+    run = tmp_path / "run"
+    assert main(overrides(corpus, run, steps=2, **{"checkpoint.every": 2})) == 0
+    (ckpt,) = list_checkpoints(run)
+    manifest = dict(line.split("  ")[::-1] for line in (ckpt / "SHA256SUMS").read_text().splitlines())
+    files = {p.relative_to(ckpt).as_posix() for p in ckpt.rglob("*") if p.is_file() and p.name != "SHA256SUMS"}
+    assert set(manifest) == files and {"model.safetensors", "train_state.pt", "config.json"} <= files
+    assert all(manifest[f] == hashlib.sha256((ckpt / f).read_bytes()).hexdigest() for f in files)  # sha256sum -c
+    assert verify(run / "model") is True  # the final model directory too
+
+
+@pytest.mark.parametrize("victim, truncate", [("train_state.pt", False), ("model.safetensors", True)])
+def test_a_damaged_checkpoint_is_refused_on_resume_and_nothing_is_pruned(corpus, tmp_path, victim, truncate):  # noqa: F811
+    run = tmp_path / "run"
+    first = overrides(corpus, run, steps=4, **{"checkpoint.every": 2, "checkpoint.keep_last": 2})
+    assert main(first) == 0
+    older, newest = list_checkpoints(run)
+    damage(newest / victim, truncate=truncate)
+    longer = overrides(corpus, run, steps=6, **{"checkpoint.every": 2, "checkpoint.keep_last": 2})
+    with pytest.raises(DamagedCheckpoint, match=rf"{newest / victim} is damaged.*newest intact checkpoint beside it "
+                                                rf"is {older}: to continue from there, resume with --resume {older}"):
+        main(longer + ["--resume"])
+    assert list_checkpoints(run) == [older, newest]  # nothing pruned, nothing overwritten
+    # the user's choice: continue from the intact one (which rewrites step 4 and goes on to 6)
+    assert main(["--resume", str(older)] + longer) == 0
+    assert load_train_state(list_checkpoints(run)[-1])["step"] == 6
+
+
+def test_a_checkpoint_that_does_not_read_back_stops_the_run_before_pruning(tmp_path, monkeypatch):
+    tok = train_bpe_tokenizer(["a b c d e f g"] * 20, 300)
+    from avey_b import AveyBForMaskedLM
+    from avey_b.training import checkpoint
+
+    model = AveyBForMaskedLM(presets.tiny(vocab_size=len(tok)))
+    kept = save_checkpoint(tmp_path, 1, model, tok, {"step": 1, "run_id": "r"}, keep_last=1)
+    write_manifest = checkpoint.write_manifest
+
+    def then_the_disk_flips_a_byte(directory):
+        write_manifest(directory)
+        damage(directory / "train_state.pt")
+
+    monkeypatch.setattr(checkpoint, "write_manifest", then_the_disk_flips_a_byte)
+    with pytest.raises(DamagedCheckpoint, match="step_00000002/train_state.pt is damaged"):
+        save_checkpoint(tmp_path, 2, model, tok, {"step": 2, "run_id": "r"}, keep_last=1)
+    assert kept in list_checkpoints(tmp_path) and verify(kept)
+
+
+def test_a_truncated_weights_file_is_named_when_loading(tmp_path):
+    from transformers import AutoModelForMaskedLM
+
+    from avey_b import AveyBForMaskedLM
+
+    AveyBForMaskedLM(presets.tiny()).save_pretrained(tmp_path)
+    damage(tmp_path / "model.safetensors", truncate=True)
+    with pytest.raises(OSError, match=rf"{tmp_path / 'model.safetensors'}: cannot be read as safetensors"):
+        AutoModelForMaskedLM.from_pretrained(tmp_path)

@@ -8,10 +8,16 @@ A checkpoint is a directory ``<run_dir>/checkpoints/step_00001234/`` holding
   pipeline work on the same directory;
 * ``train_state.pt``: step, optimizer, LR scheduler, data position, and the RNG states of every rank.
 
-It is first written to ``checkpoints/.tmp-step_…`` and then renamed into place (a rename within one
-directory is atomic on POSIX), so a crash or a kill while saving never leaves a half-written checkpoint
+It is first written to ``checkpoints/.tmp-step_…``, flushed to disk and then renamed into place (a rename within
+one directory is atomic on POSIX), so a crash or a kill while saving never leaves a half-written checkpoint
 under a real name. Each checkpoint names its run (``RUN_ID``), and only the last ``keep_last`` step
 directories *of the same run* are kept: a checkpoint of another run is never pruned.
+
+Integrity: every directory written here holds ``SHA256SUMS`` (the SHA-256 of each of its files, in the format
+``sha256sum -c SHA256SUMS`` checks). A new checkpoint is read back and checked before any older one is pruned,
+and a checkpoint is checked before a run resumes from it: a file whose bytes changed since it was written (a
+damaged disk, a copy cut short, an edit) stops the run with a :class:`DamagedCheckpoint` error that names the file
+and the newest intact checkpoint beside it, to resume from only if the user says so.
 """
 
 from __future__ import annotations
@@ -24,9 +30,16 @@ from pathlib import Path
 
 import torch
 
+from ..files import sha256_of_file
+
 STEP_RE = re.compile(r"^step_(\d+)$")
 STATE_FILE = "train_state.pt"
 RUN_ID_FILE = "RUN_ID"
+MANIFEST_FILE = "SHA256SUMS"
+
+
+class DamagedCheckpoint(OSError):
+    """A checkpoint file that is missing or whose bytes are not those written (the message names the file)."""
 
 
 def checkpoint_dir(run_dir: str | Path) -> Path:
@@ -70,6 +83,7 @@ def save_pretrained_atomic(dest: Path, model, tokenizer, state_dict=None, extra:
         torch.save(obj, tmp / name)
     for name, text in (texts or {}).items():
         (tmp / name).write_text(text)
+    write_manifest(tmp)
     if dest.exists():  # re-saving the same step (e.g. interrupted right after a periodic save)
         old = dest.parent / f".old-{dest.name}-{os.getpid()}"
         os.replace(dest, old)
@@ -88,6 +102,7 @@ def save_checkpoint(run_dir, step: int, model, tokenizer, train_state: dict, kee
     dest = checkpoint_dir(run_dir) / f"step_{step:08d}"
     save_pretrained_atomic(dest, model, tokenizer, state_dict=state_dict, extra={STATE_FILE: train_state},
                            texts={RUN_ID_FILE: run_id})
+    verify(dest)  # read back: no older checkpoint is pruned while the newest one is unverified
     if keep_last > 0:
         for old in [c for c in list_checkpoints(run_dir) if run_id_of(c) == run_id][:-keep_last]:
             shutil.rmtree(old)
@@ -95,10 +110,74 @@ def save_checkpoint(run_dir, step: int, model, tokenizer, train_state: dict, kee
 
 
 def load_train_state(ckpt: str | Path) -> dict:
+    """The training state of a checkpoint, after checking every file of it (:func:`check_checkpoint`)."""
     path = Path(ckpt) / STATE_FILE
     if not path.exists():
         raise FileNotFoundError(f"{ckpt} is not a training checkpoint (no {STATE_FILE})")
-    return torch.load(path, map_location="cpu", weights_only=False)
+    check_checkpoint(ckpt)
+    try:
+        return torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as error:  # a checkpoint from before SHA256SUMS can still be damaged: name the file
+        raise DamagedCheckpoint(f"{path} cannot be read ({type(error).__name__}: {error})") from error
+
+
+def write_manifest(directory: Path) -> None:
+    """Flush every file of ``directory`` to disk and record its SHA-256 in ``SHA256SUMS`` (``sha256sum`` format)."""
+    lines = []
+    for path in sorted(p for p in Path(directory).rglob("*") if p.is_file() and p.name != MANIFEST_FILE):
+        with open(path, "rb") as f:
+            os.fsync(f.fileno())
+        lines.append(f"{sha256_of_file(path)}  {path.relative_to(directory).as_posix()}\n")
+    with open(Path(directory) / MANIFEST_FILE, "w") as f:
+        f.write("".join(lines))
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def verify(directory: str | Path) -> bool:
+    """Check every file recorded in ``directory``'s ``SHA256SUMS``: True when all match, False when there is no
+    ``SHA256SUMS`` (written before this format: nothing to check). Raises :class:`DamagedCheckpoint` naming the
+    first file that is missing or changed."""
+    directory = Path(directory)
+    manifest = directory / MANIFEST_FILE
+    if not manifest.exists():
+        return False
+    for lineno, line in enumerate(manifest.read_text(errors="replace").splitlines(), 1):
+        digest, sep, name = line.partition("  ")
+        if not sep or len(digest) != 64:
+            raise DamagedCheckpoint(f"{manifest}, line {lineno}: not a 'SHA-256  file name' line: {line[:80]!r}")
+        path = directory / name
+        if not path.is_file():
+            raise DamagedCheckpoint(f"{path} is missing (recorded in {manifest})")
+        found = sha256_of_file(path)
+        if found != digest:
+            raise DamagedCheckpoint(f"{path} is damaged: its SHA-256 is {found[:16]}…, not the {digest[:16]}… "
+                                    f"recorded in {MANIFEST_FILE} when it was written")
+    return True
+
+
+def check_checkpoint(ckpt: str | Path) -> None:
+    """:func:`verify`, with the newest intact checkpoint of the same run directory named in the error."""
+    try:
+        verify(ckpt)
+    except DamagedCheckpoint as error:
+        intact = newest_intact_checkpoint(Path(ckpt).parent.parent, other_than=Path(ckpt))
+        hint = (f"; the newest intact checkpoint beside it is {intact}: to continue from there, resume with "
+                f"--resume {intact}" if intact else "; there is no intact checkpoint beside it")
+        raise DamagedCheckpoint(f"{error}{hint}") from None
+
+
+def newest_intact_checkpoint(run_dir: str | Path, other_than: Path | None = None) -> Path | None:
+    """The newest checkpoint of ``run_dir`` whose files match their ``SHA256SUMS`` (or that has none)."""
+    for ckpt in reversed(list_checkpoints(run_dir)):
+        if other_than is not None and ckpt.resolve() == other_than.resolve():
+            continue
+        try:
+            verify(ckpt)
+            return ckpt
+        except DamagedCheckpoint:
+            continue
+    return None
 
 
 def rng_state() -> dict:

@@ -51,6 +51,7 @@ from .checkpoint import (
     save_checkpoint,
     save_pretrained_atomic,
     set_rng_state,
+    verify,
 )
 from .config import PretrainConfig, describe, dump_yaml, load_config, to_dict
 from .metrics import MetricsLogger, peak_flops
@@ -121,6 +122,8 @@ def build_model(cfg: PretrainConfig, tokenizer, resume_dir: Path | None = None):
     m = cfg.model
     vocab = pad_to_multiple(len(tokenizer), 64)
     if resume_dir is not None or m.init_from:
+        if resume_dir is None and Path(m.init_from).is_dir():
+            verify(m.init_from)  # a model directory this library wrote records its files' SHA-256
         model = AutoModelForMaskedLM.from_pretrained(str(resume_dir or m.init_from), dtype=torch.float32)
         if model.get_input_embeddings().weight.shape[0] < len(tokenizer):
             model.resize_token_embeddings(vocab)
