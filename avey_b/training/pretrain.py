@@ -271,9 +271,12 @@ def train(cfg: PretrainConfig, resume: str | None = None, overwrite: bool = Fals
     ``overwrite``: move an existing run in ``cfg.run_dir`` aside first (see :mod:`.rundir`)."""
     info = dist_utils.init(cfg.train.device)
     try:
-        return _train(cfg, info, resume, overwrite)
-    finally:
-        dist_utils.cleanup()
+        results = _train(cfg, info, resume, overwrite)
+    except BaseException:
+        dist_utils.cleanup(wait_for_all=False)  # the other ranks may never reach a barrier
+        raise
+    dist_utils.cleanup()
+    return results
 
 
 @dataclass
