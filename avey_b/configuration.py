@@ -13,7 +13,7 @@ import inspect
 from transformers import PretrainedConfig
 
 from . import release
-from .configs import unknown_key
+from .config_keys import unknown_key
 
 #: Named layer arrangements of the paper's "How to arrange static and dynamic layers?" appendix.
 #: Each maps the number of layers L to a string of ``S`` (static) / ``D`` (dynamic) letters.

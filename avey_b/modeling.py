@@ -94,6 +94,19 @@ class AveyBPreTrainedModel(PreTrainedModel):
                               expected, strict=True)
         return super().from_pretrained(None, *model_args, config=config, state_dict=ours, **kwargs)
 
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        """``PreTrainedModel.save_pretrained``, plus the model's code beside the weights (``avey_b_*.py``, recorded
+        in the config's ``auto_map``): the directory loads with ``trust_remote_code=True`` where this package is
+        not installed. Where it is, transformers uses the installed classes and the saved code does not run."""
+        try:
+            from avey_b import remote_code
+        except ImportError:  # this file as saved beside a model, run without the package: transformers saves it
+            return super().save_pretrained(save_directory, *args, **kwargs)
+        self.config.auto_map = remote_code.auto_map()
+        super().save_pretrained(save_directory, *args, **kwargs)
+        if kwargs.get("is_main_process", True):
+            remote_code.write(save_directory)
+
     def _init_matrix(self, weight: torch.Tensor) -> None:
         if self.config.initializer == "xavier_normal":
             init.xavier_normal_(weight)

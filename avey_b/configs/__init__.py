@@ -12,44 +12,22 @@ One dialect for every config of the package (pretraining runs, evaluation suites
 
 The YAML files beside this module ship in the wheel as package data, so ``--config quickstart`` works from any
 installation, not only from a source checkout. PyYAML is imported only when a file is read or written, so the
-model package (whose config uses :func:`unknown_key`) does not need it.
+model package does not need it.
 """
 
 from __future__ import annotations
 
 import ast
 import dataclasses
-import difflib
 import inspect
 import textwrap
 from pathlib import Path
 from typing import get_type_hints
 
+from ..config_keys import UnknownConfigKey, unknown_key  # noqa: F401  (the error of every config; re-exported)
+
 CONFIG_DIR = Path(__file__).resolve().parent
 KINDS = ("pretrain", "eval")
-
-
-class UnknownConfigKey(KeyError, ValueError):
-    """A key the config class does not have (a ``KeyError`` and a ``ValueError``); the message lists the valid keys."""
-
-    def __str__(self) -> str:
-        return str(self.args[0])
-
-
-def unknown_key(key: str, valid, where: str, elsewhere=()) -> UnknownConfigKey:
-    """The error for a key that is not one of ``valid``: names it, the valid key it most likely meant, and the valid
-    keys. ``elsewhere``: the dotted keys of the whole config tree, searched too (``train.lr`` -> ``optim.lr``): the
-    same name in another section first, then the closest name in this section, then the closest anywhere."""
-    valid = sorted(valid)
-    section, _, leaf = key.rpartition(".")
-    same_name = [k for k in elsewhere if k.rpartition(".")[2] == leaf and k != key]
-    close = [section + "." + m if section else m for m in difflib.get_close_matches(leaf, valid, n=1)]
-    if not same_name and not close:
-        leaves = {k.rpartition(".")[2]: k for k in sorted(elsewhere, reverse=True)}
-        close = [leaves[m] for m in difflib.get_close_matches(leaf, leaves, n=1)]
-    guess = (same_name or close or [None])[0]
-    hint = f" (did you mean {guess!r}?)" if guess else ""
-    return UnknownConfigKey(f"unknown config key {key!r}{hint}; {where}: {valid}")
 
 
 def dotted_keys(cls, prefix: str = "") -> list[str]:

@@ -1,0 +1,118 @@
+"""A saved Avey-B loads in a process where the package cannot be imported (transformers' custom code: the model's
+modules saved beside the weights, ``auto_map`` + ``trust_remote_code=True``), and where the package is imported its
+own classes are used and the saved code does not run."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from conftest import seeded
+from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+from avey_b import AveyBForMaskedLM, AveyBForSentenceEmbedding, presets
+from avey_b import testing as toy
+from avey_b.heads import mean_pool
+from avey_b.remote_code import MODULES, PREFIX
+
+# Run in a fresh interpreter: `import avey_b` fails there, so only the saved code can build the model.
+WITHOUT_THE_PACKAGE = r"""
+import json, sys
+sys.modules["avey_b"] = None
+try:
+    import avey_b  # noqa: F401
+    raise SystemExit("avey_b was importable")
+except ImportError:
+    pass
+import torch
+import transformers
+
+directory, kind, out = sys.argv[1:4]
+ids = torch.tensor(json.loads(sys.argv[4]))
+mask = torch.ones_like(ids)
+mask[1, -3:] = 0
+with torch.no_grad():
+    if kind == "SentenceTransformer":
+        from sentence_transformers import SentenceTransformer
+
+        model = SentenceTransformer(directory, trust_remote_code=True, device="cpu")
+        result = torch.as_tensor(model.encode(json.loads(sys.argv[5])))
+        module = type(model[0].model).__module__
+    else:
+        model = getattr(transformers, kind).from_pretrained(directory, trust_remote_code=True).eval()
+        result = model(input_ids=ids, attention_mask=mask)[0]
+        module = type(model).__module__
+torch.save(result, out)
+print(module)
+"""
+
+
+def load_without_the_package(tmp_path, directory, kind, ids, texts=()):
+    out = tmp_path / "out.pt"
+    env = {**os.environ, "HF_MODULES_CACHE": str(tmp_path / "modules"), "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run([sys.executable, "-c", WITHOUT_THE_PACKAGE, str(directory), kind, str(out),
+                           json.dumps(ids.tolist()), json.dumps(list(texts))],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip().splitlines()[-1].startswith("transformers_modules.")  # the saved code ran
+    return torch.load(out)
+
+
+@pytest.fixture
+def ids():
+    return torch.randint(1, 99, (2, 21), generator=torch.Generator().manual_seed(0))
+
+
+def test_a_saved_masked_lm_loads_without_the_package_and_gives_the_same_outputs(tmp_path, ids):
+    model = seeded(AveyBForMaskedLM, presets.tiny(ranker="bidirectional"))
+    model.save_pretrained(tmp_path / "mlm")
+    assert {f"{PREFIX}{m}.py" for m in MODULES} <= set(os.listdir(tmp_path / "mlm"))
+    auto_map = json.loads((tmp_path / "mlm" / "config.json").read_text())["auto_map"]
+    assert auto_map["AutoModelForMaskedLM"] == "avey_b_heads.AveyBForMaskedLM"
+    mask = torch.ones_like(ids)
+    mask[1, -3:] = 0
+    with torch.no_grad():
+        expected = model(input_ids=ids, attention_mask=mask).logits
+    got = load_without_the_package(tmp_path, tmp_path / "mlm", "AutoModelForMaskedLM", ids)
+    torch.testing.assert_close(got, expected, rtol=0, atol=1e-6)
+
+
+def test_where_the_package_is_imported_its_classes_are_used_not_the_saved_code(tmp_path):
+    seeded(AveyBForMaskedLM, presets.tiny()).save_pretrained(tmp_path)
+    loaded = AutoModelForMaskedLM.from_pretrained(tmp_path, trust_remote_code=True)
+    assert type(loaded) is AveyBForMaskedLM
+
+
+def test_a_finetuned_classifier_and_an_embedding_model_load_without_the_package(tmp_path, ids):
+    from avey_b.evaluation.finetune import main
+
+    tok = toy.tokenizer(str(tmp_path / "tok"))
+    base = toy.avey_b(str(tmp_path / "base"), tok)
+    train, dev = toy.sst2_tsv(str(tmp_path / "t.tsv"), 64, 0), toy.sst2_tsv(str(tmp_path / "d.tsv"), 16, 1)
+    assert main(["--model", base, "--task", "sst2", "--lr", "3e-3", "--output-dir", str(tmp_path / "o"),
+                 "--train-file", train, "--eval-file", dev, "--batch-size", "16", "--max-length", "16",
+                 "--device", "cpu", "--max-steps", "2", "--save-model", str(tmp_path / "clf")]) == 0
+    from transformers import AutoModelForSequenceClassification
+
+    clf = AutoModelForSequenceClassification.from_pretrained(tmp_path / "clf").eval()
+    ids = ids % len(tok)
+    mask = torch.ones_like(ids)
+    mask[1, -3:] = 0
+    with torch.no_grad():
+        expected = clf(input_ids=ids, attention_mask=mask).logits
+    got = load_without_the_package(tmp_path, tmp_path / "clf", "AutoModelForSequenceClassification", ids)
+    torch.testing.assert_close(got, expected, rtol=0, atol=1e-6)
+
+    pytest.importorskip("sentence_transformers")
+    emb = seeded(AveyBForSentenceEmbedding, presets.tiny(vocab_size=len(tok)))
+    emb.save_pretrained(tmp_path / "emb")
+    tok.save_pretrained(tmp_path / "emb")
+    texts = ["a good film", "the plot was awful and the cast was weak"]
+    enc = AutoTokenizer.from_pretrained(tmp_path / "emb")(texts, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        hidden = emb(**enc).last_hidden_state
+    got = load_without_the_package(tmp_path, tmp_path / "emb", "SentenceTransformer", ids, texts)
+    # sentence-transformers' default pipeline for a bare directory: the backbone and mean pooling
+    torch.testing.assert_close(got, mean_pool(hidden, enc["attention_mask"]), rtol=0, atol=1e-5)
