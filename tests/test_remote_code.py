@@ -14,7 +14,6 @@ from transformers import AutoModelForMaskedLM, AutoTokenizer
 
 from avey_b import AveyBForMaskedLM, AveyBForSentenceEmbedding, presets
 from avey_b import testing as toy
-from avey_b.heads import mean_pool
 from avey_b.remote_code import MODULES, PREFIX
 
 # Run in a fresh interpreter: `import avey_b` fails there, so only the saved code can build the model.
@@ -112,7 +111,24 @@ def test_a_finetuned_classifier_and_an_embedding_model_load_without_the_package(
     texts = ["a good film", "the plot was awful and the cast was weak"]
     enc = AutoTokenizer.from_pretrained(tmp_path / "emb")(texts, padding=True, return_tensors="pt")
     with torch.no_grad():
-        hidden = emb(**enc).last_hidden_state
+        expected = emb(**enc).pooler_output
     got = load_without_the_package(tmp_path, tmp_path / "emb", "SentenceTransformer", ids, texts)
-    # sentence-transformers' default pipeline for a bare directory: the backbone and mean pooling
-    torch.testing.assert_close(got, mean_pool(hidden, enc["attention_mask"]), rtol=0, atol=1e-5)
+    torch.testing.assert_close(got, expected, rtol=0, atol=1e-6)  # the head's pooling and normalization
+
+
+@pytest.mark.parametrize("normalize", [True, False])
+def test_sentence_transformers_returns_exactly_the_heads_embeddings(tmp_path, normalize):
+    from sentence_transformers import SentenceTransformer
+
+    tok = toy.tokenizer(str(tmp_path))
+    emb = seeded(AveyBForSentenceEmbedding, presets.tiny(vocab_size=len(tok), normalize_embeddings=normalize))
+    emb.save_pretrained(tmp_path)
+    texts = ["a good film", "bob met alice in paris " * 700]  # 3,500 words: nothing is cut
+    enc = tok(texts, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        expected = emb(**enc).pooler_output
+    st = SentenceTransformer(str(tmp_path), device="cpu")
+    assert st.tokenize(texts[1:])["input_ids"].shape[1] == enc["input_ids"].shape[1]
+    torch.testing.assert_close(torch.as_tensor(st.encode(texts)), expected, rtol=0, atol=1e-6)
+    # without the normalization, the vectors are not unit vectors (the head and the directory agree on that too)
+    assert torch.allclose(expected.norm(dim=-1), torch.ones(2)) == normalize
