@@ -12,7 +12,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "avey_b"
 #: The CLI layer holds the verbs that drive several subpackages.
 LAYERS = [
     {"configuration", "layers", "ranker", "modeling", "heads", "presets", "release", "analysis", "tokenization",
-     "records", "device", "configs", "baselines", "files", "progress", "__init__"},
+     "records", "device", "configs", "config_keys", "remote_code", "baselines", "files", "progress", "__init__"},
     {"data", "training", "evaluation", "benchmarking", "testing"},
     {"cli", "ablation", "demo", "convert", "export"},
 ]
