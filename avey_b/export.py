@@ -3,6 +3,11 @@
     avey-b export runs/quickstart/model model.onnx                      # encoder: last_hidden_state
     avey-b export runs/quickstart/model mlm.onnx --head masked-lm       # logits
     avey-b export runs/quickstart/model model.pt2 --format torch        # torch.export program
+    avey-b export runs/quickstart/model served/ --head embedding        # a directory for ONNX-based servers
+
+``--head embedding`` writes a directory: ``onnx/model.onnx`` (outputs ``last_hidden_state`` and
+``sentence_embedding``, the embedding head's masked mean pooling and L2 normalization) beside ``config.json``, the
+weights, the tokenizer files and the sentence-transformers configuration (``modules.json``, ``1_Pooling/``).
 
 The exported graph takes ``input_ids`` and ``attention_mask`` of shape (batch, length) with both dimensions
 dynamic, and runs at every length (1 token, fewer than ``k + 1`` splits, many ranker blocks) and batch size,
@@ -25,21 +30,32 @@ from pathlib import Path
 
 import torch
 
-HEADS = {"base": ("AutoModel", "last_hidden_state"), "masked-lm": ("AutoModelForMaskedLM", "logits"),
-         "sequence-classification": ("AutoModelForSequenceClassification", "logits"),
-         "token-classification": ("AutoModelForTokenClassification", "logits")}
+#: --head -> (class that loads the checkpoint, {graph output name: model output field})
+HEADS = {"base": ("AutoModel", {"last_hidden_state": "last_hidden_state"}),
+         "masked-lm": ("AutoModelForMaskedLM", {"logits": "logits"}),
+         "sequence-classification": ("AutoModelForSequenceClassification", {"logits": "logits"}),
+         "token-classification": ("AutoModelForTokenClassification", {"logits": "logits"}),
+         "embedding": ("AveyBForSentenceEmbedding", {"last_hidden_state": "last_hidden_state",
+                                                     "sentence_embedding": "pooler_output"})}
 VERIFY_LENGTHS = (1, 7, 100, 1100)
 
 
+def _outputs(output: str | dict[str, str]) -> dict[str, str]:
+    return {output: output} if isinstance(output, str) else dict(output)
+
+
 class Exportable(torch.nn.Module):
-    """``(input_ids, attention_mask) -> one tensor`` around any Avey-B model (the interface of the export)."""
+    """``(input_ids, attention_mask) -> tensor(s)`` around any Avey-B model (the interface of the export).
+    ``output``: a model output field, or {graph output name: field} for several outputs (returned in that order)."""
 
-    def __init__(self, model: torch.nn.Module, output: str):
+    def __init__(self, model: torch.nn.Module, output: str | dict[str, str]):
         super().__init__()
-        self.model, self.output = model, output
+        self.model, self.fields = model, list(_outputs(output).values())
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        return getattr(self.model(input_ids=input_ids, attention_mask=attention_mask, return_dict=True), self.output)
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor):
+        out = self.model(input_ids=input_ids, attention_mask=attention_mask, return_dict=True)
+        values = tuple(getattr(out, field) for field in self.fields)
+        return values[0] if len(values) == 1 else values
 
 
 def _example(model) -> tuple[torch.Tensor, torch.Tensor]:
@@ -63,21 +79,23 @@ def export_program(model: torch.nn.Module, output: str = "last_hidden_state") ->
     return torch.export.export(wrapped, _example(model), dynamic_shapes=_dynamic())
 
 
-def export_onnx(model: torch.nn.Module, path: str | Path, output: str = "last_hidden_state") -> Path:
-    """Write ``model`` as ONNX (dynamo exporter) with dynamic ``batch`` and ``length`` axes."""
+def export_onnx(model: torch.nn.Module, path: str | Path, output: str | dict[str, str] = "last_hidden_state") -> Path:
+    """Write ``model`` as ONNX (dynamo exporter) with dynamic ``batch`` and ``length`` axes; ``output`` as in
+    :class:`Exportable` (its names are the graph's output names)."""
     wrapped = Exportable(model.eval(), output).eval()
     program = torch.onnx.export(wrapped, _example(model), dynamo=True, dynamic_shapes=_dynamic(),
-                                input_names=["input_ids", "attention_mask"], output_names=[output])
+                                input_names=["input_ids", "attention_mask"], output_names=list(_outputs(output)))
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     program.save(str(path))
     return path
 
 
-def verify_onnx(path: str | Path, model: torch.nn.Module, output: str, lengths=VERIFY_LENGTHS,
+def verify_onnx(path: str | Path, model: torch.nn.Module, output: str | dict[str, str], lengths=VERIFY_LENGTHS,
                 atol: float = 1e-4) -> float:
-    """Largest |ONNX - eager| over real tokens at ``lengths`` (batch 2, one row half padding); raises past ``atol``.
-    Inputs use distinct token ids, so that no two splits tie exactly in the ranker."""
+    """Largest |ONNX - eager| over every output (per-token outputs: real tokens only) at ``lengths`` (batch 2, one
+    row half padding); raises past ``atol``. Inputs use distinct token ids, so that no two splits tie exactly in
+    the ranker."""
     import numpy as np
     import onnxruntime as ort
 
@@ -90,22 +108,40 @@ def verify_onnx(path: str | Path, model: torch.nn.Module, output: str, lengths=V
         ids = torch.stack([torch.randperm(model.config.vocab_size - 1, generator=gen)[:n] + 1 for _ in range(2)])
         mask = torch.ones_like(ids)
         mask[1, max(1, n // 2):] = 0
-        got = session.run(None, {"input_ids": ids.numpy(), "attention_mask": mask.numpy()})[0]
+        got = session.run(list(_outputs(output)), {"input_ids": ids.numpy(), "attention_mask": mask.numpy()})
         with torch.no_grad():
-            want = Exportable(model, output)(ids, mask).numpy()
+            want = Exportable(model, output)(ids, mask)
         real = mask.bool().numpy()
-        err = float(np.abs(got - want)[real].max())
-        if err > atol:
-            raise AssertionError(f"{path}: ONNX output differs from the eager model by {err:.2e} at length {n}")
-        worst = max(worst, err)
+        for name, g, w in zip(_outputs(output), got, want if isinstance(want, tuple) else (want,), strict=True):
+            diff = np.abs(g - w.numpy())
+            err = float((diff[real] if diff.ndim == 3 else diff).max())
+            if err > atol:
+                raise AssertionError(f"{path}: ONNX output {name!r} differs from the eager model by {err:.2e} at "
+                                     f"length {n}")
+            worst = max(worst, err)
     return worst
+
+
+def export_embedding_directory(model, source: str, directory: str | Path) -> Path:
+    """A directory ONNX-based servers and loaders read: ``onnx/model.onnx`` (``last_hidden_state`` and
+    ``sentence_embedding``) beside what ``save_pretrained`` writes for the embedding head (config, weights, code,
+    sentence-transformers configuration) and the tokenizer of ``source`` when it has one. Returns the ONNX path."""
+    from transformers import AutoTokenizer
+
+    directory = Path(directory)
+    model.save_pretrained(directory)
+    try:
+        AutoTokenizer.from_pretrained(source).save_pretrained(directory)
+    except (OSError, ValueError):
+        print(f"note: {source} has no tokenizer; add its files to {directory} before serving")
+    return export_onnx(model, directory / "onnx" / "model.onnx", HEADS["embedding"][1])
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="avey-b export", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
     p.add_argument("model", help="an Avey-B checkpoint (local directory or Hub id; release checkpoints too)")
-    p.add_argument("out", help="output file (.onnx, or .pt2 with --format torch)")
+    p.add_argument("out", help="output file (.onnx, or .pt2 with --format torch); a directory with --head embedding")
     p.add_argument("--head", choices=list(HEADS), default="base", help="which model and output to export")
     p.add_argument("--format", choices=("onnx", "torch"), default="onnx")
     p.add_argument("--no-verify", action="store_true", help="skip the onnxruntime comparison with the eager model")
@@ -115,19 +151,24 @@ def main(argv: list[str] | None = None) -> int:
 
     import avey_b  # noqa: F401  (registers Avey-B with the Auto classes)
 
-    auto, output = HEADS[args.head]
-    model = getattr(transformers, auto).from_pretrained(args.model).eval()
+    loader, output = HEADS[args.head]
+    model = getattr(avey_b if loader.startswith("AveyB") else transformers, loader).from_pretrained(args.model).eval()
     if getattr(model.config, "model_type", None) != "avey-b":
         raise ValueError(f"{args.model} is a {model.config.model_type!r} model: `avey-b export` exports Avey-B")
     if args.format == "torch":
         torch.export.save(export_program(model, output), args.out)
         print(f"wrote {args.out} (torch.export program; dynamic batch and length)")
         return 0
-    path = export_onnx(model, args.out, output)
-    print(f"wrote {path} (ONNX; inputs input_ids, attention_mask: (batch, length), both dynamic)")
+    if args.head == "embedding":
+        path = export_embedding_directory(model, args.model, args.out)
+    else:
+        path = export_onnx(model, args.out, output)
+    print(f"wrote {path} (ONNX; inputs input_ids, attention_mask: (batch, length), both dynamic; outputs "
+          f"{', '.join(output)})")
     if not args.no_verify:
         err = verify_onnx(path, model, output)
-        print(f"onnxruntime matches the eager model at lengths {list(VERIFY_LENGTHS)}: max |diff| {err:.1e}")
+        checked = [n for n in VERIFY_LENGTHS if n <= model.config.vocab_size - 1]  # distinct ids: no exact ties
+        print(f"onnxruntime matches the eager model at lengths {checked}: max |diff| {err:.1e}")
     return 0
 
 

@@ -69,3 +69,33 @@ def test_export_verb_writes_and_verifies_a_masked_lm(tmp_path, capsys):
     assert main([str(tmp_path / "ckpt"), str(tmp_path / "mlm.onnx"), "--head", "masked-lm"]) == 0
     out = capsys.readouterr().out
     assert (tmp_path / "mlm.onnx").is_file() and "onnxruntime matches the eager model" in out
+
+
+def test_export_embedding_writes_a_directory_onnx_servers_load(tmp_path, capsys):
+    """``--head embedding``: onnx/model.onnx with the embedding head's outputs beside config, tokenizer and the
+    sentence-transformers configuration; onnxruntime gives the eager head's embeddings at any length and padding."""
+    import onnxruntime as ort
+
+    from avey_b import AveyBForSentenceEmbedding
+    from avey_b import testing as toy
+
+    toy.tokenizer(str(tmp_path / "ckpt"))
+    torch.manual_seed(0)
+    model = AveyBForSentenceEmbedding(presets.tiny(**CONFIG)).eval()
+    model.save_pretrained(tmp_path / "ckpt")
+    assert main([str(tmp_path / "ckpt"), str(tmp_path / "served"), "--head", "embedding"]) == 0
+    assert "onnxruntime matches the eager model" in capsys.readouterr().out
+    served = tmp_path / "served"
+    for name in ("onnx/model.onnx", "config.json", "tokenizer.json", "modules.json", "1_Pooling/config.json"):
+        assert (served / name).is_file(), name
+    session = ort.InferenceSession(str(served / "onnx" / "model.onnx"), providers=["CPUExecutionProvider"])
+    assert [i.name for i in session.get_inputs()] == ["input_ids", "attention_mask"]
+    assert [o.name for o in session.get_outputs()] == ["last_hidden_state", "sentence_embedding"]
+    for batch, length, left in [(1, 5, False), (3, 333, True), (2, 2049, False)]:
+        ids, mask = inputs(batch, length, left)
+        hidden, pooled = session.run(None, {"input_ids": ids.numpy(), "attention_mask": mask.numpy()})
+        with torch.no_grad():
+            want = model(ids, attention_mask=mask)
+        torch.testing.assert_close(torch.from_numpy(pooled), want.pooler_output, rtol=1e-4, atol=1e-5)
+        real = mask.bool()
+        torch.testing.assert_close(torch.from_numpy(hidden)[real], want.last_hidden_state[real], rtol=1e-4, atol=1e-4)
