@@ -101,7 +101,9 @@ class AveyBPreTrainedModel(PreTrainedModel):
         try:
             from avey_b import remote_code
         except ImportError:  # this file as saved beside a model, run without the package: transformers saves it
-            return super().save_pretrained(save_directory, *args, **kwargs)
+            super().save_pretrained(save_directory, *args, **kwargs)
+            _copy_saved_code(self.config, save_directory)
+            return None
         self.config.auto_map = remote_code.auto_map()
         super().save_pretrained(save_directory, *args, **kwargs)
         if kwargs.get("is_main_process", True):
@@ -125,6 +127,21 @@ class AveyBPreTrainedModel(PreTrainedModel):
             init.ones_(module.weight)
         elif isinstance(module, AveyBLayer) and module.alpha is not None:
             init.ones_(module.alpha)
+
+
+def _copy_saved_code(config, directory) -> None:
+    """Without the package, transformers saves only the code files the loaded class needed (no heads after
+    ``AutoModel``), while ``auto_map`` names every head: copy the other ``avey_b_*.py`` from where the model came."""
+    import os
+    import shutil
+
+    for source in (os.path.dirname(os.path.abspath(__file__)), str(getattr(config, "_name_or_path", "") or "")):
+        if not source or not os.path.isdir(source):
+            continue
+        for name in os.listdir(source):
+            target = os.path.join(str(directory), name)
+            if name.startswith("avey_b_") and name.endswith(".py") and not os.path.exists(target):
+                shutil.copyfile(os.path.join(source, name), target)
 
 
 def _damaged_weights_file(name_or_path, subfolder: str) -> str:

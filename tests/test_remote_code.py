@@ -132,3 +132,21 @@ def test_sentence_transformers_returns_exactly_the_heads_embeddings(tmp_path, no
     torch.testing.assert_close(torch.as_tensor(st.encode(texts)), expected, rtol=0, atol=1e-6)
     # without the normalization, the vectors are not unit vectors (the head and the directory agree on that too)
     assert torch.allclose(expected.norm(dim=-1), torch.ones(2)) == normalize
+
+
+def test_a_model_saved_again_without_the_package_keeps_every_head_loadable(tmp_path):
+    seeded(AveyBForMaskedLM, presets.tiny()).save_pretrained(tmp_path / "mlm")
+    script = r"""
+import sys
+sys.modules["avey_b"] = None
+import transformers
+src, dst = sys.argv[1:3]
+transformers.AutoModel.from_pretrained(src, trust_remote_code=True).save_pretrained(dst)  # the backbone only
+model = transformers.AutoModelForMaskedLM.from_pretrained(dst, trust_remote_code=True)  # a head of the copy
+print(type(model).__name__)
+"""
+    env = {**os.environ, "HF_MODULES_CACHE": str(tmp_path / "modules"), "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run([sys.executable, "-c", script, str(tmp_path / "mlm"), str(tmp_path / "copy")],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip().splitlines()[-1] == "AveyBForMaskedLM"
