@@ -46,6 +46,7 @@ def _rows(out):
         return list(csv.DictReader(f))
 
 
+@pytest.mark.slow
 def test_tiny_cpu_run_writes_well_formed_csv_and_jsonl(tmp_path):
     out = _run(tmp_path, "--no-compressor")
     rows = _rows(out)
@@ -81,6 +82,7 @@ def test_tiny_cpu_run_writes_well_formed_csv_and_jsonl(tmp_path):
     assert "| bert-tiny [eager, sdpa, float32] |" in table and "—" in table
 
 
+@pytest.mark.slow
 def test_oom_is_recorded_as_data_and_stops_the_series(tmp_path, monkeypatch):
     real = efficiency.run_point
 
@@ -107,6 +109,7 @@ def test_other_errors_are_not_swallowed(tmp_path, monkeypatch):
         _run(tmp_path, models_=("avey-b-tiny",))
 
 
+@pytest.mark.slow
 def test_resume_and_refuse_to_overwrite(tmp_path):
     out = _run(tmp_path, models_=("bert-tiny",))
     with pytest.raises(FileExistsError, match="--resume"):
@@ -116,6 +119,7 @@ def test_resume_and_refuse_to_overwrite(tmp_path):
     assert len(recs) == 2 * len(LENGTHS)  # bert-tiny points were not re-run
 
 
+@pytest.mark.slow
 def test_max_latency_skips_longer_lengths_and_resume_retries_them(tmp_path):
     out = _run(tmp_path, "--max-latency", "1e-9", models_=("avey-b-tiny",))
     status = [r["status"] for r in records.read_records(str(out / "results.jsonl"))]
@@ -132,6 +136,7 @@ def test_unavailable_attention_is_recorded(tmp_path):
     assert {r["status"] for r in records.read_records(str(out / "results.jsonl"))} == {"unavailable"}
 
 
+@pytest.mark.slow
 def test_compile_mode_runs_a_point(tmp_path):
     # The dynamo path with the cheap "eager" backend (inductor compilation is too slow for a unit test).
     out = tmp_path / "c"
@@ -226,6 +231,7 @@ def test_power_law_fit_rejects_degenerate_input():
         fit.fit_power_law([1024, 2048], [1.0, 0.0])
 
 
+@pytest.mark.slow
 def test_fit_and_plot_commands(tmp_path, capsys):
     out = _run(tmp_path, models_=("avey-b-tiny",))
     capsys.readouterr()

@@ -167,6 +167,7 @@ def test_empty_corpus_is_a_clear_error(tmp_path, tok):
         list(iter_documents(SourceSpec(str(tmp_path / "d"))))
 
 
+@pytest.mark.slow
 def test_builtin_python_docs_corpus_is_real_deduplicated_text():
     docs = [t for _, t in iter_documents(SourceSpec("python-docs"))]
     assert len(docs) > 500

@@ -74,6 +74,7 @@ def test_sweep_end_to_end_resume_and_failure_isolation(env, tmp_path, monkeypatc
         sweep.main(_args(env, out, models[1:], "--warmup-ratio", "0.2"))
 
 
+@pytest.mark.slow
 def test_isolated_subprocess_cell(env, tmp_path):
     out = tmp_path / "iso"
     assert sweep.main(_args(env, out, [f"bert={env['bert']}"], "--isolate", "--max-steps", "1")) == 0

@@ -21,6 +21,7 @@ def tiny_tokenizer() -> PreTrainedTokenizerFast:
                                    sep_token="[SEP]", mask_token="[MASK]")
 
 
+@pytest.mark.slow
 def test_layers_compile_without_graph_breaks_and_the_model_breaks_only_at_the_selection():
     model = seeded(AveyBForMaskedLM, presets.tiny())
     ids = torch.randint(1, 99, (2, 13), generator=torch.Generator().manual_seed(0))
@@ -38,6 +39,7 @@ def test_layers_compile_without_graph_breaks_and_the_model_breaks_only_at_the_se
         assert "compiler.disable" in str(reason.reason) and "Ranker.select" in str(reason.reason), reason
 
 
+@pytest.mark.slow
 def test_compiled_model_matches_eager():
     torch._dynamo.reset()
     model = seeded(AveyBForMaskedLM, presets.tiny())
@@ -65,6 +67,7 @@ def test_fill_mask_pipeline_uses_the_model_predictions():
     torch.testing.assert_close(torch.tensor(predictions[0]["score"]), logits.softmax(-1).max(), rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_trainer_fits_a_tiny_corpus(tmp_path):
     from transformers import DataCollatorForLanguageModeling, Trainer, TrainingArguments
 

@@ -117,7 +117,7 @@ def test_parameter_counts_match_the_paper():
         assert abs(counts["total"] - expected) / expected < 0.01, (name, counts["total"])
         assert counts["total"] == sum(p.numel() for p in model.parameters())
         assert counts["head"] == 0  # the MLM decoder is tied to the embedding
-        assert counts["static_matrices"] == 15 * 256 * 256 if name == "base" else 23 * 256 * 256
+        assert counts["static_matrices"] == (15 if name == "base" else 23) * 256 * 256
 
 
 # -- Hugging Face contract ----------------------------------------------------------------------------------------

@@ -64,6 +64,7 @@ def ids():
     return torch.randint(1, 99, (2, 21), generator=torch.Generator().manual_seed(0))
 
 
+@pytest.mark.slow
 def test_a_saved_masked_lm_loads_without_the_package_and_gives_the_same_outputs(tmp_path, ids):
     model = seeded(AveyBForMaskedLM, presets.tiny(ranker="bidirectional"))
     model.save_pretrained(tmp_path / "mlm")
@@ -84,6 +85,7 @@ def test_where_the_package_is_imported_its_classes_are_used_not_the_saved_code(t
     assert type(loaded) is AveyBForMaskedLM
 
 
+@pytest.mark.slow
 def test_a_finetuned_classifier_and_an_embedding_model_load_without_the_package(tmp_path, ids):
     from avey_b.evaluation.finetune import main
 
@@ -134,6 +136,7 @@ def test_sentence_transformers_returns_exactly_the_heads_embeddings(tmp_path, no
     assert torch.allclose(expected.norm(dim=-1), torch.ones(2)) == normalize
 
 
+@pytest.mark.slow
 def test_a_model_saved_again_without_the_package_keeps_every_head_loadable(tmp_path):
     seeded(AveyBForMaskedLM, presets.tiny()).save_pretrained(tmp_path / "mlm")
     script = r"""

@@ -135,6 +135,7 @@ def one_process_run(corpus, tmp_path_factory):
     return run
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
 def test_two_process_gloo_equals_one_process(corpus, tmp_path, one_process_run, strategy):
     """Same global batch (8 sequences): 1 rank x 2 accumulation vs 2 ranks x 1 (DDP, or FSDP2 sharding): the
@@ -154,6 +155,7 @@ def test_two_process_gloo_equals_one_process(corpus, tmp_path, one_process_run, 
     assert all(abs(l1[s] - l2[s]) < 1e-4 for s in l1)
 
 
+@pytest.mark.slow
 def test_sigterm_leaves_a_loadable_checkpoint(corpus, tmp_path):
     run = tmp_path / "killed"
     # a tokenizer worker process too, and the signal goes to the whole process group (as Ctrl-C or a
