@@ -82,6 +82,17 @@ def is_heldout(text: str, fraction: float) -> bool:
     return (h % 1_000_000) < fraction * 1_000_000
 
 
+def in_split(index: int, text: str, split: str, heldout_fraction: float = 0.0, heldout_docs: int = 0) -> bool:
+    """Whether document ``index`` (its position in the stream) with ``text`` belongs to ``split`` ("train",
+    "heldout" or "all"): the first ``heldout_docs`` documents are held out when that is set, else the
+    ``heldout_fraction`` chosen by content hash (:func:`is_heldout`). The one rule every reader of a split applies
+    (the training stream, the held-out stream, the tokenizer fitted on training text only)."""
+    if split == "all":
+        return True
+    held = index < heldout_docs if heldout_docs > 0 else is_heldout(text, heldout_fraction)
+    return held == (split == "heldout")
+
+
 def iter_documents(spec: SourceSpec, start: int = 0, epoch: int = 0) -> Iterator[tuple[int, str]]:
     """Yield ``(index, text)`` for every document of the source, from document ``start`` on.
 

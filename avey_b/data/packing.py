@@ -41,7 +41,7 @@ from dataclasses import dataclass
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from .corpus import SourceSpec, is_heldout, iter_documents
+from .corpus import SourceSpec, in_split, iter_documents
 
 SPLITS = ("train", "heldout", "all")
 SHARD_BY = ("sequence", "document")
@@ -76,11 +76,7 @@ class DocumentChunks(IterableDataset):
     def _keep(self, index: int, text: str) -> bool:
         if self.doc_world > 1 and index % self.doc_world != self.doc_rank:
             return False
-        if self.split == "all":
-            return True
-        if self.heldout_docs > 0:  # the first documents of the stream are held out (cheap for huge streams)
-            return (index < self.heldout_docs) == (self.split == "heldout")
-        return is_heldout(text, self.heldout_fraction) == (self.split == "heldout")
+        return in_split(index, text, self.split, self.heldout_fraction, self.heldout_docs)
 
     def __iter__(self) -> Iterator[Chunk]:
         info = get_worker_info()

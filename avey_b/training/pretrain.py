@@ -92,14 +92,12 @@ def build_tokenizer(cfg: PretrainConfig, info, run_dir: Path):
     out = run_dir / "tokenizer"
     if info.is_main:
         spec, split, _, _ = data_specs(cfg)
-        from ..data.corpus import is_heldout
+        from ..data.corpus import in_split
 
         def texts():
             n = 0
             for index, text in iter_documents(spec):
-                if split == "train" and cfg.data.eval_documents > 0 and index < cfg.data.eval_documents:
-                    continue
-                if split == "train" and cfg.data.eval_documents <= 0 and is_heldout(text, cfg.data.eval_fraction):
+                if not in_split(index, text, split, cfg.data.eval_fraction, cfg.data.eval_documents):
                     continue  # never fit the tokenizer on held-out text
                 yield text
                 n += 1
