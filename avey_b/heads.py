@@ -285,8 +285,10 @@ class SentenceEmbeddingOutput(ModelOutput):
 def in_batch_contrastive_loss(embeddings: torch.Tensor, labels: torch.Tensor, scale: float = 20.0) -> torch.Tensor:
     """In-batch contrastive loss over cosine similarities: every other input with the same label is a positive,
     every input with another label a negative (InfoNCE with several positives, as supervised contrastive
-    learning; for ``(anchor, positive)`` pairs give both the same label and it is sentence-transformers'
-    MultipleNegativesRankingLoss, in both directions). Inputs without a positive in the batch add nothing."""
+    learning). For ``(anchor, positive)`` pairs, give both the same label: unlike sentence-transformers'
+    MultipleNegativesRankingLoss (queries against documents only; the retrieval tasks use that one,
+    ``evaluation.tasks.ir.multiple_negatives_ranking_loss``), every other input of the batch is a candidate,
+    anchors included, in both directions. Inputs without a positive in the batch add nothing."""
     if labels.shape != embeddings.shape[:1]:
         raise ValueError(f"labels must have shape (batch,) = {tuple(embeddings.shape[:1])}, got {tuple(labels.shape)}")
     e = F.normalize(embeddings.float(), dim=-1)

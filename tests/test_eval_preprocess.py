@@ -179,17 +179,17 @@ def test_beir_reader_and_errors(tmp_path):
         ir.read_beir(d, "test")
 
 
-def test_info_nce_matches_sentence_transformers_mnrl():
+def test_multiple_negatives_ranking_loss_matches_sentence_transformers_mnrl():
     q, d = torch.randn(4, 8), torch.randn(4, 8)
     cos = torch.nn.functional.cosine_similarity(q[:, None], d[None], dim=-1)
     expected = -torch.log_softmax(20 * cos, dim=1).diagonal().mean()
-    assert ir.info_nce(q, d, 20.0).item() == pytest.approx(expected.item(), rel=1e-5)
+    assert ir.multiple_negatives_ranking_loss(q, d, 20.0).item() == pytest.approx(expected.item(), rel=1e-5)
     try:  # the library's own loss is the reference when it is installed (the eval extra)
         from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
     except ImportError:
         return
     mnrl = MultipleNegativesRankingLoss(torch.nn.Identity(), scale=20.0)
-    assert ir.info_nce(q, d, 20.0).item() == pytest.approx(mnrl.compute_loss_from_embeddings([q, d], None).item(), rel=1e-5)
+    assert ir.multiple_negatives_ranking_loss(q, d, 20.0).item() == pytest.approx(mnrl.compute_loss_from_embeddings([q, d], None).item(), rel=1e-5)
 
 
 def test_run_config_errors_name_the_field():

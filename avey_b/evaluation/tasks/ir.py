@@ -102,9 +102,12 @@ def pairs_from_rows(rows: list[dict[str, Any]], source: str) -> list[tuple[str, 
     return [(str(r[q_col]), str(r[d_col])) for r in rows]
 
 
-def info_nce(q: torch.Tensor, d: torch.Tensor, scale: float) -> torch.Tensor:
-    """In-batch-negative InfoNCE: query i's positive is document i, every other document of the batch is
-    a negative; similarities are cosines times ``scale`` (MultipleNegativesRankingLoss)."""
+def multiple_negatives_ranking_loss(q: torch.Tensor, d: torch.Tensor, scale: float) -> torch.Tensor:
+    """In-batch-negative InfoNCE from queries to documents: query i's positive is document i, every other document
+    of the batch is a negative, queries never compete with each other; similarities are cosines times ``scale``
+    (sentence-transformers' MultipleNegativesRankingLoss). The embedding head's
+    :func:`avey_b.heads.in_batch_contrastive_loss` differs: it takes labels, any number of positives, and every
+    other input of the batch as a candidate."""
     sims = torch.nn.functional.normalize(q, dim=-1) @ torch.nn.functional.normalize(d, dim=-1).T
     return torch.nn.functional.cross_entropy(scale * sims, torch.arange(q.shape[0], device=q.device))
 
@@ -195,7 +198,7 @@ class RetrievalTask(base.Task):
         d = model(input_ids=batch["d_input_ids"], attention_mask=batch["d_attention_mask"]).last_hidden_state
         q = mean_pool(q.float(), batch["q_attention_mask"])
         d = mean_pool(d.float(), batch["d_attention_mask"])
-        return info_nce(q, d, cfg.ir_scale)
+        return multiple_negatives_ranking_loss(q, d, cfg.ir_scale)
 
     # -- scoring -----------------------------------------------------------------------------------------
     def evaluate(self, model, tokenizer, examples: RetrievalSet, cfg) -> dict[str, float]:
