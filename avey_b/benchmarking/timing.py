@@ -46,6 +46,8 @@ __all__ = [
     "gemm_rate",
     "measure",
     "synchronize",
+    "timed_call",
+    "trim_heap",
 ]
 
 
@@ -162,6 +164,39 @@ class Timing:
             cpu_median_s=statistics.median(self.cpu_times_s),
         )
         return d
+
+
+def trim_heap() -> None:
+    """Return freed heap memory to the system (glibc ``malloc_trim``), so that a following RSS peak measures that
+    call and not what an earlier, larger one left cached. A no-op off glibc."""
+    import ctypes
+
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except OSError:
+        pass
+
+
+def timed_call(fn: Callable[[], Any], *, device: torch.device | str = "cpu") -> tuple[float, int | None, Any]:
+    """One call of ``fn``, for points too slow to repeat or whose result is needed: ``(seconds, peak memory above
+    the level before the call in bytes (None where it cannot be read), fn's result)``. The heap is trimmed first
+    and the call bracketed by device syncs; use :func:`measure` for warm-up and repeats."""
+    device = torch.device(device)
+    gc.collect()
+    trim_heap()
+    synchronize(device)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+        base = torch.cuda.memory_allocated(device)
+        t0 = time.perf_counter()
+        result = fn()
+        synchronize(device)
+        return time.perf_counter() - t0, torch.cuda.max_memory_allocated(device) - base, result
+    with PeakRSSSampler() as mem:
+        t0 = time.perf_counter()
+        result = fn()
+        seconds = time.perf_counter() - t0
+    return seconds, None if mem.peak is None else mem.peak - mem.baseline, result
 
 
 def measure(

@@ -39,7 +39,7 @@ import torch
 from avey_b import AveyBModel, presets
 from avey_b import ranker as ranker_module
 from avey_b.analysis import count_flops
-from avey_b.benchmarking.timing import PeakRSSSampler, gemm_rate
+from avey_b.benchmarking.timing import PeakRSSSampler, gemm_rate, measure
 from avey_b.device import autocast
 
 HERE = Path(__file__).resolve().parent
@@ -82,16 +82,6 @@ def machine() -> str:
     return f"{platform.node()}: {name}, {os.cpu_count()} CPUs, torch {torch.__version__}"
 
 
-def best_time(fn, repeats: int) -> float:
-    fn()  # warm-up
-    best = float("inf")
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t)
-    return best
-
-
 def build(preset: str, mode: str) -> tuple[AveyBModel, object]:
     torch.manual_seed(0)
     model = AveyBModel(presets.get(preset)).eval()
@@ -127,8 +117,8 @@ def point(model, fwd, ids, dtype_name: str, repeats: int) -> dict:
         flops = count_flops(forward)
         rflops = count_flops(ranker)
         g0 = gemm_rate(dtype)
-        seconds = best_time(forward, repeats)
-        rseconds = best_time(ranker, repeats)
+        seconds = measure(forward, warmup=1, repeats=repeats, min_repeats=repeats).min_s
+        rseconds = measure(ranker, warmup=1, repeats=repeats, min_repeats=repeats).min_s
         g1 = gemm_rate(dtype)
         with PeakRSSSampler() as mem:
             forward()

@@ -24,17 +24,9 @@ import torch
 
 from avey_b import AveyBModel, presets
 from avey_b.analysis import count_flops
-from avey_b.benchmarking.timing import PeakRSSSampler, gemm_rate
+from avey_b.benchmarking.timing import gemm_rate, timed_call
 
 LENGTHS = [128, 384, 640, 896, 1152, 2048, 6144, 16384]  # long-tailed: median 1,024, max 16,384
-
-
-def timed(fn):
-    with PeakRSSSampler() as mem:
-        t = time.perf_counter()
-        fn()
-        seconds = time.perf_counter() - t
-    return seconds, (mem.peak - mem.baseline) if mem.peak is not None else None
 
 
 def main() -> None:
@@ -70,7 +62,7 @@ def main() -> None:
                     model(ids[:, :512], attention_mask=mask[:, :512])  # warm-up
                     for _ in range(args.repeats):
                         for side, fn in sides.items():  # alternated
-                            res[side].append(timed(fn))
+                            res[side].append(timed_call(fn)[:2])  # (seconds, peak bytes above the start)
                     flops = {side: count_flops(fn) for side, fn in sides.items()}
             rate = gemm_rate(torch.float32 if dtype == "fp32" else torch.bfloat16)
             rec = {"preset": preset, "dtype": dtype, "threads": args.threads, "lengths": LENGTHS,

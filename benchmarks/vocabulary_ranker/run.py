@@ -30,7 +30,6 @@ above 100%). Records are appended to ``results.jsonl`` beside this script with t
 from __future__ import annotations
 
 import argparse
-import ctypes
 import importlib
 import json
 import os
@@ -46,7 +45,7 @@ import torch
 from avey_b import AveyBModel, presets
 from avey_b import ranker as ranker_module
 from avey_b.analysis import count_flops
-from avey_b.benchmarking.timing import PeakRSSSampler, gemm_rate
+from avey_b.benchmarking.timing import gemm_rate, timed_call
 from avey_b.device import autocast
 
 HERE = Path(__file__).resolve().parent
@@ -86,22 +85,10 @@ def machine() -> str:
     return f"{platform.node()}: {name}, {os.cpu_count()} CPUs, torch {torch.__version__}"
 
 
-def trim_heap() -> None:
-    """Return freed heap to the system, so that an RSS peak measures this call and not what an earlier one left."""
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except OSError:
-        pass
-
-
 def timed(fn) -> tuple[float, float, object]:
-    """(seconds, peak MB above the level before the call, result)."""
-    trim_heap()
-    with PeakRSSSampler() as mem:
-        t = time.perf_counter()
-        out = fn()
-        seconds = time.perf_counter() - t
-    return seconds, (mem.peak - mem.baseline) / 2**20, out
+    """(seconds, peak MB above the level before the call, result): ``timing.timed_call`` in MB."""
+    seconds, peak, out = timed_call(fn)
+    return seconds, peak / 2**20, out
 
 
 def dense_flops(ranker, n: int, S: int, d: int, element_size: int) -> int:
