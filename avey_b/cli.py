@@ -23,6 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "bench": ("avey_b.benchmarking.efficiency", "latency / throughput vs sequence length"),
     "convert": ("avey_b.convert", "convert an authors' release checkpoint to this library's format"),
     "export": ("avey_b.export", "an Avey-B checkpoint as ONNX / torch.export, for every length"),
+    "serve": ("avey_b.serve", "an HTTP server: OpenAI-compatible embeddings, fill-mask, classification"),
 }
 
 

@@ -14,7 +14,7 @@ LAYERS = [
     {"configuration", "layers", "ranker", "modeling", "heads", "presets", "release", "analysis", "tokenization",
      "records", "device", "configs", "config_keys", "remote_code", "baselines", "files", "progress", "__init__"},
     {"data", "training", "evaluation", "benchmarking", "testing"},
-    {"cli", "ablation", "demo", "convert", "export"},
+    {"cli", "ablation", "demo", "convert", "export", "serve"},
 ]
 
 
