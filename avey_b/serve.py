@@ -166,11 +166,14 @@ class Service:
             names = self.config.id2label
             return [{"label": names[int(p.argmax())], "scores": {names[i]: float(v) for i, v in enumerate(p)}}
                     for p in probs]
-        out = []  # fill: the top tokens at each [MASK]
+        out = []  # fill: the top tokens at each [MASK] of each input
         for i, row in enumerate(ids):
-            where = [t for t, tok in enumerate(row) if tok == self.tokenizer.mask_token_id]
-            out.append([[{"token": self.tokenizer.decode([int(t)]).strip(), "score": float(s)}
-                         for s, t in zip(*logits[i, t].softmax(-1).topk(5), strict=True)] for t in where])
+            per_mask = []
+            for position in (p for p, token in enumerate(row) if token == self.tokenizer.mask_token_id):
+                scores, tokens = logits[i, position].softmax(-1).topk(min(50, logits.shape[-1]))  # top_k <= 50
+                per_mask.append([{"token": self.tokenizer.decode([int(t)]).strip(), "score": float(v)}
+                                 for v, t in zip(scores, tokens, strict=True)])
+            out.append(per_mask)
         return out
 
 
