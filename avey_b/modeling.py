@@ -261,8 +261,8 @@ class AveyBModel(AveyBPreTrainedModel):
             raise NotImplementedError(
                 "Avey-B does not support TorchScript tracing (torch.onnx.export(..., dynamo=False) or torch.jit.trace): "
                 "its split count and retrieval depend on the input length, which a trace would freeze. Use "
-                "torch.export.export or torch.onnx.export(..., dynamo=True) (at the input length you export with: a "
-                "dynamic length is not supported yet), or torch.compile(model, dynamic=True) for every length."
+                "torch.export.export or torch.onnx.export(..., dynamo=True) (dynamic batch and length: avey_b.export), or "
+                "torch.compile(model, dynamic=True) for every length."
             )
         # Under torch.compile / torch.export the graph must not branch on values: take the general path always.
         tracing = torch.compiler.is_compiling()

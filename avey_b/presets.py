@@ -3,7 +3,7 @@
 | name   | d    | L  | S   | k | V     | parameters | source                                           |
 |--------|------|----|-----|---|-------|------------|--------------------------------------------------|
 | tiny   | 32   | 2  | 4   | 2 | 99    | ~10K       | tests (N=13 is not a multiple of S)              |
-| small  | 256  | 8  | 64  | 3 | 50368 | ~19M       | CPU benchmarks and the quickstart                |
+| small  | 256  | 8  | 64  | 3 | 50368 | ≈16.6M     | CPU benchmarks (the quickstart: 4 layers, S=16)  |
 | base   | 768  | 30 | 256 | 3 | 50368 | ≈164M      | paper ("165M")                                   |
 | large  | 1024 | 46 | 256 | 3 | 50368 | ≈391M      | inferred: the shape that gives the paper's 391M  |
 | avey-b1 | 768 | 30 | 256 | 3 | 50368 | ≈164M      | the authors' public release                      |
@@ -22,7 +22,7 @@ def tiny(**overrides) -> AveyBConfig:
 
 
 def small(**overrides) -> AveyBConfig:
-    """The CPU benchmark configuration of the core issue (d=256, L=8, S=64, k=3)."""
+    """The CPU benchmark configuration (d=256, L=8, S=64, k=3)."""
     return AveyBConfig(**{"hidden_size": 256, "num_hidden_layers": 8, "split_size": 64, "num_retrieved_splits": 3,
                           **overrides})
 

@@ -463,6 +463,7 @@ class Compressor(nn.Module):
         self.residual = config.compressor_residual
 
     def forward(self, x_cat: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        """x_cat: (B, n, (k+1)S, d); x: (B, n, S, d) the current splits.  Returns (B, n, S, d)."""
+        """x_cat: (..., (k+1)S, d), the model's processor rows; x: (..., S, d) their current splits.
+        Returns (..., S, d)."""
         out = self.weight.to(x_cat.dtype) @ x_cat
         return out + x if self.residual else out

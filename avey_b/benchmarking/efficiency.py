@@ -1,6 +1,6 @@
 """``avey-b bench``: latency (s/forward) and throughput (tokens/s) vs sequence length (paper §5.4).
 
-Three steps, each reading the previous one's output (STYLE §5.8):
+Four steps, each after ``run`` reading its output:
 
 ``avey-b bench run``   time every (model, attention, mode, dtype, length) point; one JSON line per point
                        (stdout and ``OUT/results.jsonl``, appended and flushed, so ``--resume`` continues an
@@ -11,7 +11,7 @@ Three steps, each reading the previous one's output (STYLE §5.8):
 ``avey-b bench plot``  log-log throughput and latency vs length (:mod:`.plot`).
 
 Every model goes through the same loop (:func:`run_point`): Avey-B from its presets and any Hugging Face
-encoder built from its config with random weights (:mod:`.models`), under ``torch.no_grad``:
+encoder built from its config with random weights (:mod:`avey_b.baselines`), under ``torch.no_grad``:
 
 * ``--dtype``: ``float32``; ``bfloat16`` (weights and activations in bf16); ``autocast-bf16`` (fp32 weights,
   bf16 autocast, the paper's "mixed precision"). Default: ``bfloat16`` on GPU, ``float32`` on CPU.
