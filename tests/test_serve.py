@@ -126,3 +126,22 @@ def test_the_batcher_groups_by_kind_sorts_by_length_and_bounds_padded_tokens():
         batcher.submit([Job("embed", [1]) for _ in range(9)])
     batcher.submit([Job("embed", [1, 2, 3])])
     batcher.close()
+
+
+def test_a_classifier_checkpoint_serves_named_labels(tmp_path):
+    from fastapi.testclient import TestClient
+
+    from avey_b import AveyBForSequenceClassification
+    from avey_b.serve import Service, build_app
+
+    tok = toy.tokenizer(str(tmp_path))
+    names = {0: "negative", 1: "positive"}
+    seeded(AveyBForSequenceClassification, presets.tiny(vocab_size=len(tok), num_labels=2, id2label=names,
+                                                        label2id={v: k for k, v in names.items()})).save_pretrained(tmp_path)
+    with TestClient(build_app(Service(str(tmp_path), precision="fp32"), max_tokens=1000)) as client:
+        assert client.get("/health").json()["serves"] == ["embed", "classify"]
+        results = client.post("/v1/classify", json={"inputs": ["a good film", "bad"]}).json()["results"]
+        assert [set(r["scores"]) for r in results] == [{"negative", "positive"}] * 2
+        assert all(abs(sum(r["scores"].values()) - 1) < 1e-5 and r["label"] == max(r["scores"], key=r["scores"].get)
+                   for r in results)
+        assert client.post("/v1/fill-mask", json={"inputs": "a [MASK]"}).status_code == 404  # not a masked-LM
