@@ -58,3 +58,17 @@ def test_beir_hub_layout(hub):
     hub[("hgissbkh/msmarco-pairs", None, "train")] = datasets.Dataset.from_dict(
         {"query": ["q"], "positive": ["p"]})
     assert get_task("msmarco").load("train", DataFiles()) == [("q", "p")]
+
+
+def test_every_task_reads_its_hub_splits_unless_the_user_names_others():
+    from avey_b.evaluation.tasks import TASKS
+
+    scored_on = {"mnli": "validation_matched", "qqp": "validation", "sst2": "validation", "conll2003": "test",
+                 "ontonotes": "test", "uner": "test", "record": "validation", "squad": "validation",
+                 "squad_v2": "validation", "mldr": "test", "msmarco": "validation", "nq": "test"}
+    assert set(TASKS) == set(scored_on)
+    for name, split in scored_on.items():
+        task = get_task(name)
+        assert (task.hub_split("train", DataFiles()), task.hub_split("eval", DataFiles())) == ("train", split)
+        chosen = DataFiles(train_split="train[:10%]", eval_split="dev")
+        assert (task.hub_split("train", chosen), task.hub_split("eval", chosen)) == ("train[:10%]", "dev")

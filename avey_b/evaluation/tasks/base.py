@@ -123,11 +123,19 @@ class Task:
     metric: str = ""  # key of the headline score in ``evaluate``'s result
     default_epochs: float | None = 1.0
     default_steps: int | None = None
+    train_split: str = "train"  # the Hub dataset's split for training ...
+    eval_split: str = "validation"  # ... and for scoring, unless the user names others (DataFiles)
 
     # -- data ------------------------------------------------------------------------------------------
     def load(self, which: str, files: DataFiles) -> Any:
         """Return the raw examples of ``which`` in {"train", "eval"} (a list, or a task-specific object)."""
         raise NotImplementedError
+
+    def hub_split(self, which: str, files: DataFiles) -> str:
+        """The Hub split that ``which`` ("train" or "eval") reads: the user's choice, else the task's."""
+        if which == "train":
+            return files.train_split or self.train_split
+        return files.eval_split or self.eval_split
 
     # -- model -----------------------------------------------------------------------------------------
     def head(self, cfg: RunConfig) -> str:

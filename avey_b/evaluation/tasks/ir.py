@@ -152,13 +152,13 @@ class RetrievalTask(base.Task):
         if which == "train":
             path = files.train
             if path is None:
-                rows = list(base.load_hub(self.hub_pairs, None, files.train_split or "train"))
+                rows = list(base.load_hub(self.hub_pairs, None, self.hub_split("train", files)))
                 return pairs_from_rows(rows, self.hub_pairs)
             if os.path.isdir(path):
-                rs = read_beir(path, files.train_split or "train")
+                rs = read_beir(path, self.hub_split("train", files))
                 return [(rs.queries[q], rs.corpus[d]) for q, rel in rs.qrels.items() for d, r in rel.items() if r > 0]
             return pairs_from_rows([row for _, row in base.read_table(path)], path)
-        split = files.eval_split or self.eval_split
+        split = self.hub_split("eval", files)
         if files.eval is not None:
             return read_beir(files.eval, split)
         corpus = base.load_hub(self.hub_corpus, "corpus", "corpus")

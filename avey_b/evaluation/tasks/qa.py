@@ -155,15 +155,13 @@ class QuestionAnsweringTask(base.Task):
     default_epochs = 4.0
     hub_name = ""
     allow_null = False
-    train_split = "train"
-    eval_split = "validation"
 
     def load(self, which: str, files: base.DataFiles) -> list[dict[str, Any]]:
         path = files.train if which == "train" else files.eval
         if path is not None:
             examples, source = read_squad_json(path), path
         else:
-            split = (files.train_split or self.train_split) if which == "train" else (files.eval_split or self.eval_split)
+            split = self.hub_split(which, files)
             examples = [_from_hub_row(r) for r in base.load_hub(self.hub_name, None, split)]
             source = f"{self.hub_name}:{split}"
         validate_answers(examples, source)

@@ -31,15 +31,13 @@ class SequenceClassificationTask(base.Task):
     """Class names by id (GLUE's), saved as the model's ``id2label`` so a pipeline says ``positive``, not
     ``LABEL_1``."""
     pair = False
-    train_split = "train"
-    eval_split = "validation"
 
     def load(self, which: str, files: base.DataFiles) -> list[dict[str, Any]]:
         path = files.train if which == "train" else files.eval
         if path is not None:
             rows, source = base.read_table(path), path
         else:
-            split = (files.train_split or self.train_split) if which == "train" else (files.eval_split or self.eval_split)
+            split = self.hub_split(which, files)
             source = f"nyu-mll/glue/{self.hub_config}:{split}"
             rows = [(f"{source} row {i}", r) for i, r in enumerate(base.load_hub("nyu-mll/glue", self.hub_config, split))]
         groups = {"text": _TEXT_A, "label": _LABEL} | ({"second text": _TEXT_B} if self.pair else {})

@@ -119,7 +119,6 @@ class TokenClassificationTask(base.Task):
     metric = "f1"
     default_epochs = 1.0
     hub_name = ""
-    train_split = "train"
     eval_split = "test"
 
     def load(self, which: str, files: base.DataFiles) -> list[dict[str, Any]]:
@@ -127,7 +126,7 @@ class TokenClassificationTask(base.Task):
         if path is not None:
             sents = read_conll(path)
         else:
-            split = (files.train_split or self.train_split) if which == "train" else (files.eval_split or self.eval_split)
+            split = self.hub_split(which, files)
             ds = base.load_hub(self.hub_name, None, split)
             tag_col = next((c for c in ("tags", "ner_tags", "labels") if c in ds.column_names), None)
             if "tokens" not in ds.column_names or tag_col is None:
