@@ -16,8 +16,8 @@ the model). Endpoints:
 * ``POST /v1/classify`` (sequence-classification checkpoints) — ``{"inputs": str | [str]}`` -> label and scores.
 
 Dynamic batching: requests go into a bounded queue (full: 503); one worker takes what is waiting (what queued
-while the previous batch ran; ``--batch-wait-ms`` waits for more), sorts it by length and runs batches of at most ``--max-batch-tokens`` padded
-tokens. Inputs are never cut: one longer than ``--max-tokens`` is refused with 413. Precision follows the
+while the previous batch ran; ``--batch-wait-ms`` waits for more), sorts it by length and runs batches of at most
+``--max-batch-tokens`` padded tokens. Inputs are never cut: one longer than ``--max-tokens`` is refused with 413. Precision follows the
 library's policy: bf16 autocast where the device multiplies bf16 natively, float32 elsewhere.
 """
 
