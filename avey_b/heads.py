@@ -36,6 +36,13 @@ def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor | None) -> torc
     return (total / attention_mask.sum(1, keepdim=True).clamp_min(1).to(acc)).to(hidden.dtype)
 
 
+def sentence_embedding(hidden: torch.Tensor, attention_mask: torch.Tensor | None, normalize: bool) -> torch.Tensor:
+    """The embedding head's vectors from the backbone's last hidden state: masked mean pooling, then (``normalize``)
+    L2 normalization computed in float32. Also what ``avey-b serve`` returns for any Avey-B checkpoint."""
+    pooled = mean_pool(hidden, attention_mask)
+    return F.normalize(pooled.float(), dim=-1).to(pooled.dtype) if normalize else pooled
+
+
 def _finish(output, return_dict: bool | None, config: AveyBConfig):
     return_dict = config.return_dict if return_dict is None else return_dict
     return output if return_dict else output.to_tuple()
@@ -364,9 +371,7 @@ class AveyBForSentenceEmbedding(AveyBPreTrainedModel):
         **kwargs,
     ) -> SentenceEmbeddingOutput | tuple:
         out = self.model(input_ids, attention_mask, inputs_embeds, output_hidden_states, return_dict=True)
-        pooled = mean_pool(out.last_hidden_state, attention_mask)
-        if self.config.normalize_embeddings:
-            pooled = F.normalize(pooled.float(), dim=-1).to(pooled.dtype)
+        pooled = sentence_embedding(out.last_hidden_state, attention_mask, self.config.normalize_embeddings)
         loss = None if labels is None else in_batch_contrastive_loss(pooled, labels, self.config.contrastive_scale)
         output = SentenceEmbeddingOutput(
             loss=loss, last_hidden_state=out.last_hidden_state, pooler_output=pooled, hidden_states=out.hidden_states

@@ -31,7 +31,6 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 import torch
-import torch.nn.functional as F
 
 #: Peak memory of a forward per token and per unit of model width (measured: 4.5 GB for 1M tokens of the small
 #: config, d = 256, bf16, vocabulary ranker — 17 bytes per token per unit of width; 24 leaves a margin).
@@ -144,7 +143,7 @@ class Service:
     @torch.no_grad()
     def run(self, kind: str, ids: list[list[int]]) -> list:
         from avey_b.device import autocast
-        from avey_b.heads import mean_pool
+        from avey_b.heads import sentence_embedding
 
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         n = max(map(len, ids))
@@ -156,10 +155,7 @@ class Service:
         with autocast(self.device, self.bf16):
             if kind == "embed":
                 hidden = self.backbone(input_ids=batch, attention_mask=mask).last_hidden_state
-                pooled = mean_pool(hidden.float(), mask)
-                if getattr(self.config, "normalize_embeddings", True):
-                    pooled = F.normalize(pooled, dim=-1)
-                return pooled.cpu().tolist()
+                return sentence_embedding(hidden, mask, self.config.normalize_embeddings).float().cpu().tolist()
             logits = self.model(input_ids=batch, attention_mask=mask).logits.float()
         if kind == "classify":
             probs = logits.softmax(-1).cpu()
