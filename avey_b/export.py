@@ -91,6 +91,12 @@ def export_onnx(model: torch.nn.Module, path: str | Path, output: str | dict[str
     return path
 
 
+def verifiable_lengths(model, lengths=VERIFY_LENGTHS) -> list[int]:
+    """The ``lengths`` :func:`verify_onnx` checks: those a row of distinct non-padding ids can fill (so that no two
+    splits tie exactly in the ranker)."""
+    return [n for n in lengths if n <= model.config.vocab_size - 1]
+
+
 def verify_onnx(path: str | Path, model: torch.nn.Module, output: str | dict[str, str], lengths=VERIFY_LENGTHS,
                 atol: float = 1e-4) -> float:
     """Largest |ONNX - eager| over every output (per-token outputs: real tokens only) at ``lengths`` (batch 2, one
@@ -101,9 +107,7 @@ def verify_onnx(path: str | Path, model: torch.nn.Module, output: str | dict[str
 
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     worst = 0.0
-    for n in lengths:
-        if n > model.config.vocab_size - 1:
-            continue
+    for n in verifiable_lengths(model, lengths):
         gen = torch.Generator().manual_seed(n)
         ids = torch.stack([torch.randperm(model.config.vocab_size - 1, generator=gen)[:n] + 1 for _ in range(2)])
         mask = torch.ones_like(ids)
@@ -167,8 +171,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{', '.join(output)})")
     if not args.no_verify:
         err = verify_onnx(path, model, output)
-        checked = [n for n in VERIFY_LENGTHS if n <= model.config.vocab_size - 1]  # distinct ids: no exact ties
-        print(f"onnxruntime matches the eager model at lengths {checked}: max |diff| {err:.1e}")
+        print(f"onnxruntime matches the eager model at lengths {verifiable_lengths(model)}: max |diff| {err:.1e}")
     return 0
 
 
