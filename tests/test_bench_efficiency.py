@@ -335,3 +335,53 @@ def test_help_works(capsys):
         efficiency.main(["run", "--help"])
     assert e.value.code == 0 and "--no-compressor" in capsys.readouterr().out
     json.dumps(efficiency.PAPER_LENGTHS)
+
+
+def _text_file(tmp_path):
+    from avey_b import testing
+
+    testing.tokenizer(str(tmp_path / "tok"))
+    path = tmp_path / "text.txt"
+    path.write_text("the cat sat on the mat . the dog sat on the cat .\n" * 3)
+    return path
+
+
+def test_text_ids_are_numbered_by_first_occurrence_and_fit_any_vocabulary(tmp_path):
+    from avey_b import testing
+    from avey_b.benchmarking.inputs import FIRST_ID, text_ids
+
+    path = _text_file(tmp_path)
+    text = text_ids([str(path)], str(tmp_path / "tok"))
+    raw = testing.tokenizer(str(tmp_path / "tok2"))(path.read_text(), add_special_tokens=False)["input_ids"]
+    ids = text.ids.tolist()
+    assert len(ids) == len(raw) and len(raw) % 3 == 0
+    # the same token gets the same id, another token another id, and ids are numbered by first occurrence
+    assert all((ids[i] == ids[j]) == (raw[i] == raw[j]) for i in range(len(raw)) for j in range(len(raw)))
+    assert [ids.index(k) for k in range(max(ids) + 1)] == sorted(ids.index(k) for k in range(max(ids) + 1))
+    U = len(set(raw))
+    assert max(ids) == U - 1 and f"{len(raw)} tokens, {U} distinct ids" in text.source
+    L = len(raw) // 3  # one repetition of the line
+    ids, mask, facts = text.batch(vocab_size=100, batch_size=2, length=L, device="cpu")
+    assert ids.shape == mask.shape == (2, L) and bool(mask.all())
+    assert ids[0].tolist() == ids[1].tolist() == (FIRST_ID + text.ids[:L]).tolist()  # consecutive stretches
+    assert facts == {"distinct_ids": U, "cycled": False}
+    # a small vocabulary wraps the ids into [FIRST_ID, V); a batch longer than the text cycles it, and says so
+    ids, _, facts = text.batch(vocab_size=FIRST_ID + 3, batch_size=2, length=2 * L, device="cpu")
+    assert int(ids.min()) >= FIRST_ID and int(ids.max()) < FIRST_ID + 3
+    assert facts == {"distinct_ids": 3, "cycled": True}
+    with pytest.raises(FileNotFoundError, match="missing.txt"):
+        text_ids([str(tmp_path / "missing.txt")], str(tmp_path / "tok"))
+
+
+@pytest.mark.slow
+def test_run_on_real_text_records_its_ids(tmp_path):
+    path = _text_file(tmp_path)
+    out = _run(tmp_path, "--text", str(path), "--tokenizer", str(tmp_path / "tok"), "--flops-up-to", "40",
+               models_=("avey-b-tiny",))
+    recs = [r for r in records.read_records(str(out / "results.jsonl")) if r["status"] == "ok"]
+    assert [r["seq_len"] for r in recs] == [16, 40, 600]
+    for r in recs:
+        total = int(r["ids"].split(": ")[1].split(" tokens")[0].replace(",", ""))
+        assert r["ids"].startswith(str(tmp_path / "tok")) and r["distinct_ids"] <= 12
+        assert r["cycled"] == (2 * r["seq_len"] > total)
+        assert ("utilization" in r) == (r["seq_len"] <= 40)  # FLOPs counted only up to --flops-up-to

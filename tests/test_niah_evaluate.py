@@ -84,10 +84,70 @@ def test_evaluate_reports_per_length_and_marks_max_length(data, tmp_path, capsys
     assert bert["results"]["640"]["status"] == "max_length"
     table = (out / "table_exact.md").read_text()
     assert "| niah-2 | bert-tiny:max_position_embeddings=300 |" in table and "—" in table
-    # Rerun: finished (model, task) pairs are skipped, not duplicated.
+    # Avey-B records how often its ranker pairs the needle's split with the question's; BERT has no ranker.
+    for n in ("128", "256", "640"):
+        r = avey["results"][n]["retrieval"]
+        assert r["n"] == 10 and 0 <= r["question_to_needle"] <= 1 and 0 <= r["needle_to_question"] <= 1
+    assert "retrieval" not in bert["results"]["256"]
+    assert "| niah-2 | avey-b-tiny |" in (out / "table_needle_to_question.md").read_text()
+    assert (out / "niah.png").stat().st_size > 0
+    # Rerun: finished (model, task, seed) runs are skipped, not duplicated; another seed is a new record.
     _evaluate(data, out, "avey-b-tiny")
     assert len(niah.read_jsonl(str(out / "results.jsonl"))) == 2
     json.loads(capsys.readouterr().out.strip().splitlines()[0])
+    _evaluate(data, out, "avey-b-tiny", extra=("--seed", "1", "--no-retrieval"))
+    recs = niah.read_jsonl(str(out / "results.jsonl"))
+    assert [(r["model"], r["seed"]) for r in recs][-1] == ("avey-b-tiny", 1)
+    assert "retrieval" not in recs[-1]["results"]["128"]
+    # The table gives the mean over seeds and their range.
+    runs = [r for r in recs if r["model"] == "avey-b-tiny"]
+    scores = [r["results"]["256"]["exact"] for r in runs]
+    row = next(line for line in (out / "table_exact.md").read_text().splitlines() if "avey-b-tiny" in line)
+    assert f"{sum(scores) / 2:.1f} [{min(scores):.0f}–{max(scores):.0f}]" in row
+
+
+def test_needle_retrieval_reads_the_rankers_choice(data):
+    """The statistic is the ranker's choice at the needle's and the question's splits. With k = n - 1 every
+    candidate is retrieved: a unidirectional ranker (candidates precede the split) always brings the question to
+    the needle and never the reverse, a bidirectional one both. With k = 1 it is the ranker's top split."""
+    import torch
+
+    from avey_b import baselines
+    from avey_b.tokenization import load_tokenizer
+
+    tok = load_tokenizer(str(data / "tok"), complete=False)
+    rows = niah.read_jsonl(str(data / "data" / "niah-2" / "test_256.jsonl"))[:4]
+    examples = niah._squad_examples(rows)
+
+    def model_with(k, ranker):
+        spec = f"avey-b-tiny:split_size=16,num_retrieved_splits={k},ranker={ranker}"
+        config = baselines.build_config(baselines.parse_spec(spec))
+        config.vocab_size = len(tok)
+        return baselines.build_model(config, head="qa").eval()
+
+    # 256 tokens = 16 splits; the question is in split 0, every needle later
+    r = niah.needle_retrieval(model_with(15, "unidirectional"), tok, examples, torch.device("cpu"))
+    assert (r["needle_to_question"], r["question_to_needle"]) == (1.0, 0.0)
+    r = niah.needle_retrieval(model_with(15, "bidirectional"), tok, examples, torch.device("cpu"))
+    assert (r["needle_to_question"], r["question_to_needle"]) == (1.0, 1.0)
+    model = model_with(1, "bidirectional")
+    r = niah.needle_retrieval(model, tok, examples, torch.device("cpu"))
+    hits = {"needle_to_question": 0, "question_to_needle": 0}
+    with torch.no_grad():
+        for e, row in zip(examples, rows, strict=True):
+            enc = tok(e["question"], e["context"], return_tensors="pt")
+            x = model.model.embed_tokens(enc["input_ids"])
+            n = -(-x.shape[1] // 16)
+            x = torch.nn.functional.pad(x, (0, 0, 0, n * 16 - x.shape[1])).view(1, n, 16, -1)
+            keep = torch.arange(n * 16).view(1, n, 16) < enc["input_ids"].shape[1]
+            _, idx, ok = model.model.ranker(x, keep)
+            top = idx[0, :, -1].tolist()  # k = 1: the one retrieved split of each split
+            needle = row["answer_token_start"] // 16
+            q_splits = {i // 16 for i, s in enumerate(enc.sequence_ids(0)) if s == 0}
+            hits["needle_to_question"] += top[needle] in q_splits
+            hits["question_to_needle"] += any(top[q] == needle for q in q_splits)
+    assert r["needle_to_question"] == hits["needle_to_question"] / 4
+    assert r["question_to_needle"] == hits["question_to_needle"] / 4
 
 
 def test_oom_is_recorded_and_later_lengths_skipped(data, tmp_path, monkeypatch):

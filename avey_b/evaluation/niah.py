@@ -139,7 +139,14 @@ def add_evaluate_arguments(e: argparse.ArgumentParser) -> None:
         "--trust-remote-code", action="store_true", help="for Hub models with custom code (NeoBERT)"
     )
     e.add_argument(
-        "--out", required=True, help="results directory (results.jsonl, table_exact.md, table_f1.md)"
+        "--no-retrieval", dest="retrieval", action="store_false",
+        help="skip the Avey-B statistic of how often the ranker pairs the needle's split with the question's "
+             "(one more forward per test example)",
+    )
+    e.add_argument(
+        "--out", required=True,
+        help="results directory (results.jsonl, table_*.md, niah.png); a model x task x seed "
+             "already there is skipped",
     )
 
 
@@ -263,6 +270,7 @@ def evaluate_model(name: str, task: str, args, log=print) -> dict[str, Any]:
         f"{training['loss_last']:.3f}"
     )
     stop = None
+    retrieval = getattr(args, "retrieval", True) and baselines.is_avey_b(model.config)
     progress = Progress(len(lengths), f"niah {name} {task}", unit="length", every=0.0)
     for length in lengths:
         rows = _read_set(os.path.join(task_dir, f"test_{length}.jsonl"))
@@ -287,6 +295,8 @@ def evaluate_model(name: str, task: str, args, log=print) -> dict[str, Any]:
                 res.update(
                     status="ok", exact=scores["exact"], f1=scores["f1"], seconds=time.perf_counter() - t1
                 )
+                if retrieval:
+                    res["retrieval"] = needle_retrieval(model, tok, examples, device)
             except Exception as exc:  # OOM is data; other errors are bugs
                 if not is_oom(exc):
                     raise
@@ -299,19 +309,142 @@ def evaluate_model(name: str, task: str, args, log=print) -> dict[str, Any]:
     return record
 
 
+#: the retrieval statistics of :func:`needle_retrieval`, reported like the scores
+RETRIEVAL = ("needle_to_question", "question_to_needle")
+TITLES = {"exact": "NIAH exact match (%)", "f1": "NIAH F1 (%)",
+          "needle_to_question": "A split holding question tokens among the k retrieved for the needle's split (%)",
+          "question_to_needle": "The needle's split among the k retrieved for a split holding question tokens (%)"}
+
+
+def _value(res: dict[str, Any], metric: str) -> float | None:
+    """A length's score in percent (a :data:`RETRIEVAL` statistic: how often), or None."""
+    if res.get("status") != "ok":
+        return None
+    if metric in RETRIEVAL:
+        r = res.get("retrieval")
+        return None if r is None else 100 * r[metric]
+    return res[metric]
+
+
 def _cell(res: dict[str, Any], metric: str = "exact") -> str:
-    status = res.get("status")
-    if status == "ok":
-        return f"{res[metric]:.1f}"
-    return {"max_length": "—", "oom": "OOM"}.get(status, str(status))
+    value = _value(res, metric)
+    if value is not None:
+        return f"{value:.1f}"
+    return {"max_length": "—", "oom": "OOM", "ok": ""}.get(res.get("status"), str(res.get("status")))
+
+
+def _by_model(records: list[dict[str, Any]]) -> dict[tuple[str, str], list[dict[str, Any]]]:
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in records:
+        groups.setdefault((r["task"], r["model"]), []).append(r)
+    return groups
+
+
+def summarize(runs: list[dict[str, Any]], metric: str = "exact") -> dict[int, dict[str, Any]]:
+    """Per length, over the seeds in ``runs`` (records of one task and model): ``mean``, ``min``, ``max`` and
+    ``n`` seeds of the metric, or ``status`` when no seed has a score there ("—" past the window, "OOM")."""
+    out: dict[int, dict[str, Any]] = {}
+    for n in sorted({int(k) for r in runs for k in r["results"]}):
+        cells = [r["results"][str(n)] for r in runs if str(n) in r["results"]]
+        values = [v for c in cells if (v := _value(c, metric)) is not None]
+        if values:
+            out[n] = {"mean": sum(values) / len(values), "min": min(values), "max": max(values), "n": len(values)}
+        else:
+            out[n] = {"status": _cell(cells[0], metric)}
+    return out
 
 
 def format_niah_table(records: list[dict[str, Any]], metric: str = "exact") -> str:
-    """Markdown: one row per (task, model), one column per length; "—" past the max length, "OOM"."""
-    rows = [([r["task"], r["model"]], {int(n): _cell(res, metric) for n, res in r["results"].items()})
-            for r in records]
-    title = f"NIAH {'exact match' if metric == 'exact' else 'F1'} (%)"
+    """Markdown: one row per (task, model), one column per length; over several seeds the mean and its range
+    ``[min–max]``; "—" past the max length, "OOM". ``metric``: exact, f1 or a :data:`RETRIEVAL` statistic (Avey-B
+    rows only; empty when no row has it)."""
+    rows = []
+    seeds = set()
+    for (task, model), runs in _by_model(records).items():
+        summary = summarize(runs, metric)
+        if metric in RETRIEVAL and not any("mean" in c for c in summary.values()):
+            continue
+        seeds.add(len(runs))
+        rows.append(([task, model], {n: (f"{c['mean']:.1f} [{c['min']:.0f}–{c['max']:.0f}]" if c.get("n", 1) > 1
+                                         else f"{c['mean']:.1f}") if "mean" in c else c["status"]
+                                     for n, c in summary.items()}))
+    if not rows:
+        return ""
+    title = TITLES[metric]
+    if seeds != {1}:
+        title += f"; mean over {'/'.join(map(str, sorted(seeds)))} fine-tuning seeds [min–max]"
     return title + "\n\n" + length_table(["task", "model"], rows)
+
+
+def plot_niah(records: list[dict[str, Any]], path: str, metric: str = "exact") -> str:
+    """Score vs input length (log scale), one panel per task, one line per model (mean over seeds, the band
+    from the worst to the best seed), the training length marked."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    groups = _by_model(records)
+    tasks = sorted({t for t, _ in groups})
+    fig, axes = plt.subplots(1, len(tasks), figsize=(6 * len(tasks), 4.2), squeeze=False)
+    for ax, task in zip(axes[0], tasks, strict=True):
+        for (t, model), runs in groups.items():
+            if t != task:
+                continue
+            summary = {n: c for n, c in summarize(runs, metric).items() if "mean" in c}
+            if not summary:
+                continue
+            xs = sorted(summary)
+            label = f"{os.path.basename(os.path.normpath(model))} ({len(runs)} seed{'s' * (len(runs) > 1)})"
+            line, = ax.plot(xs, [summary[n]["mean"] for n in xs], marker="o", label=label)
+            ax.fill_between(xs, [summary[n]["min"] for n in xs], [summary[n]["max"] for n in xs],
+                            color=line.get_color(), alpha=0.15)
+        train = {r["train"]["input_tokens"] for r in records if r["task"] == task}
+        for n in train:
+            ax.axvline(n, color="grey", linestyle="--", linewidth=1)
+        ax.text(min(train), 102, " train length", color="grey", fontsize=8, va="bottom")
+        ax.set_xscale("log", base=2)
+        ax.set_ylim(0, 108)
+        ax.set_xlabel("input length (tokens, whole input in one window)")
+        ax.set_ylabel("exact match (%)" if metric == "exact" else metric)
+        ax.set_title(task)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8, loc="lower left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+@torch.no_grad()
+def needle_retrieval(model, tok, examples: list[dict[str, Any]], device) -> dict[str, Any]:
+    """How often Avey-B's ranker pairs the needle's split with the question's (the paper credits the ranker with
+    the length generalization on NIAH). One input at a time, the whole input in one window:
+    ``needle_to_question`` is the fraction of examples where a split holding question tokens is among the ``k``
+    splits retrieved for the split holding the answer's first token — what brings the question to the tokens the
+    QA head scores; ``question_to_needle`` the reverse. With the unidirectional ranker (the paper's choice:
+    candidates precede the split) and the question first, only ``needle_to_question`` can happen."""
+    ranker = next(m for m in model.modules() if m.__class__.__name__ == "Ranker")
+    S = model.config.split_size
+    chosen: list[torch.Tensor] = []
+    # Ranker.forward returns (unit vectors, idx, ok): idx (B, n, k) the retrieved splits, ok whether a slot holds one
+    hook = ranker.register_forward_hook(lambda mod, inp, out: chosen.append(out[1].masked_fill(~out[2], -1)))
+    q2n = n2q = 0
+    try:
+        for e in examples:
+            enc = tok(e["question"], e["context"], return_tensors="pt")
+            seq = enc.sequence_ids(0)
+            q_splits = sorted({i // S for i, s in enumerate(seq) if s == 0})
+            needle = enc.char_to_token(0, e["answers"][0]["start"], sequence_index=1) // S
+            chosen.clear()
+            model(input_ids=enc["input_ids"].to(device), attention_mask=enc["attention_mask"].to(device))
+            idx = chosen[0][0].cpu()  # (n, k) retrieved split ids, -1 where a slot is empty
+            q2n += any(needle in idx[q].tolist() for q in q_splits)
+            n2q += any(q in idx[needle].tolist() for q in q_splits)
+    finally:
+        hook.remove()
+    return {"question_to_needle": q2n / len(examples), "needle_to_question": n2q / len(examples),
+            "n": len(examples), "split_size": S, "k": model.config.num_retrieved_splits}
 
 
 def evaluate_main(args) -> int:
@@ -326,21 +459,32 @@ def evaluate_main(args) -> int:
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, "results.jsonl")
     done = read_jsonl(path) if os.path.exists(path) else []
-    have = {(r["model"], r["task"]) for r in done}
+    have = {(r["model"], r["task"], r["seed"]) for r in done}
     for name in args.models:
         for task in args.tasks:
-            if (name, task) in have:
-                print(f"{name} {task}: already in {path}, skipped", file=sys.stderr)
+            if (name, task, args.seed) in have:
+                print(f"{name} {task} seed {args.seed}: already in {path}, skipped", file=sys.stderr)
                 continue
             rec = evaluate_model(name, task, args, log=lambda s: print(s, file=sys.stderr))
             append_jsonl(path, rec)
-            append_jsonl(None, {"model": name, "task": task,
+            append_jsonl(None, {"model": name, "task": task, "seed": args.seed,
                                 "exact": {k: _cell(v) for k, v in rec["results"].items()}}, echo=True)
-    records = read_jsonl(path)
-    for metric in ("exact", "f1"):
-        write_text_atomic(os.path.join(args.out, f"table_{metric}.md"), format_niah_table(records, metric) + "\n")
-    print(format_niah_table(records), file=sys.stderr)
+    write_report(read_jsonl(path), args.out)
     return 0
+
+
+def write_report(records: list[dict[str, Any]], out: str) -> None:
+    """``table_exact.md``, ``table_f1.md``, ``table_<retrieval statistic>.md`` (Avey-B) and ``niah.png`` in
+    ``out``."""
+    for metric in ("exact", "f1", *RETRIEVAL):
+        table = format_niah_table(records, metric)
+        if table:
+            write_text_atomic(os.path.join(out, f"table_{metric}.md"), table + "\n")
+    print(format_niah_table(records), file=sys.stderr)
+    try:
+        plot_niah(records, os.path.join(out, "niah.png"))
+    except ImportError:  # matplotlib is the `bench` extra's
+        print("matplotlib not installed: no plot (pip install matplotlib)", file=sys.stderr)
 
 
 if __name__ == "__main__":

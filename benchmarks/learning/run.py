@@ -36,6 +36,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+AVEY_B = str(Path(sys.executable).with_name("avey-b"))  # the CLI installed beside this interpreter
 AVEY = {"hidden_size": 256, "num_hidden_layers": 4, "split_size": 16, "num_retrieved_splits": 3}  # the quickstart's
 LRS = [5e-4, 2e-3]
 SEEDS = 3
@@ -95,47 +96,13 @@ def main() -> None:
     shared, work = Path(args.shared), Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
     log = work / "log.txt"
-    py = sys.executable
     files = corpus_files(shared, work)
     common = [f"data.train=[{','.join(files)}]", f"train.threads={args.threads}", "train.max_minutes=null",
               "logging.progress=false", "checkpoint.every=0", *args.pretrain_overrides]
     t_start = time.time()
 
-    # 1-2. Avey-B first: its run trains the shared tokenizer, which the other two reuse
-    runs = {}
-    avey_dir = work / "pretrain" / "avey-b"
-    if not (avey_dir / "model" / "config.json").exists():
-        sh([py, "-m", "avey_b.cli", "pretrain", "--config", "quickstart", "--overwrite", f"run_dir={avey_dir}",
-            f"model.overrides={json.dumps(AVEY)}", *common], log)
-    runs["avey-b"] = avey_dir
-    from transformers import AutoConfig, AutoTokenizer
-
-    import avey_b  # noqa: F401  (registers Avey-B with the Auto classes)
-    from avey_b.baselines import masked_lm_parameters, matched_width
-
-    tok_dir = avey_dir / "model"
-    vocab = len(AutoTokenizer.from_pretrained(tok_dir))
-    target = masked_lm_parameters(AutoConfig.from_pretrained(tok_dir))
-    sizes = {"avey-b": target}
-    chosen = {}  # arch -> {run: final held-out loss} of the learning rates tried
-    for arch in ("bert", "modernbert"):
-        # two layers of width 256, the FFN width chosen to match Avey-B's parameter count
-        shape = {"hidden_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4,
-                 **({"max_position_embeddings": 512} if arch == "bert" else {})}
-        over = matched_width(arch, target, vocab_size=vocab, pad_token_id=0, **shape)
-        over = {k: over[k] for k in (*shape, "intermediate_size")}
-        # the quickstart's lr (searched for Avey-B) and a common Transformer lr; the lower final held-out loss wins
-        tried = {}
-        for lr in PRETRAIN_LRS:
-            d = work / "pretrain" / (arch if lr == PRETRAIN_LRS[0] else f"{arch}-lr{lr:g}")
-            if not (d / "model" / "config.json").exists():
-                sh([py, "-m", "avey_b.cli", "pretrain", "--config", "quickstart", "--overwrite", f"run_dir={d}",
-                    f"tokenizer.path={tok_dir}", f"model.arch={arch}", f"model.overrides={json.dumps(over)}",
-                    f"optim.lr={lr}", *common], log)
-            tried[d] = evals(d)[-1]["eval_loss"]
-        runs[arch] = min(tried, key=tried.get)
-        chosen[arch] = {str(d.name): round(v, 4) for d, v in tried.items()}
-        sizes[arch] = masked_lm_parameters(AutoConfig.from_pretrained(runs[arch] / "model"))
+    # 1-2. the three models' masked-LM pretraining (resumable)
+    runs, sizes, chosen = pretrain(files, work, common, log)
     t_pre = time.time() - t_start
 
     curves = [{"model": name, **{k: r[k] for k in ("step", "tokens", "eval_loss", "eval_accuracy")}}
@@ -148,7 +115,7 @@ def main() -> None:
 
     # 3. scratch = the same configuration, freshly initialized
     import torch
-    from transformers import AutoModelForMaskedLM
+    from transformers import AutoConfig, AutoModelForMaskedLM, AutoTokenizer
 
     models = {}
     for name, d in runs.items():
@@ -179,7 +146,7 @@ def main() -> None:
     (work / "suite.yaml").write_text(yaml.safe_dump(suite, sort_keys=False))
     workers = args.workers or args.threads
     env = {**os.environ, "OMP_NUM_THREADS": str(max(1, args.threads // workers))}
-    cmd = [py, "-m", "avey_b.cli", "evaluate", "--config", str(work / "suite.yaml"), "--workers", str(workers)]
+    cmd = [AVEY_B, "evaluate", "--config", str(work / "suite.yaml"), "--workers", str(workers)]
     print("$", " ".join(cmd), flush=True)
     with open(log, "a") as f:
         subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env)
@@ -202,6 +169,50 @@ def main() -> None:
     if not args.smoke:
         shutil.copy(work / "suite.yaml", HERE / "suite.yaml")
     print((out / "results.md").read_text())
+
+
+def pretrain(files: list[str], work: Path, common: list[str], log: Path,
+             archs: tuple[str, ...] = ("bert", "modernbert"), lrs: dict[str, list[float]] | None = None):
+    """Masked-LM pretraining of Avey-B (the quickstart's shape and recipe) and of each Transformer in ``archs``
+    (two layers of width 256, the FFN width matched to Avey-B's parameter count) on ``files``, each at the
+    learning rates ``lrs[arch]`` (default ``PRETRAIN_LRS``), the lower final held-out loss kept. A finished run
+    is not redone. Returns ({name: run dir}, {name: parameters}, {arch: {run: final held-out loss}})."""
+    runs = {}
+    # Avey-B first: its run trains the shared tokenizer, which the others reuse
+    avey_dir = work / "pretrain" / "avey-b"
+    if not (avey_dir / "model" / "config.json").exists():
+        sh([AVEY_B, "pretrain", "--config", "quickstart", "--overwrite", f"run_dir={avey_dir}",
+            f"model.overrides={json.dumps(AVEY)}", *common], log)
+    runs["avey-b"] = avey_dir
+    from transformers import AutoConfig, AutoTokenizer
+
+    import avey_b  # noqa: F401  (registers Avey-B with the Auto classes)
+    from avey_b.baselines import masked_lm_parameters, matched_width
+
+    tok_dir = avey_dir / "model"
+    vocab = len(AutoTokenizer.from_pretrained(tok_dir))
+    target = masked_lm_parameters(AutoConfig.from_pretrained(tok_dir))
+    sizes = {"avey-b": target}
+    chosen = {}  # arch -> {run: final held-out loss} of the learning rates tried
+    for arch in archs:
+        # two layers of width 256, the FFN width chosen to match Avey-B's parameter count
+        shape = {"hidden_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4,
+                 **({"max_position_embeddings": 512} if arch == "bert" else {})}
+        over = matched_width(arch, target, vocab_size=vocab, pad_token_id=0, **shape)
+        over = {k: over[k] for k in (*shape, "intermediate_size")}
+        # the quickstart's lr (searched for Avey-B) and a common Transformer lr; the lower final held-out loss wins
+        tried = {}
+        for lr in (lrs or {}).get(arch, PRETRAIN_LRS):
+            d = work / "pretrain" / (arch if lr == PRETRAIN_LRS[0] else f"{arch}-lr{lr:g}")
+            if not (d / "model" / "config.json").exists():
+                sh([AVEY_B, "pretrain", "--config", "quickstart", "--overwrite", f"run_dir={d}",
+                    f"tokenizer.path={tok_dir}", f"model.arch={arch}", f"model.overrides={json.dumps(over)}",
+                    f"optim.lr={lr}", *common], log)
+            tried[d] = evals(d)[-1]["eval_loss"]
+        runs[arch] = min(tried, key=tried.get)
+        chosen[arch] = {str(d.name): round(v, 4) for d, v in tried.items()}
+        sizes[arch] = masked_lm_parameters(AutoConfig.from_pretrained(runs[arch] / "model"))
+    return runs, sizes, chosen
 
 
 def evals(run_dir: Path) -> list[dict]:
