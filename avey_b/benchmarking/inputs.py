@@ -69,14 +69,19 @@ def text_ids(paths: list[str], tokenizer: str = "cl100k_base") -> TextIds:
     missing = [p for p in paths if not os.path.isfile(p)]
     if missing:
         raise FileNotFoundError(f"text file not found: {missing[0]}")
-    encode, name = _encoder(tokenizer)
-    raw: list[int] = []
+    texts = []
     for p in paths:
         with open(p, encoding="utf-8") as f:
-            raw.extend(encode(f.read()))
+            texts.append(f.read())
+    return tokenize_text("\n".join(texts), tokenizer, label=", ".join(os.path.basename(p) for p in paths))
+
+
+def tokenize_text(text: str, tokenizer: str = "cl100k_base", label: str = "text") -> TextIds:
+    """The token ids of ``text``, first-occurrence numbered; ``label`` names the text in :attr:`TextIds.source`."""
+    encode, name = _encoder(tokenizer)
+    raw = encode(text)
     if not raw:
-        raise ValueError(f"no tokens in {paths}")
+        raise ValueError(f"no tokens in {label}")
     first: dict[int, int] = {}
     ids = torch.tensor([first.setdefault(i, len(first)) for i in raw], dtype=torch.long)
-    files = ", ".join(os.path.basename(p) for p in paths)
-    return TextIds(ids, f"{name} on {files}: {len(raw):,} tokens, {len(first):,} distinct ids")
+    return TextIds(ids, f"{name} on {label}: {len(raw):,} tokens, {len(first):,} distinct ids")
