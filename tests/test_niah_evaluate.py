@@ -148,6 +148,18 @@ def test_needle_retrieval_reads_the_rankers_choice(data):
             hits["question_to_needle"] += any(top[q] == needle for q in q_splits)
     assert r["needle_to_question"] == hits["needle_to_question"] / 4
     assert r["question_to_needle"] == hits["question_to_needle"] / 4
+    # `niah evaluate` records the same choice from its scoring passes: batched, padded rows, one window each
+    from avey_b.evaluation.tasks.base import RunConfig
+    from avey_b.evaluation.tasks.qa import QuestionAnsweringTask
+
+    rows = niah.read_jsonl(str(data / "data" / "niah-2" / "test_256.jsonl"))
+    examples = niah._squad_examples(rows)
+    need = max(len(tok(e["question"], e["context"])["input_ids"]) for e in examples)
+    cfg = RunConfig(lr=1e-3, max_length=need, eval_batch_size=3, doc_stride=need // 4, precision="fp32")
+    with torch.no_grad(), niah.RankerChoices(model) as rc:
+        QuestionAnsweringTask().evaluate(model, tok, examples, cfg)
+    in_scoring = niah.retrieval_stats(tok, examples, rc.rows, 16, 1)
+    assert in_scoring == niah.needle_retrieval(model, tok, examples, torch.device("cpu"))
 
 
 def test_oom_is_recorded_and_later_lengths_skipped(data, tmp_path, monkeypatch):

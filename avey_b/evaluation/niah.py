@@ -7,6 +7,7 @@ Evaluation (``avey-b niah evaluate``): see :func:`evaluate_main`.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import inspect
 import os
 import re
@@ -141,7 +142,7 @@ def add_evaluate_arguments(e: argparse.ArgumentParser) -> None:
     e.add_argument(
         "--no-retrieval", dest="retrieval", action="store_false",
         help="skip the Avey-B statistic of how often the ranker pairs the needle's split with the question's "
-             "(one more forward per test example)",
+             "(recorded from the scoring forward passes)",
     )
     e.add_argument(
         "--out", required=True,
@@ -290,13 +291,14 @@ def evaluate_model(name: str, task: str, args, log=print) -> dict[str, Any]:
             )
             try:
                 t1 = time.perf_counter()
-                with torch.no_grad():
+                with torch.no_grad(), RankerChoices(model) if retrieval else contextlib.nullcontext() as rc:
                     scores = qa.evaluate(model, tok, examples, ecfg)
                 res.update(
                     status="ok", exact=scores["exact"], f1=scores["f1"], seconds=time.perf_counter() - t1
                 )
-                if retrieval:
-                    res["retrieval"] = needle_retrieval(model, tok, examples, device)
+                if retrieval:  # the ranker's choice in those same forward passes
+                    res["retrieval"] = retrieval_stats(tok, examples, rc.rows, model.config.split_size,
+                                                       model.config.num_retrieved_splits)
             except Exception as exc:  # OOM is data; other errors are bugs
                 if not is_oom(exc):
                     raise
@@ -416,6 +418,45 @@ def plot_niah(records: list[dict[str, Any]], path: str, metric: str = "exact") -
     return path
 
 
+class RankerChoices:
+    """Records the ranker's choice of every forward pass inside ``with RankerChoices(model) as rc:``: ``rc.rows`` holds
+    one ``(n, k)`` tensor per input row, in order (retrieved split ids, -1 where a slot is empty)."""
+
+    def __init__(self, model):
+        self.ranker = next(m for m in model.modules() if m.__class__.__name__ == "Ranker")
+        self.rows: list[torch.Tensor] = []
+
+    def _hook(self, module, inputs, out) -> None:
+        # Ranker.forward returns (unit vectors, idx, ok): idx (B, n, k) the retrieved splits, ok whether a slot holds
+        # one. Rows of a padded batch hold their real tokens first (the model moves them there), so split i of a row
+        # is split i of its unpadded input.
+        self.rows.extend(out[1].masked_fill(~out[2], -1).cpu().unbind(0))
+
+    def __enter__(self) -> RankerChoices:
+        self.handle = self.ranker.register_forward_hook(self._hook)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.handle.remove()
+
+
+def retrieval_stats(tok, examples: list[dict[str, Any]], choices: list[torch.Tensor], S: int, k: int
+                    ) -> dict[str, Any]:
+    """How often the ranker paired the needle's split with the question's (see :func:`needle_retrieval`), from the
+    choice recorded for each example's input ``tokenizer(question, context)`` (one window each)."""
+    if len(choices) != len(examples):
+        raise ValueError(f"{len(choices)} recorded choices for {len(examples)} examples: one window each expected")
+    q2n = n2q = 0
+    for e, idx in zip(examples, choices, strict=True):
+        enc = tok(e["question"], e["context"])
+        q_splits = sorted({i // S for i, s in enumerate(enc.sequence_ids(0)) if s == 0})
+        needle = enc.char_to_token(0, e["answers"][0]["start"], sequence_index=1) // S
+        q2n += any(needle in idx[q].tolist() for q in q_splits)
+        n2q += any(q in idx[needle].tolist() for q in q_splits)
+    return {"question_to_needle": q2n / len(examples), "needle_to_question": n2q / len(examples),
+            "n": len(examples), "split_size": S, "k": k}
+
+
 @torch.no_grad()
 def needle_retrieval(model, tok, examples: list[dict[str, Any]], device) -> dict[str, Any]:
     """How often Avey-B's ranker pairs the needle's split with the question's (the paper credits the ranker with
@@ -423,28 +464,13 @@ def needle_retrieval(model, tok, examples: list[dict[str, Any]], device) -> dict
     ``needle_to_question`` is the fraction of examples where a split holding question tokens is among the ``k``
     splits retrieved for the split holding the answer's first token — what brings the question to the tokens the
     QA head scores; ``question_to_needle`` the reverse. With the unidirectional ranker (the paper's choice:
-    candidates precede the split) and the question first, only ``needle_to_question`` can happen."""
-    ranker = next(m for m in model.modules() if m.__class__.__name__ == "Ranker")
-    S = model.config.split_size
-    chosen: list[torch.Tensor] = []
-    # Ranker.forward returns (unit vectors, idx, ok): idx (B, n, k) the retrieved splits, ok whether a slot holds one
-    hook = ranker.register_forward_hook(lambda mod, inp, out: chosen.append(out[1].masked_fill(~out[2], -1)))
-    q2n = n2q = 0
-    try:
+    candidates precede the split) and the question first, only ``needle_to_question`` can happen.
+    ``niah evaluate`` records the same statistic from its scoring forward passes (:class:`RankerChoices`)."""
+    with RankerChoices(model) as rc:
         for e in examples:
             enc = tok(e["question"], e["context"], return_tensors="pt")
-            seq = enc.sequence_ids(0)
-            q_splits = sorted({i // S for i, s in enumerate(seq) if s == 0})
-            needle = enc.char_to_token(0, e["answers"][0]["start"], sequence_index=1) // S
-            chosen.clear()
             model(input_ids=enc["input_ids"].to(device), attention_mask=enc["attention_mask"].to(device))
-            idx = chosen[0][0].cpu()  # (n, k) retrieved split ids, -1 where a slot is empty
-            q2n += any(needle in idx[q].tolist() for q in q_splits)
-            n2q += any(q in idx[needle].tolist() for q in q_splits)
-    finally:
-        hook.remove()
-    return {"question_to_needle": q2n / len(examples), "needle_to_question": n2q / len(examples),
-            "n": len(examples), "split_size": S, "k": model.config.num_retrieved_splits}
+    return retrieval_stats(tok, examples, rc.rows, model.config.split_size, model.config.num_retrieved_splits)
 
 
 def evaluate_main(args) -> int:
