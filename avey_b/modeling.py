@@ -14,7 +14,7 @@ Notable choices:
   semantics; the release ignores padding). Padding may sit anywhere (left, right, in between): each row's real
   tokens are moved to its front before the splits are cut and put back after, so the real tokens' outputs equal
   those of the unpadded sequence. Splits with no real token skip the processor; rows of different lengths are
-  ranked each over its own splits.
+  ranked each over its own splits. This bookkeeping lives in :mod:`avey_b.splits` (cut, then restore).
 - The ranker runs once, on the embedding output; the processor sees ``(B·n, C, d)`` rows, independent of ``N``,
   which is why the processor's cost is linear in ``N``.
 - Every variant of the paper's ablations (§5.2 and appendix) is a config switch on this one code path.
@@ -29,7 +29,7 @@ from transformers import PreTrainedModel
 from transformers import initialization as init
 from transformers.modeling_outputs import BaseModelOutput
 
-from . import release
+from . import release, splits
 from .configuration import AveyBConfig
 from .layers import AveyBLayer, Mixer, RMSNorm, StaticMixer
 from .ranker import Compressor, Ranker
@@ -264,112 +264,50 @@ class AveyBModel(AveyBPreTrainedModel):
                 "torch.export.export or torch.onnx.export(..., dynamo=True) (dynamic batch and length: avey_b.export), or "
                 "torch.compile(model, dynamic=True) for every length."
             )
-        # Under torch.compile / torch.export the graph must not branch on values: take the general path always.
-        tracing = torch.compiler.is_compiling()
-        x = self.embed_tokens(input_ids) if inputs_embeds is None else inputs_embeds
-        x = self.embed_dropout(x)
-        # The ranker's vocabulary path factors MaxSim through the token ids: exact when x is a function of the ids.
+        # Under torch.compile or torch.export the graph must not branch on values: every bookkeeping step is taken.
+        compiling = torch.compiler.is_compiling()
+        S = config.split_size
+
+        # 1. Embed. The ranker's vocabulary path factors MaxSim through the token ids: exact when x is their embedding.
+        x = self.embed_dropout(self.embed_tokens(input_ids) if inputs_embeds is None else inputs_embeds)  # (B, N, d)
         ids = input_ids if inputs_embeds is None and not (self.training and self.embed_dropout.p > 0) else None
         all_hidden = [x] if output_hidden_states else None
-        B, N, d = x.shape
-        S = config.split_size
-        if torch.compiler.is_exporting():
-            # The exporter cannot prove facts about ceil(N/S) of a symbolic length (N <= n·S, n != 1, ...) and would
-            # pin the graph to one split count. Computed as a value with its facts stated, the split count is a free
-            # symbol, and the exported graph holds for every length.
-            n = torch.scalar_tensor(N).add(S - 1).div(S, rounding_mode="floor").long().item()
-            torch._check(n >= 1)
-            torch._check(n * S >= N)
-            torch._check(n * S < N + S)
-        else:
-            n = (N + S - 1) // S
-        pad = n * S - N
+        sp = splits.cut(x, attention_mask, ids, S, general=compiling)  # sp.x: (B, n, S, d), sp.keep: (B, n, S) or None
 
-        # Any padding side: each row's real tokens are moved to its front (in order) so that splits start at the
-        # first real token, as for right padding; outputs are put back in place at the end.
-        mask = None if attention_mask is None else attention_mask.bool()
-        order = None
-        if mask is not None and (tracing or bool((mask[:, 1:] & ~mask[:, :-1]).any())):
-            # where each token goes: real tokens to the front, then the padding, both in order (a stable sort by
-            # "is padding", written with cumsum/scatter, which every exporter supports)
-            real = mask.long()
-            dest = torch.where(mask, real.cumsum(1) - 1, real.sum(1, keepdim=True) + (1 - real).cumsum(1) - 1)
-            order = torch.zeros_like(dest).scatter(1, dest, torch.arange(N, device=x.device).expand(B, N))  # (B, N)
-            x = x.gather(1, order[..., None].expand(-1, -1, d))
-            mask = mask.gather(1, order)
-            ids = None if ids is None else ids.gather(1, order)
-
-        # keep: (B, n·S) real-token mask; None means "no padding anywhere" and skips every masking op.
-        keep = None
-        if mask is not None and (tracing or not bool(mask.all())):
-            keep = mask
-        if keep is None and (tracing or pad):  # tracing first: no guard on the value of pad
-            keep = torch.ones(B, N, dtype=torch.bool, device=x.device)
-        if keep is not None:
-            keep = F.pad(keep, (0, pad), value=False)
-            x = F.pad(x, (0, 0, 0, pad)) * keep.unsqueeze(-1).to(x.dtype)  # padded tokens are zero vectors
-            keep = keep.view(B, n, S)
-            ids = None if ids is None else F.pad(ids, (0, pad))
-        x = x.reshape(B, n, S, d)
-        ids = None if ids is None else ids.reshape(B, n, S)
-
-        # After the choice, processor rows are independent: they are built (retrieval, compression) and run through
-        # the layers in chunks of about `chunk_tokens` tokens, so activation memory stays bounded for long inputs.
-        x_f, keep_f = x.reshape(B * n, S, d), None if keep is None else keep.reshape(B * n, S)
+        # 2. Rank (§3, Eq. MaxSim): the top-k splits of every split, chosen once, on the embeddings.
+        choice = None
         if self.ranker is not None:
-            xn, idx, ok = self.ranker(x, keep, ids)
-            _, xn_f, _, gidx, ok_f = self.ranker.flat(x, keep, idx, ok, xn)
+            xn, idx, filled = self.ranker(sp.x, sp.keep, sp.ids)  # idx, filled: (B, n, k)
+            choice = self.ranker.flat_choice(xn, idx, filled)  # over the B·n splits, for concat
+
+        # 3-4. Contextualize each split with its retrieved splits, compress (§4.3), run the L layers (§3). Rows are
+        # independent after the choice: they are built and processed in chunks of about `chunk_tokens` tokens, so
+        # activation memory stays bounded for long inputs.
         C = (config.num_retrieved_splits + 1) * S if self.ranker is not None and self.compressor is None else S
-
-        def rows_in(sel):
-            """Processor input rows (R, C, d) and their keep mask for the splits ``sel``."""
-            if self.ranker is None:  # ablation "w/o ranker": every split alone
-                return x_f[sel], None if keep_f is None else keep_f[sel]
-            x_cat, keep_cat = self.ranker.concat(x_f, xn_f, keep_f, gidx, ok_f, sel)
-            if self.compressor is None:  # ablation "w/o compression": process (k+1)S tokens, keep the current S
-                return x_cat, keep_cat
-            return self.compressor(x_cat, x_f[sel]), None if keep_f is None else keep_f[sel]
-
-        # Split-level unpadding: a processor row whose split holds no real token is dropped (its outputs are
-        # padding) and comes back as zeros at the end. Eager only: the number of rows depends on the values.
-        rows = None
-        if keep is not None and not tracing:
-            split_ok = keep.any(-1).reshape(B * n)
-            if not bool(split_ok.all()):
-                rows = split_ok.nonzero().squeeze(1)
-
-        def restore(rows_out: torch.Tensor) -> torch.Tensor:
-            """Processor rows -> (B, N, d) in the input's token order."""
-            if rows is not None:
-                rows_out = rows_out.new_zeros(B * n, *rows_out.shape[1:]).index_copy(0, rows, rows_out)
-            seq = self._reassemble(rows_out, B, N)
-            return seq if order is None else seq.scatter(1, order[..., None].expand_as(seq), seq)
-
-        total = B * n if rows is None else rows.numel()
+        R = sp.num_rows
         chunk = max(1, config.chunk_tokens // C)
-        if tracing or output_hidden_states or total <= chunk:  # one pass over all rows
-            h, h_keep = rows_in(slice(None) if rows is None else rows)
+        if compiling or output_hidden_states or R <= chunk:  # one pass over all rows
+            h, h_keep = self._processor_rows(sp, choice, slice(None) if sp.rows is None else sp.rows)  # (R, C, d)
             for layer in self.layers:
                 h = layer(h, h_keep)
                 if output_hidden_states:
-                    seq = restore(h)
-                    all_hidden.append(seq)
+                    all_hidden.append(sp.restore(h))
                     if C == S:  # rows are the splits: continue from the returned tensor (on the gradient path)
-                        aligned = seq if order is None else seq.gather(1, order[..., None].expand_as(seq))
-                        h = F.pad(aligned, (0, 0, 0, pad)).reshape(B * n, S, d)
-                        h = h if rows is None else h.index_select(0, rows)
+                        h = sp.recut(all_hidden[-1])
         else:
             out = None  # filled chunk by chunk: no list of chunks to concatenate (a second copy of every output)
-            for start in range(0, total, chunk):
-                sel = slice(start, start + chunk) if rows is None else rows[start:start + chunk]
-                h, h_keep = rows_in(sel)
+            for start in range(0, R, chunk):
+                sel = slice(start, start + chunk) if sp.rows is None else sp.rows[start:start + chunk]
+                h, h_keep = self._processor_rows(sp, choice, sel)
                 for layer in self.layers:
                     h = layer(h, h_keep)
                 if out is None:
-                    out = h.new_empty(total, S, d)
+                    out = h.new_empty(R, S, h.shape[-1])
                 out[start:start + h.shape[0]] = h[:, -S:]  # only the current split's outputs are kept
             h = out
-        out = restore(h)
+
+        # 5. Reassemble: each split's own outputs, back in the input's order, without split padding.
+        out = sp.restore(h)  # (B, N, d)
         if self.norm is not None:
             out = self.norm(out)
 
@@ -378,7 +316,14 @@ class AveyBModel(AveyBPreTrainedModel):
             return tuple(v for v in (out, hidden_states) if v is not None)
         return BaseModelOutput(last_hidden_state=out, hidden_states=hidden_states)
 
-    def _reassemble(self, h: torch.Tensor, B: int, N: int) -> torch.Tensor:
-        """(B·n, C, d) processor rows -> (B, N, d): keep each row's current split, drop split padding."""
-        S = self.config.split_size
-        return h[:, -S:].reshape(B, -1, h.shape[-1])[:, :N]
+    def _processor_rows(self, sp: splits.Splits, choice, sel) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The processor's input rows ``(R, C, d)`` and their keep mask for the splits ``sel`` (a slice or indices
+        into the ``B·n`` splits): each split after its retrieved ones, weighted (§3), compressed to ``S`` tokens
+        (§4.3); without the ranker (ablation) each split alone; without the compressor (ablation) ``(k+1)S``."""
+        x, keep = sp.flat_x, sp.flat_keep
+        if self.ranker is None:
+            return x[sel], None if keep is None else keep[sel]
+        x_cat, keep_cat = self.ranker.concat(x, keep, *choice, sel)
+        if self.compressor is None:
+            return x_cat, keep_cat
+        return self.compressor(x_cat, x[sel]), None if keep is None else keep[sel]

@@ -413,17 +413,18 @@ class Ranker(nn.Module):
         return self._top_k(vote(votes.view(B, n, n, S), keep), 0, keep.any(-1))
 
     # -- X_cat -----------------------------------------------------------------------------------------------------
-    def concat(self, x: torch.Tensor, xn: torch.Tensor, keep: torch.Tensor | None, idx: torch.Tensor,
-               ok: torch.Tensor, rows) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def concat(self, x: torch.Tensor, keep: torch.Tensor | None, xn: torch.Tensor, idx: torch.Tensor,
+               filled: torch.Tensor, rows) -> tuple[torch.Tensor, torch.Tensor | None]:
         """``X_cat`` (R, (k+1)S, d) and its keep mask for the processor rows ``rows`` (a slice or index tensor).
 
-        All arguments are flat over splits: ``x``/``xn`` (B·n, S, d), ``keep`` (B·n, S) or None, ``idx`` (B·n, k)
-        *global* split ids, ``ok`` (B·n, k). Rows are independent, so the model can build them in chunks."""
+        All arguments are flat over splits: ``x``/``xn`` (B·n, S, d), ``keep`` (B·n, S) or None, then the choice as
+        :meth:`flat_choice` gives it: ``idx`` (B·n, k) *global* split ids and ``filled`` (B·n, k) whether a slot holds
+        a split. Rows are independent, so the model can build them in chunks."""
         xs = x[rows]
         ks = None if keep is None else keep[rows]
         if self.k == 0:
             return xs, ks
-        sel, okr = idx[rows], ok[rows]  # (R, k)
+        sel, filled = idx[rows], filled[rows]  # (R, k)
         keep_sel = None if keep is None else keep[sel]  # (R, k, S)
         R, S = xs.shape[:2]
         # MaxSim of the k selected pairs, recomputed at the model's precision and under autograd when it is on
@@ -433,24 +434,24 @@ class Ranker(nn.Module):
         score = vote(best.unsqueeze(-2), None if ks is None else ks.unsqueeze(-2))[:, 0]  # (R, k)
         # Normalize by the largest (paper) or smallest (release) selected score.
         if self.weighting == "max":
-            den = score.masked_fill(~okr, float("-inf")).amax(-1, keepdim=True)
+            den = score.masked_fill(~filled, float("-inf")).amax(-1, keepdim=True)
         else:
-            den = score.masked_fill(~okr, float("inf")).amin(-1, keepdim=True)
-        w = torch.where(okr, score / (den + self.eps), torch.zeros_like(score))  # (R, k); 0 for empty slots
+            den = score.masked_fill(~filled, float("inf")).amin(-1, keepdim=True)
+        w = torch.where(filled, score / (den + self.eps), torch.zeros_like(score))  # (R, k); 0 for empty slots
         retrieved = x[sel] * w[..., None, None].to(x.dtype)  # (R, k, S, d)
         x_cat = torch.cat([retrieved.flatten(1, 2), xs], dim=1)  # (R, (k+1)S, d)
         if ks is None:
             ks = torch.ones(xs.shape[:2], dtype=torch.bool, device=x.device)
-        slot = (okr[..., None] if keep_sel is None else keep_sel & okr[..., None]).expand(-1, -1, S)
+        slot = (filled[..., None] if keep_sel is None else keep_sel & filled[..., None]).expand(-1, -1, S)
         return x_cat, torch.cat([slot.flatten(1, 2), ks], dim=1)
 
     @staticmethod
-    def flat(x: torch.Tensor, keep: torch.Tensor | None, idx: torch.Tensor, ok: torch.Tensor, xn: torch.Tensor):
-        """The (B, n, ...) tensors of :meth:`forward` flattened over splits for :meth:`concat` (ids made global)."""
-        B, n, S, d = x.shape
-        gidx = (idx + n * torch.arange(B, device=x.device)[:, None, None]).reshape(B * n, -1)
-        return (x.reshape(B * n, S, d), xn.reshape(B * n, S, d), None if keep is None else keep.reshape(B * n, S),
-                gidx, ok.reshape(B * n, -1))
+    def flat_choice(xn: torch.Tensor, idx: torch.Tensor, filled: torch.Tensor):
+        """The choice of :meth:`forward` flattened over the ``B·n`` splits for :meth:`concat`: ``(xn (B·n, S, d),
+        idx (B·n, k) with global split ids, filled (B·n, k))``."""
+        B, n = xn.shape[:2]
+        gidx = idx + n * torch.arange(B, device=xn.device)[:, None, None]
+        return xn.flatten(0, 1), gidx.flatten(0, 1), filled.flatten(0, 1)
 
 
 class Compressor(nn.Module):

@@ -74,7 +74,8 @@ def retrieve(ranker, x, keep, idx, ok):
     """X_cat (B, n, (k+1)S, d) and its keep mask for a choice, built as the model builds it."""
     B, n, S, d = x.shape
     xn = F.normalize(x, dim=-1, eps=1e-12)
-    x_cat, keep_cat = ranker.concat(*ranker.flat(x, keep, idx, ok, xn), slice(None))
+    x_cat, keep_cat = ranker.concat(x.flatten(0, 1), None if keep is None else keep.flatten(0, 1),
+                                    *ranker.flat_choice(xn, idx, ok), slice(None))
     return x_cat.view(B, n, -1, d), keep_cat.view(B, n, -1)
 
 
