@@ -23,7 +23,6 @@ Notable choices:
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from transformers import PreTrainedModel
 from transformers import initialization as init

@@ -37,7 +37,7 @@ AUTO_CLASSES = {
 
 _PACKAGE = Path(__file__).resolve().parent
 _FROM_MODULE = re.compile(r"^(\s*)from \.(\w+) import ", re.MULTILINE)
-_FROM_PACKAGE = re.compile(r"^(\s*)from \. import (\w+)\s*$", re.MULTILINE)
+_FROM_PACKAGE = re.compile(r"^(\s*)from \. import (\w+(?:\s*,\s*\w+)*)\s*$", re.MULTILINE)
 
 
 def auto_map() -> dict[str, str]:
@@ -56,9 +56,15 @@ def module_source(name: str) -> str:
         return PREFIX + module
 
     source = _FROM_MODULE.sub(lambda m: f"{m.group(1)}from .{check(m.group(2))} import ", source)
-    source = _FROM_PACKAGE.sub(
-        lambda m: f"{m.group(1)}from .{check(m.group(2))} import __name__ as _{m.group(2)}_file  # noqa: F401  (found by transformers)\n"
-                  f"{m.group(1)}from . import {PREFIX}{m.group(2)} as {m.group(2)}", source)
+
+    def package_import(m: re.Match) -> str:  # `from . import a, b`: each module under its saved name
+        indent, lines = m.group(1), []
+        for module in (x.strip() for x in m.group(2).split(",")):
+            lines += [f"{indent}from .{check(module)} import __name__ as _{module}_file  # noqa: F401  (found by "
+                      "transformers)", f"{indent}from . import {PREFIX}{module} as {module}"]
+        return "\n".join(lines)
+
+    source = _FROM_PACKAGE.sub(package_import, source)
     if re.search(r"^\s*from \.\.", source, re.MULTILINE):
         raise RuntimeError(f"avey_b/{name}.py imports from outside the package directory; it cannot be saved")
     header = (f"# Saved by the avey-b library (Apache-2.0) from avey_b/{name}.py, so that this model loads with\n"
