@@ -204,16 +204,16 @@ def test_shuffled_epochs_are_permutations_and_resume_exactly(corpus, docs, tok):
 @pytest.mark.parametrize("holdout", [{"data.eval_fraction": 0.2}, {"data.eval_documents": 40, "data.eval_fraction": 0}])
 def test_the_tokenizer_is_fitted_on_exactly_the_training_documents(corpus, tok, tmp_path, monkeypatch, holdout):
     """The tokenizer and the training stream apply one hold-out rule: no held-out text leaks into the tokenizer."""
-    from avey_b.training import pretrain
+    from avey_b.training import build
     from avey_b.training.config import load_config
     from avey_b.training.distributed import DistInfo
 
     cfg = load_config(None, ["train.max_steps=1", f"data.train={corpus}", "tokenizer.vocab_size=300",
                              "tokenizer.train_documents=100000"] + [f"{k}={v}" for k, v in holdout.items()])
     seen = []
-    fit = pretrain.train_bpe_tokenizer
-    monkeypatch.setattr(pretrain, "train_bpe_tokenizer", lambda texts, size: fit(seen.extend(texts) or seen, size))
-    pretrain.build_tokenizer(cfg, DistInfo(), tmp_path)
+    fit = build.train_bpe_tokenizer
+    monkeypatch.setattr(build, "train_bpe_tokenizer", lambda texts, size: fit(seen.extend(texts) or seen, size))
+    build.build_tokenizer(cfg, DistInfo(), tmp_path)
     spec = SourceSpec(str(corpus))
     fraction, first = cfg.data.eval_fraction, cfg.data.eval_documents
     stream = collect(spec, tok, 1, split="train", heldout_fraction=fraction, heldout_docs=first)

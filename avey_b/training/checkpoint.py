@@ -27,10 +27,17 @@ import random
 import re
 import shutil
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
 from ..files import sha256_of_file
+from . import distributed as dist_utils
+from . import rundir
+from .config import to_dict
+
+if TYPE_CHECKING:
+    from .config import PretrainConfig
 
 STEP_RE = re.compile(r"^step_(\d+)$")
 STATE_FILE = "train_state.pt"
@@ -195,3 +202,92 @@ def set_rng_state(state: dict) -> None:
     random.setstate(state["python"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def full_state_dict(model) -> dict:
+    """The unsharded model state on CPU (FSDP2: a collective every rank must call)."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    sd = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    # save_pretrained drops tied copies only when it builds the state dict itself; do the same here
+    tied = getattr(model, "_tied_weights_keys", None) or {}
+    if getattr(model.config, "tie_word_embeddings", True):
+        for key in (tied.keys() if isinstance(tied, dict) else tied):
+            sd.pop(key, None)
+    return sd
+
+
+class TrainState:
+    """What a checkpoint holds besides the weights: the step, optimizer, schedule, data position and RNG states;
+    ``restore`` reads it back from a checkpoint, ``save`` writes one (every rank takes part)."""
+
+    def __init__(self, cfg: PretrainConfig, info, run_dir: Path, raw_model, optimizer, scheduler, stream, tokenizer,
+                 fsdp: bool):
+        self.cfg, self.info, self.run_dir, self.fsdp = cfg, info, run_dir, fsdp
+        self.raw_model, self.optimizer, self.scheduler, self.stream, self.tokenizer = (
+            raw_model, optimizer, scheduler, stream, tokenizer)
+        self.step = 0
+        self.last_saved = -1
+        self.run_id = rundir.new_run_id()
+
+    def restore(self, state: dict | None) -> None:
+        """Continue from a checkpoint's train state (``None``: a fresh run, seeded per rank)."""
+        cfg, info = self.cfg, self.info
+        if state is None:
+            torch.manual_seed(cfg.train.seed + 1000 * info.rank)  # dropout differs per rank
+            return
+        if self.fsdp:
+            from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+
+            set_optimizer_state_dict(self.raw_model, self.optimizer, state["optimizer"],
+                                     options=StateDictOptions(full_state_dict=True))
+        else:
+            self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        data_state = state["data"]
+        if "per_rank" in data_state:
+            if len(data_state["per_rank"]) != info.world_size:
+                raise ValueError(f"checkpoint was written by {len(data_state['per_rank'])} ranks with "
+                                 f"data.shard_by=document; resume it on the same number of ranks")
+            data_state = data_state["per_rank"][info.rank]
+        self.stream.load_state_dict(data_state)
+        self.step = self.last_saved = int(state["step"])
+        self.run_id = state.get("run_id") or self.run_id  # a checkpoint from before run ids: a new id
+        rngs = state["rng"]
+        if len(rngs) == info.world_size:
+            set_rng_state(rngs[info.rank])
+        else:
+            dist_utils.print0(f"note: checkpoint has RNG states for {len(rngs)} ranks, this run has "
+                              f"{info.world_size}; reseeding")
+            torch.manual_seed(cfg.train.seed + 1000 * info.rank + self.step)
+
+    def save(self) -> Path | None:
+        """A checkpoint of the current step (written by rank 0, atomically); returns its path on rank 0."""
+        cfg, info = self.cfg, self.info
+        rngs, data_state = [rng_state()], self.stream.state_dict()
+        if info.enabled:
+            rngs = [None] * info.world_size
+            torch.distributed.all_gather_object(rngs, rng_state())
+            if cfg.data.shard_by == "document":  # each rank packs its own documents: keep every position
+                states = [None] * info.world_size
+                torch.distributed.all_gather_object(states, data_state)
+                data_state = {"per_rank": states}
+        sd, optim_sd = None, None
+        if self.fsdp:
+            # FSDP2: every rank takes part in gathering the full (unsharded) model and optimizer state
+            from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+
+            sd = full_state_dict(self.raw_model)
+            optim_sd = get_optimizer_state_dict(self.raw_model, self.optimizer,
+                                                options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        path = None
+        if info.is_main:
+            train_state = {"step": self.step, "optimizer": optim_sd if self.fsdp else self.optimizer.state_dict(),
+                           "scheduler": self.scheduler.state_dict(), "data": data_state, "rng": rngs,
+                           "world_size": info.world_size, "config": to_dict(cfg), "run_id": self.run_id}
+            path = save_checkpoint(self.run_dir, self.step, self.raw_model, self.tokenizer, train_state,
+                                   cfg.checkpoint.keep_last, state_dict=sd)
+        if info.enabled:
+            torch.distributed.barrier()
+        self.last_saved = self.step
+        return path

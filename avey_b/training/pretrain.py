@@ -16,6 +16,10 @@ Loss: the sum of token cross-entropies over all masked tokens of the global batc
 (an all-reduced scalar), so the gradient is the same whatever the split into ranks and micro-batches.
 Logits are computed only at masked positions when the model supports it (Avey-B and ModernBERT via
 ``sparse_prediction``); otherwise densely and then indexed.
+
+Beside this loop: :mod:`.build` (data sources, tokenizer, model, optimizer), :mod:`.mlm_eval` (the loss sums,
+held-out evaluation, fill-mask report), :mod:`.checkpoint` (``TrainState``: what a checkpoint holds, saving and
+resuming), :mod:`.config` (the run as data).
 """
 
 from __future__ import annotations
@@ -31,236 +35,32 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 from ..analysis import count_flops, count_parameters
-from ..configs import check_keys
-from ..data.corpus import SourceSpec, iter_documents
-from ..data.mlm import IGNORE_INDEX, mask_tokens, sequence_generator
+from ..data.mlm import IGNORE_INDEX
 from ..data.packing import PackedSequences
 from ..device import autocast as device_autocast
 from ..device import use_bf16
 from ..progress import Progress
-from ..tokenization import eot_id, load_tokenizer, pad_to_multiple, special_ids, train_bpe_tokenizer
+from ..tokenization import eot_id
 from . import distributed as dist_utils
 from . import rundir
+from .build import build_model, build_optimizer, build_tokenizer, data_specs
 from .checkpoint import (
+    TrainState,
+    full_state_dict,
     latest_checkpoint,
     load_train_state,
-    rng_state,
-    save_checkpoint,
     save_pretrained_atomic,
-    set_rng_state,
-    verify,
 )
 from .config import PretrainConfig, describe, dump_yaml, load_config, to_dict
 from .metrics import MetricsLogger, peak_flops
+from .mlm_eval import evaluate, fill_mask, masked_batch, mlm_sums
 from .schedule import build_scheduler
-
-EVAL_SEED_OFFSET = 7_777_777  # held-out masks differ from training masks but are the same at every evaluation
 
 
 class Interrupted(Exception):
     pass
-
-
-# ------------------------------------------------------------------------------------------------ setup
-def source_spec(cfg: PretrainConfig, source, split_name: str | None = None, shuffle: bool = False) -> SourceSpec:
-    d = cfg.data
-    return SourceSpec(source=source, text_field=d.text_field, txt_mode=d.txt_mode, hf_config=d.hf_config,
-                      hf_split=split_name or d.hf_split, shuffle_seed=cfg.train.seed if shuffle else None)
-
-
-def data_specs(cfg: PretrainConfig) -> tuple[SourceSpec, str, SourceSpec, str]:
-    """(train spec, train split, eval spec, eval split): a separate eval corpus, or a hash-split of the train one."""
-    train = source_spec(cfg, cfg.data.train, shuffle=cfg.data.shuffle)
-    if cfg.data.eval is None:
-        if cfg.data.shuffle and cfg.data.eval_documents > 0:
-            raise ValueError("data.shuffle reorders the stream, so the first data.eval_documents documents would "
-                             "change every epoch; hold out with data.eval_fraction instead")
-        if cfg.data.eval_documents <= 0 and not 0 < cfg.data.eval_fraction < 1:
-            raise ValueError("data.eval is null, so set data.eval_fraction in (0, 1) or data.eval_documents > 0 "
-                             "to hold out documents")
-        return train, "train", source_spec(cfg, cfg.data.train), "heldout"
-    ev = source_spec(cfg, cfg.data.eval, cfg.data.hf_eval_split)
-    return train, "all", ev, "all"
-
-
-def build_tokenizer(cfg: PretrainConfig, info, run_dir: Path):
-    if cfg.tokenizer.path:
-        return load_tokenizer(cfg.tokenizer.path)
-    out = run_dir / "tokenizer"
-    if info.is_main:
-        spec, split, _, _ = data_specs(cfg)
-        from ..data.corpus import in_split
-
-        def texts():
-            n = 0
-            for index, text in iter_documents(spec):
-                if not in_split(index, text, split, cfg.data.eval_fraction, cfg.data.eval_documents):
-                    continue  # never fit the tokenizer on held-out text
-                yield text
-                n += 1
-                if n >= cfg.tokenizer.train_documents:
-                    return
-
-        tok = train_bpe_tokenizer(texts(), cfg.tokenizer.vocab_size)
-        tok.save_pretrained(out)
-    if info.enabled:
-        torch.distributed.barrier()
-    return load_tokenizer(str(out))
-
-
-def build_model(cfg: PretrainConfig, tokenizer, resume_dir: Path | None = None):
-    """A fresh model from the config (vocab sized from the tokenizer), or weights from a checkpoint."""
-    from transformers import AutoConfig, AutoModelForMaskedLM
-
-    import avey_b  # noqa: F401  (registers Avey-B with the Auto classes)
-
-    m = cfg.model
-    vocab = pad_to_multiple(len(tokenizer), 64)
-    if resume_dir is not None or m.init_from:
-        if resume_dir is None and Path(m.init_from).is_dir():
-            verify(m.init_from)  # a model directory this library wrote records its files' SHA-256
-        model = AutoModelForMaskedLM.from_pretrained(str(resume_dir or m.init_from), dtype=torch.float32)
-        if model.get_input_embeddings().weight.shape[0] < len(tokenizer):
-            model.resize_token_embeddings(vocab)
-    elif m.arch in ("avey-b", "avey_b"):
-        from avey_b import AveyBForMaskedLM, presets
-
-        if m.preset is None:
-            raise ValueError("model.preset is required for model.arch=avey-b (tiny, small, base, large)")
-        config = presets.get(m.preset, **{"vocab_size": vocab, "pad_token_id": tokenizer.pad_token_id, **m.overrides})
-        model = AveyBForMaskedLM(config)
-    else:
-        kwargs = {"vocab_size": vocab, "pad_token_id": tokenizer.pad_token_id}
-        base = AutoConfig.for_model(m.arch)
-        check_keys(base, m.overrides, f"model.overrides for {m.arch}: {type(base).__name__}'s fields are")
-        if hasattr(base, "max_position_embeddings"):
-            kwargs["max_position_embeddings"] = max(cfg.data.seq_len, 512)
-        for name in ("bos_token_id", "eos_token_id", "cls_token_id", "sep_token_id"):
-            if hasattr(base, name):
-                tid = {"bos_token_id": tokenizer.cls_token_id, "cls_token_id": tokenizer.cls_token_id,
-                       "eos_token_id": tokenizer.sep_token_id, "sep_token_id": tokenizer.sep_token_id}[name]
-                if tid is not None:
-                    kwargs[name] = tid
-        config = AutoConfig.for_model(m.arch, **{**kwargs, **m.overrides})
-        model = AutoModelForMaskedLM.from_config(config)
-    if hasattr(model.config, "sparse_prediction"):
-        model.config.sparse_prediction = bool(m.sparse_prediction)
-    return model
-
-
-def build_optimizer(model, cfg: PretrainConfig):
-    """AdamW; decoupled weight decay only on parameters with >= 2 dimensions (matrices, embeddings)."""
-    o = cfg.optim
-    decay = [p for p in model.parameters() if p.requires_grad and p.ndim >= 2]
-    no_decay = [p for p in model.parameters() if p.requires_grad and p.ndim < 2]
-    groups = [{"params": decay, "weight_decay": o.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=o.lr, betas=tuple(o.betas), eps=o.eps)
-
-
-def full_state_dict(model) -> dict:
-    """The unsharded model state on CPU (FSDP2: a collective every rank must call)."""
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-
-    sd = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-    # save_pretrained drops tied copies only when it builds the state dict itself; do the same here
-    tied = getattr(model, "_tied_weights_keys", None) or {}
-    if getattr(model.config, "tie_word_embeddings", True):
-        for key in (tied.keys() if isinstance(tied, dict) else tied):
-            sd.pop(key, None)
-    return sd
-
-
-def uses_sparse_logits(model) -> bool:
-    return bool(getattr(dist_utils.unwrap(model).config, "sparse_prediction", False))
-
-
-# ------------------------------------------------------------------------------------------- the loss
-def mlm_sums(model, batch: dict, autocast) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(sum of token cross-entropies, number of masked tokens, number predicted correctly) for one batch."""
-    labels = batch["labels"]
-    sparse = uses_sparse_logits(model)
-    with autocast:
-        out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                    labels=labels if sparse else None)
-    logits = out.logits
-    target = labels[labels != IGNORE_INDEX]
-    if logits.dim() == 3:  # dense: (B, N, V) -> the labelled rows
-        logits = logits[labels != IGNORE_INDEX]
-    logits = logits.float()
-    loss_sum = F.cross_entropy(logits, target, reduction="sum")
-    correct = (logits.argmax(-1) == target).sum()
-    return loss_sum, torch.tensor(target.numel(), device=logits.device), correct
-
-
-def masked_batch(samples: list[dict], tokenizer, cfg: PretrainConfig, device, seed: int) -> dict:
-    """Stack packed sequences and mask each with the generator keyed by its global index."""
-    ids, att, labels = [], [], []
-    specials = special_ids(tokenizer)
-    for s in samples:
-        inp, lab = mask_tokens(s["input_ids"], cfg.data.mask_rate, tokenizer.mask_token_id, specials,
-                               sequence_generator(seed, s["index"]), scheme=cfg.data.mask_scheme,
-                               vocab_size=len(tokenizer), attention_mask=s["attention_mask"])
-        ids.append(inp)
-        att.append(s["attention_mask"])
-        labels.append(lab)
-    return {"input_ids": torch.stack(ids).to(device), "attention_mask": torch.stack(att).to(device),
-            "labels": torch.stack(labels).to(device)}
-
-
-@torch.no_grad()
-def evaluate(model, make_stream, tokenizer, cfg, info, autocast) -> dict:
-    """Held-out masked-LM loss (per masked token) and accuracy, summed over all ranks."""
-    was_training = model.training
-    model.eval()
-    totals = torch.zeros(3, dtype=torch.float64, device=info.device)
-    batch: list[dict] = []
-    mb = cfg.train.micro_batch_size
-
-    def run(samples):
-        b = masked_batch(samples, tokenizer, cfg, info.device, cfg.train.seed + EVAL_SEED_OFFSET)
-        if (b["labels"] != IGNORE_INDEX).any():
-            loss, n, correct = mlm_sums(model, b, autocast)
-            totals.add_(torch.stack([loss.double(), n.double(), correct.double()]))
-        elif info.enabled and cfg.distributed.strategy == "fsdp":  # keep FSDP collectives in step
-            model(input_ids=b["input_ids"], attention_mask=b["attention_mask"])
-
-    for sample in make_stream():
-        batch.append(sample)
-        if len(batch) == mb:
-            run(batch)
-            batch = []
-    if batch:
-        run(batch)
-    dist_utils.all_reduce_sum(totals, info)
-    model.train(was_training)
-    loss, n, correct = totals.tolist()
-    if n == 0:
-        raise ValueError("the held-out split has no masked tokens: make data.eval_fraction / eval.max_sequences larger")
-    return {"eval_loss": loss / n, "eval_accuracy": correct / n, "eval_tokens": int(n)}
-
-
-@torch.no_grad()
-def fill_mask(model, tokenizer, sentences: list[str], device, top_k: int = 5) -> list[tuple[str, list[str]]]:
-    """Top predictions for every [MASK] of each sentence (the mask token may be written as ``[MASK]``)."""
-    model = dist_utils.unwrap(model)
-    was_training = model.training
-    model.eval()
-    results = []
-    for text in sentences:
-        text = text.replace("[MASK]", tokenizer.mask_token)
-        enc = tokenizer(text, return_tensors="pt").to(device)
-        logits = model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"]).logits[0]
-        pos = (enc["input_ids"][0] == tokenizer.mask_token_id).nonzero().flatten()
-        preds = []
-        for p in pos.tolist():
-            top = logits[p, : len(tokenizer)].float().topk(top_k).indices.tolist()
-            preds.append("|".join(tokenizer.decode([t]).strip() or repr(tokenizer.decode([t])) for t in top))
-        results.append((text, preds))
-    model.train(was_training)
-    return results
 
 
 # ------------------------------------------------------------------------------------------- training
@@ -312,82 +112,6 @@ def flops_per_token(model, tokenizer, cfg: PretrainConfig, info, micro_batch: in
         flops = count_flops(lambda: mlm_sums(model, probe, autocast)[0].backward()) / (micro_batch * N)
         model.zero_grad(set_to_none=True)
     return flops
-
-
-class TrainState:
-    """What a checkpoint holds besides the weights: the step, optimizer, schedule, data position and RNG states;
-    ``restore`` reads it back from a checkpoint, ``save`` writes one (every rank takes part)."""
-
-    def __init__(self, cfg: PretrainConfig, info, run_dir: Path, raw_model, optimizer, scheduler, stream, tokenizer,
-                 fsdp: bool):
-        self.cfg, self.info, self.run_dir, self.fsdp = cfg, info, run_dir, fsdp
-        self.raw_model, self.optimizer, self.scheduler, self.stream, self.tokenizer = (
-            raw_model, optimizer, scheduler, stream, tokenizer)
-        self.step = 0
-        self.last_saved = -1
-        self.run_id = rundir.new_run_id()
-
-    def restore(self, state: dict | None) -> None:
-        """Continue from a checkpoint's train state (``None``: a fresh run, seeded per rank)."""
-        cfg, info = self.cfg, self.info
-        if state is None:
-            torch.manual_seed(cfg.train.seed + 1000 * info.rank)  # dropout differs per rank
-            return
-        if self.fsdp:
-            from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
-
-            set_optimizer_state_dict(self.raw_model, self.optimizer, state["optimizer"],
-                                     options=StateDictOptions(full_state_dict=True))
-        else:
-            self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
-        data_state = state["data"]
-        if "per_rank" in data_state:
-            if len(data_state["per_rank"]) != info.world_size:
-                raise ValueError(f"checkpoint was written by {len(data_state['per_rank'])} ranks with "
-                                 f"data.shard_by=document; resume it on the same number of ranks")
-            data_state = data_state["per_rank"][info.rank]
-        self.stream.load_state_dict(data_state)
-        self.step = self.last_saved = int(state["step"])
-        self.run_id = state.get("run_id") or self.run_id  # a checkpoint from before run ids: a new id
-        rngs = state["rng"]
-        if len(rngs) == info.world_size:
-            set_rng_state(rngs[info.rank])
-        else:
-            dist_utils.print0(f"note: checkpoint has RNG states for {len(rngs)} ranks, this run has "
-                              f"{info.world_size}; reseeding")
-            torch.manual_seed(cfg.train.seed + 1000 * info.rank + self.step)
-
-    def save(self) -> Path | None:
-        """A checkpoint of the current step (written by rank 0, atomically); returns its path on rank 0."""
-        cfg, info = self.cfg, self.info
-        rngs, data_state = [rng_state()], self.stream.state_dict()
-        if info.enabled:
-            rngs = [None] * info.world_size
-            torch.distributed.all_gather_object(rngs, rng_state())
-            if cfg.data.shard_by == "document":  # each rank packs its own documents: keep every position
-                states = [None] * info.world_size
-                torch.distributed.all_gather_object(states, data_state)
-                data_state = {"per_rank": states}
-        sd, optim_sd = None, None
-        if self.fsdp:
-            # FSDP2: every rank takes part in gathering the full (unsharded) model and optimizer state
-            from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
-
-            sd = full_state_dict(self.raw_model)
-            optim_sd = get_optimizer_state_dict(self.raw_model, self.optimizer,
-                                                options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-        path = None
-        if info.is_main:
-            train_state = {"step": self.step, "optimizer": optim_sd if self.fsdp else self.optimizer.state_dict(),
-                           "scheduler": self.scheduler.state_dict(), "data": data_state, "rng": rngs,
-                           "world_size": info.world_size, "config": to_dict(cfg), "run_id": self.run_id}
-            path = save_checkpoint(self.run_dir, self.step, self.raw_model, self.tokenizer, train_state,
-                                   cfg.checkpoint.keep_last, state_dict=sd)
-        if info.enabled:
-            torch.distributed.barrier()
-        self.last_saved = self.step
-        return path
 
 
 class StopSignals:

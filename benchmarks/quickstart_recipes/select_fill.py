@@ -66,7 +66,7 @@ def score(model_dir: str) -> dict:
     from transformers import AutoModelForMaskedLM, AutoTokenizer
 
     import avey_b  # noqa: F401  (registers the Auto classes)
-    from avey_b.training.pretrain import fill_mask
+    from avey_b.training.mlm_eval import fill_mask
 
     tok = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForMaskedLM.from_pretrained(model_dir)

@@ -1,0 +1,108 @@
+"""Pretraining's set-up: the data sources, the tokenizer (a given one, or a byte-level BPE fitted on the training
+documents only), the model (Avey-B from a preset, or any Hugging Face masked-LM architecture with the tokenizer's
+special-token ids mapped into its config) and the optimizer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from ..configs import check_keys
+from ..data.corpus import SourceSpec, in_split, iter_documents
+from ..tokenization import load_tokenizer, pad_to_multiple, train_bpe_tokenizer
+from .checkpoint import verify
+from .config import PretrainConfig
+
+
+def source_spec(cfg: PretrainConfig, source, split_name: str | None = None, shuffle: bool = False) -> SourceSpec:
+    d = cfg.data
+    return SourceSpec(source=source, text_field=d.text_field, txt_mode=d.txt_mode, hf_config=d.hf_config,
+                      hf_split=split_name or d.hf_split, shuffle_seed=cfg.train.seed if shuffle else None)
+
+
+def data_specs(cfg: PretrainConfig) -> tuple[SourceSpec, str, SourceSpec, str]:
+    """(train spec, train split, eval spec, eval split): a separate eval corpus, or a hash-split of the train one."""
+    train = source_spec(cfg, cfg.data.train, shuffle=cfg.data.shuffle)
+    if cfg.data.eval is None:
+        if cfg.data.shuffle and cfg.data.eval_documents > 0:
+            raise ValueError("data.shuffle reorders the stream, so the first data.eval_documents documents would "
+                             "change every epoch; hold out with data.eval_fraction instead")
+        if cfg.data.eval_documents <= 0 and not 0 < cfg.data.eval_fraction < 1:
+            raise ValueError("data.eval is null, so set data.eval_fraction in (0, 1) or data.eval_documents > 0 "
+                             "to hold out documents")
+        return train, "train", source_spec(cfg, cfg.data.train), "heldout"
+    ev = source_spec(cfg, cfg.data.eval, cfg.data.hf_eval_split)
+    return train, "all", ev, "all"
+
+
+def build_tokenizer(cfg: PretrainConfig, info, run_dir: Path):
+    if cfg.tokenizer.path:
+        return load_tokenizer(cfg.tokenizer.path)
+    out = run_dir / "tokenizer"
+    if info.is_main:
+        spec, split, _, _ = data_specs(cfg)
+        def texts():
+            n = 0
+            for index, text in iter_documents(spec):
+                if not in_split(index, text, split, cfg.data.eval_fraction, cfg.data.eval_documents):
+                    continue  # never fit the tokenizer on held-out text
+                yield text
+                n += 1
+                if n >= cfg.tokenizer.train_documents:
+                    return
+
+        tok = train_bpe_tokenizer(texts(), cfg.tokenizer.vocab_size)
+        tok.save_pretrained(out)
+    if info.enabled:
+        torch.distributed.barrier()
+    return load_tokenizer(str(out))
+
+
+def build_model(cfg: PretrainConfig, tokenizer, resume_dir: Path | None = None):
+    """A fresh model from the config (vocab sized from the tokenizer), or weights from a checkpoint."""
+    from transformers import AutoConfig, AutoModelForMaskedLM
+
+    import avey_b  # noqa: F401  (registers Avey-B with the Auto classes)
+
+    m = cfg.model
+    vocab = pad_to_multiple(len(tokenizer), 64)
+    if resume_dir is not None or m.init_from:
+        if resume_dir is None and Path(m.init_from).is_dir():
+            verify(m.init_from)  # a model directory this library wrote records its files' SHA-256
+        model = AutoModelForMaskedLM.from_pretrained(str(resume_dir or m.init_from), dtype=torch.float32)
+        if model.get_input_embeddings().weight.shape[0] < len(tokenizer):
+            model.resize_token_embeddings(vocab)
+    elif m.arch in ("avey-b", "avey_b"):
+        from avey_b import AveyBForMaskedLM, presets
+
+        if m.preset is None:
+            raise ValueError("model.preset is required for model.arch=avey-b (tiny, small, base, large)")
+        config = presets.get(m.preset, **{"vocab_size": vocab, "pad_token_id": tokenizer.pad_token_id, **m.overrides})
+        model = AveyBForMaskedLM(config)
+    else:
+        kwargs = {"vocab_size": vocab, "pad_token_id": tokenizer.pad_token_id}
+        base = AutoConfig.for_model(m.arch)
+        check_keys(base, m.overrides, f"model.overrides for {m.arch}: {type(base).__name__}'s fields are")
+        if hasattr(base, "max_position_embeddings"):
+            kwargs["max_position_embeddings"] = max(cfg.data.seq_len, 512)
+        for name in ("bos_token_id", "eos_token_id", "cls_token_id", "sep_token_id"):
+            if hasattr(base, name):
+                tid = {"bos_token_id": tokenizer.cls_token_id, "cls_token_id": tokenizer.cls_token_id,
+                       "eos_token_id": tokenizer.sep_token_id, "sep_token_id": tokenizer.sep_token_id}[name]
+                if tid is not None:
+                    kwargs[name] = tid
+        config = AutoConfig.for_model(m.arch, **{**kwargs, **m.overrides})
+        model = AutoModelForMaskedLM.from_config(config)
+    if hasattr(model.config, "sparse_prediction"):
+        model.config.sparse_prediction = bool(m.sparse_prediction)
+    return model
+
+
+def build_optimizer(model, cfg: PretrainConfig):
+    """AdamW; decoupled weight decay only on parameters with >= 2 dimensions (matrices, embeddings)."""
+    o = cfg.optim
+    decay = [p for p in model.parameters() if p.requires_grad and p.ndim >= 2]
+    no_decay = [p for p in model.parameters() if p.requires_grad and p.ndim < 2]
+    groups = [{"params": decay, "weight_decay": o.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=o.lr, betas=tuple(o.betas), eps=o.eps)
