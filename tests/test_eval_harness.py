@@ -175,3 +175,39 @@ def test_precision_auto_is_bf16_autocast_only_where_the_cpu_multiplies_bf16(env,
     assert run_cell(env["avey"], "sst2", cfg, env["sst2"])["train"]["autocast"] == "fp32"
     with pytest.raises(ValueError, match="precision must be one of"):
         RunConfig(lr=1e-3, precision="fp16")
+
+
+def test_every_run_setting_is_a_flag_of_finetune_evaluate_and_niah():
+    """The fine-tuning flags are generated from RunConfig: every field (lr and seed aside, which each command takes
+    its own way) is a flag of `finetune`, and reaches the RunConfig it builds; `evaluate` sees only the flags given
+    (they override the suite); `niah evaluate` takes its subset with its own defaults; a misspelt flag is an error."""
+    import argparse
+    import dataclasses
+
+    from avey_b.evaluation import finetune, niah
+
+    fields = [f for f in dataclasses.fields(RunConfig) if f.name not in ("lr", "seed")]
+    values = {"protocol": "paper", "epochs": 2.5, "max_steps": 7, "batch_size": 3, "eval_batch_size": 5,
+              "max_length": 99, "query_max_length": 11, "doc_stride": 13, "max_answer_length": 17,
+              "warmup_ratio": 0.25, "weight_decay": 0.01, "grad_clip": 0.5, "precision": "fp32",
+              "normalize_embeddings": False, "ir_scale": 10.0, "max_train_examples": 19, "max_eval_examples": 23,
+              "device": "cpu", "trust_remote_code": True, "corpus_chunk": 29}
+    assert sorted(values) == sorted(f.name for f in fields), "a new RunConfig field: give it a value here"
+    argv = []
+    for name, value in values.items():
+        flag = "--" + name.replace("_", "-")
+        argv += [flag] if value is True else [f"--no-{flag[2:]}"] if value is False else [flag, str(value)]
+    p = argparse.ArgumentParser()
+    finetune.add_run_arguments(p)
+    cfg, _ = finetune.config_from_args(p.parse_args(argv), lr=1e-3, seed=4)
+    assert cfg == RunConfig(lr=1e-3, seed=4, **values)
+    assert finetune.config_from_args(p.parse_args([]), lr=1e-3, seed=0)[0] == RunConfig(lr=1e-3)  # the defaults
+    p = argparse.ArgumentParser(argument_default=argparse.SUPPRESS)
+    finetune.add_run_arguments(p, with_defaults=False)
+    assert {k: v for k, v in vars(p.parse_args(["--grad-clip", "2"])).items() if k in values} == {"grad_clip": 2.0}
+    with pytest.raises(SystemExit):
+        p.parse_args(["--grad-clp", "2"])
+    args = niah.build_parser().parse_args(["evaluate", "--data", "d", "--models", "m", "--out", "o",
+                                           "--grad-clip", "0.5", "--max-steps", "9"])
+    cfg = RunConfig.from_args(args, lr=args.lr, seed=args.seed)
+    assert (cfg.grad_clip, cfg.max_steps, cfg.batch_size, cfg.eval_batch_size, cfg.epochs) == (0.5, 9, 8, 8, 1.0)

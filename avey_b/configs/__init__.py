@@ -8,7 +8,8 @@ One dialect for every config of the package (pretraining runs, evaluation suites
   naming the key and the valid keys; numbers written as strings are coerced for numeric fields.
 * A YAML file may say ``base: other.yaml`` (relative to itself) to start from another file.
 * Each field's docstring (the string literal under it) is its documentation; ``describe(Cls)`` prints them all
-  (the ``--help`` of ``avey-b pretrain``).
+  (the ``--help`` of ``avey-b pretrain``), and ``add_arguments(parser, Cls)`` makes one command-line flag per field
+  from the same declaration (the fine-tuning settings of ``finetune`` / ``evaluate`` / ``niah evaluate``).
 
 The YAML files beside this module ship in the wheel as package data, so ``--config quickstart`` works from any
 installation, not only from a source checkout. PyYAML is imported only when a file is read or written, so the
@@ -17,10 +18,13 @@ model package does not need it.
 
 from __future__ import annotations
 
+import argparse
 import ast
 import dataclasses
 import inspect
 import textwrap
+import types
+import typing
 from pathlib import Path
 from typing import get_type_hints
 
@@ -201,3 +205,37 @@ def describe(root) -> str:
         else:
             lines.append(f"  {f.name} = {value!r}\n      {docs.get(f.name, '')}")
     return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------------ flags
+def add_arguments(parser, cls, *, exclude=(), include=None, defaults: bool | dict = True,
+                  choices: dict | None = None) -> list[str]:
+    """One flag per field of the dataclass ``cls`` on ``parser`` (a parser or an argument group): ``--field-name``,
+    typed by the field's annotation (``bool``: ``--x`` / ``--no-x``), documented by its docstring, stored under the
+    field's name. ``include`` / ``exclude``: which fields. ``defaults``: True, the dataclass's defaults; a mapping,
+    those defaults changed for some fields; False, a flag not given is absent from the namespace (so that it can
+    override a file). ``choices``: field -> allowed values. Returns the field names added."""
+    hints, docs, added = get_type_hints(cls), field_docs(cls), []
+    for f in dataclasses.fields(cls):
+        if f.name in exclude or (include is not None and f.name not in include):
+            continue
+        typ = hints[f.name]
+        if isinstance(typ, types.UnionType) or typing.get_origin(typ) is typing.Union:
+            typ = next(a for a in typing.get_args(typ) if a is not type(None))
+        if typ not in (bool, int, float, str):
+            raise TypeError(f"{cls.__name__}.{f.name}: a {typ} field has no command-line form")
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        if isinstance(defaults, dict):
+            default = defaults.get(f.name, default)
+        shown = typ is not bool and default is not None and defaults is not False  # argparse shows a bool's itself
+        kw = {"help": docs.get(f.name, "") + (f" (default: {default})" if shown else "")}
+        kw["default"] = default if defaults is not False else argparse.SUPPRESS
+        if typ is bool:
+            kw["action"] = argparse.BooleanOptionalAction
+        else:
+            kw["type"] = typ
+            if choices and f.name in choices:
+                kw["choices"] = choices[f.name]
+        parser.add_argument("--" + f.name.replace("_", "-"), dest=f.name, **kw)
+        added.append(f.name)
+    return added

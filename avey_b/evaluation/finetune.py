@@ -1,7 +1,7 @@
 """Fine-tune one encoder on one task with one learning rate and one seed, then score it (one "cell").
 
     avey-b finetune --model PATH_OR_HUB_ID --task sst2 --lr 6e-5 --seed 0 --output-dir runs/x
-    python -m avey_b.evaluation.finetune --model bert-base-uncased --task conll2003 \\
+    avey-b finetune --model bert-base-uncased --task conll2003 \\
         --train-file eng.train --eval-file eng.testa --lr 1e-4 --output-dir runs/y
 
 Writes ``<output-dir>/results.json`` (atomically: a crash never leaves a half-written file, so the sweep can
@@ -170,48 +170,25 @@ def _mean(xs: list[float]) -> float:
 
 
 def add_run_arguments(p: argparse.ArgumentParser, with_defaults: bool = True) -> None:
-    """Options shared by ``finetune`` and ``evaluate`` (everything but model/task/lr/seed). Without
-    defaults (``evaluate``), only flags given explicitly appear in the namespace, so they override the
-    suite file and everything else comes from the suite or from RunConfig."""
-    d = (lambda v: v) if with_defaults else (lambda v: argparse.SUPPRESS)
+    """Options shared by ``finetune`` and ``evaluate`` (everything but model/task/lr/seed): the data files, and one
+    flag per :class:`RunConfig` field, generated from it. Without defaults (``evaluate``), only flags given
+    explicitly appear in the namespace, so they override the suite file and everything else comes from the suite
+    or from RunConfig."""
     g = p.add_argument_group("data (default: the task's Hugging Face datasets)")
     g.add_argument("--train-file", help="local training data (GLUE TSV/JSONL, CoNLL, SQuAD JSON, pairs or BEIR dir)")
     g.add_argument("--eval-file", help="local evaluation data (same formats; a BEIR directory for IR)")
     g.add_argument("--train-split", help="Hub / BEIR split to train on (default per task)")
     g.add_argument("--eval-split", help="Hub / BEIR split to score on (default per task)")
     g.add_argument("--holdout", type=float, help="score on this fraction of the training data, held out")
-    g.add_argument("--max-train-examples", type=int, help="use only the first N training examples")
-    g.add_argument("--max-eval-examples", type=int, help="score only the first N examples (IR: queries)")
-    t = p.add_argument_group("training")
-    t.add_argument("--protocol", choices=("standard", "paper"), default=d("standard"),
-                   help="standard metrics (default) or the paper's EncodEval-compatible scoring")
-    t.add_argument("--epochs", type=float, help="default per family: SC/TC 1, QA 4")
-    t.add_argument("--max-steps", type=int, help="optimizer steps (default per family: IR 1000)")
-    t.add_argument("--batch-size", type=int, default=d(32))
-    t.add_argument("--eval-batch-size", type=int, default=d(64))
-    t.add_argument("--max-length", type=int, default=d(512))
-    t.add_argument("--query-max-length", type=int, default=d(64))
-    t.add_argument("--doc-stride", type=int, default=d(128))
-    t.add_argument("--max-answer-length", type=int, default=d(30))
-    t.add_argument("--warmup-ratio", type=float, default=d(0.1))
-    t.add_argument("--weight-decay", type=float, default=d(0.0))
-    t.add_argument("--device", help="cpu, cuda, cuda:1 ... (default: cuda when available)")
-    t.add_argument("--precision", choices=("auto", "bf16", "fp32"), default=d("auto"),
-                   help="auto (default): bf16 autocast on CUDA and on CPUs with native bf16 (AMX / AVX512-BF16), "
-                        "fp32 elsewhere")
+    subset = ("max_train_examples", "max_eval_examples")
+    RunConfig.add_arguments(g, include=subset, defaults=with_defaults)
+    t = p.add_argument_group("training and scoring (RunConfig)")
+    RunConfig.add_arguments(t, exclude=("lr", "seed", *subset), defaults=with_defaults)
     t.add_argument("--tokenizer", help="tokenizer name/path when the model directory has none")
-    t.add_argument("--trust-remote-code", action="store_true", help="for Hub models with custom code (NeoBERT)")
 
 
 def config_from_args(args: argparse.Namespace, lr: float, seed: int) -> tuple[RunConfig, DataFiles]:
-    cfg = RunConfig(
-        lr=lr, seed=seed, protocol=args.protocol, epochs=args.epochs, max_steps=args.max_steps,
-        batch_size=args.batch_size, eval_batch_size=args.eval_batch_size, max_length=args.max_length,
-        query_max_length=args.query_max_length, doc_stride=args.doc_stride,
-        max_answer_length=args.max_answer_length, warmup_ratio=args.warmup_ratio,
-        weight_decay=args.weight_decay, precision=args.precision, max_train_examples=args.max_train_examples,
-        max_eval_examples=args.max_eval_examples, device=args.device, trust_remote_code=args.trust_remote_code,
-    )
+    cfg = RunConfig.from_args(args, lr=lr, seed=seed)
     files = DataFiles(train=args.train_file, eval=args.eval_file, train_split=args.train_split,
                       eval_split=args.eval_split, holdout=args.holdout)
     return cfg, files

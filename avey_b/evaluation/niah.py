@@ -96,6 +96,13 @@ def main(argv: list[str] | None = None) -> int:
     return evaluate_main(args)
 
 
+#: The fine-tuning settings ``niah evaluate`` takes (flags generated from RunConfig); the window (``max_length``,
+#: ``doc_stride``) follows from each input's length.
+NIAH_SETTINGS = ("epochs", "max_steps", "batch_size", "eval_batch_size", "max_train_examples", "max_eval_examples",
+                 "warmup_ratio", "weight_decay", "grad_clip", "max_answer_length", "precision", "device",
+                 "trust_remote_code")
+
+
 def add_evaluate_arguments(e: argparse.ArgumentParser) -> None:
     e.add_argument(
         "--data", required=True, help="directory written by `niah generate` (holds niah-1/, niah-2/)"
@@ -120,25 +127,11 @@ def add_evaluate_arguments(e: argparse.ArgumentParser) -> None:
     e.add_argument(
         "--lengths", nargs="+", default=None, help="test lengths (default: every test_<L>.jsonl found)"
     )
-    e.add_argument("--lr", type=float, default=5e-5)
-    e.add_argument("--epochs", type=float, default=1.0)
-    e.add_argument("--max-steps", type=int, default=None, help="optimizer steps (overrides --epochs)")
-    e.add_argument("--batch-size", type=int, default=8)
-    e.add_argument(
-        "--eval-batch-size",
-        type=int,
-        default=8,
-        help="evaluation batch at the train length; shrunk in proportion for longer inputs",
-    )
-    e.add_argument("--max-train-examples", type=int, default=None)
-    e.add_argument("--max-eval-examples", type=int, default=None)
-    e.add_argument("--seed", type=int, default=0)
-    e.add_argument("--device", default=None)
-    e.add_argument("--precision", choices=("auto", "bf16", "fp32"), default="auto",
-                   help="auto (default): bf16 autocast on CUDA and on CPUs with native bf16, fp32 elsewhere")
-    e.add_argument(
-        "--trust-remote-code", action="store_true", help="for Hub models with custom code (NeoBERT)"
-    )
+    e.add_argument("--lr", type=float, default=5e-5, help="peak learning rate (default: 5e-05)")
+    e.add_argument("--seed", type=int, default=0, help="fine-tuning seed (default: 0)")
+    from .tasks.base import RunConfig
+
+    RunConfig.add_arguments(e, include=NIAH_SETTINGS, defaults={"epochs": 1.0, "batch_size": 8, "eval_batch_size": 8})
     e.add_argument(
         "--no-retrieval", dest="retrieval", action="store_false",
         help="skip the Avey-B statistic of how often the ranker pairs the needle's split with the question's "
@@ -225,18 +218,7 @@ def evaluate_model(name: str, task: str, args, log=print) -> dict[str, Any]:
         train_rows = train_rows[: args.max_train_examples]
     lengths = _testparse_lengths(task_dir, parse_lengths(args.lengths) if args.lengths else None)
 
-    cfg = RunConfig(
-        lr=args.lr,
-        seed=args.seed,
-        epochs=args.epochs,
-        max_steps=args.max_steps,
-        batch_size=args.batch_size,
-        eval_batch_size=args.eval_batch_size,
-        precision=args.precision,
-        device=args.device,
-        trust_remote_code=args.trust_remote_code,
-        max_answer_length=30,
-    )
+    cfg = RunConfig.from_args(args, lr=args.lr, seed=args.seed)
     device = pick_device(cfg.device)
     transformers.set_seed(args.seed)
     model, tok, limit, how = _load_model_and_tokenizer(name, args, cfg)

@@ -1,7 +1,7 @@
 """Aggregate ``results.json`` cells into the paper's Table 3 layout (Markdown) and JSON.
 
-    python -m avey_b.evaluation.report runs/eval                     # median over seeds at the best lr
-    python -m avey_b.evaluation.report runs/ablation --aggregate best
+    avey-b report runs/eval                     # median over seeds at the best lr
+    avey-b report runs/ablation --aggregate best
 
 ``median`` (paper §5.1): per model and benchmark, the median over seeds at each learning rate; the
 best learning rate is the one with the highest median; the reported score is that median and the spread

@@ -47,10 +47,7 @@ from .tasks.base import DataFiles, RunConfig
 
 PAPER_LRS = (2e-5, 6e-5, 1e-4, 5e-4)
 
-# CLI dest -> RunConfig field (flags with other names are mapped by hand below)
-_CFG_FLAGS = ("protocol", "epochs", "max_steps", "batch_size", "eval_batch_size", "max_length",
-              "query_max_length", "doc_stride", "max_answer_length", "warmup_ratio", "weight_decay",
-              "max_train_examples", "max_eval_examples", "device", "precision", "trust_remote_code")
+# CLI dest -> DataFiles field (the RunConfig flags are named after their fields)
 _DATA_FLAGS = {"train_file": "train", "eval_file": "eval", "train_split": "train_split",
                "eval_split": "eval_split", "holdout": "holdout"}
 
@@ -127,11 +124,11 @@ def build_cells(suite: dict[str, Any], args: argparse.Namespace) -> tuple[list[C
     defaults = dict(suite.get("defaults") or {})
     if "protocol" in suite:
         defaults["protocol"] = suite["protocol"]
-    cli_cfg = {k: given[k] for k in _CFG_FLAGS if k in given}
+    known_fields = {f.name for f in dataclasses.fields(RunConfig)}
+    cli_cfg = {k: given[k] for k in known_fields - {"lr", "seed"} if k in given}
     cli_data = {v: given[k] for k, v in _DATA_FLAGS.items() if k in given}
     if cli_data and len(tasks) > 1:
         raise ValueError("--train-file/--eval-file/--holdout/... apply to one task; use the suite's 'data' for several")
-    known_fields = {f.name for f in dataclasses.fields(RunConfig)}
     cells = []
     for task in tasks:
         settings = defaults | dict((suite.get("task_overrides") or {}).get(task) or {}) | cli_cfg
@@ -235,17 +232,24 @@ def run_sweep(cells: list[Cell], output_dir: str, workers: int = 1, devices: lis
     log(f"{len(cells)} cells, {len(cells) - len(todo)} already done, {len(todo)} to run")
     failures: dict[str, str] = {}
     progress = Progress(len(todo), "evaluate", unit="cell", every=0.0)
+    for i, (cell, err, seconds) in enumerate(_finished(todo, output_dir, workers, devices, isolate), 1):
+        _log_cell(log, i, len(todo), cell, err, seconds, output_dir)
+        progress.update()
+        if err:
+            failures[cell.key] = err
+    progress.close()
+    return failures
+
+
+def _finished(todo: list[Cell], output_dir: str, workers: int, devices: list[str] | None, isolate: bool):
+    """``(cell, error or None, seconds)`` for every cell as it finishes: one after the other in this process, or
+    in ``workers`` subprocesses (each on its device, or on its share of the CPU threads)."""
     if workers <= 1 and not isolate:
-        for i, cell in enumerate(todo, 1):
+        for cell in todo:
             t0 = time.perf_counter()
             err = run_in_process(output_dir, cell)
-            _log_cell(log, i, len(todo), cell, err, time.perf_counter() - t0, output_dir)
-            progress.update()
-            if err:
-                failures[cell.key] = err
-        progress.close()
-        return failures
-
+            yield cell, err, time.perf_counter() - t0
+        return
     slots: queue.Queue = queue.Queue()
     for i in range(max(1, workers)):
         slots.put(devices[i % len(devices)] if devices else None)
@@ -260,15 +264,9 @@ def run_sweep(cells: list[Cell], output_dir: str, workers: int = 1, devices: lis
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
         started = {pool.submit(work, c): (c, time.perf_counter()) for c in todo}
-        for i, fut in enumerate(concurrent.futures.as_completed(started), 1):
+        for fut in concurrent.futures.as_completed(started):
             cell, t0 = started[fut]
-            err = fut.result()
-            _log_cell(log, i, len(todo), cell, err, time.perf_counter() - t0, output_dir)
-            progress.update()
-            if err:
-                failures[cell.key] = err
-    progress.close()
-    return failures
+            yield cell, fut.result(), time.perf_counter() - t0
 
 
 def _log_cell(log, i: int, n: int, cell: Cell, err: str | None, seconds: float, output_dir: str) -> None:

@@ -7,14 +7,13 @@
 # Usage, from the repository root:  bash benchmarks/efficiency_gpu/run.sh
 set -euo pipefail
 OUT=${OUT:-benchmarks/efficiency_gpu}
-PY=${PY:-python}
 COMMON="--batch-size 8 --dtype bfloat16 --warmup 3 --repeats 10 --max-point-seconds 60 --device cuda"
-$PY -m avey_b.benchmarking.efficiency run --models avey-b-base --no-compressor --modes eager compile \
+avey-b bench run --models avey-b-base --no-compressor --modes eager compile \
     $COMMON --out "$OUT/run" --resume
-$PY -m avey_b.benchmarking.efficiency run --models modernbert-base neobert --modes eager \
+avey-b bench run --models modernbert-base neobert --modes eager \
     --attn sdpa flash_attention_2 eager $COMMON --out "$OUT/run" --resume
 for stat in median min; do
-  $PY -m avey_b.benchmarking.efficiency fit "$OUT/run/results.jsonl" --min-length 8192 --stat $stat \
+  avey-b bench fit "$OUT/run/results.jsonl" --min-length 8192 --stat $stat \
       --out "$OUT/run/fits_$stat.md"
 done
-$PY -m avey_b.benchmarking.efficiency plot "$OUT/run/results.jsonl" --out "$OUT/run"
+avey-b bench plot "$OUT/run/results.jsonl" --out "$OUT/run"

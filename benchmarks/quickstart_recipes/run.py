@@ -111,7 +111,7 @@ VARIANTS["k1"] = ["model.overrides={hidden_size: 256, num_hidden_layers: 4, spli
 
 def run_variant(name: str, overrides: list[str], args) -> dict:
     run_dir = Path(args.work) / name
-    cmd = [sys.executable, "-m", "avey_b.cli", "pretrain", "--config", "quickstart", "--overwrite",
+    cmd = [str(Path(sys.executable).with_name("avey-b")), "pretrain", "--config", "quickstart", "--overwrite",
            f"run_dir={run_dir}", f"train.threads={args.threads}", "train.max_minutes=null",
            "logging.progress=false", *BEFORE, *overrides]
     print("$", " ".join(cmd), flush=True)

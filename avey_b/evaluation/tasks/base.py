@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 import torch
@@ -49,7 +49,9 @@ class RunConfig:
     max_steps: int | None = None
     """Optimizer steps; overrides epochs. None takes the family default for step-based tasks (IR 1000)."""
     batch_size: int = 32
+    """Training examples per optimizer step."""
     eval_batch_size: int = 64
+    """Examples per forward pass when scoring."""
     max_length: int = 512
     """Tokens per input (documents for IR; question + context window for QA)."""
     query_max_length: int = 64
@@ -59,8 +61,11 @@ class RunConfig:
     max_answer_length: int = 30
     """QA only: longest answer span, in tokens."""
     warmup_ratio: float = 0.1
+    """Share of the steps spent warming the learning rate up from 0."""
     weight_decay: float = 0.0
+    """AdamW weight decay."""
     grad_clip: float = 1.0
+    """Clip the gradient norm to this value (0: no clipping)."""
     precision: str = "auto"
     """``auto``: bf16 autocast on CUDA and on CPUs that multiply bf16 natively (AMX / AVX512-BF16), float32
     elsewhere — the policy of pretraining's ``precision: auto``; ``bf16`` or ``fp32`` force one."""
@@ -69,17 +74,23 @@ class RunConfig:
     ir_scale: float = 20.0
     """IR only: InfoNCE logit scale on cosine similarities (sentence-transformers' default)."""
     max_train_examples: int | None = None
+    """Use only the first N training examples."""
     max_eval_examples: int | None = None
+    """Score only the first N examples (IR: queries)."""
     device: str | None = None
     """``cpu``, ``cuda``, ``cuda:1``...; None picks CUDA when available."""
     trust_remote_code: bool = False
-    extra: dict[str, Any] = field(default_factory=dict)
+    """Run a Hub model's own code (NeoBERT)."""
+    corpus_chunk: int = 65536
+    """IR only: corpus documents encoded and scored per chunk (bounds the memory of retrieval)."""
 
     def __post_init__(self) -> None:
         if self.precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
         if self.protocol not in PROTOCOLS:
             raise ValueError(f"protocol must be one of {PROTOCOLS}, got {self.protocol!r}")
+        if self.corpus_chunk < 1:
+            raise ValueError(f"corpus_chunk must be >= 1, got {self.corpus_chunk}")
         if not self.lr > 0:
             raise ValueError(f"lr must be > 0, got {self.lr}")
         if self.max_steps is not None and self.max_steps < 1:
@@ -96,6 +107,22 @@ class RunConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    @classmethod
+    def add_arguments(cls, parser, *, exclude=("lr", "seed"), include=None, defaults: bool | dict = True) -> list[str]:
+        """One flag per field (``--max-length``, ...; :func:`avey_b.configs.add_arguments`), for ``finetune``,
+        ``evaluate`` and ``niah evaluate``. ``lr`` and ``seed`` are left to each command (one value, or a list)."""
+        from ... import configs
+
+        return configs.add_arguments(parser, cls, exclude=exclude, include=include, defaults=defaults,
+                                     choices={"precision": PRECISIONS, "protocol": PROTOCOLS})
+
+    @classmethod
+    def from_args(cls, args, **given) -> RunConfig:
+        """The settings of a namespace made with :meth:`add_arguments` (fields it lacks keep their defaults),
+        then ``given``."""
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in vars(args).items() if k in names} | given)
 
 
 @dataclass

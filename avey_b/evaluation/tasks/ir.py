@@ -213,7 +213,7 @@ class RetrievalTask(base.Task):
         enc = lambda texts, n: base.encode_texts(model, tokenizer, texts, n, cfg.eval_batch_size, device,
                                                  cfg.normalize_embeddings, cfg.precision)
         q_emb = enc([examples.queries[q] for q in qids], cfg.query_max_length).to(device)
-        chunk = int(cfg.extra.get("corpus_chunk", 65536))
+        chunk = cfg.corpus_chunk
         doc_chunks = (enc([examples.corpus[d] for d in doc_ids[i:i + chunk]], cfg.max_length)
                       for i in range(0, len(doc_ids), chunk))
         rankings = dict(zip(qids, rank(q_emb, doc_chunks, doc_ids, 10), strict=True))
