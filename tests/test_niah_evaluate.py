@@ -165,14 +165,14 @@ def test_needle_retrieval_reads_the_rankers_choice(data):
 def test_oom_is_recorded_and_later_lengths_skipped(data, tmp_path, monkeypatch):
     from avey_b.evaluation.tasks.qa import QuestionAnsweringTask
 
-    real = QuestionAnsweringTask.evaluate
+    real = QuestionAnsweringTask.predict
 
     def flaky(self, model, tok, examples, cfg):
         if cfg.max_length > 200:
             raise RuntimeError("CUDA out of memory. Tried to allocate 80.00 GiB")
         return real(self, model, tok, examples, cfg)
 
-    monkeypatch.setattr(QuestionAnsweringTask, "evaluate", flaky)
+    monkeypatch.setattr(QuestionAnsweringTask, "predict", flaky)
     out = tmp_path / "oom"
     _evaluate(data, out, "avey-b-tiny")
     (rec,) = niah.read_jsonl(str(out / "results.jsonl"))
@@ -204,3 +204,26 @@ def test_config_built_model_needs_a_tokenizer(data, tmp_path):
 def test_missing_test_length_is_a_clear_error(data, tmp_path):
     with pytest.raises(FileNotFoundError, match="lengths \\[999\\]"):
         _evaluate(data, tmp_path / "y", "avey-b-tiny", extra=("--lengths", "999"))
+
+
+def test_needle_breakdown_separates_one_and_two_needles_and_the_wrong_occurrence(data):
+    """Exact match per number of needles, and 'other_value': a two-needle question answered with the needle not
+    asked for. Checked with predictions built from the examples themselves."""
+    rows = niah.read_jsonl(str(data / "data" / "niah-2" / "test_640.jsonl"))
+    one = [r for r in rows if r["num_needles"] == 1]
+    two = [r for r in rows if r["num_needles"] == 2]
+    assert one and two
+    values = {r["id"]: [r["context"][s + len(niah.needle_prefix(r["key"])):].split(" ", 1)[0]
+                        for s in r["needle_char_starts"]] for r in two}
+    right = {r["id"]: r["answers"]["text"][0] for r in rows}
+    assert niah.needle_breakdown(rows, right) == {"one_needle": 1.0, "two_needles": 1.0, "other_value": 0.0,
+                                                  "n_one": len(one), "n_two": len(two)}
+    # every two-needle question answered with the other occurrence; one-needle questions with nothing
+    wrong = {r["id"]: "" for r in one} | {i: next(v for v in vs if v != right[i]) for i, vs in values.items()}
+    assert niah.needle_breakdown(rows, wrong) == {"one_needle": 0.0, "two_needles": 0.0, "other_value": 1.0,
+                                                  "n_one": len(one), "n_two": len(two)}
+    # a table of the breakdown, like the scores'
+    rec = {"model": "m", "task": "niah-2", "seed": 0, "train": {"input_tokens": 128},
+           "results": {"640": {"status": "ok", "exact": 40.0, "f1": 40.0,
+                               "needles": niah.needle_breakdown(rows, wrong)}}}
+    assert "| niah-2 | m | 100.0 |" in niah.format_niah_table([rec], "other_value")

@@ -19,7 +19,7 @@ import torch
 
 from .. import baselines
 from ..data import niah as niah_data
-from ..data.niah import DEFAULT_TRAIN_LENGTH, TASKS, parse_lengths
+from ..data.niah import DEFAULT_TRAIN_LENGTH, TASKS, needle_prefix, parse_lengths
 from ..device import is_oom, pick_device
 from ..progress import Progress
 from ..records import append_jsonl, length_table, read_jsonl, write_text_atomic
@@ -209,6 +209,7 @@ def evaluate_model(name: str, task: str, args, log=print) -> dict[str, Any]:
     import transformers
 
     from .finetune import train_model
+    from .metrics import squad_scores
     from .tasks.base import RunConfig, pad_id_of
     from .tasks.qa import QuestionAnsweringTask
 
@@ -274,10 +275,10 @@ def evaluate_model(name: str, task: str, args, log=print) -> dict[str, Any]:
             try:
                 t1 = time.perf_counter()
                 with torch.no_grad(), RankerChoices(model) if retrieval else contextlib.nullcontext() as rc:
-                    scores = qa.evaluate(model, tok, examples, ecfg)
-                res.update(
-                    status="ok", exact=scores["exact"], f1=scores["f1"], seconds=time.perf_counter() - t1
-                )
+                    predictions = qa.predict(model, tok, examples, ecfg)
+                scores = squad_scores(predictions, {e["id"]: [a["text"] for a in e["answers"]] for e in examples})
+                res.update(status="ok", exact=100 * scores["exact"], f1=100 * scores["f1"],
+                           seconds=time.perf_counter() - t1, needles=needle_breakdown(rows, predictions))
                 if retrieval:  # the ranker's choice in those same forward passes
                     res["retrieval"] = retrieval_stats(tok, examples, rc.rows, model.config.split_size,
                                                        model.config.num_retrieved_splits)
@@ -293,20 +294,51 @@ def evaluate_model(name: str, task: str, args, log=print) -> dict[str, Any]:
     return record
 
 
+def needle_breakdown(rows: list[dict[str, Any]], predictions: dict[str, str]) -> dict[str, Any]:
+    """Exact match split by the number of needles, and what a wrong answer to a two-needle question was.
+
+    A value is the passage's only span with digits, so a model can find *a* needle without reading the key; a
+    two-needle question also needs the occurrence asked for. ``other_value``: the fraction of two-needle examples
+    answered with the other needle's value (the right kind of span, the wrong occurrence)."""
+    from .metrics import squad_exact
+
+    one = [r for r in rows if r["num_needles"] == 1]
+    two = [r for r in rows if r["num_needles"] == 2]
+
+    def exact(group):
+        return None if not group else sum(squad_exact(predictions[r["id"]], r["answers"]["text"][0])
+                                          for r in group) / len(group)
+
+    def other(r):  # the value of the needle not asked for ("The value of KEY is VALUE .")
+        prefix = len(needle_prefix(r["key"]))
+        asked = r["answers"]["answer_start"][0] - prefix
+        start = next(s for s in r["needle_char_starts"] if s != asked) + prefix
+        return r["context"][start:].split(" ", 1)[0]
+
+    return {"one_needle": exact(one), "two_needles": exact(two),
+            "other_value": None if not two else sum(squad_exact(predictions[r["id"]], other(r)) for r in two) / len(two),
+            "n_one": len(one), "n_two": len(two)}
+
+
 #: the retrieval statistics of :func:`needle_retrieval`, reported like the scores
 RETRIEVAL = ("needle_to_question", "question_to_needle")
+#: the exact match by number of needles (:func:`needle_breakdown`)
+NEEDLES = ("one_needle", "two_needles", "other_value")
 TITLES = {"exact": "NIAH exact match (%)", "f1": "NIAH F1 (%)",
           "needle_to_question": "A split holding question tokens among the k retrieved for the needle's split (%)",
-          "question_to_needle": "The needle's split among the k retrieved for a split holding question tokens (%)"}
+          "question_to_needle": "The needle's split among the k retrieved for a split holding question tokens (%)",
+          "one_needle": "NIAH exact match (%), one-needle examples",
+          "two_needles": "NIAH exact match (%), two-needle examples (the first or second occurrence asked for)",
+          "other_value": "Two-needle examples answered with the other needle's value (%)"}
 
 
 def _value(res: dict[str, Any], metric: str) -> float | None:
     """A length's score in percent (a :data:`RETRIEVAL` statistic: how often), or None."""
     if res.get("status") != "ok":
         return None
-    if metric in RETRIEVAL:
-        r = res.get("retrieval")
-        return None if r is None else 100 * r[metric]
+    if metric in RETRIEVAL or metric in NEEDLES:
+        r = res.get("retrieval" if metric in RETRIEVAL else "needles")
+        return None if r is None or r[metric] is None else 100 * r[metric]
     return res[metric]
 
 
@@ -346,7 +378,7 @@ def format_niah_table(records: list[dict[str, Any]], metric: str = "exact") -> s
     seeds = set()
     for (task, model), runs in _by_model(records).items():
         summary = summarize(runs, metric)
-        if metric in RETRIEVAL and not any("mean" in c for c in summary.values()):
+        if (metric in RETRIEVAL or metric in NEEDLES) and not any("mean" in c for c in summary.values()):
             continue
         seeds.add(len(runs))
         rows.append(([task, model], {n: (f"{c['mean']:.1f} [{c['min']:.0f}–{c['max']:.0f}]" if c.get("n", 1) > 1
@@ -484,7 +516,7 @@ def evaluate_main(args) -> int:
 def write_report(records: list[dict[str, Any]], out: str) -> None:
     """``table_exact.md``, ``table_f1.md``, ``table_<retrieval statistic>.md`` (Avey-B) and ``niah.png`` in
     ``out``."""
-    for metric in ("exact", "f1", *RETRIEVAL):
+    for metric in ("exact", "f1", *NEEDLES, *RETRIEVAL):
         table = format_niah_table(records, metric)
         if table:
             write_text_atomic(os.path.join(out, f"table_{metric}.md"), table + "\n")

@@ -224,6 +224,13 @@ class QuestionAnsweringTask(base.Task):
                     scores.append(max(token_set_f1(predicted, g) for g in gold_sets))
             return {"f1": 100 * sum(scores) / len(scores), "n_eval": len(examples)}
 
+        predictions = self.predict(model, tokenizer, examples, cfg)
+        golds = {ex["id"]: [a["text"] for a in ex["answers"]] for ex in examples}
+        scores = squad_scores(predictions, golds)
+        return {k: (100 * v if k != "total" else v) for k, v in scores.items()} | {"n_eval": len(examples)}
+
+    def predict(self, model, tokenizer, examples, cfg) -> dict[str, str]:
+        """The predicted answer text per example id (windows with ``cfg.doc_stride``, the best span over them)."""
         feats = windows(examples, tokenizer, cfg, train=False)
         per_example: dict[int, list] = {}
         for start, out in self._logits(model, feats, tokenizer, cfg):
@@ -232,16 +239,14 @@ class QuestionAnsweringTask(base.Task):
                 f = feats[start + j]
                 n = len(f["input_ids"])
                 per_example.setdefault(f["example"], []).append((f, s_all[j, :n], e_all[j, :n]))
-        predictions, golds = {}, {}
+        predictions = {}
         for i, ex in enumerate(examples):
             items = per_example.get(i, [])
             predictions[ex["id"]] = best_answer(
                 ex["context"], [f for f, _, _ in items], [s for _, s, _ in items], [e for _, _, e in items],
                 cfg.max_answer_length, self.allow_null,
             )
-            golds[ex["id"]] = [a["text"] for a in ex["answers"]]
-        scores = squad_scores(predictions, golds)
-        return {k: (100 * v if k != "total" else v) for k, v in scores.items()} | {"n_eval": len(examples)}
+        return predictions
 
 
 class SQuAD(QuestionAnsweringTask):
