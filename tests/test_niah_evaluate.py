@@ -90,7 +90,8 @@ def test_evaluate_reports_per_length_and_marks_max_length(data, tmp_path, capsys
         assert r["n"] == 10 and 0 <= r["question_to_needle"] <= 1 and 0 <= r["needle_to_question"] <= 1
     assert "retrieval" not in bert["results"]["256"]
     assert "| niah-2 | avey-b-tiny |" in (out / "table_needle_to_question.md").read_text()
-    assert (out / "niah.png").stat().st_size > 0
+    assert (out / "niah.png").stat().st_size > 0 and (out / "niah_by_needles.png").stat().st_size > 0
+    assert "| niah-2 | avey-b-tiny |" in (out / "table_two_needles.md").read_text()
     # Rerun: finished (model, task, seed) runs are skipped, not duplicated; another seed is a new record.
     _evaluate(data, out, "avey-b-tiny")
     assert len(niah.read_jsonl(str(out / "results.jsonl"))) == 2

@@ -392,14 +392,15 @@ def format_niah_table(records: list[dict[str, Any]], metric: str = "exact") -> s
     return title + "\n\n" + length_table(["task", "model"], rows)
 
 
-def plot_niah(records: list[dict[str, Any]], path: str, metric: str = "exact") -> str:
-    """Score vs input length (log scale), one panel per task, one line per model (mean over seeds, the band
-    from the worst to the best seed), the training length marked."""
+def plot_niah(records: list[dict[str, Any]], path: str, metrics: tuple[str, ...] = ("exact",)) -> str:
+    """Score vs input length (log scale), one panel per task, one line per model and metric (mean over seeds, the
+    band from the worst to the best seed; metrics told apart by line style), the training length marked."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    styles = ("-", "--", ":")
     groups = _by_model(records)
     tasks = sorted({t for t, _ in groups})
     fig, axes = plt.subplots(1, len(tasks), figsize=(6 * len(tasks), 4.2), squeeze=False)
@@ -407,14 +408,20 @@ def plot_niah(records: list[dict[str, Any]], path: str, metric: str = "exact") -
         for (t, model), runs in groups.items():
             if t != task:
                 continue
-            summary = {n: c for n, c in summarize(runs, metric).items() if "mean" in c}
-            if not summary:
-                continue
-            xs = sorted(summary)
-            label = f"{os.path.basename(os.path.normpath(model))} ({len(runs)} seed{'s' * (len(runs) > 1)})"
-            line, = ax.plot(xs, [summary[n]["mean"] for n in xs], marker="o", label=label)
-            ax.fill_between(xs, [summary[n]["min"] for n in xs], [summary[n]["max"] for n in xs],
-                            color=line.get_color(), alpha=0.15)
+            color = None
+            for metric, style in zip(metrics, styles, strict=False):
+                summary = {n: c for n, c in summarize(runs, metric).items() if "mean" in c}
+                if not summary:
+                    continue
+                xs = sorted(summary)
+                label = f"{os.path.basename(os.path.normpath(model))} ({len(runs)} seed{'s' * (len(runs) > 1)})"
+                if len(metrics) > 1:
+                    label += f", {metric.replace('_', ' ')}"
+                line, = ax.plot(xs, [summary[n]["mean"] for n in xs], marker="o", linestyle=style, color=color,
+                                label=label)
+                color = line.get_color()
+                ax.fill_between(xs, [summary[n]["min"] for n in xs], [summary[n]["max"] for n in xs],
+                                color=color, alpha=0.15)
         train = {r["train"]["input_tokens"] for r in records if r["task"] == task}
         for n in train:
             ax.axvline(n, color="grey", linestyle="--", linewidth=1)
@@ -422,7 +429,7 @@ def plot_niah(records: list[dict[str, Any]], path: str, metric: str = "exact") -
         ax.set_xscale("log", base=2)
         ax.set_ylim(0, 108)
         ax.set_xlabel("input length (tokens, whole input in one window)")
-        ax.set_ylabel("exact match (%)" if metric == "exact" else metric)
+        ax.set_ylabel("exact match (%)")
         ax.set_title(task)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8, loc="lower left")
@@ -514,8 +521,8 @@ def evaluate_main(args) -> int:
 
 
 def write_report(records: list[dict[str, Any]], out: str) -> None:
-    """``table_exact.md``, ``table_f1.md``, ``table_<retrieval statistic>.md`` (Avey-B) and ``niah.png`` in
-    ``out``."""
+    """``table_exact.md``, ``table_f1.md``, ``table_<breakdown by needles>.md``, ``table_<retrieval statistic>.md``
+    (Avey-B), ``niah.png`` and ``niah_by_needles.png`` in ``out``."""
     for metric in ("exact", "f1", *NEEDLES, *RETRIEVAL):
         table = format_niah_table(records, metric)
         if table:
@@ -523,6 +530,7 @@ def write_report(records: list[dict[str, Any]], out: str) -> None:
     print(format_niah_table(records), file=sys.stderr)
     try:
         plot_niah(records, os.path.join(out, "niah.png"))
+        plot_niah(records, os.path.join(out, "niah_by_needles.png"), metrics=("one_needle", "two_needles"))
     except ImportError:  # matplotlib is the `bench` extra's
         print("matplotlib not installed: no plot (pip install matplotlib)", file=sys.stderr)
 
