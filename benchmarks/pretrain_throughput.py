@@ -26,9 +26,9 @@ import avey_b  # noqa: F401
 from avey_b import AveyBForMaskedLM, presets
 from avey_b.analysis import count_flops
 from avey_b.benchmarking.timing import gemm_rate
+from avey_b.training.build import build_optimizer
 from avey_b.training.config import load_config
 from avey_b.training.metrics import peak_flops
-from avey_b.training.build import build_optimizer
 from avey_b.training.mlm_eval import mlm_sums
 
 

@@ -16,11 +16,10 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from ...device import PRECISIONS, autocast, use_bf16
 from ...files import DataFileError, iter_jsonl, read_rows
-from ...heads import mean_pool  # importing the package registers Avey-B with the Auto classes
+from ...heads import sentence_embedding  # importing the package registers Avey-B with the Auto classes
 from ...tokenization import load_tokenizer
 
 PROTOCOLS = ("standard", "paper")
@@ -255,8 +254,7 @@ def encode_texts(model, tokenizer, texts: Sequence[str], max_length: int, batch_
         batch = {k: v.to(device) for k, v in pad_batch(feats, pad).items()}
         with torch.no_grad(), autocast_ctx(device, precision):
             hidden = model(**batch).last_hidden_state
-        emb = mean_pool(hidden.float(), batch["attention_mask"])
-        emb = (F.normalize(emb, dim=-1) if normalize else emb).cpu()
+        emb = sentence_embedding(hidden.float(), batch["attention_mask"], normalize).cpu()  # the embedding head's
         for j, i in enumerate(idx):
             out[i] = emb[j]
     if not out:
