@@ -228,3 +228,20 @@ def test_needle_breakdown_separates_one_and_two_needles_and_the_wrong_occurrence
            "results": {"640": {"status": "ok", "exact": 40.0, "f1": 40.0,
                                "needles": niah.needle_breakdown(rows, wrong)}}}
     assert "| niah-2 | m | 100.0 |" in niah.format_niah_table([rec], "other_value")
+
+
+def test_report_merges_runs_of_separate_seeds_and_refuses_a_duplicate(data, tmp_path):
+    """Seeds fine-tuned in separate processes (separate --out) give one table with their mean and range."""
+    for seed in (0, 1):
+        _evaluate(data, tmp_path / f"s{seed}", "avey-b-tiny", extra=("--seed", str(seed), "--no-retrieval"))
+    merged = tmp_path / "merged"
+    assert niah.main(["report", str(tmp_path / "s0"), str(tmp_path / "s1" / "results.jsonl"), "--out",
+                      str(merged)]) == 0
+    recs = niah.read_jsonl(str(merged / "results.jsonl"))
+    assert sorted(r["seed"] for r in recs) == [0, 1]
+    assert "mean over 2 fine-tuning seeds" in (merged / "table_exact.md").read_text()
+    assert (merged / "niah_by_needles.png").stat().st_size > 0
+    with pytest.raises(SystemExit, match="seed 0 is in both"):
+        niah.main(["report", str(tmp_path / "s0"), str(tmp_path / "s0"), "--out", str(tmp_path / "dup")])
+    with pytest.raises(SystemExit, match="no results at"):
+        niah.main(["report", str(tmp_path / "nowhere"), "--out", str(tmp_path / "x")])

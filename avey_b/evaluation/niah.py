@@ -22,7 +22,7 @@ from ..data import niah as niah_data
 from ..data.niah import DEFAULT_TRAIN_LENGTH, TASKS, needle_prefix, parse_lengths
 from ..device import is_oom, pick_device
 from ..progress import Progress
-from ..records import append_jsonl, length_table, read_jsonl, write_text_atomic
+from ..records import append_jsonl, length_table, read_jsonl, write_jsonl_atomic, write_text_atomic
 from ..tokenization import load_tokenizer
 
 # ----------------------------------------------------------------------------------------- CLI
@@ -69,6 +69,14 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_evaluate_arguments(e)
+
+    r = sub.add_parser(
+        "report",
+        help="merge results of `niah evaluate` runs (e.g. seeds run in parallel) into one set of tables and plots",
+        description=inspect.cleandoc(report_main.__doc__ or ""),
+    )
+    r.add_argument("results", nargs="+", help="results.jsonl files or the directories holding them")
+    r.add_argument("--out", required=True, help="directory for the merged results.jsonl, tables and plots")
     return p
 
 
@@ -93,6 +101,8 @@ def main(argv: list[str] | None = None) -> int:
             log=lambda s: print(s, file=sys.stderr),
         )
         return 0
+    if args.command == "report":
+        return report_main(args)
     return evaluate_main(args)
 
 
@@ -517,6 +527,28 @@ def evaluate_main(args) -> int:
             append_jsonl(None, {"model": name, "task": task, "seed": args.seed,
                                 "exact": {k: _cell(v) for k, v in rec["results"].items()}}, echo=True)
     write_report(read_jsonl(path), args.out)
+    return 0
+
+
+def report_main(args) -> int:
+    """``avey-b niah report``: the records of several ``niah evaluate`` runs (each a ``results.jsonl`` or its
+    directory; e.g. one fine-tuning seed per process) written to ``OUT/results.jsonl`` with the tables and plots of
+    them all. The same model, task and seed in two inputs is an error, not a silent pick."""
+    records, seen = [], {}
+    for given in args.results:
+        path = os.path.join(given, "results.jsonl") if os.path.isdir(given) else given
+        if not os.path.isfile(path):
+            raise SystemExit(f"avey-b niah report: no results at {path} (written by `avey-b niah evaluate --out`)")
+        for rec in read_jsonl(path):
+            key = (rec["model"], rec["task"], rec["seed"])
+            if key in seen:
+                raise SystemExit(f"avey-b niah report: {key[0]} {key[1]} seed {key[2]} is in both {seen[key]} and "
+                                 f"{path}")
+            seen[key] = path
+            records.append(rec)
+    os.makedirs(args.out, exist_ok=True)
+    write_jsonl_atomic(os.path.join(args.out, "results.jsonl"), records)
+    write_report(records, args.out)
     return 0
 
 

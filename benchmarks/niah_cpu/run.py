@@ -11,7 +11,8 @@ Steps (each resumable: a finished pretraining run, data set or fine-tuning seed 
    at this budget it stays on the unigram plateau (that benchmark's record);
 2. ``avey-b niah generate`` with that tokenizer: NIAH-1 and NIAH-2, a training set at 2,048 tokens and test sets
    at 1K ... 128K (lengths count the whole model input);
-3. ``avey-b niah evaluate`` once per fine-tuning seed: both models, both tasks, the same training examples,
+3. ``avey-b niah evaluate`` once per fine-tuning seed (``--jobs`` seeds side by side, each pinned to its share of
+   the cores; ``avey-b niah report`` then merges them): both models, both tasks, the same training examples,
    steps, batch and learning rate; every test length scored with the whole input in one window (ModernBERT up to
    its 8,192-token window, "—" past it); for Avey-B also how often its ranker pairs the needle's split with the
    question's. ModernBERT's rotary positions have no table: its copy for NIAH gets ModernBERT-base's 8,192-token
@@ -78,6 +79,7 @@ def main() -> None:
     p.add_argument("--out", default=str(HERE / "eval"))
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--jobs", type=int, default=1, help="seeds fine-tuned side by side (threads split between them)")
     p.add_argument("--lengths", nargs="+", default=LENGTHS)
     p.add_argument("--n-train", type=int, default=960, help="training examples per task (one epoch)")
     p.add_argument("--n-test", type=int, default=10, help="test examples per task and length")
@@ -111,19 +113,32 @@ def main() -> None:
             "--train-lengths", "2048", "--lengths", *args.lengths, "--n-train", str(args.n_train),
             "--n-test", str(args.n_test), "--format", "jsonl"], log)
 
-    # 3. fine-tune at 2,048 tokens and score every length, one seed at a time
-    env_threads = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
-    for seed in args.seeds:
-        cmd = [AVEY_B, "niah", "evaluate", "--data", str(data), "--models", str(models / "avey-b"),
-               str(models / "modernbert"), "--train-length", "2048", "--lengths", *args.lengths,
-               "--max-steps", str(args.steps), "--batch-size", str(args.batch_size), "--lr", str(args.lr),
-               "--seed", str(seed), "--max-train-examples", str(args.n_train), "--device", "cpu",
-               "--out", args.out]
-        print("$", " ".join(cmd), flush=True)
-        with open(log, "a") as f:
-            rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env_threads).returncode
+    # 3. fine-tune at 2,048 tokens and score every length: one process per seed (its own records directory),
+    #    --jobs of them side by side, each pinned to its share of the cores; then one report over all seeds.
+    per_job = max(1, args.threads // args.jobs)
+    cores = sorted(os.sched_getaffinity(0))
+    pending, running = list(args.seeds), []
+    while pending or running:
+        while pending and len(running) < args.jobs:
+            seed = pending.pop(0)
+            slot = len(running)
+            cmd = [AVEY_B, "niah", "evaluate", "--data", str(data), "--models", str(models / "avey-b"),
+                   str(models / "modernbert"), "--train-length", "2048", "--lengths", *args.lengths,
+                   "--max-steps", str(args.steps), "--batch-size", str(args.batch_size), "--lr", str(args.lr),
+                   "--seed", str(seed), "--max-train-examples", str(args.n_train), "--device", "cpu",
+                   "--out", str(work / f"eval-s{seed}")]
+            if args.jobs > 1:
+                cmd = ["taskset", "-c", ",".join(map(str, cores[slot * per_job:(slot + 1) * per_job])), *cmd]
+            print("$", " ".join(cmd), flush=True)
+            f = open(work / f"log-s{seed}.txt", "a")
+            env = {**os.environ, "OMP_NUM_THREADS": str(per_job)}
+            running.append((seed, subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=env), f))
+        seed, proc, f = running.pop(0)
+        rc = proc.wait()
+        f.close()
         if rc:
-            raise SystemExit(f"failed (exit {rc}): see {log}")
+            raise SystemExit(f"seed {seed} failed (exit {rc}): see {work / f'log-s{seed}.txt'}")
+    sh([AVEY_B, "niah", "report", *[str(work / f"eval-s{s}") for s in args.seeds], "--out", args.out], log)
     print(f"done in {(time.time() - t0) / 60:.0f} min on {platform.node()}, load {os.getloadavg()}", flush=True)
 
 
