@@ -276,6 +276,19 @@ def test_peak_rss_sampler_sees_a_large_allocation():
     assert s.peak - s.baseline > 200 * 2**20
 
 
+def test_measure_and_timed_call_report_the_same_peak_memory_bracket():
+    """Both go through PeakMemory: a call that touches 256 MiB reports at least that above the level before it."""
+    def big():
+        x = torch.ones(64, 1024, 1024)
+        time.sleep(0.05)
+        return float(x[0, 0, 0])
+
+    t = timing.measure(big, warmup=0, repeats=1)
+    assert t.mem_method == "rss_sampler" and t.peak_mem_delta_bytes > 200 * 2**20
+    seconds, delta, result = timing.timed_call(big)
+    assert result == 1.0 and seconds >= 0.05 and delta > 200 * 2**20
+
+
 def test_is_oom():
     assert device.is_oom(torch.cuda.OutOfMemoryError("CUDA out of memory"))
     assert device.is_oom(

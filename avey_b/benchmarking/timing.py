@@ -28,7 +28,6 @@ are recognized by :func:`avey_b.device.is_oom` and recorded as "OOM" points.
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import os
 import statistics
@@ -129,6 +128,39 @@ class PeakRSSSampler:
             self.peak = max(self.peak, rss)
 
 
+class PeakMemory:
+    """Peak memory of what runs inside ``with PeakMemory(device) as mem:``. On exit: ``peak`` (bytes; CUDA: the
+    allocator's maximum, CPU: the sampled RSS of this process), ``delta`` (above the level at entry) and ``method``;
+    ``peak``/``delta`` are None where memory cannot be read."""
+
+    def __init__(self, device: torch.device | str = "cpu", rss_interval_s: float = 0.001):
+        self.device = torch.device(device)
+        self.sampler = None if self.device.type == "cuda" else PeakRSSSampler(rss_interval_s)
+        self.peak: int | None = None
+        self.delta: int | None = None
+        self.method = "cuda_max_memory_allocated" if self.sampler is None else "rss_sampler"
+
+    def __enter__(self) -> PeakMemory:
+        if self.sampler is None:
+            torch.cuda.reset_peak_memory_stats(self.device)
+            self._base = torch.cuda.memory_allocated(self.device)
+        else:
+            self.sampler.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.sampler is None:
+            self.peak = torch.cuda.max_memory_allocated(self.device)
+            self.delta = self.peak - self._base
+            return
+        self.sampler.__exit__(*exc)
+        if self.sampler.peak is None:
+            self.method = "unavailable"
+        else:
+            self.peak = self.sampler.peak
+            self.delta = self.peak - (self.sampler.baseline or 0)
+
+
 @dataclass
 class Timing:
     """Timed calls of one benchmark point. Seconds per call; memory in bytes (None when unknown)."""
@@ -185,18 +217,12 @@ def timed_call(fn: Callable[[], Any], *, device: torch.device | str = "cpu") -> 
     gc.collect()
     trim_heap()
     synchronize(device)
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
-        base = torch.cuda.memory_allocated(device)
+    with PeakMemory(device) as mem:
         t0 = time.perf_counter()
         result = fn()
         synchronize(device)
-        return time.perf_counter() - t0, torch.cuda.max_memory_allocated(device) - base, result
-    with PeakRSSSampler() as mem:
-        t0 = time.perf_counter()
-        result = fn()
         seconds = time.perf_counter() - t0
-    return seconds, None if mem.peak is None else mem.peak - mem.baseline, result
+    return seconds, mem.delta, result
 
 
 def measure(
@@ -231,17 +257,10 @@ def measure(
     gc.collect()
     if device.type == "cuda":
         torch.cuda.empty_cache()
-        torch.cuda.reset_peak_memory_stats(device)
-        base = torch.cuda.memory_allocated(device)
-        sampler = None
-    else:
-        sampler = PeakRSSSampler(rss_interval_s)
-
     times: list[float] = []
     cpu_times: list[float] = []
     floor = min(min_repeats, repeats)
-    ctx = sampler if sampler is not None else contextlib.nullcontext()
-    with ctx:
+    with PeakMemory(device, rss_interval_s) as mem:
         for _ in range(repeats):
             synchronize(device)
             t0, c0 = time.perf_counter(), time.process_time()
@@ -251,23 +270,12 @@ def measure(
             cpu_times.append(time.process_time() - c0)
             if max_seconds is not None and len(times) >= floor and sum(times) >= max_seconds:
                 break
-
-    if device.type == "cuda":
-        peak = torch.cuda.max_memory_allocated(device)
-        delta, method = peak - base, "cuda_max_memory_allocated"
-    elif sampler is not None and sampler.peak is not None:
-        peak = sampler.peak
-        delta = sampler.peak - (sampler.baseline or 0)
-        method = "rss_sampler"
-    else:
-        peak = delta = None
-        method = "unavailable"
     return Timing(
         times_s=times,
         cpu_times_s=cpu_times,
         warmup=warmup,
         first_call_s=first_call_s,
-        peak_mem_bytes=peak,
-        peak_mem_delta_bytes=delta,
-        mem_method=method,
+        peak_mem_bytes=mem.peak,
+        peak_mem_delta_bytes=mem.delta,
+        mem_method=mem.method,
     )
