@@ -62,6 +62,45 @@ def copy_model(src: Path, dst: Path, window: int | None) -> None:
     tmp.rename(dst)
 
 
+def plot_losses(results: Path, path: Path, window: int = 10) -> None:
+    """Fine-tuning loss per step (a moving average over ``window`` steps), one panel per task, one colour per model,
+    one line per seed; the dashed line is the loss of a model that finds the needles but guesses which occurrence
+    a two-needle question asks for: 0 on the 40% one-needle examples, ln 2 for the start and for the end on the 60%
+    two-needle ones, so 0.6 ln 2."""
+    import json
+    import math
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    records = [json.loads(line) for line in results.read_text().splitlines() if line.strip()]
+    tasks = sorted({r["task"] for r in records})
+    models = sorted({Path(r["model"]).name for r in records})
+    fig, axes = plt.subplots(1, len(tasks), figsize=(6 * len(tasks), 3.8), squeeze=False)
+    for ax, task in zip(axes[0], tasks, strict=True):
+        for r in (r for r in records if r["task"] == task):
+            losses = r["train"]["losses"]
+            smooth = [sum(losses[max(0, i - window + 1):i + 1]) / (i + 1 - max(0, i - window + 1))
+                      for i in range(len(losses))]
+            name = Path(r["model"]).name
+            ax.plot(range(1, len(smooth) + 1), smooth, color=f"C{models.index(name)}", linewidth=1,
+                    label=name if r["seed"] == min(q["seed"] for q in records) else None)
+        ax.axhline(0.6 * math.log(2), color="grey", linestyle="--", linewidth=1)
+        ax.text(60, 0.6 * math.log(2) - 0.05, "finds a needle, guesses the occurrence (0.6 ln 2)", color="grey",
+                fontsize=8, va="top")
+        ax.set_ylim(0, 3)
+        ax.set_xlabel(f"fine-tuning step (batch 8, {records[0]['train']['input_tokens']:,} tokens)")
+        ax.set_ylabel(f"loss ({window}-step mean)")
+        ax.set_title(task)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def sh(cmd: list[str], log: Path) -> None:
     print("$", " ".join(cmd), flush=True)
     with open(log, "a") as f:
@@ -139,6 +178,7 @@ def main() -> None:
         if rc:
             raise SystemExit(f"seed {seed} failed (exit {rc}): see {work / f'log-s{seed}.txt'}")
     sh([AVEY_B, "niah", "report", *[str(work / f"eval-s{s}") for s in args.seeds], "--out", args.out], log)
+    plot_losses(Path(args.out) / "results.jsonl", Path(args.out) / "train_loss.png")
     print(f"done in {(time.time() - t0) / 60:.0f} min on {platform.node()}, load {os.getloadavg()}", flush=True)
 
 
