@@ -1,10 +1,12 @@
 """Baseline encoders built from their configurations with random weights (no download): the one list that
 the efficiency benchmark, NIAH evaluation and the comparison scripts in ``benchmarks/`` share.
 
-A model spec is ``NAME[:key=value,...]``: a registered name below, or a local directory / Hub id
-holding a ``config.json`` (read with ``AutoConfig``; after ``import avey_b`` that includes Avey-B
-directories). The ``key=value`` overrides set config attributes (values parsed as Python literals:
-``avey-b-small:compressor=False``, ``bert-base:num_hidden_layers=6``).
+A model spec is ``NAME[:key=value,...]``: a registered name below, a transformers ``model_type`` (``bert``,
+``roberta``, ``modernbert``: that class's default config), or a local directory / Hub id holding a
+``config.json`` (read with ``AutoConfig``; after ``import avey_b`` that includes Avey-B directories). The
+``key=value`` overrides set config fields (values parsed as Python literals: ``avey-b-small:compressor=False``,
+``bert-base:num_hidden_layers=6``). It is the one grammar of a model: pretraining's ``model.arch`` / ``preset`` /
+``overrides`` are the same spec written as YAML (:func:`avey_b.training.build.build_model`).
 
 Registered names:
 
@@ -43,81 +45,38 @@ from . import presets  # importing the package registers Avey-B with the Auto cl
 from .configs import check_keys
 
 
-def _tiny_bert():
-    from transformers import BertConfig
-
-    return BertConfig(
-        vocab_size=99,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=37,
-        max_position_embeddings=512,
-    )
-
-
-def _tiny_modernbert():
-    from transformers import ModernBertConfig
-
-    return ModernBertConfig(
-        vocab_size=99,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=37,
-        max_position_embeddings=512,
-        local_attention=16,
-        pad_token_id=0,
-        bos_token_id=1,
-        eos_token_id=2,
-        cls_token_id=1,
-        sep_token_id=2,
-    )
+def _neobert_like(**overrides):
+    layers = overrides.get("num_hidden_layers", 28)
+    rope = {"rope_type": "default", "rope_theta": 10000.0}
+    return {
+        "vocab_size": 30522,
+        "hidden_size": 768,
+        "num_hidden_layers": layers,
+        "num_attention_heads": 12,
+        "intermediate_size": 3072,
+        "hidden_activation": "silu",
+        "max_position_embeddings": 4096,
+        "layer_types": ["full_attention"] * layers,  # global attention in every layer, however many
+        "rope_parameters": {"full_attention": rope, "sliding_attention": rope},
+        "pad_token_id": 0,
+        "bos_token_id": 101,
+        "eos_token_id": 102,
+        "cls_token_id": 101,
+        "sep_token_id": 102,
+    }
 
 
-def _neobert_like():
-    from transformers import ModernBertConfig
+_TINY = {"vocab_size": 99, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
+         "intermediate_size": 37, "max_position_embeddings": 512}
 
-    layers = 28
-    return ModernBertConfig(
-        vocab_size=30522,
-        hidden_size=768,
-        num_hidden_layers=layers,
-        num_attention_heads=12,
-        intermediate_size=3072,
-        hidden_activation="silu",
-        max_position_embeddings=4096,
-        layer_types=["full_attention"] * layers,
-        rope_parameters={
-            "full_attention": {"rope_type": "default", "rope_theta": 10000.0},
-            "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
-        },
-        pad_token_id=0,
-        bos_token_id=101,
-        eos_token_id=102,
-        cls_token_id=101,
-        sep_token_id=102,
-    )
-
-
-def _bert_base():
-    from transformers import BertConfig
-
-    return BertConfig()
-
-
-def _modernbert_base():
-    from transformers import ModernBertConfig
-
-    return ModernBertConfig()
-
-
+# name -> (transformers model_type, its constructor's keywords; a callable when they depend on the overrides).
 NAMED_CONFIGS = {
-    "bert-base": _bert_base,
-    "bert-tiny": _tiny_bert,
-    "modernbert-base": _modernbert_base,
-    "modernbert-tiny": _tiny_modernbert,
-    "neobert": _neobert_like,
+    "bert-base": ("bert", {}),
+    "bert-tiny": ("bert", _TINY),
+    "modernbert-base": ("modernbert", {}),
+    "modernbert-tiny": ("modernbert", {**_TINY, "local_attention": 16, "pad_token_id": 0, "bos_token_id": 1,
+                                       "eos_token_id": 2, "cls_token_id": 1, "sep_token_id": 2}),
+    "neobert": ("modernbert", _neobert_like),
 }
 DISPLAY_NAMES = {"neobert": "neobert (approx.)"}
 
@@ -159,32 +118,52 @@ def is_avey_b(config) -> bool:
     return getattr(config, "model_type", None) == "avey-b"
 
 
+def _model_types() -> set[str]:
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    return set(CONFIG_MAPPING.keys())
+
+
 def is_registered(name: str) -> bool:
-    """Whether ``name`` is built from a config here (a registered name or ``avey-b-<preset>``), not loaded."""
-    return name in NAMED_CONFIGS or name.removeprefix("avey-b-") in presets.PRESETS
+    """Whether ``name`` is built from a config here (a registered name, ``avey-b-<preset>`` or a transformers
+    ``model_type``), not loaded from a directory or the Hub."""
+    return name in NAMED_CONFIGS or name.removeprefix("avey-b-") in presets.PRESETS or name in _model_types()
 
 
-def build_config(spec: ModelSpec | str):
-    """The config for ``spec`` (registered name, ``avey-b-<preset>``, or a directory / Hub id)."""
+def build_config(spec: ModelSpec | str, defaults: dict[str, Any] | None = None):
+    """The config for ``spec``: a registered name, ``avey-b-<preset>``, a transformers ``model_type`` (``bert``,
+    ``roberta``, ``modernbert``, ...), or a directory / Hub id.
+
+    ``defaults`` are fields set where the config has them, over a registered name's own and beneath the overrides
+    (pretraining's vocabulary size and special-token ids, from its tokenizer). Built names get their fields through the config's constructor, so what a constructor
+    derives from them (ModernBERT's ``layer_types`` from ``num_hidden_layers``) follows; a loaded config gets them
+    as attributes. A key the config does not have is an error that names it."""
+    from transformers import AutoConfig
+
     if isinstance(spec, str):
         spec = parse_spec(spec)
     name = spec.name
-    if name.startswith("avey-b-") and name.removeprefix("avey-b-") in presets.PRESETS:
-        # Overrides go through the preset so AveyBConfig validates them and re-derives layer_types.
-        return presets.get(name.removeprefix("avey-b-"), **spec.overrides)
-    elif name in NAMED_CONFIGS:
-        config = NAMED_CONFIGS[name]()
-    elif os.path.isdir(name) or "/" in name:
-        from transformers import AutoConfig
 
+    def fields_of(config) -> dict[str, Any]:  # the defaults this config has, beneath the overrides
+        check_keys(config, spec.overrides, f"model spec {spec.label!r}: {type(config).__name__}'s fields are")
+        return {k: v for k, v in (defaults or {}).items() if hasattr(config, k)}
+
+    if name.startswith("avey-b-") and name.removeprefix("avey-b-") in presets.PRESETS:
+        preset = name.removeprefix("avey-b-")  # AveyBConfig re-derives layer_types from the fields
+        return presets.get(preset, **{**fields_of(presets.get(preset)), **spec.overrides})
+    if name in NAMED_CONFIGS or name in _model_types():
+        model_type, fields = NAMED_CONFIGS.get(name, (name, {}))
+        given = fields(**spec.overrides) if callable(fields) else fields
+        return AutoConfig.for_model(model_type, **{**given, **fields_of(AutoConfig.for_model(model_type)),
+                                                   **spec.overrides})
+    if os.path.isdir(name) or "/" in name:
         config = AutoConfig.from_pretrained(name)
-    else:
-        known = [f"avey-b-{p}" for p in presets.PRESETS] + sorted(NAMED_CONFIGS)
-        raise ValueError(f"unknown model {name!r}: use one of {known}, a local directory or a Hub id")
-    check_keys(config, spec.overrides, f"model spec {spec.label!r}: {type(config).__name__}'s fields are")
-    for key, value in spec.overrides.items():
-        setattr(config, key, value)
-    return config
+        for key, value in {**fields_of(config), **spec.overrides}.items():
+            setattr(config, key, value)
+        return config
+    known = [f"avey-b-{p}" for p in presets.PRESETS] + sorted(NAMED_CONFIGS)
+    raise ValueError(f"unknown model {name!r}: use one of {known}, a transformers model_type (bert, modernbert, "
+                     "...), a local directory or a Hub id")
 
 
 def uses_rope(config) -> bool:

@@ -323,6 +323,25 @@ def test_model_specs():
     assert set(neo.layer_types) == {"full_attention"} and neo.hidden_activation == "silu"
 
 
+def test_model_spec_overrides_go_through_the_constructor():
+    # Fields a config derives from others follow the overrides (setting them afterwards left ModernBERT with 22
+    # layer types for 3 layers, and its model failed to build).
+    small = models.build_config("modernbert-tiny:num_hidden_layers=3")
+    assert small.num_hidden_layers == len(small.layer_types) == 3
+    models.build_model(small)
+    neo = models.build_config("neobert:num_hidden_layers=2,hidden_size=64,num_attention_heads=2")
+    assert neo.layer_types == ["full_attention"] * 2
+    # A transformers model_type is a model name too: its default config, with the overrides.
+    roberta = models.build_config("roberta:num_hidden_layers=1")
+    assert (roberta.model_type, roberta.num_hidden_layers) == ("roberta", 1) and models.is_registered("roberta")
+    # Defaults sit over a registered name's own fields and under the overrides; a field the config lacks is
+    # skipped (an Avey-B config has no cls_token_id), not an error.
+    cfg = models.build_config("bert-tiny:pad_token_id=3", {"vocab_size": 500, "pad_token_id": 1})
+    assert (cfg.vocab_size, cfg.pad_token_id) == (500, 3)
+    avey = models.build_config("avey-b-tiny", {"vocab_size": 640, "nonexistent_token_id": 5})
+    assert avey.vocab_size == 640 and not hasattr(avey, "nonexistent_token_id")
+
+
 def test_matched_width_is_the_closest_ffn_width():
     from transformers import AutoConfig
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from ..configs import check_keys
+from .. import baselines
 from ..data.corpus import SourceSpec, in_split, iter_documents
 from ..tokenization import load_tokenizer, pad_to_multiple, train_bpe_tokenizer
 from .checkpoint import verify
@@ -61,7 +61,7 @@ def build_tokenizer(cfg: PretrainConfig, info, run_dir: Path):
 
 def build_model(cfg: PretrainConfig, tokenizer, resume_dir: Path | None = None):
     """A fresh model from the config (vocab sized from the tokenizer), or weights from a checkpoint."""
-    from transformers import AutoConfig, AutoModelForMaskedLM
+    from transformers import AutoModelForMaskedLM
 
     import avey_b  # noqa: F401  (registers Avey-B with the Auto classes)
 
@@ -73,26 +73,18 @@ def build_model(cfg: PretrainConfig, tokenizer, resume_dir: Path | None = None):
         model = AutoModelForMaskedLM.from_pretrained(str(resume_dir or m.init_from), dtype=torch.float32)
         if model.get_input_embeddings().weight.shape[0] < len(tokenizer):
             model.resize_token_embeddings(vocab)
-    elif m.arch in ("avey-b", "avey_b"):
-        from avey_b import AveyBForMaskedLM, presets
-
-        if m.preset is None:
-            raise ValueError("model.preset is required for model.arch=avey-b (tiny, small, base, large)")
-        config = presets.get(m.preset, **{"vocab_size": vocab, "pad_token_id": tokenizer.pad_token_id, **m.overrides})
-        model = AveyBForMaskedLM(config)
     else:
-        kwargs = {"vocab_size": vocab, "pad_token_id": tokenizer.pad_token_id}
-        base = AutoConfig.for_model(m.arch)
-        check_keys(base, m.overrides, f"model.overrides for {m.arch}: {type(base).__name__}'s fields are")
-        if hasattr(base, "max_position_embeddings"):
-            kwargs["max_position_embeddings"] = max(cfg.data.seq_len, 512)
-        for name in ("bos_token_id", "eos_token_id", "cls_token_id", "sep_token_id"):
-            if hasattr(base, name):
-                tid = {"bos_token_id": tokenizer.cls_token_id, "cls_token_id": tokenizer.cls_token_id,
-                       "eos_token_id": tokenizer.sep_token_id, "sep_token_id": tokenizer.sep_token_id}[name]
-                if tid is not None:
-                    kwargs[name] = tid
-        config = AutoConfig.for_model(m.arch, **{**kwargs, **m.overrides})
+        # The model spec of avey_b.baselines, written as YAML: arch avey-b + preset -> avey-b-<preset>.
+        if m.arch in ("avey-b", "avey_b") and m.preset is None:
+            raise ValueError("model.preset is required for model.arch=avey-b (tiny, small, base, large)")
+        name = f"avey-b-{m.preset}" if m.arch in ("avey-b", "avey_b") else m.arch
+        defaults = {"vocab_size": vocab, "pad_token_id": tokenizer.pad_token_id}
+        if name == m.arch:  # a transformers architecture: its position table and special ids from the tokenizer
+            defaults["max_position_embeddings"] = max(cfg.data.seq_len, 512)
+            ids = {"bos_token_id": tokenizer.cls_token_id, "cls_token_id": tokenizer.cls_token_id,
+                   "eos_token_id": tokenizer.sep_token_id, "sep_token_id": tokenizer.sep_token_id}
+            defaults.update({k: v for k, v in ids.items() if v is not None})
+        config = baselines.build_config(baselines.ModelSpec(name, dict(m.overrides)), defaults)
         model = AutoModelForMaskedLM.from_config(config)
     if hasattr(model.config, "sparse_prediction"):
         model.config.sparse_prediction = bool(m.sparse_prediction)

@@ -19,11 +19,14 @@ from ..configs import apply_overrides, dump_yaml, to_dict  # noqa: F401  (part o
 @dataclass
 class ModelConfig:
     arch: str = "avey-b"
-    """``avey-b``, or an HF masked-LM ``model_type`` built from config (``bert``, ``modernbert``, ``roberta``, ...)."""
+    """``avey-b`` (with ``preset``), or any other model name of ``avey_b.baselines``, built from config: a
+    transformers ``model_type`` (``bert``, ``modernbert``, ``roberta``, ...) or a baseline (``bert-base``,
+    ``neobert``, ...)."""
     preset: str | None = "small"
-    """Avey-B preset from ``avey_b.presets`` (``tiny``, ``small``, ``base``, ``large``); ignored for HF archs."""
+    """Avey-B preset from ``avey_b.presets`` (``tiny``, ``small``, ``base``, ``large``); ignored for other archs."""
     overrides: dict = field(default_factory=dict)
-    """Architecture fields passed to the preset / HF config (e.g. ``{hidden_size: 256, num_hidden_layers: 4}``)."""
+    """Architecture fields passed to the preset / HF config (e.g. ``{hidden_size: 256, num_hidden_layers: 4}``);
+    the ``key=value`` part of a model spec, and checked the same way (an unknown key is an error)."""
     init_from: str | None = None
     """Start from these weights (a local dir or Hub id, ``from_pretrained``) instead of a fresh init."""
     sparse_prediction: bool = True
