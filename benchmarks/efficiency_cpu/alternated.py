@@ -1,0 +1,70 @@
+"""Avey-B base against ModernBERT-base, alternated in one process: the ratio the README quotes.
+
+    python benchmarks/efficiency_cpu/alternated.py --text runs/efficiency_cpu/english.txt --lengths 4096 8192
+
+``avey-b bench run`` times one model's series after another (minutes apart on a machine that drifts); this times
+the two models in turns — A, B, A, B, ... — at each length, on the same real-text ids (cl100k, renumbered into
+each model's vocabulary), one forward per turn after a warm-up of each, with an fp32 GEMM timed in the same
+process before and after for the FLOP utilization. Prints one JSON line per length (every turn's seconds, the
+per-round ratios and their median) and appends it to ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+import torch
+
+from avey_b.baselines import build_config, build_model
+from avey_b.benchmarking.inputs import text_ids
+from avey_b.benchmarking.timing import gemm_rate, timed_call
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--text", nargs="+", required=True, help="text files (see benchmarks/english_text.py)")
+    p.add_argument("--models", nargs=2, default=["avey-b-base", "modernbert-base"], metavar=("A", "B"))
+    p.add_argument("--lengths", type=int, nargs="+", default=[4096, 8192])
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--out", default="benchmarks/efficiency_cpu/alternated.jsonl")
+    args = p.parse_args()
+    torch.set_num_threads(args.threads)
+    text = text_ids(args.text)
+    models = {}
+    for spec in args.models:
+        config = build_config(spec)
+        kwargs = {} if getattr(config, "model_type", None) == "avey-b" else {"attn_implementation": "sdpa"}
+        models[spec] = (config, build_model(config, **kwargs))
+    for n in args.lengths:
+        inputs = {s: text.batch(c.vocab_size, 1, n)[:2] for s, (c, _) in models.items()}
+
+        def forward(spec, n=n, inputs=inputs):
+            ids, mask = inputs[spec]
+            with torch.no_grad():
+                return models[spec][1](input_ids=ids, attention_mask=mask)
+
+        g0 = gemm_rate(torch.float32)
+        for spec in args.models:  # warm-up
+            forward(spec)
+        times: dict[str, list[float]] = {s: [] for s in args.models}
+        for _ in range(args.rounds):
+            for spec in args.models:
+                seconds, _, _ = timed_call(lambda spec=spec: forward(spec))
+                times[spec].append(seconds)
+        a, b = args.models
+        ratios = [tb / ta for ta, tb in zip(times[a], times[b])]
+        rec = {"length": n, "models": args.models, "ids": text.source, "threads": args.threads,
+               "seconds": times, "ratio_b_over_a": ratios, "ratio_median": statistics.median(ratios),
+               "gemm_fp32_flop_s": (g0 + gemm_rate(torch.float32)) / 2, "torch": torch.__version__,
+               "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        print(json.dumps(rec), flush=True)
+        with open(args.out, "a") as f:
+            f.write(json.dumps(rec) + "\n")
+
+
+if __name__ == "__main__":
+    main()
