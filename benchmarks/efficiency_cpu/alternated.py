@@ -56,7 +56,7 @@ def main() -> None:
                 seconds, _, _ = timed_call(lambda spec=spec: forward(spec))
                 times[spec].append(seconds)
         a, b = args.models
-        ratios = [tb / ta for ta, tb in zip(times[a], times[b])]
+        ratios = [tb / ta for ta, tb in zip(times[a], times[b], strict=True)]
         rec = {"length": n, "models": args.models, "ids": text.source, "threads": args.threads,
                "seconds": times, "ratio_b_over_a": ratios, "ratio_median": statistics.median(ratios),
                "gemm_fp32_flop_s": (g0 + gemm_rate(torch.float32)) / 2, "torch": torch.__version__,
