@@ -134,10 +134,11 @@ def build_config(spec: ModelSpec | str, defaults: dict[str, Any] | None = None):
     """The config for ``spec``: a registered name, ``avey-b-<preset>``, a transformers ``model_type`` (``bert``,
     ``roberta``, ``modernbert``, ...), or a directory / Hub id.
 
-    ``defaults`` are fields set where the config has them, over a registered name's own and beneath the overrides
-    (pretraining's vocabulary size and special-token ids, from its tokenizer). Built names get their fields through the config's constructor, so what a constructor
-    derives from them (ModernBERT's ``layer_types`` from ``num_hidden_layers``) follows; a loaded config gets them
-    as attributes. A key the config does not have is an error that names it."""
+    ``defaults`` are fields set where the config has them, over a registered name's own and beneath the
+    overrides (pretraining's vocabulary size and special-token ids, from its tokenizer). Built names get their
+    fields through the config's constructor, so what a constructor derives from them (ModernBERT's
+    ``layer_types`` from ``num_hidden_layers``) follows; a loaded config gets them as attributes. An override the
+    config does not have is an error that names it."""
     from transformers import AutoConfig
 
     if isinstance(spec, str):

@@ -334,8 +334,8 @@ def test_model_spec_overrides_go_through_the_constructor():
     # A transformers model_type is a model name too: its default config, with the overrides.
     roberta = models.build_config("roberta:num_hidden_layers=1")
     assert (roberta.model_type, roberta.num_hidden_layers) == ("roberta", 1) and models.is_registered("roberta")
-    # Defaults sit over a registered name's own fields and under the overrides; a field the config lacks is
-    # skipped (an Avey-B config has no cls_token_id), not an error.
+    # Defaults sit over a registered name's own fields and under the overrides; a default the config lacks is
+    # skipped, not an error (pretraining passes the same defaults to every architecture).
     cfg = models.build_config("bert-tiny:pad_token_id=3", {"vocab_size": 500, "pad_token_id": 1})
     assert (cfg.vocab_size, cfg.pad_token_id) == (500, 3)
     avey = models.build_config("avey-b-tiny", {"vocab_size": 640, "nonexistent_token_id": 5})
