@@ -5,8 +5,9 @@
 ``avey-b bench run`` times one model's series after another (minutes apart on a machine that drifts); this times
 the two models in turns — A, B, A, B, ... — at each length, on the same real-text ids (cl100k, renumbered into
 each model's vocabulary), one forward per turn after a warm-up of each, with an fp32 GEMM timed in the same
-process before and after for the FLOP utilization. Prints one JSON line per length (every turn's seconds, the
-per-round ratios and their median) and appends it to ``--out``.
+process before and after (the machine's state during the rounds; the forwards' FLOP utilization is in the
+``bench run`` records). Prints one JSON line per length (every turn's seconds, the per-round ratios and their
+median) and appends it to ``--out``.
 """
 
 from __future__ import annotations
@@ -37,12 +38,11 @@ def main() -> None:
     models = {}
     for spec in args.models:
         config = build_config(spec)
-        kwargs = {} if getattr(config, "model_type", None) == "avey-b" else {"attn_implementation": "sdpa"}
-        models[spec] = (config, build_model(config, **kwargs))
+        models[spec] = (config, build_model(config, attn_implementation="sdpa"))  # ignored for Avey-B
     for n in args.lengths:
         inputs = {s: text.batch(c.vocab_size, 1, n)[:2] for s, (c, _) in models.items()}
 
-        def forward(spec, n=n, inputs=inputs):
+        def forward(spec, inputs=inputs):
             ids, mask = inputs[spec]
             with torch.no_grad():
                 return models[spec][1](input_ids=ids, attention_mask=mask)
