@@ -118,16 +118,16 @@ def is_avey_b(config) -> bool:
     return getattr(config, "model_type", None) == "avey-b"
 
 
-def _model_types() -> set[str]:
+def _is_model_type(name: str) -> bool:
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
-    return set(CONFIG_MAPPING.keys())
+    return name in CONFIG_MAPPING
 
 
 def is_registered(name: str) -> bool:
     """Whether ``name`` is built from a config here (a registered name, ``avey-b-<preset>`` or a transformers
     ``model_type``), not loaded from a directory or the Hub."""
-    return name in NAMED_CONFIGS or name.removeprefix("avey-b-") in presets.PRESETS or name in _model_types()
+    return name in NAMED_CONFIGS or name.removeprefix("avey-b-") in presets.PRESETS or _is_model_type(name)
 
 
 def build_config(spec: ModelSpec | str, defaults: dict[str, Any] | None = None):
@@ -152,7 +152,7 @@ def build_config(spec: ModelSpec | str, defaults: dict[str, Any] | None = None):
     if name.startswith("avey-b-") and name.removeprefix("avey-b-") in presets.PRESETS:
         preset = name.removeprefix("avey-b-")  # AveyBConfig re-derives layer_types from the fields
         return presets.get(preset, **{**fields_of(presets.get(preset)), **spec.overrides})
-    if name in NAMED_CONFIGS or name in _model_types():
+    if name in NAMED_CONFIGS or _is_model_type(name):
         model_type, fields = NAMED_CONFIGS.get(name, (name, {}))
         given = fields(**spec.overrides) if callable(fields) else fields
         return AutoConfig.for_model(model_type, **{**given, **fields_of(AutoConfig.for_model(model_type)),

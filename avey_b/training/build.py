@@ -75,11 +75,12 @@ def build_model(cfg: PretrainConfig, tokenizer, resume_dir: Path | None = None):
             model.resize_token_embeddings(vocab)
     else:
         # The model spec of avey_b.baselines, written as YAML: arch avey-b + preset -> avey-b-<preset>.
-        if m.arch in ("avey-b", "avey_b") and m.preset is None:
+        avey = m.arch in ("avey-b", "avey_b")
+        if avey and m.preset is None:
             raise ValueError("model.preset is required for model.arch=avey-b (tiny, small, base, large)")
-        name = f"avey-b-{m.preset}" if m.arch in ("avey-b", "avey_b") else m.arch
+        name = f"avey-b-{m.preset}" if avey else m.arch
         defaults = {"vocab_size": vocab, "pad_token_id": tokenizer.pad_token_id}
-        if name == m.arch:  # a transformers architecture: its position table and special ids from the tokenizer
+        if not avey:  # a transformers architecture: its position table and special ids from the tokenizer
             defaults["max_position_embeddings"] = max(cfg.data.seq_len, 512)
             ids = {"bos_token_id": tokenizer.cls_token_id, "cls_token_id": tokenizer.cls_token_id,
                    "eos_token_id": tokenizer.sep_token_id, "sep_token_id": tokenizer.sep_token_id}
