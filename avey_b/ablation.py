@@ -45,13 +45,15 @@ class AblationConfig:
     description: str = ""
     """What the experiment is for and how to run it (free text)."""
     pretrain_config: str = "ablation-10b"
-    """The pretraining recipe every variant starts from: a path (relative to this file) or a shipped name."""
+    """The pretraining recipe every variant of this file starts from: a path (relative to this file) or a shipped
+    name (the large masking sweep uses ``ablation-10b-large``)."""
     suite: str = "ablation"
     """The evaluation suite: a path (relative to this file) or a shipped name."""
     output_dir: str = "runs/ablation"
     """Root of ``pretrain/<variant>`` and ``eval/``."""
     variants: dict = field(default_factory=dict)
-    """Variant name -> ``key: value`` overrides of the pretraining config (``{}``: the recipe as it is)."""
+    """Variant name -> ``key: value`` overrides of the pretraining config, dotted (``data.seq_len``, ``data.mask_rate``,
+    ``model.preset``, ``model.overrides.<AveyBConfig field>``); ``{}``: the recipe as it is."""
 
 
 def load_variants(path: str) -> AblationConfig:
