@@ -1,16 +1,28 @@
-"""``avey-b ablation``: reproduce the paper's ablation table (§5.2 and its appendix "Ablation Study"): pretrain
-each architecture variant, evaluate, tabulate. It drives pretraining and evaluation, so it sits above both.
+"""``avey-b ablation``: reproduce the paper's ablation and design-choice studies (§5.2 and the appendices "Ablation
+Study", "How to Normalize?", "What are the Best Sequence Length, Split Size, and Top-k Values?", "What is the Best
+Masking Rate?"): pretrain each variant, evaluate, tabulate. It drives pretraining and evaluation, so it sits
+above both.
 
-    avey-b ablation --variants ablation_variants
+    avey-b ablation --variants ablation_variants          # components, layer patterns, normalizations, ranker
+    avey-b ablation --variants nsk_variants               # the N / S / k grid, every row of the paper's table
+    avey-b ablation --variants masking_base_variants      # masking rates 10-50%, base
+    avey-b ablation --variants masking_large_variants     # masking rates 10-50%, large
+    avey-b ablation --variants ablation_variants --dry-run                  # resolve every variant, run nothing
     avey-b ablation --variants ablation_variants \\
         --only avey-b bidirectional-ranker -- --tasks sst2 conll2003       # extra flags go to the sweep
 
-For every variant (a set of ``key=value`` overrides of the pretraining config) this runs
-``avey-b pretrain`` into ``<output_dir>/pretrain/<variant>`` (skipped when ``model/`` already exists;
-resumed from the latest checkpoint when one exists), then one ``avey-b evaluate`` sweep over all finished
-variants under the ablation protocol (the shipped ``ablation`` suite: 5 seeds at 5e-4, best of five), and
-prints the table with one row per variant. A variant whose pretraining fails is reported and left out;
-the others go on. Exit code 1 when anything failed.
+A variants file (``AblationConfig``) names the pretraining recipe every variant starts from
+(``pretrain_config``), the evaluation suite (``suite``), the output root, and each variant as ``key: value``
+overrides of that recipe: any key of the pretraining config, dotted (``data.seq_len``, ``data.mask_rate``,
+``model.preset``), and architecture fields as ``model.overrides.<AveyBConfig field>``.
+
+Every selected variant is resolved first, before anything runs: its pretraining config is built and validated
+and its model config constructed (no weights), so a typo in any variant is an error naming it, not a failure
+days into the run. Then for every variant this runs ``avey-b pretrain`` into ``<output_dir>/pretrain/<variant>``
+(skipped when ``model/`` already exists; resumed from the latest checkpoint when one exists), then one ``avey-b
+evaluate`` sweep of the suite over the finished variants' ``model/`` directories (the suite's own ``models`` are
+replaced by them), and prints the table with one row per variant. A variant whose pretraining fails is reported
+and left out; the others go on. Exit code 1 when anything failed.
 """
 
 from __future__ import annotations
@@ -33,13 +45,15 @@ class AblationConfig:
     description: str = ""
     """What the experiment is for and how to run it (free text)."""
     pretrain_config: str = "ablation-10b"
-    """The pretraining recipe every variant starts from: a path (relative to this file) or a shipped name."""
+    """The pretraining recipe every variant of this file starts from: a path (relative to this file) or a shipped
+    name (the large masking sweep uses ``ablation-10b-large``)."""
     suite: str = "ablation"
     """The evaluation suite: a path (relative to this file) or a shipped name."""
     output_dir: str = "runs/ablation"
     """Root of ``pretrain/<variant>`` and ``eval/``."""
     variants: dict = field(default_factory=dict)
-    """Variant name -> ``key: value`` overrides of the pretraining config (``{}``: the recipe as it is)."""
+    """Variant name -> ``key: value`` overrides of the pretraining config, dotted (``data.seq_len``, ``data.mask_rate``,
+    ``model.preset``, ``model.overrides.<AveyBConfig field>``); ``{}``: the recipe as it is."""
 
 
 def load_variants(path: str) -> AblationConfig:
@@ -65,16 +79,100 @@ def _beside(variants_file, path: str, kind: str):
     return near if not os.path.isabs(path) and near.exists() else configs.resolve(path, kind)
 
 
-def pretrain_variant(name: str, overrides: dict[str, Any] | None, pretrain_config: str, root: str,
-                     pretrain_main=None) -> str:
+def variant_run_dir(root: str, name: str) -> str:
+    """Where variant ``name`` is pretrained."""
+    return os.path.join(root, "pretrain", name)
+
+
+def variant_model_dir(root: str, name: str) -> str:
+    """What the evaluation reads: the ``model/`` directory pretraining writes into its run directory."""
+    return os.path.join(variant_run_dir(root, name), "model")
+
+
+@dataclass
+class VariantPlan:
+    """One variant, resolved without running anything."""
+
+    name: str
+    overrides: list[str]
+    """The ``key=value`` arguments of its ``avey-b pretrain`` (its overrides, then its ``run_dir``)."""
+    config: Any
+    """The validated ``PretrainConfig`` its pretraining runs with."""
+    model_config: Any
+    """Its model's config (``AveyBConfig`` for Avey-B), built from the recipe's model spec; ``None`` when the
+    model starts from saved weights (``model.init_from``)."""
+    model_dir: str
+    """The directory the evaluation reads."""
+
+
+def model_config_of(cfg) -> Any:
+    """The config ``avey-b pretrain`` builds its model from (:func:`avey_b.training.build.build_model`'s spec:
+    ``avey-b-<preset>`` or ``model.arch``, with ``model.overrides``), without a tokenizer or weights."""
+    from . import baselines
+
+    m = cfg.model
+    if m.init_from:
+        return None
+    avey = m.arch in ("avey-b", "avey_b")
+    if avey and m.preset is None:
+        raise ValueError("model.preset is required for model.arch=avey-b (tiny, small, base, large)")
+    return baselines.build_config(baselines.ModelSpec(f"avey-b-{m.preset}" if avey else m.arch, dict(m.overrides)))
+
+
+def plan_variant(name: str, overrides: dict[str, Any] | None, pretrain_config: str, root: str) -> VariantPlan:
+    """Resolve variant ``name``: the pretraining config it runs with (every key checked, values validated), its
+    model config, and the model directory its evaluation reads. A bad variant is an error naming it."""
+    from .training.config import load_config
+
+    run_dir = variant_run_dir(root, name)
+    argv = [*override_args(overrides), f"run_dir={json.dumps(run_dir)}"]
+    try:
+        cfg = load_config(pretrain_config, argv)
+        model_config = model_config_of(cfg)
+    except (ValueError, TypeError, KeyError, OSError) as e:  # UnknownConfigKey is a KeyError: its message, unquoted
+        why = e.args[0] if isinstance(e, KeyError) and e.args else e
+        raise ValueError(f"variant {name!r} (pretrain_config {pretrain_config}): {why}") from e
+    return VariantPlan(name, argv, cfg, model_config, variant_model_dir(root, name))
+
+
+def plan(variants_file: str, only: list[str] | None = None, output_dir: str | None = None
+         ) -> tuple[AblationConfig, str, str, dict[str, VariantPlan]]:
+    """Resolve a variants file: (its config, pretrain config path, suite path, name -> plan of each selected
+    variant). Every variant is resolved, and every problem reported at once."""
+    path = configs.resolve(variants_file, "eval")
+    spec = load_variants(str(path))
+    variants = spec.variants
+    if only:
+        unknown = sorted(set(only) - set(variants))
+        if unknown:
+            raise ValueError(f"unknown variants {unknown}; defined: {sorted(variants)}")
+        variants = {k: v for k, v in variants.items() if k in only}
+    pretrain_config = str(_beside(path, spec.pretrain_config, "pretrain"))
+    suite = str(_beside(path, spec.suite, "eval"))
+    from .evaluation.sweep import load_suite
+
+    load_suite(suite)  # the suite must read strictly too
+    root = output_dir or spec.output_dir
+    plans, errors = {}, []
+    for name, overrides in variants.items():
+        try:
+            plans[name] = plan_variant(name, overrides, pretrain_config, root)
+        except ValueError as e:
+            errors.append(str(e))
+    if errors:
+        raise ValueError(f"{path}: {len(errors)} of {len(variants)} variants do not resolve:\n  " + "\n  ".join(errors))
+    return spec, pretrain_config, suite, plans
+
+
+def pretrain_variant(variant: VariantPlan, pretrain_config: str, pretrain_main=None) -> str:
     """Pretrain one variant unless done; returns its model directory. Raises on failure."""
-    run_dir = os.path.join(root, "pretrain", name)
-    model_dir = os.path.join(run_dir, "model")
+    name, model_dir = variant.name, variant.model_dir
+    run_dir = os.path.dirname(model_dir)
     if os.path.isfile(os.path.join(model_dir, "config.json")):
         return model_dir
     if pretrain_main is None:
         from .training.pretrain import main as pretrain_main
-    argv = ["--config", pretrain_config, *override_args(overrides), f"run_dir={json.dumps(run_dir)}"]
+    argv = ["--config", pretrain_config, *variant.overrides]
     ckpt_dir = os.path.join(run_dir, "checkpoints")
     if os.path.isdir(ckpt_dir) and os.listdir(ckpt_dir):
         argv.append("--resume")  # last: its optional value would otherwise swallow the next override
@@ -88,6 +186,19 @@ def pretrain_variant(name: str, overrides: dict[str, Any] | None, pretrain_confi
     return model_dir
 
 
+def describe_plan(plans: dict[str, VariantPlan]) -> str:
+    """One line per variant: what it changes, the shape that matters to the studies, where its model goes."""
+    lines = []
+    for p in plans.values():
+        c, m = p.config, p.model_config
+        shape = f"N={c.data.seq_len} mask={c.data.mask_rate:g}"
+        if m is not None and hasattr(m, "split_size"):
+            shape += f" S={m.split_size} k={m.num_retrieved_splits} d={m.hidden_size} L={m.num_hidden_layers}"
+        changes = " ".join(p.overrides[:-1]) or "(the recipe as it is)"
+        lines.append(f"{p.name}: {changes}\n    {shape} -> {p.model_dir}")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None, pretrain_main=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     extra: list[str] = []
@@ -96,34 +207,29 @@ def main(argv: list[str] | None = None, pretrain_main=None) -> int:
         argv, extra = argv[:i], argv[i + 1:]
     p = argparse.ArgumentParser(prog="avey-b ablation", description=__doc__.split("\n\n")[0])
     p.add_argument("--variants", required=True,
-                   help="variants YAML, or the shipped one's name (ablation_variants)")
+                   help="variants YAML, or a shipped one's name: ablation_variants, nsk_variants, "
+                        "masking_base_variants, masking_large_variants")
     p.add_argument("--only", nargs="+", help="run only these variants")
     p.add_argument("--output-dir", help="overrides the file's output_dir")
     p.add_argument("--skip-pretrain", action="store_true", help="evaluate only variants already pretrained")
+    p.add_argument("--dry-run", action="store_true", help="resolve every variant (configs, no weights), print them, exit")
     args = p.parse_args(argv)
-    variants_file = configs.resolve(args.variants, "eval")
-    spec = load_variants(str(variants_file))
+    spec, pretrain_config, suite, plans = plan(args.variants, args.only, args.output_dir)
     root = args.output_dir or spec.output_dir
-    variants = spec.variants
-    if args.only:
-        unknown = sorted(set(args.only) - set(variants))
-        if unknown:
-            raise ValueError(f"unknown variants {unknown}; defined: {sorted(variants)}")
-        variants = {k: v for k, v in variants.items() if k in args.only}
-    pretrain_config = str(_beside(variants_file, spec.pretrain_config, "pretrain"))
-    suite = str(_beside(variants_file, spec.suite, "eval"))
+    if args.dry_run:
+        print(f"pretrain_config: {pretrain_config}\nsuite: {suite}\n{describe_plan(plans)}")
+        return 0
 
     models, failed = {}, {}
-    for name, overrides in variants.items():
-        model_dir = os.path.join(root, "pretrain", name, "model")
+    for name, variant in plans.items():
         if args.skip_pretrain:
-            if os.path.isfile(os.path.join(model_dir, "config.json")):
-                models[name] = model_dir
+            if os.path.isfile(os.path.join(variant.model_dir, "config.json")):
+                models[name] = variant.model_dir
             else:
                 failed[name] = "not pretrained (--skip-pretrain)"
             continue
         try:
-            models[name] = pretrain_variant(name, overrides, pretrain_config, root, pretrain_main)
+            models[name] = pretrain_variant(variant, pretrain_config, pretrain_main)
         except Exception as e:  # one variant's failure must not cost the others their run
             failed[name] = f"{type(e).__name__}: {e}"
             traceback.print_exc()

@@ -1,9 +1,23 @@
 """Analysis helpers used in the paper: parameter counts per component, static-matrix statistics (App.
 "Coupled vs. Decoupled Layers: A Statistical Analysis") and heatmaps of the static matrices ``V``.
+
+The appendix's study is also a command, for any saved Avey-B (a local directory first, else a Hub id)::
+
+    avey-b analyze weights runs/ablation/pretrain/coupled/model --output runs/analysis/coupled
+    avey-b analyze weights runs/ablation/pretrain/avey-b/model --output runs/analysis/decoupled
+
+It writes the per-static-layer statistics table (``static_layers.md``, ``.json``, ``.csv``) and the heat maps of
+every static layer's ``V`` (``static_matrices.png``; matplotlib, the ``analysis`` extra).
 """
 
 from __future__ import annotations
 
+import argparse
+import csv
+import io
+import os
+import re
+import sys
 from collections import OrderedDict
 
 import torch
@@ -97,17 +111,35 @@ def static_matrix_stats(model: nn.Module) -> list[dict[str, float]]:
     return rows
 
 
-def plot_static_matrices(model: nn.Module, path: str, max_layers: int = 16, cmap: str = "RdBu_r") -> str:
-    """Heatmaps of the static matrices (rows: target token, columns: source token), saved to ``path``.
+def subsample(items: list, n: int | None) -> list:
+    """At most ``n`` of ``items``, spread uniformly from the first to the last (the paper's figure and table show
+    "15 matrices uniformly subsampled from 30 static layers" of the coupled model); ``None`` or 0: all of them."""
+    if not n or len(items) <= n:
+        return list(items)
+    if n == 1:
+        return [items[0]]
+    return [items[round(i * (len(items) - 1) / (n - 1))] for i in range(n)]
 
-    Colors are symmetric around 0 per layer, so inhibitory (negative) weights read as blue, excitatory as red.
-    """
-    import matplotlib
 
+def _import_pyplot():
+    try:
+        import matplotlib
+    except ImportError as e:
+        raise ImportError("the heat maps need matplotlib: pip install 'avey-b[analysis]'") from e
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    mats = list(static_matrices(model).items())[:max_layers]
+    return plt
+
+
+def plot_static_matrices(model: nn.Module, path: str, max_layers: int | None = 16, cmap: str = "RdBu_r") -> str:
+    """Heatmaps of the static matrices (rows: target token, columns: source token), saved to ``path``; with more
+    static layers than ``max_layers`` (``None``: no limit), that many spread uniformly over the depth.
+
+    Colors are symmetric around 0 per layer, so inhibitory (negative) weights read as blue, excitatory as red.
+    """
+    plt = _import_pyplot()
+    mats = subsample(list(static_matrices(model).items()), max_layers)
     if not mats:
         raise ValueError("the model has no static layers to plot")
     cols = min(4, len(mats))
@@ -126,3 +158,110 @@ def plot_static_matrices(model: nn.Module, path: str, max_layers: int = 16, cmap
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+# ------------------------------------------------------------------------------------------ avey-b analyze
+#: The columns of the appendix's table "Layer statistics for coupled vs. decoupled settings", in its order:
+#: key of :func:`static_matrix_stats` -> the table's heading.
+STAT_COLUMNS = {"mean": "Mean", "std": "Std", "min": "Min", "median": "Median", "max": "Max", "mean_abs": "Abs. Mean",
+                "l1": "L1 Norm", "l2": "L2 Norm", "frac_positive": "Frac. Pos.", "frac_negative": "Frac. Neg."}
+
+
+def static_layer_table(model: nn.Module) -> tuple[list[dict[str, float]], dict[str, float]]:
+    """The appendix's table for ``model``: one row per static layer (:func:`static_matrix_stats`, plus
+    ``static_layer``, its 1-based rank among the static layers, which is how the paper numbers them; ``layer`` is
+    its 0-based index in the model), and the "Avg." row (the mean of each column over the rows)."""
+    rows = [{"static_layer": i + 1, **row} for i, row in enumerate(static_matrix_stats(model))]
+    if not rows:
+        raise ValueError("the model has no static layers (every layer is dynamic): nothing to analyze")
+    average = {key: sum(r[key] for r in rows) / len(rows) for key in STAT_COLUMNS}
+    return rows, average
+
+
+def markdown_table(rows: list[dict[str, float]], average: dict[str, float], title: str) -> str:
+    """The table laid out as the paper's: 4 decimals, the norms with 2, an "Avg." row last."""
+    def cells(r):
+        return [f"{r[k]:.2f}" if k in ("l1", "l2") else f"{r[k]:.4f}" for k in STAT_COLUMNS]
+
+    lines = [f"## {title}", "", "| Static layer | Model layer | " + " | ".join(STAT_COLUMNS.values()) + " |",
+             "|" + "---|" * (len(STAT_COLUMNS) + 2)]
+    lines += [f"| {r['static_layer']} | {r['layer']} | " + " | ".join(cells(r)) + " |" for r in rows]
+    lines.append("| **Avg.** | | " + " | ".join(cells(average)) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def csv_table(rows: list[dict[str, float]]) -> str:
+    """One line per static layer (no average line: every line is a layer)."""
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=["static_layer", "layer", *STAT_COLUMNS], lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    return buffer.getvalue()
+
+
+def load_avey_b(name_or_path: str) -> nn.Module:
+    """The backbone of a saved Avey-B (any head's directory), a local directory first, else a Hub id."""
+    from transformers import AutoConfig, AutoModel
+
+    if not os.path.exists(name_or_path) and not re.fullmatch(r"[\w.-]+(/[\w.-]+)?", name_or_path):
+        raise FileNotFoundError(f"model not found: {name_or_path!r} is neither a local directory nor a Hub id")
+    config = AutoConfig.from_pretrained(name_or_path)
+    if getattr(config, "model_type", None) != "avey-b":
+        raise ValueError(f"{name_or_path}: a {config.model_type!r} model, not Avey-B: it has no static layers")
+    return AutoModel.from_pretrained(name_or_path, dtype=torch.float32).eval()
+
+
+def analyze_weights(name_or_path: str, output: str, max_layers: int | None = None, heatmaps: bool = True) -> dict:
+    """Write the statistics table and heat maps of every static layer's ``V`` of a saved model to ``output``;
+    returns the paths written."""
+    from .records import write_json_atomic, write_text_atomic
+
+    if heatmaps:
+        _import_pyplot()  # before loading a large model: a missing extra is an error at once
+    model = load_avey_b(name_or_path)
+    rows, average = static_layer_table(model)
+    os.makedirs(output, exist_ok=True)
+    paths = {"markdown": os.path.join(output, "static_layers.md"), "json": os.path.join(output, "static_layers.json"),
+             "csv": os.path.join(output, "static_layers.csv")}
+    kind = model.config.parameterization
+    title = f"Static-layer statistics of {name_or_path} ({kind}, {len(rows)} static layers of " \
+            f"{model.config.num_hidden_layers})"
+    write_text_atomic(paths["markdown"], markdown_table(rows, average, title))
+    write_json_atomic(paths["json"], {"model": name_or_path, "parameterization": kind,
+                                      "static_weights": model.config.static_weights,
+                                      "num_hidden_layers": model.config.num_hidden_layers,
+                                      "rows": rows, "average": average})
+    write_text_atomic(paths["csv"], csv_table(rows))
+    if heatmaps:
+        paths["heatmaps"] = plot_static_matrices(model, os.path.join(output, "static_matrices.png"), max_layers)
+    return paths
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``avey-b analyze weights MODEL [--output DIR]``."""
+    p = argparse.ArgumentParser(prog="avey-b analyze", description="Analyses of a trained Avey-B (paper appendices).")
+    sub = p.add_subparsers(dest="analysis", required=True, metavar="ANALYSIS")
+    w = sub.add_parser("weights", help='static-layer statistics and heat maps of V (appendix "Coupled vs. '
+                                       'Decoupled Layers: A Statistical Analysis")',
+                       description="Per static layer of a saved Avey-B: mean, std, min, median, max, mean |w|, L1, L2, "
+                                   "fraction positive, fraction negative of V (Markdown, JSON, CSV), and heat maps of V.")
+    w.add_argument("model", help="a saved Avey-B directory (any head), or a Hub id")
+    w.add_argument("--output", help="directory for the table and heat maps (default: analysis/<MODEL, as one name>)")
+    w.add_argument("--max-layers", type=int, default=None,
+                   help="heat maps of at most this many static layers, spread uniformly over the depth (the paper "
+                        "shows 15 of the coupled model's 30); default: all")
+    w.add_argument("--no-heatmaps", dest="heatmaps", action="store_false", help="only the table (no matplotlib needed)")
+    args = p.parse_args(argv)
+    from .records import slug
+
+    output = args.output or os.path.join("analysis", slug(os.path.normpath(args.model)))
+    paths = analyze_weights(args.model, output, args.max_layers, args.heatmaps)
+    with open(paths["markdown"], encoding="utf-8") as f:
+        print(f.read())
+    for what, path in paths.items():
+        print(f"{what}: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

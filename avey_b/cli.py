@@ -19,6 +19,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "evaluate": ("avey_b.evaluation.sweep", "the paper's lr x seed protocol over benchmarks"),
     "report": ("avey_b.evaluation.report", "the Table-3 report of an evaluation directory"),
     "ablation": ("avey_b.ablation", "pretrain and evaluate the paper's architecture variants"),
+    "analyze": ("avey_b.analysis", "weights MODEL: statistics and heat maps of the static layers' V"),
     "niah": ("avey_b.evaluation.niah", "generate / evaluate needle-in-a-haystack sets"),
     "bench": ("avey_b.benchmarking.efficiency", "latency / throughput vs sequence length"),
     "convert": ("avey_b.convert", "convert an authors' release checkpoint to this library's format"),

@@ -50,3 +50,67 @@ def test_heatmap_is_written(tmp_path):
     assert open(path, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
     with pytest.raises(ValueError, match="no static layers"):
         plot_static_matrices(seeded(AveyBModel, presets.tiny(layer_pattern="all_dynamic")), str(tmp_path / "x.png"))
+
+
+def test_analyze_weights_command_writes_the_appendix_table_and_heat_maps(tmp_path, capsys):
+    """`avey-b analyze weights MODEL`: one row per static layer with the appendix's columns, values from V itself."""
+    import csv
+    import json
+
+    from avey_b import AveyBForMaskedLM, cli
+    from avey_b.analysis import STAT_COLUMNS
+
+    model = seeded(AveyBForMaskedLM, presets.tiny(num_hidden_layers=5))  # static layers 0, 2, 4
+    model.save_pretrained(tmp_path / "model")
+    out = tmp_path / "out"
+    assert cli.main(["analyze", "weights", str(tmp_path / "model"), "--output", str(out)]) == 0
+    assert {p.name for p in out.iterdir()} == {"static_layers.md", "static_layers.json", "static_layers.csv",
+                                               "static_matrices.png"}
+    assert (out / "static_matrices.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    record = json.loads((out / "static_layers.json").read_text())
+    rows = record["rows"]
+    assert [(r["static_layer"], r["layer"]) for r in rows] == [(1, 0), (2, 2), (3, 4)]
+    assert set(rows[0]) == {"static_layer", "layer", *STAT_COLUMNS}
+    table = list(csv.DictReader((out / "static_layers.csv").open()))
+    assert [int(r["layer"]) for r in table] == [0, 2, 4]
+    markdown = (out / "static_layers.md").read_text()
+    assert "| Mean | Std | Min | Median | Max | Abs. Mean | L1 Norm | L2 Norm | Frac. Pos. | Frac. Neg. |" in markdown
+    assert markdown.count("\n| ") == 1 + 3 + 1  # the header, a row per static layer, the Avg. row
+    # by hand, for layer 2: its V as saved, and the paper's ten statistics
+    w = model.model.layers[2].mixer.weight.detach().double().numpy().ravel()
+    by_hand = {"mean": w.mean(), "std": w.std(ddof=1), "min": w.min(), "median": np.median(w), "max": w.max(),
+               "mean_abs": np.abs(w).mean(), "l1": np.abs(w).sum(), "l2": np.sqrt((w ** 2).sum()),
+               "frac_positive": (w > 0).mean(), "frac_negative": (w < 0).mean()}
+    for key, value in by_hand.items():
+        assert rows[1][key] == pytest.approx(value, rel=1e-6), key
+        assert float(table[1][key]) == pytest.approx(value, rel=1e-6), key
+    assert record["average"]["l2"] == pytest.approx(sum(r["l2"] for r in rows) / 3)
+    assert f"| **Avg.** | | {record['average']['mean']:.4f} |" in markdown
+    assert f"| 2 | 2 | {by_hand['mean']:.4f} | {by_hand['std']:.4f} |" in markdown
+
+
+def test_analyze_weights_says_what_is_missing(tmp_path, monkeypatch, capsys):
+    import sys
+
+    from avey_b import cli
+
+    seeded(AveyBModel, presets.tiny(layer_pattern="all_dynamic")).save_pretrained(tmp_path / "dynamic")
+    assert cli.main(["analyze", "weights", str(tmp_path / "dynamic"), "--output", str(tmp_path / "o")]) == 1
+    assert "no static layers" in capsys.readouterr().err
+    assert cli.main(["analyze", "weights", str(tmp_path / "nowhere" / "model")]) == 1
+    assert "neither a local directory nor a Hub id" in capsys.readouterr().err
+    seeded(AveyBModel, presets.tiny()).save_pretrained(tmp_path / "m")
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # the `analysis` extra is not installed
+    assert cli.main(["analyze", "weights", str(tmp_path / "m"), "--output", str(tmp_path / "o")]) == 1
+    assert "pip install 'avey-b[analysis]'" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()  # the error comes before any work
+    assert cli.main(["analyze", "weights", str(tmp_path / "m"), "--output", str(tmp_path / "o"), "--no-heatmaps"]) == 0
+    assert sorted(p.name for p in (tmp_path / "o").iterdir()) == ["static_layers.csv", "static_layers.json",
+                                                                  "static_layers.md"]
+
+
+def test_heat_maps_subsample_uniformly_like_the_paper():
+    from avey_b.analysis import subsample
+
+    assert subsample(list(range(30)), 15) == [0, 2, 4, 6, 8, 10, 12, 14, 17, 19, 21, 23, 25, 27, 29]
+    assert subsample(list(range(5)), 15) == list(range(5)) and subsample(list(range(5)), None) == list(range(5))

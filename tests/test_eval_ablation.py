@@ -2,6 +2,7 @@
 
 import json
 
+import pytest
 import yaml
 
 from avey_b import ablation
@@ -18,9 +19,9 @@ def test_ablation_pretrains_variants_evaluates_and_isolates_failures(tmp_path):
     }))
     (tmp_path / "variants.yaml").write_text(yaml.safe_dump({
         "pretrain_config": "pre.yaml", "suite": "suite.yaml", "output_dir": str(tmp_path / "abl"),
-        "variants": {"base": {}, "no-ranker": {"model.overrides.ranker": "off"}, "broken": {"x": 1}},
+        "variants": {"base": {}, "no-ranker": {"model.overrides.ranker": "off"}, "broken": {"train.seed": 13}},
     }))
-    (tmp_path / "pre.yaml").write_text("run_dir: unused\n")
+    (tmp_path / "pre.yaml").write_text("run_dir: unused\nmodel: {preset: tiny}\ntrain: {max_steps: 1}\n")
     calls = []
 
     def fake_pretrain(argv):
@@ -29,7 +30,7 @@ def test_ablation_pretrains_variants_evaluates_and_isolates_failures(tmp_path):
 
         cfg = apply_overrides({}, [a for a in argv if "=" in a])
         calls.append(cfg)
-        if "x" in cfg:
+        if cfg.get("train", {}).get("seed") == 13:  # a variant that resolves but whose pretraining fails
             return 3
         toy.avey_b(cfg["run_dir"] + "/model", tok, **cfg.get("model", {}).get("overrides", {}))
         return 0
@@ -49,3 +50,33 @@ def test_ablation_pretrains_variants_evaluates_and_isolates_failures(tmp_path):
     assert ablation.main(["--variants", str(tmp_path / "variants.yaml"), "--only", "base", "no-ranker"],
                          pretrain_main=fake_pretrain) == 0
     assert calls == []
+
+
+def test_every_variant_resolves_before_anything_runs(tmp_path, capsys):
+    """A typo or a bad value in any variant is an error naming it, before the first variant's pretraining."""
+    (tmp_path / "pre.yaml").write_text("run_dir: unused\nmodel: {preset: tiny}\ntrain: {max_steps: 1}\n")
+    (tmp_path / "suite.yaml").write_text("tasks: [sst2]\n")
+    variants = {"fine": {}, "typo": {"model.overrides.split_sise": 8}, "bad-value": {"model.overrides.split_size": 0},
+                "bad-key": {"data.mask_ratio": 0.3}, "bad-rate": {"data.mask_rate": 1.5},
+                "short": {"data.seq_len": 3000}}  # 2^19-token batches are not a multiple of 3000
+    (tmp_path / "variants.yaml").write_text(yaml.safe_dump({
+        "pretrain_config": "pre.yaml", "suite": "suite.yaml", "output_dir": str(tmp_path / "abl"),
+        "variants": variants}))
+    calls = []
+    with pytest.raises(ValueError) as e:
+        ablation.main(["--variants", str(tmp_path / "variants.yaml")], pretrain_main=calls.append)
+    assert calls == [] and not (tmp_path / "abl").exists()
+    message = str(e.value)
+    assert "5 of 6 variants do not resolve" in message
+    assert "variant 'typo'" in message and "'split_sise' (did you mean 'split_size'?)" in message
+    assert "variant 'bad-value'" in message and "split_size" in message
+    assert "variant 'bad-key'" in message and "'data.mask_ratio' (did you mean 'data.mask_rate'?)" in message
+    assert "variant 'bad-rate'" in message and "data.mask_rate must be in (0, 1)" in message
+    assert "variant 'short'" in message and "multiple of data.seq_len (3000)" in message
+    assert "variant 'fine'" not in message
+
+    # --dry-run: what each variant runs with and where its model goes, nothing written
+    assert ablation.main(["--variants", str(tmp_path / "variants.yaml"), "--only", "fine", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "fine: (the recipe as it is)" in out and str(tmp_path / "abl" / "pretrain" / "fine" / "model") in out
+    assert not (tmp_path / "abl").exists()
