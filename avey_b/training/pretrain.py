@@ -45,8 +45,9 @@ from ..progress import Progress
 from ..tokenization import eot_id
 from . import distributed as dist_utils
 from . import rundir
-from .build import build_model, build_optimizer, build_tokenizer, data_specs
+from .build import build_model, build_optimizer, build_tokenizer, check_inputs, data_specs
 from .checkpoint import (
+    TRUST_FLAG,
     TrainState,
     full_state_dict,
     latest_checkpoint,
@@ -64,12 +65,14 @@ class Interrupted(Exception):
 
 
 # ------------------------------------------------------------------------------------------- training
-def train(cfg: PretrainConfig, resume: str | None = None, overwrite: bool = False) -> dict:
+def train(cfg: PretrainConfig, resume: str | None = None, overwrite: bool = False,
+          trust_unverified: bool = False) -> dict:
     """Pretrain as ``cfg`` says. ``resume``: a checkpoint directory, or "auto" (the run dir's latest);
-    ``overwrite``: move an existing run in ``cfg.run_dir`` aside first (see :mod:`.rundir`)."""
+    ``overwrite``: move an existing run in ``cfg.run_dir`` aside first (see :mod:`.rundir`); ``trust_unverified``:
+    start from a checkpoint or ``model.init_from`` directory that has no ``SHA256SUMS`` (see :mod:`.checkpoint`)."""
     info = dist_utils.init(cfg.train.device)
     try:
-        results = _train(cfg, info, resume, overwrite)
+        results = _train(cfg, info, resume, overwrite, trust_unverified)
     except BaseException:
         dist_utils.cleanup(wait_for_all=False)  # the other ranks may never reach a barrier
         raise
@@ -173,7 +176,8 @@ def _resume_dir(resume: str | None, run_dir: Path) -> Path | None:
     return Path(resume)
 
 
-def _train(cfg: PretrainConfig, info, resume: str | None, overwrite: bool = False) -> dict:
+def _train(cfg: PretrainConfig, info, resume: str | None, overwrite: bool = False,
+           trust_unverified: bool = False) -> dict:
     t_start = time.time()
     from transformers import AutoTokenizer
     from transformers.utils import logging as hf_logging
@@ -183,20 +187,24 @@ def _train(cfg: PretrainConfig, info, resume: str | None, overwrite: bool = Fals
         torch.set_num_threads(cfg.train.threads)
     run_dir, say = Path(cfg.run_dir), dist_utils.print0
 
-    # --- set up: where to start from (checked before anything is written), batch geometry, tokenizer, model,
-    # optimizer, schedule, data
+    # --- set up. First every check that writes nothing: where to start from, the run dir, the batch geometry,
+    # the data files, the model's config and the starting weights. Only then is the run dir made (or the old run
+    # moved aside), so a typo leaves it as it was. Then tokenizer, model, optimizer, schedule, data.
     resume_dir = _resume_dir(resume, run_dir)
-    checkpoint_state = load_train_state(resume_dir) if resume_dir else None
+    checkpoint_state = load_train_state(resume_dir, trust_unverified) if resume_dir else None
     changes = rundir.check_resume(checkpoint_state.get("config"), to_dict(cfg)) if checkpoint_state else {}
     if resume_dir is not None and run_dir.exists() and any(run_dir.iterdir()) and run_dir.resolve() not in resume_dir.resolve().parents:
         raise rundir.RunDirError(f"--resume {resume_dir}: run_dir {run_dir} holds another run "
                                  f"({rundir.describe_contents(run_dir)}); resume into that checkpoint's own run dir or an empty one")
-    moved = rundir.prepare(run_dir, resuming=resume_dir is not None, overwrite=overwrite, act=info.is_main)
+    rundir.prepare(run_dir, resuming=resume_dir is not None, overwrite=overwrite, act=False)
+    N, geo, total_steps = cfg.data.seq_len, BatchGeometry.of(cfg, info.world_size), cfg.steps
+    check_inputs(cfg, resume_dir, trust_unverified)
+    moved = None
     if info.is_main:
+        moved = rundir.prepare(run_dir, resuming=resume_dir is not None, overwrite=overwrite)
         run_dir.mkdir(parents=True, exist_ok=True)
     if info.enabled:
         torch.distributed.barrier()
-    N, geo, total_steps = cfg.data.seq_len, BatchGeometry.of(cfg, info.world_size), cfg.steps
     tokenizer = AutoTokenizer.from_pretrained(str(resume_dir)) if resume_dir else build_tokenizer(cfg, info, run_dir)
     torch.manual_seed(cfg.train.seed)
     raw_model = build_model(cfg, tokenizer, resume_dir).to(info.device)
@@ -356,6 +364,9 @@ def main(argv: list[str] | None = None) -> int:
                              "come before or after it (a key=value right after --resume is an override, not CKPT)")
     parser.add_argument("--overwrite", action="store_true",
                         help="start afresh in a run_dir that holds a run, after moving that run aside (never deleted)")
+    parser.add_argument(TRUST_FLAG, action="store_true",
+                        help="start from a checkpoint (--resume) or model.init_from directory that has no SHA256SUMS, "
+                             "whose files therefore cannot be checked (every directory avey-b writes has one)")
     parser.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
     parser.add_argument("overrides", nargs="*", help="key=value overrides, e.g. optim.lr=1e-3 data.train=my_dir/")
     args = parser.parse_args(argv)
@@ -373,7 +384,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.resume and args.overwrite:
         parser.error("--resume continues the run in run_dir; --overwrite moves it aside: choose one")
-    results = train(cfg, resume=args.resume, overwrite=args.overwrite)
+    results = train(cfg, resume=args.resume, overwrite=args.overwrite, trust_unverified=args.trust_unverified)
     return int(results.get("exit_code", 0))
 
 
