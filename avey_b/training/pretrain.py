@@ -40,7 +40,7 @@ from ..analysis import count_flops, count_parameters
 from ..data.mlm import IGNORE_INDEX
 from ..data.packing import PackedSequences
 from ..device import autocast as device_autocast
-from ..device import use_bf16
+from ..device import set_cpu_threads, use_bf16
 from ..progress import Progress
 from ..tokenization import eot_id
 from . import distributed as dist_utils
@@ -55,7 +55,7 @@ from .checkpoint import (
     save_pretrained_atomic,
 )
 from .config import PretrainConfig, describe, dump_yaml, load_config, to_dict
-from .metrics import MetricsLogger, peak_flops
+from .metrics import MetricsLogger, peak_flops, shared_cpu_message, shared_cpu_slowdown
 from .mlm_eval import evaluate, fill_mask, masked_batch, mlm_sums
 from .schedule import build_scheduler
 
@@ -183,8 +183,7 @@ def _train(cfg: PretrainConfig, info, resume: str | None, overwrite: bool = Fals
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # no per-save "Writing model shards" bars inside our own progress bar
-    if cfg.train.threads:
-        torch.set_num_threads(cfg.train.threads)
+    threads = set_cpu_threads(cfg.train.threads)
     run_dir, say = Path(cfg.run_dir), dist_utils.print0
 
     # --- set up. First every check that writes nothing: where to start from, the run dir, the batch geometry,
@@ -265,12 +264,17 @@ def _train(cfg: PretrainConfig, info, resume: str | None, overwrite: bool = Fals
         model.train()
         last_log_t, last_log_step = time.time(), state.step
         window_loss = torch.zeros(2, dtype=torch.float64)
+        # the rate of the steps alone, per logging window: a CPU run with several threads says once if it drops
+        step_seconds, step_rates = 0.0, []
+        watch_cpu = info.is_main and info.device.type == "cpu" and threads > 1
         exit_code = 0
         try:
             while state.step < total_steps:
+                t_step = time.perf_counter()
                 micro = [[next(it) for _ in range(geo.micro_batch)] for _ in range(geo.accumulation)]
                 batches = [masked_batch(m, tokenizer, cfg, info.device, cfg.train.seed) for m in micro]
                 loss, grad_norm, lr = train_step(model, batches, optimizer, scheduler, cfg, info, autocast)
+                step_seconds += time.perf_counter() - t_step
                 state.step += 1
                 step = state.step
                 window_loss += torch.tensor([loss, 1.0], dtype=torch.float64)
@@ -288,6 +292,12 @@ def _train(cfg: PretrainConfig, info, resume: str | None, overwrite: bool = Fals
                     logger.log(rec)
                     write(f"step {step:>6} | loss {rec['loss']:.4f} | lr {lr:.2e} | grad {grad_norm:.3f} | "
                           f"{tps:,.0f} tok/s" + (f" | MFU {rec['mfu']:.1%}" if "mfu" in rec else ""))
+                    if watch_cpu:
+                        step_rates.append((step - last_log_step) * tokens_per_step / max(step_seconds, 1e-9))
+                        if slowdown := shared_cpu_slowdown(step_rates):
+                            write(shared_cpu_message(*slowdown, threads))
+                            watch_cpu = False  # once
+                    step_seconds = 0.0
                     last_log_t, last_log_step = time.time(), step
                     window_loss.zero_()
                 if cfg.eval.every and step % cfg.eval.every == 0 and step < total_steps:
