@@ -213,7 +213,8 @@ def test_a_checkpoint_without_sha256sums_is_refused_unless_trusted(corpus, tmp_p
     assert list_checkpoints(run) == [older, newest]  # nothing pruned, nothing overwritten
     assert [e["event"] for e in history(run)] == ["start"]
     assert main(longer + ["--resume", "--trust-unverified"]) == 0  # the user's explicit choice
-    assert history(run)[-1]["checkpoint"] == str(newest) and load_train_state(list_checkpoints(run)[-1])["step"] == 6
+    assert history(run)[-1]["checkpoint"] == history(run)[-1]["unchecked"] == str(newest)  # on the record
+    assert load_train_state(list_checkpoints(run)[-1])["step"] == 6
 
 
 def test_model_init_from_without_sha256sums_is_refused_unless_trusted(corpus, tmp_path):  # noqa: F811
@@ -225,3 +226,4 @@ def test_model_init_from_without_sha256sums_is_refused_unless_trusted(corpus, tm
         main(start)
     assert not (tmp_path / "b").exists()  # refused before anything was written
     assert main(start + ["--trust-unverified"]) == 0
+    assert history(tmp_path / "b")[-1]["unchecked"] == str(weights) and "unchecked" not in history(tmp_path / "a")[-1]

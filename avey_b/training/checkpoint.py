@@ -193,9 +193,9 @@ def check_model_dir(directory: str | Path, role: str, trust_unverified: bool = F
         return False
     raise UnverifiedCheckpoint(
         f"{directory} has no {MANIFEST_FILE}, so its files cannot be checked. Every checkpoint and model directory "
-        f"avey-b writes records the SHA-256 of its files there: this one lost it (damage, an incomplete copy) or "
-        f"was written by something else{_instead(directory, role)}. To start from it anyway, unchecked, add "
-        f"{TRUST_FLAG}")
+        f"that avey-b pretrain and finetune write records the SHA-256 of its files there: this one lost it (damage, "
+        f"an incomplete copy) or was written by something else (save_pretrained, avey-b convert, a download)"
+        f"{_instead(directory, role)}. To start from it anyway, unchecked, add {TRUST_FLAG}.")
 
 
 def _instead(directory: Path, role: str) -> str:

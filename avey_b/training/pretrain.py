@@ -47,6 +47,7 @@ from . import distributed as dist_utils
 from . import rundir
 from .build import build_model, build_optimizer, build_tokenizer, check_inputs, data_specs
 from .checkpoint import (
+    MANIFEST_FILE,
     TRUST_FLAG,
     TrainState,
     full_state_dict,
@@ -236,11 +237,16 @@ def _train(cfg: PretrainConfig, info, resume: str | None, overwrite: bool = Fals
         dump_yaml(cfg, run_dir / "config.yaml")
         if moved is not None:
             rundir.record(run_dir, "overwrite", previous_run_moved_to=str(moved))
+        # what the run started from without a check (--trust-unverified), on the record
+        start_dir = resume_dir or (Path(cfg.model.init_from) if cfg.model.init_from else None)
+        unchecked = {}
+        if start_dir is not None and start_dir.is_dir() and not (start_dir / MANIFEST_FILE).exists():
+            unchecked = {"unchecked": str(start_dir)}
         if checkpoint_state is None:
-            rundir.record(run_dir, "start", run_id=state.run_id, step=0)
+            rundir.record(run_dir, "start", run_id=state.run_id, step=0, **unchecked)
         else:
             rundir.record(run_dir, "resume", run_id=state.run_id, step=state.step, checkpoint=str(resume_dir),
-                          changes=changes)
+                          changes=changes, **unchecked)
 
     logger = MetricsLogger(run_dir, info.is_main, tensorboard=cfg.logging.tensorboard, wandb=cfg.logging.wandb,
                            wandb_project=cfg.logging.wandb_project, config=to_dict(cfg), resume=checkpoint_state is not None)
