@@ -5,6 +5,9 @@
 * ``use_bf16(precision, device)`` — ``auto`` means bf16 autocast on CUDA and on CPUs with native bf16.
 * ``autocast(device, enabled)`` — a bf16 autocast context for that device (a no-op when not enabled).
 * ``is_oom(exc)`` — recognizes CUDA and CPU out-of-memory failures, so callers can record "OOM" as data.
+* ``usable_cpus()`` — the CPUs this process may run on: its affinity mask, capped by its cgroup's CPU quota
+  (a container's ``--cpus``, a systemd ``CPUQuota``), which ``os.cpu_count()`` and PyTorch's default ignore.
+* ``set_cpu_threads(n)`` — PyTorch's intra-op threads: ``n``, else its default capped at ``usable_cpus()``.
 
 This module imports nothing else from the package.
 """
@@ -12,6 +15,9 @@ This module imports nothing else from the package.
 from __future__ import annotations
 
 import contextlib
+import math
+import os
+from pathlib import Path
 
 import torch
 
@@ -62,3 +68,80 @@ def is_oom(exc: BaseException) -> bool:
         return any(s in text for s in ("out of memory", "can't allocate memory", "cannot allocate memory",
                                        "not enough memory"))
     return False
+
+
+def usable_cpus(affinity: set[int] | None = None, cgroup_root: str | Path = "/sys/fs/cgroup",
+                proc_cgroup: str | Path = "/proc/self/cgroup") -> int:
+    """How many CPUs this process can keep busy: its affinity mask (``taskset``, cpusets; ``os.sched_getaffinity``)
+    capped by the cgroup CPU quota, rounded down (a quota of 1.5 CPUs: one thread runs unthrottled, two are
+    throttled every period). At least 1. ``affinity`` and the two paths are for tests."""
+    if affinity is None:
+        try:
+            affinity = os.sched_getaffinity(0)
+        except AttributeError:  # no affinity API (macOS, Windows): every CPU
+            affinity = set(range(os.cpu_count() or 1))
+    cpus = len(affinity)
+    quota = cgroup_cpu_quota(cgroup_root, proc_cgroup)
+    if quota is not None:
+        cpus = min(cpus, math.floor(quota))
+    return max(1, cpus)
+
+
+def cgroup_cpu_quota(cgroup_root: str | Path = "/sys/fs/cgroup", proc_cgroup: str | Path = "/proc/self/cgroup"):
+    """The CPU time this process's cgroup may use per period, in CPUs (quota / period; the tightest over the cgroup
+    and its ancestors), or None when there is no quota or no cgroup file system. Reads cgroup v2's ``cpu.max``
+    (``"150000 100000"``, or ``"max 100000"`` for none) and cgroup v1's ``cpu.cfs_quota_us`` / ``cpu.cfs_period_us``
+    (quota -1 for none), under the hierarchy ``/proc/self/cgroup`` names; inside a container, where that path is
+    not mounted, the mount's root is the container's own cgroup."""
+    root = Path(cgroup_root)
+    try:
+        lines = Path(proc_cgroup).read_text().splitlines()
+    except OSError:
+        return None
+    limits = []
+    for line in lines:
+        hierarchy, _, rest = line.partition(":")
+        controllers, _, path = rest.partition(":")
+        if hierarchy == "0" and not controllers:  # cgroup v2 (alone, or beside v1 under unified/)
+            mounts, read = (root, root / "unified"), _cpu_max
+        elif "cpu" in controllers.split(","):  # cgroup v1's cpu controller
+            mounts, read = (root / controllers, root / "cpu", root / "cpu,cpuacct"), _cfs_quota
+        else:
+            continue
+        parts = [p for p in path.split("/") if p]
+        for mount in dict.fromkeys(mounts):
+            for depth in range(len(parts), -1, -1):  # the cgroup, then each ancestor up to the mount's root
+                limit = read(mount.joinpath(*parts[:depth]))
+                if limit is not None:
+                    limits.append(limit)
+    return min(limits) if limits else None
+
+
+def _cpu_max(directory: Path) -> float | None:
+    try:
+        quota, period = (directory / "cpu.max").read_text().split()[:2]
+    except (OSError, ValueError):
+        return None
+    return None if quota == "max" else int(quota) / int(period)
+
+
+def _cfs_quota(directory: Path) -> float | None:
+    try:
+        quota = int((directory / "cpu.cfs_quota_us").read_text())
+        period = int((directory / "cpu.cfs_period_us").read_text())
+    except (OSError, ValueError):
+        return None
+    return None if quota <= 0 or period <= 0 else quota / period
+
+
+def set_cpu_threads(requested: int | None = None) -> int:
+    """Set PyTorch's intra-op CPU threads and return the count: ``requested``; else, unless ``OMP_NUM_THREADS`` is
+    set, PyTorch's default (one per core it sees, which follows the affinity mask but not a cgroup quota) capped at
+    :func:`usable_cpus`."""
+    if requested:
+        torch.set_num_threads(int(requested))
+    elif not os.environ.get("OMP_NUM_THREADS"):
+        usable = usable_cpus()
+        if usable < torch.get_num_threads():
+            torch.set_num_threads(usable)
+    return torch.get_num_threads()

@@ -9,6 +9,13 @@ custom-code mechanism then builds the classes from those files, in a process tha
 In a process that has imported ``avey_b``, transformers prefers the classes the package registered (they are
 "explicit local code") and the saved files do not run, so a user who upgrades the package gets the upgrade.
 
+In a process that has *not* imported ``avey_b`` (installed or not: transformers learns model types only from code
+that runs), the ``AutoConfig`` entry of ``auto_map`` is what makes every loader that reads ``config.json`` ask for
+``trust_remote_code=True``: ``AutoModel*``, ``pipeline``, ``SentenceTransformer``, and ``AutoTokenizer`` too, which
+reads the model's ``config.json`` before the tokenizer's files (without the flag it asks on a terminal, then warns).
+The entry cannot go: without it no flag would load the model where the package is absent. A tokenizer alone loads
+without the question through ``PreTrainedTokenizerFast.from_pretrained(directory)``, which reads only its own files.
+
 The files are this package's own modules with their relative imports renamed (``from .layers import`` ->
 ``from .avey_b_layers import``); the model's modules import nothing else from the package, which the rewrite checks.
 transformers copies a saved module's relative imports by matching ``from .name import`` lines, so a

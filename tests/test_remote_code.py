@@ -153,3 +153,60 @@ print(type(model).__name__)
                           capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip().splitlines()[-1] == "AveyBForMaskedLM"
+
+
+# A process where avey_b is installed (importable) but not imported: what loads a saved model's tokenizer and a
+# sentence-transformers directory at once and silently (README, "Without this package"), each case timed. stdin is
+# a terminal that never answers, so transformers' "Do you wish to run the custom code?" would wait its 15 s there.
+# The import of avey_b comes last: from then on transformers knows the model type.
+INSTALLED_NOT_IMPORTED = r"""
+import json, sys, time
+import transformers
+from sentence_transformers import SentenceTransformer
+
+directory, texts = sys.argv[1], json.loads(sys.argv[2])
+cases = {
+    "PreTrainedTokenizerFast": lambda: transformers.PreTrainedTokenizerFast.from_pretrained(directory)(texts)["input_ids"],
+    "AutoTokenizer, trust_remote_code=True":
+        lambda: transformers.AutoTokenizer.from_pretrained(directory, trust_remote_code=True)(texts)["input_ids"],
+    "SentenceTransformer, trust_remote_code=True":
+        lambda: SentenceTransformer(directory, trust_remote_code=True, device="cpu").encode(texts).tolist(),
+    "import avey_b, then AutoTokenizer": lambda: __import__("avey_b") and transformers.AutoTokenizer.from_pretrained(
+        directory)(texts)["input_ids"],
+}
+results = {}
+for case, load in cases.items():
+    assert "avey_b" not in sys.modules, "avey_b was imported"
+    start = time.perf_counter()
+    results[case] = {"result": load(), "seconds": time.perf_counter() - start}
+    print(f"--- {case} done", flush=True)
+print(json.dumps(results))
+"""
+
+
+@pytest.mark.slow
+def test_where_the_package_is_installed_but_not_imported_the_documented_loaders_are_silent(tmp_path):
+    pytest.importorskip("sentence_transformers")
+    tok = toy.tokenizer(str(tmp_path / "emb"))
+    emb = seeded(AveyBForSentenceEmbedding, presets.tiny(vocab_size=len(tok)))
+    emb.save_pretrained(tmp_path / "emb")
+    texts = ["a good film", "the plot was awful and the cast was weak"]
+    with torch.no_grad():
+        embeddings = emb(**tok(texts, padding=True, return_tensors="pt")).pooler_output
+    env = {**os.environ, "HF_MODULES_CACHE": str(tmp_path / "modules"), "HF_HUB_OFFLINE": "1"}
+    terminal, tty = os.openpty()
+    try:
+        proc = subprocess.run([sys.executable, "-c", INSTALLED_NOT_IMPORTED, str(tmp_path / "emb"), json.dumps(texts)],
+                              stdin=tty, capture_output=True, text=True, env=env, timeout=240)
+    finally:
+        os.close(tty)
+        os.close(terminal)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    output = proc.stdout + proc.stderr
+    assert "custom code" not in output, output[-3000:]  # neither the question nor transformers' refusal
+    assert "You are using a model of type" not in output, output[-3000:]
+    results = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert all(r["seconds"] < 15 for r in results.values()), results  # no question waited for its 15 s
+    torch.testing.assert_close(torch.tensor(results.pop("SentenceTransformer, trust_remote_code=True")["result"]),
+                               embeddings, rtol=0, atol=1e-6)
+    assert {case: r["result"] for case, r in results.items()} == dict.fromkeys(results, tok(texts)["input_ids"])

@@ -14,6 +14,7 @@ from avey_b.tokenization import train_bpe_tokenizer
 from avey_b.training import rundir
 from avey_b.training.checkpoint import (
     DamagedCheckpoint,
+    UnverifiedCheckpoint,
     list_checkpoints,
     load_train_state,
     run_id_of,
@@ -108,6 +109,24 @@ def test_misspelled_model_overrides_are_errors_for_hf_architectures_too(corpus, 
     assert not (tmp_path / "bert" / "config.yaml").exists()  # nothing recorded for a run that never started
 
 
+def test_a_typo_in_model_overrides_writes_nothing_so_the_corrected_command_runs(corpus, tmp_path):  # noqa: F811
+    run = tmp_path / "run"
+    bpe = {"tokenizer.path": "null", "tokenizer.vocab_size": 320}  # trained into run_dir/tokenizer/
+    fields = "hidden_size: 32, num_hidden_layers: 2, split_size: 8, num_retrieved_splits: 2"
+    typo = overrides(corpus, run, steps=2, **bpe, **{"model.overrides": "{" + fields.replace("hidden_size", "hidden_szie") + "}"})
+    with pytest.raises(KeyError, match=r"'hidden_szie' \(did you mean 'hidden_size'\?\)"):
+        main(typo)
+    assert not run.exists() or not any(run.iterdir())
+    assert main(overrides(corpus, run, steps=2, **bpe)) == 0
+    assert (run / "tokenizer" / "tokenizer.json").exists()
+
+    # --overwrite with a typo: the old run is not moved aside for a run that cannot start
+    before = sorted(p.relative_to(run) for p in run.rglob("*"))
+    with pytest.raises(KeyError, match="did you mean 'hidden_size'"):
+        main(["--overwrite"] + typo)
+    assert sorted(p.relative_to(run) for p in run.rglob("*")) == before and not list(tmp_path.glob("run.old-*"))
+
+
 # -- integrity ---------------------------------------------------------------------------------------------------
 
 def damage(path, *, truncate=False):
@@ -178,3 +197,33 @@ def test_a_truncated_weights_file_is_named_when_loading(tmp_path):
     damage(tmp_path / "model.safetensors", truncate=True)
     with pytest.raises(OSError, match=rf"{tmp_path / 'model.safetensors'}: cannot be read as safetensors"):
         AutoModelForMaskedLM.from_pretrained(tmp_path)
+
+
+def test_a_checkpoint_without_sha256sums_is_refused_unless_trusted(corpus, tmp_path):  # noqa: F811
+    run = tmp_path / "run"
+    assert main(overrides(corpus, run, steps=4, **{"checkpoint.every": 2, "checkpoint.keep_last": 2})) == 0
+    older, newest = list_checkpoints(run)
+    (newest / "SHA256SUMS").unlink()
+    damage(newest / "model.safetensors")  # unnoticed without the manifest
+    longer = overrides(corpus, run, steps=6, **{"checkpoint.every": 2, "checkpoint.keep_last": 2})
+    with pytest.raises(UnverifiedCheckpoint, match=rf"{newest} has no SHA256SUMS.*newest intact checkpoint beside it "
+                                                   rf"is {older}: to continue from there, resume with --resume {older}"
+                                                   r".*add --trust-unverified"):
+        main(longer + ["--resume"])
+    assert list_checkpoints(run) == [older, newest]  # nothing pruned, nothing overwritten
+    assert [e["event"] for e in history(run)] == ["start"]
+    assert main(longer + ["--resume", "--trust-unverified"]) == 0  # the user's explicit choice
+    assert history(run)[-1]["checkpoint"] == history(run)[-1]["unchecked"] == str(newest)  # on the record
+    assert load_train_state(list_checkpoints(run)[-1])["step"] == 6
+
+
+def test_model_init_from_without_sha256sums_is_refused_unless_trusted(corpus, tmp_path):  # noqa: F811
+    assert main(overrides(corpus, tmp_path / "a", steps=2)) == 0
+    weights = tmp_path / "a" / "model"
+    (weights / "SHA256SUMS").unlink()
+    start = overrides(corpus, tmp_path / "b", steps=2, **{"model.init_from": str(weights)})
+    with pytest.raises(UnverifiedCheckpoint, match=rf"{weights} has no SHA256SUMS.*add --trust-unverified"):
+        main(start)
+    assert not (tmp_path / "b").exists()  # refused before anything was written
+    assert main(start + ["--trust-unverified"]) == 0
+    assert history(tmp_path / "b")[-1]["unchecked"] == str(weights) and "unchecked" not in history(tmp_path / "a")[-1]

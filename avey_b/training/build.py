@@ -1,6 +1,10 @@
 """Pretraining's set-up: the data sources, the tokenizer (a given one, or a byte-level BPE fitted on the training
 documents only), the model (Avey-B from a preset, or any Hugging Face masked-LM architecture with the tokenizer's
-special-token ids mapped into its config) and the optimizer."""
+special-token ids mapped into its config) and the optimizer.
+
+:func:`check_inputs` runs every check that is cheap (the held-out split, that local data files exist, the model's
+config with its overrides, the starting weights' ``SHA256SUMS``) before anything is written to the run directory,
+so a typo never leaves a half-made run behind."""
 
 from __future__ import annotations
 
@@ -9,9 +13,9 @@ from pathlib import Path
 import torch
 
 from .. import baselines
-from ..data.corpus import SourceSpec, in_split, iter_documents
+from ..data.corpus import SourceSpec, in_split, iter_documents, resolve_files
 from ..tokenization import load_tokenizer, pad_to_multiple, train_bpe_tokenizer
-from .checkpoint import verify
+from .checkpoint import check_model_dir
 from .config import PretrainConfig
 
 
@@ -59,34 +63,60 @@ def build_tokenizer(cfg: PretrainConfig, info, run_dir: Path):
     return load_tokenizer(str(out))
 
 
+def check_inputs(cfg: PretrainConfig, resume_dir: Path | None = None, trust_unverified: bool = False) -> None:
+    """Raise on any input error that can be found without reading the data or training a tokenizer: the held-out
+    split, missing local data files, the model's config (arch, preset, every ``model.overrides`` key) and the
+    ``SHA256SUMS`` of a local ``model.init_from`` directory. Writes nothing."""
+    train, _, evaluation, _ = data_specs(cfg)
+    for spec in (train, evaluation):
+        if spec.kind == "local":
+            resolve_files(spec.paths())
+    if resume_dir is not None:
+        return  # the model is the checkpoint's (its config was compared with this one)
+    if cfg.model.init_from:
+        if Path(cfg.model.init_from).is_dir():
+            check_model_dir(cfg.model.init_from, "model.init_from", trust_unverified)
+        return
+    model_config(cfg, tokenizer=None)  # the vocabulary comes later, from the tokenizer; the fields are checked now
+
+
+def model_config(cfg: PretrainConfig, tokenizer=None):
+    """The config of a fresh model: the model spec of :mod:`avey_b.baselines` (arch avey-b + preset ->
+    ``avey-b-<preset>``, written as YAML) with ``model.overrides``, its vocabulary sized from ``tokenizer`` and a
+    transformers architecture's special-token ids taken from it. ``tokenizer=None`` (checking the fields before
+    the tokenizer exists): the BPE's vocabulary size and no special ids."""
+    m = cfg.model
+    avey = m.arch in ("avey-b", "avey_b")
+    if avey and m.preset is None:
+        raise ValueError("model.preset is required for model.arch=avey-b (tiny, small, base, large)")
+    name = f"avey-b-{m.preset}" if avey else m.arch
+    vocab = pad_to_multiple(len(tokenizer) if tokenizer is not None else cfg.tokenizer.vocab_size, 64)
+    defaults = {"vocab_size": vocab}
+    if tokenizer is not None:
+        defaults["pad_token_id"] = tokenizer.pad_token_id
+    if not avey:  # a transformers architecture: its position table and special ids from the tokenizer
+        defaults["max_position_embeddings"] = max(cfg.data.seq_len, 512)
+        if tokenizer is not None:
+            ids = {"bos_token_id": tokenizer.cls_token_id, "cls_token_id": tokenizer.cls_token_id,
+                   "eos_token_id": tokenizer.sep_token_id, "sep_token_id": tokenizer.sep_token_id}
+            defaults.update({k: v for k, v in ids.items() if v is not None})
+    return baselines.build_config(baselines.ModelSpec(name, dict(m.overrides)), defaults)
+
+
 def build_model(cfg: PretrainConfig, tokenizer, resume_dir: Path | None = None):
-    """A fresh model from the config (vocab sized from the tokenizer), or weights from a checkpoint."""
+    """A fresh model from the config (vocab sized from the tokenizer), or weights from a checkpoint (checked
+    before, by ``load_train_state``) or from ``model.init_from`` (checked by :func:`check_inputs`)."""
     from transformers import AutoModelForMaskedLM
 
     import avey_b  # noqa: F401  (registers Avey-B with the Auto classes)
 
     m = cfg.model
-    vocab = pad_to_multiple(len(tokenizer), 64)
     if resume_dir is not None or m.init_from:
-        if resume_dir is None and Path(m.init_from).is_dir():
-            verify(m.init_from)  # a model directory this library wrote records its files' SHA-256
         model = AutoModelForMaskedLM.from_pretrained(str(resume_dir or m.init_from), dtype=torch.float32)
         if model.get_input_embeddings().weight.shape[0] < len(tokenizer):
-            model.resize_token_embeddings(vocab)
+            model.resize_token_embeddings(pad_to_multiple(len(tokenizer), 64))
     else:
-        # The model spec of avey_b.baselines, written as YAML: arch avey-b + preset -> avey-b-<preset>.
-        avey = m.arch in ("avey-b", "avey_b")
-        if avey and m.preset is None:
-            raise ValueError("model.preset is required for model.arch=avey-b (tiny, small, base, large)")
-        name = f"avey-b-{m.preset}" if avey else m.arch
-        defaults = {"vocab_size": vocab, "pad_token_id": tokenizer.pad_token_id}
-        if not avey:  # a transformers architecture: its position table and special ids from the tokenizer
-            defaults["max_position_embeddings"] = max(cfg.data.seq_len, 512)
-            ids = {"bos_token_id": tokenizer.cls_token_id, "cls_token_id": tokenizer.cls_token_id,
-                   "eos_token_id": tokenizer.sep_token_id, "sep_token_id": tokenizer.sep_token_id}
-            defaults.update({k: v for k, v in ids.items() if v is not None})
-        config = baselines.build_config(baselines.ModelSpec(name, dict(m.overrides)), defaults)
-        model = AutoModelForMaskedLM.from_config(config)
+        model = AutoModelForMaskedLM.from_config(model_config(cfg, tokenizer))
     if hasattr(model.config, "sparse_prediction"):
         model.config.sparse_prediction = bool(m.sparse_prediction)
     return model

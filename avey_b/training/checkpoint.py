@@ -15,9 +15,12 @@ directories *of the same run* are kept: a checkpoint of another run is never pru
 
 Integrity: every directory written here holds ``SHA256SUMS`` (the SHA-256 of each of its files, in the format
 ``sha256sum -c SHA256SUMS`` checks). A new checkpoint is read back and checked before any older one is pruned,
-and a checkpoint is checked before a run resumes from it: a file whose bytes changed since it was written (a
-damaged disk, a copy cut short, an edit) stops the run with a :class:`DamagedCheckpoint` error that names the file
-and the newest intact checkpoint beside it, to resume from only if the user says so.
+and a checkpoint (or a ``model.init_from`` directory) is checked before a run starts from it: a file whose bytes
+changed since it was written (a damaged disk, a copy cut short, an edit) stops the run with a
+:class:`DamagedCheckpoint` error that names the file and the newest intact checkpoint beside it, to resume from
+only if the user says so. A directory without ``SHA256SUMS`` cannot be checked, and since this library writes one
+into every directory, its absence means damage or a directory written elsewhere: it is refused too
+(:class:`UnverifiedCheckpoint`) unless the user passes ``--trust-unverified``.
 """
 
 from __future__ import annotations
@@ -45,8 +48,16 @@ RUN_ID_FILE = "RUN_ID"
 MANIFEST_FILE = "SHA256SUMS"
 
 
+#: The command-line flag that accepts a checkpoint or model directory without SHA256SUMS.
+TRUST_FLAG = "--trust-unverified"
+
+
 class DamagedCheckpoint(OSError):
     """A checkpoint file that is missing or whose bytes are not those written (the message names the file)."""
+
+
+class UnverifiedCheckpoint(DamagedCheckpoint):
+    """A checkpoint or model directory without ``SHA256SUMS``, so its files cannot be checked."""
 
 
 def checkpoint_dir(run_dir: str | Path) -> Path:
@@ -116,12 +127,13 @@ def save_checkpoint(run_dir, step: int, model, tokenizer, train_state: dict, kee
     return dest
 
 
-def load_train_state(ckpt: str | Path) -> dict:
-    """The training state of a checkpoint, after checking every file of it (:func:`check_checkpoint`)."""
+def load_train_state(ckpt: str | Path, trust_unverified: bool = False) -> dict:
+    """The training state of a checkpoint, after checking every file of it (:func:`check_model_dir`; one without
+    ``SHA256SUMS`` only with ``trust_unverified``)."""
     path = Path(ckpt) / STATE_FILE
     if not path.exists():
         raise FileNotFoundError(f"{ckpt} is not a training checkpoint (no {STATE_FILE})")
-    check_checkpoint(ckpt)
+    check_model_dir(ckpt, "--resume", trust_unverified)
     try:
         return torch.load(path, map_location="cpu", weights_only=False)
     except Exception as error:  # a checkpoint from before SHA256SUMS can still be damaged: name the file
@@ -166,25 +178,45 @@ def verify(directory: str | Path) -> bool:
     return True
 
 
-def check_checkpoint(ckpt: str | Path) -> None:
-    """:func:`verify`, with the newest intact checkpoint of the same run directory named in the error."""
+def check_model_dir(directory: str | Path, role: str, trust_unverified: bool = False) -> bool:
+    """:func:`verify` before a run starts from ``directory`` (``role``: ``--resume`` or ``model.init_from``), with
+    the newest intact checkpoint beside it named in the error. A directory without ``SHA256SUMS`` is refused
+    (:class:`UnverifiedCheckpoint`) unless ``trust_unverified``; returns whether the files were checked."""
+    directory = Path(directory)
     try:
-        verify(ckpt)
+        if verify(directory):
+            return True
     except DamagedCheckpoint as error:
-        intact = newest_intact_checkpoint(Path(ckpt).parent.parent, other_than=Path(ckpt))
-        hint = (f"; the newest intact checkpoint beside it is {intact}: to continue from there, resume with "
-                f"--resume {intact}" if intact else "; there is no intact checkpoint beside it")
-        raise DamagedCheckpoint(f"{error}{hint}") from None
+        raise DamagedCheckpoint(f"{error}{_instead(directory, role)}") from None
+    if trust_unverified:
+        dist_utils.print0(f"note: {directory} has no {MANIFEST_FILE}; its files were not checked ({TRUST_FLAG})")
+        return False
+    raise UnverifiedCheckpoint(
+        f"{directory} has no {MANIFEST_FILE}, so its files cannot be checked. Every checkpoint and model directory "
+        f"that avey-b pretrain and finetune write records the SHA-256 of its files there: this one lost it (damage, "
+        f"an incomplete copy) or was written by something else (save_pretrained, avey-b convert, a download)"
+        f"{_instead(directory, role)}. To start from it anyway, unchecked, add {TRUST_FLAG}.")
+
+
+def _instead(directory: Path, role: str) -> str:
+    """The error's pointer to the newest intact checkpoint beside ``directory`` (in a run's ``checkpoints/``)."""
+    if directory.resolve().parent.name != checkpoint_dir("").name:
+        return ""
+    intact = newest_intact_checkpoint(directory.resolve().parent.parent, other_than=directory)
+    if intact is None:
+        return "; there is no intact checkpoint beside it"
+    how = f"resume with --resume {intact}" if role == "--resume" else f"set {role}={intact}"
+    return f"; the newest intact checkpoint beside it is {intact}: to continue from there, {how}"
 
 
 def newest_intact_checkpoint(run_dir: str | Path, other_than: Path | None = None) -> Path | None:
-    """The newest checkpoint of ``run_dir`` whose files match their ``SHA256SUMS`` (or that has none)."""
+    """The newest checkpoint of ``run_dir`` that has ``SHA256SUMS`` and whose files match it."""
     for ckpt in reversed(list_checkpoints(run_dir)):
-        if other_than is not None and ckpt.resolve() == other_than.resolve():
+        if other_than is not None and ckpt.resolve() == Path(other_than).resolve():
             continue
         try:
-            verify(ckpt)
-            return ckpt
+            if verify(ckpt):
+                return ckpt
         except DamagedCheckpoint:
             continue
     return None

@@ -125,7 +125,8 @@ class TrainConfig:
     seed: int = 0
     """Seeds the initialization, the masks and dropout."""
     threads: int | None = None
-    """``torch.set_num_threads`` (null: leave PyTorch's default)."""
+    """CPU threads (``torch.set_num_threads``). null: ``OMP_NUM_THREADS`` if set, else one per CPU this process may
+    use (its affinity mask and cgroup CPU quota). On a CPU shared with other busy processes, 1 is often faster."""
     peak_flops: float | None = None
     """Peak FLOP/s of one device for MFU (null: known GPUs are looked up; CPU MFU is skipped)."""
 

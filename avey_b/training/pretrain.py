@@ -40,13 +40,15 @@ from ..analysis import count_flops, count_parameters
 from ..data.mlm import IGNORE_INDEX
 from ..data.packing import PackedSequences
 from ..device import autocast as device_autocast
-from ..device import use_bf16
+from ..device import set_cpu_threads, use_bf16
 from ..progress import Progress
 from ..tokenization import eot_id
 from . import distributed as dist_utils
 from . import rundir
-from .build import build_model, build_optimizer, build_tokenizer, data_specs
+from .build import build_model, build_optimizer, build_tokenizer, check_inputs, data_specs
 from .checkpoint import (
+    MANIFEST_FILE,
+    TRUST_FLAG,
     TrainState,
     full_state_dict,
     latest_checkpoint,
@@ -54,7 +56,7 @@ from .checkpoint import (
     save_pretrained_atomic,
 )
 from .config import PretrainConfig, describe, dump_yaml, load_config, to_dict
-from .metrics import MetricsLogger, peak_flops
+from .metrics import MetricsLogger, peak_flops, shared_cpu_message, shared_cpu_slowdown
 from .mlm_eval import evaluate, fill_mask, masked_batch, mlm_sums
 from .schedule import build_scheduler
 
@@ -64,12 +66,14 @@ class Interrupted(Exception):
 
 
 # ------------------------------------------------------------------------------------------- training
-def train(cfg: PretrainConfig, resume: str | None = None, overwrite: bool = False) -> dict:
+def train(cfg: PretrainConfig, resume: str | None = None, overwrite: bool = False,
+          trust_unverified: bool = False) -> dict:
     """Pretrain as ``cfg`` says. ``resume``: a checkpoint directory, or "auto" (the run dir's latest);
-    ``overwrite``: move an existing run in ``cfg.run_dir`` aside first (see :mod:`.rundir`)."""
+    ``overwrite``: move an existing run in ``cfg.run_dir`` aside first (see :mod:`.rundir`); ``trust_unverified``:
+    start from a checkpoint or ``model.init_from`` directory that has no ``SHA256SUMS`` (see :mod:`.checkpoint`)."""
     info = dist_utils.init(cfg.train.device)
     try:
-        results = _train(cfg, info, resume, overwrite)
+        results = _train(cfg, info, resume, overwrite, trust_unverified)
     except BaseException:
         dist_utils.cleanup(wait_for_all=False)  # the other ranks may never reach a barrier
         raise
@@ -173,30 +177,34 @@ def _resume_dir(resume: str | None, run_dir: Path) -> Path | None:
     return Path(resume)
 
 
-def _train(cfg: PretrainConfig, info, resume: str | None, overwrite: bool = False) -> dict:
+def _train(cfg: PretrainConfig, info, resume: str | None, overwrite: bool = False,
+           trust_unverified: bool = False) -> dict:
     t_start = time.time()
     from transformers import AutoTokenizer
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # no per-save "Writing model shards" bars inside our own progress bar
-    if cfg.train.threads:
-        torch.set_num_threads(cfg.train.threads)
+    threads = set_cpu_threads(cfg.train.threads)
     run_dir, say = Path(cfg.run_dir), dist_utils.print0
 
-    # --- set up: where to start from (checked before anything is written), batch geometry, tokenizer, model,
-    # optimizer, schedule, data
+    # --- set up. First every check that writes nothing: where to start from, the run dir, the batch geometry,
+    # the data files, the model's config and the starting weights. Only then is the run dir made (or the old run
+    # moved aside), so a typo leaves it as it was. Then tokenizer, model, optimizer, schedule, data.
     resume_dir = _resume_dir(resume, run_dir)
-    checkpoint_state = load_train_state(resume_dir) if resume_dir else None
+    checkpoint_state = load_train_state(resume_dir, trust_unverified) if resume_dir else None
     changes = rundir.check_resume(checkpoint_state.get("config"), to_dict(cfg)) if checkpoint_state else {}
     if resume_dir is not None and run_dir.exists() and any(run_dir.iterdir()) and run_dir.resolve() not in resume_dir.resolve().parents:
         raise rundir.RunDirError(f"--resume {resume_dir}: run_dir {run_dir} holds another run "
                                  f"({rundir.describe_contents(run_dir)}); resume into that checkpoint's own run dir or an empty one")
-    moved = rundir.prepare(run_dir, resuming=resume_dir is not None, overwrite=overwrite, act=info.is_main)
+    rundir.prepare(run_dir, resuming=resume_dir is not None, overwrite=overwrite, act=False)
+    N, geo, total_steps = cfg.data.seq_len, BatchGeometry.of(cfg, info.world_size), cfg.steps
+    check_inputs(cfg, resume_dir, trust_unverified)
+    moved = None
     if info.is_main:
+        moved = rundir.prepare(run_dir, resuming=resume_dir is not None, overwrite=overwrite)
         run_dir.mkdir(parents=True, exist_ok=True)
     if info.enabled:
         torch.distributed.barrier()
-    N, geo, total_steps = cfg.data.seq_len, BatchGeometry.of(cfg, info.world_size), cfg.steps
     tokenizer = AutoTokenizer.from_pretrained(str(resume_dir)) if resume_dir else build_tokenizer(cfg, info, run_dir)
     torch.manual_seed(cfg.train.seed)
     raw_model = build_model(cfg, tokenizer, resume_dir).to(info.device)
@@ -229,11 +237,16 @@ def _train(cfg: PretrainConfig, info, resume: str | None, overwrite: bool = Fals
         dump_yaml(cfg, run_dir / "config.yaml")
         if moved is not None:
             rundir.record(run_dir, "overwrite", previous_run_moved_to=str(moved))
+        # what the run started from without a check (--trust-unverified), on the record
+        start_dir = resume_dir or (Path(cfg.model.init_from) if cfg.model.init_from else None)
+        unchecked = {}
+        if start_dir is not None and start_dir.is_dir() and not (start_dir / MANIFEST_FILE).exists():
+            unchecked = {"unchecked": str(start_dir)}
         if checkpoint_state is None:
-            rundir.record(run_dir, "start", run_id=state.run_id, step=0)
+            rundir.record(run_dir, "start", run_id=state.run_id, step=0, **unchecked)
         else:
             rundir.record(run_dir, "resume", run_id=state.run_id, step=state.step, checkpoint=str(resume_dir),
-                          changes=changes)
+                          changes=changes, **unchecked)
 
     logger = MetricsLogger(run_dir, info.is_main, tensorboard=cfg.logging.tensorboard, wandb=cfg.logging.wandb,
                            wandb_project=cfg.logging.wandb_project, config=to_dict(cfg), resume=checkpoint_state is not None)
@@ -257,12 +270,17 @@ def _train(cfg: PretrainConfig, info, resume: str | None, overwrite: bool = Fals
         model.train()
         last_log_t, last_log_step = time.time(), state.step
         window_loss = torch.zeros(2, dtype=torch.float64)
+        # the rate of the steps alone, per logging window: a CPU run with several threads says once if it drops
+        step_seconds, step_rates = 0.0, []
+        watch_cpu = info.is_main and info.device.type == "cpu" and threads > 1
         exit_code = 0
         try:
             while state.step < total_steps:
+                t_step = time.perf_counter()
                 micro = [[next(it) for _ in range(geo.micro_batch)] for _ in range(geo.accumulation)]
                 batches = [masked_batch(m, tokenizer, cfg, info.device, cfg.train.seed) for m in micro]
                 loss, grad_norm, lr = train_step(model, batches, optimizer, scheduler, cfg, info, autocast)
+                step_seconds += time.perf_counter() - t_step
                 state.step += 1
                 step = state.step
                 window_loss += torch.tensor([loss, 1.0], dtype=torch.float64)
@@ -280,6 +298,12 @@ def _train(cfg: PretrainConfig, info, resume: str | None, overwrite: bool = Fals
                     logger.log(rec)
                     write(f"step {step:>6} | loss {rec['loss']:.4f} | lr {lr:.2e} | grad {grad_norm:.3f} | "
                           f"{tps:,.0f} tok/s" + (f" | MFU {rec['mfu']:.1%}" if "mfu" in rec else ""))
+                    if watch_cpu:
+                        step_rates.append((step - last_log_step) * tokens_per_step / max(step_seconds, 1e-9))
+                        if slowdown := shared_cpu_slowdown(step_rates):
+                            write(shared_cpu_message(*slowdown, threads))
+                            watch_cpu = False  # once
+                    step_seconds = 0.0
                     last_log_t, last_log_step = time.time(), step
                     window_loss.zero_()
                 if cfg.eval.every and step % cfg.eval.every == 0 and step < total_steps:
@@ -356,6 +380,9 @@ def main(argv: list[str] | None = None) -> int:
                              "come before or after it (a key=value right after --resume is an override, not CKPT)")
     parser.add_argument("--overwrite", action="store_true",
                         help="start afresh in a run_dir that holds a run, after moving that run aside (never deleted)")
+    parser.add_argument(TRUST_FLAG, action="store_true",
+                        help="start from a checkpoint (--resume) or model.init_from directory that has no SHA256SUMS, "
+                             "whose files therefore cannot be checked (every directory avey-b writes has one)")
     parser.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
     parser.add_argument("overrides", nargs="*", help="key=value overrides, e.g. optim.lr=1e-3 data.train=my_dir/")
     args = parser.parse_args(argv)
@@ -373,7 +400,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.resume and args.overwrite:
         parser.error("--resume continues the run in run_dir; --overwrite moves it aside: choose one")
-    results = train(cfg, resume=args.resume, overwrite=args.overwrite)
+    results = train(cfg, resume=args.resume, overwrite=args.overwrite, trust_unverified=args.trust_unverified)
     return int(results.get("exit_code", 0))
 
 
