@@ -5,6 +5,7 @@ change mid-run while applying and recording the others."""
 import hashlib
 import json
 import os
+import shutil
 
 import pytest
 from test_train_loop import corpus, overrides  # noqa: F401  (the module's corpus fixture)
@@ -227,3 +228,13 @@ def test_model_init_from_without_sha256sums_is_refused_unless_trusted(corpus, tm
     assert not (tmp_path / "b").exists()  # refused before anything was written
     assert main(start + ["--trust-unverified"]) == 0
     assert history(tmp_path / "b")[-1]["unchecked"] == str(weights) and "unchecked" not in history(tmp_path / "a")[-1]
+
+
+def test_model_init_from_a_directory_no_run_wrote_starts_unchecked(corpus, tmp_path):  # noqa: F811
+    # save_pretrained / `avey-b convert` / a download write no manifest: nothing was lost, so no flag is needed
+    assert main(overrides(corpus, tmp_path / "a", steps=2)) == 0
+    weights = tmp_path / "saved"
+    shutil.copytree(tmp_path / "a" / "model", weights)
+    (weights / "SHA256SUMS").unlink()
+    assert main(overrides(corpus, tmp_path / "b", steps=2, **{"model.init_from": str(weights)})) == 0
+    assert history(tmp_path / "b")[-1]["unchecked"] == str(weights)

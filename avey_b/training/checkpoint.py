@@ -180,8 +180,10 @@ def verify(directory: str | Path) -> bool:
 
 def check_model_dir(directory: str | Path, role: str, trust_unverified: bool = False) -> bool:
     """:func:`verify` before a run starts from ``directory`` (``role``: ``--resume`` or ``model.init_from``), with
-    the newest intact checkpoint beside it named in the error. A directory without ``SHA256SUMS`` is refused
-    (:class:`UnverifiedCheckpoint`) unless ``trust_unverified``; returns whether the files were checked."""
+    the newest intact checkpoint beside it named in the error. A run's checkpoint or model without ``SHA256SUMS``
+    is refused (:class:`UnverifiedCheckpoint`) unless ``trust_unverified``: runs always write it, so it was lost. A
+    ``model.init_from`` directory that no run wrote (save_pretrained, ``avey-b convert``, a download) has none to
+    lose and starts unchecked, with a note. Returns whether the files were checked."""
     directory = Path(directory)
     try:
         if verify(directory):
@@ -191,11 +193,22 @@ def check_model_dir(directory: str | Path, role: str, trust_unverified: bool = F
     if trust_unverified:
         dist_utils.print0(f"note: {directory} has no {MANIFEST_FILE}; its files were not checked ({TRUST_FLAG})")
         return False
+    if role != "--resume" and not _written_by_a_run(directory):
+        # save_pretrained, `avey-b convert` and Hub downloads write no manifest: nothing is missing from them.
+        dist_utils.print0(f"note: {directory} has no {MANIFEST_FILE} (not written by a run); its files were not checked")
+        return False
     raise UnverifiedCheckpoint(
         f"{directory} has no {MANIFEST_FILE}, so its files cannot be checked. Every checkpoint and model directory "
         f"that avey-b pretrain and finetune write records the SHA-256 of its files there: this one lost it (damage, "
         f"an incomplete copy) or was written by something else (save_pretrained, avey-b convert, a download)"
         f"{_instead(directory, role)}. To start from it anyway, unchecked, add {TRUST_FLAG}.")
+
+
+def _written_by_a_run(directory: Path) -> bool:
+    """Whether ``directory`` is a checkpoint or the ``model/`` of an ``avey-b pretrain`` / ``finetune`` run (which
+    always write the manifest): it sits in a run's ``checkpoints/``, or beside the run's ``history.jsonl``."""
+    parent = directory.resolve().parent
+    return parent.name == checkpoint_dir("").name or (parent / "history.jsonl").is_file()
 
 
 def _instead(directory: Path, role: str) -> str:
