@@ -229,3 +229,22 @@ def test_paper_inputs_follow_encodeval(env):
     assert tok.convert_ids_to_tokens(short["input_ids"]) == prompt + ["alice", "met"]  # only the context is cut
     with pytest.raises(ValueError, match="leaves no room for the context"):
         qa.train_features([ex], tok, RunConfig(protocol="paper", max_length=3))
+
+
+def test_a_cell_recorded_before_the_new_settings_resumes(tmp_path):
+    """A finished cell of an older sweep (its record lacks the optimizer / dtype / accumulation fields) ran with
+    their defaults: it counts as done, and the same cell with other settings is refused, not mixed in."""
+    import json
+    import os
+
+    cell = sweep.Cell("m", "x", "sst2", RunConfig(lr=1e-4), DataFiles())
+    spec = cell.spec()
+    for name in ("adam_beta1", "adam_beta2", "adam_epsilon", "weights_dtype", "grad_accumulation"):
+        del spec["cfg"][name]
+    os.makedirs(sweep.cell_dir(str(tmp_path), cell))
+    with open(os.path.join(sweep.cell_dir(str(tmp_path), cell), "results.json"), "w") as f:
+        json.dump({"cell": spec, "fingerprint": cell.fingerprint()}, f)
+    assert sweep.is_done(str(tmp_path), cell)
+    cell.cfg = RunConfig(lr=1e-4, adam_beta2=0.95)
+    with pytest.raises(ValueError, match="other settings than requested"):
+        sweep.is_done(str(tmp_path), cell)

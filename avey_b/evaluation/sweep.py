@@ -190,6 +190,10 @@ def is_done(output_dir: str, cell: Cell, log=None) -> bool:
     with open(path, encoding="utf-8") as f:
         record = json.load(f)
     recorded = record.get("cell")
+    if recorded is not None and isinstance(recorded.get("cfg"), dict):
+        # a cell recorded before a RunConfig field existed ran with that field's default
+        defaults = {k: v for k, v in RunConfig().to_dict().items() if k != "device"}
+        recorded = recorded | {"cfg": defaults | recorded["cfg"]}
     if record.get("fingerprint") != cell.fingerprint():
         if log is not None:
             log(f"{cell.key}: its data or model changed since {path} was written; running it again")
