@@ -205,8 +205,8 @@ def test_no_truncation_means_the_models_own_limit_and_end_token(env):
 
     assert input_limit(AveyBConfig(), tok) is None
     assert end_token(tok, BertConfig()) == "[UNK]"  # BERT's config has no eos: EncodEval falls back to unk
-    assert end_token(tok, BertConfig(eos_token_id=3)) == "[SEP]"
-    assert end_token(tok, AveyBConfig()) == (tok.eos_token or "[UNK]")  # no eos field: the tokenizer's
+    assert end_token(tok, BertConfig(eos_token_id=3)) == "[SEP]"  # ModernBERT's eos is its [SEP]
+    assert end_token(tok, AveyBConfig()) == "[UNK]"
 
 
 def test_paper_inputs_follow_encodeval(env):

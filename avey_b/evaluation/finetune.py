@@ -9,10 +9,10 @@ trust its presence as "cell done").
 
 Why a plain loop rather than ``transformers.Trainer``: the four families need different things from the
 loop (IR is step-based with a two-tower InfoNCE loss, QA scoring needs the window bookkeeping, the paper
-protocol swaps heads), and the loop itself is short — AdamW, linear warm-up/decay
-(``get_linear_schedule_with_warmup``), gradient clipping, bf16 autocast (``--precision auto``: on CUDA and on
-CPUs with native bf16). Keeping it in view makes
-the protocol auditable (exactly which steps, which schedule, which seed drives what) and keeps Avey-B and
+protocol swaps heads), and the loop itself is short — AdamW (the cell's β, ε and weight decay), linear
+warm-up/decay (``get_linear_schedule_with_warmup``, counted in optimizer steps), gradient accumulation, gradient
+clipping, bf16 autocast (``--precision auto``: on CUDA and on CPUs with native bf16), weights in float32 or bf16.
+Keeping it in view makes the protocol auditable (exactly which steps, which schedule, which seed drives what) and keeps Avey-B and
 every baseline on the very same code path, with no Trainer defaults silently differing between versions.
 """
 

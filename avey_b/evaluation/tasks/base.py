@@ -186,8 +186,9 @@ class Task:
     """Paper protocol: the token appended to every input (set per run from the model, :func:`end_token`)."""
 
     def end(self, tokenizer) -> str:
-        """The paper protocol's end token: the run's, else the tokenizer's eos, else its unknown token."""
-        return self.end_token or tokenizer.eos_token or tokenizer.unk_token
+        """The paper protocol's end token: the run's (:func:`end_token`), else the tokenizer's unknown token, else
+        its eos."""
+        return self.end_token or tokenizer.unk_token or tokenizer.eos_token
 
     # -- data ------------------------------------------------------------------------------------------
     def load(self, which: str, files: DataFiles) -> Any:
@@ -282,20 +283,18 @@ def input_limit(model_config, tokenizer) -> int | None:
 
 
 def end_token(tokenizer, model_config) -> str:
-    """The token EncodEval appends to every input (``text + eos_token``, no other special tokens): the model
-    config's ``eos_token_id`` when the config has that field (transformers' configs do, None for BERT), else the
-    tokenizer's eos token; the unknown token when that leaves none (so ``[UNK]`` for BERT, ``</s>`` for RoBERTa,
-    ``[SEP]`` for ModernBERT, the tokenizer's end of text for Avey-B)."""
-    if hasattr(model_config, "eos_token_id"):
-        eos_id = model_config.eos_token_id
-        if isinstance(eos_id, (list, tuple)):
-            eos_id = eos_id[0] if eos_id else None
-        token = tokenizer.convert_ids_to_tokens(eos_id) if eos_id is not None else None
-    else:
-        token = tokenizer.eos_token
-    token = token or tokenizer.unk_token
+    """The token EncodEval appends to every input (``text + eos_token``, no other special tokens). EncodEval copies
+    the model config's ``eos_token_id`` onto the tokenizer, and under transformers 4 (its ``dtype=`` loading needs
+    4.56 or later) every config has that field, None unless the model sets one; a tokenizer left without an eos
+    token gets its unknown token. So: the config's eos token, else the unknown token (``[UNK]`` for BERT and
+    Avey-B, ``</s>`` for RoBERTa, ``[SEP]`` for ModernBERT), else the tokenizer's own eos."""
+    eos_id = getattr(model_config, "eos_token_id", None)
+    if isinstance(eos_id, (list, tuple)):
+        eos_id = eos_id[0] if eos_id else None
+    token = (tokenizer.convert_ids_to_tokens(eos_id) if eos_id is not None else None) or tokenizer.unk_token
+    token = token or tokenizer.eos_token
     if token is None:
-        raise ValueError("the tokenizer has neither an end-of-sequence nor an unknown token to end inputs with")
+        raise ValueError("the tokenizer has neither an unknown nor an end-of-sequence token to end inputs with")
     return token
 
 
