@@ -3,7 +3,7 @@
 import datasets
 import pytest
 
-from avey_b.evaluation.tasks import DataFiles, base, get_task
+from avey_b.evaluation.tasks import DataFiles, RunConfig, base, get_task
 
 
 @pytest.fixture
@@ -28,11 +28,16 @@ def test_glue_names_and_splits(hub):
 
 def test_ner_class_label_names(hub):
     feats = datasets.Features({"tokens": datasets.Sequence(datasets.Value("string")),
-                               "tags": datasets.Sequence(datasets.ClassLabel(names=["O", "B-PER", "I-PER"]))})
+                               "tags": datasets.Sequence(datasets.ClassLabel(names=["B-PER", "I-PER", "O"]))})
     hub[("hgissbkh/conll2003-en", None, "test")] = datasets.Dataset.from_dict(
-        {"tokens": [["Ada", "Lovelace", "wrote"]], "tags": [[1, 2, 0]]}, features=feats)
-    assert get_task("conll2003").load("eval", DataFiles()) == [
-        {"tokens": ["Ada", "Lovelace", "wrote"], "tags": ["B-PER", "I-PER", "O"]}]
+        {"tokens": [["Ada", "Lovelace", "wrote"]], "tags": [[0, 1, 2]]}, features=feats)
+    task = get_task("conll2003")
+    examples = task.load("eval", DataFiles())
+    assert examples == [{"tokens": ["Ada", "Lovelace", "wrote"], "tags": ["B-PER", "I-PER", "O"],
+                         "source_tags": ["B-PER", "I-PER", "O"]}]
+    # the paper protocol (EncodEval) keeps the dataset's class ids: its class list, in its order
+    assert task.labels(examples, [], RunConfig(protocol="paper")) == ["B-PER", "I-PER", "O"]
+    assert task.labels(examples, [], RunConfig()) == ["O", "B-PER", "I-PER"]
     hub[("hgissbkh/uner_en", None, "test")] = datasets.Dataset.from_dict({"words": [["x"]], "labels": [["O"]]})
     with pytest.raises(ValueError, match="expected columns tokens"):
         get_task("uner").load("eval", DataFiles())

@@ -43,8 +43,8 @@ def test_read_conll_docstart_iob1(tmp_path):
                     "Blackburn NNP I-NP I-PER\n")
     task = get_task("conll2003")
     sents = task.load("train", DataFiles(train=str(path)))
-    assert sents == [{"tokens": ["EU", "rejects"], "tags": ["B-ORG", "O"]},
-                     {"tokens": ["Peter", "Blackburn"], "tags": ["B-PER", "I-PER"]}]
+    assert sents == [{"tokens": ["EU", "rejects"], "tags": ["B-ORG", "O"], "source_tags": ["I-ORG", "O"]},
+                     {"tokens": ["Peter", "Blackburn"], "tags": ["B-PER", "I-PER"], "source_tags": ["I-PER", "I-PER"]}]
     assert task.labels(sents, []) == ["O", "B-ORG", "B-PER", "I-PER"]
     (tmp_path / "bad.conll").write_text("EU\n")
     with pytest.raises(ValueError, match="bad.conll, line 1: expected 'word ... tag'"):
@@ -57,8 +57,8 @@ def test_tc_training_labels_follow_protocol(tok):
     task.model_kwargs(ex, [], RunConfig())
     std = task.train_features(ex, tok, RunConfig(protocol="standard"))[0]["labels"]
     pap = task.train_features(ex, tok, RunConfig(protocol="paper"))[0]["labels"]
-    assert std == [-100, 1, -100, -100, 0, 1, -100]
-    assert pap == [-100, 1, 1, 1, 0, 1, -100]
+    assert std == [-100, 1, -100, -100, 0, 1, -100]  # [CLS] bob ##b ##y met alice [SEP]
+    assert pap == [1, 1, 1, 0, 1, -100]  # EncodEval: bob ##b ##y met alice + the end token, no [CLS]/[SEP]
 
 
 # ------------------------------------------------------------------------------------------ QA
@@ -126,10 +126,10 @@ def test_paper_qa_labels_are_answer_positions(tok):
     cfg = RunConfig(protocol="paper", max_length=64)
     f = task.train_features([_qa_example("Alice Smith")], tok, cfg)[0]
     tokens = tok.convert_ids_to_tokens(f["input_ids"])
-    assert [t for t, y in zip(tokens, f["labels"], strict=False) if y == 1] == ["alice", "smith"]
-    assert all(y == -100 for t, y in zip(tokens, f["labels"], strict=False) if t in ("[CLS]", "[SEP]", "where"))
+    assert [t for t, y in zip(tokens, f["labels"], strict=True) if y == 1] == ["alice", "smith"]
+    assert -100 not in f["labels"] and "[CLS]" not in tokens  # EncodEval: every token labelled, no special tokens
     nothing = task.train_features([_qa_example(None)], tok, cfg)[0]["labels"]
-    assert set(nothing) == {-100, 0}
+    assert set(nothing) == {0}
 
 
 def test_read_squad_json_v2_and_bad_offsets(tmp_path):

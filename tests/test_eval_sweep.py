@@ -114,7 +114,7 @@ def test_aggregate_median_at_best_lr_and_best_of():
     avg = report.family_averages(table["m"])
     assert avg["SC"] == {"value": pytest.approx((88 + 60) / 2), "complete": False}
     md = report.markdown(table, "paper", "median", [])
-    assert "PAPER-COMPATIBLE" in md and "**74.00***" in md and "| m |" in md
+    assert "the PAPER's protocol (EncodEval" in md and "**74.00***" in md and "| m |" in md
 
 
 def test_report_compares_variants_of_a_model():

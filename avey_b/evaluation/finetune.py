@@ -9,16 +9,17 @@ trust its presence as "cell done").
 
 Why a plain loop rather than ``transformers.Trainer``: the four families need different things from the
 loop (IR is step-based with a two-tower InfoNCE loss, QA scoring needs the window bookkeeping, the paper
-protocol swaps heads), and the loop itself is short — AdamW, linear warm-up/decay
-(``get_linear_schedule_with_warmup``), gradient clipping, bf16 autocast (``--precision auto``: on CUDA and on
-CPUs with native bf16). Keeping it in view makes
-the protocol auditable (exactly which steps, which schedule, which seed drives what) and keeps Avey-B and
+protocol swaps heads), and the loop itself is short — AdamW (the cell's β, ε and weight decay), linear
+warm-up/decay (``get_linear_schedule_with_warmup``, counted in optimizer steps), gradient accumulation, gradient
+clipping, bf16 autocast (``--precision auto``: on CUDA and on CPUs with native bf16), weights in float32 or bf16.
+Keeping it in view makes the protocol auditable (exactly which steps, which schedule, which seed drives what) and keeps Avey-B and
 every baseline on the very same code path, with no Trainer defaults silently differing between versions.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -42,6 +43,8 @@ from .tasks.base import (
     Task,
     autocast_ctx,
     check_model_source,
+    end_token,
+    input_limit,
     load_model,
     load_task_tokenizer,
     pad_id_of,
@@ -49,7 +52,8 @@ from .tasks.base import (
 
 
 def resolve_steps(task: Task, cfg: RunConfig, batches_per_epoch: int) -> int:
-    """Optimizer steps: ``max_steps`` > ``epochs`` > the family's step budget > the family's epochs."""
+    """Optimizer steps: ``max_steps`` > ``epochs`` > the family's step budget > the family's epochs. An epoch is
+    ``batches_per_epoch`` optimizer steps of ``batch_size`` examples (micro-batches of accumulation included)."""
     if cfg.max_steps is not None:
         return cfg.max_steps
     if cfg.epochs is not None:
@@ -67,6 +71,8 @@ def load_data(task: Task, files: DataFiles, cfg: RunConfig) -> tuple[Any, Any]:
         train, evaluation = task.split_holdout(train, files.holdout)
     else:
         evaluation = task.load("eval", files)
+        if cfg.protocol == "paper":
+            train = paper_train_part(task, train)
     train = task.subsample(train, cfg.max_train_examples)
     evaluation = task.subsample(evaluation, cfg.max_eval_examples)
     if task.num_examples(train) == 0:
@@ -76,18 +82,77 @@ def load_data(task: Task, files: DataFiles, cfg: RunConfig) -> tuple[Any, Any]:
     return train, evaluation
 
 
+def paper_train_part(task: Task, train: Any) -> Any:
+    """EncodEval scores SC and QA on the official validation split and trains on 95% of the training split, the
+    other 5% held out as its validation set: ``datasets``' ``train_test_split(train_size=0.95, seed=42)``, whose
+    permutation this reuses (TC and IR keep their whole training split)."""
+    if task.family not in ("SC", "QA"):
+        return train
+    import datasets
+
+    n = task.num_examples(train)
+    if n < 2:
+        return train
+    index = datasets.Dataset.from_dict({"i": list(range(n))}).train_test_split(train_size=0.95, seed=42)
+    return [train[i] for i in index["train"]["i"]]
+
+
+def micro_batches(batch: list[Any], accumulation: int) -> list[list[Any]]:
+    """The examples of one optimizer step cut into ``accumulation`` consecutive micro-batches of nearly equal size
+    (fewer when the batch has fewer examples)."""
+    n = min(accumulation, len(batch))
+    size, extra = divmod(len(batch), n)
+    out, start = [], 0
+    for i in range(n):
+        end = start + size + (i < extra)
+        out.append(batch[start:end])
+        start = end
+    return out
+
+
+def loss_items(batch: dict[str, torch.Tensor]) -> int:
+    """What a task's loss averages over in this batch: the labelled tokens (``labels`` != -100) of a token-level
+    loss, else the examples. A micro-batch's loss is weighted by its share of the step's items, so that an
+    accumulated step equals one pass over the whole batch."""
+    labels = batch.get("labels")
+    if labels is not None and labels.dim() > 1:
+        return int((labels != -100).sum())
+    return next(iter(batch.values())).shape[0]
+
+
+#: Parameters transformers' Trainer exempts from weight decay (``Trainer.get_decay_parameter_names``, transformers
+#: 5): those of LayerNorm modules and those whose name holds a bias or a norm.
+NO_DECAY_PATTERNS = [r"bias", r"layernorm", r"rmsnorm", r"(?:^|\.)norm(?:$|\.)", r"_norm(?:$|\.)"]
+
+
+def build_optimizer(model, cfg: RunConfig) -> torch.optim.Optimizer:
+    """AdamW with the cell's β, ε and decoupled weight decay, the decay on the parameters transformers' Trainer
+    decays (EncodEval trains with the Trainer): not on biases and norm weights."""
+    from transformers.trainer_pt_utils import get_parameter_names
+
+    decayed = set(get_parameter_names(model, [torch.nn.LayerNorm], NO_DECAY_PATTERNS))
+    params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    groups = [{"params": [p for n, p in params if n in decayed], "weight_decay": cfg.weight_decay},
+              {"params": [p for n, p in params if n not in decayed], "weight_decay": 0.0}]
+    return torch.optim.AdamW([g for g in groups if g["params"]], lr=cfg.lr, betas=(cfg.adam_beta1, cfg.adam_beta2),
+                             eps=cfg.adam_epsilon)
+
+
 def train_model(model, task: Task, features: list[dict[str, Any]], cfg: RunConfig, pad_id: int,
                 device: torch.device) -> dict[str, Any]:
     from transformers import get_linear_schedule_with_warmup
 
+    if cfg.grad_accumulation > 1 and task.family == "IR":
+        raise ValueError("grad_accumulation > 1 would change the in-batch negatives of the IR loss; use 1")
     generator = torch.Generator().manual_seed(cfg.seed)
-    loader = torch.utils.data.DataLoader(
-        features, batch_size=cfg.batch_size, shuffle=True, generator=generator,
-        collate_fn=lambda b: task.collate(b, pad_id),
+    loader = torch.utils.data.DataLoader(  # one optimizer step's examples, collated per micro-batch below
+        features, batch_size=cfg.batch_size, shuffle=True, generator=generator, collate_fn=list,
     )
     steps = resolve_steps(task, cfg, len(loader))
-    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    scheduler = get_linear_schedule_with_warmup(optimizer, int(cfg.warmup_ratio * steps), steps)
+    optimizer = build_optimizer(model, cfg)
+    # transformers' Trainer (EncodEval) rounds the warm-up up; the standard protocol keeps its round-down
+    warmup = math.ceil(cfg.warmup_ratio * steps) if cfg.protocol == "paper" else int(cfg.warmup_ratio * steps)
+    scheduler = get_linear_schedule_with_warmup(optimizer, warmup, steps)
     model.train()
     losses: list[float] = []
     step = 0
@@ -95,23 +160,30 @@ def train_model(model, task: Task, features: list[dict[str, Any]], cfg: RunConfi
     t0 = time.perf_counter()
     progress = Progress(steps, f"finetune {task.name} (lr {cfg.lr:g}, seed {cfg.seed})")
     while step < steps:  # step budgets longer than one epoch cycle over the data (IR)
-        for batch in loader:
-            batch = {k: v.to(device) for k, v in batch.items()}
-            # real (non-padding) tokens through the encoder: both towers of an IR pair
-            for k, v in batch.items():
-                if k.endswith("attention_mask"):
-                    tokens += v.sum()
-            with autocast_ctx(device, cfg.precision):
-                loss = task.loss(model, batch, cfg)
-            if not torch.isfinite(loss):
-                raise FloatingPointError(f"non-finite training loss {loss.item()} at step {step} (lr {cfg.lr})")
-            loss.backward()
+        for examples in loader:
+            micro = [{k: v.to(device) for k, v in task.collate(part, pad_id).items()}
+                     for part in micro_batches(examples, cfg.grad_accumulation)]
+            items = [loss_items(b) for b in micro]
+            total = sum(items)
+            step_loss = 0.0
+            for batch, n in zip(micro, items, strict=True):
+                # real (non-padding) tokens through the encoder: both towers of an IR pair
+                for k, v in batch.items():
+                    if k.endswith("attention_mask"):
+                        tokens += v.sum()
+                with autocast_ctx(device, cfg.precision):
+                    loss = task.loss(model, batch, cfg)
+                if not torch.isfinite(loss):
+                    raise FloatingPointError(f"non-finite training loss {loss.item()} at step {step} (lr {cfg.lr})")
+                share = n / total if total else 1 / len(micro)
+                (loss * share).backward()
+                step_loss += loss.item() * share
             if cfg.grad_clip:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
             optimizer.step()
             scheduler.step()
             optimizer.zero_grad(set_to_none=True)
-            losses.append(loss.item())
+            losses.append(step_loss)
             step += 1
             progress.update(loss=losses[-1])
             if step >= steps:
@@ -123,7 +195,8 @@ def train_model(model, task: Task, features: list[dict[str, Any]], cfg: RunConfi
     tenth = max(1, len(losses) // 10)
     return {"steps": steps, "batches_per_epoch": len(loader), "tokens": tokens,
             "tokens_per_s": round(tokens / seconds, 1) if seconds > 0 else None,
-            "autocast": "bf16" if use_bf16(cfg.precision, device) else "fp32", "loss_first": _mean(losses[:tenth]),
+            "autocast": "bf16" if use_bf16(cfg.precision, device) else "fp32",
+            "weights": str(next(model.parameters()).dtype).removeprefix("torch."), "loss_first": _mean(losses[:tenth]),
             "loss_last": _mean(losses[-tenth:]), "losses": [round(x, 5) for x in losses[:: max(1, steps // 100)]]}
 
 
@@ -140,6 +213,13 @@ def run_cell(model_name: str, task_name: str, cfg: RunConfig, files: DataFiles,
     train, evaluation = load_data(task, files, cfg)
     transformers.set_seed(cfg.seed)  # head initialisation and dropout
     model = load_model(model_name, task.head(cfg), cfg, **task.model_kwargs(train, evaluation, cfg)).to(device)
+    given = cfg
+    if cfg.max_length is None or cfg.query_max_length is None:  # the model's own limit (see RunConfig.max_length)
+        limit = input_limit(model.config, tokenizer)
+        cfg = dataclasses.replace(cfg, max_length=limit if cfg.max_length is None else cfg.max_length,
+                                  query_max_length=limit if cfg.query_max_length is None else cfg.query_max_length)
+    if cfg.protocol == "paper":
+        task.end_token = end_token(tokenizer, model.config)
 
     t0 = time.perf_counter()
     features = task.train_features(train, tokenizer, cfg)
@@ -155,7 +235,8 @@ def run_cell(model_name: str, task_name: str, cfg: RunConfig, files: DataFiles,
         "lr": cfg.lr, "seed": cfg.seed, "metric": task.metric, "score": metrics[task.metric],
         "metrics": metrics, "train": training | {"examples": task.num_examples(train), "seconds": t1 - t0},
         "eval_seconds": t2 - t1, "n_parameters": count_parameters(model),
-        "config": cfg.to_dict(), "data": vars(files), "device": str(device),
+        "config": given.to_dict(), "input_limit": {"max_length": cfg.max_length, "query_max_length": cfg.query_max_length},
+        "data": vars(files), "device": str(device),
         "versions": {"python": platform.python_version(), "torch": torch.__version__,
                      "transformers": transformers.__version__},
         "finished": utc_timestamp(),
@@ -187,24 +268,42 @@ def add_run_arguments(p: argparse.ArgumentParser, with_defaults: bool = True) ->
     t.add_argument("--tokenizer", help="tokenizer name/path when the model directory has none")
 
 
-def config_from_args(args: argparse.Namespace, lr: float, seed: int) -> tuple[RunConfig, DataFiles]:
-    cfg = RunConfig.from_args(args, lr=lr, seed=seed)
+def config_from_args(args: argparse.Namespace, lr: float, seed: int, task: str | None = None,
+                     given: set[str] | None = None) -> tuple[RunConfig, DataFiles]:
+    """The cell's settings and data. With ``task``, the ``paper`` protocol's table for it lies under the flags;
+    ``given`` names the flags set explicitly (the others keep RunConfig's or the table's values)."""
+    from .protocol import run_config
+
+    names = {f.name for f in dataclasses.fields(RunConfig)}
+    settings = {k: v for k, v in vars(args).items() if k in names and (given is None or k in given)}
+    settings |= {"lr": lr, "seed": seed}
+    if task is not None:
+        settings.setdefault("protocol", getattr(args, "protocol", "standard"))
+        cfg = run_config(task, settings)
+    else:
+        cfg = RunConfig(**settings)
     files = DataFiles(train=args.train_file, eval=args.eval_file, train_split=args.train_split,
                       eval_split=args.eval_split, holdout=args.holdout)
     return cfg, files
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="avey-b finetune", description=__doc__.split("\n\n")[0])
+def build_parser(with_defaults: bool = True) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="avey-b finetune", description=__doc__.split("\n\n")[0],
+                                argument_default=None if with_defaults else argparse.SUPPRESS)
     p.add_argument("--model", required=True, help="Hub id or local directory of any encoder (Avey-B, BERT, ...)")
     p.add_argument("--task", required=True, choices=list(TASKS))
     p.add_argument("--lr", type=float, required=True)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--output-dir", required=True, help="results.json is written here")
     p.add_argument("--save-model", metavar="DIR", help="also save the fine-tuned model + tokenizer to DIR")
-    add_run_arguments(p)
-    args = p.parse_args(argv)
-    cfg, files = config_from_args(args, args.lr, args.seed)
+    add_run_arguments(p, with_defaults=with_defaults)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    given = set(vars(build_parser(with_defaults=False).parse_args(argv)))  # the flags set explicitly
+    cfg, files = config_from_args(args, args.lr, args.seed, task=args.task, given=given)
     record = run_cell(args.model, args.task, cfg, files, args.tokenizer, save_model=args.save_model)
     path = os.path.join(args.output_dir, "results.json")
     write_json_atomic(path, record)

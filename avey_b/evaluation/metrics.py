@@ -16,7 +16,7 @@ so numbers can be set next to the paper's tables:
 - TC: per sentence, the macro F1 over the *word labels* (``O`` included), averaged over sentences
   (:func:`per_sentence_macro_f1`).
 - QA: a 2-label token classifier; per question, the F1 between the set of token positions predicted
-  inside the answer and the gold set (:func:`token_set_f1`).
+  inside the answer (anywhere in the input) and the gold set of the first gold answer (:func:`token_set_f1`).
 - IR: the ideal DCG is computed from the relevances of the *retrieved* top-10 only
   (:func:`ndcg_at_k` with ``ideal="retrieved"``); a query with a relevant document anywhere in its top 10
   can therefore reach 1.0 even when other relevant documents were missed.
@@ -164,13 +164,11 @@ def squad_scores(predictions: Mapping[str, str], golds: Mapping[str, Sequence[st
 
 
 def token_set_f1(predicted: Iterable[int], gold: Iterable[int]) -> float:
-    """Paper protocol for QA: F1 between the set of predicted answer-token positions and the gold set.
-    Both empty (a correct "no answer") scores 1; exactly one empty scores 0."""
-    p, g = set(predicted), set(gold)
-    if not p or not g:
-        return float(p == g)
-    inter = len(p & g)
-    return 2 * inter / (len(p) + len(g))
+    """Paper protocol for QA: F1 between the set of predicted answer-token positions and the gold set, as
+    EncodEval computes it: an empty set stands for {0} (position 0, the first question token, is never part of an
+    answer), so both empty (a correct "no answer") scores 1 and exactly one empty scores 0."""
+    p, g = set(predicted) or {0}, set(gold) or {0}
+    return 2 * len(p & g) / (len(p) + len(g))
 
 
 # --------------------------------------------------------------------------------------------- IR

@@ -17,10 +17,15 @@ Cells run in this process one after the other (``--workers 1``, the default), or
 spread over ``--devices`` (each subprocess sees one GPU through ``CUDA_VISIBLE_DEVICES``), so that a
 crash, an out-of-memory error or a hung library cannot take other cells with it.
 
-Precedence of settings: RunConfig defaults < the suite's ``defaults`` < its ``task_overrides[task]`` <
-command-line flags. A suite is a YAML file (a path, or the name of one shipped in ``avey_b/configs/eval/``)
-read by the package's config dialect (:mod:`avey_b.configs`) into ``SuiteConfig``: its keys are that class's
-fields, and a key it does not have is an error listing the valid ones.
+Precedence of settings: RunConfig defaults < the protocol's table (``paper``: EncodEval's settings per task,
+:mod:`avey_b.evaluation.protocol`) < the suite's ``defaults`` < its ``task_overrides[task]`` < its settings of the
+model (``models: {name: {model: ..., trust_remote_code: true}}``) < command-line flags.
+The learning rates and seeds come from the first of: ``--lrs``/``--seeds``, ``--grid``, the suite's ``lrs``/``seeds``,
+its ``grid``, the paper's grid (4 x 10; ``--grid encodeval``: the release's configs, 6 x 20).
+
+A suite is a YAML file (a path, or the name of one shipped in ``avey_b/configs/eval/``) read by the package's
+config dialect (:mod:`avey_b.configs`) into ``SuiteConfig``: its keys are that class's fields, and a key it does
+not have is an error listing the valid ones.
 """
 
 from __future__ import annotations
@@ -42,10 +47,11 @@ from ..files import content_hash
 from ..progress import Progress
 from ..records import slug, write_json_atomic
 from .finetune import add_run_arguments, run_cell
+from .protocol import GRIDS, grid, run_config
 from .tasks import TASKS
 from .tasks.base import DataFiles, RunConfig
 
-PAPER_LRS = (2e-5, 6e-5, 1e-4, 5e-4)
+PAPER_LRS = GRIDS["paper"][0]
 
 # CLI dest -> DataFiles field (the RunConfig flags are named after their fields)
 _DATA_FLAGS = {"train_file": "train", "eval_file": "eval", "train_split": "train_split",
@@ -85,10 +91,11 @@ class Cell:
                 "cfg": cfg, "files": dataclasses.asdict(self.files)}
 
 
-def parse_models(items: list[str] | dict[str, str]) -> dict[str, str]:
-    """``name=path`` or a bare path/Hub id (named after its last component)."""
+def parse_models(items: list[str] | dict[str, Any]) -> dict[str, str]:
+    """``name=path`` or a bare path/Hub id (named after its last component); a suite's mapping name -> path, or
+    name -> {model: path, <RunConfig field>: value, ...} (see :func:`model_settings`)."""
     if isinstance(items, dict):
-        return {slug(str(k)): str(v) for k, v in items.items()}
+        return {slug(str(k)): str(v["model"] if isinstance(v, dict) else v) for k, v in items.items()}
     out: dict[str, str] = {}
     for item in items:
         name, _, path = item.partition("=") if "=" in item else (os.path.basename(item.rstrip("/")), "", item)
@@ -99,10 +106,25 @@ def parse_models(items: list[str] | dict[str, str]) -> dict[str, str]:
     return out
 
 
+def model_settings(items: list[str] | dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The RunConfig fields a suite sets for one model (``neobert: {model: chandar-lab/NeoBERT,
+    trust_remote_code: true}``): over the suite's defaults and task overrides, under the command line."""
+    if not isinstance(items, dict):
+        return {}
+    out = {}
+    for name, value in items.items():
+        if isinstance(value, dict):
+            if "model" not in value:
+                raise ValueError(f"model {name!r}: a mapping needs a 'model' key (its path or Hub id), got {sorted(value)}")
+            out[slug(str(name))] = {k: v for k, v in value.items() if k != "model"}
+    return out
+
+
 def build_cells(suite: dict[str, Any], args: argparse.Namespace) -> tuple[list[Cell], str, str]:
     """Expand the lr x seed grid (never one file per point). Returns (cells, output_dir, aggregate)."""
     given = vars(args)
     models = parse_models(given.get("models") or suite.get("models") or [])
+    per_model = model_settings(given.get("models") or suite.get("models") or [])
     tasks = given.get("tasks") or suite.get("tasks") or []
     if not models:
         raise ValueError("no models: pass --models or set 'models' in the suite")
@@ -111,8 +133,11 @@ def build_cells(suite: dict[str, Any], args: argparse.Namespace) -> tuple[list[C
     unknown = [t for t in tasks if t not in TASKS]
     if unknown:
         raise ValueError(f"unknown tasks {unknown}; known: {', '.join(TASKS)}")
-    lrs = [float(x) for x in (given.get("lrs") or suite.get("lrs") or PAPER_LRS)]
-    seeds = given.get("seeds", suite.get("seeds", 10))
+    cli_grid = grid(given["grid"]) if given.get("grid") else None
+    suite_grid = grid(suite.get("grid") or "paper")
+    lrs = given.get("lrs") or (cli_grid[0] if cli_grid else None) or suite.get("lrs") or suite_grid[0]
+    lrs = [float(x) for x in lrs]
+    seeds = given.get("seeds", cli_grid[1] if cli_grid else suite.get("seeds", suite_grid[1]))
     seeds = list(range(int(seeds))) if isinstance(seeds, (int, str)) else [int(s) for s in seeds]
     if not seeds:
         raise ValueError("no seeds")
@@ -131,10 +156,11 @@ def build_cells(suite: dict[str, Any], args: argparse.Namespace) -> tuple[list[C
         raise ValueError("--train-file/--eval-file/--holdout/... apply to one task; use the suite's 'data' for several")
     cells = []
     for task in tasks:
-        settings = defaults | dict((suite.get("task_overrides") or {}).get(task) or {}) | cli_cfg
-        bad = sorted(set(settings) - known_fields)
-        if bad:
-            raise ValueError(f"unknown settings {bad} for task {task}; valid: {sorted(known_fields)}")
+        settings = defaults | dict((suite.get("task_overrides") or {}).get(task) or {})
+        for where, values in [(f"task {task}", settings)] + [(f"model {m}", v) for m, v in per_model.items()]:
+            bad = sorted(set(values) - known_fields)
+            if bad:
+                raise ValueError(f"unknown settings {bad} for {where}; valid: {sorted(known_fields)}")
         data = dict((suite.get("data") or {}).get(task) or {}) | cli_data
         bad = sorted(set(data) - {f.name for f in dataclasses.fields(DataFiles)})
         if bad:
@@ -143,7 +169,8 @@ def build_cells(suite: dict[str, Any], args: argparse.Namespace) -> tuple[list[C
         for name, path in models.items():
             for lr in lrs:
                 for seed in seeds:
-                    cfg = RunConfig(**(settings | {"lr": lr, "seed": seed}))
+                    given_here = settings | per_model.get(name, {}) | cli_cfg | {"lr": lr, "seed": seed}
+                    cfg = run_config(task, given_here)  # over the protocol's table
                     cells.append(Cell(name, path, task, cfg, files, given.get("tokenizer") or suite.get("tokenizer")))
     return cells, output_dir, aggregate
 
@@ -163,6 +190,10 @@ def is_done(output_dir: str, cell: Cell, log=None) -> bool:
     with open(path, encoding="utf-8") as f:
         record = json.load(f)
     recorded = record.get("cell")
+    if recorded is not None and isinstance(recorded.get("cfg"), dict):
+        # a cell recorded before a RunConfig field existed ran with that field's default
+        defaults = {k: v for k, v in RunConfig().to_dict().items() if k != "device"}
+        recorded = recorded | {"cfg": defaults | recorded["cfg"]}
     if record.get("fingerprint") != cell.fingerprint():
         if log is not None:
             log(f"{cell.key}: its data or model changed since {path} was written; running it again")
@@ -296,15 +327,20 @@ class SuiteConfig:
     description: str = ""
     """What the suite is for and how to run it (free text)."""
     models: dict = dataclasses.field(default_factory=dict)
-    """Report name -> local directory or Hub id."""
+    """Report name -> local directory or Hub id, or -> {model: directory or Hub id, <RunConfig field>: value}
+    for settings of that model only (``trust_remote_code: true`` for NeoBERT)."""
     tasks: list = dataclasses.field(default_factory=list)
     """Task names (``mnli``, ``sst2``, ``conll2003``, ``squad``, ``msmarco``, ...)."""
     lrs: list | None = None
     """Learning rates; null: the paper's 2e-5, 6e-5, 1e-4, 5e-4."""
-    seeds: Any = 10
-    """A number of seeds (0 .. N-1) or a list of seeds."""
+    seeds: Any = None
+    """A number of seeds (0 .. N-1) or a list of seeds; null: the grid's."""
+    grid: str | None = None
+    """Learning rates and seeds unless ``lrs``/``seeds`` are set: ``paper`` (the paper's text: 4 x 10, the default)
+    or ``encodeval`` (the authors' EncodEval configs: 6 x 20)."""
     protocol: str | None = None
-    """``standard`` (default) or ``paper`` scoring."""
+    """``standard`` (default: the benchmarks' own metrics, RunConfig's defaults) or ``paper`` (EncodEval's
+    settings and scoring, :mod:`avey_b.evaluation.protocol`)."""
     aggregate: str = "median"
     """``median`` over seeds at the best learning rate (the paper) or ``best`` single run (ablations)."""
     output_dir: str | None = None
@@ -335,6 +371,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tasks", nargs="+", help=f"task names: {', '.join(TASKS)}")
     p.add_argument("--lrs", nargs="+", type=float, help="learning rates (default: 2e-5 6e-5 1e-4 5e-4)")
     p.add_argument("--seeds", type=int, help="number of seeds 0..N-1 (default 10)")
+    p.add_argument("--grid", choices=list(GRIDS),
+                   help="learning rates x seeds unless --lrs/--seeds: paper (the paper's text, 2e-5 6e-5 1e-4 5e-4 x 10 "
+                        "seeds; default) or encodeval (the authors' configs, also 1e-3 2e-3, x 20 seeds)")
     p.add_argument("--aggregate", choices=("median", "best"),
                    help="median over seeds at the best lr (paper, default) or best single run (ablations)")
     p.add_argument("--output-dir", help="root of the per-cell directories and the report")

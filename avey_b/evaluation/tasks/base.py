@@ -23,6 +23,7 @@ from ...heads import sentence_embedding  # importing the package registers Avey-
 from ...tokenization import load_tokenizer
 
 PROTOCOLS = ("standard", "paper")
+WEIGHTS_DTYPES = ("float32", "bfloat16")
 
 # head name -> transformers Auto class name
 HEADS = {
@@ -42,19 +43,26 @@ class RunConfig:
     seed: int = 0
     """Seeds the head initialisation, the data order and dropout."""
     protocol: str = "standard"
-    """``standard`` metrics (default) or ``paper`` (EncodEval-compatible scoring; see metrics.py)."""
+    """``standard`` (the benchmarks' own metrics, this dataclass's defaults) or ``paper``: the protocol the paper
+    adopted (§5.1, EncodEval), its training settings (:mod:`avey_b.evaluation.protocol`) and scoring (metrics.py)."""
     epochs: float | None = None
     """Training epochs; None takes the task family's default (SC/TC 1, QA 4)."""
     max_steps: int | None = None
     """Optimizer steps; overrides epochs. None takes the family default for step-based tasks (IR 1000)."""
     batch_size: int = 32
-    """Training examples per optimizer step."""
+    """Training examples per optimizer step (with accumulation: all its micro-batches together)."""
+    grad_accumulation: int = 1
+    """Micro-batches per optimizer step: each step's ``batch_size`` examples go through the model in this many
+    forward/backward passes (at most one example each), their gradients summed with weights that make the step
+    equal to one pass over the whole batch. Saves memory; EncodEval's QA runs 32 as 16 x 2 (ReCoRD 4 x 8)."""
     eval_batch_size: int = 64
     """Examples per forward pass when scoring."""
-    max_length: int = 512
-    """Tokens per input (documents for IR; question + context window for QA)."""
-    query_max_length: int = 64
-    """IR only: tokens per query."""
+    max_length: int | None = 512
+    """Tokens per input (documents for IR; question + context window for QA). None: no truncation beyond the
+    model's own limit, computed as EncodEval's ``max_length: null`` does (0.99 x the position table: BERT 507,
+    RoBERTa 509, ModernBERT 8,110, NeoBERT 4,055 tokens; no limit for Avey-B)."""
+    query_max_length: int | None = 64
+    """IR only: tokens per query. None: as ``max_length: None``."""
     doc_stride: int = 128
     """QA only: tokens shared by two consecutive windows of a long context."""
     max_answer_length: int = 30
@@ -62,7 +70,17 @@ class RunConfig:
     warmup_ratio: float = 0.1
     """Share of the steps spent warming the learning rate up from 0."""
     weight_decay: float = 0.0
-    """AdamW weight decay."""
+    """AdamW weight decay (decoupled, on every parameter)."""
+    adam_beta1: float = 0.9
+    """AdamW β1."""
+    adam_beta2: float = 0.999
+    """AdamW β2."""
+    adam_epsilon: float = 1e-8
+    """AdamW ε."""
+    weights_dtype: str = "float32"
+    """``float32`` or ``bfloat16``: the dtype the model's weights are loaded in (``from_pretrained(dtype=...)``)
+    and trained in. ``bfloat16`` is EncodEval's ``dtype: bfloat16``: weights, gradients and AdamW's moments all in
+    bf16."""
     grad_clip: float = 1.0
     """Clip the gradient norm to this value (0: no clipping)."""
     precision: str = "auto"
@@ -86,6 +104,8 @@ class RunConfig:
     def __post_init__(self) -> None:
         if self.precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
+        if self.weights_dtype not in WEIGHTS_DTYPES:
+            raise ValueError(f"weights_dtype must be one of {WEIGHTS_DTYPES}, got {self.weights_dtype!r}")
         if self.protocol not in PROTOCOLS:
             raise ValueError(f"protocol must be one of {PROTOCOLS}, got {self.protocol!r}")
         if self.corpus_chunk < 1:
@@ -98,9 +118,19 @@ class RunConfig:
             raise ValueError(f"epochs must be > 0, got {self.epochs}")
         if not 0 <= self.warmup_ratio < 1:
             raise ValueError(f"warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
-        for name in ("batch_size", "eval_batch_size", "max_length", "query_max_length", "max_answer_length"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("batch_size", "grad_accumulation", "eval_batch_size", "max_length", "query_max_length",
+                     "max_answer_length"):
+            value = getattr(self, name)
+            if value is None and name in ("max_length", "query_max_length"):
+                continue
+            if value < 1:
+                raise ValueError(f"{name} must be >= 1, got {value}")
+        if not (0 <= self.adam_beta1 < 1 and 0 <= self.adam_beta2 < 1):
+            raise ValueError(f"adam_beta1 and adam_beta2 must be in [0, 1), got {self.adam_beta1}, {self.adam_beta2}")
+        if not self.adam_epsilon > 0:
+            raise ValueError(f"adam_epsilon must be > 0, got {self.adam_epsilon}")
+        if self.weight_decay < 0:
+            raise ValueError(f"weight_decay must be >= 0, got {self.weight_decay}")
         if self.doc_stride < 0:
             raise ValueError(f"doc_stride must be >= 0, got {self.doc_stride}")
 
@@ -114,7 +144,8 @@ class RunConfig:
         from ... import configs
 
         return configs.add_arguments(parser, cls, exclude=exclude, include=include, defaults=defaults,
-                                     choices={"precision": PRECISIONS, "protocol": PROTOCOLS})
+                                     choices={"precision": PRECISIONS, "protocol": PROTOCOLS,
+                                              "weights_dtype": WEIGHTS_DTYPES})
 
     @classmethod
     def from_args(cls, args, **given) -> RunConfig:
@@ -151,6 +182,13 @@ class Task:
     default_steps: int | None = None
     train_split: str = "train"  # the Hub dataset's split for training ...
     eval_split: str = "validation"  # ... and for scoring, unless the user names others (DataFiles)
+    end_token: str | None = None
+    """Paper protocol: the token appended to every input (set per run from the model, :func:`end_token`)."""
+
+    def end(self, tokenizer) -> str:
+        """The paper protocol's end token: the run's (:func:`end_token`), else the tokenizer's unknown token, else
+        its eos."""
+        return self.end_token or tokenizer.unk_token or tokenizer.eos_token
 
     # -- data ------------------------------------------------------------------------------------------
     def load(self, which: str, files: DataFiles) -> Any:
@@ -227,7 +265,42 @@ def load_model(name_or_path: str, head: str, cfg: RunConfig, **kwargs):
         raise ValueError(f"unknown head {head!r}; expected one of {sorted(HEADS)}")
     check_model_source(name_or_path)
     auto = getattr(transformers, HEADS[head])
-    return auto.from_pretrained(name_or_path, trust_remote_code=cfg.trust_remote_code, **kwargs)
+    return auto.from_pretrained(name_or_path, trust_remote_code=cfg.trust_remote_code,
+                                dtype=getattr(torch, cfg.weights_dtype), **kwargs)
+
+
+def input_limit(model_config, tokenizer) -> int | None:
+    """The longest input of a cell whose ``max_length`` is None, as EncodEval computes it for ``max_length: null``:
+    99% of the model's ``max_position_embeddings`` (its "1% buffer", rounded), whatever the positions (learned or
+    RoPE); None (no truncation) for a model without a position limit (Avey-B), unless its tokenizer states one."""
+    from ...baselines import is_avey_b
+
+    limit = None if is_avey_b(model_config) else getattr(model_config, "max_position_embeddings", None)
+    if limit:
+        return round(0.99 * limit)
+    stated = getattr(tokenizer, "model_max_length", None)
+    return stated if stated is not None and stated < 10**8 else None  # transformers' "no limit" is 1e30
+
+
+def end_token(tokenizer, model_config) -> str:
+    """The token EncodEval appends to every input (``text + eos_token``, no other special tokens). EncodEval copies
+    the model config's ``eos_token_id`` onto the tokenizer, and under transformers 4 (its ``dtype=`` loading needs
+    4.56 or later) every config has that field, None unless the model sets one; a tokenizer left without an eos
+    token gets its unknown token. So: the config's eos token, else the unknown token (``[UNK]`` for BERT and
+    Avey-B, ``</s>`` for RoBERTa, ``[SEP]`` for ModernBERT), else the tokenizer's own eos."""
+    eos_id = getattr(model_config, "eos_token_id", None)
+    if isinstance(eos_id, (list, tuple)):
+        eos_id = eos_id[0] if eos_id else None
+    token = (tokenizer.convert_ids_to_tokens(eos_id) if eos_id is not None else None) or tokenizer.unk_token
+    token = token or tokenizer.eos_token
+    if token is None:
+        raise ValueError("the tokenizer has neither an unknown nor an end-of-sequence token to end inputs with")
+    return token
+
+
+def truncation(max_length: int | None, strategy: bool | str = True) -> dict[str, Any]:
+    """Tokenizer keywords for a limit that may be None (no truncation)."""
+    return {"truncation": strategy, "max_length": max_length} if max_length is not None else {"truncation": False}
 
 
 def load_task_tokenizer(name_or_path: str, cfg: RunConfig):
@@ -241,7 +314,7 @@ def pad_id_of(tokenizer) -> int:
     return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
 
 
-def encode_texts(model, tokenizer, texts: Sequence[str], max_length: int, batch_size: int,
+def encode_texts(model, tokenizer, texts: Sequence[str], max_length: int | None, batch_size: int,
                  device: torch.device, normalize: bool, precision: str) -> torch.Tensor:
     """Embeddings (len(texts), d) in float32, computed in length-sorted batches for speed."""
     order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
@@ -249,7 +322,7 @@ def encode_texts(model, tokenizer, texts: Sequence[str], max_length: int, batch_
     pad = pad_id_of(tokenizer)
     for start in range(0, len(order), batch_size):
         idx = order[start:start + batch_size]
-        enc = tokenizer([texts[i] for i in idx], truncation=True, max_length=max_length)
+        enc = tokenizer([texts[i] for i in idx], **truncation(max_length))
         feats = [{"input_ids": ids, "attention_mask": am} for ids, am in zip(enc["input_ids"], enc["attention_mask"], strict=False)]
         batch = {k: v.to(device) for k, v in pad_batch(feats, pad).items()}
         with torch.no_grad(), autocast_ctx(device, precision):

@@ -14,8 +14,13 @@ standard protocol (default):
   for SQuAD v2 the empty answer is predicted when the null score (start+end logits at position 0, the
   smallest over windows) beats the best span. Scored with the official SQuAD EM/F1.
 paper protocol (EncodEval):
-  a 2-label token classifier (answer token or not) on a single truncated ``max_length`` window, scored by
-  the F1 between predicted and gold answer-token position sets (max over gold answers).
+  a 2-label token classifier (answer token or not) on one input, ``Question: {q}\nContext: `` paired with the
+  context followed by the end token (:func:`base.end_token`), no special tokens added, only the context truncated
+  (at ``max_length``; none: the model's limit). Question and context are stripped of surrounding white space.
+  Labels: 1 on the tokens of the first gold answer, 0 on every other token (question tokens included). Score: per
+  question, the F1 between the predicted and gold sets of answer-token positions (:func:`metrics.token_set_f1`),
+  against the first gold answer only. Like EncodEval, it trains on 95% of the training split (the rest is its
+  validation set) and scores on the official validation split.
 """
 
 from __future__ import annotations
@@ -78,12 +83,13 @@ def windows(examples: list[dict[str, Any]], tokenizer, cfg: base.RunConfig, trai
     """Tokenized (question, context window) features. Each carries ``example`` (index into ``examples``)
     and ``offsets`` (character span in the context per token, None outside the context); training features
     also ``start_positions``/``end_positions`` (0 when the window lacks the answer)."""
-    if cfg.doc_stride >= cfg.max_length:
+    if cfg.max_length is not None and cfg.doc_stride >= cfg.max_length:
         raise ValueError(f"doc_stride ({cfg.doc_stride}) must be smaller than max_length ({cfg.max_length})")
+    window = ({"truncation": "only_second", "max_length": cfg.max_length, "stride": cfg.doc_stride}
+              if cfg.max_length is not None else {"truncation": False})  # None: one window, the whole context
     enc = tokenizer(
         [e["question"].lstrip() for e in examples], [e["context"] for e in examples],
-        truncation="only_second", max_length=cfg.max_length, stride=cfg.doc_stride,
-        return_overflowing_tokens=True, return_offsets_mapping=True,
+        return_overflowing_tokens=True, return_offsets_mapping=True, **window,
     )
     keys = [k for k in ("input_ids", "attention_mask", "token_type_ids") if k in enc]
     feats = []
@@ -136,17 +142,41 @@ def best_answer(context: str, features: list[dict[str, Any]], start_logits: list
     return best_text
 
 
-def answer_token_labels(example: dict[str, Any], offsets: list, answer: dict[str, Any] | None) -> list[int]:
-    """Paper protocol: 1 on context tokens overlapping the answer's characters, 0 on other context tokens,
-    -100 outside the context."""
-    labels = []
-    lo, hi = (answer["start"], answer["start"] + len(answer["text"])) if answer else (0, 0)
-    for o in offsets:
-        if o is None:
-            labels.append(-100)
-        else:
-            labels.append(int(answer is not None and o[0] < hi and o[1] > lo and o[1] > o[0]))
+def paper_answer_labels(offsets: list, sequence_ids: list, answer: dict[str, Any] | None) -> list[int]:
+    """Paper protocol (EncodEval's labels): 1 on the tokens from the one holding the answer's first character to
+    the first one reaching its end, 0 everywhere else (question tokens included). No answer, or an answer outside
+    the (truncated) context, labels every token 0. ``offsets`` are character offsets into the context for tokens
+    of the second sequence (``sequence_ids`` 1)."""
+    labels = [0] * len(offsets)
+    context = [i for i, s in enumerate(sequence_ids) if s == 1]
+    if answer is None or not context:
+        return labels
+    start_char, end_char = answer["start"], answer["start"] + len(answer["text"])
+    first, last = context[0], context[-1]
+    if offsets[first][0] > end_char or offsets[last][1] < start_char:
+        return labels
+    start = first
+    while start + 1 <= last and offsets[start + 1][0] <= start_char:
+        start += 1
+    end = last
+    while end - 1 >= first and offsets[end - 1][1] >= end_char:
+        end -= 1
+    for i in range(start, max(start, end) + 1):
+        labels[i] = 1
     return labels
+
+
+def paper_example(example: dict[str, Any]) -> tuple[str, str, dict[str, Any] | None]:
+    """(question, context, first answer) as EncodEval reads a QA row: question and context stripped of
+    surrounding white space (the answer's offset moved with the context's start), only the first gold answer."""
+    context = example["context"].lstrip()
+    shift = len(example["context"]) - len(context)
+    context = context.rstrip()
+    answer = None
+    if example["answers"]:
+        a = example["answers"][0]
+        answer = {"text": a["text"], "start": a["start"] - shift}
+    return example["question"].strip(), context, answer
 
 
 class QuestionAnsweringTask(base.Task):
@@ -176,24 +206,31 @@ class QuestionAnsweringTask(base.Task):
         return {"num_labels": 2}
 
     # -- paper protocol: one truncated window, 2-label token classifier ---------------------------------
-    def _single_windows(self, examples, tokenizer, cfg):
-        enc = tokenizer([e["question"].lstrip() for e in examples], [e["context"] for e in examples],
-                        truncation="only_second", max_length=cfg.max_length, return_offsets_mapping=True)
+    def _paper_features(self, examples, tokenizer, cfg) -> list[dict[str, Any]]:
+        """EncodEval's input: ``Question: {q}\\nContext: `` paired with the context followed by the end token, no
+        special tokens added, only the context truncated; ``labels`` from the first gold answer (0/1 per token)."""
+        end = self.end(tokenizer)
+        rows = [paper_example(e) for e in examples]
+        try:
+            enc = tokenizer([f"Question: {q}\nContext: " for q, _, _ in rows], [c + end for _, c, _ in rows],
+                            add_special_tokens=False, return_offsets_mapping=True,
+                            **base.truncation(cfg.max_length, "only_second"))
+        except Exception as e:  # the Rust tokenizer raises a bare Exception
+            if "Truncation error" not in str(e):
+                raise
+            raise ValueError(f"{self.name}: max_length {cfg.max_length} leaves no room for the context after a "
+                             f"question prompt (only the context is truncated); raise max_length") from e
         keys = [k for k in ("input_ids", "attention_mask", "token_type_ids") if k in enc]
         feats = []
-        for i in range(len(examples)):
-            seq = enc.sequence_ids(i)
-            offsets = [tuple(o) if s == 1 else None for o, s in zip(enc["offset_mapping"][i], seq, strict=False)]
-            feats.append(({k: enc[k][i] for k in keys}, offsets))
+        for i, (_, _, answer) in enumerate(rows):
+            f = {k: enc[k][i] for k in keys}
+            f["labels"] = paper_answer_labels(enc["offset_mapping"][i], enc.sequence_ids(i), answer)
+            feats.append(f)
         return feats
 
     def train_features(self, examples, tokenizer, cfg) -> list[dict[str, Any]]:
         if cfg.protocol == "paper":
-            out = []
-            for (f, offsets), ex in zip(self._single_windows(examples, tokenizer, cfg), examples, strict=False):
-                f["labels"] = answer_token_labels(ex, offsets, ex["answers"][0] if ex["answers"] else None)
-                out.append(f)
-            return out
+            return self._paper_features(examples, tokenizer, cfg)
         feats = windows(examples, tokenizer, cfg, train=True)
         return [{k: v for k, v in f.items() if k not in ("example", "offsets")} for f in feats]
 
@@ -209,19 +246,18 @@ class QuestionAnsweringTask(base.Task):
     def evaluate(self, model, tokenizer, examples, cfg) -> dict[str, float]:
         from ..metrics import squad_scores, token_set_f1
 
-        if cfg.protocol == "paper":
-            pairs = self._single_windows(examples, tokenizer, cfg)
-            feats = [f for f, _ in pairs]
+        if cfg.protocol == "paper":  # EncodEval: F1 of predicted vs gold answer-token positions, per question
+            feats = self._paper_features(examples, tokenizer, cfg)
+            inputs = [{k: v for k, v in f.items() if k != "labels"} for f in feats]
             scores = []
-            for start, out in self._logits(model, feats, tokenizer, cfg):
+            for start, out in self._logits(model, inputs, tokenizer, cfg):
                 preds = out.logits.float().argmax(-1).tolist()
                 for j, p in enumerate(preds):
-                    ex = examples[start + j]
-                    offsets = pairs[start + j][1]
-                    predicted = {i for i, o in enumerate(offsets) if o is not None and p[i] == 1}
-                    golds = [a for a in ex["answers"]] or [None]
-                    gold_sets = [{i for i, y in enumerate(answer_token_labels(ex, offsets, a)) if y == 1} for a in golds]
-                    scores.append(max(token_set_f1(predicted, g) for g in gold_sets))
+                    f = feats[start + j]
+                    n = len(f["input_ids"])  # the real tokens, not the batch's padding
+                    predicted = [i for i in range(n) if p[i] == 1]
+                    gold = [i for i, y in enumerate(f["labels"]) if y == 1]
+                    scores.append(token_set_f1(predicted, gold))
             return {"f1": 100 * sum(scores) / len(scores), "n_eval": len(examples)}
 
         predictions = self.predict(model, tokenizer, examples, cfg)

@@ -3,6 +3,12 @@
 Data: ``nyu-mll/glue`` (configs mnli / qqp / sst2) or local GLUE TSV files (header line; the column names
 of the original GLUE release and of the Hub version are both recognised) or JSONL with the same fields.
 MNLI string labels are mapped to the Hub's ids (entailment 0, neutral 1, contradiction 2).
+
+standard protocol: the tokenizer's own template (``[CLS] a [SEP] b [SEP]`` for BERT, ``<s> a </s></s> b </s>`` for
+RoBERTa). paper protocol (EncodEval): no special tokens are added; the input is the sentence, or
+``[CLS]{a}[SEP]{b}`` as literal text for a pair (special tokens only for a tokenizer that has them under those
+names), followed by the end token (:func:`base.end_token`). Like EncodEval, the paper protocol trains on 95% of
+the training split (the rest is EncodEval's validation set) and scores on the official validation split.
 """
 
 from __future__ import annotations
@@ -67,8 +73,13 @@ class SequenceClassificationTask(base.Task):
                 "label2id": {n: i for i, n in enumerate(names)}}
 
     def _encode(self, examples, tokenizer, cfg) -> list[dict[str, Any]]:
-        pairs = [e["text_pair"] for e in examples] if self.pair else None
-        enc = tokenizer([e["text"] for e in examples], pairs, truncation=True, max_length=cfg.max_length)
+        if cfg.protocol == "paper":  # EncodEval: one string, the pair joined by literal [CLS]/[SEP], + end token
+            end = self.end(tokenizer)
+            texts = [(f"[CLS]{e['text']}[SEP]{e['text_pair']}" if self.pair else e["text"]) + end for e in examples]
+            enc = tokenizer(texts, add_special_tokens=False, **base.truncation(cfg.max_length))
+        else:
+            pairs = [e["text_pair"] for e in examples] if self.pair else None
+            enc = tokenizer([e["text"] for e in examples], pairs, **base.truncation(cfg.max_length))
         keys = [k for k in ("input_ids", "attention_mask", "token_type_ids") if k in enc]
         return [{k: enc[k][i] for k in keys} for i in range(len(examples))]
 

@@ -12,8 +12,11 @@ unlike ``is_split_into_words`` which some BPE tokenizers reject.
 - standard protocol: the label sits on the first sub-token of each word, other sub-tokens get -100; the
   word's prediction is its first sub-token's; words cut off by ``max_length`` are predicted ``O`` (they
   count as misses, so truncation cannot inflate the score); entity-level F1 by seqeval.
-- paper protocol: every sub-token carries its word's label; the word's prediction is the majority vote of
-  its sub-tokens (ties: the smallest label id); score = per-sentence macro F1 over word labels.
+- paper protocol (EncodEval): the input is the words joined by spaces followed by the end token
+  (:func:`base.end_token`), no special tokens added; the labels are the data's own tags (no IOB2 rewriting), the
+  label set the Hub dataset's class list; every sub-token carries its word's label; the word's prediction is the
+  majority vote of its sub-tokens (ties: the smallest label id); score = per-sentence macro F1 over the word
+  labels of the words that reached the model (those cut off by truncation are left out, as EncodEval does).
 """
 
 from __future__ import annotations
@@ -94,8 +97,8 @@ def align_labels(word_ids: list[int | None], word_labels: list[int], every_subto
     return labels
 
 
-def word_predictions(word_ids: list[int | None], token_preds: list[int], n_words: int, outside: int,
-                     vote: bool) -> list[int]:
+def word_predictions(word_ids: list[int | None], token_preds: list[int], n_words: int, outside: int | None,
+                     vote: bool) -> list[int | None]:
     """Per-word predictions from token predictions: the first sub-token's (``vote=False``) or the
     majority over sub-tokens (``vote=True``, ties to the smallest id); words with no token (truncated)
     get ``outside``."""
@@ -133,6 +136,8 @@ class TokenClassificationTask(base.Task):
                 raise ValueError(f"{self.hub_name}:{split}: expected columns tokens + tags/ner_tags, got {ds.column_names}")
             feature = ds.features[tag_col]
             names = getattr(getattr(feature, "feature", None), "names", None)
+            if names:
+                self._class_names = list(names)
             sents = []
             for row in ds:
                 tags = row[tag_col]
@@ -143,12 +148,24 @@ class TokenClassificationTask(base.Task):
                 sents.append({"tokens": list(row["tokens"]), "tags": list(tags)})
         from ..metrics import iob1_to_iob2
 
-        return [{"tokens": s["tokens"], "tags": iob1_to_iob2(s["tags"])} for s in sents if s["tokens"]]
+        return [{"tokens": s["tokens"], "tags": iob1_to_iob2(s["tags"]), "source_tags": list(s["tags"])}
+                for s in sents if s["tokens"]]
 
-    def labels(self, train, evaluation) -> list[str]:
+    @staticmethod
+    def _tags(example: dict[str, Any], cfg) -> list[str]:
+        """The word labels a protocol trains on and scores: IOB2 (standard), or the data's own tags (paper:
+        EncodEval uses the dataset's class ids as they are)."""
+        return example.get("source_tags", example["tags"]) if cfg.protocol == "paper" else example["tags"]
+
+    def labels(self, train, evaluation, cfg=None) -> list[str]:
         """Label list: ``O`` first, then the other tags sorted (train and evaluation sets together, so an
-        evaluation-only tag still has a class)."""
-        tags = {t for ex in list(train) + list(evaluation) for t in ex["tags"]}
+        evaluation-only tag still has a class). Paper protocol on Hub data: the dataset's class list, in its order
+        (EncodEval's ``num_labels``: 9, 37, 7)."""
+        paper = cfg is not None and cfg.protocol == "paper"
+        tags = {t for ex in list(train) + list(evaluation) for t in (self._tags(ex, cfg) if paper else ex["tags"])}
+        names = getattr(self, "_class_names", None)
+        if paper and names and tags <= set(names):
+            return list(names)
         return ["O"] + sorted(tags - {"O"})
 
     def head(self, cfg) -> str:
@@ -156,14 +173,19 @@ class TokenClassificationTask(base.Task):
 
     def model_kwargs(self, train, evaluation, cfg) -> dict[str, Any]:
         # Also fixes the label list used by train_features / predict for this run (called first).
-        names = self.labels(train, evaluation)
+        names = self.labels(train, evaluation, cfg)
         self._label_list = names
         return {"num_labels": len(names), "id2label": dict(enumerate(names)),
                 "label2id": {n: i for i, n in enumerate(names)}}
 
     def _encode(self, examples, tokenizer, cfg) -> tuple[list[dict[str, Any]], list[list[int | None]]]:
-        enc = tokenizer([" ".join(e["tokens"]) for e in examples], truncation=True,
-                        max_length=cfg.max_length, return_offsets_mapping=True)
+        texts = [" ".join(e["tokens"]) for e in examples]
+        if cfg.protocol == "paper":  # EncodEval: the words joined by spaces + end token, no special tokens added
+            end = self.end(tokenizer)
+            enc = tokenizer([t + end for t in texts], add_special_tokens=False, return_offsets_mapping=True,
+                            **base.truncation(cfg.max_length))
+        else:
+            enc = tokenizer(texts, return_offsets_mapping=True, **base.truncation(cfg.max_length))
         feats, word_ids = [], []
         keys = [k for k in ("input_ids", "attention_mask", "token_type_ids") if k in enc]
         for i, e in enumerate(examples):
@@ -175,10 +197,13 @@ class TokenClassificationTask(base.Task):
         label2id = {n: i for i, n in enumerate(self._label_list)}
         feats, word_ids = self._encode(examples, tokenizer, cfg)
         for f, w, e in zip(feats, word_ids, examples, strict=False):
-            f["labels"] = align_labels(w, [label2id[t] for t in e["tags"]], every_subtoken=cfg.protocol == "paper")
+            f["labels"] = align_labels(w, [label2id[t] for t in self._tags(e, cfg)],
+                                       every_subtoken=cfg.protocol == "paper")
         return feats
 
-    def predict(self, model, tokenizer, examples, cfg) -> list[list[str]]:
+    def predict(self, model, tokenizer, examples, cfg) -> list[list[str | None]]:
+        """Per word, the predicted tag; for a word cut off by ``max_length``, ``O`` (standard) or None (paper:
+        EncodEval scores only the words that reach the model)."""
         device = next(model.parameters()).device
         feats, word_ids = self._encode(examples, tokenizer, cfg)
         names = self._label_list
@@ -190,16 +215,19 @@ class TokenClassificationTask(base.Task):
                 preds = model(**base.model_inputs(batch)).logits.float().argmax(-1).tolist()
             for j, p in enumerate(preds):
                 ex = examples[start + j]
-                ids = word_predictions(word_ids[start + j], p, len(ex["tokens"]), 0, cfg.protocol == "paper")
-                out.append([names[i] for i in ids])
+                paper = cfg.protocol == "paper"
+                ids = word_predictions(word_ids[start + j], p, len(ex["tokens"]), None if paper else 0, paper)
+                out.append([None if i is None else names[i] for i in ids])
         return out
 
     def evaluate(self, model, tokenizer, examples, cfg) -> dict[str, float]:
         from ..metrics import entity_f1, per_sentence_macro_f1
 
-        gold = [e["tags"] for e in examples]
+        gold = [self._tags(e, cfg) for e in examples]
         pred = self.predict(model, tokenizer, examples, cfg)
-        if cfg.protocol == "paper":
+        if cfg.protocol == "paper":  # the words that reached the model
+            kept = [[(g, p) for g, p in zip(gs, ps, strict=True) if p is not None] for gs, ps in zip(gold, pred, strict=True)]
+            gold, pred = [[g for g, _ in k] for k in kept], [[p for _, p in k] for k in kept]
             return {"f1": 100 * per_sentence_macro_f1(gold, pred), "n_eval": len(examples)}
         scores = entity_f1(gold, pred)
         return {k: 100 * v for k, v in scores.items()} | {"n_eval": len(examples)}

@@ -1,0 +1,250 @@
+"""`--protocol paper` is EncodEval's protocol, setting for setting (paper §5.1 adopts it); the standard protocol
+keeps RunConfig's defaults. Expected values are written out from the authors' EncodEval configs (one YAML per
+task x lr x seed in their release; tabulated in the reference copy's README)."""
+
+import argparse
+
+import pytest
+import torch
+from transformers import BertConfig, BertForSequenceClassification, RobertaConfig
+
+from avey_b import testing as toy
+from avey_b.evaluation import finetune, sweep
+from avey_b.evaluation.finetune import resolve_steps, train_model
+from avey_b.evaluation.protocol import PAPER_SETTINGS, protocol_settings
+from avey_b.evaluation.tasks import TASKS, DataFiles, RunConfig, get_task
+from avey_b.evaluation.tasks.base import end_token, input_limit, load_model
+
+# Every EncodEval config: AdamW beta1 0.9, beta2 0.95, eps 1e-5, weight decay 0.1, linear schedule, warmup ratio 0.1,
+# the Trainer's max_grad_norm 1.0, dtype bfloat16 + bf16 true, max_length null.
+EVERY_TASK = {"adam_beta1": 0.9, "adam_beta2": 0.95, "adam_epsilon": 1e-5, "weight_decay": 0.1, "warmup_ratio": 0.1,
+              "grad_clip": 1.0, "weights_dtype": "bfloat16", "precision": "bf16", "max_length": None}
+# task: (train batch, accumulation, eval batch, epochs, steps, head)
+PER_TASK = {
+    "mnli": (32, 1, 32, 1.0, None, "sequence-classification"),
+    "qqp": (32, 1, 32, 1.0, None, "sequence-classification"),
+    "sst2": (32, 1, 32, 1.0, None, "sequence-classification"),
+    "conll2003": (32, 1, 32, 1.0, None, "token-classification"),
+    "ontonotes": (32, 1, 32, 1.0, None, "token-classification"),
+    "uner": (32, 1, 32, 1.0, None, "token-classification"),
+    "squad": (32, 2, 16, 4.0, None, "token-classification"),  # per device 16, train_batch_size 32
+    "squad_v2": (32, 2, 16, 4.0, None, "token-classification"),
+    "record": (32, 8, 4, 4.0, None, "token-classification"),  # per device 4, train_batch_size 32
+    "mldr": (16, 1, 4, None, 1000, "embedding"),  # trained on msmarco_pairs, batch 16, 1,000 steps
+    "msmarco": (16, 1, 512, None, 1000, "embedding"),
+    "nq": (16, 1, 512, None, 1000, "embedding"),
+}
+PAPER_LRS = [2e-5, 6e-5, 1e-4, 5e-4]  # the paper's text
+ENCODEVAL_LRS = [2e-5, 6e-5, 1e-4, 5e-4, 1e-3, 2e-3]  # the release's configs
+
+
+def test_every_paper_cell_resolves_to_encodevals_settings():
+    assert set(PER_TASK) == set(TASKS)
+    cells, _, how = sweep.build_cells(sweep.load_suite("paper"), argparse.Namespace())
+    assert how == "median"
+    for task, (batch, accumulation, eval_batch, epochs, steps, head) in PER_TASK.items():
+        mine = [c for c in cells if c.task == task]
+        assert sorted({c.cfg.lr for c in mine}) == PAPER_LRS
+        assert sorted({c.cfg.seed for c in mine}) == list(range(10))
+        for cfg in {id(c.cfg): c.cfg for c in mine if c.model_name == "avey-b-base"}.values():
+            assert cfg.protocol == "paper"
+            for name, value in EVERY_TASK.items():
+                assert getattr(cfg, name) == value, (task, name)
+            assert (cfg.batch_size, cfg.grad_accumulation, cfg.eval_batch_size) == (batch, accumulation, eval_batch)
+            assert (cfg.epochs, cfg.max_steps) == (epochs, steps), task
+            assert get_task(task).head(cfg) == head
+        # an epoch of 1,000 examples is ceil(1000 / 32) optimizer steps, whatever the accumulation
+        assert resolve_steps(get_task(task), mine[0].cfg, 32) == (steps or int(epochs * 32))
+    qa = get_task("squad")
+    assert qa.model_kwargs([], [], mine[0].cfg) == {"num_labels": 2}  # answer token or not
+    assert PAPER_SETTINGS["nq"]["query_max_length"] is None  # queries are truncated like documents
+
+
+def test_models_of_table_3_and_neobert_runs_its_own_code():
+    suite = sweep.load_suite("paper")
+    assert set(suite["models"]) == {"avey-b-base", "avey-b-large", "bert-base", "bert-large", "roberta-base",
+                                    "roberta-large", "modernbert-base", "modernbert-large", "neobert"}
+    cells, _, _ = sweep.build_cells(suite, argparse.Namespace())
+    trust = {c.model_name: c.cfg.trust_remote_code for c in cells}
+    assert trust.pop("neobert") is True and not any(trust.values())  # the release's Avey-B loads our code
+    assert {c.model for c in cells if c.model_name == "neobert"} == {"chandar-lab/NeoBERT"}
+
+
+def test_grid_flag_and_explicit_settings_win_over_the_table():
+    suite = sweep.load_suite("paper")
+    cells, _, _ = sweep.build_cells(suite, argparse.Namespace(grid="encodeval", tasks=["sst2"], models=["m=x"]))
+    assert sorted({c.cfg.lr for c in cells}) == ENCODEVAL_LRS and len(cells) == 6 * 20
+    cells, _, _ = sweep.build_cells(suite, argparse.Namespace(grid="encodeval", seeds=3, tasks=["sst2"], models=["x"]))
+    assert len(cells) == 6 * 3
+    cells, _, _ = sweep.build_cells(suite, argparse.Namespace(tasks=["record"], models=["x"], lrs=[1e-4], seeds=1,
+                                                              batch_size=8, max_length=128))
+    (cfg,) = [c.cfg for c in cells]
+    assert (cfg.batch_size, cfg.max_length, cfg.grad_accumulation, cfg.adam_beta2) == (8, 128, 8, 0.95)
+    with pytest.raises(ValueError, match="unknown grid 'papr'"):
+        sweep.build_cells(suite, argparse.Namespace(grid="papr"))
+
+
+def test_the_standard_protocol_keeps_runconfigs_defaults():
+    assert protocol_settings("squad", "standard") == {}
+    suite = {"models": {"m": "x"}, "tasks": list(TASKS), "output_dir": "o"}
+    cells, _, _ = sweep.build_cells(suite, argparse.Namespace(lrs=[1e-4], seeds=1))
+    assert all(c.cfg == RunConfig(lr=1e-4, seed=0) for c in cells)
+    default = RunConfig()
+    assert (default.adam_beta1, default.adam_beta2, default.adam_epsilon, default.weight_decay,
+            default.weights_dtype, default.grad_accumulation, default.max_length) == (0.9, 0.999, 1e-8, 0.0,
+                                                                                      "float32", 1, 512)
+
+
+def test_finetune_cli_takes_the_table_under_its_flags():
+    argv = ["--model", "m", "--task", "squad", "--lr", "1e-4", "--output-dir", "o", "--protocol", "paper",
+            "--batch-size", "8", "--weight-decay", "0.0"]
+    args = finetune.build_parser().parse_args(argv)
+    given = set(vars(finetune.build_parser(with_defaults=False).parse_args(argv)))
+    cfg, _ = finetune.config_from_args(args, args.lr, args.seed, task=args.task, given=given)
+    assert (cfg.batch_size, cfg.weight_decay, cfg.grad_accumulation, cfg.adam_beta2, cfg.max_length) == (
+        8, 0.0, 2, 0.95, None)
+    argv = argv[:8]  # no --protocol: the standard defaults
+    args = finetune.build_parser().parse_args(argv)
+    given = set(vars(finetune.build_parser(with_defaults=False).parse_args(argv)))
+    assert finetune.config_from_args(args, 1e-4, 0, task="squad", given=given)[0] == RunConfig(lr=1e-4)
+
+
+# ------------------------------------------------------------------------------------------ the loop
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory):
+    root = tmp_path_factory.mktemp("protocol")
+    tok = toy.tokenizer(str(root / "tok"))
+    return {"root": root, "tok": tok, "avey": toy.avey_b(str(root / "avey"), tok),
+            "sst2": toy.sst2_tsv(str(root / "s.tsv"), 16, 0), "conll": toy.conll(str(root / "c.conll"), 8, 0)}
+
+
+def _bert(tok, seed=0):
+    torch.manual_seed(seed)
+    cfg = BertConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                     intermediate_size=64, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+                     classifier_dropout=0.0, pad_token_id=tok.pad_token_id, num_labels=9)
+    return cfg
+
+
+@pytest.mark.parametrize("task_name,data", [("sst2", "sst2"), ("conll2003", "conll")])
+def test_accumulation_takes_the_same_step_as_one_batch(env, task_name, data):
+    """Batch 4 as 2 x 2 accumulation gives the parameters of batch 4 in one pass: the micro-batches' losses are
+    weighted by their share of the step's examples (SC) or labelled tokens (TC), and the step counts once."""
+    from transformers import AutoModelForSequenceClassification, AutoModelForTokenClassification
+
+    task = get_task(task_name)
+    files = DataFiles(train=env[data], eval=env[data])
+    train = task.load("train", files)
+    task.model_kwargs(train, train, RunConfig())
+    if task_name == "conll2003":  # sentences of 1 to 9 words: micro-batches of unequal token counts
+        words = "Alice met Bob in Paris with Carol Jones today".split()
+        train = [{"tokens": words[:n], "tags": ["O"] * n} for n in (1, 2, 6, 9)]
+    features = task.train_features(train[:4], env["tok"], RunConfig(max_length=32))
+    auto = AutoModelForSequenceClassification if task_name == "sst2" else AutoModelForTokenClassification
+    params = {}
+    for accumulation in (1, 2):
+        torch.manual_seed(0)
+        model = auto.from_config(_bert(env["tok"]))
+        # eps 1 makes AdamW's first step proportional to the gradient (not its sign): any weighting error shows
+        cfg = RunConfig(lr=1.0, max_steps=1, batch_size=4, grad_accumulation=accumulation, precision="fp32",
+                        weight_decay=0.1, adam_beta2=0.95, adam_epsilon=1.0, grad_clip=0.0)
+        rec = train_model(model, task, features, cfg, 0, torch.device("cpu"))
+        assert rec["steps"] == 1 and rec["batches_per_epoch"] == 1
+        params[accumulation] = {n: p.detach().clone() for n, p in model.named_parameters()}
+    for name, p in params[1].items():
+        torch.testing.assert_close(params[2][name], p, rtol=1e-5, atol=1e-6)
+
+
+def test_the_loop_builds_adamw_from_the_settings(env, monkeypatch):
+    seen = []
+    real = torch.optim.AdamW
+
+    def spy(groups, **kw):
+        seen.append((groups, kw))
+        return real(groups, **kw)
+
+    monkeypatch.setattr(torch.optim, "AdamW", spy)
+    task = get_task("sst2")
+    train = task.load("train", DataFiles(train=env["sst2"]))
+    model = BertForSequenceClassification(_bert(env["tok"]))
+    model.config.num_labels = 2
+    cfg = RunConfig(lr=3e-4, max_steps=1, batch_size=4, adam_beta1=0.8, adam_beta2=0.95, adam_epsilon=1e-5,
+                    weight_decay=0.1, precision="fp32")
+    train_model(model, task, task.train_features(train, env["tok"], cfg), cfg, 0, torch.device("cpu"))
+    ((groups, kw),) = seen
+    assert kw == {"lr": 3e-4, "betas": (0.8, 0.95), "eps": 1e-5}
+    names = {id(p): n for n, p in model.named_parameters()}
+    decayed, exempt = ([names[id(p)] for p in g["params"]] for g in groups)
+    assert [g["weight_decay"] for g in groups] == [0.1, 0.0]
+    assert "classifier.weight" in decayed and "bert.encoder.layer.0.attention.self.query.weight" in decayed
+    assert all(n.endswith("bias") or "LayerNorm" in n for n in exempt) and "classifier.bias" in exempt
+
+
+def test_weights_load_in_bf16_when_asked(env):
+    cfg = RunConfig(weights_dtype="bfloat16")
+    model = load_model(env["avey"], "sequence-classification", cfg, num_labels=2)
+    assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
+    assert {p.dtype for p in load_model(env["avey"], "sequence-classification", RunConfig(), num_labels=2)
+            .parameters()} == {torch.float32}
+    rec = finetune.run_cell(env["avey"], "sst2", RunConfig(lr=1e-3, max_steps=1, batch_size=4, max_length=None,
+                                                           weights_dtype="bfloat16", device="cpu", protocol="paper"),
+                            DataFiles(train=env["sst2"], eval=env["sst2"]))
+    assert rec["train"]["weights"] == "bfloat16" and rec["input_limit"]["max_length"] is None  # Avey-B: no limit
+    assert rec["train"]["examples"] == 15  # EncodEval trains SC on 95% of the training split (floor(0.95 x 16))
+    with pytest.raises(ValueError, match="weights_dtype must be one of"):
+        RunConfig(weights_dtype="fp16")
+
+
+def test_no_truncation_means_the_models_own_limit_and_end_token(env):
+    tok = env["tok"]
+    assert input_limit(BertConfig(), tok) == 507  # round(0.99 x 512), EncodEval's 1% buffer
+    assert input_limit(RobertaConfig(max_position_embeddings=514), tok) == 509  # roberta-base: 514 positions
+    from avey_b import AveyBConfig
+
+    assert input_limit(AveyBConfig(), tok) is None
+    assert end_token(tok, BertConfig()) == "[UNK]"  # BERT's config has no eos: EncodEval falls back to unk
+    assert end_token(tok, BertConfig(eos_token_id=3)) == "[SEP]"  # ModernBERT's eos is its [SEP]
+    assert end_token(tok, AveyBConfig()) == "[UNK]"
+
+
+def test_paper_inputs_follow_encodeval(env):
+    tok = env["tok"]
+    cfg = RunConfig(protocol="paper", max_length=None)
+    sc = get_task("mnli")
+    sc.end_token = "[SEP]"
+    f = sc.train_features([{"text": "the film", "text_pair": "a plot", "label": 1}], tok, cfg)[0]
+    assert tok.convert_ids_to_tokens(f["input_ids"]) == ["[CLS]", "the", "film", "[SEP]", "a", "plot", "[SEP]"]
+    qa = get_task("squad")
+    qa.end_token = "[UNK]"
+    ex = {"id": "1", "question": " who met bob ? ", "context": "  alice met bob in paris",
+          "answers": [{"text": "alice", "start": 2}, {"text": "alice met", "start": 2}]}
+    f = qa.train_features([ex], tok, cfg)[0]
+    tokens = tok.convert_ids_to_tokens(f["input_ids"])
+    prompt = tok.tokenize("Question: who met bob ?\nContext: ")
+    assert tokens == prompt + ["alice", "met", "bob", "in", "paris", "[UNK]"]  # no [CLS]/[SEP]; context stripped
+    assert [t for t, y in zip(tokens, f["labels"], strict=True) if y == 1] == ["alice"]  # the first answer only
+    short = qa.train_features([ex], tok, RunConfig(protocol="paper", max_length=len(prompt) + 2))[0]
+    assert tok.convert_ids_to_tokens(short["input_ids"]) == prompt + ["alice", "met"]  # only the context is cut
+    with pytest.raises(ValueError, match="leaves no room for the context"):
+        qa.train_features([ex], tok, RunConfig(protocol="paper", max_length=3))
+
+
+def test_a_cell_recorded_before_the_new_settings_resumes(tmp_path):
+    """A finished cell of an older sweep (its record lacks the optimizer / dtype / accumulation fields) ran with
+    their defaults: it counts as done, and the same cell with other settings is refused, not mixed in."""
+    import json
+    import os
+
+    cell = sweep.Cell("m", "x", "sst2", RunConfig(lr=1e-4), DataFiles())
+    spec = cell.spec()
+    for name in ("adam_beta1", "adam_beta2", "adam_epsilon", "weights_dtype", "grad_accumulation"):
+        del spec["cfg"][name]
+    os.makedirs(sweep.cell_dir(str(tmp_path), cell))
+    with open(os.path.join(sweep.cell_dir(str(tmp_path), cell), "results.json"), "w") as f:
+        json.dump({"cell": spec, "fingerprint": cell.fingerprint()}, f)
+    assert sweep.is_done(str(tmp_path), cell)
+    cell.cfg = RunConfig(lr=1e-4, adam_beta2=0.95)
+    with pytest.raises(ValueError, match="other settings than requested"):
+        sweep.is_done(str(tmp_path), cell)
