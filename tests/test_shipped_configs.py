@@ -63,6 +63,7 @@ def test_every_suite_resolves(path, tmp_path):
     assert set(suite["tasks"]) <= set(TASKS)
     written = _model_dirs_written_by_pretraining()
     for name, model in suite["models"].items():
+        model = model["model"] if isinstance(model, dict) else model  # per-model settings: {model: ..., key: ...}
         assert slug(name) == name, f"{path.name}: model name {name!r} would be reported as {slug(name)!r}"
         if toy_dir and model.startswith(str(tmp_path)):
             assert (Path(model) / "config.json").is_file(), f"{path.name}: {model} is not made by avey_b.testing"
