@@ -23,6 +23,7 @@ from ...heads import sentence_embedding  # importing the package registers Avey-
 from ...tokenization import load_tokenizer
 
 PROTOCOLS = ("standard", "paper")
+WEIGHTS_DTYPES = ("fp32", "bf16")
 
 # head name -> transformers Auto class name
 HEADS = {
@@ -63,6 +64,14 @@ class RunConfig:
     """Share of the steps spent warming the learning rate up from 0."""
     weight_decay: float = 0.0
     """AdamW weight decay."""
+    adam_beta1: float = 0.9
+    """AdamW β1."""
+    adam_beta2: float = 0.999
+    """AdamW β2 (EncodEval, the paper's protocol: 0.95)."""
+    adam_epsilon: float = 1e-8
+    """AdamW ε (EncodEval: 1e-5)."""
+    weights_dtype: str = "fp32"
+    """``fp32`` or ``bf16``: the dtype the model's weights are loaded in (EncodEval loads them in bf16)."""
     grad_clip: float = 1.0
     """Clip the gradient norm to this value (0: no clipping)."""
     precision: str = "auto"
@@ -86,6 +95,8 @@ class RunConfig:
     def __post_init__(self) -> None:
         if self.precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
+        if self.weights_dtype not in WEIGHTS_DTYPES:
+            raise ValueError(f"weights_dtype must be one of {WEIGHTS_DTYPES}, got {self.weights_dtype!r}")
         if self.protocol not in PROTOCOLS:
             raise ValueError(f"protocol must be one of {PROTOCOLS}, got {self.protocol!r}")
         if self.corpus_chunk < 1:
@@ -114,7 +125,8 @@ class RunConfig:
         from ... import configs
 
         return configs.add_arguments(parser, cls, exclude=exclude, include=include, defaults=defaults,
-                                     choices={"precision": PRECISIONS, "protocol": PROTOCOLS})
+                                     choices={"precision": PRECISIONS, "protocol": PROTOCOLS,
+                                              "weights_dtype": WEIGHTS_DTYPES})
 
     @classmethod
     def from_args(cls, args, **given) -> RunConfig:
