@@ -189,7 +189,8 @@ def test_every_run_setting_is_a_flag_of_finetune_evaluate_and_niah():
     fields = [f for f in dataclasses.fields(RunConfig) if f.name not in ("lr", "seed")]
     values = {"protocol": "paper", "epochs": 2.5, "max_steps": 7, "batch_size": 3, "eval_batch_size": 5,
               "max_length": 99, "query_max_length": 11, "doc_stride": 13, "max_answer_length": 17,
-              "warmup_ratio": 0.25, "weight_decay": 0.01, "grad_clip": 0.5, "precision": "fp32",
+              "warmup_ratio": 0.25, "weight_decay": 0.01, "adam_beta1": 0.8, "adam_beta2": 0.95, "adam_epsilon": 1e-5,
+              "weights_dtype": "bf16", "grad_clip": 0.5, "precision": "fp32",
               "normalize_embeddings": False, "ir_scale": 10.0, "max_train_examples": 19, "max_eval_examples": 23,
               "device": "cpu", "trust_remote_code": True, "corpus_chunk": 29}
     assert sorted(values) == sorted(f.name for f in fields), "a new RunConfig field: give it a value here"

@@ -8,6 +8,7 @@ import os
 
 import pytest
 import torch
+import yaml
 from safetensors.torch import load_file
 
 from avey_b import testing as toy
@@ -36,14 +37,21 @@ def _suite(env, tmp_path, model="bert", **defaults) -> list[str]:
     data = {t: {"eval": env["beir"][t]} for t in IR_TASKS} | {"msmarco_pairs": {"train": env["pairs"]}}
     settings = {"batch_size": 4, "max_steps": 2, "max_length": 24, "eval_batch_size": 4, "device": "cpu"} | defaults
     suite = tmp_path / "suite.yaml"
-    suite.write_text(json.dumps({"models": {model: env[model]}, "tasks": list(IR_TASKS), "lrs": [1e-3], "seeds": 1,
+    suite.write_text(yaml.safe_dump({"models": {model: env[model]}, "tasks": list(IR_TASKS), "lrs": [1e-3], "seeds": 1,
                                  "protocol": "paper", "output_dir": str(tmp_path / "out"), "defaults": settings,
                                  "data": data}))
     return ["--config", str(suite)]
 
 
-def _first_parameter(st) -> torch.Tensor:
-    return next(st[0].auto_model.parameters()).detach().float().clone()
+def _first_parameter(st) -> tuple[str, torch.Tensor]:
+    name, param = next(iter(st[0].auto_model.named_parameters()))
+    return name, param.detach().float().clone()
+
+
+def _saved(directory, name: str) -> torch.Tensor:
+    """The tensor of parameter ``name`` in a saved model (the saved name may carry a head's prefix)."""
+    tensors = load_file(os.path.join(directory, "model.safetensors"))
+    return next(v for k, v in tensors.items() if k == name or k.endswith("." + name)).float()
 
 
 @pytest.fixture
@@ -77,13 +85,10 @@ def test_three_benchmarks_share_one_training_and_a_rerun_trains_nothing(env, tmp
     out = tmp_path / "out" / "bert" / "paper"
     model_dir = out / "msmarco_pairs" / "lr0.001_seed0" / "model"
     assert spies["train"] == [str(model_dir)]  # trained once for the three benchmarks
-    trained = load_file(model_dir / "model.safetensors")
-    saved = next(v for k, v in trained.items() if k.endswith("embeddings.word_embeddings.weight")).float()
-    assert not torch.equal(saved, load_file(os.path.join(env["bert"], "model.safetensors"))[
-        "bert.embeddings.word_embeddings.weight"])  # the trained model, not the pretrained one
     assert [p for p, _ in spies["scored"]] == [str(model_dir)] * 3
-    for _, param in spies["scored"]:  # each scoring loaded the very weights the training saved
-        assert torch.equal(param, saved)
+    for _, (name, param) in spies["scored"]:  # each scoring loaded the very weights the training saved ...
+        assert torch.equal(param, _saved(model_dir, name))
+        assert not torch.equal(param, _saved(env["bert"], name))  # ... not the pretrained ones
     for task in IR_TASKS:
         rec = json.loads((out / task / "lr0.001_seed0" / "results.json").read_text())
         assert rec["train"]["finetuned"] == str(model_dir) and rec["cell"]["trained_by"].endswith("msmarco_pairs/lr0.001_seed0")
@@ -197,7 +202,9 @@ def test_cached_mnrl_is_the_librarys_loss_in_value_and_gradient(env):
     expected.backward()
     assert loss.item() == pytest.approx(expected.item(), rel=1e-5)
     grads = dict(ours.named_parameters())
-    assert st_grads and all(torch.allclose(g, grads[k].grad, atol=1e-6) for k, g in st_grads.items())
+    assert st_grads.keys() == {k for k, p in grads.items() if p.grad is not None}
+    for k, g in st_grads.items():  # equal up to float32 rounding (the cache re-runs the forward)
+        torch.testing.assert_close(g, grads[k].grad, rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.slow
@@ -218,8 +225,6 @@ def test_sentence_transformers_training_end_to_end(env, tmp_path, monkeypatch):
     rec = json.loads((cell / "trained.json").read_text())
     assert rec["steps"] == 2 and rec["weights_dtype"] == "bf16" and len(rec["losses"]) == 2
     assert (cell / "model" / "modules.json").exists() and (cell / "model" / "SHA256SUMS").exists()
-    base = next(iter(load_file(os.path.join(env["avey"], "model.safetensors")).values()))
-    saved = load_file(cell / "model" / "model.safetensors")
     assert len(scored) == 4  # the training's own load, then the three scorings
-    first = next(iter(saved.values())).float()
-    assert all(torch.equal(p, first) for p in scored[1:]) and not torch.equal(first, base.float())
+    for name, param in scored[1:]:
+        assert torch.equal(param, _saved(cell / "model", name)) and not torch.equal(param, _saved(env["avey"], name))
