@@ -228,3 +228,23 @@ def test_sentence_transformers_training_end_to_end(env, tmp_path, monkeypatch):
     assert len(scored) == 4  # the training's own load, then the three scorings
     for name, param in scored[1:]:
         assert torch.equal(param, _saved(cell / "model", name)) and not torch.equal(param, _saved(env["avey"], name))
+
+
+def test_finetune_scores_a_trained_model_zero_shot(env, tmp_path, monkeypatch):
+    """`avey-b finetune --task nq --protocol paper --finetuned DIR` scores DIR without training; --finetuned is
+    refused where nothing is scored zero-shot."""
+    from avey_b.evaluation import finetune
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("trained although --finetuned was given")
+
+    monkeypatch.setattr(ir_paper, "train_pairs", no_training)
+    argv = ["--model", env["bert"], "--task", "nq", "--lr", "1e-3", "--output-dir", str(tmp_path), "--device", "cpu",
+            "--eval-file", env["beir"]["nq"], "--max-length", "24"]
+    assert finetune.main([*argv, "--protocol", "paper", "--finetuned", env["bert"]]) == 0
+    rec = json.loads((tmp_path / "results.json").read_text())
+    assert rec["train"] == {"zero_shot": True, "finetuned": env["bert"], "task": "msmarco_pairs"}
+    assert rec["metrics"]["corpus_size"] == len({d for rel in ir.read_qrels(env["beir"]["nq"], "test").values()
+                                                 for d in rel})
+    with pytest.raises(ValueError, match="--finetuned applies to retrieval under --protocol paper"):
+        finetune.main([*argv, "--finetuned", env["bert"]])

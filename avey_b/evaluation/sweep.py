@@ -416,9 +416,10 @@ class SuiteConfig:
     defaults: dict = dataclasses.field(default_factory=dict)
     """``RunConfig`` fields for every task (batch_size, max_length, epochs, ...)."""
     task_overrides: dict = dataclasses.field(default_factory=dict)
-    """Task -> ``RunConfig`` fields for that task only."""
+    """Task -> ``RunConfig`` fields for that task only (``msmarco_pairs``: the paper protocol's IR training)."""
     data: dict = dataclasses.field(default_factory=dict)
-    """Task -> local data (``train``, ``eval``, ``train_split``, ``eval_split``, ``holdout``)."""
+    """Task -> local data (``train``, ``eval``, ``train_split``, ``eval_split``, ``holdout``); under the paper
+    protocol the IR benchmarks take only ``eval``/``eval_split`` and ``msmarco_pairs`` only ``train``/``train_split``."""
     tokenizer: str | None = None
     """A tokenizer for every model (default: each model's own)."""
 
