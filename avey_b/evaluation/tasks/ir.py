@@ -11,20 +11,21 @@ Data
     ``positive``/``document``/``passage``), or a BEIR directory with ``qrels/train.tsv``.
   evaluation: a BEIR directory (``corpus.jsonl`` with ``_id``/``title``/``text``, ``queries.jsonl`` with
     ``_id``/``text``, ``qrels/<split>.tsv`` with ``query-id corpus-id score`` and a header) or the Hub
-    (``BeIR/msmarco`` + ``BeIR/msmarco-qrels``, ``BeIR/nq`` + ``BeIR/nq-qrels``, ``hgissbkh/mldr-en``;
-    configs ``corpus``/``queries`` as in BEIR's Hub layout).
+    (``BeIR/msmarco`` + ``BeIR/msmarco-qrels``, ``BeIR/nq`` + ``BeIR/nq-qrels``: configs ``corpus``/``queries``
+    as in BEIR's Hub layout; ``hgissbkh/mldr-en``: its own layout, see :meth:`MLDR._hub`).
 
 Scoring
   standard: every document of the split's corpus is ranked; NDCG@10 with the ideal DCG over all relevant
     documents of the query.
   paper (EncodEval, the harness the paper adopts in §5.1): the model fine-tuned once on MS MARCO pairs is scored
     zero-shot (:mod:`avey_b.evaluation.ir_paper`), on the data as EncodEval's loaders map it (``load(...,
-    protocol="paper")``): the test split; queries read ``Query: {text}`` and documents ``Document: {text}``
+    protocol="paper")``): the test split (for MS MARCO in BEIR's layout, the TREC Deep Learning 2019 queries
+    with graded judgments); queries read ``Query: {text}`` and documents ``Document: {text}``
     (NQ: ``Document: {title}. {text}``); relevance is binary (qrels score >= 1); the corpus is only the
     documents named in the qrels of the validation and test splits (NQ: its test split, which EncodEval halves
     at random into validation and test; we score all its queries, the expectation of that random half); the
-    ideal DCG is computed over the retrieved top 10 only. Both make the task easier than the standard one;
-    numbers are not comparable to the standard ones.
+    ideal DCG is computed over the retrieved top 10 only. The small corpus and the lenient ideal make the task
+    easier than the standard one; numbers are not comparable to the standard ones.
 """
 
 from __future__ import annotations
