@@ -248,3 +248,19 @@ def test_finetune_scores_a_trained_model_zero_shot(env, tmp_path, monkeypatch):
                                                  for d in rel})
     with pytest.raises(ValueError, match="--finetuned applies to retrieval under --protocol paper"):
         finetune.main([*argv, "--finetuned", env["bert"]])
+
+
+def test_mldr_is_read_in_its_own_hub_layout(monkeypatch):
+    """hgissbkh/mldr-en (EncodEval's mldr_en): queries and positives in the ``default`` config, documents with
+    ``docid`` in ``corpus``; the paper protocol pools the documents of dev and test."""
+    rows = {
+        ("default", "test"): [{"query_id": "q1", "query": "first", "positive_passages": [{"docid": "d1"}]}],
+        ("default", "dev"): [{"query_id": "q2", "query": "second", "positive_passages": [{"docid": "d2"}]}],
+        ("corpus", "corpus"): [{"docid": f"d{i}", "text": f"text {i}"} for i in range(4)],
+    }
+    monkeypatch.setattr(ir.base, "load_hub", lambda name, config, split: rows[(config, split)])
+    rs = get_task("mldr").load("eval", DataFiles())
+    assert rs.qrels == {"q1": {"d1": 1.0}} and len(rs.corpus) == 4 and rs.queries["q1"] == "first"
+    rs = get_task("mldr").load("eval", DataFiles(), protocol="paper")
+    assert rs.qrels == {"q1": {"d1": 1.0}} and rs.corpus == {"d1": "Document: text 1", "d2": "Document: text 2"}
+    assert rs.queries == {"q1": "Query: first"}
