@@ -32,9 +32,9 @@ def env(tmp_path_factory):
             "beir": beir, "pairs": str(pairs), "root": root}
 
 
-def _suite(env, tmp_path, model="bert", **defaults) -> list[str]:
+def _suite(env, tmp_path, model="bert", pairs=None, **defaults) -> list[str]:
     """A paper-protocol suite over the three IR benchmarks, one lr and one seed; returns sweep.main's argv."""
-    data = {t: {"eval": env["beir"][t]} for t in IR_TASKS} | {"msmarco_pairs": {"train": env["pairs"]}}
+    data = {t: {"eval": env["beir"][t]} for t in IR_TASKS} | {"msmarco_pairs": {"train": pairs or env["pairs"]}}
     settings = {"batch_size": 4, "max_steps": 2, "max_length": 24, "eval_batch_size": 4, "device": "cpu"} | defaults
     suite = tmp_path / "suite.yaml"
     suite.write_text(yaml.safe_dump({"models": {model: env[model]}, "tasks": list(IR_TASKS), "lrs": [1e-3], "seeds": 1,
@@ -108,11 +108,17 @@ def test_three_benchmarks_share_one_training_and_a_rerun_trains_nothing(env, tmp
 
 
 def test_a_retrained_model_makes_its_scorings_stale(env, tmp_path, spies):
-    argv = _suite(env, tmp_path)
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text(open(env["pairs"]).read())
+    argv = _suite(env, tmp_path, pairs=str(pairs))
     assert sweep.main(argv) == 0
     (tmp_path / "out" / "bert" / "paper" / "msmarco_pairs" / "lr0.001_seed0" / "trained.json").unlink()
     assert sweep.main(argv) == 0
     assert len(spies["train"]) == 2 and len(spies["scored"]) == 6  # new model: the three scorings run again
+    with pairs.open("a") as f:  # the training data changed: train again, and score the new model
+        f.write(json.dumps({"query": "one more", "positive": "pair"}) + "\n")
+    assert sweep.main(argv) == 0
+    assert len(spies["train"]) == 3 and len(spies["scored"]) == 9
 
 
 def test_a_failed_training_fails_its_three_scorings_with_the_reason(env, tmp_path, monkeypatch, capsys):

@@ -310,6 +310,8 @@ def run_sweep(cells: list[Cell], output_dir: str, workers: int = 1, devices: lis
     """Run the cells not yet done, training cells first (their scorings need their models); returns {cell key:
     error summary} for the failures, a scoring whose training failed included."""
     todo = [c for c in cells if not is_done(output_dir, c, log)]
+    retrained = {c.key for c in todo if c.trains_only}  # a model trained again is scored again
+    todo += [c for c in cells if c.trained_by in retrained and c not in todo]
     log(f"{len(cells)} cells, {len(cells) - len(todo)} already done, {len(todo)} to run")
     failures: dict[str, str] = {}
     progress = Progress(len(todo), "evaluate", unit="cell", every=0.0)
