@@ -143,7 +143,11 @@ def test_help_works():
 def test_shipped_suites_expand_by_name():
     paper = sweep.load_suite("paper")  # shipped as package data, found by name from any working directory
     cells, _, how = sweep.build_cells(paper, argparse.Namespace())
-    assert how == "median" and len(cells) == len(paper["models"]) * 12 * 4 * 10  # 12 benchmarks x 4 lrs x 10 seeds
+    # 12 benchmarks x 4 lrs x 10 seeds, and one MS MARCO-pairs fine-tuning per (model, lr, seed) for the 3 IR ones
+    assert how == "median" and len(cells) == len(paper["models"]) * (12 + 1) * 4 * 10
+    assert sum(c.task == "msmarco_pairs" for c in cells) == len(paper["models"]) * 4 * 10
+    pairs = next(c for c in cells if c.task == "msmarco_pairs").cfg
+    assert (pairs.batch_size, pairs.max_steps, pairs.adam_beta2, pairs.weights_dtype) == (16, 1000, 0.95, "bfloat16")
     assert {c.cfg.lr for c in cells} == set(sweep.PAPER_LRS)
     cells, _, how = sweep.build_cells(sweep.load_suite("ablation"), argparse.Namespace())
     assert how == "best" and {c.cfg.lr for c in cells} == {5e-4} and {c.cfg.seed for c in cells} == set(range(5))

@@ -201,11 +201,21 @@ def train_model(model, task: Task, features: list[dict[str, Any]], cfg: RunConfi
 
 
 def run_cell(model_name: str, task_name: str, cfg: RunConfig, files: DataFiles,
-             tokenizer_name: str | None = None, save_model: str | None = None) -> dict[str, Any]:
+             tokenizer_name: str | None = None, save_model: str | None = None,
+             finetuned: str | None = None) -> dict[str, Any]:
     """Fine-tune and score one cell; returns the results record (see module docstring). ``save_model``: also
-    write the fine-tuned model and its tokenizer there (``from_pretrained`` loads them, head included)."""
+    write the fine-tuned model and its tokenizer there (``from_pretrained`` loads them, head included).
+    Retrieval under the paper protocol trains on MS MARCO pairs and scores zero-shot
+    (:mod:`avey_b.evaluation.ir_paper`); ``finetuned`` then names a model trained so before, to score only."""
     import transformers
 
+    from .ir_paper import is_zero_shot, run_zero_shot_cell
+
+    if is_zero_shot(task_name, cfg):
+        return run_zero_shot_cell(model_name, task_name, cfg, files, tokenizer_name, save_model, finetuned)
+    if finetuned is not None:
+        raise ValueError(f"--finetuned applies to retrieval under --protocol paper, not to {task_name} "
+                         f"({cfg.protocol})")
     task = get_task(task_name)
     device = pick_device(cfg.device)
     check_model_source(model_name)  # a missing model is named as the model, not as its tokenizer
@@ -296,6 +306,8 @@ def build_parser(with_defaults: bool = True) -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--output-dir", required=True, help="results.json is written here")
     p.add_argument("--save-model", metavar="DIR", help="also save the fine-tuned model + tokenizer to DIR")
+    p.add_argument("--finetuned", metavar="DIR", help="retrieval under --protocol paper: score this model, trained "
+                   "on MS MARCO pairs before (--save-model of such a run), zero-shot instead of training one")
     add_run_arguments(p, with_defaults=with_defaults)
     return p
 
@@ -304,7 +316,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     given = set(vars(build_parser(with_defaults=False).parse_args(argv)))  # the flags set explicitly
     cfg, files = config_from_args(args, args.lr, args.seed, task=args.task, given=given)
-    record = run_cell(args.model, args.task, cfg, files, args.tokenizer, save_model=args.save_model)
+    record = run_cell(args.model, args.task, cfg, files, args.tokenizer, save_model=args.save_model,
+                      finetuned=args.finetuned)
     path = os.path.join(args.output_dir, "results.json")
     write_json_atomic(path, record)
     print(json.dumps({k: record[k] for k in ("model", "task", "protocol", "lr", "seed", "metric", "score")}))

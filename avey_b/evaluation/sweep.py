@@ -12,6 +12,12 @@ retries failed ones; a finished cell whose recorded settings differ from the req
 (pick another output directory) rather than a silent mix of two protocols. A failing cell never stops
 the sweep: the others run, the failures are listed at the end and in the report, and the exit code is 1.
 
+Retrieval under ``--protocol paper`` (the paper's IR protocol, :mod:`avey_b.evaluation.ir_paper`): MLDR, MS MARCO
+and NQ cells train nothing; each scores zero-shot the model of one training cell per (model, lr, seed),
+``<model>/paper/msmarco_pairs/lr<lr>_seed<seed>/`` (``model/`` and ``trained.json``; its data and settings are
+``data.msmarco_pairs`` and ``task_overrides.msmarco_pairs`` of the suite, or ``--train-file`` with one task).
+Training cells run first, once; a rerun reuses a finished one; a failed one fails its scorings with its error.
+
 Cells run in this process one after the other (``--workers 1``, the default), or each in its own
 ``python -m avey_b.evaluation.sweep --run-cell`` subprocess (``--isolate``, implied by ``--workers > 1``),
 spread over ``--devices`` (each subprocess sees one GPU through ``CUDA_VISIBLE_DEVICES``), so that a
@@ -40,6 +46,7 @@ import subprocess
 import sys
 import time
 import traceback
+import uuid
 from typing import Any
 
 from .. import configs
@@ -47,6 +54,7 @@ from ..files import content_hash
 from ..progress import Progress
 from ..records import slug, write_json_atomic
 from .finetune import add_run_arguments, run_cell
+from .ir_paper import MODEL_DIR, PAIRS_TASK, TRAINED_FILE, is_zero_shot, train_pairs
 from .protocol import GRIDS, grid, run_config
 from .tasks import TASKS
 from .tasks.base import DataFiles, RunConfig
@@ -66,15 +74,30 @@ class Cell:
     cfg: RunConfig
     files: DataFiles
     tokenizer: str | None = None
+    trained_by: str | None = None
+    """Key of the training cell whose model this cell scores zero-shot (paper-protocol retrieval), else None."""
 
     @property
     def key(self) -> str:
         return f"{self.model_name}/{self.cfg.protocol}/{self.task}/lr{self.cfg.lr:g}_seed{self.cfg.seed}"
 
-    def fingerprint(self) -> dict[str, str]:
+    @property
+    def trains_only(self) -> bool:
+        """A training cell of the paper's IR protocol: it saves a model for other cells and scores nothing."""
+        return self.task == PAIRS_TASK
+
+    @property
+    def done_file(self) -> str:
+        return TRAINED_FILE if self.trains_only else "results.json"
+
+    def fingerprint(self, output_dir: str | None = None) -> dict[str, str]:
         """Hashes of what the cell reads: every local data file or directory, and the model's files (a Hub id
-        or name stands for itself). A finished cell whose fingerprint differs is stale and runs again."""
+        or name stands for itself); for a zero-shot scoring, the run id of its training cell's model. A finished
+        cell whose fingerprint differs is stale and runs again."""
         out = {}
+        if self.trained_by is not None and output_dir is not None:
+            trained = os.path.join(output_dir, *self.trained_by.split("/"), TRAINED_FILE)
+            out["trained"] = _read_json(trained).get("run_id", "?") if os.path.isfile(trained) else "missing"
         for name, value in dataclasses.asdict(self.files).items():
             if isinstance(value, str) and os.path.exists(value):
                 out[f"data.{name}"] = content_hash(value)
@@ -87,8 +110,9 @@ class Cell:
         """What identifies the cell's settings (compared on resume); the device is not part of it."""
         cfg = self.cfg.to_dict()
         cfg.pop("device")
-        return {"model_name": self.model_name, "model": self.model, "task": self.task, "tokenizer": self.tokenizer,
+        spec = {"model_name": self.model_name, "model": self.model, "task": self.task, "tokenizer": self.tokenizer,
                 "cfg": cfg, "files": dataclasses.asdict(self.files)}
+        return spec | ({"trained_by": self.trained_by} if self.trained_by else {})
 
 
 def parse_models(items: list[str] | dict[str, Any]) -> dict[str, str]:
@@ -154,25 +178,71 @@ def build_cells(suite: dict[str, Any], args: argparse.Namespace) -> tuple[list[C
     cli_data = {v: given[k] for k, v in _DATA_FLAGS.items() if k in given}
     if cli_data and len(tasks) > 1:
         raise ValueError("--train-file/--eval-file/--holdout/... apply to one task; use the suite's 'data' for several")
-    cells = []
-    for task in tasks:
+    tokenizer = given.get("tokenizer") or suite.get("tokenizer")
+    for where, values in [(f"model {m}", v) for m, v in per_model.items()]:
+        bad = sorted(set(values) - known_fields)
+        if bad:
+            raise ValueError(f"unknown settings {bad} for {where}; valid: {sorted(known_fields)}")
+
+    def task_settings(task: str) -> tuple[dict[str, Any], dict[str, Any]]:
         settings = defaults | dict((suite.get("task_overrides") or {}).get(task) or {})
-        for where, values in [(f"task {task}", settings)] + [(f"model {m}", v) for m, v in per_model.items()]:
-            bad = sorted(set(values) - known_fields)
-            if bad:
-                raise ValueError(f"unknown settings {bad} for {where}; valid: {sorted(known_fields)}")
-        data = dict((suite.get("data") or {}).get(task) or {}) | cli_data
+        bad = sorted(set(settings) - known_fields)
+        if bad:
+            raise ValueError(f"unknown settings {bad} for task {task}; valid: {sorted(known_fields)}")
+        data = dict((suite.get("data") or {}).get(task) or {})
         bad = sorted(set(data) - {f.name for f in dataclasses.fields(DataFiles)})
         if bad:
             raise ValueError(f"unknown data keys {bad} for task {task}")
-        files = DataFiles(**data)
+        return settings, data
+
+    cells: list[Cell] = []
+    training: dict[str, Cell] = {}
+    for task in tasks:
+        settings, data = task_settings(task)
         for name, path in models.items():
             for lr in lrs:
                 for seed in seeds:
                     given_here = settings | per_model.get(name, {}) | cli_cfg | {"lr": lr, "seed": seed}
                     cfg = run_config(task, given_here)  # over the protocol's table
-                    cells.append(Cell(name, path, task, cfg, files, given.get("tokenizer") or suite.get("tokenizer")))
+                    if not is_zero_shot(task, cfg):
+                        cells.append(Cell(name, path, task, cfg, DataFiles(**(data | cli_data)), tokenizer))
+                        continue
+                    pairs_settings, pairs_data = task_settings(PAIRS_TASK)
+                    pairs_given = pairs_settings | per_model.get(name, {}) | cli_cfg | {"protocol": "paper"}
+                    trainer = _training_cell(name, path, cfg, (pairs_given, pairs_data), cli_data, tokenizer)
+                    if trainer.key not in training:
+                        training[trainer.key] = trainer
+                        cells.append(trainer)
+                    cells.append(Cell(name, path, task, cfg, _scoring_files(task, data, cli_data), tokenizer,
+                                      trained_by=trainer.key))
     return cells, output_dir, aggregate
+
+
+_TRAINING_DATA = ("train", "train_split")
+
+
+def _training_cell(name: str, path: str, cfg: RunConfig, pairs: tuple[dict[str, Any], dict[str, Any]],
+                   cli_data: dict[str, Any], tokenizer: str | None) -> Cell:
+    """The MS MARCO-pairs training cell that a paper-protocol retrieval cell of (model, lr, seed) scores: the
+    settings and data of ``msmarco_pairs`` in the suite, the command line's training data."""
+    settings, data = pairs
+    cfg = run_config(PAIRS_TASK, settings | {"lr": cfg.lr, "seed": cfg.seed})  # over the protocol's table
+    bad = sorted(set(data) - set(_TRAINING_DATA))
+    if bad:
+        raise ValueError(f"data.{PAIRS_TASK}: only {list(_TRAINING_DATA)} apply to a training set, got {bad}")
+    return Cell(name, path, PAIRS_TASK, cfg, DataFiles(**(data | {k: v for k, v in cli_data.items()
+                                                                 if k in _TRAINING_DATA})), tokenizer)
+
+
+def _scoring_files(task: str, data: dict[str, Any], cli_data: dict[str, Any]) -> DataFiles:
+    """A zero-shot scoring reads only evaluation data; training data in the suite is a mistake worth naming."""
+    bad = sorted(k for k in data if k in (*_TRAINING_DATA, "holdout"))
+    if bad:
+        raise ValueError(f"data.{task}: {bad} do not apply under the paper protocol, where {task} is scored "
+                         f"zero-shot by the model trained on {PAIRS_TASK}; give its data as data.{PAIRS_TASK}")
+    if "holdout" in cli_data:
+        raise ValueError(f"--holdout does not apply to {task} under the paper protocol (scored zero-shot)")
+    return DataFiles(**(data | {k: v for k, v in cli_data.items() if k not in _TRAINING_DATA}))
 
 
 # ------------------------------------------------------------------------------------------ running
@@ -184,19 +254,21 @@ def cell_dir(output_dir: str, cell: Cell) -> str:
 
 def is_done(output_dir: str, cell: Cell, log=None) -> bool:
     """Whether the cell has a result for its settings *and* its current data and model (see ``fingerprint``)."""
-    path = os.path.join(cell_dir(output_dir, cell), "results.json")
+    path = os.path.join(cell_dir(output_dir, cell), cell.done_file)
     if not os.path.isfile(path):
         return False
-    with open(path, encoding="utf-8") as f:
-        record = json.load(f)
+    if cell.trains_only and not os.path.isdir(os.path.join(cell_dir(output_dir, cell), MODEL_DIR)):
+        return False
+    record = _read_json(path)
     recorded = record.get("cell")
     if recorded is not None and isinstance(recorded.get("cfg"), dict):
         # a cell recorded before a RunConfig field existed ran with that field's default
         defaults = {k: v for k, v in RunConfig().to_dict().items() if k != "device"}
         recorded = recorded | {"cfg": defaults | recorded["cfg"]}
-    if record.get("fingerprint") != cell.fingerprint():
+    if record.get("fingerprint") != cell.fingerprint(output_dir):
         if log is not None:
-            log(f"{cell.key}: its data or model changed since {path} was written; running it again")
+            what = "its training cell's model" if cell.trained_by else "its data or model"
+            log(f"{cell.key}: {what} changed since {path} was written; running it again")
         return False
     if recorded is not None and recorded != cell.spec():
         raise ValueError(
@@ -206,18 +278,31 @@ def is_done(output_dir: str, cell: Cell, log=None) -> bool:
     return True
 
 
+def _read_json(path: str) -> dict[str, Any]:
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
 def run_in_process(output_dir: str, cell: Cell) -> str | None:
     """Run one cell here; None on success, else the error summary (recorded in error.json)."""
     directory = cell_dir(output_dir, cell)
     try:
-        record = run_cell(cell.model, cell.task, cell.cfg, cell.files, cell.tokenizer)
+        if cell.trains_only:
+            record = train_pairs(cell.model, cell.cfg, cell.files, os.path.join(directory, MODEL_DIR), cell.tokenizer)
+            record |= {"run_id": uuid.uuid4().hex, "model": cell.model, "task": cell.task, "lr": cell.cfg.lr,
+                       "seed": cell.cfg.seed, "config": cell.cfg.to_dict(), "data": vars(cell.files)}
+        elif cell.trained_by is not None:
+            finetuned = os.path.join(output_dir, *cell.trained_by.split("/"), MODEL_DIR)
+            record = run_cell(cell.model, cell.task, cell.cfg, cell.files, cell.tokenizer, finetuned=finetuned)
+        else:
+            record = run_cell(cell.model, cell.task, cell.cfg, cell.files, cell.tokenizer)
     except Exception as e:  # a failing cell is data for the report, not the end of the sweep
         summary = f"{type(e).__name__}: {e}"
         write_json_atomic(os.path.join(directory, "error.json"),
                           {"cell": cell.spec(), "error": summary, "traceback": traceback.format_exc()})
         return summary
-    record |= {"cell": cell.spec(), "model_name": cell.model_name, "fingerprint": cell.fingerprint()}
-    write_json_atomic(os.path.join(directory, "results.json"), record)
+    record |= {"cell": cell.spec(), "model_name": cell.model_name, "fingerprint": cell.fingerprint(output_dir)}
+    write_json_atomic(os.path.join(directory, cell.done_file), record)
     _remove(os.path.join(directory, "error.json"))
     return None
 
@@ -237,7 +322,7 @@ def run_subprocess(output_dir: str, cell: Cell, device: str | None, threads: int
     with open(log_path, "w", encoding="utf-8") as log:
         rc = subprocess.call([sys.executable, "-m", "avey_b.evaluation.sweep", "--run-cell", spec_path,
                               "--output-dir", output_dir], stdout=log, stderr=subprocess.STDOUT, env=env)
-    if rc == 0 and os.path.isfile(os.path.join(directory, "results.json")):
+    if rc == 0 and os.path.isfile(os.path.join(directory, cell.done_file)):
         return None
     if os.path.isfile(os.path.join(directory, "error.json")):  # the child caught and recorded it
         with open(os.path.join(directory, "error.json"), encoding="utf-8") as f:
@@ -258,16 +343,39 @@ def _remove(path: str) -> None:
 
 def run_sweep(cells: list[Cell], output_dir: str, workers: int = 1, devices: list[str] | None = None,
               isolate: bool = False, log=print) -> dict[str, str]:
-    """Run the cells not yet done; returns {cell key: error summary} for the failures."""
+    """Run the cells not yet done, training cells first (their scorings need their models); returns {cell key:
+    error summary} for the failures, a scoring whose training failed included."""
     todo = [c for c in cells if not is_done(output_dir, c, log)]
+    retrained = {c.key for c in todo if c.trains_only}  # a model trained again is scored again
+    todo += [c for c in cells if c.trained_by in retrained and c not in todo]
     log(f"{len(cells)} cells, {len(cells) - len(todo)} already done, {len(todo)} to run")
     failures: dict[str, str] = {}
     progress = Progress(len(todo), "evaluate", unit="cell", every=0.0)
-    for i, (cell, err, seconds) in enumerate(_finished(todo, output_dir, workers, devices, isolate), 1):
-        _log_cell(log, i, len(todo), cell, err, seconds, output_dir)
+    done = 0
+
+    def run(batch: list[Cell]) -> None:
+        nonlocal done
+        for cell, err, seconds in _finished(batch, output_dir, workers, devices, isolate):
+            done += 1
+            _log_cell(log, done, len(todo), cell, err, seconds, output_dir)
+            progress.update()
+            if err:
+                failures[cell.key] = err
+
+    run([c for c in todo if c.trains_only])
+    ready = []
+    trainers = {c.key: c for c in cells if c.trains_only}
+    for cell in (c for c in todo if not c.trains_only):
+        if cell.trained_by is None or is_done(output_dir, trainers[cell.trained_by]):
+            ready.append(cell)
+            continue
+        err = f"its training cell {cell.trained_by} failed: {failures.get(cell.trained_by, 'no trained model')}"
+        write_json_atomic(os.path.join(cell_dir(output_dir, cell), "error.json"), {"cell": cell.spec(), "error": err})
+        done += 1
+        _log_cell(log, done, len(todo), cell, err, 0.0, output_dir)
         progress.update()
-        if err:
-            failures[cell.key] = err
+        failures[cell.key] = err
+    run(ready)
     progress.close()
     return failures
 
@@ -304,8 +412,11 @@ def _log_cell(log, i: int, n: int, cell: Cell, err: str | None, seconds: float, 
     if err:
         log(f"[{i}/{n}] FAILED {cell.key} ({seconds:.0f}s): {err}")
         return
-    with open(os.path.join(cell_dir(output_dir, cell), "results.json"), encoding="utf-8") as f:
-        rec = json.load(f)
+    rec = _read_json(os.path.join(cell_dir(output_dir, cell), cell.done_file))
+    if cell.trains_only:
+        log(f"[{i}/{n}] {cell.key}: trained {rec['steps']} steps, loss {rec['loss_first']:.3f} -> "
+            f"{rec['loss_last']:.3f} ({seconds:.0f}s)")
+        return
     log(f"[{i}/{n}] {cell.key}: {rec['metric']} = {rec['score']:.2f} ({seconds:.0f}s)")
 
 
@@ -313,7 +424,7 @@ def _run_cell_file(spec_path: str, output_dir: str) -> int:
     with open(spec_path, encoding="utf-8") as f:
         spec = json.load(f)
     cell = Cell(spec["model_name"], spec["model"], spec["task"], RunConfig(**spec["cfg"]),
-                DataFiles(**spec["files"]), spec.get("tokenizer"))
+                DataFiles(**spec["files"]), spec.get("tokenizer"), spec.get("trained_by"))
     return 1 if run_in_process(output_dir, cell) else 0
 
 
@@ -348,9 +459,10 @@ class SuiteConfig:
     defaults: dict = dataclasses.field(default_factory=dict)
     """``RunConfig`` fields for every task (batch_size, max_length, epochs, ...)."""
     task_overrides: dict = dataclasses.field(default_factory=dict)
-    """Task -> ``RunConfig`` fields for that task only."""
+    """Task -> ``RunConfig`` fields for that task only (``msmarco_pairs``: the paper protocol's IR training)."""
     data: dict = dataclasses.field(default_factory=dict)
-    """Task -> local data (``train``, ``eval``, ``train_split``, ``eval_split``, ``holdout``)."""
+    """Task -> local data (``train``, ``eval``, ``train_split``, ``eval_split``, ``holdout``); under the paper
+    protocol the IR benchmarks take only ``eval``/``eval_split`` and ``msmarco_pairs`` only ``train``/``train_split``."""
     tokenizer: str | None = None
     """A tokenizer for every model (default: each model's own)."""
 

@@ -70,7 +70,7 @@ class RunConfig:
     warmup_ratio: float = 0.1
     """Share of the steps spent warming the learning rate up from 0."""
     weight_decay: float = 0.0
-    """AdamW weight decay (decoupled, on every parameter)."""
+    """AdamW weight decay (decoupled), as transformers' Trainer applies it: not on biases and normalization weights."""
     adam_beta1: float = 0.9
     """AdamW β1."""
     adam_beta2: float = 0.999

@@ -11,15 +11,21 @@ Data
     ``positive``/``document``/``passage``), or a BEIR directory with ``qrels/train.tsv``.
   evaluation: a BEIR directory (``corpus.jsonl`` with ``_id``/``title``/``text``, ``queries.jsonl`` with
     ``_id``/``text``, ``qrels/<split>.tsv`` with ``query-id corpus-id score`` and a header) or the Hub
-    (``BeIR/msmarco`` + ``BeIR/msmarco-qrels``, ``BeIR/nq`` + ``BeIR/nq-qrels``, ``hgissbkh/mldr-en``;
-    configs ``corpus``/``queries`` as in BEIR's Hub layout).
+    (``BeIR/msmarco`` + ``BeIR/msmarco-qrels``, ``BeIR/nq`` + ``BeIR/nq-qrels``: configs ``corpus``/``queries``
+    as in BEIR's Hub layout; ``hgissbkh/mldr-en``: its own layout, see :meth:`MLDR._hub`).
 
 Scoring
   standard: every document of the split's corpus is ranked; NDCG@10 with the ideal DCG over all relevant
     documents of the query.
-  paper (EncodEval): the corpus is restricted to documents that appear in the qrels, and the ideal DCG is
-    computed over the retrieved top 10 only. Both make the task easier; numbers are not comparable to the
-    standard ones.
+  paper (EncodEval, the harness the paper adopts in §5.1): the model fine-tuned once on MS MARCO pairs is scored
+    zero-shot (:mod:`avey_b.evaluation.ir_paper`), on the data as EncodEval's loaders map it (``load(...,
+    protocol="paper")``): the test split (for MS MARCO in BEIR's layout, the TREC Deep Learning 2019 queries
+    with graded judgments); queries read ``Query: {text}`` and documents ``Document: {text}``
+    (NQ: ``Document: {title}. {text}``); relevance is binary (qrels score >= 1); the corpus is only the
+    documents named in the qrels of the validation and test splits (NQ: its test split, which EncodEval halves
+    at random into validation and test; we score all its queries, the expectation of that random half); the
+    ideal DCG is computed over the retrieved top 10 only. The small corpus and the lenient ideal make the task
+    easier than the standard one; numbers are not comparable to the standard ones.
 """
 
 from __future__ import annotations
@@ -48,22 +54,40 @@ class RetrievalSet:
         return len(self.qrels)
 
 
-def _doc_text(row: dict[str, Any]) -> str:
+def _doc_text(row: dict[str, Any], template: str | None = None) -> str:
+    """A corpus row as one text: ``title text`` (standard), or ``template`` filled with its title and text (the
+    paper protocol's ``Document: ...`` formats)."""
     title, text = (row.get("title") or "").strip(), (row.get("text") or "").strip()
+    if template is not None:
+        return template.format(title=title, text=text)
     return f"{title} {text}" if title else text
 
 
-def read_beir(directory: str, split: str) -> RetrievalSet:
+#: EncodEval's query format (``datasets.py``: every retrieval set, training pairs included)
+PAPER_QUERY = "Query: {text}"
+#: EncodEval's document format for MS MARCO, MLDR and the training pairs (NQ adds its title)
+PAPER_DOCUMENT = "Document: {text}"
+
+
+def read_beir(directory: str, split: str, template: str | None = None) -> RetrievalSet:
+    """A BEIR directory's corpus, queries and the qrels of ``split``; ``template``: the document format
+    (:func:`_doc_text`)."""
     for name in ("corpus.jsonl", "queries.jsonl"):
         if not os.path.isfile(os.path.join(directory, name)):
             raise FileNotFoundError(f"{directory}: not a BEIR directory (missing {name})")
+    qrels = read_qrels(directory, split)
+    path = os.path.join(directory, "corpus.jsonl")
+    corpus = {str(_field(r, "_id", path, n)): _doc_text(r, template) for n, r in iter_jsonl(path)}
+    path = os.path.join(directory, "queries.jsonl")
+    queries = {str(_field(r, "_id", path, n)): _field(r, "text", path, n) for n, r in iter_jsonl(path)}
+    return _checked(RetrievalSet(corpus, queries, qrels), directory)
+
+
+def read_qrels(directory: str, split: str) -> dict[str, dict[str, float]]:
+    """``qrels/<split>.tsv`` of a BEIR directory: query id -> document id -> relevance."""
     qrels_path = os.path.join(directory, "qrels", f"{split}.tsv")
     if not os.path.isfile(qrels_path):
         raise FileNotFoundError(f"{directory}: no qrels for split {split!r} ({qrels_path})")
-    corpus = {str(_field(r, "_id", path, n)): _doc_text(r) for path in [os.path.join(directory, "corpus.jsonl")]
-              for n, r in iter_jsonl(path)}
-    queries = {str(_field(r, "_id", path, n)): _field(r, "text", path, n)
-               for path in [os.path.join(directory, "queries.jsonl")] for n, r in iter_jsonl(path)}
     qrels: dict[str, dict[str, float]] = {}
     for n, row in read_rows(qrels_path, "\t"):
         q, d, score = (_field(row, k, qrels_path, n) for k in ("query-id", "corpus-id", "score"))
@@ -71,7 +95,22 @@ def read_beir(directory: str, split: str) -> RetrievalSet:
             qrels.setdefault(str(q), {})[str(d)] = float(score)
         except ValueError:
             raise DataFileError(f"{qrels_path}, line {n}: score {score!r} is not a number") from None
-    return _checked(RetrievalSet(corpus, queries, qrels), directory)
+    return qrels
+
+
+def paper_set(corpus: dict[str, str], queries: dict[str, str], qrels: dict[str, dict[str, dict[str, float]]],
+              split: str, source: str) -> RetrievalSet:
+    """EncodEval's retrieval set (``datasets.py``): the queries of ``split`` as ``Query: {text}``, binary
+    relevance (score >= 1), and a corpus of the documents named by the qrels of every split in ``qrels`` (judged
+    non-relevant ones included); ``corpus`` holds the formatted documents."""
+    pool = {d for per_split in qrels.values() for rel in per_split.values() for d in rel}
+    missing = sorted(pool - corpus.keys())
+    if missing:
+        raise ValueError(f"{source}: qrels name documents missing from the corpus, e.g. {missing[:3]}")
+    binary = {q: {d: float(score >= 1) for d, score in rel.items()} for q, rel in qrels[split].items()}
+    return _checked(RetrievalSet({d: corpus[d] for d in sorted(pool)},
+                                 {q: PAPER_QUERY.format(text=queries[q]) for q in binary if q in queries}, binary),
+                    source)
 
 
 def _field(row: dict[str, Any], key: str, path: str, lineno: int):
@@ -148,7 +187,12 @@ class RetrievalTask(base.Task):
     eval_split = "test"
 
     # -- data --------------------------------------------------------------------------------------------
-    def load(self, which: str, files: base.DataFiles):
+    paper_document = PAPER_DOCUMENT  # the document format of EncodEval's loader for this benchmark
+    paper_pool_splits: tuple[str, ...] = ("validation", "test")  # qrels whose documents form the paper's corpus
+
+    def load(self, which: str, files: base.DataFiles, protocol: str = "standard"):
+        """Training pairs (``which="train"``) or the evaluation :class:`RetrievalSet`; ``protocol="paper"``
+        maps the evaluation data as EncodEval's loaders do (module docstring)."""
         if which == "train":
             path = files.train
             if path is None:
@@ -158,17 +202,37 @@ class RetrievalTask(base.Task):
                 rs = read_beir(path, self.hub_split("train", files))
                 return [(rs.queries[q], rs.corpus[d]) for q, rel in rs.qrels.items() for d, r in rel.items() if r > 0]
             return pairs_from_rows([row for _, row in base.read_table(path)], path)
+        if protocol == "paper":
+            return self._load_paper(files)
         split = self.hub_split("eval", files)
         if files.eval is not None:
             return read_beir(files.eval, split)
-        corpus = base.load_hub(self.hub_corpus, "corpus", "corpus")
-        queries = base.load_hub(self.hub_corpus, "queries", "queries")
-        qrels_ds = base.load_hub(self.hub_qrels, None, split) if self.hub_qrels else base.load_hub(self.hub_corpus, "qrels", split)
-        qrels: dict[str, dict[str, float]] = {}
-        for r in qrels_ds:
-            qrels.setdefault(str(r["query-id"]), {})[str(r["corpus-id"])] = float(r["score"])
-        return _checked(RetrievalSet({str(r["_id"]): _doc_text(r) for r in corpus},
-                                     {str(r["_id"]): r["text"] for r in queries}, qrels), self.hub_corpus)
+        corpus, queries, qrels = self._hub(self.hub_corpus, [split], None)
+        return _checked(RetrievalSet(corpus, queries, qrels[split]), self.hub_corpus)
+
+    def _hub(self, name: str, splits: list[str], template: str | None):
+        """(corpus, queries, {split: qrels}) of a Hub dataset in BEIR's layout (configs ``corpus`` and
+        ``queries``; qrels in ``hub_qrels`` or in the config ``qrels``)."""
+        corpus = {str(r["_id"]): _doc_text(r, template) for r in base.load_hub(name, "corpus", "corpus")}
+        queries = {str(r["_id"]): r["text"] for r in base.load_hub(name, "queries", "queries")}
+        qrels: dict[str, dict[str, dict[str, float]]] = {}
+        for split in splits:
+            rows = base.load_hub(self.hub_qrels, None, split) if self.hub_qrels else base.load_hub(name, "qrels", split)
+            for r in rows:
+                qrels.setdefault(split, {}).setdefault(str(r["query-id"]), {})[str(r["corpus-id"])] = float(r["score"])
+        return corpus, queries, qrels
+
+    def _load_paper(self, files: base.DataFiles) -> RetrievalSet:
+        """The evaluation split (``test`` unless named) as EncodEval maps it (module docstring)."""
+        split = files.eval_split or "test"
+        pool = list(dict.fromkeys([*self.paper_pool_splits, split]))
+        if files.eval is None:
+            corpus, queries, qrels = self._hub(self.hub_corpus, pool, self.paper_document)
+            return paper_set(corpus, queries, qrels, split, self.hub_corpus)
+        rs = read_beir(files.eval, split, self.paper_document)
+        qrels = {s: read_qrels(files.eval, s) for s in pool
+                 if s != split and os.path.isfile(os.path.join(files.eval, "qrels", f"{s}.tsv"))}
+        return paper_set(rs.corpus, rs.queries, qrels | {split: rs.qrels}, split, files.eval)
 
     def num_examples(self, examples) -> int:
         return len(examples)
@@ -202,24 +266,48 @@ class RetrievalTask(base.Task):
 
     # -- scoring -----------------------------------------------------------------------------------------
     def evaluate(self, model, tokenizer, examples: RetrievalSet, cfg) -> dict[str, float]:
+        """:meth:`score` with the library's embedding of ``model``: the embedding head's masked mean pooling of
+        the last hidden state (:func:`avey_b.base.encode_texts`)."""
+        device = next(model.parameters()).device
+
+        def embed(texts: list[str], query: bool) -> torch.Tensor:
+            n = cfg.query_max_length if query else cfg.max_length
+            return base.encode_texts(model, tokenizer, texts, n, cfg.eval_batch_size, device,
+                                     cfg.normalize_embeddings, cfg.precision).to(device)
+
+        return self.score(examples, embed, cfg)
+
+    def score(self, examples: RetrievalSet, embed, cfg) -> dict[str, float]:
+        """NDCG@10 of every query of ``examples`` against its whole corpus, ranked by the dot product of
+        ``embed(texts, query: bool)`` embeddings (cosine when they are normalised); the corpus is embedded
+        ``cfg.corpus_chunk`` documents at a time. ``paper`` protocol: ideal DCG over the retrieved top 10."""
         from ..metrics import mean_ndcg_at_k
 
-        device = next(model.parameters()).device
-        if cfg.protocol == "paper":
-            doc_ids = sorted({d for rel in examples.qrels.values() for d in rel})
-        else:
-            doc_ids = list(examples.corpus)
+        doc_ids = list(examples.corpus)
         qids = sorted(examples.qrels)
-        enc = lambda texts, n: base.encode_texts(model, tokenizer, texts, n, cfg.eval_batch_size, device,
-                                                 cfg.normalize_embeddings, cfg.precision)
-        q_emb = enc([examples.queries[q] for q in qids], cfg.query_max_length).to(device)
+        q_emb = embed([examples.queries[q] for q in qids], True)
         chunk = cfg.corpus_chunk
-        doc_chunks = (enc([examples.corpus[d] for d in doc_ids[i:i + chunk]], cfg.max_length)
+        doc_chunks = (embed([examples.corpus[d] for d in doc_ids[i:i + chunk]], False)
                       for i in range(0, len(doc_ids), chunk))
         rankings = dict(zip(qids, rank(q_emb, doc_chunks, doc_ids, 10), strict=True))
         ideal = "retrieved" if cfg.protocol == "paper" else "all"
         return {"ndcg@10": 100 * mean_ndcg_at_k(rankings, examples.qrels, 10, ideal),
                 "n_eval": len(qids), "corpus_size": len(doc_ids)}
+
+
+class MSMARCOPairs(RetrievalTask):
+    """The training set of the paper's IR protocol (EncodEval's ``msmarco_pairs``): MS MARCO (query, positive
+    passage) pairs, read as ``Query: ...`` / ``Document: ...``. Not a benchmark (no score, not in the registry):
+    :mod:`avey_b.evaluation.ir_paper` fine-tunes on it once per (model, lr, seed) for MLDR, MS MARCO and NQ."""
+
+    name, display = "msmarco_pairs", "MS MARCO pairs"
+    hub_pairs = "hgissbkh/msmarco-pairs"
+
+    def load(self, which: str, files: base.DataFiles, protocol: str = "paper"):
+        if which != "train":
+            raise ValueError("msmarco_pairs is a training set; the models trained on it are scored on mldr, "
+                             "msmarco and nq")
+        return [(PAPER_QUERY.format(text=q), PAPER_DOCUMENT.format(text=d)) for q, d in super().load("train", files)]
 
 
 class MSMARCO(RetrievalTask):
@@ -230,9 +318,26 @@ class MSMARCO(RetrievalTask):
 class NQ(RetrievalTask):
     name, display = "nq", "NQ"
     hub_corpus, hub_qrels, eval_split = "BeIR/nq", "BeIR/nq-qrels", "test"
+    paper_document = "Document: {title}. {text}"
+    paper_pool_splits = ("test",)  # BEIR's NQ has only a test split (EncodEval halves it into validation and test)
 
 
 class MLDR(RetrievalTask):
     name, display = "mldr", "MLDR"
     hub_corpus, hub_qrels, eval_split = "hgissbkh/mldr-en", "", "test"
     hub_pairs = "hgissbkh/mldr-en"
+    paper_pool_splits = ("dev", "test")
+
+    def _hub(self, name: str, splits: list[str], template: str | None):
+        """``hgissbkh/mldr-en`` is not in BEIR's layout (EncodEval's ``mldr_en``): the ``default`` config's rows
+        carry ``query_id``, ``query`` and ``positive_passages`` (each with a ``docid``), the ``corpus`` config's
+        rows ``docid`` and ``text``."""
+        corpus = {str(r["docid"]): _doc_text(r, template) for r in base.load_hub(name, "corpus", "corpus")}
+        queries: dict[str, str] = {}
+        qrels: dict[str, dict[str, dict[str, float]]] = {}
+        for split in splits:
+            for r in base.load_hub(name, "default", split):
+                queries[str(r["query_id"])] = r["query"]
+                rel = qrels.setdefault(split, {}).setdefault(str(r["query_id"]), {})
+                rel.update({str(p["docid"]): 1.0 for p in r["positive_passages"]})
+        return corpus, queries, qrels
