@@ -100,11 +100,13 @@ def test_evaluate_reports_per_length_and_marks_max_length(data, tmp_path, capsys
     recs = niah.read_jsonl(str(out / "results.jsonl"))
     assert [(r["model"], r["seed"]) for r in recs][-1] == ("avey-b-tiny", 1)
     assert "retrieval" not in recs[-1]["results"]["128"]
-    # The table gives the mean over seeds and their range.
+    # The table gives the median over seeds (of two: their mean), its 95% bootstrap interval, and the chance level.
     runs = [r for r in recs if r["model"] == "avey-b-tiny"]
     scores = [r["results"]["256"]["exact"] for r in runs]
+    lo, hi = niah.bootstrap_interval([r["results"]["256"]["per_example"]["exact"] for r in runs])
     row = next(line for line in (out / "table_exact.md").read_text().splitlines() if "avey-b-tiny" in line)
-    assert f"{sum(scores) / 2:.1f} [{min(scores):.0f}–{max(scores):.0f}]" in row
+    assert f"| qa | 70.0 | {sum(scores) / 2:.1f} ({100 * lo:.1f}–{100 * hi:.1f}) |" in row
+    assert all(r["results"]["256"]["chance"] == 70.0 for r in runs)  # 40% one needle, 60% two: 0.4 + 0.6 / 2
 
 
 def test_needle_retrieval_reads_the_rankers_choice(data):
@@ -224,10 +226,10 @@ def test_needle_breakdown_separates_one_and_two_needles_and_the_wrong_occurrence
     assert niah.needle_breakdown(rows, wrong) == {"one_needle": 0.0, "two_needles": 0.0, "other_value": 1.0,
                                                   "n_one": len(one), "n_two": len(two)}
     # a table of the breakdown, like the scores'
-    rec = {"model": "m", "task": "niah-2", "seed": 0, "train": {"input_tokens": 128},
+    rec = {"model": "m", "task": "niah-2", "lr": 1e-3, "seed": 0, "train": {"input_tokens": 128},
            "results": {"640": {"status": "ok", "exact": 40.0, "f1": 40.0,
                                "needles": niah.needle_breakdown(rows, wrong)}}}
-    assert "| niah-2 | m | 100.0 |" in niah.format_niah_table([rec], "other_value")
+    assert "| niah-2 | m | qa | ? | 100.0 |" in niah.format_niah_table([rec], "other_value")
 
 
 def test_report_merges_runs_of_separate_seeds_and_refuses_a_duplicate(data, tmp_path):
@@ -239,9 +241,9 @@ def test_report_merges_runs_of_separate_seeds_and_refuses_a_duplicate(data, tmp_
                       str(merged)]) == 0
     recs = niah.read_jsonl(str(merged / "results.jsonl"))
     assert sorted(r["seed"] for r in recs) == [0, 1]
-    assert "mean over 2 fine-tuning seeds" in (merged / "table_exact.md").read_text()
+    assert "median over 2 fine-tuning seed(s)" in (merged / "table_exact.md").read_text()
     assert (merged / "niah_by_needles.png").stat().st_size > 0
-    with pytest.raises(SystemExit, match="seed 0 is in both"):
+    with pytest.raises(SystemExit, match="lr 0.001 seed 0 is in both"):
         niah.main(["report", str(tmp_path / "s0"), str(tmp_path / "s0"), "--out", str(tmp_path / "dup")])
     with pytest.raises(SystemExit, match="no results at"):
         niah.main(["report", str(tmp_path / "nowhere"), "--out", str(tmp_path / "x")])
