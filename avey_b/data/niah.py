@@ -388,6 +388,18 @@ def _fit_length(tokenizer, words, rng, draft: _Draft, *, target, unit, measure: 
     }
 
 
+def needle_counts(rng: random.Random, n: int, distractors: dict[int, float] | None = None) -> list[int]:
+    """The number of needles of each of ``n`` examples: exactly ``round(0.4 n)`` ones and the rest twos, shuffled;
+    or, with ``distractors`` ({k: p}), 1 + k with k drawn independently with probability p (the authors' form)."""
+    if distractors is None:
+        n_single = round(SINGLE_FRACTION * n)
+        kinds = [1] * n_single + [2] * (n - n_single)
+        rng.shuffle(kinds)
+        return kinds
+    counts = sorted(distractors)
+    return [k + 1 for k in rng.choices(counts, weights=[distractors[k] for k in counts], k=n)]
+
+
 def generate_split(
     tokenizer,
     *,
@@ -410,15 +422,8 @@ def generate_split(
     words = words or distractor_words(tokenizer)
     measure = measure or _Measure(tokenizer)
     rng = random.Random(f"{seed}:{task}:{split}:{length}")
-    if distractors is None:
-        n_single = round(SINGLE_FRACTION * n)
-        kinds = [1] * n_single + [2] * (n - n_single)
-        rng.shuffle(kinds)
-        extra = {}
-    else:  # the authors' form: every example draws its number of distractors
-        counts = sorted(distractors)
-        kinds = [k + 1 for k in rng.choices(counts, weights=[distractors[k] for k in counts], k=n)]
-        extra = {"distractors": format_distribution(distractors)}
+    kinds = needle_counts(rng, n, distractors)
+    extra = {} if distractors is None else {"distractors": format_distribution(distractors)}
     out = []
     for i, k in enumerate(kinds):
         ex = generate_example(
