@@ -320,6 +320,11 @@ def test_token_classification_scoring_and_the_chance_level_by_brute_force(data):
     right = niah.score_token_classification(_Oracle({k: n[a] for k, n, a in zip(key, needles, asked, strict=True)}), tok, rows,
                                             cfg, batch_size=3)
     assert right["score"] == 100.0 and right["needles"]["other_value"] == 0.0
+    # labelling every needle: precision |asked| / |all needles|, recall 1 -> above the chance level (2/3 with two
+    # needles of equal token count: 0.4 + 0.6 * 2 / 3 = 80%)
+    every = [2 * len(n[a]) / (len(n[a]) + sum(map(len, n))) for n, a in zip(needles, asked, strict=True)]
+    assert right["every_needle"] == pytest.approx(100 * sum(every) / len(every))
+    assert right["every_needle"] > 75
 
     guesses = [niah.score_token_classification(_Oracle({k: n[min(g, len(n) - 1)] for k, n in zip(key, needles, strict=True)}), tok,
                                                rows, cfg, batch_size=4)["per_example"]["score"] for g in range(2)]
@@ -364,6 +369,7 @@ def test_token_classification_form_end_to_end(data, tmp_path):
     assert res["status"] == "ok" and 0 <= res["score"] <= 100 and res["chance"] == 70.0
     assert len(res["per_example"]["score"]) == res["n"] == 10
     table = (out / "table_score.md").read_text()
+    assert "| task | model | form | chance | every needle | 128 | 256 |" in table
     assert "| niah-2 | avey-b-tiny | token-classification | 70.0 |" in table and "1e-4" not in table
     assert "0.0001, 0.0005" in table
     assert not (out / "runs" / "avey-b-tiny" / "niah-2" / "token-classification" / "lr0.0001-seed0" / "model").exists()
