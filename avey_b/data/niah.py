@@ -32,7 +32,7 @@ value span (SQuAD-style extractive QA).
   the target and at most 1% shorter (typically 0-2 tokens), so the "8k" set fits an 8,192-token window. ``--length-unit context`` measures the passage alone instead.
   We count the whole input by default so that a model with an 8,192-token window can take the "8k" set,
   as in the paper's tables. ``--length-unit prompt`` counts the authors' token-classification input instead
-  (:func:`prompt_encoding`: ``Question: {question}\nContext: `` paired with the passage and the end token,
+  (:func:`prompt_encoding`: ``Question: {question}\\nContext: `` paired with the passage and the end token,
   no other special tokens), so that ``niah evaluate --form token-classification`` inputs fit the window.
 * Spans are verified at generation time: ``context[answer_start:answer_start+len(text)] == text``, the
   value occurs once in the context, and the answer's token span in the model input
@@ -138,7 +138,7 @@ def set_chance_level(rows: list[dict[str, Any]]) -> float:
 
 
 def prompt_encoding(tokenizer, question: str, context: str, **kwargs):
-    """The authors' token-classification input: ``Question: {question}\nContext: `` paired with the passage and
+    """The authors' token-classification input: ``Question: {question}\\nContext: `` paired with the passage and
     the tokenizer's end token (eos, else sep), no other special tokens (the release's EncodEval QA task)."""
     end = tokenizer.eos_token or tokenizer.sep_token
     if end is None:

@@ -292,7 +292,8 @@ def _load_model_and_tokenizer(name: str, args, cfg, weights: str | None = None):
         if weights:
             model = getattr(transformers, head).from_pretrained(weights, trust_remote_code=cfg.trust_remote_code)
         else:
-            model = load_model(name, {"qa": "question-answering"}.get(args.form, args.form), cfg, num_labels=2)
+            model = (load_model(name, "question-answering", cfg) if args.form == "qa"
+                     else load_model(name, "token-classification", cfg, num_labels=2))
     limit = baselines.max_length(model.config, respect_rope_window=True)
     return model, tok, limit, how
 
@@ -915,7 +916,7 @@ def evaluate_main(args) -> int:
       (:mod:`avey_b.evaluation.tasks.qa`, :func:`avey_b.evaluation.finetune.train_model`), SQuAD exact match and
       F1.
     - ``token-classification``: the authors' form (the release's EncodEval LC configs): the input
-      ``Question: {question}\nContext: `` + passage + end token, a 2-label token classifier (answer tokens 1),
+      ``Question: {question}\\nContext: `` + passage + end token, a 2-label token classifier (answer tokens 1),
       32 examples per optimizer step as micro-batches of 1 with gradient accumulation, 1 epoch, learning rates
       1e-4 and 5e-4, AdamW beta (0.9, 0.95), epsilon 1e-5, weight decay 0.1; scored as EncodEval scores it: per
       example the F1 between the positions predicted 1 and the answer's positions, averaged (``score``).
