@@ -607,8 +607,10 @@ def score_length(model, tok, task_dir: str, length: int, args, cfg, limit, train
         need = max(len(tok(e["question"], e["context"])["input_ids"]) for e in examples)
     else:
         need = max(len(niah_data.prompt_encoding(tok, e["question"], e["context"])["input_ids"]) for e in examples)
+    # the chance level as the authors compute it (from the stated distribution), and that of these very examples
     res: dict[str, Any] = {"input_tokens_max": need, "n": len(examples),
-                           "chance": 100 * niah_data.set_chance_level(rows)}
+                           "chance": 100 * niah_data.set_chance_level(rows),
+                           "chance_realized": 100 * sum(1 / r["num_needles"] for r in rows) / len(rows)}
     if limit is not None and need > limit:
         return res | {"status": "max_length"}
     if stop is not None:
@@ -782,16 +784,19 @@ def format_niah_table(records: list[dict[str, Any]], metric: str = "exact") -> s
             levels.append("–".join(f"{x:.1f}" for x in found[:: max(1, len(found) - 1)]) if found else "?")
         cells = {n: (f"{c['value']:.1f}" + (f" ({c['lo']:.1f}–{c['hi']:.1f})" if "lo" in c else ""))
                  if "value" in c else c["status"] for n, c in summary.items()}
-        rows.append(([task, model, form, *levels[: 2 if metric == "score" else 1]], cells))
+        shown = 0 if metric in RETRIEVAL else 2 if metric == "score" else 1  # levels of the scores, not of the ranker
+        rows.append(([task, model, form, *levels[:shown]], cells))
     if not rows:
         return ""
-    header = ["task", "model", "form", "chance", *(["every needle"] if metric == "score" else [])]
+    header = ["task", "model", "form", *["chance", "every needle"][:shown]]
     title = (f"{TITLES[metric]}; median over {'/'.join(map(str, sorted(seeds)))} fine-tuning seed(s) at the best "
              f"learning rate of {', '.join(f'{x:g}' for x in sorted(lrs))} per length; (95% interval: percentile "
-             f"bootstrap over the test examples, {BOOTSTRAP_RESAMPLES:,} resamples); chance: the score of a model "
-             "that finds the needles and picks one at random" + ("; every needle: the score of labelling every "
-                                                                 "needle's value, which the token F1 credits in part"
-                                                                 if metric == "score" else ""))
+             f"bootstrap over the test examples, {BOOTSTRAP_RESAMPLES:,} resamples)")
+    if shown:
+        title += "; chance: the score of a model that finds the needles and picks one at random"
+    if metric == "score":
+        title += ("; every needle: the score of labelling every needle's value on these test examples, which the "
+                  "token F1 credits in part")
     return title + "\n\n" + length_table(header, rows)
 
 
