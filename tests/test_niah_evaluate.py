@@ -5,8 +5,10 @@ steps: the scores are not meaningful, the bookkeeping is) and a tokenizer built 
 import json
 
 import pytest
+import torch
 from test_niah_generator import bpe_tokenizer
 
+from avey_b.data import niah as niah_data
 from avey_b.evaluation import niah
 
 
@@ -100,11 +102,13 @@ def test_evaluate_reports_per_length_and_marks_max_length(data, tmp_path, capsys
     recs = niah.read_jsonl(str(out / "results.jsonl"))
     assert [(r["model"], r["seed"]) for r in recs][-1] == ("avey-b-tiny", 1)
     assert "retrieval" not in recs[-1]["results"]["128"]
-    # The table gives the mean over seeds and their range.
+    # The table gives the median over seeds (of two: their mean), its 95% bootstrap interval, and the chance level.
     runs = [r for r in recs if r["model"] == "avey-b-tiny"]
     scores = [r["results"]["256"]["exact"] for r in runs]
+    lo, hi = niah.bootstrap_interval([r["results"]["256"]["per_example"]["exact"] for r in runs])
     row = next(line for line in (out / "table_exact.md").read_text().splitlines() if "avey-b-tiny" in line)
-    assert f"{sum(scores) / 2:.1f} [{min(scores):.0f}–{max(scores):.0f}]" in row
+    assert f"| qa | 70.0 | {sum(scores) / 2:.1f} ({100 * lo:.1f}–{100 * hi:.1f}) |" in row
+    assert all(r["results"]["256"]["chance"] == 70.0 for r in runs)  # 40% one needle, 60% two: 0.4 + 0.6 / 2
 
 
 def test_needle_retrieval_reads_the_rankers_choice(data):
@@ -224,10 +228,10 @@ def test_needle_breakdown_separates_one_and_two_needles_and_the_wrong_occurrence
     assert niah.needle_breakdown(rows, wrong) == {"one_needle": 0.0, "two_needles": 0.0, "other_value": 1.0,
                                                   "n_one": len(one), "n_two": len(two)}
     # a table of the breakdown, like the scores'
-    rec = {"model": "m", "task": "niah-2", "seed": 0, "train": {"input_tokens": 128},
+    rec = {"model": "m", "task": "niah-2", "lr": 1e-3, "seed": 0, "train": {"input_tokens": 128},
            "results": {"640": {"status": "ok", "exact": 40.0, "f1": 40.0,
                                "needles": niah.needle_breakdown(rows, wrong)}}}
-    assert "| niah-2 | m | 100.0 |" in niah.format_niah_table([rec], "other_value")
+    assert "| niah-2 | m | qa | ? | 100.0 |" in niah.format_niah_table([rec], "other_value")
 
 
 def test_report_merges_runs_of_separate_seeds_and_refuses_a_duplicate(data, tmp_path):
@@ -239,9 +243,194 @@ def test_report_merges_runs_of_separate_seeds_and_refuses_a_duplicate(data, tmp_
                       str(merged)]) == 0
     recs = niah.read_jsonl(str(merged / "results.jsonl"))
     assert sorted(r["seed"] for r in recs) == [0, 1]
-    assert "mean over 2 fine-tuning seeds" in (merged / "table_exact.md").read_text()
+    assert "median over 2 fine-tuning seed(s)" in (merged / "table_exact.md").read_text()
     assert (merged / "niah_by_needles.png").stat().st_size > 0
-    with pytest.raises(SystemExit, match="seed 0 is in both"):
+    with pytest.raises(SystemExit, match="lr 0.001 seed 0 is in both"):
         niah.main(["report", str(tmp_path / "s0"), str(tmp_path / "s0"), "--out", str(tmp_path / "dup")])
     with pytest.raises(SystemExit, match="no results at"):
         niah.main(["report", str(tmp_path / "nowhere"), "--out", str(tmp_path / "x")])
+
+
+# ------------------------------------------------------------------------------ the token-classification form
+
+
+def _row(question, context, answer, key="river-stone", starts=None, ordinal=None):
+    start = context.index(answer)
+    return {"id": "x", "question": question, "context": context, "key": key, "ordinal": ordinal,
+            "num_needles": len(starts or [0]), "needle_char_starts": starts or [],
+            "answers": {"text": [answer], "answer_start": [start]}}
+
+
+def test_authors_token_score_on_a_hand_made_example():
+    """The authors' input, labels (answer tokens 1, everything else 0) and per-example score: the F1 between the
+    positions predicted 1 and the labelled ones over the whole input, an empty set standing for {0}."""
+    tok = bpe_tokenizer()
+    row = _row("What is the value of river-stone?", "green house The value of river-stone is 4821973 . water light",
+               "4821973")
+    (feat,) = niah.token_classification_features(tok, [row])
+    gold = [i for i, y in enumerate(feat["labels"]) if y == 1]
+    assert gold and tok.decode([feat["input_ids"][i] for i in gold]).strip() == "4821973"
+    assert gold == list(range(gold[0], gold[-1] + 1))  # one contiguous span
+    assert tok.decode(feat["input_ids"]).startswith("Question: What is the value of river-stone?\nContext: green")
+    assert feat["input_ids"][-1] == tok.eos_token_id and len(feat["labels"]) == len(feat["input_ids"])
+    n = len(gold)
+    assert niah.authors_token_score(gold, gold) == 1.0
+    assert niah.authors_token_score([], gold) == 0.0  # nothing predicted: {0} against the answer
+    assert niah.authors_token_score([], []) == 1.0
+    # one question token predicted besides the answer: precision n / (n + 1), recall 1 (the authors count the
+    # question's positions too)
+    assert niah.authors_token_score([1, *gold], gold) == pytest.approx(2 * n / (2 * n + 1))
+    assert niah.authors_token_score(gold[:1], gold) == pytest.approx(2 / (n + 1))
+
+
+class _Oracle(torch.nn.Module):
+    """A token classifier that labels 1 exactly the positions it is told, per input (found by its ids)."""
+
+    def __init__(self, positions):
+        super().__init__()
+        self.positions = positions  # tuple(input_ids) -> set of positions
+        self.w = torch.nn.Parameter(torch.zeros(()))
+
+    def forward(self, input_ids, attention_mask=None, **_):
+        logits = torch.zeros(*input_ids.shape, 2)
+        logits[..., 0] = 1.0
+        for b, row in enumerate(input_ids.tolist()):
+            n = int(attention_mask[b].sum())
+            for i in self.positions[tuple(row[:n])]:
+                logits[b, i] = torch.tensor([0.0, 1.0])
+        logits[..., 1] += (attention_mask == 0) * 5.0  # padding says "answer": it must not count
+        return type("Out", (), {"logits": logits + self.w})()
+
+
+def test_token_classification_scoring_and_the_chance_level_by_brute_force(data):
+    """On a generated test set: labelling exactly the asked needle scores 100; labelling one needle chosen
+    uniformly (every needle, enumerated) scores the chance level printed next to the scores on average; labelling
+    always the other needle of a two-needle question scores 0 on those and counts as 'other_value'."""
+    from avey_b.evaluation.tasks.base import RunConfig
+    from avey_b.tokenization import load_tokenizer
+
+    tok = load_tokenizer(str(data / "tok"), complete=False)
+    rows = niah.read_jsonl(str(data / "data" / "niah-2" / "test_256.jsonl"))
+    feats = niah.token_classification_features(tok, rows)
+    needles = niah.needle_token_sets(rows, feats, tok)
+    cfg = RunConfig(lr=1e-3, precision="fp32")
+    key = [tuple(f["input_ids"]) for f in feats]
+    asked = [(r["ordinal"] or 1) - 1 for r in rows]
+
+    right = niah.score_token_classification(_Oracle({k: n[a] for k, n, a in zip(key, needles, asked, strict=True)}), tok, rows,
+                                            cfg, batch_size=3)
+    assert right["score"] == 100.0 and right["needles"]["other_value"] == 0.0
+    # labelling every needle: precision |asked| / |all needles|, recall 1 -> above the chance level (2/3 with two
+    # needles of equal token count: 0.4 + 0.6 * 2 / 3 = 80%)
+    every = [2 * len(n[a]) / (len(n[a]) + sum(map(len, n))) for n, a in zip(needles, asked, strict=True)]
+    assert right["every_needle"] == pytest.approx(100 * sum(every) / len(every))
+    assert right["every_needle"] > 75
+
+    guesses = [niah.score_token_classification(_Oracle({k: n[min(g, len(n) - 1)] for k, n in zip(key, needles, strict=True)}), tok,
+                                               rows, cfg, batch_size=4)["per_example"]["score"] for g in range(2)]
+    # every needle of an example as the guess, equally likely: average over that example's needles
+    brute = sum(sum(g[i] for g in guesses[:r["num_needles"]]) / r["num_needles"] for i, r in enumerate(rows)) / len(rows)
+    assert brute == pytest.approx(niah_data.set_chance_level(rows)) and brute == pytest.approx(0.7)
+
+    wrong = niah.score_token_classification(
+        _Oracle({k: n[1 - a] if len(n) == 2 else n[0] for k, n, a in zip(key, needles, asked, strict=True)}), tok, rows, cfg, 5)
+    assert wrong["needles"] == {"one_needle": 1.0, "two_needles": 0.0, "other_value": 1.0, "n_one": 4, "n_two": 6}
+
+
+def test_bootstrap_interval_on_known_cases():
+    assert niah.bootstrap_interval([[1.0] * 50]) == (1.0, 1.0)
+    # 100 right of 200: the normal approximation 0.5 +- 1.96 sqrt(0.25 / 200) = 0.5 +- 0.069
+    lo, hi = niah.bootstrap_interval([[1.0, 0.0] * 100])
+    assert lo == pytest.approx(0.431, abs=0.01) and hi == pytest.approx(0.569, abs=0.01)
+    assert (lo, hi) == niah.bootstrap_interval([[1.0, 0.0] * 100])  # seeded: the same report twice
+    # three seeds scoring the same: the interval of one
+    assert niah.bootstrap_interval([[1.0, 0.0] * 100] * 3) == (lo, hi)
+
+
+def _tc(data, out, *extra):
+    return niah.main(["evaluate", "--data", str(data / "data"), "--models", "avey-b-tiny", "--tokenizer",
+                      str(data / "tok"), "--tasks", "niah-2", "--train-length", "128", "--lengths", "128", "256",
+                      "--form", "token-classification", "--max-train-examples", "8", "--batch-size", "4",
+                      "--max-steps", "2", "--device", "cpu", "--no-retrieval", "--out", str(out), *extra])
+
+
+def test_token_classification_form_end_to_end(data, tmp_path):
+    """Both default learning rates, 4 examples per step as micro-batches of 1 (4 forward passes a step), the
+    authors' score with the chance level, in the table."""
+    out = tmp_path / "tc"
+    assert _tc(data, out) == 0
+    recs = niah.read_jsonl(str(out / "results.jsonl"))
+    assert sorted(r["lr"] for r in recs) == [1e-4, 5e-4] and {r["form"] for r in recs} == {"token-classification"}
+    r = recs[0]
+    assert (r["train"]["steps"], r["train"]["micro_batch"], r["train"]["accumulation"]) == (2, 1, 4)
+    assert r["settings"]["optimizer"] == {"betas": [0.9, 0.95], "eps": 1e-5}
+    assert r["settings"]["run_config"]["weight_decay"] == 0.1
+    res = r["results"]["256"]
+    assert res["status"] == "ok" and 0 <= res["score"] <= 100 and res["chance"] == 70.0
+    assert len(res["per_example"]["score"]) == res["n"] == 10
+    table = (out / "table_score.md").read_text()
+    assert "| task | model | form | chance | every needle | 128 | 256 |" in table
+    assert "| niah-2 | avey-b-tiny | token-classification | 70.0 |" in table and "1e-4" not in table
+    assert "0.0001, 0.0005" in table
+    assert not (out / "runs" / "avey-b-tiny" / "niah-2" / "token-classification" / "lr0.0001-seed0" / "model").exists()
+
+
+def test_an_interrupted_evaluation_resumes_where_it_stopped_and_refuses_changed_settings(data, tmp_path,
+                                                                                        monkeypatch):
+    out = tmp_path / "resume"
+    calls = {"train": 0, "score": 0}
+    real_train, real_score = niah.train_token_classifier, niah.score_length
+
+    def train(*a, **k):
+        calls["train"] += 1
+        return real_train(*a, **k)
+
+    def score(model, tok, task_dir, length, *a, **k):
+        calls["score"] += 1
+        if calls.get("stop_at") == length:
+            raise RuntimeError("interrupted")
+        return real_score(model, tok, task_dir, length, *a, **k)
+
+    monkeypatch.setattr(niah, "train_token_classifier", train)
+    monkeypatch.setattr(niah, "score_length", score)
+    calls["stop_at"] = 256
+    with pytest.raises(RuntimeError, match="interrupted"):
+        _tc(data, out, "--lr", "1e-4")
+    run = out / "runs" / "avey-b-tiny" / "niah-2" / "token-classification" / "lr0.0001-seed0"
+    assert (run / "length_128.json").exists() and not (run / "length_256.json").exists()
+    assert (run / "model").is_dir() and calls == {"train": 1, "score": 2, "stop_at": 256}
+    first = json.loads((run / "length_128.json").read_text())
+
+    # a changed setting is refused, not mixed with the finished length
+    with pytest.raises(SystemExit, match=r"other settings \(run_config.warmup_ratio\)"):
+        _tc(data, out, "--lr", "1e-4", "--warmup-ratio", "0.2")
+
+    calls.update(train=0, score=0, stop_at=None)
+    assert _tc(data, out, "--lr", "1e-4") == 0
+    assert calls["train"] == 0 and calls["score"] == 1  # only the unfinished length
+    (rec,) = niah.read_jsonl(str(out / "results.jsonl"))
+    assert rec["results"]["128"] == first and rec["results"]["256"]["status"] == "ok"
+    assert not (run / "model").exists()  # the record holds everything now
+
+    calls.update(train=0, score=0)
+    assert _tc(data, out, "--lr", "1e-4") == 0  # finished: skipped
+    assert calls["train"] == calls["score"] == 0 and len(niah.read_jsonl(str(out / "results.jsonl"))) == 1
+    with pytest.raises(SystemExit, match=r"other settings \(run_config.max_steps\)"):
+        _tc(data, out, "--lr", "1e-4", "--max-steps", "3")
+
+
+def test_each_form_has_its_defaults_and_explicit_flags_win():
+    def resolved(*flags):
+        argv = ["evaluate", "--data", "d", "--models", "m", "--out", "o", *flags]
+        return niah.resolve_form(niah.build_parser().parse_args(argv), argv[1:])
+
+    qa = resolved()
+    assert (qa.lr, qa.batch_size, qa.weight_decay, qa.micro_batch) == ([5e-5], 8, 0.0, None)
+    tc = resolved("--form", "token-classification")
+    assert (tc.lr, tc.batch_size, tc.weight_decay, tc.micro_batch, tc.epochs) == ([1e-4, 5e-4], 32, 0.1, 1, 1.0)
+    tc = resolved("--form", "token-classification", "--lr", "3e-4", "--batch-size", "8", "--micro-batch", "2")
+    assert (tc.lr, tc.batch_size, tc.micro_batch, tc.weight_decay) == ([3e-4], 8, 2, 0.1)
+    with pytest.raises(SystemExit, match="--micro-batch applies to --form token-classification"):
+        resolved("--micro-batch", "2")
+    with pytest.raises(SystemExit, match="multiple of --micro-batch"):
+        resolved("--form", "token-classification", "--batch-size", "5", "--micro-batch", "2")

@@ -249,3 +249,89 @@ def test_generate_cli_writes_jsonl_hf_and_manifest(bpe, tmp_path):
         ]
     )
     assert (out / "niah-2" / "test_256.jsonl").read_bytes() == before
+
+
+# ------------------------------------------------------------------------- the authors' distractor distribution
+
+
+def test_distractor_counts_follow_the_requested_distribution():
+    """2,000 seeded draws: each count's share within 3.5 standard errors of its probability (a wrong weighting,
+    e.g. uniform over the counts, is 10+ errors off); the same seed, the same draws."""
+    dist = {0: 0.2, 1: 0.5, 3: 0.3}
+    kinds = niah_data.needle_counts(random.Random(5), 2000, dist)
+    assert set(kinds) == {1, 2, 4}  # k distractors -> k + 1 needles
+    for k, p in dist.items():
+        share = kinds.count(k + 1) / 2000
+        assert abs(share - p) <= 3.5 * (p * (1 - p) / 2000) ** 0.5, (k, share, p)
+    assert kinds == niah_data.needle_counts(random.Random(5), 2000, dist)
+    # the exact form: 40% one needle, 60% two, exactly
+    exact = niah_data.needle_counts(random.Random(5), 20)
+    assert sorted(exact) == [1] * 8 + [2] * 12
+
+
+def test_drawn_examples_ask_for_the_nth_of_several_needles(bpe):
+    dist = {0: 0.3, 2: 0.7}
+    rows = niah_data.generate_split(bpe, task="niah-2", split="test", length=400, n=12, seed=4, distractors=dist)
+    expected = niah_data.needle_counts(random.Random("4:niah-2:test:400"), 12, dist)
+    assert [r["num_needles"] for r in rows] == expected  # the draws, in order, from the split's own generator
+    assert {r["distractors"] for r in rows} == {"0:0.3,2:0.7"}
+    for ex in rows:
+        found = _needle_values(ex)
+        assert len(found) == ex["num_needles"] and len({v for _, v in found}) == ex["num_needles"]
+        if ex["num_needles"] > 1:
+            assert f"at its {niah_data.ORDINALS[ex['ordinal'] - 1]} occurrence" in ex["question"]
+            assert 1 <= ex["ordinal"] <= 3
+        assert (ex["answers"]["answer_start"][0], ex["answers"]["text"][0]) == found[(ex["ordinal"] or 1) - 1]
+    assert {r["ordinal"] for r in rows if r["num_needles"] == 3} > {1}  # not always the first
+    # the default form is unchanged by the option's existence: no distribution, no field
+    assert "distractors" not in niah_data.generate_split(bpe, task="niah-2", split="test", length=300, n=2, seed=0)[0]
+
+
+def test_chance_level_is_the_authors_expected_score_checked_by_brute_force():
+    """sum_k p_k / (k + 1): enumerate, for every count, every asked needle and every guess."""
+    for dist in ({0: 0.4, 1: 0.6}, {0: 0.2, 1: 0.8}, {0: 0.1, 2: 0.5, 5: 0.4}):
+        brute = sum(p * sum(guess == asked for asked in range(k + 1) for guess in range(k + 1)) / (k + 1) ** 2
+                    for k, p in dist.items())
+        assert niah_data.chance_level(dist) == pytest.approx(brute)
+    assert niah_data.chance_level({0: 0.4, 1: 0.6}) == pytest.approx(0.7)  # the paper's mix; the authors print 70.0%
+    assert niah_data.chance_level(niah_data.parse_distribution("authors", "train")) == pytest.approx(0.6)
+
+
+def test_bad_distributions_fail_early():
+    for text, match in (("0:0.5,1:0.4", "sum to 0.9"), ("0-1", "K:P pairs"), ("0:0.5,0:0.5", "repeated"),
+                        ("-1:1", "negative"), ("0:0,1:1", "not in"), ("20:1", "at most 14")):
+        with pytest.raises(ValueError, match=match):
+            niah_data.parse_distribution(text)
+    assert niah_data.parse_distribution("authors", "test") == {0: 0.4, 1: 0.6}
+    assert niah_data.parse_distribution(" 1:1 ") == {1: 1.0}
+
+
+def test_default_test_set_sizes():
+    assert [niah_data.default_n_test(n) for n in (1024, 32768, 65536, 98304)] == [200, 200, 100, 100]
+
+
+def test_prompt_unit_counts_the_authors_input(bpe):
+    rows = niah_data.generate_split(bpe, task="niah-1", split="test", length=500, n=3, seed=0, unit="prompt")
+    for ex in rows:
+        enc = niah_data.prompt_encoding(bpe, ex["question"], ex["context"])
+        assert 495 <= len(enc["input_ids"]) <= 500
+        assert bpe.decode(enc["input_ids"]).startswith(f"Question: {ex['question']}\nContext: ")
+        assert enc["input_ids"][-1] == bpe.eos_token_id and bpe.bos_token_id not in enc["input_ids"]
+
+
+def test_generate_cli_draws_distractors_and_records_the_chance_level(bpe, tmp_path, capsys):
+    bpe.save_pretrained(tmp_path / "tok")
+    out = tmp_path / "niah"
+    niah.main(["generate", "--tokenizer", str(tmp_path / "tok"), "--out", str(out), "--tasks", "niah-1",
+               "--lengths", "200", "--train-lengths", "200", "--n-train", "6", "--n-test", "5",
+               "--train-distractors", "authors", "--test-distractors", "0:0.5,2:0.5", "--format", "jsonl"])
+    manifest = json.loads((out / "niah-1" / "manifest.json").read_text())
+    assert manifest["distractors"] == {"train": "0:0.2,1:0.8", "test": "0:0.5,2:0.5"}
+    test = manifest["sets"]["test_200"]
+    assert test["chance_level"] == pytest.approx(0.5 + 0.5 / 3) and test["distractors"] == "0:0.5,2:0.5"
+    assert sum(test["needles"].values()) == 5 and set(test["needles"]) <= {"1", "3"}
+    assert manifest["sets"]["train_200"]["chance_level"] == pytest.approx(0.6)
+    assert "chance level 66.7%" in capsys.readouterr().err
+    with pytest.raises(SystemExit, match="sum to"):
+        niah.main(["generate", "--tokenizer", str(tmp_path / "tok"), "--out", str(out), "--test-distractors",
+                   "0:0.5"])

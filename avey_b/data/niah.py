@@ -11,6 +11,17 @@ value span (SQuAD-style extractive QA).
   key and different values, and the question asks for the n-th occurrence ("What is the value of KEY at
   its second occurrence?"), n ∈ {first, second} uniformly. The 40/60 proportion is exact per split
   (rounded), the order shuffled.
+* Or, as the authors' generator does (the release's ``EncodEval/gen_niah.py``), the number of *distractor*
+  needles of each example is drawn from a stated distribution (``--train-distractors`` /
+  ``--test-distractors``, e.g. ``0:0.4,1:0.6``; ``authors`` takes that generator's defaults, train
+  ``0:0.2,1:0.8`` and test ``0:0.4,1:0.6``): an example with k distractors has k + 1 needles of the same key
+  and asks for its n-th occurrence, n uniform in 1..k+1 (no ordinal when k = 0). Each row then carries its
+  split's ``distractors``. One difference is kept on purpose: the authors' generator names the asked needle by
+  its place in a list whose order is unrelated to the passage's order (so beyond one needle no model can do
+  better than guess), while here n counts occurrences in text order, as the paper's appendix describes.
+* Chance level (the authors' "expected score", printed by their generator and here by ``niah generate`` and
+  next to every ``niah evaluate`` score): a model that finds the needles and picks one at random scores
+  ``sum_k p_k / (k + 1)`` — 70% for 40% one-needle and 60% two-needle examples (:func:`chance_level`).
 * Keys are two distractor-vocabulary words joined by a hyphen (``river-stone``): distractors are joined
   by spaces, so a key never occurs in the passage except in its needles. Values contain digits, which
   distractors never do, so each value occurs exactly once (checked).
@@ -20,7 +31,9 @@ value span (SQuAD-style extractive QA).
   model input ``tokenizer(question, context)`` (question + passage + special tokens) is never longer than
   the target and at most 1% shorter (typically 0-2 tokens), so the "8k" set fits an 8,192-token window. ``--length-unit context`` measures the passage alone instead.
   We count the whole input by default so that a model with an 8,192-token window can take the "8k" set,
-  as in the paper's tables.
+  as in the paper's tables. ``--length-unit prompt`` counts the authors' token-classification input instead
+  (:func:`prompt_encoding`: ``Question: {question}\\nContext: `` paired with the passage and the end token,
+  no other special tokens), so that ``niah evaluate --form token-classification`` inputs fit the window.
 * Spans are verified at generation time: ``context[answer_start:answer_start+len(text)] == text``, the
   value occurs once in the context, and the answer's token span in the model input
   (``answer_token_start``/``answer_token_end``, inclusive) covers exactly the answer characters (plus only
@@ -31,14 +44,17 @@ value span (SQuAD-style extractive QA).
 
 Output under ``--out``: ``{task}/{split}_{length}.jsonl`` (one example per line: ``id, context,
 question, answers {text: [..], answer_start: [..]}``, plus ``task, split, target_length, num_tokens,
-context_tokens, num_needles, ordinal, key, needle_char_starts, answer_token_start, answer_token_end``),
-``{task}/manifest.json`` (arguments, tokenizer, counts, length statistics) and, with ``--format hf`` or
+context_tokens, num_needles, ordinal, key, needle_char_starts, answer_token_start, answer_token_end``, and
+``distractors`` when drawn; test sets of ``--n-test`` examples, by default :func:`default_n_test`: 200 a length up
+to 32K, 100 beyond), ``{task}/manifest.json`` (arguments, tokenizer, counts, needle counts, chance level, length
+statistics) and, with ``--format hf`` or
 ``both``, a ``datasets.DatasetDict`` saved with ``save_to_disk`` in ``{task}/hf`` (splits named
 ``{split}_{length}``).
 """
 
 from __future__ import annotations
 
+import collections
 import os
 import random
 import re
@@ -53,11 +69,82 @@ TASKS = ("niah-1", "niah-2")
 DEFAULT_TEST_LENGTHS = [1024, 2048, 4096, 8192, 16384, 32768, 65536, 98304]
 DEFAULT_TRAIN_LENGTH = 2048
 SINGLE_FRACTION = 0.4
-ORDINALS = ("first", "second")
+ORDINALS = ("first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth", "ninth", "tenth",
+            "eleventh", "twelfth", "thirteenth", "fourteenth", "fifteenth")
+#: the distractor distributions of the authors' generator (its defaults; the paper's appendix: "40% single-needle
+#: ... and 60% two-needle examples" in the evaluation set)
+AUTHORS_DISTRACTORS = {"train": {0: 0.2, 1: 0.8}, "test": {0: 0.4, 1: 0.6}}
+#: test examples per length by default: at least 200 up to 32K tokens and 100 beyond, so that one example moves a
+#: cell by at most 0.5 (1) point
+N_TEST_SHORT, N_TEST_LONG, LONG_FROM = 200, 100, 32768
 _WORD_RE = re.compile(r"^[a-z]{2,}$")
 
 
 # ----------------------------------------------------------------------------------------- pieces
+
+
+def default_n_test(length: int) -> int:
+    """Test examples at ``length`` tokens when not told: 200 up to 32K, 100 beyond."""
+    return N_TEST_SHORT if length <= LONG_FROM else N_TEST_LONG
+
+
+def parse_distribution(text: str, split: str = "test") -> dict[int, float]:
+    """``"0:0.4,1:0.6"`` -> ``{0: 0.4, 1: 0.6}`` (number of distractor needles: probability); ``"authors"`` ->
+    the authors' generator's distribution for ``split``. Keys must be distinct integers >= 0, probabilities in
+    (0, 1] summing to 1."""
+    if text.strip() == "authors":
+        return dict(AUTHORS_DISTRACTORS[split])
+    out: dict[int, float] = {}
+    for pair in text.split(","):
+        k, sep, v = pair.partition(":")
+        try:
+            if not sep:
+                raise ValueError
+            k_int, p = int(k), float(v)
+        except ValueError:
+            raise ValueError(f"bad distractor distribution {text!r}: use K:P pairs such as 0:0.4,1:0.6 "
+                             "(K distractor needles with probability P), or 'authors'") from None
+        if k_int < 0 or k_int in out:
+            raise ValueError(f"bad distractor distribution {text!r}: {k_int} is negative or repeated")
+        if not 0 < p <= 1:
+            raise ValueError(f"bad distractor distribution {text!r}: probability {v} not in (0, 1]")
+        if k_int + 1 > len(ORDINALS):
+            raise ValueError(f"bad distractor distribution {text!r}: at most {len(ORDINALS) - 1} distractors")
+        out[k_int] = p
+    if abs(sum(out.values()) - 1) > 1e-6:
+        raise ValueError(f"bad distractor distribution {text!r}: probabilities sum to {sum(out.values()):g}, not 1")
+    return out
+
+
+def format_distribution(dist: dict[int, float]) -> str:
+    return ",".join(f"{k}:{p:g}" for k, p in sorted(dist.items()))
+
+
+def chance_level(dist: dict[int, float]) -> float:
+    """The authors' expected score of a model that finds every needle and picks one at random: an example with k
+    distractors is right with probability 1 / (k + 1), so ``sum_k p_k / (k + 1)`` (a fraction)."""
+    return sum(p / (k + 1) for k, p in dist.items())
+
+
+def set_chance_level(rows: list[dict[str, Any]]) -> float:
+    """The chance level of a generated set: from the distribution its rows were drawn from (the authors' way), or,
+    for the exact 40/60 form, from its proportions (``num_needles``), which are then the stated ones."""
+    stated = {r.get("distractors") for r in rows}
+    if len(stated) > 1:
+        raise ValueError(f"one set drawn from several distractor distributions: {sorted(map(str, stated))}")
+    if None not in stated:
+        return chance_level(parse_distribution(stated.pop()))
+    return sum(1 / r["num_needles"] for r in rows) / len(rows)
+
+
+def prompt_encoding(tokenizer, question: str, context: str, **kwargs):
+    """The authors' token-classification input: ``Question: {question}\\nContext: `` paired with the passage and
+    the tokenizer's end token (eos, else sep), no other special tokens (the release's EncodEval QA task)."""
+    end = tokenizer.eos_token or tokenizer.sep_token
+    if end is None:
+        raise ValueError(f"tokenizer {getattr(tokenizer, 'name_or_path', '')!r} has neither an eos nor a sep token "
+                         "to end the authors' input with")
+    return tokenizer(f"Question: {question}\nContext: ", context + end, add_special_tokens=False, **kwargs)
 
 
 def distractor_words(tokenizer, *, min_words: int = 20) -> list[str]:
@@ -99,6 +186,10 @@ def needle_text(key: str, value: str) -> str:
     return f"{needle_prefix(key)}{value} ."
 
 
+def ordinal_word(n: int) -> str:
+    return ORDINALS[n - 1]
+
+
 def question_text(key: str, ordinal: str | None) -> str:
     if ordinal is None:
         return f"What is the value of {key}?"
@@ -118,7 +209,7 @@ class _Draft:
 
     @property
     def question(self) -> str:
-        return question_text(self.key, None if self.ordinal is None else ORDINALS[self.ordinal - 1])
+        return question_text(self.key, None if self.ordinal is None else ordinal_word(self.ordinal))
 
 
 class _Measure:
@@ -139,6 +230,8 @@ class _Measure:
     def pair(self, question: str, context: str, unit: str) -> int:
         if unit == "context":
             return len(self.tok(context, add_special_tokens=False)["input_ids"])
+        if unit == "prompt":
+            return len(prompt_encoding(self.tok, question, context)["input_ids"])
         return len(self.tok(question, context)["input_ids"])
 
 
@@ -202,10 +295,12 @@ def generate_example(
     max_value_tries: int = 10,
 ) -> dict[str, Any]:
     """One verified NIAH example of ``target`` tokens (see the module docstring)."""
-    if num_needles not in (1, 2):
-        raise ValueError(f"num_needles must be 1 or 2, got {num_needles}")
+    if not 1 <= num_needles <= len(ORDINALS):
+        raise ValueError(f"num_needles must be in 1..{len(ORDINALS)}, got {num_needles}")
     measure = measure or _Measure(tokenizer)
-    key_words = [w for w in words if w not in ORDINALS] or words  # keep "first"/"second" out of keys
+    # keep the ordinals a question can use ("first", "second", ...) out of keys
+    asked = ORDINALS[: max(2, num_needles)]
+    key_words = [w for w in words if w not in asked] or words
     key = f"{rng.choice(key_words)}-{rng.choice(key_words)}"
     for _ in range(max_value_tries):
         values: list[str] = []
@@ -213,7 +308,7 @@ def generate_example(
             v = make_value(rng, task)
             if v not in values:
                 values.append(v)
-        ordinal = rng.randint(1, 2) if num_needles == 2 else None
+        ordinal = rng.randint(1, num_needles) if num_needles > 1 else None
         fractions = sorted(rng.random() for _ in range(num_needles))
         draft = _Draft(key, values, ordinal, fractions)
         ex = _fit_length(
@@ -293,6 +388,18 @@ def _fit_length(tokenizer, words, rng, draft: _Draft, *, target, unit, measure: 
     }
 
 
+def needle_counts(rng: random.Random, n: int, distractors: dict[int, float] | None = None) -> list[int]:
+    """The number of needles of each of ``n`` examples: exactly ``round(0.4 n)`` ones and the rest twos, shuffled;
+    or, with ``distractors`` ({k: p}), 1 + k with k drawn independently with probability p (the authors' form)."""
+    if distractors is None:
+        n_single = round(SINGLE_FRACTION * n)
+        kinds = [1] * n_single + [2] * (n - n_single)
+        rng.shuffle(kinds)
+        return kinds
+    counts = sorted(distractors)
+    return [k + 1 for k in rng.choices(counts, weights=[distractors[k] for k in counts], k=n)]
+
+
 def generate_split(
     tokenizer,
     *,
@@ -304,8 +411,10 @@ def generate_split(
     unit: str = "input",
     words: list[str] | None = None,
     measure: _Measure | None = None,
+    distractors: dict[int, float] | None = None,
 ) -> list[dict[str, Any]]:
-    """``n`` examples of one (task, split, length): exactly ``round(0.4 n)`` single-needle, rest two."""
+    """``n`` examples of one (task, split, length): exactly ``round(0.4 n)`` single-needle, rest two; or, with
+    ``distractors`` ({k: p}), each example's number of distractor needles k drawn from it (k + 1 needles)."""
     if task not in TASKS:
         raise ValueError(f"unknown NIAH task {task!r}: use one of {TASKS}")
     if n < 1:
@@ -313,15 +422,14 @@ def generate_split(
     words = words or distractor_words(tokenizer)
     measure = measure or _Measure(tokenizer)
     rng = random.Random(f"{seed}:{task}:{split}:{length}")
-    n_single = round(SINGLE_FRACTION * n)
-    kinds = [1] * n_single + [2] * (n - n_single)
-    rng.shuffle(kinds)
+    kinds = needle_counts(rng, n, distractors)
+    extra = {} if distractors is None else {"distractors": format_distribution(distractors)}
     out = []
     for i, k in enumerate(kinds):
         ex = generate_example(
             tokenizer, words, rng, task=task, target=length, num_needles=k, unit=unit, measure=measure
         )
-        out.append({"id": f"{task}-{split}-{length}-{i:05d}", "split": split, **ex})
+        out.append({"id": f"{task}-{split}-{length}-{i:05d}", "split": split, **ex, **extra})
     return out
 
 
@@ -333,14 +441,18 @@ def generate(
     test_lengths=DEFAULT_TEST_LENGTHS,
     train_lengths=(DEFAULT_TRAIN_LENGTH,),
     n_train: int = 1000,
-    n_test: int = 200,
+    n_test: int | None = None,
     seed: int = 0,
     unit: str = "input",
     fmt: str = "jsonl",
     tokenizer_name: str | None = None,
+    distractors: dict[str, dict[int, float] | None] | None = None,
     log=print,
 ) -> dict[str, Any]:
-    """Write every (task, split, length) set under ``out_dir``; returns the manifest of the last task."""
+    """Write every (task, split, length) set under ``out_dir``; returns the manifest of the last task.
+    ``n_test`` None: :func:`default_n_test` per length. ``distractors``: split -> distribution of the number of
+    distractor needles (None or a missing split: the exact 40/60 form)."""
+    distractors = distractors or {}
     words = distractor_words(tokenizer)
     measure = _Measure(tokenizer)
     manifest: dict[str, Any] = {}
@@ -348,7 +460,8 @@ def generate(
         task_dir = os.path.join(out_dir, task)
         os.makedirs(task_dir, exist_ok=True)
         sets = [("train", L, n_train) for L in train_lengths if n_train > 0]
-        sets += [("test", L, n_test) for L in test_lengths if n_test > 0]
+        sets += [("test", L, default_n_test(L) if n_test is None else n_test) for L in test_lengths
+                 if n_test is None or n_test > 0]
         stats = {}
         all_rows: dict[str, list[dict[str, Any]]] = {}
         for split, length, n in sets:
@@ -362,6 +475,7 @@ def generate(
                 unit=unit,
                 words=words,
                 measure=measure,
+                distractors=distractors.get(split),
             )
             name = f"{split}_{length}"
             if fmt in ("jsonl", "both"):
@@ -375,8 +489,12 @@ def generate(
                 "tokens_min": min(toks),
                 "tokens_max": max(toks),
                 "tokens_median": statistics.median(toks),
+                "needles": {str(k): v for k, v in sorted(collections.Counter(r["num_needles"] for r in rows).items())},
+                "distractors": rows[0].get("distractors"),
+                "chance_level": set_chance_level(rows),
             }
-            log(f"{task} {name}: {len(rows)} examples, {key} {min(toks)}..{max(toks)}")
+            log(f"{task} {name}: {len(rows)} examples, {key} {min(toks)}..{max(toks)}, needles "
+                f"{stats[name]['needles']}, chance level {100 * stats[name]['chance_level']:.1f}%")
         if fmt in ("hf", "both"):
             from datasets import Dataset, DatasetDict
 
@@ -389,6 +507,7 @@ def generate(
             "length_unit": unit,
             "tokenizer": tokenizer_name,
             "single_fraction": SINGLE_FRACTION,
+            "distractors": {k: format_distribution(v) for k, v in distractors.items() if v},
             "sets": stats,
             "format": fmt,
             "distractor_vocabulary": len(words),

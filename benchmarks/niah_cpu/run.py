@@ -63,10 +63,10 @@ def copy_model(src: Path, dst: Path, window: int | None) -> None:
 
 
 def plot_losses(results: Path, path: Path, window: int = 10) -> None:
-    """Fine-tuning loss per step (a moving average over ``window`` steps), one panel per task, one colour per model,
-    one line per seed; the dashed line is the loss of a model that finds the needles but guesses which occurrence
-    a two-needle question asks for: 0 on the 40% one-needle examples, ln 2 for the start and for the end on the 60%
-    two-needle ones, so 0.6 ln 2."""
+    """Fine-tuning loss per optimizer step (a moving average over ``window`` steps), one panel per task, one colour
+    per model and form, one line per learning rate and seed. For the qa form, the dashed line is the loss of a model
+    that finds the needles but guesses which occurrence a two-needle question asks for: 0 on the 40% one-needle
+    examples, ln 2 for the start and for the end on the 60% two-needle ones, so 0.6 ln 2."""
     import json
     import math
 
@@ -77,22 +77,26 @@ def plot_losses(results: Path, path: Path, window: int = 10) -> None:
 
     records = [json.loads(line) for line in results.read_text().splitlines() if line.strip()]
     tasks = sorted({r["task"] for r in records})
-    models = sorted({Path(r["model"]).name for r in records})
+    series = sorted({(Path(r["model"]).name, r.get("form", "qa")) for r in records})
     fig, axes = plt.subplots(1, len(tasks), figsize=(6 * len(tasks), 3.8), squeeze=False)
     for ax, task in zip(axes[0], tasks, strict=True):
+        labelled = set()
         for r in (r for r in records if r["task"] == task):
             losses = r["train"]["losses"]
             smooth = [sum(losses[max(0, i - window + 1):i + 1]) / (i + 1 - max(0, i - window + 1))
                       for i in range(len(losses))]
-            name = Path(r["model"]).name
-            ax.plot(range(1, len(smooth) + 1), smooth, color=f"C{models.index(name)}", linewidth=1,
-                    label=name if r["seed"] == min(q["seed"] for q in records) else None)
-        ax.axhline(0.6 * math.log(2), color="grey", linestyle="--", linewidth=1)
-        ax.text(60, 0.6 * math.log(2) - 0.05, "finds a needle, guesses the occurrence (0.6 ln 2)", color="grey",
-                fontsize=8, va="top")
+            key = (Path(r["model"]).name, r.get("form", "qa"))
+            ax.plot(range(1, len(smooth) + 1), smooth, color=f"C{series.index(key)}", linewidth=1,
+                    label=None if key in labelled else f"{key[0]}, {key[1]}")
+            labelled.add(key)
+        if any(form == "qa" for _, form in series):
+            ax.axhline(0.6 * math.log(2), color="grey", linestyle="--", linewidth=1)
+            ax.text(1, 0.6 * math.log(2) - 0.05, "qa: finds a needle, guesses the occurrence (0.6 ln 2)",
+                    color="grey", fontsize=8, va="top")
         ax.set_ylim(0, 3)
-        ax.set_xlabel(f"fine-tuning step (batch 8, {records[0]['train']['input_tokens']:,} tokens)")
-        ax.set_ylabel(f"loss ({window}-step mean)")
+        ax.set_xlabel(f"fine-tuning step ({records[0]['train']['input_tokens']:,}-token inputs; the losses recorded "
+                      "every max(1, steps // 100) steps)")
+        ax.set_ylabel(f"loss ({window}-point mean)")
         ax.set_title(task)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
@@ -111,22 +115,60 @@ def sh(cmd: list[str], log: Path) -> None:
         raise SystemExit(f"failed (exit {rc}): see {log}")
 
 
+#: how each form's sets are generated: the token-classification form as the authors do (the number of distractor
+#: needles drawn from their generator's distributions; lengths counting their input), the qa form as before
+GENERATE = {"token-classification": ["--length-unit", "prompt", "--train-distractors", "authors",
+                                     "--test-distractors", "authors"],
+            "qa": ["--length-unit", "input"]}
+
+
+def check_data(data: Path, lengths: list[str], n_train: int, n_test: int | None) -> None:
+    """Refuse NIAH sets generated with other sizes or lengths than asked (they are reused when they match)."""
+    import json
+
+    from avey_b.data.niah import default_n_test, parse_lengths
+
+    want = {"train_2048": n_train} | {f"test_{n}": n_test or default_n_test(n) for n in parse_lengths(lengths)}
+    for task in ("niah-1", "niah-2"):
+        have = {k: v["n"] for k, v in json.loads((data / task / "manifest.json").read_text())["sets"].items()}
+        if have != want:
+            raise SystemExit(f"{data / task} holds the sets {have}, not {want}: give another --work or remove it")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--data", default="../shared/data", help="the shared data (WikiText-2 for pretraining)")
     p.add_argument("--work", default="runs/niah_cpu")
-    p.add_argument("--out", default=str(HERE / "eval"))
+    p.add_argument("--out", default=None, help="the merged report (default: eval/ beside this script; with --smoke, "
+                                               "WORK/smoke-eval)")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--jobs", type=int, default=1, help="seeds fine-tuned side by side (threads split between them)")
+    p.add_argument("--form", choices=("token-classification", "qa"), default="token-classification",
+                   help="token-classification: the authors' form (avey-b niah evaluate --form); qa: the extractive-QA "
+                        "head of the earlier record")
     p.add_argument("--lengths", nargs="+", default=LENGTHS)
     p.add_argument("--n-train", type=int, default=960, help="training examples per task (one epoch)")
-    p.add_argument("--n-test", type=int, default=10, help="test examples per task and length")
-    p.add_argument("--steps", type=int, default=120)
-    p.add_argument("--batch-size", type=int, default=8)
-    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--n-test", type=int, default=None,
+                   help="test examples per task and length (default: niah generate's, 200 up to 32K, 100 beyond)")
+    p.add_argument("--steps", type=int, default=None, help="optimizer steps (default: one epoch)")
+    p.add_argument("--batch-size", type=int, default=None,
+                   help="examples per optimizer step (default: the form's, 32 as micro-batches of 1 for "
+                        "token-classification, 8 for qa)")
+    p.add_argument("--lr", type=float, nargs="+", default=None,
+                   help="learning rates (default: the form's, 1e-4 and 5e-4 for token-classification, 1e-3 for qa as "
+                        "in the earlier record)")
+    p.add_argument("--smoke", action="store_true",
+                   help="a few-minute check of the whole pipeline: 40 pretraining steps, one length (1K), 32 training "
+                        "and 4 test examples, seed 0, 2 steps; writes into WORK only")
     args = p.parse_args()
+    if args.smoke:
+        args.work = str(Path(args.work) / "smoke") if args.work == p.get_default("work") else args.work
+        args.lengths, args.n_train, args.n_test, args.seeds, args.steps = ["1k"], 32, 4, [0], args.steps or 2
     work = Path(args.work)
+    out = Path(args.out or (work / "smoke-eval" if args.smoke else HERE / "eval"))
+    if args.lr is None and args.form == "qa":
+        args.lr = [1e-3]
     work.mkdir(parents=True, exist_ok=True)
     log = work / "log.txt"
     t0 = time.time()
@@ -135,6 +177,8 @@ def main() -> None:
     files = learning.corpus_files(Path(args.data), work)
     common = [f"data.train=[{','.join(files)}]", f"train.threads={args.threads}", "train.max_minutes=null",
               "logging.progress=false", "checkpoint.every=0"]
+    if args.smoke:
+        common += ["train.max_steps=40", "eval.every=20"]
     runs, sizes, _ = learning.pretrain(files, work, common, log, archs=("modernbert",), lrs={"modernbert": [5e-4]})
     models = work / "models"  # named copies, so that records and plots say which model is which
     models.mkdir(exist_ok=True)
@@ -145,40 +189,48 @@ def main() -> None:
     print(f"pretrained: {', '.join(f'{k} {v / 1e6:.2f}M' for k, v in sizes.items())} "
           f"({(time.time() - t0) / 60:.0f} min)", flush=True)
 
-    # 2. the NIAH sets, in the shared tokenizer's tokens
-    data = work / "data"
+    # 2. the NIAH sets, in the shared tokenizer's tokens (one directory per form: the forms generate differently)
+    data = work / f"data-{args.form}"
     if not (data / "niah-2" / "manifest.json").exists():
+        n_test = [] if args.n_test is None else ["--n-test", str(args.n_test)]
         sh([AVEY_B, "niah", "generate", "--tokenizer", str(models / "avey-b"), "--out", str(data),
-            "--train-lengths", "2048", "--lengths", *args.lengths, "--n-train", str(args.n_train),
-            "--n-test", str(args.n_test), "--format", "jsonl"], log)
+            "--train-lengths", "2048", "--lengths", *args.lengths, "--n-train", str(args.n_train), *n_test,
+            *GENERATE[args.form], "--format", "jsonl"], log)
+    check_data(data, args.lengths, args.n_train, args.n_test)
 
-    # 3. fine-tune at 2,048 tokens and score every length: one process per seed (its own records directory),
-    #    --jobs of them side by side, each pinned to its share of the cores; then one report over all seeds.
+    # 3. fine-tune at 2,048 tokens and score every length: one process per seed (its own records directory, which
+    #    an interrupted run resumes from), --jobs of them side by side, each pinned to its share of the cores; then
+    #    one report over all seeds.
     per_job = max(1, args.threads // args.jobs)
     cores = sorted(os.sched_getaffinity(0))
     pending, running = list(args.seeds), []
+    evals = {seed: work / f"eval-{args.form}-s{seed}" for seed in args.seeds}
     while pending or running:
         while pending and len(running) < args.jobs:
             seed = pending.pop(0)
             slot = len(running)
-            cmd = [AVEY_B, "niah", "evaluate", "--data", str(data), "--models", str(models / "avey-b"),
-                   str(models / "modernbert"), "--train-length", "2048", "--lengths", *args.lengths,
-                   "--max-steps", str(args.steps), "--batch-size", str(args.batch_size), "--lr", str(args.lr),
-                   "--seed", str(seed), "--max-train-examples", str(args.n_train), "--device", "cpu",
-                   "--out", str(work / f"eval-s{seed}")]
+            cmd = [AVEY_B, "niah", "evaluate", "--form", args.form, "--data", str(data), "--models",
+                   str(models / "avey-b"), str(models / "modernbert"), "--train-length", "2048", "--lengths",
+                   *args.lengths, "--seed", str(seed), "--max-train-examples", str(args.n_train), "--device", "cpu",
+                   "--out", str(evals[seed])]
+            for flag, value in (("--max-steps", args.steps), ("--batch-size", args.batch_size)):
+                if value is not None:
+                    cmd += [flag, str(value)]
+            if args.lr:
+                cmd += ["--lr", *map(str, args.lr)]
             if args.jobs > 1:
                 cmd = ["taskset", "-c", ",".join(map(str, cores[slot * per_job:(slot + 1) * per_job])), *cmd]
             print("$", " ".join(cmd), flush=True)
-            f = open(work / f"log-s{seed}.txt", "a")
+            f = open(work / f"log-{args.form}-s{seed}.txt", "a")
             env = {**os.environ, "OMP_NUM_THREADS": str(per_job)}
             running.append((seed, subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=env), f))
         seed, proc, f = running.pop(0)
         rc = proc.wait()
         f.close()
         if rc:
-            raise SystemExit(f"seed {seed} failed (exit {rc}): see {work / f'log-s{seed}.txt'}")
-    sh([AVEY_B, "niah", "report", *[str(work / f"eval-s{s}") for s in args.seeds], "--out", args.out], log)
-    plot_losses(Path(args.out) / "results.jsonl", Path(args.out) / "train_loss.png")
+            raise SystemExit(f"seed {seed} failed (exit {rc}): see {work / f'log-{args.form}-s{seed}.txt'}")
+    sh([AVEY_B, "niah", "report", *map(str, evals.values()), "--out", str(out)], log)
+    plot_losses(out / "results.jsonl", out / "train_loss.png")
     print(f"done in {(time.time() - t0) / 60:.0f} min on {platform.node()}, load {os.getloadavg()}", flush=True)
 
 
