@@ -12,7 +12,7 @@ quantizer reads only a right-hand weight); the dynamic layers' cosine products, 
 
 onnxruntime quantizes dynamically only in its "QOperator" form (``DynamicQuantizeMatMul`` / ``MatMulInteger``
 nodes); the QDQ form takes calibrated, static activation ranges. ``benchmarks/quantization/`` records the
-measurements behind these choices (per-tensor weights, QOperator form).
+measurements behind these choices (per-channel weights, QOperator form).
 
 onnxruntime's symbolic shape inference, which its pre-processing step (``python -m
 onnxruntime.quantization.preprocess``) runs, stops on these graphs with a ``TypeError`` in ``_infer_Expand``: it
@@ -26,6 +26,7 @@ import logging
 from pathlib import Path
 
 import numpy as np
+import torch
 
 #: `avey-b export --quantize int8` fails below this mean cosine between int8 and eager outputs (trained models
 #: measure 0.999+, benchmarks/quantization/); the smallest cosine is printed, not checked: a random tiny model has
@@ -49,9 +50,10 @@ def weight_matmuls(model) -> list[str]:
     return [n.name for n in model.graph.node if n.op_type == "MatMul" and n.input[1] in weights]
 
 
-def quantize_onnx(path: str | Path, out: str | Path | None = None, per_channel: bool = False) -> Path:
+def quantize_onnx(path: str | Path, out: str | Path | None = None, per_channel: bool = True) -> Path:
     """Write the int8 model of the ONNX model ``path`` (default :func:`quantized_path`): every weight MatMul
-    dynamically quantized (module docstring), nothing else. Returns the written path."""
+    dynamically quantized (module docstring), nothing else; ``per_channel``: one weight scale per output feature
+    (as fast as one per matrix here, and closer to the fp32 model). Returns the written path."""
     import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
@@ -94,7 +96,6 @@ def compare_quantized(quantized: str | Path, reference: str | Path, model, outpu
     ``identical_choices`` (the share of ranker choices, over every split of every input, equal to the fp32
     ONNX model's). ``output`` as in :class:`avey_b.export.Exportable`."""
     import onnxruntime as ort
-    import torch
 
     from .export import Exportable, _outputs
 
@@ -133,3 +134,16 @@ def check_quantized(quantized: str | Path, reference: str | Path, model, output)
         raise AssertionError(f"{quantized}: mean cosine with the eager model {check['mean_cosine']:.4f} < "
                              f"{MIN_MEAN_COSINE}")
     return check
+
+
+def quantize_eager_int8(model: torch.nn.Module) -> torch.nn.Module:
+    """The eager model with int8 dynamic-activation / int8-weight linear layers (torchao's
+    ``Int8DynamicActivationInt8WeightConfig``, the maintained successor of ``torch.ao``'s dynamic quantization):
+    every ``nn.Linear`` (the enricher and fuser of every layer, the heads), in place; the embedding, the ranker, the
+    static ``V`` and the compressor stay fp32. Needs ``pip install torchao``. Returns ``model``."""
+    try:
+        from torchao.quantization import Int8DynamicActivationInt8WeightConfig, quantize_
+    except ImportError as e:
+        raise ImportError("eager int8 needs torchao: pip install torchao") from e
+    quantize_(model.eval(), Int8DynamicActivationInt8WeightConfig())
+    return model

@@ -56,14 +56,20 @@ def test_int8_model_is_close_to_eager_and_keeps_the_fp32_ranker_choices(exported
 
 
 def test_export_verb_quantizes_every_weight_matmul(tmp_path, capsys):
+    """``--head embedding --quantize int8``: ``onnx/model.int8.onnx`` beside ``onnx/model.onnx``, both outputs
+    (per-token and pooled) checked against the eager head."""
+    from avey_b import AveyBForSentenceEmbedding
+
     torch.manual_seed(0)
-    model = AveyBModel(presets.tiny(vocab_size=200))
+    model = AveyBForSentenceEmbedding(presets.tiny(vocab_size=200))
     model.save_pretrained(tmp_path / "ckpt")
-    assert main([str(tmp_path / "ckpt"), str(tmp_path / "model.onnx"), "--quantize", "int8"]) == 0
+    assert main([str(tmp_path / "ckpt"), str(tmp_path / "served"), "--head", "embedding", "--quantize", "int8"]) == 0
     out = capsys.readouterr().out
     assert "int8 against the eager model" in out and "ranker choices identical to the fp32 model's: 100.0%" in out
-    fp32 = onnx.load(str(tmp_path / "model.onnx"))
-    int8 = onnx.load(str(quantized_path(tmp_path / "model.onnx")))
+    fp32_path = tmp_path / "served" / "onnx" / "model.onnx"
+    assert quantized_path(fp32_path) == tmp_path / "served" / "onnx" / "model.int8.onnx"
+    fp32, int8 = onnx.load(str(fp32_path)), onnx.load(str(quantized_path(fp32_path)))
+    assert [o.name for o in int8.graph.output] == ["last_hidden_state", "sentence_embedding"]
     integer = [n for n in int8.graph.node if n.op_type in INTEGER_MATMULS]
     assert len(integer) == len(weight_matmuls(fp32)) == 5 * model.config.num_hidden_layers
     assert weight_matmuls(int8) == []  # no weight MatMul left in fp32
@@ -76,3 +82,22 @@ def test_export_verb_quantizes_every_weight_matmul(tmp_path, capsys):
 def test_quantize_needs_the_onnx_format(tmp_path):
     with pytest.raises(SystemExit):
         main([str(tmp_path / "ckpt"), str(tmp_path / "model.pt2"), "--format", "torch", "--quantize", "int8"])
+
+
+def test_eager_int8_torchao_runs_the_processor_on_int8_weights():
+    """torchao's int8 weights are tensor subclasses: the layer runs the quantized enricher and fuser as modules
+    instead of applying blocks of their weights (which torchao cannot split)."""
+    pytest.importorskip("torchao")
+    from avey_b.quantize import quantize_eager_int8
+
+    torch.manual_seed(0)
+    model = AveyBModel(presets.tiny(hidden_size=64)).eval()
+    ids = torch.randint(1, 99, (2, 40), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones_like(ids)
+    mask[1, 25:] = 0
+    with torch.no_grad():
+        want = model(ids, attention_mask=mask).last_hidden_state
+        got = quantize_eager_int8(model)(ids, attention_mask=mask).last_hidden_state
+    assert type(model.layers[0].enricher.weight).__name__ != "Parameter"  # really quantized
+    cos = torch.nn.functional.cosine_similarity(got, want, dim=-1)[mask.bool()]
+    assert cos.median() >= 0.999 and cos.mean() >= 0.98
