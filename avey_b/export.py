@@ -89,7 +89,8 @@ def fold_weight_layouts(model) -> int:
     block) becomes the initializers it would compute, named ``<weight>.split<i>`` / ``<weight>.T``. The exporter's
     own constant folding skips multi-output ``Split`` nodes, which leaves every weight reaching its MatMul through
     run-time ops; onnxruntime's quantizer only quantizes a MatMul whose ``B`` is an initializer. ``model``: an
-    ``onnx_ir`` model (``ONNXProgram.model``), changed in place. Returns the number of nodes folded."""
+    ``onnx_ir`` model (``ONNXProgram.model``), changed in place. Returns the number of nodes folded. A weight also
+    read as it is (the masked-LM decoder tied to the embedding table) is then stored in both layouts."""
     import numpy as np
     import onnx_ir as ir
     from onnx_ir.passes.common import RemoveUnusedNodesPass
