@@ -144,6 +144,6 @@ def quantize_eager_int8(model: torch.nn.Module) -> torch.nn.Module:
     try:
         from torchao.quantization import Int8DynamicActivationInt8WeightConfig, quantize_
     except ImportError as e:
-        raise ImportError("eager int8 needs torchao: pip install torchao") from e
+        raise ImportError("eager int8 needs torchao: pip install \"avey-b[torchao]\" (or torchao)") from e
     quantize_(model.eval(), Int8DynamicActivationInt8WeightConfig())
     return model
