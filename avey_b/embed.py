@@ -442,8 +442,9 @@ def embed_corpus(model: str, source: str, output: str | os.PathLike, *, lines: b
             raise ValueError(f"{out} holds vectors made with other settings — " + "; ".join(diff) + ". Give another "
                              "output directory, or rerun with the settings it was made with")
     out.mkdir(parents=True, exist_ok=True)
-    for stale in out.glob(".part-*" + TMP_SUFFIX):  # a shard in flight when a run was killed
-        stale.unlink()
+    for pattern in (".part-*", f".{MANIFEST}.*"):  # a shard, or the manifest, in flight when a run was killed
+        for stale in out.glob(pattern + TMP_SUFFIX):
+            stale.unlink()
     run = {"started": utc_timestamp(), "device": str(embedder.device), "max_batch_tokens": max_batch_tokens,
            "backend": "local", "shards_found": 0, "shards_written": 0}
     manifest = {
@@ -486,6 +487,7 @@ def embed_corpus(model: str, source: str, output: str | os.PathLike, *, lines: b
                         "rows": len(rows), "tokens": n, "skipped": left_out}
                 _write_shard(path, _table(rows, chunking == "late", embedder.config.hidden_size, dtype, info))
                 run["shards_written"] += 1
+                write_json_atomic(out / MANIFEST, manifest)  # the run's record says how far it got
                 tokens += n
                 elapsed = time.monotonic() - started
                 bar.update(len(group), **{"tokens/s": tokens / elapsed if elapsed > 0 else 0.0})
