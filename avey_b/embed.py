@@ -398,6 +398,10 @@ def embed_corpus(model: str, source: str, output: str | os.PathLike, *, lines: b
     from avey_b.progress import Progress
     from avey_b.records import TMP_SUFFIX, utc_timestamp, write_json_atomic
 
+    try:
+        import pyarrow  # noqa: F401
+    except ImportError:
+        raise ImportError("avey-b embed writes Parquet with pyarrow: pip install 'avey-b[embed]'") from None
     if chunking not in CHUNKINGS:
         raise ValueError(f"chunking must be one of {CHUNKINGS}, got {chunking!r}")
     if chunking == "late" and (chunk_tokens is None) == (chunk_spans_column is None):
