@@ -42,6 +42,7 @@ vector per chunk, the mean of the chunk's token states normalized the same way
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
 import os
@@ -66,6 +67,7 @@ MODEL_FILES = ("config.json", "*.safetensors", "pytorch_model*.bin")
 TOKENIZER_FILES = ("tokenizer*.json", "special_tokens_map.json", "vocab.*", "merges.txt", "*.model")
 CHUNKINGS = ("none", "late")
 DTYPES = ("float32", "float16")
+BACKENDS = ("local", "ray")
 
 
 @dataclass
@@ -378,6 +380,74 @@ def _embed_shard(embedder: Embedder, docs: list[Document], settings: dict, max_b
     return rows, skipped, sum(len(ids) for _, ids, _ in work)
 
 
+def run_shard(embedder: Embedder, k: int, group: list[Document], out: Path, settings: dict, max_batch_tokens: int
+              ) -> dict:
+    """Embed shard ``k`` (documents ``group``), write it atomically, and return what its metadata records."""
+    rows, skipped, tokens = _embed_shard(embedder, group, settings, max_batch_tokens)
+    info = {"shard": k, "documents": len(group), "first_id": group[0].id, "last_id": group[-1].id,
+            "rows": len(rows), "tokens": tokens, "skipped": skipped}
+    table = _table(rows, settings["chunking"] == "late", embedder.config.hidden_size, settings["dtype"], info)
+    _write_shard(out / SHARD.format(k), table)
+    return info
+
+
+# -------------------------------------------------------------------------------------------------------- Ray
+class RayShardWriter:
+    """A Ray Data actor (``map_batches``, one shard a batch): loads the model once, then embeds and writes whole
+    shards with :func:`run_shard`, as the local backend does, into OUTPUT (a filesystem every node sees)."""
+
+    def __init__(self, model_dir: str, out: str, settings: dict, max_batch_tokens: int, device: str):
+        self.embedder = Embedder(model_dir, device=device, precision=settings["precision"])
+        self.out, self.settings, self.max_batch_tokens = Path(out), settings, max_batch_tokens
+
+    def __call__(self, batch: dict) -> dict:
+        infos = []
+        for k, docs in zip(batch["shard"], batch["docs"], strict=True):
+            group = [Document(**d) for d in json.loads(docs)]
+            info = run_shard(self.embedder, int(k), group, self.out, self.settings, self.max_batch_tokens)
+            infos.append(json.dumps(info))
+        return {"info": infos}
+
+
+def _start_ray(address: str | None, num_gpus: float | None, device: str, cleanup: contextlib.ExitStack) -> dict:
+    """Connect to the cluster at ``address`` (``auto``: the one this machine belongs to) or start a local Ray (shut
+    down by ``cleanup``); the GPUs per actor (default: 1 where the cluster has GPUs) and the actors' device."""
+    try:
+        import ray
+    except ImportError:
+        raise ImportError("--backend ray needs Ray Data: pip install 'avey-b[ray]'") from None
+    started = not ray.is_initialized()
+    if started:
+        ray.init(address=address, include_dashboard=False, log_to_driver=True)
+        cleanup.callback(ray.shutdown)
+    if num_gpus is None:
+        num_gpus = 1 if ray.cluster_resources().get("GPU", 0) >= 1 else 0
+    if device == "auto":
+        device = "cuda" if num_gpus else "cpu"
+    return {"started": started, "num_gpus": num_gpus, "device": device}
+
+
+def _run_on_ray(pending: list[tuple[int, list[Document]]], model_dir: Path, out: Path, settings: dict,
+                max_batch_tokens: int, device: str, concurrency: int, num_gpus: float) -> Iterator[dict]:
+    """Run the pending shards as a Ray Data pipeline — the shards' documents, read in order by the driver →
+    ``map_batches`` over ``concurrency`` :class:`RayShardWriter` actors (the model loaded once per actor,
+    ``num_gpus`` each) → one Parquet shard each, written by the actor — and yield each shard's metadata as it
+    finishes. The actors write the shards themselves (not ``Dataset.write_parquet``, whose files are named by
+    Ray's blocks) so that OUTPUT is laid out, and resumes, exactly as with the local backend."""
+    import dataclasses
+
+    import ray
+
+    ray.data.DataContext.get_current().enable_progress_bars = False  # the job's own progress line reports
+    items = [{"shard": k, "docs": json.dumps([dataclasses.asdict(d) for d in group])} for k, group in pending]
+    results = ray.data.from_items(items).map_batches(
+        RayShardWriter, batch_size=1, concurrency=concurrency, num_gpus=num_gpus, num_cpus=0 if num_gpus else 1,
+        fn_constructor_kwargs={"model_dir": str(model_dir), "out": str(out), "settings": settings,
+                               "max_batch_tokens": max_batch_tokens, "device": device})
+    for row in results.iter_rows():
+        yield json.loads(row["info"])
+
+
 # ------------------------------------------------------------------------------------------------------- job
 def _differences(then: dict, now: dict) -> list[str]:
     short = lambda v: {k: h[:12] for k, h in v.items()} if isinstance(v, dict) else v
@@ -390,10 +460,12 @@ def embed_corpus(model: str, source: str, output: str | os.PathLike, *, lines: b
                  hf_split: str = "train", chunking: str = "none", chunk_tokens: int | None = None,
                  chunk_spans_column: str | None = None, dtype: str = "float32", shard_size: int = 1000,
                  max_tokens: int | None = None, max_batch_tokens: int = 32_768, device: str = "auto",
-                 precision: str = "auto", progress: bool = True) -> dict:
+                 precision: str = "auto", progress: bool = True, backend: str = "local",
+                 ray_address: str | None = None, concurrency: int = 1, num_gpus: float | None = None) -> dict:
     """Embed the documents of ``source`` into Parquet shards under ``output`` and return the manifest; rerun with
     the same settings, finish what a killed run left. The arguments are those of ``avey-b embed`` (module
     docstring)."""
+    from avey_b.device import pick_device, use_bf16
     from avey_b.files import content_hash, load_json
     from avey_b.progress import Progress
     from avey_b.records import TMP_SUFFIX, utc_timestamp, write_json_atomic
@@ -402,6 +474,10 @@ def embed_corpus(model: str, source: str, output: str | os.PathLike, *, lines: b
         import pyarrow  # noqa: F401
     except ImportError:
         raise ImportError("avey-b embed writes Parquet with pyarrow: pip install 'avey-b[embed]'") from None
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    if backend == "local" and (ray_address is not None or concurrency != 1 or num_gpus is not None):
+        raise ValueError("--ray-address, --concurrency and --num-gpus apply with --backend ray")
     if chunking not in CHUNKINGS:
         raise ValueError(f"chunking must be one of {CHUNKINGS}, got {chunking!r}")
     if chunking == "late" and (chunk_tokens is None) == (chunk_spans_column is None):
@@ -413,7 +489,7 @@ def embed_corpus(model: str, source: str, output: str | os.PathLike, *, lines: b
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {DTYPES}, got {dtype!r}")
     for name, value in (("shard_size", shard_size), ("max_batch_tokens", max_batch_tokens),
-                        ("max_tokens", max_tokens)):
+                        ("max_tokens", max_tokens), ("concurrency", concurrency)):
         if value is not None and value < 1:
             raise ValueError(f"{name} must be at least 1, got {value}")
     hf = source.startswith("hf:")
@@ -427,86 +503,102 @@ def embed_corpus(model: str, source: str, output: str | os.PathLike, *, lines: b
     if previous is not None and previous.get("format") != FORMAT:
         raise ValueError(f"{out / MANIFEST} is not an {FORMAT!r} manifest (format {previous.get('format')!r})")
 
-    model_dir = local_model_dir(model)
-    embedder = Embedder(model_dir, device=device, precision=precision)
-    if max_tokens is None:  # what memory allows; on a rerun, what the first run used (memory differs run to run)
-        max_tokens = (previous or {}).get("settings", {}).get("max_tokens") or default_max_tokens(
-            embedder.config.hidden_size)
-    settings = {
-        "model_sha256": file_hashes(model_dir, MODEL_FILES), "tokenizer_sha256": file_hashes(model_dir, TOKENIZER_FILES),
-        "input_sha256": None if hf else content_hash(source),
-        "hf_dataset": {"name": source[3:], "config": hf_config, "split": hf_split} if hf else None,
-        "lines": lines, "text_column": text_column, "id_column": id_column, "chunking": chunking,
-        "chunk_tokens": chunk_tokens, "chunk_spans_column": chunk_spans_column, "dtype": dtype,
-        "shard_size": shard_size, "max_tokens": max_tokens, "precision": "bf16" if embedder.bf16 else "fp32",
-    }
-    if previous is not None:
-        diff = _differences(previous["settings"], settings)
-        if diff:
-            raise ValueError(f"{out} holds vectors made with other settings — " + "; ".join(diff) + ". Give another "
-                             "output directory, or rerun with the settings it was made with")
-    out.mkdir(parents=True, exist_ok=True)
-    for pattern in (".part-*", f".{MANIFEST}.*"):  # a shard, or the manifest, in flight when a run was killed
-        for stale in out.glob(pattern + TMP_SUFFIX):
-            stale.unlink()
-    run = {"started": utc_timestamp(), "device": str(embedder.device), "max_batch_tokens": max_batch_tokens,
-           "backend": "local", "shards_found": 0, "shards_written": 0}
-    manifest = {
-        "format": FORMAT, "status": "running",
-        "model": {"path": str(model), "architecture": embedder.architecture, "pooling": POOLING,
-                  "normalize_embeddings": bool(getattr(embedder.config, "normalize_embeddings", True)),
-                  "dim": embedder.config.hidden_size},
-        "input": {"source": str(source), "ids": f"column {id_column!r}" if id_column else (
-            f"made up: {hf_split}:<row>" if hf else "made up: <file>:<line> (.jsonl; .txt with --lines), "
-            "<file>:<row> (.parquet, from 0), <file> (a whole .txt), <file> relative to the input directory")},
-        "settings": settings, "runs": [*(previous or {}).get("runs", []), run],
-    }
-    write_json_atomic(out / MANIFEST, manifest)
+    with contextlib.ExitStack() as cleanup:  # a Ray started here is shut down however the job ends
+        model_dir = local_model_dir(model)
+        ray_setup = _start_ray(ray_address, num_gpus, device, cleanup) if backend == "ray" else None
+        target = torch.device(ray_setup["device"]) if ray_setup else pick_device(device)  # where the forwards run
+        resolved = "bf16" if use_bf16(precision, target) else "fp32"
+        embedder = Embedder(model_dir, device="cpu" if ray_setup else device, precision=resolved)
+        if max_tokens is None:  # what memory allows; on a rerun, what the first run used (memory differs run to run)
+            max_tokens = (previous or {}).get("settings", {}).get("max_tokens") or default_max_tokens(
+                embedder.config.hidden_size)
+        settings = {
+            "model_sha256": file_hashes(model_dir, MODEL_FILES), "tokenizer_sha256": file_hashes(model_dir, TOKENIZER_FILES),
+            "input_sha256": None if hf else content_hash(source),
+            "hf_dataset": {"name": source[3:], "config": hf_config, "split": hf_split} if hf else None,
+            "lines": lines, "text_column": text_column, "id_column": id_column, "chunking": chunking,
+            "chunk_tokens": chunk_tokens, "chunk_spans_column": chunk_spans_column, "dtype": dtype,
+            "shard_size": shard_size, "max_tokens": max_tokens, "precision": "bf16" if embedder.bf16 else "fp32",
+        }
+        if previous is not None:
+            diff = _differences(previous["settings"], settings)
+            if diff:
+                raise ValueError(f"{out} holds vectors made with other settings — " + "; ".join(diff) + ". Give another "
+                                 "output directory, or rerun with the settings it was made with")
+        out.mkdir(parents=True, exist_ok=True)
+        for pattern in (".part-*", f".{MANIFEST}.*"):  # a shard, or the manifest, in flight when a run was killed
+            for stale in out.glob(pattern + TMP_SUFFIX):
+                stale.unlink()
+        run = {"started": utc_timestamp(), "device": str(target), "max_batch_tokens": max_batch_tokens,
+               "backend": backend, "shards_found": 0, "shards_written": 0}
+        if ray_setup:
+            run.update(ray_address=ray_address, concurrency=concurrency, num_gpus=ray_setup["num_gpus"])
+        manifest = {
+            "format": FORMAT, "status": "running",
+            "model": {"path": str(model), "architecture": embedder.architecture, "pooling": POOLING,
+                      "normalize_embeddings": bool(getattr(embedder.config, "normalize_embeddings", True)),
+                      "dim": embedder.config.hidden_size},
+            "input": {"source": str(source), "ids": f"column {id_column!r}" if id_column else (
+                f"made up: {hf_split}:<row>" if hf else "made up: <file>:<line> (.jsonl; .txt with --lines), "
+                "<file>:<row> (.parquet, from 0), <file> (a whole .txt), <file> relative to the input directory")},
+            "settings": settings, "runs": [*(previous or {}).get("runs", []), run],
+        }
+        write_json_atomic(out / MANIFEST, manifest)
 
-    started, seen, shards, skipped, tokens = time.monotonic(), {}, [], [], 0
-    total = count_documents(source, lines=lines)
-    done = sum(_shard_info(p)["documents"] for p in out.glob("part-*.parquet"))
-    docs = read_documents(source, lines=lines, text_column=text_column, id_column=id_column,
-                          spans_column=chunk_spans_column, hf_config=hf_config, hf_split=hf_split)
-    with Progress(total, f"embed {Path(source).name}", unit="doc", initial=done, enabled=progress) as bar:
-        for k in itertools.count():
-            group = list(itertools.islice(docs, shard_size))
-            if not group:
-                break
-            for d in group:
-                if d.id in seen:
-                    raise ValueError(f"{d.where}: duplicate id {d.id!r} (first at {seen[d.id]})")
-                seen[d.id] = d.where
-            path = out / SHARD.format(k)
-            if path.exists():
-                info = _shard_info(path)
-                if (info["documents"], info["first_id"], info["last_id"]) != (len(group), group[0].id, group[-1].id):
-                    raise ValueError(f"{path} was written from other documents (ids {info['first_id']!r}..."
-                                     f"{info['last_id']!r}, {info['documents']}) than the input's "
-                                     f"{group[0].id!r}...{group[-1].id!r} ({len(group)})")
-                run["shards_found"] += 1
-            else:
-                rows, left_out, n = _embed_shard(embedder, group, settings, max_batch_tokens)
-                info = {"shard": k, "documents": len(group), "first_id": group[0].id, "last_id": group[-1].id,
-                        "rows": len(rows), "tokens": n, "skipped": left_out}
-                _write_shard(path, _table(rows, chunking == "late", embedder.config.hidden_size, dtype, info))
+        started, seen, infos, pending, tokens = time.monotonic(), {}, {}, [], 0
+        total = count_documents(source, lines=lines)
+        done = sum(_shard_info(p)["documents"] for p in out.glob("part-*.parquet"))
+        docs = read_documents(source, lines=lines, text_column=text_column, id_column=id_column,
+                              spans_column=chunk_spans_column, hf_config=hf_config, hf_split=hf_split)
+        with Progress(total, f"embed {Path(source).name}", unit="doc", initial=done, enabled=progress) as bar:
+
+            def written(info: dict) -> None:
+                nonlocal tokens
+                infos[info["shard"]] = info
                 run["shards_written"] += 1
                 write_json_atomic(out / MANIFEST, manifest)  # the run's record says how far it got
-                tokens += n
+                tokens += info["tokens"]
                 elapsed = time.monotonic() - started
-                bar.update(len(group), **{"tokens/s": tokens / elapsed if elapsed > 0 else 0.0})
-            shards.append({"file": path.name, **{key: info[key] for key in ("documents", "rows", "tokens")}})
-            skipped.extend(info["skipped"])
-    if not shards:
-        raise ValueError(f"{source} holds no documents")
-    run.update(finished=utc_timestamp(), seconds=round(time.monotonic() - started, 3))
-    manifest.update(status="complete", counts={
-        "documents": len(seen), "embedded": len(seen) - len(skipped), "skipped": len(skipped),
-        "rows": sum(s["rows"] for s in shards), "tokens": sum(s["tokens"] for s in shards), "shards": len(shards),
-        "seconds": round(sum(r.get("seconds", 0.0) for r in manifest["runs"]), 3)},
-        shards=shards, skipped=skipped)
-    write_json_atomic(out / MANIFEST, manifest)
-    return manifest
+                bar.update(info["documents"], **{"tokens/s": tokens / elapsed if elapsed > 0 else 0.0})
+
+            for k in itertools.count():
+                group = list(itertools.islice(docs, shard_size))
+                if not group:
+                    break
+                for d in group:
+                    if d.id in seen:
+                        raise ValueError(f"{d.where}: duplicate id {d.id!r} (first at {seen[d.id]})")
+                    seen[d.id] = d.where
+                path = out / SHARD.format(k)
+                if path.exists():
+                    info = _shard_info(path)
+                    if (info["documents"], info["first_id"], info["last_id"]) != (len(group), group[0].id, group[-1].id):
+                        raise ValueError(f"{path} was written from other documents (ids {info['first_id']!r}..."
+                                         f"{info['last_id']!r}, {info['documents']}) than the input's "
+                                         f"{group[0].id!r}...{group[-1].id!r} ({len(group)})")
+                    infos[k] = info
+                    run["shards_found"] += 1
+                elif backend == "local":
+                    written(run_shard(embedder, k, group, out, settings, max_batch_tokens))
+                else:
+                    pending.append((k, group))
+            if pending:
+                for info in _run_on_ray(pending, embedder.model_dir, out, settings, max_batch_tokens,
+                                        ray_setup["device"], concurrency, ray_setup["num_gpus"]):
+                    written(info)
+        if not infos:
+            raise ValueError(f"{source} holds no documents")
+        shards = [{"file": SHARD.format(k), **{key: infos[k][key] for key in ("documents", "rows", "tokens")}}
+                  for k in sorted(infos)]
+        skipped = [s for k in sorted(infos) for s in infos[k]["skipped"]]
+        run.update(finished=utc_timestamp(), seconds=round(time.monotonic() - started, 3))
+        manifest.update(status="complete", counts={
+            "documents": len(seen), "embedded": len(seen) - len(skipped), "skipped": len(skipped),
+            "rows": sum(s["rows"] for s in shards), "tokens": sum(s["tokens"] for s in shards), "shards": len(shards),
+            "seconds": round(sum(r.get("seconds", 0.0) for r in manifest["runs"]), 3)},
+            shards=shards, skipped=skipped)
+        write_json_atomic(out / MANIFEST, manifest)
+        return manifest
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -534,13 +626,21 @@ def main(argv: list[str] | None = None) -> int:
                    help="padded tokens per batch (a single longer document runs alone)")
     p.add_argument("--device", default="auto")
     p.add_argument("--precision", choices=("auto", "bf16", "fp32"), default="auto")
+    p.add_argument("--backend", choices=BACKENDS, default="local",
+                   help="ray: the same job as a Ray Data pipeline of model-holding actors (pip install 'avey-b[ray]')")
+    p.add_argument("--ray-address", default=None,
+                   help="ray: the cluster to join (auto: the one this machine belongs to); default: a local Ray")
+    p.add_argument("--concurrency", type=int, default=1, help="ray: actors, each holding the model (default 1)")
+    p.add_argument("--num-gpus", type=float, default=None,
+                   help="ray: GPUs per actor (default: 1 where the cluster has GPUs, else 0)")
     args = p.parse_args(argv)
     manifest = embed_corpus(args.model, args.input, args.output, lines=args.lines, text_column=args.text_column,
                             id_column=args.id_column, hf_config=args.hf_config, hf_split=args.hf_split,
                             chunking=args.chunking, chunk_tokens=args.chunk_tokens,
                             chunk_spans_column=args.chunk_spans_column, dtype=args.dtype, shard_size=args.shard_size,
                             max_tokens=args.max_tokens, max_batch_tokens=args.max_batch_tokens, device=args.device,
-                            precision=args.precision)
+                            precision=args.precision, backend=args.backend, ray_address=args.ray_address,
+                            concurrency=args.concurrency, num_gpus=args.num_gpus)
     counts, run = manifest["counts"], manifest["runs"][-1]
     print(f"embedded {counts['embedded']:,} of {counts['documents']:,} documents ({counts['rows']:,} vectors, "
           f"{counts['tokens']:,} tokens) into {args.output}: {run['shards_written']} shard(s) written, "

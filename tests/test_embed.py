@@ -311,3 +311,21 @@ def test_sigterm_mid_job_then_rerun_gives_the_uninterrupted_vectors(tmp_path, mo
     assert not [p for p in (tmp_path / "out").iterdir() if p.name.startswith(".")]  # no temporary file left
     run(model_dir, tmp_path / "d.jsonl", tmp_path / "whole", shard_size=10, max_batch_tokens=512)
     assert pq.read_table(tmp_path / "out").equals(pq.read_table(tmp_path / "whole"))
+
+
+# ------------------------------------------------------------------------------------------------ Ray backend
+@pytest.mark.slow
+def test_the_ray_backend_gives_the_local_vectors_and_manifest(tmp_path, model_dir):
+    pytest.importorskip("ray.data")
+    docs = corpus(14)
+    write_jsonl(tmp_path / "d.jsonl", [{"text": d} for d in docs])
+    local = run(model_dir, tmp_path / "d.jsonl", tmp_path / "local", max_tokens=60)
+    os.environ.setdefault("OMP_NUM_THREADS", "1")  # inherited by the local Ray's workers
+    on_ray = run(model_dir, tmp_path / "d.jsonl", tmp_path / "ray", max_tokens=60, backend="ray", concurrency=2)
+    assert on_ray["settings"] == local["settings"] and on_ray["counts"] | {"seconds": 0} == local["counts"] | {"seconds": 0}
+    assert on_ray["skipped"] == local["skipped"] != [] and on_ray["shards"] == local["shards"]
+    assert on_ray["runs"][-1] | {"started": 0, "finished": 0, "seconds": 0} == {
+        "started": 0, "finished": 0, "seconds": 0, "backend": "ray", "device": "cpu", "max_batch_tokens": 96,
+        "shards_found": 0, "shards_written": 4, "ray_address": None, "concurrency": 2, "num_gpus": 0}
+    assert sorted(os.listdir(tmp_path / "ray")) == sorted(os.listdir(tmp_path / "local"))
+    assert pq.read_table(tmp_path / "ray").equals(pq.read_table(tmp_path / "local"))
