@@ -37,6 +37,13 @@ vector per chunk, the mean of the chunk's token states normalized the same way
 (:meth:`avey_b.AveyBForSentenceEmbedding.encode_chunks`); chunks are ``--chunk-tokens`` consecutive text tokens
 (special tokens such as [CLS] belong to no chunk), or the character spans of ``--chunk-spans-column`` (a list of
 ``[start, end)`` pairs per document; a span takes the tokens that start inside it).
+
+Ray (``--backend ray``, ``pip install 'avey-b[ray]'``): the same job as a Ray Data pipeline on a cluster
+(``--ray-address auto``, or an address) or a local Ray: this process reads the input in order, in waves of
+``RAY_WAVE_SHARDS_PER_ACTOR`` shards per actor; ``map_batches`` hands each shard to one of ``--concurrency``
+actors that load the model once (``--num-gpus`` each; default 1 where the cluster has GPUs) and write the shard
+into OUTPUT, which must be a filesystem every node sees (and ``avey_b`` installed on every node). Same layout,
+manifest, resume and vectors as the default backend, which never imports Ray.
 """
 
 from __future__ import annotations
@@ -68,6 +75,9 @@ TOKENIZER_FILES = ("tokenizer*.json", "special_tokens_map.json", "vocab.*", "mer
 CHUNKINGS = ("none", "late")
 DTYPES = ("float32", "float16")
 BACKENDS = ("local", "ray")
+#: The Ray backend reads the input in waves of this many shards per actor (the driver holds one wave's text);
+#: each wave is one Ray Data pipeline, its actors loading the model once.
+RAY_WAVE_SHARDS_PER_ACTOR = 8
 
 
 @dataclass
@@ -429,7 +439,7 @@ def _start_ray(address: str | None, num_gpus: float | None, device: str, cleanup
 
 def _run_on_ray(pending: list[tuple[int, list[Document]]], model_dir: Path, out: Path, settings: dict,
                 max_batch_tokens: int, device: str, concurrency: int, num_gpus: float) -> Iterator[dict]:
-    """Run the pending shards as a Ray Data pipeline — the shards' documents, read in order by the driver →
+    """Run pending shards (a wave: ``RAY_WAVE_SHARDS_PER_ACTOR`` per actor) as a Ray Data pipeline — the shards' documents, read in order by the driver →
     ``map_batches`` over ``concurrency`` :class:`RayShardWriter` actors (the model loaded once per actor,
     ``num_gpus`` each) → one Parquet shard each, written by the actor — and yield each shard's metadata as it
     finishes. The actors write the shards themselves (not ``Dataset.write_parquet``, whose files are named by
@@ -561,6 +571,14 @@ def embed_corpus(model: str, source: str, output: str | os.PathLike, *, lines: b
                 elapsed = time.monotonic() - started
                 bar.update(info["documents"], **{"tokens/s": tokens / elapsed if elapsed > 0 else 0.0})
 
+            def flush() -> None:  # the Ray backend's shards read so far: one Ray Data pipeline
+                if not pending:
+                    return
+                for info in _run_on_ray(pending, embedder.model_dir, out, settings, max_batch_tokens,
+                                        ray_setup["device"], concurrency, ray_setup["num_gpus"]):
+                    written(info)
+                pending.clear()
+
             for k in itertools.count():
                 group = list(itertools.islice(docs, shard_size))
                 if not group:
@@ -582,10 +600,9 @@ def embed_corpus(model: str, source: str, output: str | os.PathLike, *, lines: b
                     written(run_shard(embedder, k, group, out, settings, max_batch_tokens))
                 else:
                     pending.append((k, group))
-            if pending:
-                for info in _run_on_ray(pending, embedder.model_dir, out, settings, max_batch_tokens,
-                                        ray_setup["device"], concurrency, ray_setup["num_gpus"]):
-                    written(info)
+                if len(pending) == RAY_WAVE_SHARDS_PER_ACTOR * concurrency:
+                    flush()
+            flush()
         if not infos:
             raise ValueError(f"{source} holds no documents")
         shards = [{"file": SHARD.format(k), **{key: infos[k][key] for key in ("documents", "rows", "tokens")}}

@@ -315,8 +315,12 @@ def test_sigterm_mid_job_then_rerun_gives_the_uninterrupted_vectors(tmp_path, mo
 
 # ------------------------------------------------------------------------------------------------ Ray backend
 @pytest.mark.slow
-def test_the_ray_backend_gives_the_local_vectors_and_manifest(tmp_path, model_dir):
+def test_the_ray_backend_gives_the_local_vectors_and_manifest(tmp_path, model_dir, monkeypatch):
     pytest.importorskip("ray.data")
+    monkeypatch.setattr(embed_module, "RAY_WAVE_SHARDS_PER_ACTOR", 1)  # two waves of two shards
+    waves, pipeline = [], embed_module._run_on_ray
+    monkeypatch.setattr(embed_module, "_run_on_ray", lambda pending, *a: (waves.append(len(pending)),
+                                                                          pipeline(pending, *a))[1])
     docs = corpus(14)
     write_jsonl(tmp_path / "d.jsonl", [{"text": d} for d in docs])
     local = run(model_dir, tmp_path / "d.jsonl", tmp_path / "local", max_tokens=60)
@@ -327,5 +331,6 @@ def test_the_ray_backend_gives_the_local_vectors_and_manifest(tmp_path, model_di
     assert on_ray["runs"][-1] | {"started": 0, "finished": 0, "seconds": 0} == {
         "started": 0, "finished": 0, "seconds": 0, "backend": "ray", "device": "cpu", "max_batch_tokens": 96,
         "shards_found": 0, "shards_written": 4, "ray_address": None, "concurrency": 2, "num_gpus": 0}
+    assert waves == [2, 2]
     assert sorted(os.listdir(tmp_path / "ray")) == sorted(os.listdir(tmp_path / "local"))
     assert pq.read_table(tmp_path / "ray").equals(pq.read_table(tmp_path / "local"))
