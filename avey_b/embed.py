@@ -94,6 +94,8 @@ class Document:
 def _text_files(source: str) -> tuple[Path, list[Path]]:
     from avey_b.data.corpus import resolve_files
 
+    if not Path(source).exists():
+        raise FileNotFoundError(f"input not found: {source!r} (give a file, a directory or hf:NAME)")
     return Path(source), resolve_files([source])
 
 
@@ -512,6 +514,8 @@ def embed_corpus(model: str, source: str, output: str | os.PathLike, *, lines: b
                          "or empty directory")
     if previous is not None and previous.get("format") != FORMAT:
         raise ValueError(f"{out / MANIFEST} is not an {FORMAT!r} manifest (format {previous.get('format')!r})")
+    if previous is not None and not any(out.glob("part-*.parquet")):
+        previous = None  # no shard written yet (e.g. the first run stopped at a bad row): nothing to mix with
 
     with contextlib.ExitStack() as cleanup:  # a Ray started here is shut down however the job ends
         model_dir = local_model_dir(model)

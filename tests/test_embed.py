@@ -182,7 +182,9 @@ def head_lengths(model_dir, docs):
 def test_a_rerun_with_other_settings_is_refused_naming_them(tmp_path, model_dir):
     docs = corpus(6)
     write_jsonl(tmp_path / "d.jsonl", [{"text": d} for d in docs])
-    run(model_dir, tmp_path / "d.jsonl", tmp_path / "out")
+    with pytest.raises(KeyError, match=r"d.jsonl, line 1: no text column 'body'"):
+        run(model_dir, tmp_path / "d.jsonl", tmp_path / "out", text_column="body")
+    run(model_dir, tmp_path / "d.jsonl", tmp_path / "out")  # no shard was written: the corrected run may start
     before = pq.read_table(tmp_path / "out")
     with pytest.raises(ValueError, match=r"dtype: 'float32' then, 'float16' now"):
         run(model_dir, tmp_path / "d.jsonl", tmp_path / "out", dtype="float16")
