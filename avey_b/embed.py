@@ -212,7 +212,7 @@ def chunk_ranges(offsets: Sequence[tuple[int, int]], special: Sequence[int], *, 
     """The chunks of one tokenized document as ``(token start, token end, char start, char end)``, ends exclusive,
     token positions counted over the document's tokens (what :func:`avey_b.heads.chunk_embeddings` takes).
 
-    ``offsets`` are the tokenizer's character offsets and ``special`` its special-tokens mask (1 for [CLS]...,
+    ``offsets`` are the tokenizer's character offsets (Python string indices, i.e. Unicode code points) and ``special`` its special-tokens mask (1 for [CLS]...,
     which belong to no chunk). Either ``chunk_tokens`` consecutive text tokens per chunk (the last may be
     shorter; its character span runs from its first token's start to its last token's end), or ``char_spans``:
     each span takes the text tokens whose first character lies in it, and keeps its own characters. A span with
