@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from avey_b.batching import BYTES_PER_TOKEN_PER_WIDTH, default_max_tokens, token_budget_batches  # noqa: F401
+from avey_b.batching import BYTES_PER_TOKEN_PER_WIDTH, default_max_tokens, token_budget_batches
 
 
 @dataclass
