@@ -32,20 +32,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-#: Peak memory of a forward per token and per unit of model width (measured: 4.5 GB for 1M tokens of the small
-#: config, d = 256, bf16, vocabulary ranker — 17 bytes per token per unit of width; 24 leaves a margin).
-BYTES_PER_TOKEN_PER_WIDTH = 24
-
-
-def default_max_tokens(hidden_size: int) -> int:
-    """The longest input the machine's memory allows: half the available memory at 24·d bytes per token."""
-    try:
-        import psutil
-
-        available = psutil.virtual_memory().available
-    except ImportError:  # psutil is optional: assume 8 GB
-        available = 8 << 30
-    return max(1024, int(available * 0.5 / (BYTES_PER_TOKEN_PER_WIDTH * hidden_size)))
+from avey_b.batching import BYTES_PER_TOKEN_PER_WIDTH, default_max_tokens, token_budget_batches
 
 
 @dataclass
@@ -101,17 +88,9 @@ class Batcher:
 
     def batches(self, jobs: list[Job]) -> list[list[Job]]:
         """Jobs of one kind, sorted by length, cut so that no batch pads past ``max_batch_tokens``."""
-        out = []
-        for kind in dict.fromkeys(j.kind for j in jobs):
-            current: list[Job] = []
-            for job in sorted((j for j in jobs if j.kind == kind), key=lambda j: len(j.ids)):
-                if current and len(job.ids) * (len(current) + 1) > self.max_batch_tokens:
-                    out.append(current)
-                    current = []
-                current.append(job)
-            if current:
-                out.append(current)
-        return out
+        return [batch for kind in dict.fromkeys(j.kind for j in jobs)
+                for batch in token_budget_batches([j for j in jobs if j.kind == kind], self.max_batch_tokens,
+                                                  lambda j: len(j.ids))]
 
 
 class Service:
