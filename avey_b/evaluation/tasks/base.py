@@ -9,6 +9,7 @@ exact same code.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from collections.abc import Iterator, Sequence
@@ -153,6 +154,18 @@ class RunConfig:
         then ``given``."""
         names = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in vars(args).items() if k in names} | given)
+
+
+def resolve_steps(task: Task, cfg: RunConfig, batches_per_epoch: int) -> int:
+    """Optimizer steps: ``max_steps`` > ``epochs`` > the family's step budget > the family's epochs. An epoch is
+    ``batches_per_epoch`` optimizer steps of ``batch_size`` examples (micro-batches of accumulation included)."""
+    if cfg.max_steps is not None:
+        return cfg.max_steps
+    if cfg.epochs is not None:
+        return max(1, math.ceil(cfg.epochs * batches_per_epoch))
+    if task.default_steps is not None:
+        return task.default_steps
+    return max(1, math.ceil(task.default_epochs * batches_per_epoch))
 
 
 @dataclass
