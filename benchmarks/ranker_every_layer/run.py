@@ -9,7 +9,9 @@ two placements share their weights (every layer's compressor ``P_ℓ`` is the de
 same real-text ids (cl100k, :mod:`avey_b.benchmarking.inputs`). At each length, after a warm-up of each, they run
 in turns — default, every layer, default, every layer, ... — one timed forward per turn (``timed_call``), with an
 fp32 GEMM timed in the same process before and after (the machine's state during the rounds) and the load average
-read before and after. Prints one JSON line per (shape, length) and appends it to ``--out``.
+read before and after. Each turn's process CPU time (all threads) is recorded beside its wall time: on a CPU
+shared with other jobs, wall time mostly measures the neighbours, CPU time the work done. Prints one JSON line
+per (shape, length) and appends it to ``--out``.
 """
 
 from __future__ import annotations
@@ -33,10 +35,18 @@ PLACEMENTS = ("embeddings", "every_layer")
 
 
 def cpu_model() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor() or "unknown CPU"
+    """The CPU's name, family and bf16 support, from /proc/cpuinfo (this project's VM changes CPU between
+    sessions: the record must say which)."""
+    try:
+        fields = dict(line.split(":", 1) for line in Path("/proc/cpuinfo").read_text().split("\n\n")[0].splitlines()
+                      if ":" in line)
+    except OSError:
+        return platform.processor() or "unknown CPU"
+    fields = {k.strip(): v.strip() for k, v in fields.items()}
+    flags = set(fields.get("flags", "").split())
+    bf16 = [name for flag, name in (("avx512_bf16", "AVX512-BF16"), ("amx_bf16", "AMX-BF16")) if flag in flags]
+    return f"{fields.get('model name', 'unknown CPU')} (family {fields.get('cpu family', '?')}" + \
+        ("".join(f", {b}" for b in bf16) or ", no native bf16") + ")"
 
 
 def commit() -> str:
@@ -88,13 +98,18 @@ def main() -> None:
             for placement in PLACEMENTS:  # warm-up
                 forward(placement)
             times: dict[str, list[float]] = {pl: [] for pl in PLACEMENTS}
+            cpu: dict[str, list[float]] = {pl: [] for pl in PLACEMENTS}
             for _ in range(args.rounds):
                 for placement in PLACEMENTS:
+                    c0 = time.process_time()
                     seconds, _, _ = timed_call(lambda placement=placement: forward(placement))
+                    cpu[placement].append(time.process_time() - c0)
                     times[placement].append(seconds)
             ratios = [b / a for a, b in zip(times["embeddings"], times["every_layer"], strict=True)]
+            cpu_ratios = [b / a for a, b in zip(cpu["embeddings"], cpu["every_layer"], strict=True)]
             rec = {"shape_d_L_S_k": shape, "length": n, "ids": text.source, **facts, "seconds": times,
                    "ratio_every_layer_over_embeddings": ratios, "ratio_median": statistics.median(ratios),
+                   "cpu_seconds": cpu, "cpu_ratio_median": statistics.median(cpu_ratios),
                    "gemm_fp32_gflop_s": [round(g0 / 1e9, 1), round(gemm_rate(torch.float32) / 1e9, 1)],
                    "load_avg": [list(load0), list(os.getloadavg())], **machine,
                    "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
