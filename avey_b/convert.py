@@ -16,6 +16,7 @@ from pathlib import Path
 
 from . import release
 from .configuration import AveyBConfig
+from .files import check_model_source
 from .heads import AveyBForMaskedLM, AveyBForSequenceClassification, AveyBForTokenClassification
 from .release import ReleaseConversionError
 
@@ -31,6 +32,7 @@ def convert_release_checkpoint(src: str | os.PathLike, dst: str | os.PathLike, *
     """
     import torch
 
+    check_model_source(src, "release checkpoint", local_files_only=bool(hub_kwargs.get("local_files_only")))
     directory = release.resolve_release_directory(src, **hub_kwargs)
     if directory is None:
         raise ReleaseConversionError(f"{src} is not an Avey-B release checkpoint (config.json with d_embed/chunk_size)")

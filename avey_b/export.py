@@ -155,6 +155,9 @@ def main(argv: list[str] | None = None) -> int:
 
     import avey_b  # noqa: F401  (registers Avey-B with the Auto classes)
 
+    from .files import check_model_source
+
+    check_model_source(args.model)
     loader, output = HEADS[args.head]
     model = getattr(avey_b if loader.startswith("AveyB") else transformers, loader).from_pretrained(args.model).eval()
     if getattr(model.config, "model_type", None) != "avey-b":

@@ -7,6 +7,10 @@ Every reader of training and evaluation data (text, JSONL, TSV/CSV, CoNLL, SQuAD
 * a malformed JSON line names the file, the line and the column;
 * lines are read one at a time, so a training corpus of any size streams.
 
+And the one check every verb that takes a model or tokenizer runs before loading it
+(:func:`check_model_source`): a name that is neither a local path nor on the Hugging Face Hub is reported as
+such — where it was looked for, and what the Hub answered — instead of as a Hub error about repo id syntax.
+
 This module imports nothing else from the package.
 """
 
@@ -15,6 +19,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -72,6 +77,63 @@ def _feed(h, path):
 def check_file(path: str | os.PathLike) -> None:
     if not os.path.isfile(path):
         raise FileNotFoundError(f"data file not found: {path}")
+
+
+#: What a Hugging Face Hub repository id can look like: ``name`` or ``namespace/name``.
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
+
+
+def _hub_offline() -> bool:
+    """Whether the Hub is off limits: ``HF_HUB_OFFLINE`` / ``TRANSFORMERS_OFFLINE`` as huggingface_hub read them
+    at import, or as set since."""
+    from huggingface_hub import constants
+
+    variables = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+    return bool(constants.HF_HUB_OFFLINE) or any(os.environ.get(v, "").upper() in ("1", "ON", "YES", "TRUE")
+                                                 for v in variables)
+
+
+def check_model_source(name_or_path: str | os.PathLike, what: str = "model", *, local_files_only: bool = False) -> None:
+    """Refuse, before any loader runs, a model (or tokenizer: ``what``) that is neither a local path nor on the
+    Hugging Face Hub, with a message that says both where it was looked for and why it was not found there:
+
+    * a name that cannot be a Hub id (``./runs/x``, ``/data/model``): no such local directory;
+    * a possible Hub id (``org/name``; also a relative path such as ``runs/x`` that does not exist here): no such
+      local directory, and then what the Hub said: offline (``HF_HUB_OFFLINE``, or ``local_files_only``) and not
+      in the local Hub cache; no such repository; or unreachable and not in the cache.
+
+    A name found locally, on the Hub or in its cache returns ``None`` and the loader goes ahead (it reports
+    missing files inside a directory itself)."""
+    name = os.fspath(name_or_path)
+    if os.path.exists(name):
+        return
+    where = f"{what} not found: {name!r} is not an existing local path (no such directory)"
+    if not _HUB_ID.match(name) or "--" in name or ".." in name:
+        raise FileNotFoundError(f"{where}, and it cannot be a Hugging Face Hub id (those read 'name' or "
+                                "'namespace/name')")
+    import huggingface_hub
+    from huggingface_hub import constants
+
+    cache = os.path.join(constants.HF_HUB_CACHE, huggingface_hub.file_download.repo_folder_name(
+        repo_id=name, repo_type="model"), "snapshots")
+    cached = os.path.isdir(cache) and any(os.scandir(cache))
+    hub_id = f"{where}; as a Hugging Face Hub id"
+    if _hub_offline() or local_files_only:
+        if cached:
+            return
+        why = "the Hub is offline (HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE)" if _hub_offline() else "only local files were asked for"
+        raise FileNotFoundError(f"{hub_id} it is not in the local Hub cache ({constants.HF_HUB_CACHE}), and {why}")
+    try:
+        found = huggingface_hub.repo_exists(name)
+    except Exception as error:  # noqa: BLE001 -- no answer from the Hub: the cache decides, as the loaders do
+        if cached:
+            return
+        raise FileNotFoundError(f"{hub_id} it was looked up on the Hub, which could not be reached "
+                                f"({type(error).__name__}: {error}), and it is not in the local Hub cache "
+                                f"({constants.HF_HUB_CACHE})") from None
+    if not found:
+        raise FileNotFoundError(f"{hub_id} it was looked up on the Hub, which has no such model repository (a "
+                                "private one needs a token: `hf auth login`)")
 
 
 def iter_lines(path: str | os.PathLike) -> Iterator[tuple[int, str]]:

@@ -131,3 +131,78 @@ def test_mlm_head_reports_bad_ids_too():
     mlm = seeded(AveyBForMaskedLM, presets.tiny())
     with pytest.raises(ValueError, match="out of range"):
         mlm(torch.full((1, 4), 500))
+
+
+# ------------------------------------------------------------------ a model that is neither here nor on the Hub
+
+#: Every verb that loads a model or tokenizer, with MODEL where the name goes (one per family of loaders).
+MODEL_VERBS = {
+    "serve": ["serve", "MODEL"],
+    "export": ["export", "MODEL", "OUT/model.onnx"],
+    "convert": ["convert", "MODEL", "OUT/converted"],
+    "finetune": ["finetune", "--model", "MODEL", "--task", "sst2", "--lr", "1e-4", "--output-dir", "OUT/ft"],
+    "bench": ["bench", "run", "--models", "MODEL", "--lengths", "16", "--out", "OUT/bench.jsonl"],
+    "niah generate (tokenizer)": ["niah", "generate", "--tokenizer", "MODEL", "--out", "OUT/niah"],
+}
+
+
+@pytest.fixture
+def offline_hub(tmp_path, monkeypatch):
+    """The Hub offline and its cache empty: a Hub id is looked up in the cache only (no network)."""
+    import huggingface_hub
+
+    monkeypatch.chdir(tmp_path)  # relative names resolve under the test's directory
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub-cache"))
+
+
+def run_verb(verb, name, out, capsys):
+    from avey_b.cli import main
+
+    argv = [a.replace("MODEL", name).replace("OUT", str(out)) for a in MODEL_VERBS[verb]]
+    assert main(argv) == 1
+    return capsys.readouterr().err
+
+
+@pytest.mark.parametrize("verb", list(MODEL_VERBS))
+def test_every_verb_says_a_missing_local_model_is_no_such_directory(verb, tmp_path, offline_hub, capsys):
+    missing = str(tmp_path / "no" / "such" / "dir")
+    err = run_verb(verb, missing, tmp_path, capsys)
+    assert f"{missing!r} is not an existing local path (no such directory)" in err, err
+    assert "cannot be a Hugging Face Hub id" in err and "Repo id must be" not in err, err
+
+
+@pytest.mark.parametrize("verb", list(MODEL_VERBS))
+def test_every_verb_says_a_hub_id_was_looked_up_on_the_hub_and_why_it_was_not_found(verb, tmp_path, offline_hub,
+                                                                                   capsys):
+    err = run_verb(verb, "runs/nomodel", tmp_path, capsys)  # a relative path that is not here reads as a Hub id
+    assert "'runs/nomodel' is not an existing local path (no such directory)" in err, err
+    assert "as a Hugging Face Hub id it is not in the local Hub cache" in err and "the Hub is offline" in err, err
+
+
+def test_a_hub_id_looked_up_online_says_what_the_hub_answered(tmp_path, monkeypatch):
+    """Online, the Hub is asked (here its answers are stood in for: tests never touch the network)."""
+    import huggingface_hub
+
+    from avey_b.files import check_model_source
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub-cache"))
+    monkeypatch.setattr(huggingface_hub, "repo_exists", lambda name: False)
+    with pytest.raises(FileNotFoundError, match="looked up on the Hub, which has no such model repository"):
+        check_model_source("nobody/nomodel")
+
+    def unreachable(name):
+        raise ConnectionError("no route to host")
+
+    monkeypatch.setattr(huggingface_hub, "repo_exists", unreachable)
+    with pytest.raises(FileNotFoundError, match=r"could not be reached \(ConnectionError: no route to host\), and "
+                                                r"it is not in the local Hub cache"):
+        check_model_source("nobody/nomodel")
+    (tmp_path / "hub-cache" / "models--nobody--nomodel" / "snapshots" / "abc").mkdir(parents=True)
+    check_model_source("nobody/nomodel")  # unreachable but cached: the loader goes ahead, as transformers does
+    monkeypatch.setattr(huggingface_hub, "repo_exists", lambda name: True)
+    check_model_source("somebody/model")
+    check_model_source(str(tmp_path))  # an existing local path is never looked up
