@@ -204,11 +204,12 @@ def main(argv: list[str] | None = None) -> int:
 
     import avey_b  # noqa: F401  (registers Avey-B with the Auto classes)
 
-    from .files import check_model_source
+    from .files import model_source
 
-    check_model_source(args.model)
     loader, output = HEADS[args.head]
-    model = getattr(avey_b if loader.startswith("AveyB") else transformers, loader).from_pretrained(args.model).eval()
+    with model_source(args.model):
+        model = getattr(avey_b if loader.startswith("AveyB") else transformers, loader).from_pretrained(args.model)
+    model.eval()
     if getattr(model.config, "model_type", None) != "avey-b":
         raise ValueError(f"{args.model} is a {model.config.model_type!r} model: `avey-b export` exports Avey-B")
     if args.format == "torch":

@@ -7,15 +7,17 @@ Every reader of training and evaluation data (text, JSONL, TSV/CSV, CoNLL, SQuAD
 * a malformed JSON line names the file, the line and the column;
 * lines are read one at a time, so a training corpus of any size streams.
 
-And the one check every verb that takes a model or tokenizer runs before loading it
-(:func:`check_model_source`): a name that is neither a local path nor on the Hugging Face Hub is reported as
-such — where it was looked for, and what the Hub answered — instead of as a Hub error about repo id syntax.
+And the one check every verb that takes a model or tokenizer runs around loading it (:func:`model_source`,
+:func:`check_model_source`): a name that is neither a local path nor on the Hugging Face Hub is reported as such —
+no such local directory, and for a possible Hub id that it was looked up on the Hub and what the Hub answered —
+instead of as a Hub error about repo id syntax.
 
 This module imports nothing else from the package.
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import os
@@ -94,16 +96,15 @@ def _hub_offline() -> bool:
 
 
 def check_model_source(name_or_path: str | os.PathLike, what: str = "model", *, local_files_only: bool = False) -> None:
-    """Refuse, before any loader runs, a model (or tokenizer: ``what``) that is neither a local path nor on the
-    Hugging Face Hub, with a message that says both where it was looked for and why it was not found there:
+    """Refuse at once, without asking the Hub, a model (or tokenizer: ``what``) that is not a local path and that
+    the Hugging Face Hub cannot serve, saying where it was looked for and why it was not found there:
 
     * a name that cannot be a Hub id (``./runs/x``, ``/data/model``): no such local directory;
-    * a possible Hub id (``org/name``; also a relative path such as ``runs/x`` that does not exist here): no such
-      local directory, and then what the Hub said: offline (``HF_HUB_OFFLINE``, or ``local_files_only``) and not
-      in the local Hub cache; no such repository; or unreachable and not in the cache.
+    * a possible Hub id (``org/name``; also a relative path such as ``runs/x`` that does not exist here) while the
+      Hub is offline (``HF_HUB_OFFLINE``) or with ``local_files_only``: no such local directory, and not in the
+      local Hub cache.
 
-    A name found locally, on the Hub or in its cache returns ``None`` and the loader goes ahead (it reports
-    missing files inside a directory itself)."""
+    Otherwise it returns and the loader goes ahead; :func:`model_source` words the Hub's answer if loading fails."""
     name = os.fspath(name_or_path)
     if os.path.exists(name):
         return
@@ -111,29 +112,36 @@ def check_model_source(name_or_path: str | os.PathLike, what: str = "model", *, 
     if not _HUB_ID.match(name) or "--" in name or ".." in name:
         raise FileNotFoundError(f"{where}, and it cannot be a Hugging Face Hub id (those read 'name' or "
                                 "'namespace/name')")
+    if not (_hub_offline() or local_files_only):
+        return
     import huggingface_hub
     from huggingface_hub import constants
 
     cache = os.path.join(constants.HF_HUB_CACHE, huggingface_hub.file_download.repo_folder_name(
         repo_id=name, repo_type="model"), "snapshots")
-    cached = os.path.isdir(cache) and any(os.scandir(cache))
-    hub_id = f"{where}; as a Hugging Face Hub id"
-    if _hub_offline() or local_files_only:
-        if cached:
-            return
-        why = "the Hub is offline (HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE)" if _hub_offline() else "only local files were asked for"
-        raise FileNotFoundError(f"{hub_id} it is not in the local Hub cache ({constants.HF_HUB_CACHE}), and {why}")
+    if os.path.isdir(cache) and any(os.scandir(cache)):
+        return
+    why = ("the Hub is offline (HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE)" if _hub_offline()
+           else "only local files were asked for")
+    raise FileNotFoundError(f"{where}; as a Hugging Face Hub id it is not in the local Hub cache "
+                            f"({constants.HF_HUB_CACHE}), and {why}")
+
+
+@contextlib.contextmanager
+def model_source(name_or_path: str | os.PathLike, what: str = "model", *, local_files_only: bool = False):
+    """:func:`check_model_source`, then the block that loads ``name_or_path``. When the block fails with an
+    ``OSError`` (how transformers reports the Hub's answers: no such repository, unreachable, gated, a file
+    missing) for a name that is not a local path, the error says so: no such local directory, and that the name
+    was looked up on the Hub, followed by the Hub's answer."""
+    check_model_source(name_or_path, what, local_files_only=local_files_only)
     try:
-        found = huggingface_hub.repo_exists(name)
-    except Exception as error:  # noqa: BLE001 -- no answer from the Hub: the cache decides, as the loaders do
-        if cached:
-            return
-        raise FileNotFoundError(f"{hub_id} it was looked up on the Hub, which could not be reached "
-                                f"({type(error).__name__}: {error}), and it is not in the local Hub cache "
-                                f"({constants.HF_HUB_CACHE})") from None
-    if not found:
-        raise FileNotFoundError(f"{hub_id} it was looked up on the Hub, which has no such model repository (a "
-                                "private one needs a token: `hf auth login`)")
+        yield
+    except OSError as error:
+        name = os.fspath(name_or_path)
+        if os.path.exists(name):
+            raise
+        raise OSError(f"{what} {name!r} could not be loaded: it is not an existing local path (no such "
+                      f"directory), and as a Hugging Face Hub id it was looked up on the Hub: {error}") from error
 
 
 def iter_lines(path: str | os.PathLike) -> Iterator[tuple[int, str]]:

@@ -132,10 +132,10 @@ class Service:
 
         import avey_b
         from avey_b.device import pick_device, use_bf16
-        from avey_b.files import check_model_source
+        from avey_b.files import model_source
 
-        check_model_source(path)
-        config = AutoConfig.from_pretrained(path)
+        with model_source(path):
+            config = AutoConfig.from_pretrained(path)
         if getattr(config, "model_type", None) != "avey-b":
             raise ValueError(f"{path} holds a {getattr(config, 'model_type', None)!r} model: avey-b serve serves Avey-B")
         architecture = (config.architectures or ["AveyBModel"])[0]

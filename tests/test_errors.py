@@ -180,29 +180,44 @@ def test_every_verb_says_a_hub_id_was_looked_up_on_the_hub_and_why_it_was_not_fo
     assert "as a Hugging Face Hub id it is not in the local Hub cache" in err and "the Hub is offline" in err, err
 
 
-def test_a_hub_id_looked_up_online_says_what_the_hub_answered(tmp_path, monkeypatch):
-    """Online, the Hub is asked (here its answers are stood in for: tests never touch the network)."""
+@pytest.fixture
+def hub_answers(tmp_path, monkeypatch):
+    """The Hub online, its answers stood in for (tests never touch the network): every download raises
+    ``hub_answers["error"]``, as huggingface_hub does for a missing repository or an unreachable Hub."""
     import huggingface_hub
+    import transformers.utils.hub
 
-    from avey_b.files import check_model_source
-
-    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+    monkeypatch.chdir(tmp_path)
+    for variable in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        monkeypatch.delenv(variable, raising=False)
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub-cache"))
-    monkeypatch.setattr(huggingface_hub, "repo_exists", lambda name: False)
-    with pytest.raises(FileNotFoundError, match="looked up on the Hub, which has no such model repository"):
-        check_model_source("nobody/nomodel")
+    answer = {}
 
-    def unreachable(name):
-        raise ConnectionError("no route to host")
+    def download(*args, **kwargs):
+        raise answer["error"]
 
-    monkeypatch.setattr(huggingface_hub, "repo_exists", unreachable)
-    with pytest.raises(FileNotFoundError, match=r"could not be reached \(ConnectionError: no route to host\), and "
-                                                r"it is not in the local Hub cache"):
-        check_model_source("nobody/nomodel")
-    (tmp_path / "hub-cache" / "models--nobody--nomodel" / "snapshots" / "abc").mkdir(parents=True)
-    check_model_source("nobody/nomodel")  # unreachable but cached: the loader goes ahead, as transformers does
-    monkeypatch.setattr(huggingface_hub, "repo_exists", lambda name: True)
-    check_model_source("somebody/model")
-    check_model_source(str(tmp_path))  # an existing local path is never looked up
+    monkeypatch.setattr(transformers.utils.hub, "hf_hub_download", download)
+    monkeypatch.setattr(transformers.utils.hub, "snapshot_download", download)
+    return answer
+
+
+def hub_errors():
+    from types import SimpleNamespace
+
+    from huggingface_hub.errors import LocalEntryNotFoundError, RepositoryNotFoundError
+
+    return {"no such repository": (RepositoryNotFoundError("404", response=SimpleNamespace(headers={}, request=None)),
+                                   "is not a valid model identifier listed on 'https://huggingface.co/models'"),
+            "unreachable": (LocalEntryNotFoundError("cannot connect"), "We couldn't connect to")}
+
+
+@pytest.mark.parametrize("answer", ["no such repository", "unreachable"])
+@pytest.mark.parametrize("verb", list(MODEL_VERBS))
+def test_every_verb_says_a_hub_id_was_looked_up_on_the_hub_and_what_the_hub_answered(verb, answer, tmp_path,
+                                                                                      hub_answers, capsys):
+    hub_answers["error"], said = hub_errors()[answer]
+    err = run_verb(verb, "runs/nomodel", tmp_path, capsys)
+    assert "'runs/nomodel' could not be loaded: it is not an existing local path (no such directory), and as a " \
+           "Hugging Face Hub id it was looked up on the Hub: " in err, err
+    assert said in err, err

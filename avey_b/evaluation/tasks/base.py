@@ -16,7 +16,13 @@ from typing import Any
 import torch
 
 from ...device import PRECISIONS, autocast, use_bf16
-from ...files import DataFileError, check_model_source, iter_jsonl, read_rows
+from ...files import (
+    DataFileError,
+    check_model_source,  # noqa: F401 -- finetune and niah import it from here
+    iter_jsonl,
+    model_source,
+    read_rows,
+)
 from ...heads import sentence_embedding  # importing the package registers Avey-B with the Auto classes
 from ...tokenization import load_tokenizer
 
@@ -212,9 +218,9 @@ def load_model(name_or_path: str, head: str, cfg: RunConfig, **kwargs):
 
     if head not in HEADS:
         raise ValueError(f"unknown head {head!r}; expected one of {sorted(HEADS)}")
-    check_model_source(name_or_path)
     auto = getattr(transformers, HEADS[head])
-    return auto.from_pretrained(name_or_path, trust_remote_code=cfg.trust_remote_code, **kwargs)
+    with model_source(name_or_path):
+        return auto.from_pretrained(name_or_path, trust_remote_code=cfg.trust_remote_code, **kwargs)
 
 
 def load_task_tokenizer(name_or_path: str, cfg: RunConfig):
