@@ -56,7 +56,7 @@ def parameter_counts(model: nn.Module) -> dict[str, int]:
         parts = name.split(".")
         if "embed_tokens" in parts:
             key = "embedding"
-        elif "compressor" in parts:
+        elif "compressor" in parts or "compressors" in parts:  # compressors.ℓ: ranker_placement="every_layer"
             key = "compressor"
         elif "layers" in parts:
             if "norm" in parts:

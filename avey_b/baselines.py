@@ -43,6 +43,7 @@ from torch import nn
 
 from . import presets  # importing the package registers Avey-B with the Auto classes
 from .configs import check_keys
+from .files import model_source
 
 
 def _neobert_like(**overrides):
@@ -158,7 +159,8 @@ def build_config(spec: ModelSpec | str, defaults: dict[str, Any] | None = None):
         return AutoConfig.for_model(model_type, **{**given, **fields_of(AutoConfig.for_model(model_type)),
                                                    **spec.overrides})
     if os.path.isdir(name) or "/" in name:
-        config = AutoConfig.from_pretrained(name)
+        with model_source(name):
+            config = AutoConfig.from_pretrained(name)
         for key, value in {**fields_of(config), **spec.overrides}.items():
             setattr(config, key, value)
         return config

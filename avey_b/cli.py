@@ -25,6 +25,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "convert": ("avey_b.convert", "convert an authors' release checkpoint to this library's format"),
     "export": ("avey_b.export", "an Avey-B checkpoint as ONNX / torch.export, for every length"),
     "serve": ("avey_b.serve", "an HTTP server: OpenAI-compatible embeddings, fill-mask, classification"),
+    "embed": ("avey_b.embed", "embed a corpus into Parquet shards, resumably (whole documents or late chunks)"),
 }
 
 

@@ -33,6 +33,7 @@ ACTIVATIONS = ("relu2", "relu", "gelu", "gelu_tanh", "silu", "identity")
 DYNAMIC_NORMALIZATIONS = ("sum", "l1", "rms", "softmax", "scaled_softmax", "none")
 RANKER_MODES = ("unidirectional", "bidirectional", "off")
 RANKER_ALGORITHMS = ("auto", "dense", "vocabulary")
+RANKER_PLACEMENTS = ("embeddings", "every_layer")
 
 
 def _transformers_keys() -> set[str]:
@@ -97,6 +98,19 @@ class AveyBConfig(PretrainedConfig):
             `"bidirectional"` (all other splits) or `"off"` (no retrieval: every split is processed alone; set
             ``split_size`` to the sequence length to let the processor see the whole sequence, as the paper's
             "w/o ranker" ablation does).
+        ranker_placement (`str`, defaults to `"embeddings"`): where the ranker runs. `"embeddings"`: once, on the
+            embedding output, before the first layer (§3.1; Avey-B as published). `"every_layer"`: the ablation of
+            the paper's appendix "Ablation Study" ("we incorporated the ranker at every layer such that it operates
+            on contextualized embeddings": −27.28% on average, 5.9× slower): before each layer, MaxSim is recomputed
+            on that layer's input (each split's current states), the top-``k`` splits are chosen again, and the
+            weighted retrieved splits are concatenated before the split and compressed back to ``S`` tokens. Each
+            layer has its own compressor ``P_ℓ``: the paper does not say; it places the compressor "within the
+            ranker" (§4.3), and a ranker invoked before every layer compresses states of a different depth each
+            time, so one learned ``P`` per invocation is our reading (one shared ``P`` would tie them together).
+            Without the compressor each layer sees ``(k+1)S`` tokens and keeps its current split's outputs, which
+            the next layer's ranker then retrieves from. The choice always takes the dense path from the second
+            layer on (MaxSim factors through token ids only on the embedding output), so `"vocabulary"` is refused,
+            and the layers run over all rows at once (``chunk_tokens`` does not apply). Needs a ranker (not `"off"`).
         ranker_weighting (`str`, defaults to `"max"`): the selected MaxSim scores are divided by the largest
             (`"max"`, paper) or the smallest (`"min"`, release, weights ≥ 1) selected score.
         ranker_algorithm (`str`, defaults to `"auto"`): how the ranker computes MaxSim for its choice; every path
@@ -176,6 +190,7 @@ class AveyBConfig(PretrainedConfig):
         dynamic_temperature: float = 0.1,
         static_weights: str = "signed",
         ranker: str = "unidirectional",
+        ranker_placement: str = "embeddings",
         ranker_weighting: str = "max",
         ranker_algorithm: str = "auto",
         ranker_block_size: int = 512,
@@ -222,6 +237,7 @@ class AveyBConfig(PretrainedConfig):
         self.dynamic_temperature = dynamic_temperature
         self.static_weights = static_weights
         self.ranker = ranker
+        self.ranker_placement = ranker_placement
         self.ranker_weighting = ranker_weighting
         self.ranker_algorithm = ranker_algorithm
         self.ranker_block_size = ranker_block_size
@@ -316,6 +332,16 @@ class AveyBConfig(PretrainedConfig):
         _choice("ranker", self.ranker, RANKER_MODES)
         _choice("ranker_weighting", self.ranker_weighting, ("max", "min"))
         _choice("ranker_algorithm", self.ranker_algorithm, RANKER_ALGORITHMS)
+        _choice("ranker_placement", self.ranker_placement, RANKER_PLACEMENTS)
+        if self.ranker_placement == "every_layer":
+            if self.ranker == "off":
+                raise ValueError("AveyBConfig.ranker_placement='every_layer' needs a ranker, but ranker='off': set ranker "
+                                 "to 'unidirectional' or 'bidirectional', or ranker_placement to 'embeddings'")
+            if self.ranker_algorithm == "vocabulary":
+                raise ValueError(
+                    "AveyBConfig.ranker_placement='every_layer' ranks contextualized states, where MaxSim does not "
+                    "factor through token ids: ranker_algorithm='vocabulary' cannot hold there; use 'auto' or 'dense'"
+                )
         _choice("ranker_selection_precision", self.ranker_selection_precision, ("exact", "bfloat16"))
         _choice("initializer", self.initializer, ("xavier_normal", "normal"))
         _choice("classifier_head", self.classifier_head, ("linear", "avey-b1"))

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from . import release
 from .configuration import AveyBConfig
+from .files import model_source
 from .heads import AveyBForMaskedLM, AveyBForSequenceClassification, AveyBForTokenClassification
 from .release import ReleaseConversionError
 
@@ -31,7 +32,13 @@ def convert_release_checkpoint(src: str | os.PathLike, dst: str | os.PathLike, *
     """
     import torch
 
-    directory = release.resolve_release_directory(src, **hub_kwargs)
+    with model_source(src, "release checkpoint", local_files_only=bool(hub_kwargs.get("local_files_only"))):
+        if not os.path.isdir(src):  # a Hub id: fetch its config.json first, so that the Hub's answer is reported
+            from transformers.utils import cached_file
+
+            cached_file(str(src), "config.json", **{k: v for k, v in hub_kwargs.items()
+                                                    if k in ("cache_dir", "token", "revision", "local_files_only")})
+        directory = release.resolve_release_directory(src, **hub_kwargs)
     if directory is None:
         raise ReleaseConversionError(f"{src} is not an Avey-B release checkpoint (config.json with d_embed/chunk_size)")
     config = AveyBConfig(**release.release_config_to_ours(release.read_release_config(directory)))

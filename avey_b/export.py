@@ -29,7 +29,10 @@ model with an error: a trace would freeze the split count.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import logging
 import sys
+import warnings
 from pathlib import Path
 
 import torch
@@ -42,6 +45,50 @@ HEADS = {"base": ("AutoModel", {"last_hidden_state": "last_hidden_state"}),
          "embedding": ("AveyBForSentenceEmbedding", {"last_hidden_state": "last_hidden_state",
                                                      "sentence_embedding": "pooler_output"})}
 VERIFY_LENGTHS = (1, 7, 100, 1100)
+
+
+#: What the exporter's stack reports on every Avey-B export that is known and harmless to its user, silenced
+#: during the export: (logger, start of the message) for log records, (category, message regex) for warnings.
+#: Everything else it reports still shows.
+HARMLESS_LOG_RECORDS = [
+    # torch.onnx registers torchvision's operators when torchvision is installed; Avey-B uses none of them
+    ("torch.onnx._internal.exporter._registration", "torchvision is not installed. Skipping"),
+    # onnxscript's optimizer leaves constant Split nodes (several outputs) unfolded: a
+    # missed optimization, not an error (the graph is checked against the eager model after writing)
+    ("onnxscript.optimizer._constant_folding", "Skipping constant folding for op %s with multiple outputs"),
+]
+HARMLESS_WARNINGS = [
+    # torch's own pytree code still uses its deprecated LeafSpec while exporting: nothing the user can change
+    (FutureWarning, r"`isinstance\(treespec, LeafSpec\)` is deprecated"),
+    # input_ids and attention_mask share the `batch` and `length` axes, named once: the graph's inputs and outputs
+    # carry those names (the warning is about not naming them twice)
+    (UserWarning, r"# The axis name: (batch|length) will not be used, since it shares the same shape constraints"),
+]
+
+
+class _DropRecords(logging.Filter):
+    def __init__(self, starts: str):
+        super().__init__()
+        self.starts = starts
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(self.starts)
+
+
+@contextlib.contextmanager
+def quiet_known_exporter_noise():
+    """Silence :data:`HARMLESS_LOG_RECORDS` and :data:`HARMLESS_WARNINGS` (and nothing else) inside the block."""
+    filters = [(logging.getLogger(name), _DropRecords(starts)) for name, starts in HARMLESS_LOG_RECORDS]
+    with warnings.catch_warnings():
+        for category, message in HARMLESS_WARNINGS:
+            warnings.filterwarnings("ignore", message=message, category=category)
+        for logger, f in filters:
+            logger.addFilter(f)
+        try:
+            yield
+        finally:
+            for logger, f in filters:
+                logger.removeFilter(f)
 
 
 def _outputs(output: str | dict[str, str]) -> dict[str, str]:
@@ -80,7 +127,8 @@ def _dynamic():
 def export_program(model: torch.nn.Module, output: str = "last_hidden_state") -> torch.export.ExportedProgram:
     """A ``torch.export`` program of ``model`` with dynamic batch and length."""
     wrapped = Exportable(model.eval(), output).eval()
-    return torch.export.export(wrapped, _example(model), dynamic_shapes=_dynamic())
+    with quiet_known_exporter_noise():
+        return torch.export.export(wrapped, _example(model), dynamic_shapes=_dynamic())
 
 
 def fold_weight_layouts(model) -> int:
@@ -130,8 +178,9 @@ def export_onnx(model: torch.nn.Module, path: str | Path, output: str | dict[str
     :class:`Exportable` (its names are the graph's output names). Weights are stored in the layout their MatMul
     reads (:func:`fold_weight_layouts`)."""
     wrapped = Exportable(model.eval(), output).eval()
-    program = torch.onnx.export(wrapped, _example(model), dynamo=True, dynamic_shapes=_dynamic(),
-                                input_names=["input_ids", "attention_mask"], output_names=list(_outputs(output)))
+    with quiet_known_exporter_noise():
+        program = torch.onnx.export(wrapped, _example(model), dynamo=True, dynamic_shapes=_dynamic(),
+                                    input_names=["input_ids", "attention_mask"], output_names=list(_outputs(output)))
     fold_weight_layouts(program.model)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -217,8 +266,12 @@ def main(argv: list[str] | None = None) -> int:
 
     import avey_b  # noqa: F401  (registers Avey-B with the Auto classes)
 
+    from .files import model_source
+
     loader, output = HEADS[args.head]
-    model = getattr(avey_b if loader.startswith("AveyB") else transformers, loader).from_pretrained(args.model).eval()
+    with model_source(args.model):
+        model = getattr(avey_b if loader.startswith("AveyB") else transformers, loader).from_pretrained(args.model)
+    model.eval()
     if getattr(model.config, "model_type", None) != "avey-b":
         raise ValueError(f"{args.model} is a {model.config.model_type!r} model: `avey-b export` exports Avey-B")
     if args.format == "torch":

@@ -7,14 +7,21 @@ Every reader of training and evaluation data (text, JSONL, TSV/CSV, CoNLL, SQuAD
 * a malformed JSON line names the file, the line and the column;
 * lines are read one at a time, so a training corpus of any size streams.
 
+And the one check every verb that takes a model or tokenizer runs around loading it (:func:`model_source`,
+:func:`check_model_source`): a name that is neither a local path nor on the Hugging Face Hub is reported as such —
+no such local directory, and for a possible Hub id that it was looked up on the Hub and what the Hub answered —
+instead of as a Hub error about repo id syntax.
+
 This module imports nothing else from the package.
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import os
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -72,6 +79,69 @@ def _feed(h, path):
 def check_file(path: str | os.PathLike) -> None:
     if not os.path.isfile(path):
         raise FileNotFoundError(f"data file not found: {path}")
+
+
+#: What a Hugging Face Hub repository id can look like: ``name`` or ``namespace/name``.
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
+
+
+def _hub_offline() -> bool:
+    """Whether the Hub is off limits: ``HF_HUB_OFFLINE`` / ``TRANSFORMERS_OFFLINE`` as huggingface_hub read them
+    at import, or as set since."""
+    from huggingface_hub import constants
+
+    variables = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+    return bool(constants.HF_HUB_OFFLINE) or any(os.environ.get(v, "").upper() in ("1", "ON", "YES", "TRUE")
+                                                 for v in variables)
+
+
+def check_model_source(name_or_path: str | os.PathLike, what: str = "model", *, local_files_only: bool = False) -> None:
+    """Refuse at once, without asking the Hub, a model (or tokenizer: ``what``) that is not a local path and that
+    the Hugging Face Hub cannot serve, saying where it was looked for and why it was not found there:
+
+    * a name that cannot be a Hub id (``./runs/x``, ``/data/model``): no such local directory;
+    * a possible Hub id (``org/name``; also a relative path such as ``runs/x`` that does not exist here) while the
+      Hub is offline (``HF_HUB_OFFLINE``) or with ``local_files_only``: no such local directory, and not in the
+      local Hub cache.
+
+    Otherwise it returns and the loader goes ahead; :func:`model_source` words the Hub's answer if loading fails."""
+    name = os.fspath(name_or_path)
+    if os.path.exists(name):
+        return
+    where = f"{what} not found: {name!r} is not an existing local path (no such directory)"
+    if not _HUB_ID.match(name) or "--" in name or ".." in name:
+        raise FileNotFoundError(f"{where}, and it cannot be a Hugging Face Hub id (those read 'name' or "
+                                "'namespace/name')")
+    if not (_hub_offline() or local_files_only):
+        return
+    import huggingface_hub
+    from huggingface_hub import constants
+
+    cache = os.path.join(constants.HF_HUB_CACHE, huggingface_hub.file_download.repo_folder_name(
+        repo_id=name, repo_type="model"), "snapshots")
+    if os.path.isdir(cache) and any(os.scandir(cache)):
+        return
+    why = ("the Hub is offline (HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE)" if _hub_offline()
+           else "only local files were asked for")
+    raise FileNotFoundError(f"{where}; as a Hugging Face Hub id it is not in the local Hub cache "
+                            f"({constants.HF_HUB_CACHE}), and {why}")
+
+
+@contextlib.contextmanager
+def model_source(name_or_path: str | os.PathLike, what: str = "model", *, local_files_only: bool = False):
+    """:func:`check_model_source`, then the block that loads ``name_or_path``. When the block fails with an
+    ``OSError`` (how transformers reports the Hub's answers: no such repository, unreachable, gated, a file
+    missing) for a name that is not a local path, the error says so: no such local directory, and that the name
+    was looked up on the Hub, followed by the Hub's answer."""
+    check_model_source(name_or_path, what, local_files_only=local_files_only)
+    try:
+        yield
+    except OSError as error:
+        name = os.fspath(name_or_path)
+        if os.path.exists(name):
+            raise
+        raise OSError(f"{what} {name!r} could not be loaded: it is not an existing local path (no such "
+                      f"directory), and as a Hugging Face Hub id it was looked up on the Hub: {error}") from error
 
 
 def iter_lines(path: str | os.PathLike) -> Iterator[tuple[int, str]]:

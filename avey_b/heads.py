@@ -7,6 +7,7 @@ transformers output class (``loss`` when labels are given), and honours ``return
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,8 +40,42 @@ def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor | None) -> torc
 def sentence_embedding(hidden: torch.Tensor, attention_mask: torch.Tensor | None, normalize: bool) -> torch.Tensor:
     """The embedding head's vectors from the backbone's last hidden state: masked mean pooling, then (``normalize``)
     L2 normalization computed in float32. Also what ``avey-b serve`` returns for any Avey-B checkpoint."""
-    pooled = mean_pool(hidden, attention_mask)
+    return _l2_normalize(mean_pool(hidden, attention_mask), normalize)
+
+
+def _l2_normalize(pooled: torch.Tensor, normalize: bool) -> torch.Tensor:
     return F.normalize(pooled.float(), dim=-1).to(pooled.dtype) if normalize else pooled
+
+
+def chunk_embeddings(hidden: torch.Tensor, attention_mask: torch.Tensor | None,
+                     chunks: Sequence[Sequence[tuple[int, int]]], normalize: bool) -> list[torch.Tensor]:
+    """Late chunking: one vector per chunk of each row, pooled from the hidden states of one forward over the whole
+    row, so every chunk vector has seen the whole document (Günther et al., 2024, "Late Chunking").
+
+    ``chunks[b]`` lists row ``b``'s chunks as token ranges ``(start, end)``, end exclusive, counted over the row's
+    real tokens (the positions ``attention_mask`` marks, in order), so the same ranges hold whichever side the row
+    is padded on. Each chunk's vector is the mean of its tokens' states (what :func:`mean_pool` computes with a
+    mask that marks the chunk; sums in at least float32), then, with ``normalize``, L2-normalized as
+    :func:`sentence_embedding` does. Returns one ``(len(chunks[b]), d)`` tensor per row."""
+    if len(chunks) != hidden.shape[0]:
+        raise ValueError(f"chunks has {len(chunks)} rows for a batch of {hidden.shape[0]}")
+    real = (torch.ones(hidden.shape[:2], dtype=torch.bool, device=hidden.device) if attention_mask is None
+            else attention_mask.bool())
+    position = real.long().cumsum(1) - 1  # (B, N) each token's index among its row's real tokens
+    acc = torch.promote_types(hidden.dtype, torch.float32)
+    out = []
+    for b, spans in enumerate(chunks):
+        n_real = int(real[b].sum())
+        span = torch.as_tensor(list(spans), dtype=torch.long, device=hidden.device).reshape(-1, 2)  # (C, 2)
+        bad = ((span[:, 0] < 0) | (span[:, 1] > n_real) | (span[:, 0] >= span[:, 1])).nonzero()
+        if len(bad):
+            raise ValueError(f"row {b}: chunk {tuple(span[bad[0, 0]].tolist())} is not a non-empty token range "
+                             f"within the row's {n_real} tokens")
+        inside = (position[b] >= span[:, :1]) & (position[b] < span[:, 1:]) & real[b]  # (C, N)
+        total = inside.to(acc) @ hidden[b].to(acc)  # (C, d)
+        pooled = (total / (span[:, 1] - span[:, 0]).unsqueeze(-1).to(acc)).to(hidden.dtype)
+        out.append(_l2_normalize(pooled, normalize))
+    return out
 
 
 def _finish(output, return_dict: bool | None, config: AveyBConfig):
@@ -377,3 +412,19 @@ class AveyBForSentenceEmbedding(AveyBPreTrainedModel):
             loss=loss, last_hidden_state=out.last_hidden_state, pooler_output=pooled, hidden_states=out.hidden_states
         )
         return _finish(output, return_dict, self.config)
+
+    def encode_chunks(self, input_ids: torch.LongTensor, attention_mask: torch.Tensor | None,
+                      chunks: Sequence[Sequence[tuple[int, int]]]) -> list[torch.Tensor]:
+        """Late chunking: one forward over each whole input, then one embedding per chunk (:func:`chunk_embeddings`:
+        the mean of the chunk's token states, L2-normalized if ``config.normalize_embeddings``, as ``forward``
+        pools the whole input). ``chunks[b]`` holds row ``b``'s ``(start, end)`` token ranges, counted over its
+        real tokens (padding on either side is skipped). Returns one ``(len(chunks[b]), d)`` tensor per row.
+        Call it under ``torch.no_grad()`` for inference; ``avey-b embed --chunking late`` runs it over a corpus
+        and maps character spans to token ranges with the tokenizer's offsets.
+
+            enc = tokenizer(text, return_tensors="pt")
+            with torch.no_grad():
+                vectors = model.encode_chunks(enc.input_ids, enc.attention_mask, [[(1, 65), (65, 129)]])[0]
+        """
+        hidden = self.model(input_ids, attention_mask, return_dict=True).last_hidden_state
+        return chunk_embeddings(hidden, attention_mask, chunks, self.config.normalize_embeddings)

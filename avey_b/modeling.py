@@ -16,11 +16,14 @@ Notable choices:
   those of the unpadded sequence. Splits with no real token skip the processor; rows of different lengths are
   ranked each over its own splits. This bookkeeping lives in :mod:`avey_b.splits` (cut, then restore).
 - The ranker runs once, on the embedding output; the processor sees ``(B·n, C, d)`` rows, independent of ``N``,
-  which is why the processor's cost is linear in ``N``.
+  which is why the processor's cost is linear in ``N``. The ablation ``ranker_placement="every_layer"`` (appendix
+  "Ablation Study") ranks, concatenates and compresses again before every layer, on that layer's input.
 - Every variant of the paper's ablations (§5.2 and appendix) is a config switch on this one code path.
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import torch
 from torch import nn
@@ -227,7 +230,13 @@ class AveyBModel(AveyBPreTrainedModel):
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
         self.embed_dropout = nn.Dropout(config.embedding_dropout)
         self.ranker = Ranker(config) if config.ranker != "off" else None
-        self.compressor = Compressor(config) if self.ranker is not None and config.compressor else None
+        # The ablation "ranker at every layer" (appendix "Ablation Study"): the choice and the rows are made again
+        # before each layer, each with its own compressor P_ℓ (``AveyBConfig.ranker_placement`` says why).
+        self.every_layer = self.ranker is not None and config.ranker_placement == "every_layer"
+        compress = self.ranker is not None and config.compressor
+        self.compressor = Compressor(config) if compress and not self.every_layer else None
+        self.compressors = (nn.ModuleList(Compressor(config) for _ in range(config.num_hidden_layers))
+                            if compress and self.every_layer else None)
         self.layers = nn.ModuleList(AveyBLayer(config, i) for i in range(config.num_hidden_layers))
         self.norm = RMSNorm(config.hidden_size, eps=config.norm_eps) if config.final_norm else None
         self.gradient_checkpointing = False
@@ -275,7 +284,7 @@ class AveyBModel(AveyBPreTrainedModel):
 
         # 2. Rank (§3, Eq. MaxSim): the top-k splits of every split, chosen once, on the embeddings.
         choice = None
-        if self.ranker is not None:
+        if self.ranker is not None and not self.every_layer:
             xn, idx, filled = self.ranker(sp.x, sp.keep, sp.ids)  # idx, filled: (B, n, k)
             choice = self.ranker.flat_choice(xn, idx, filled)  # over the B·n splits, for concat
 
@@ -285,8 +294,11 @@ class AveyBModel(AveyBPreTrainedModel):
         C = (config.num_retrieved_splits + 1) * S if self.ranker is not None and self.compressor is None else S
         R = sp.num_rows
         chunk = max(1, config.chunk_tokens // C)
-        if compiling or output_hidden_states or R <= chunk:  # one pass over all rows
-            h, h_keep = self._processor_rows(sp, choice, slice(None) if sp.rows is None else sp.rows)  # (R, C, d)
+        if self.every_layer:  # the ablation: a new choice, new rows, before every layer
+            h = self._rank_every_layer(sp, all_hidden)  # (R, S, d)
+        elif compiling or output_hidden_states or R <= chunk:  # one pass over all rows
+            h, h_keep = self._processor_rows(sp, choice, slice(None) if sp.rows is None else sp.rows,
+                                             self.compressor)  # (R, C, d)
             for layer in self.layers:
                 h = layer(h, h_keep)
                 if output_hidden_states:
@@ -297,7 +309,7 @@ class AveyBModel(AveyBPreTrainedModel):
             out = None  # filled chunk by chunk: no list of chunks to concatenate (a second copy of every output)
             for start in range(0, R, chunk):
                 sel = slice(start, start + chunk) if sp.rows is None else sp.rows[start:start + chunk]
-                h, h_keep = self._processor_rows(sp, choice, sel)
+                h, h_keep = self._processor_rows(sp, choice, sel, self.compressor)
                 for layer in self.layers:
                     h = layer(h, h_keep)
                 if out is None:
@@ -315,14 +327,54 @@ class AveyBModel(AveyBPreTrainedModel):
             return tuple(v for v in (out, hidden_states) if v is not None)
         return BaseModelOutput(last_hidden_state=out, hidden_states=hidden_states)
 
-    def _processor_rows(self, sp: splits.Splits, choice, sel) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def _processor_rows(self, sp: splits.Splits, choice, sel, compressor: Compressor | None
+                        ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The processor's input rows ``(R, C, d)`` and their keep mask for the splits ``sel`` (a slice or indices
-        into the ``B·n`` splits): each split after its retrieved ones, weighted (§3), compressed to ``S`` tokens
-        (§4.3); without the ranker (ablation) each split alone; without the compressor (ablation) ``(k+1)S``."""
+        into the ``B·n`` splits) of ``sp.x``: each split after its retrieved ones, weighted (§3), compressed to ``S``
+        tokens by ``compressor`` (§4.3); without the ranker (ablation) each split alone; without the compressor
+        (ablation, ``compressor=None``) ``(k+1)S``."""
         x, keep = sp.flat_x, sp.flat_keep
         if self.ranker is None:
             return x[sel], None if keep is None else keep[sel]
         x_cat, keep_cat = self.ranker.concat(x, keep, *choice, sel)
-        if self.compressor is None:
+        if compressor is None:
             return x_cat, keep_cat
-        return self.compressor(x_cat, x[sel]), None if keep is None else keep[sel]
+        return compressor(x_cat, x[sel]), None if keep is None else keep[sel]
+
+    def _rank_every_layer(self, sp: splits.Splits, all_hidden: list | None) -> torch.Tensor:
+        """The ablation ``ranker_placement="every_layer"`` (appendix "Ablation Study": "the ranker at every layer
+        such that it operates on contextualized embeddings"). Before layer ℓ, the ranker chooses the top-``k``
+        splits of every split on the layer's input — each split's current states, ``(B, n, S, d)``, zero at
+        padding — and the rows are rebuilt from those states: weighted retrieved splits, the split last, compressed
+        by ``P_ℓ`` (or ``(k+1)S`` tokens without the compressor, of which the split's own outputs are kept).
+
+        Every layer takes all rows at once: the next choice needs every split's states. Appends each layer's output
+        to ``all_hidden`` when given. Returns the last layer's rows (R, S, d)."""
+        S = sp.x.shape[2]
+        rows = slice(None) if sp.rows is None else sp.rows
+        states = sp
+        for i, layer in enumerate(self.layers):
+            # The first layer's input is the embedding output, where MaxSim factors through the token ids (the
+            # vocabulary path is exact: same choice, less work). Deeper inputs are contextualized — equal ids no
+            # longer have equal vectors — so the choice there takes the dense path (no ids).
+            xn, idx, filled = self.ranker(states.x, sp.keep, sp.ids if i == 0 else None)
+            choice = self.ranker.flat_choice(xn, idx, filled)
+            compressor = None if self.compressors is None else self.compressors[i]
+            h, h_keep = self._processor_rows(states, choice, rows, compressor)  # (R, C, d)
+            h = layer(h, h_keep)[:, -S:]  # (R, S, d): each split's own outputs
+            if all_hidden is not None:
+                all_hidden.append(sp.restore(h))
+                h = sp.recut(all_hidden[-1])  # continue from the returned tensor (on the gradient path)
+            if i + 1 < len(self.layers):
+                states = dataclasses.replace(sp, x=self._split_states(sp, h), ids=None)
+        return h
+
+    @staticmethod
+    def _split_states(sp: splits.Splits, h: torch.Tensor) -> torch.Tensor:
+        """Processor rows (R, S, d) -> the splits' states (B, n, S, d), zeros at padding and in empty splits (as
+        :func:`avey_b.splits.cut` leaves the embeddings): what the ranker and the compressor take."""
+        B, n, S, d = sp.x.shape
+        if sp.rows is not None:
+            h = h.new_zeros(B * n, S, d).index_copy(0, sp.rows, h)
+        x = h.reshape(B, n, S, d)
+        return x if sp.keep is None else x * sp.keep.unsqueeze(-1).to(x.dtype)

@@ -48,12 +48,17 @@ def read_jsonl(path: str | os.PathLike, *, objects_only: bool = False) -> list[A
     return [v for _, v in iter_jsonl(path, objects=objects_only, skip_other_lines=objects_only)]
 
 
-def _atomic_write(path: str | os.PathLike, write: Callable[[Any], None]) -> None:
+#: The temporary file of an atomic write is hidden (a leading ``.``: directory readers such as pyarrow's datasets
+#: skip it) and ends in this suffix; one left by a killed process can be recognized and removed.
+TMP_SUFFIX = ".tmp"
+
+
+def _atomic_write(path: str | os.PathLike, write: Callable[[Any], None], binary: bool = False) -> None:
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=os.path.basename(path) + ".", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix="." + os.path.basename(path) + ".", suffix=TMP_SUFFIX)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+        with (os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", encoding="utf-8", newline="")) as f:
             write(f)
             f.flush()
             os.fsync(f.fileno())
@@ -76,6 +81,12 @@ def write_jsonl_atomic(path: str | os.PathLike, rows: Iterable[dict[str, Any]]) 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:
     _atomic_write(path, lambda f: f.write(text))
+
+
+def write_bytes_atomic(path: str | os.PathLike, write: Callable[[Any], None]) -> None:
+    """Call ``write(f)`` on a binary file that becomes ``path`` only once complete (flushed, fsynced, renamed):
+    readers see the old file or the new one, never half of one (e.g. ``pyarrow.parquet.write_table(table, f)``)."""
+    _atomic_write(path, write, binary=True)
 
 
 # ------------------------------------------------------------------------------------------ length tables

@@ -9,11 +9,20 @@ validation with clear 4xx answers, graceful shutdown on SIGTERM, one process wit
 the model). Endpoints:
 
 * ``GET /health`` — the model, what it serves, the token limits.
-* ``POST /v1/embeddings`` — ``{"input": str | [str], "encoding_format": "float"}`` -> the OpenAI response shape.
-  Every checkpoint serves it: masked mean pooling of the backbone, L2-normalized when the config says so (the
-  embedding head's computation; for an embedding checkpoint, exactly its ``pooler_output``).
-* ``POST /v1/fill-mask`` (masked-LM checkpoints) — ``{"inputs": str | [str], "top_k": 5}``.
-* ``POST /v1/classify`` (sequence-classification checkpoints) — ``{"inputs": str | [str]}`` -> label and scores.
+* ``POST /v1/embeddings`` — the OpenAI embeddings API, so the ``openai`` SDK's default call works
+  (``OpenAI(base_url="http://127.0.0.1:8000/v1", api_key="-").embeddings.create(model="avey-b", input=...)``):
+  ``input`` is a string, a list of strings, a list of token ids (one input) or a list of such lists, token ids
+  embedded as given (no special tokens added; each must be below the model's ``vocab_size``);
+  ``encoding_format`` is ``"float"`` (the default here) or ``"base64"`` (the SDK's default: each vector as the
+  little-endian float32 bytes, base64-encoded); ``usage`` counts the tokens encoded. Every checkpoint serves
+  it: masked mean pooling of the backbone, L2-normalized when the config says so (the embedding head's
+  computation; for an embedding checkpoint, exactly its ``pooler_output``).
+* ``POST /v1/fill-mask`` (masked-LM checkpoints) — ``{"input": str | [str], "top_k": 5}``.
+* ``POST /v1/classify`` (sequence-classification checkpoints) — ``{"input": str | [str]}`` -> label and scores.
+
+Every endpoint takes its texts in ``input`` (the OpenAI name) and accepts ``inputs`` (the Hugging Face
+inference name) for it; a request with both is refused. An error answer holds FastAPI's ``detail`` and the OpenAI
+API's ``error`` object (``{"message", "type", ...}``), whose message the openai SDK puts in its exception.
 
 Dynamic batching: requests go into a bounded queue (full: 503); one worker takes what is waiting (what queued
 while the previous batch ran; ``--batch-wait-ms`` waits for more), sorts it by length and runs batches of at most
@@ -23,6 +32,7 @@ library's policy: bf16 autocast where the device multiplies bf16 natively, float
 
 import argparse  # no `from __future__ import annotations`: FastAPI reads the request models from live annotations
 import asyncio
+import base64
 import queue
 import sys
 import threading
@@ -32,20 +42,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-#: Peak memory of a forward per token and per unit of model width (measured: 4.5 GB for 1M tokens of the small
-#: config, d = 256, bf16, vocabulary ranker — 17 bytes per token per unit of width; 24 leaves a margin).
-BYTES_PER_TOKEN_PER_WIDTH = 24
-
-
-def default_max_tokens(hidden_size: int) -> int:
-    """The longest input the machine's memory allows: half the available memory at 24·d bytes per token."""
-    try:
-        import psutil
-
-        available = psutil.virtual_memory().available
-    except ImportError:  # psutil is optional: assume 8 GB
-        available = 8 << 30
-    return max(1024, int(available * 0.5 / (BYTES_PER_TOKEN_PER_WIDTH * hidden_size)))
+from avey_b.batching import BYTES_PER_TOKEN_PER_WIDTH, default_max_tokens, token_budget_batches
 
 
 @dataclass
@@ -101,17 +98,9 @@ class Batcher:
 
     def batches(self, jobs: list[Job]) -> list[list[Job]]:
         """Jobs of one kind, sorted by length, cut so that no batch pads past ``max_batch_tokens``."""
-        out = []
-        for kind in dict.fromkeys(j.kind for j in jobs):
-            current: list[Job] = []
-            for job in sorted((j for j in jobs if j.kind == kind), key=lambda j: len(j.ids)):
-                if current and len(job.ids) * (len(current) + 1) > self.max_batch_tokens:
-                    out.append(current)
-                    current = []
-                current.append(job)
-            if current:
-                out.append(current)
-        return out
+        return [batch for kind in dict.fromkeys(j.kind for j in jobs)
+                for batch in token_budget_batches([j for j in jobs if j.kind == kind], self.max_batch_tokens,
+                                                  lambda j: len(j.ids))]
 
 
 class Service:
@@ -122,8 +111,10 @@ class Service:
 
         import avey_b
         from avey_b.device import pick_device, use_bf16
+        from avey_b.files import model_source
 
-        config = AutoConfig.from_pretrained(path)
+        with model_source(path):
+            config = AutoConfig.from_pretrained(path)
         if getattr(config, "model_type", None) != "avey-b":
             raise ValueError(f"{path} holds a {getattr(config, 'model_type', None)!r} model: avey-b serve serves Avey-B")
         architecture = (config.architectures or ["AveyBModel"])[0]
@@ -140,6 +131,18 @@ class Service:
     def encode(self, texts: list[str]) -> list[list[int]]:
         return self.tokenizer(texts, truncation=False)["input_ids"]
 
+    def check_ids(self, ids: list[list[int]]) -> None:
+        """Token ids given by the client must index the model's embedding table (``ValueError`` naming the first
+        that does not)."""
+        vocab = self.config.vocab_size
+        for i, row in enumerate(ids):
+            if not row:
+                raise ValueError(f"input {i} holds no token ids")
+            for token in row:
+                if not 0 <= token < vocab:
+                    raise ValueError(f"input {i}: token id {token} is outside this model's vocabulary of {vocab:,} "
+                                     f"ids (0 to {vocab - 1:,})")
+
     @torch.no_grad()
     def run(self, kind: str, ids: list[list[int]]) -> list:
         from avey_b.device import autocast
@@ -155,7 +158,7 @@ class Service:
         with autocast(self.device, self.bf16):
             if kind == "embed":
                 hidden = self.backbone(input_ids=batch, attention_mask=mask).last_hidden_state
-                return sentence_embedding(hidden, mask, self.config.normalize_embeddings).float().cpu().tolist()
+                return list(sentence_embedding(hidden, mask, self.config.normalize_embeddings).float().cpu().numpy())
             logits = self.model(input_ids=batch, attention_mask=mask).logits.float()
         if kind == "classify":
             probs = logits.softmax(-1).cpu()
@@ -179,15 +182,33 @@ def build_app(service: Service, *, max_tokens: int, max_batch_tokens: int = 32_7
     from contextlib import asynccontextmanager
 
     from fastapi import FastAPI, HTTPException
-    from pydantic import BaseModel, Field
+    from fastapi.encoders import jsonable_encoder
+    from fastapi.exceptions import RequestValidationError
+    from fastapi.responses import JSONResponse
+    from pydantic import AliasChoices, BaseModel, Field, StrictInt, model_validator
+    from starlette.exceptions import HTTPException as StarletteHTTPException
 
-    class EmbeddingRequest(BaseModel):
-        input: str | list[str]
+    def input_field():  # ``input`` (OpenAI), or ``inputs`` (Hugging Face inference) for the same field
+        return Field(validation_alias=AliasChoices("input", "inputs"))
+
+    class Request(BaseModel):
+        input: str | list[str] = input_field()
+
+        @model_validator(mode="before")
+        @classmethod
+        def one_input_field(cls, data):
+            if isinstance(data, dict) and "input" in data and "inputs" in data:
+                raise ValueError("give the inputs in `input` or in its alias `inputs`, not both")
+            return data
+
+    class EmbeddingRequest(Request):
+        input: str | list[str] | list[StrictInt] | list[list[StrictInt]] = input_field()
         model: str | None = None
         encoding_format: str = "float"
+        dimensions: int | None = None
+        user: str | None = None  # the OpenAI API's end-user tag: accepted, unused
 
-    class TextsRequest(BaseModel):
-        inputs: str | list[str]
+    class TextsRequest(Request):
         top_k: int = Field(5, ge=1, le=50)
 
     state = {}
@@ -202,13 +223,38 @@ def build_app(service: Service, *, max_tokens: int, max_batch_tokens: int = 32_7
 
     app = FastAPI(title="avey-b serve", lifespan=lifespan)
 
-    async def answer(kind: str, texts: str | list[str]) -> tuple[list, int]:
-        texts = [texts] if isinstance(texts, str) else texts
-        if not texts:
-            raise HTTPException(400, "input is empty: give a string or a non-empty list of strings")
-        if any(not t for t in texts):
-            raise HTTPException(400, "input holds an empty string")
-        ids = service.encode(texts)
+    def error_body(status: int, message: str, detail) -> dict:
+        """FastAPI's ``detail`` beside the OpenAI API's ``error`` object, whose message the openai SDK shows."""
+        kind = "invalid_request_error" if status < 500 else "server_error"
+        return {"detail": detail, "error": {"message": message, "type": kind, "param": None, "code": None}}
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request, error):
+        return JSONResponse(error_body(error.status_code, str(error.detail), error.detail),
+                            status_code=error.status_code, headers=getattr(error, "headers", None))
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(request, error):
+        problems = error.errors()
+        message = "; ".join(f"{'.'.join(map(str, p['loc'][1:])) or 'body'}: {p['msg']}" for p in problems)
+        return JSONResponse(error_body(422, message, jsonable_encoder(problems)), status_code=422)
+
+    async def answer(kind: str, given: str | list[str] | list[int] | list[list[int]]) -> tuple[list, int]:
+        """Run ``given`` (texts, or token ids: one list or a list of lists); (results, tokens encoded)."""
+        if isinstance(given, str):
+            given = [given]
+        if not given:
+            raise HTTPException(400, "input is empty: give a string, a non-empty list of strings or token ids")
+        if isinstance(given[0], str):
+            if empty := [i for i, t in enumerate(given) if not t]:
+                raise HTTPException(400, f"input {empty[0]} is an empty string")
+            ids = service.encode(given)
+        else:
+            ids = [given] if isinstance(given[0], int) else given
+            try:
+                service.check_ids(ids)
+            except ValueError as error:
+                raise HTTPException(400, str(error)) from None
         for i, row in enumerate(ids):
             if len(row) > max_tokens:
                 raise HTTPException(413, f"input {i} has {len(row):,} tokens, more than this server's --max-tokens "
@@ -227,28 +273,36 @@ def build_app(service: Service, *, max_tokens: int, max_batch_tokens: int = 32_7
                 "serves": service.kinds, "max_tokens": max_tokens, "max_batch_tokens": max_batch_tokens,
                 "device": str(service.device), "bf16": service.bf16}
 
+    encodings = {"float": lambda v: v.tolist(),  # float32 values, as JSON numbers
+                 "base64": lambda v: base64.b64encode(v.astype("<f4").tobytes()).decode("ascii")}
+
     @app.post("/v1/embeddings")
     async def embeddings(request: EmbeddingRequest):
-        if request.encoding_format != "float":
-            raise HTTPException(400, "encoding_format must be 'float'")
+        if request.encoding_format not in encodings:
+            raise HTTPException(400, f"encoding_format must be one of {sorted(encodings)}, got "
+                                     f"{request.encoding_format!r}")
+        if request.dimensions not in (None, service.config.hidden_size):
+            raise HTTPException(400, f"this model's embeddings have {service.config.hidden_size} dimensions; "
+                                     f"dimensions={request.dimensions} (shortened embeddings) is not supported")
         vectors, tokens = await answer("embed", request.input)
+        encode = encodings[request.encoding_format]
         return {"object": "list", "model": request.model or service.name,
-                "data": [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(vectors)],
+                "data": [{"object": "embedding", "index": i, "embedding": encode(v)} for i, v in enumerate(vectors)],
                 "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
 
     if "fill" in service.kinds:
         @app.post("/v1/fill-mask")
         async def fill_mask(request: TextsRequest):
-            texts = [request.inputs] if isinstance(request.inputs, str) else request.inputs
+            texts = [request.input] if isinstance(request.input, str) else request.input
             if any(service.tokenizer.mask_token not in t for t in texts):
                 raise HTTPException(400, f"every input needs at least one {service.tokenizer.mask_token}")
-            results, _ = await answer("fill", request.inputs)
+            results, _ = await answer("fill", request.input)
             return {"results": [[m[:request.top_k] for m in r] for r in results]}
 
     if "classify" in service.kinds:
         @app.post("/v1/classify")
         async def classify(request: TextsRequest):
-            results, _ = await answer("classify", request.inputs)
+            results, _ = await answer("classify", request.input)
             return {"results": results}
 
     return app

@@ -17,6 +17,8 @@ import os
 import random
 import sys
 
+import torch
+
 _POS = ["good", "great", "lovely", "superb", "fine"]
 _NEG = ["bad", "awful", "poor", "dreadful", "weak"]
 _NOUNS = ["film", "plot", "cast", "story", "music", "ending"]
@@ -53,23 +55,31 @@ def tokenizer(directory: str):
     return fast
 
 
-def bert(directory: str, tok, hidden: int = 32, layers: int = 2) -> str:
-    """A randomly initialised tiny BERT (masked-LM) with the toy tokenizer, saved to ``directory``."""
+def bert(directory: str, tok, hidden: int = 32, layers: int = 2, seed: int = 0) -> str:
+    """A randomly initialised tiny BERT (masked-LM) with the toy tokenizer, saved to ``directory``; the same
+    weights for the same ``seed`` in every process (the global RNG is left as it was)."""
     from transformers import BertConfig, BertForMaskedLM
 
     cfg = BertConfig(vocab_size=len(tok), hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=2,
                      intermediate_size=4 * hidden, max_position_embeddings=512, pad_token_id=tok.pad_token_id)
-    BertForMaskedLM(cfg).save_pretrained(directory)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = BertForMaskedLM(cfg)
+    model.save_pretrained(directory)
     tok.save_pretrained(directory)
     return directory
 
 
-def avey_b(directory: str, tok, **overrides) -> str:
-    """A randomly initialised tiny Avey-B (``presets.tiny()``, vocabulary resized to the tokenizer)."""
+def avey_b(directory: str, tok, seed: int = 0, **overrides) -> str:
+    """A randomly initialised tiny Avey-B (``presets.tiny()``, vocabulary resized to the tokenizer); the same
+    weights for the same ``seed`` in every process (the global RNG is left as it was)."""
     from . import AveyBForMaskedLM, presets
 
     cfg = presets.tiny(vocab_size=len(tok), pad_token_id=tok.pad_token_id, **overrides)
-    AveyBForMaskedLM(cfg).save_pretrained(directory)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = AveyBForMaskedLM(cfg)
+    model.save_pretrained(directory)
     tok.save_pretrained(directory)
     return directory
 

@@ -21,6 +21,8 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 
+from .files import model_source
+
 RELEASE_TOKENIZER = "avey-ai/avey1-tokenizer-base"
 RELEASE_VOCAB_SIZE = 50368  # the release's embedding rows, a multiple of 64
 RELEASE_MASK_TOKEN = "<|mask|>"  # the mask token the release adds to its tokenizer
@@ -55,7 +57,8 @@ def load_tokenizer(
     """
     from transformers import AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(name_or_path, trust_remote_code=trust_remote_code, **kwargs)
+    with model_source(name_or_path, "tokenizer", local_files_only=kwargs.get("local_files_only", False)):
+        tok = AutoTokenizer.from_pretrained(name_or_path, trust_remote_code=trust_remote_code, **kwargs)
     if require_fast and not getattr(tok, "is_fast", False):
         raise ValueError(f"tokenizer of {str(name_or_path)!r} is not a fast (Rust) tokenizer; token classification, "
                          "question answering and NIAH need its offset mappings")

@@ -131,3 +131,94 @@ def test_mlm_head_reports_bad_ids_too():
     mlm = seeded(AveyBForMaskedLM, presets.tiny())
     with pytest.raises(ValueError, match="out of range"):
         mlm(torch.full((1, 4), 500))
+
+
+# ------------------------------------------------------------------ a model that is neither here nor on the Hub
+
+#: Every verb that loads a model or tokenizer, with MODEL where the name goes (one per family of loaders).
+MODEL_VERBS = {
+    "serve": ["serve", "MODEL"],
+    "export": ["export", "MODEL", "OUT/model.onnx"],
+    "convert": ["convert", "MODEL", "OUT/converted"],
+    "finetune": ["finetune", "--model", "MODEL", "--task", "sst2", "--lr", "1e-4", "--output-dir", "OUT/ft"],
+    "bench": ["bench", "run", "--models", "MODEL", "--lengths", "16", "--out", "OUT/bench.jsonl"],
+    "niah generate (tokenizer)": ["niah", "generate", "--tokenizer", "MODEL", "--out", "OUT/niah"],
+    "pretrain (model.init_from)": ["pretrain", "--config", "debug", "run_dir=OUT/run", "model.init_from=MODEL"],
+}
+
+
+@pytest.fixture
+def offline_hub(tmp_path, monkeypatch):
+    """The Hub offline and its cache empty: a Hub id is looked up in the cache only (no network)."""
+    import huggingface_hub
+
+    monkeypatch.chdir(tmp_path)  # relative names resolve under the test's directory
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub-cache"))
+
+
+def run_verb(verb, name, out, capsys):
+    from avey_b.cli import main
+
+    argv = [a.replace("MODEL", name).replace("OUT", str(out)) for a in MODEL_VERBS[verb]]
+    assert main(argv) == 1
+    return capsys.readouterr().err
+
+
+@pytest.mark.parametrize("verb", list(MODEL_VERBS))
+def test_every_verb_says_a_missing_local_model_is_no_such_directory(verb, tmp_path, offline_hub, capsys):
+    missing = str(tmp_path / "no" / "such" / "dir")
+    err = run_verb(verb, missing, tmp_path, capsys)
+    assert f"{missing!r} is not an existing local path (no such directory)" in err, err
+    assert "cannot be a Hugging Face Hub id" in err and "Repo id must be" not in err, err
+
+
+@pytest.mark.parametrize("verb", list(MODEL_VERBS))
+def test_every_verb_says_a_hub_id_was_looked_up_on_the_hub_and_why_it_was_not_found(verb, tmp_path, offline_hub,
+                                                                                   capsys):
+    err = run_verb(verb, "runs/nomodel", tmp_path, capsys)  # a relative path that is not here reads as a Hub id
+    assert "'runs/nomodel' is not an existing local path (no such directory)" in err, err
+    assert "as a Hugging Face Hub id it is not in the local Hub cache" in err and "the Hub is offline" in err, err
+
+
+@pytest.fixture
+def hub_answers(tmp_path, monkeypatch):
+    """The Hub online, its answers stood in for (tests never touch the network): every download raises
+    ``hub_answers["error"]``, as huggingface_hub does for a missing repository or an unreachable Hub."""
+    import huggingface_hub
+    import transformers.utils.hub
+
+    monkeypatch.chdir(tmp_path)
+    for variable in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub-cache"))
+    answer = {}
+
+    def download(*args, **kwargs):
+        raise answer["error"]
+
+    monkeypatch.setattr(transformers.utils.hub, "hf_hub_download", download)
+    monkeypatch.setattr(transformers.utils.hub, "snapshot_download", download)
+    return answer
+
+
+def hub_errors():
+    from types import SimpleNamespace
+
+    from huggingface_hub.errors import LocalEntryNotFoundError, RepositoryNotFoundError
+
+    return {"no such repository": (RepositoryNotFoundError("404", response=SimpleNamespace(headers={}, request=None)),
+                                   "is not a valid model identifier listed on 'https://huggingface.co/models'"),
+            "unreachable": (LocalEntryNotFoundError("cannot connect"), "We couldn't connect to")}
+
+
+@pytest.mark.parametrize("answer", ["no such repository", "unreachable"])
+@pytest.mark.parametrize("verb", list(MODEL_VERBS))
+def test_every_verb_says_a_hub_id_was_looked_up_on_the_hub_and_what_the_hub_answered(verb, answer, tmp_path,
+                                                                                      hub_answers, capsys):
+    hub_answers["error"], said = hub_errors()[answer]
+    err = run_verb(verb, "runs/nomodel", tmp_path, capsys)
+    assert "'runs/nomodel' could not be loaded: it is not an existing local path (no such directory), and as a " \
+           "Hugging Face Hub id it was looked up on the Hub: " in err, err
+    assert said in err, err

@@ -99,3 +99,32 @@ def test_export_embedding_writes_a_directory_onnx_servers_load(tmp_path, capsys)
         torch.testing.assert_close(torch.from_numpy(pooled), want.pooler_output, rtol=1e-4, atol=1e-5)
         real = mask.bool()
         torch.testing.assert_close(torch.from_numpy(hidden)[real], want.last_hidden_state[real], rtol=1e-4, atol=1e-4)
+
+
+def test_export_shows_none_of_the_exporters_known_harmless_warnings(model, tmp_path, recwarn, caplog, capfd):
+    """torchvision's absence, torch's own LeafSpec deprecation, onnxscript's unfolded Splits and the axis-name
+    notice appear on every export of this model and mean nothing to its user (see avey_b.export); the export
+    silences them, and only them."""
+    import logging
+    import warnings
+
+    from avey_b.export import HARMLESS_LOG_RECORDS, quiet_known_exporter_noise
+
+    caplog.set_level(logging.WARNING)
+    export_onnx(model, tmp_path / "avey.onnx")
+    shown = [str(w.message) for w in recwarn] + [r.getMessage() for r in caplog.records]
+    out, err = capfd.readouterr()
+    shown += (out + err).splitlines()
+    for known in ("torchvision is not installed", "isinstance(treespec, LeafSpec)", "Skipping constant folding",
+                  "The axis name"):
+        assert not [line for line in shown if known in line], (known, shown)
+
+    # narrow: another warning, or another record of the same loggers, still shows
+    with quiet_known_exporter_noise(), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        warnings.warn("# The axis name: other will not be used", UserWarning, stacklevel=1)
+        warnings.warn("some other FutureWarning", FutureWarning, stacklevel=1)
+        for name, _ in HARMLESS_LOG_RECORDS:
+            logging.getLogger(name).warning("another problem")
+    assert [str(w.message) for w in caught] == ["# The axis name: other will not be used", "some other FutureWarning"]
+    assert [r.getMessage() for r in caplog.records if r.name in dict(HARMLESS_LOG_RECORDS)] == ["another problem"] * 2

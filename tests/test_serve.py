@@ -1,7 +1,10 @@
 """``avey-b serve`` end to end: a real server process on a free local port, a real HTTP client, concurrent short
 and 20K-token inputs equal to the model's own embeddings, bad requests answered with their codes while the server
-keeps serving, graceful shutdown on SIGTERM; and the batcher's grouping."""
+keeps serving, graceful shutdown on SIGTERM; the ``openai`` SDK's own calls (its default base64 encoding, floats,
+token ids, batches) giving the model's embeddings; one input field name across endpoints; and the batcher's
+grouping."""
 
+import json
 import os
 import queue
 import signal
@@ -53,48 +56,111 @@ def stop(proc):
     assert "avey-b serve: shut down" in out and proc.returncode in (0, -signal.SIGTERM), out[-2000:]
 
 
-@pytest.mark.slow
-def test_embeddings_over_http_equal_the_models_own_and_bad_requests_get_their_codes(tmp_path):
-    tok = toy.tokenizer(str(tmp_path))
+@pytest.fixture(scope="module")
+def embedding_server(tmp_path_factory):
+    """A server process for a tiny embedding checkpoint: (model, tokenizer, url); shut down (SIGTERM) after the
+    module's tests."""
+    directory = tmp_path_factory.mktemp("embedding")
+    tok = toy.tokenizer(str(directory))
     model = seeded(AveyBForSentenceEmbedding, presets.tiny(vocab_size=len(tok)))
-    model.save_pretrained(tmp_path)
+    model.save_pretrained(directory)
+    proc, url = start(directory, "--max-tokens", "25000", "--max-batch-tokens", "4096")
+    yield model, tok, url
+    stop(proc)
+
+
+def own_embedding(model, ids: list[int]) -> torch.Tensor:
+    """The checkpoint's own sentence embedding of one row of token ids (the Python API, no server)."""
+    with torch.no_grad():
+        return model(input_ids=torch.tensor([ids])).pooler_output[0]
+
+
+@pytest.mark.slow
+def test_embeddings_over_http_equal_the_models_own_and_bad_requests_get_their_codes(embedding_server):
+    model, tok, url = embedding_server
     texts = ["a good film", "the plot was awful and the cast was weak", "bob " * 20_000]  # 20,002 tokens
     expected = []
     with torch.no_grad():
         for t in texts:
             expected.append(model(**tok([t], return_tensors="pt")).pooler_output[0])
-    proc, url = start(tmp_path, "--max-tokens", "25000", "--max-batch-tokens", "4096")
-    try:
-        health = httpx.get(url + "/health").json()
-        assert health["serves"] == ["embed"] and health["max_tokens"] == 25_000
+    health = httpx.get(url + "/health").json()
+    assert health["serves"] == ["embed"] and health["max_tokens"] == 25_000
 
-        def embed(payload):
-            return httpx.post(url + "/v1/embeddings", json=payload, timeout=120)
+    def embed(payload):
+        return httpx.post(url + "/v1/embeddings", json=payload, timeout=120)
 
-        payloads = [{"input": texts[i % 3]} for i in range(12)] + [{"input": texts}]
-        with ThreadPoolExecutor(8) as pool:  # concurrent: the batcher mixes them
-            answers = list(pool.map(embed, payloads))
-        for i, answer in enumerate(answers[:12]):
-            assert answer.status_code == 200, answer.text
-            got = torch.tensor(answer.json()["data"][0]["embedding"])
-            torch.testing.assert_close(got, expected[i % 3], rtol=0, atol=1e-5)
-        body = answers[12].json()
-        assert [d["index"] for d in body["data"]] == [0, 1, 2] and body["object"] == "list"
-        assert body["usage"]["prompt_tokens"] == sum(len(tok(t)["input_ids"]) for t in texts)
-        for d, want in zip(body["data"], expected, strict=True):
-            torch.testing.assert_close(torch.tensor(d["embedding"]), want, rtol=0, atol=1e-5)
+    payloads = [{"input": texts[i % 3]} for i in range(12)] + [{"input": texts}]
+    with ThreadPoolExecutor(8) as pool:  # concurrent: the batcher mixes them
+        answers = list(pool.map(embed, payloads))
+    for i, answer in enumerate(answers[:12]):
+        assert answer.status_code == 200, answer.text
+        got = torch.tensor(answer.json()["data"][0]["embedding"])
+        torch.testing.assert_close(got, expected[i % 3], rtol=0, atol=1e-5)
+    body = answers[12].json()
+    assert [d["index"] for d in body["data"]] == [0, 1, 2] and body["object"] == "list"
+    assert body["usage"]["prompt_tokens"] == sum(len(tok(t)["input_ids"]) for t in texts)
+    for d, want in zip(body["data"], expected, strict=True):
+        torch.testing.assert_close(torch.tensor(d["embedding"]), want, rtol=0, atol=1e-5)
 
-        too_long = embed({"input": "bob " * 30_000})
-        assert too_long.status_code == 413 and "not truncated" in too_long.json()["detail"]
-        assert embed({"input": []}).status_code == 400
-        assert embed({"input": ""}).status_code == 400
-        assert embed({"input": [3, 4]}).status_code == 422
-        assert embed({"text": "no input field"}).status_code == 422
-        broken = httpx.post(url + "/v1/embeddings", content=b"{not json", headers={"content-type": "application/json"})
-        assert broken.status_code == 422
-        assert embed({"input": "still serving"}).status_code == 200
-    finally:
-        stop(proc)
+    too_long = embed({"input": "bob " * 30_000})
+    assert too_long.status_code == 413 and "not truncated" in too_long.json()["detail"]
+    assert embed({"input": []}).status_code == 400
+    assert embed({"input": ""}).status_code == 400
+    assert embed({"input": ["a", 3]}).status_code == 422  # texts and token ids mixed
+    assert embed({"input": [3.5, 4]}).status_code == 422  # token ids are integers
+    assert embed({"text": "no input field"}).status_code == 422
+    broken = httpx.post(url + "/v1/embeddings", content=b"{not json", headers={"content-type": "application/json"})
+    assert broken.status_code == 422
+    assert embed({"input": "still serving"}).status_code == 200
+
+
+@pytest.mark.slow
+def test_the_openai_sdk_gets_the_models_embeddings_by_default_as_floats_from_token_ids_and_in_batches(
+        embedding_server):
+    """The ``openai`` package's own calls: its default request asks for
+    base64 (which it decodes as little-endian float32), and every form of ``input`` gives the checkpoint's own
+    embeddings; ``usage`` counts the tokens encoded."""
+    import openai
+
+    model, tok, url = embedding_server
+    client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
+    texts = ["a good film", "the plot was awful and the cast was weak", "bob met alice in paris"]
+    ids = [tok(t)["input_ids"] for t in texts]
+    expected = [own_embedding(model, row) for row in ids]
+
+    def check(response, want):
+        assert [d.index for d in response.data] == list(range(len(want)))
+        for d, w in zip(response.data, want, strict=True):
+            torch.testing.assert_close(torch.tensor(d.embedding), w, rtol=0, atol=1e-5)
+
+    raw = client.embeddings.with_raw_response.create(model="avey-b", input=texts[0])  # the SDK's default call
+    assert json.loads(raw.http_request.content)["encoding_format"] == "base64"
+    default = raw.parse()
+    check(default, expected[:1])
+    assert default.usage.prompt_tokens == default.usage.total_tokens == len(ids[0])
+    check(client.embeddings.create(model="avey-b", input=texts[0], encoding_format="float"), expected[:1])
+    check(client.embeddings.create(model="avey-b", input=ids[1]), expected[1:2])  # token ids: one input
+    batch = client.embeddings.create(model="avey-b", input=texts)
+    check(batch, expected)
+    assert batch.usage.prompt_tokens == sum(map(len, ids))
+    check(client.embeddings.create(model="avey-b", input=ids, encoding_format="float"), expected)
+    unspecial = ids[2][1:-1]  # token ids are embedded as given: no [CLS] / [SEP] added
+    check(client.embeddings.create(model="avey-b", input=[unspecial]), [own_embedding(model, unspecial)])
+
+    vocab = model.config.vocab_size
+    with pytest.raises(openai.BadRequestError, match=f"token id {vocab + 7} is outside this model's vocabulary "
+                                                     f"of {vocab} ids"):
+        client.embeddings.create(model="avey-b", input=[[5, 6], [5, vocab + 7]])
+    with pytest.raises(openai.BadRequestError, match="token id -1 is outside"):
+        client.embeddings.create(model="avey-b", input=[5, -1])
+    with pytest.raises(openai.BadRequestError, match="input 1 holds no token ids"):
+        client.embeddings.create(model="avey-b", input=[[5], []])
+    with pytest.raises(openai.BadRequestError, match=r"encoding_format must be one of \['base64', 'float'\]"):
+        client.embeddings.create(model="avey-b", input="x", encoding_format="binary")
+    with pytest.raises(openai.BadRequestError, match=f"embeddings have {model.config.hidden_size} dimensions"):
+        client.embeddings.create(model="avey-b", input="x", dimensions=8)
+    with pytest.raises(openai.UnprocessableEntityError, match="in `input` or in its alias `inputs`, not both"):
+        client.embeddings.create(model="avey-b", input="x", extra_body={"inputs": "y"})
 
 
 @pytest.mark.slow
@@ -145,3 +211,26 @@ def test_a_classifier_checkpoint_serves_named_labels(tmp_path):
         assert all(abs(sum(r["scores"].values()) - 1) < 1e-5 and r["label"] == max(r["scores"], key=r["scores"].get)
                    for r in results)
         assert client.post("/v1/fill-mask", json={"inputs": "a [MASK]"}).status_code == 404  # not a masked-LM
+
+
+def test_every_endpoint_takes_input_and_accepts_inputs_as_an_alias_but_not_both(tmp_path):
+    from fastapi.testclient import TestClient
+
+    from avey_b import AveyBForSequenceClassification
+    from avey_b.serve import Service, build_app
+
+    tok = toy.tokenizer(str(tmp_path / "mlm"))
+    toy.tokenizer(str(tmp_path / "classifier"))
+    seeded(AveyBForMaskedLM, presets.tiny(vocab_size=len(tok))).save_pretrained(tmp_path / "mlm")
+    seeded(AveyBForSequenceClassification, presets.tiny(vocab_size=len(tok), num_labels=2)).save_pretrained(
+        tmp_path / "classifier")
+    for name, endpoint, text in [("mlm", "/v1/fill-mask", "a [MASK] film"), ("mlm", "/v1/embeddings", "a film"),
+                                 ("classifier", "/v1/classify", "a good film")]:
+        with TestClient(build_app(Service(str(tmp_path / name), precision="fp32"), max_tokens=1000)) as client:
+            answers = [client.post(endpoint, json={field: [text, text]}) for field in ("input", "inputs")]
+            assert [a.status_code for a in answers] == [200, 200], (endpoint, [a.text for a in answers])
+            assert answers[0].json() == answers[1].json()
+            both = client.post(endpoint, json={"input": text, "inputs": text})
+            assert both.status_code == 422 and "not both" in both.text, (endpoint, both.text)
+            missing = client.post(endpoint, json={"text": text})
+            assert missing.status_code == 422 and "input" in missing.text, (endpoint, missing.text)

@@ -183,13 +183,17 @@ def _iter_txt(path: Path, mode: str) -> Iterator[str]:
 
 
 # ------------------------------------------------------------------------------------ Hugging Face datasets
-def _iter_hf(spec: SourceSpec, epoch: int = 0) -> Iterator[str]:
-    import datasets  # optional dependency (the `train` extra)
+def open_hf_stream(name: str, config: str | None = None, split: str = "train"):
+    """The rows of a Hugging Face dataset (a Hub name or a local dataset directory), streamed: read shard by shard
+    over the network, never materialized on disk in full. Needs ``datasets`` (the ``train`` extra)."""
+    import datasets
 
+    return datasets.load_dataset(name, config, split=split, streaming=True)
+
+
+def _iter_hf(spec: SourceSpec, epoch: int = 0) -> Iterator[str]:
     name = spec.source[3:] if isinstance(spec.source, str) else spec.source[0][3:]
-    # streaming=True: examples are read shard by shard over the network (or from a local dataset dir),
-    # never materialized on disk in full.
-    ds = datasets.load_dataset(name, spec.hf_config, split=spec.hf_split, streaming=True)
+    ds = open_hf_stream(name, spec.hf_config, spec.hf_split)
     if spec.shuffle_seed is not None:
         ds = ds.shuffle(seed=int(spec.shuffle_seed), buffer_size=spec.shuffle_buffer)
         ds.set_epoch(epoch)  # a different, still deterministic, order every pass

@@ -48,19 +48,8 @@ from .tasks.base import (
     load_model,
     load_task_tokenizer,
     pad_id_of,
+    resolve_steps,
 )
-
-
-def resolve_steps(task: Task, cfg: RunConfig, batches_per_epoch: int) -> int:
-    """Optimizer steps: ``max_steps`` > ``epochs`` > the family's step budget > the family's epochs. An epoch is
-    ``batches_per_epoch`` optimizer steps of ``batch_size`` examples (micro-batches of accumulation included)."""
-    if cfg.max_steps is not None:
-        return cfg.max_steps
-    if cfg.epochs is not None:
-        return max(1, math.ceil(cfg.epochs * batches_per_epoch))
-    if task.default_steps is not None:
-        return task.default_steps
-    return max(1, math.ceil(task.default_epochs * batches_per_epoch))
 
 
 def load_data(task: Task, files: DataFiles, cfg: RunConfig) -> tuple[Any, Any]:

@@ -49,7 +49,7 @@ from ..heads import SENTENCE_TRANSFORMERS_MAX_LENGTH
 from ..records import utc_timestamp
 from ..training.checkpoint import save_pretrained_atomic
 from .tasks import TASKS, get_task
-from .tasks.base import DataFiles, RunConfig, check_model_source
+from .tasks.base import DataFiles, RunConfig, check_model_source, resolve_steps
 from .tasks.ir import MSMARCOPairs
 
 PAIRS_TASK = MSMARCOPairs.name
@@ -128,8 +128,6 @@ def train_pairs(model_name: str, cfg: RunConfig, files: DataFiles, dest: str | o
     ``dest`` through a temporary directory and a rename, and return the training record."""
     import datasets
     import transformers
-
-    from .finetune import resolve_steps
 
     trainer_cls, args_cls, collator_cls, loss_cls = _st_modules()
     task = MSMARCOPairs()

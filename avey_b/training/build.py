@@ -14,6 +14,7 @@ import torch
 
 from .. import baselines
 from ..data.corpus import SourceSpec, in_split, iter_documents, resolve_files
+from ..files import check_model_source, model_source
 from ..tokenization import load_tokenizer, pad_to_multiple, train_bpe_tokenizer
 from .checkpoint import check_model_dir
 from .config import PretrainConfig
@@ -76,6 +77,8 @@ def check_inputs(cfg: PretrainConfig, resume_dir: Path | None = None, trust_unve
     if cfg.model.init_from:
         if Path(cfg.model.init_from).is_dir():
             check_model_dir(cfg.model.init_from, "model.init_from", trust_unverified)
+        else:  # a Hub id, or a path that does not exist: said now, before the run directory is written
+            check_model_source(cfg.model.init_from, "model.init_from")
         return
     model_config(cfg, tokenizer=None)  # the vocabulary comes later, from the tokenizer; the fields are checked now
 
@@ -112,7 +115,8 @@ def build_model(cfg: PretrainConfig, tokenizer, resume_dir: Path | None = None):
 
     m = cfg.model
     if resume_dir is not None or m.init_from:
-        model = AutoModelForMaskedLM.from_pretrained(str(resume_dir or m.init_from), dtype=torch.float32)
+        with model_source(str(resume_dir or m.init_from), "model.init_from" if resume_dir is None else "checkpoint"):
+            model = AutoModelForMaskedLM.from_pretrained(str(resume_dir or m.init_from), dtype=torch.float32)
         if model.get_input_embeddings().weight.shape[0] < len(tokenizer):
             model.resize_token_embeddings(pad_to_multiple(len(tokenizer), 64))
     else:

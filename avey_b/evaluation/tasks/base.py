@@ -9,8 +9,7 @@ exact same code.
 
 from __future__ import annotations
 
-import os
-import re
+import math
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any
@@ -18,7 +17,13 @@ from typing import Any
 import torch
 
 from ...device import PRECISIONS, autocast, use_bf16
-from ...files import DataFileError, iter_jsonl, read_rows
+from ...files import (
+    DataFileError,
+    check_model_source,  # noqa: F401 -- finetune and niah import it from here
+    iter_jsonl,
+    model_source,
+    read_rows,
+)
 from ...heads import sentence_embedding  # importing the package registers Avey-B with the Auto classes
 from ...tokenization import load_tokenizer
 
@@ -155,6 +160,18 @@ class RunConfig:
         return cls(**{k: v for k, v in vars(args).items() if k in names} | given)
 
 
+def resolve_steps(task: Task, cfg: RunConfig, batches_per_epoch: int) -> int:
+    """Optimizer steps: ``max_steps`` > ``epochs`` > the family's step budget > the family's epochs. An epoch is
+    ``batches_per_epoch`` optimizer steps of ``batch_size`` examples (micro-batches of accumulation included)."""
+    if cfg.max_steps is not None:
+        return cfg.max_steps
+    if cfg.epochs is not None:
+        return max(1, math.ceil(cfg.epochs * batches_per_epoch))
+    if task.default_steps is not None:
+        return task.default_steps
+    return max(1, math.ceil(task.default_epochs * batches_per_epoch))
+
+
 @dataclass
 class DataFiles:
     """Where a task's data comes from. Unset paths fall back to the Hugging Face Hub ids of the task."""
@@ -246,27 +263,16 @@ class Task:
 # ------------------------------------------------------------------------------------------ models
 
 
-_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
-
-
-def check_model_source(name_or_path: str, what: str = "model") -> None:
-    """A name that is neither an existing local path nor a possible Hub id (``org/name``) is reported at once,
-    instead of after the Hub's retries."""
-    if not os.path.exists(name_or_path) and not _HUB_ID.match(str(name_or_path)):
-        raise FileNotFoundError(f"{what} not found: {name_or_path!r} is not an existing local path (and cannot be "
-                                "a Hugging Face Hub id)")
-
-
 def load_model(name_or_path: str, head: str, cfg: RunConfig, **kwargs):
     """Any encoder by Hub name or local path, through the Auto class of ``head``."""
     import transformers
 
     if head not in HEADS:
         raise ValueError(f"unknown head {head!r}; expected one of {sorted(HEADS)}")
-    check_model_source(name_or_path)
     auto = getattr(transformers, HEADS[head])
-    return auto.from_pretrained(name_or_path, trust_remote_code=cfg.trust_remote_code,
-                                dtype=getattr(torch, cfg.weights_dtype), **kwargs)
+    with model_source(name_or_path):
+        return auto.from_pretrained(name_or_path, trust_remote_code=cfg.trust_remote_code,
+                                    dtype=getattr(torch, cfg.weights_dtype), **kwargs)
 
 
 def input_limit(model_config, tokenizer) -> int | None:
@@ -305,7 +311,6 @@ def truncation(max_length: int | None, strategy: bool | str = True) -> dict[str,
 
 def load_task_tokenizer(name_or_path: str, cfg: RunConfig):
     """The tokenizer of an encoder under evaluation, as it is (no tokens added), fast (offsets needed)."""
-    check_model_source(name_or_path, "tokenizer")
     return load_tokenizer(name_or_path, complete=False, require_fast=True, trust_remote_code=cfg.trust_remote_code)
 
 
