@@ -17,6 +17,10 @@ with the default ``ranker_algorithm`` it factors MaxSim through the batch's ``U`
 against 3.2 GB and 7.97 s for ``ranker_algorithm="dense"``, which holds ``N²``); export for the lengths a deployment serves, and use the eager
 or ``torch.compile`` model (capped ranker memory) for longer inputs.
 
+Every weight is stored in the layout its MatMul reads (:func:`fold_weight_layouts`: no run-time Split or
+Transpose of a weight), so that onnxruntime's quantizer sees the weights; ``--quantize int8`` also writes
+``model.int8.onnx`` beside the model (:mod:`avey_b.quantize`).
+
 After writing, the ONNX model is run with onnxruntime at a few lengths and compared with the eager model
 (``--no-verify`` skips it). TorchScript-based export (``torch.onnx.export(..., dynamo=False)``) is refused by the
 model with an error: a trace would freeze the split count.
@@ -127,13 +131,57 @@ def export_program(model: torch.nn.Module, output: str = "last_hidden_state") ->
         return torch.export.export(wrapped, _example(model), dynamic_shapes=_dynamic())
 
 
+def fold_weight_layouts(model) -> int:
+    """Store each weight in the layout its consumer reads: every ``Split`` or ``Transpose`` node whose input is an
+    initializer (the processor splits the enricher and fuser weights into blocks, and ``F.linear`` transposes each
+    block) becomes the initializers it would compute, named ``<weight>.split<i>`` / ``<weight>.T``. The exporter's
+    own constant folding skips multi-output ``Split`` nodes, which leaves every weight reaching its MatMul through
+    run-time ops; onnxruntime's quantizer only quantizes a MatMul whose ``B`` is an initializer. ``model``: an
+    ``onnx_ir`` model (``ONNXProgram.model``), changed in place. Returns the number of nodes folded. A weight also
+    read as it is (the masked-LM decoder tied to the embedding table) is then stored in both layouts."""
+    import numpy as np
+    import onnx_ir as ir
+    from onnx_ir.passes.common import RemoveUnusedNodesPass
+
+    graph, folded = model.graph, 0
+    for node in list(graph):  # topological order: a Transpose of a folded Split output is folded next
+        if node.domain not in ("", "ai.onnx") or node.op_type not in ("Split", "Transpose"):
+            continue
+        x = node.inputs[0]
+        if x is None or not x.is_initializer() or x.const_value is None or any(
+                out.is_graph_output() for out in node.outputs):
+            continue
+        weight = x.const_value.numpy()
+        if node.op_type == "Transpose":
+            perm = node.attributes.get_ints("perm", tuple(reversed(range(weight.ndim))))
+            arrays, names = [weight.transpose(perm)], [f"{x.name}.T"]
+        else:
+            sizes = node.inputs[1] if len(node.inputs) > 1 else None
+            if sizes is None or sizes.const_value is None:
+                continue  # equal parts (num_outputs): the exporter writes sizes for torch's split
+            arrays = np.split(weight, np.cumsum(sizes.const_value.numpy())[:-1], axis=node.attributes.get_int("axis", 0))
+            names = [f"{x.name}.split{i}" for i in range(len(arrays))]
+        for out, array, name in zip(node.outputs, arrays, names, strict=True):
+            array = np.ascontiguousarray(array)
+            value = ir.Value(name=name, shape=ir.Shape(array.shape), type=ir.TensorType(x.dtype),
+                             const_value=ir.tensor(array, name=name))
+            graph.register_initializer(value)
+            out.replace_all_uses_with(value)
+        graph.remove(node, safe=True)
+        folded += 1
+    RemoveUnusedNodesPass()(model)  # the unsplit weights, now unused
+    return folded
+
+
 def export_onnx(model: torch.nn.Module, path: str | Path, output: str | dict[str, str] = "last_hidden_state") -> Path:
     """Write ``model`` as ONNX (dynamo exporter) with dynamic ``batch`` and ``length`` axes; ``output`` as in
-    :class:`Exportable` (its names are the graph's output names)."""
+    :class:`Exportable` (its names are the graph's output names). Weights are stored in the layout their MatMul
+    reads (:func:`fold_weight_layouts`)."""
     wrapped = Exportable(model.eval(), output).eval()
     with quiet_known_exporter_noise():
         program = torch.onnx.export(wrapped, _example(model), dynamo=True, dynamic_shapes=_dynamic(),
                                     input_names=["input_ids", "attention_mask"], output_names=list(_outputs(output)))
+    fold_weight_layouts(program.model)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     program.save(str(path))
@@ -146,6 +194,19 @@ def verifiable_lengths(model, lengths=VERIFY_LENGTHS) -> list[int]:
     return [n for n in lengths if n <= model.config.vocab_size - 1]
 
 
+def verification_inputs(model, lengths=VERIFY_LENGTHS) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """The inputs :func:`verify_onnx` runs: at each of :func:`verifiable_lengths`, 2 rows of distinct non-padding ids
+    (seeded by the length), the second half padding."""
+    inputs = []
+    for n in verifiable_lengths(model, lengths):
+        gen = torch.Generator().manual_seed(n)
+        ids = torch.stack([torch.randperm(model.config.vocab_size - 1, generator=gen)[:n] + 1 for _ in range(2)])
+        mask = torch.ones_like(ids)
+        mask[1, max(1, n // 2):] = 0
+        inputs.append((ids, mask))
+    return inputs
+
+
 def verify_onnx(path: str | Path, model: torch.nn.Module, output: str | dict[str, str], lengths=VERIFY_LENGTHS,
                 atol: float = 1e-4) -> float:
     """Largest |ONNX - eager| over every output (per-token outputs: real tokens only) at ``lengths`` (batch 2, one
@@ -156,11 +217,8 @@ def verify_onnx(path: str | Path, model: torch.nn.Module, output: str | dict[str
 
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     worst = 0.0
-    for n in verifiable_lengths(model, lengths):
-        gen = torch.Generator().manual_seed(n)
-        ids = torch.stack([torch.randperm(model.config.vocab_size - 1, generator=gen)[:n] + 1 for _ in range(2)])
-        mask = torch.ones_like(ids)
-        mask[1, max(1, n // 2):] = 0
+    for ids, mask in verification_inputs(model, lengths):
+        n = ids.shape[1]
         got = session.run(list(_outputs(output)), {"input_ids": ids.numpy(), "attention_mask": mask.numpy()})
         with torch.no_grad():
             want = Exportable(model, output)(ids, mask)
@@ -198,7 +256,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--head", choices=list(HEADS), default="base", help="which model and output to export")
     p.add_argument("--format", choices=("onnx", "torch"), default="onnx")
     p.add_argument("--no-verify", action="store_true", help="skip the onnxruntime comparison with the eager model")
+    p.add_argument("--quantize", choices=("int8",), help="also write the int8 model beside the ONNX model "
+                   "(model.int8.onnx: onnxruntime dynamic quantization of the weight MatMuls, avey_b.quantize)")
     args = p.parse_args(argv)
+    if args.quantize and args.format == "torch":
+        p.error("--quantize int8 quantizes the ONNX model: use it with --format onnx")
 
     import transformers
 
@@ -225,6 +287,16 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_verify:
         err = verify_onnx(path, model, output)
         print(f"onnxruntime matches the eager model at lengths {verifiable_lengths(model)}: max |diff| {err:.1e}")
+    if args.quantize:
+        from .quantize import check_quantized, quantize_onnx
+
+        quantized = quantize_onnx(path)
+        print(f"wrote {quantized} (int8 weight MatMuls; embedding and ranker in fp32)")
+        if not args.no_verify:
+            check = check_quantized(quantized, path, model, output)
+            print(f"int8 against the eager model at lengths {verifiable_lengths(model)}: cosine min "
+                  f"{check['cosine']:.4f}, mean {check['mean_cosine']:.5f}; ranker choices identical to the fp32 "
+                  f"model's: {check['identical_choices']:.1%}")
     return 0
 
 

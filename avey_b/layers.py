@@ -16,9 +16,17 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 from transformers.modeling_layers import GradientCheckpointingLayer
 
 from .configuration import AveyBConfig
+
+
+def _plain_linear(module: nn.Module) -> bool:
+    """Whether ``module`` is an ``nn.Linear`` with a plain weight, whose row / column blocks the layer may apply
+    one by one; not an adapter (PEFT), nor a weight held as a tensor subclass (torchao's int8 ``quantize_``),
+    which run their own forward."""
+    return type(module) is nn.Linear and not is_traceable_wrapper_subclass(module.weight)
 
 
 def _relu2(x: torch.Tensor) -> torch.Tensor:
@@ -180,8 +188,9 @@ class AveyBLayer(GradientCheckpointingLayer):
             h = h.to(torch.get_autocast_dtype(h.device.type))  # once, not once per enricher block (same values)
         # Z = σ_e(X U + b) with the one matrix U, applied as three row blocks so that each part comes out as its
         # own contiguous tensor (mixing a strided slice of Z would cost a copy). When the enricher is not a plain
-        # nn.Linear (a PEFT adapter, a quantized layer), it is called as a module so that its own forward runs.
-        if type(self.enricher) is nn.Linear:
+        # nn.Linear with a plain weight (a PEFT adapter, a quantized layer), it is called as a module so that its
+        # own forward runs.
+        if _plain_linear(self.enricher):
             w_parts = self.enricher.weight.split(self.split_sizes)
             b_parts = (None,) * 3 if self.enricher.bias is None else self.enricher.bias.split(self.split_sizes)
             parts = [self.enricher_act(F.linear(h, w, b)) for w, b in zip(w_parts, b_parts, strict=True)]
@@ -194,7 +203,7 @@ class AveyBLayer(GradientCheckpointingLayer):
         # fuser([z_h | c]) (the release: [c | z_h]) as two products on the weight's column blocks, which saves
         # a concatenated copy of 3d features per token
         first, second = (c, z_h) if self.release_layout else (z_h, c)
-        if type(self.fuser) is nn.Linear:
+        if _plain_linear(self.fuser):
             w_first, w_second = self.fuser.weight.split(self.fuser_split, dim=1)
             out = F.linear(first, w_first, self.fuser.bias) + F.linear(second, w_second)
         else:  # an adapted / quantized fuser runs its own forward on the concatenated input

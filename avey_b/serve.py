@@ -20,6 +20,10 @@ the model). Endpoints:
 * ``POST /v1/fill-mask`` (masked-LM checkpoints) — ``{"input": str | [str], "top_k": 5}``.
 * ``POST /v1/classify`` (sequence-classification checkpoints) — ``{"input": str | [str]}`` -> label and scores.
 
+``--onnx [FILE]`` answers the same API from an exported ONNX model run by onnxruntime on the CPU (``avey-b export
+MODEL MODEL --head embedding`` writes ``MODEL/onnx/model.onnx``, the default FILE; ``--quantize int8`` adds
+``model.int8.onnx``): same batching, limits and errors; the directory gives the config and the tokenizer.
+
 Every endpoint takes its texts in ``input`` (the OpenAI name) and accepts ``inputs`` (the Hugging Face
 inference name) for it; a request with both is refused. An error answer holds FastAPI's ``detail`` and the OpenAI
 API's ``error`` object (``{"message", "type", ...}``), whose message the openai SDK puts in its exception.
@@ -145,21 +149,15 @@ class Service:
 
     @torch.no_grad()
     def run(self, kind: str, ids: list[list[int]]) -> list:
-        from avey_b.device import autocast
-        from avey_b.heads import sentence_embedding
-
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         n = max(map(len, ids))
         batch = torch.full((len(ids), n), pad, dtype=torch.long)
         mask = torch.zeros((len(ids), n), dtype=torch.long)
         for i, row in enumerate(ids):
             batch[i, :len(row)], mask[i, :len(row)] = torch.tensor(row), 1
-        batch, mask = batch.to(self.device), mask.to(self.device)
-        with autocast(self.device, self.bf16):
-            if kind == "embed":
-                hidden = self.backbone(input_ids=batch, attention_mask=mask).last_hidden_state
-                return list(sentence_embedding(hidden, mask, self.config.normalize_embeddings).float().cpu().numpy())
-            logits = self.model(input_ids=batch, attention_mask=mask).logits.float()
+        if kind == "embed":
+            return list(self.embed(batch, mask).float().cpu().numpy())
+        logits = self.logits(batch, mask)
         if kind == "classify":
             probs = logits.softmax(-1).cpu()
             names = self.config.id2label
@@ -174,6 +172,83 @@ class Service:
                                  for v, t in zip(scores, tokens, strict=True)])
             out.append(per_mask)
         return out
+
+    def embed(self, batch: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """(B, d) embeddings of a padded batch: masked mean pooling of the backbone, normalized per the config."""
+        from avey_b.device import autocast
+        from avey_b.heads import sentence_embedding
+
+        batch, mask = batch.to(self.device), mask.to(self.device)
+        with autocast(self.device, self.bf16):
+            hidden = self.backbone(input_ids=batch, attention_mask=mask).last_hidden_state
+            return sentence_embedding(hidden, mask, self.config.normalize_embeddings)
+
+    def logits(self, batch: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """The head's float32 logits of a padded batch (on the CPU)."""
+        from avey_b.device import autocast
+
+        with autocast(self.device, self.bf16):
+            return self.model(input_ids=batch.to(self.device), attention_mask=mask.to(self.device)).logits.float().cpu()
+
+
+class OnnxService(Service):
+    """The same answers from an exported ONNX model (``avey-b export``, fp32 or ``--quantize int8``) run by
+    onnxruntime on the CPU; the directory gives the config and the tokenizer. What it serves follows the graph's
+    outputs: embeddings from ``sentence_embedding`` (an ``--head embedding`` export) or from ``last_hidden_state``
+    (pooled as for the eager model); fill-mask or classification from ``logits`` of a masked-LM or classifier."""
+
+    def __init__(self, path: str, onnx_file: str | None = None, threads: int | None = None):
+        from pathlib import Path
+
+        import onnxruntime as ort
+        from transformers import AutoConfig, AutoTokenizer
+
+        from avey_b.files import model_source
+
+        with model_source(path):
+            config = AutoConfig.from_pretrained(path)
+        if getattr(config, "model_type", None) != "avey-b":
+            raise ValueError(f"{path} holds a {getattr(config, 'model_type', None)!r} model: avey-b serve serves Avey-B")
+        file = Path(onnx_file) if onnx_file else Path(path) / "onnx" / "model.onnx"
+        if not file.is_file():
+            raise FileNotFoundError(f"no ONNX model at {file}" + ("" if onnx_file else
+                                    f" (write one with `avey-b export {path} {path} --head embedding`, or name the "
+                                    "file: --onnx FILE)"))
+        options = ort.SessionOptions()
+        if threads:
+            options.intra_op_num_threads = threads
+        self.session = ort.InferenceSession(str(file), options, providers=["CPUExecutionProvider"])
+        self.outputs = [o.name for o in self.session.get_outputs()]
+        if [i.name for i in self.session.get_inputs()] != ["input_ids", "attention_mask"]:
+            raise ValueError(f"{file}: inputs {[i.name for i in self.session.get_inputs()]}, not input_ids and "
+                             "attention_mask: not an `avey-b export` model")
+        self.architecture = (config.architectures or ["AveyBModel"])[0]
+        self.tokenizer = AutoTokenizer.from_pretrained(path)
+        self.name, self.config, self.onnx_file = path, config, file
+        self.device, self.bf16 = torch.device("cpu"), False
+        embed = "sentence_embedding" in self.outputs or "last_hidden_state" in self.outputs
+        logits = "logits" in self.outputs
+        self.kinds = (["embed"] if embed else []) + (
+            ["fill"] if logits and self.architecture == "AveyBForMaskedLM" else []) + (
+            ["classify"] if logits and self.architecture == "AveyBForSequenceClassification" else [])
+        if not self.kinds:
+            raise ValueError(f"{file}: outputs {self.outputs} answer nothing for a {self.architecture}: export "
+                             "it with --head embedding (embeddings), masked-lm or sequence-classification")
+
+    def _run(self, name: str, batch: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        out = self.session.run([name], {"input_ids": batch.numpy(), "attention_mask": mask.numpy()})[0]
+        return torch.from_numpy(out)
+
+    def embed(self, batch: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        from avey_b.heads import sentence_embedding
+
+        if "sentence_embedding" in self.outputs:
+            return self._run("sentence_embedding", batch, mask)
+        return sentence_embedding(self._run("last_hidden_state", batch, mask), mask,
+                                  self.config.normalize_embeddings)
+
+    def logits(self, batch: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return self._run("logits", batch, mask).float()
 
 
 def build_app(service: Service, *, max_tokens: int, max_batch_tokens: int = 32_768, queue_size: int = 256,
@@ -271,7 +346,8 @@ def build_app(service: Service, *, max_tokens: int, max_batch_tokens: int = 32_7
     def health():
         return {"status": "ok", "model": service.name, "architecture": service.architecture,
                 "serves": service.kinds, "max_tokens": max_tokens, "max_batch_tokens": max_batch_tokens,
-                "device": str(service.device), "bf16": service.bf16}
+                "device": str(service.device), "bf16": service.bf16,
+                "onnx": str(service.onnx_file) if isinstance(service, OnnxService) else None}
 
     encodings = {"float": lambda v: v.tolist(),  # float32 values, as JSON numbers
                  "base64": lambda v: base64.b64encode(v.astype("<f4").tobytes()).decode("ascii")}
@@ -325,6 +401,11 @@ def main(argv: list[str] | None = None) -> int:
                    help="how long the batcher waits for more inputs after the first (default 0: it takes what queued "
                         "while the previous batch ran; measured in benchmarks/serve/, a 5 ms wait only slowed one "
                         "client)")
+    p.add_argument("--onnx", nargs="?", const="", default=None, metavar="FILE",
+                   help="run an exported ONNX model with onnxruntime (CPU) instead of the eager model: FILE (e.g. "
+                        "MODEL/onnx/model.int8.onnx from `avey-b export --quantize int8`), or MODEL/onnx/model.onnx "
+                        "when FILE is left out; MODEL gives the config and tokenizer")
+    p.add_argument("--threads", type=int, default=None, help="onnxruntime's threads with --onnx (default: its own)")
     p.add_argument("--device", default="auto")
     p.add_argument("--precision", choices=("auto", "bf16", "fp32"), default="auto")
     args = p.parse_args(argv)
@@ -332,11 +413,19 @@ def main(argv: list[str] | None = None) -> int:
         import uvicorn
     except ImportError:
         raise SystemExit("avey-b serve needs the serving extra: pip install 'avey-b[serve]'") from None
-    service = Service(args.model, args.device, args.precision)
+    if args.onnx is not None:
+        if args.device not in ("auto", "cpu") or args.precision == "bf16":
+            p.error("--onnx runs the exported model on the CPU in its own precision: drop --device / --precision bf16")
+        service = OnnxService(args.model, args.onnx or None, args.threads)
+    elif args.threads is not None:
+        p.error("--threads sets onnxruntime's threads: use it with --onnx")
+    else:
+        service = Service(args.model, args.device, args.precision)
     max_tokens = args.max_tokens or default_max_tokens(service.config.hidden_size)
     app = build_app(service, max_tokens=max_tokens, max_batch_tokens=args.max_batch_tokens,
                     queue_size=args.queue_size, batch_wait_ms=args.batch_wait_ms)
-    print(f"serving {args.model} ({service.architecture}: {', '.join(service.kinds)}) on http://{args.host}:{args.port}"
+    runner = f"onnxruntime: {service.onnx_file}" if args.onnx is not None else service.architecture
+    print(f"serving {args.model} ({runner}: {', '.join(service.kinds)}) on http://{args.host}:{args.port}"
           f"; inputs up to {max_tokens:,} tokens", flush=True)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
     return 0

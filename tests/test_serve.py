@@ -234,3 +234,54 @@ def test_every_endpoint_takes_input_and_accepts_inputs_as_an_alias_but_not_both(
             assert both.status_code == 422 and "not both" in both.text, (endpoint, both.text)
             missing = client.post(endpoint, json={"text": text})
             assert missing.status_code == 422 and "input" in missing.text, (endpoint, missing.text)
+
+
+@pytest.mark.slow
+def test_serve_onnx_answers_with_the_exported_models_vectors(tmp_path):
+    """``--onnx``: the fp32 export's embeddings over HTTP equal onnxruntime's own (and the eager model's); the int8
+    file's equal its own for a request alone, and in a batch to the noise of dynamic quantization, whose activation
+    scale spans the whole batch."""
+    import numpy as np
+    import onnxruntime as ort
+
+    from avey_b.export import main as export
+
+    directory = tmp_path / "served"
+    tok = toy.tokenizer(str(tmp_path / "ckpt"))
+    model = seeded(AveyBForSentenceEmbedding, presets.tiny(vocab_size=len(tok)))
+    model.save_pretrained(tmp_path / "ckpt")
+    assert export([str(tmp_path / "ckpt"), str(directory), "--head", "embedding", "--quantize", "int8"]) == 0
+    texts = ["a good film", "the plot was awful and the cast was weak", "bob met alice in paris " * 60]
+    for file, atol in ((None, 1e-5), (directory / "onnx" / "model.int8.onnx", 2e-2)):
+        session = ort.InferenceSession(str(file or directory / "onnx" / "model.onnx"))
+        own = [session.run(["sentence_embedding"], {k: v.numpy() for k, v in tok([t], return_tensors="pt").items()
+                                                    if k in ("input_ids", "attention_mask")})[0][0] for t in texts]
+        proc, url = start(directory, "--onnx", *([str(file)] if file else []), "--threads", "1")
+        try:
+            health = httpx.get(url + "/health").json()
+            assert health["serves"] == ["embed"] and health["onnx"].endswith(file.name if file else "model.onnx")
+            alone = [httpx.post(url + "/v1/embeddings", json={"input": t}, timeout=60) for t in texts]  # batch 1
+            with ThreadPoolExecutor(4) as pool:  # concurrent: batched together, padded
+                answers = list(pool.map(lambda t, url=url: httpx.post(url + "/v1/embeddings", json={"input": t},
+                                                                      timeout=60),
+                                        texts + [texts]))
+        finally:
+            stop(proc)
+        for i, want in enumerate(own):  # one at a time: the file's own vectors (int8 differs from fp32 by ~5e-3)
+            np.testing.assert_allclose(np.array(alone[i].json()["data"][0]["embedding"], dtype=np.float32), want,
+                                       rtol=0, atol=1e-5)
+            for got in (answers[i].json()["data"][0]["embedding"], answers[3].json()["data"][i]["embedding"]):
+                np.testing.assert_allclose(np.array(got, dtype=np.float32), want, rtol=0, atol=atol)
+        if file is None:  # fp32: also the eager model's
+            with torch.no_grad():
+                eager = model(**tok([texts[1]], return_tensors="pt")).pooler_output[0].numpy()
+            np.testing.assert_allclose(own[1], eager, rtol=0, atol=1e-5)
+
+
+def test_serve_onnx_names_a_missing_model_file(tmp_path):
+    from avey_b.serve import OnnxService
+
+    tok = toy.tokenizer(str(tmp_path))
+    seeded(AveyBForSentenceEmbedding, presets.tiny(vocab_size=len(tok))).save_pretrained(tmp_path)
+    with pytest.raises(FileNotFoundError, match="no ONNX model at .*model.onnx .*avey-b export"):
+        OnnxService(str(tmp_path))

@@ -1,0 +1,149 @@
+"""int8 inference on CPU: an exported Avey-B ONNX model quantized by onnxruntime, checked against the eager model.
+
+    avey-b export runs/quickstart/model served/ --head embedding --quantize int8   # onnx/model.onnx + model.int8.onnx
+
+:func:`quantize_onnx` applies onnxruntime's dynamic quantization (``quantize_dynamic``: int8 weights, scaled once
+at export, and uint8 activations, scaled per call from their range) to the model's weight MatMuls — the enricher
+and fuser of every layer (§4.2) and the heads' projections, every ``MatMul`` whose ``B`` is a weight (the export
+stores weights in the layout MatMul reads, :func:`avey_b.export.fold_weight_layouts`). Everything else stays
+fp32: the embedding table and the ranker's similarity products (§3.1), so the retrieved splits are those of the
+fp32 model; the static layers' ``V · Z`` and the compressor, whose weight is the left operand (onnxruntime's
+quantizer reads only a right-hand weight); the dynamic layers' cosine products, which have no weight.
+
+onnxruntime quantizes dynamically only in its "QOperator" form (``DynamicQuantizeMatMul`` / ``MatMulInteger``
+nodes); the QDQ form takes calibrated, static activation ranges. ``benchmarks/quantization/`` records the
+measurements behind these choices (per-channel weights, QOperator form).
+
+onnxruntime's symbolic shape inference, which its pre-processing step (``python -m
+onnxruntime.quantization.preprocess``) runs, stops on these graphs with a ``TypeError`` in ``_infer_Expand``: it
+infers no shape for ``ReduceL2`` / ``ReduceMax`` with their axes as an input (opset 18) and then reads the
+missing shape. The quantizer does not need it: :func:`quantize_onnx` quantizes the exported graph directly.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+import torch
+
+#: `avey-b export --quantize int8` fails below this mean cosine between int8 and eager outputs (trained models
+#: measure 0.999+, benchmarks/quantization/); the smallest cosine is printed, not checked: a random tiny model has
+#: single tokens whose output nearly cancels, where int8 noise turns the vector
+MIN_MEAN_COSINE = 0.99
+#: quantized file name beside the fp32 model: model.onnx -> model.int8.onnx
+SUFFIX = ".int8.onnx"
+#: onnxruntime ops that compute a MatMul on int8 operands (what the quantizer turns a weight MatMul into)
+INTEGER_MATMULS = ("DynamicQuantizeMatMul", "MatMulInteger", "MatMulIntegerToFloat", "QLinearMatMul")
+
+
+def quantized_path(path: str | Path) -> Path:
+    """Where :func:`quantize_onnx` writes the int8 model of ``path``: ``model.onnx`` -> ``model.int8.onnx``."""
+    path = Path(path)
+    return path.with_name(path.name.removesuffix(".onnx") + SUFFIX)
+
+
+def weight_matmuls(model) -> list[str]:
+    """Names of the ``MatMul`` nodes of ``model`` (an ``onnx.ModelProto``) whose ``B`` is an initializer."""
+    weights = {i.name for i in model.graph.initializer}
+    return [n.name for n in model.graph.node if n.op_type == "MatMul" and n.input[1] in weights]
+
+
+def quantize_onnx(path: str | Path, out: str | Path | None = None, per_channel: bool = True) -> Path:
+    """Write the int8 model of the ONNX model ``path`` (default :func:`quantized_path`): every weight MatMul
+    dynamically quantized (module docstring), nothing else; ``per_channel``: one weight scale per output feature
+    (as fast as one per matrix here, and closer to the fp32 model). Returns the written path."""
+    import onnx
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    path = Path(path)
+    out = quantized_path(path) if out is None else Path(out)
+    nodes = weight_matmuls(onnx.load(str(path), load_external_data=False))
+    if not nodes:
+        raise ValueError(f"{path}: no MatMul reads a weight initializer; export it with `avey-b export` (which "
+                         "stores weights in the layout MatMul reads)")
+    root = logging.getLogger()  # the quantizer advises its pre-processing on the root logger (see module docstring)
+    level = root.level
+    root.setLevel(max(level, logging.ERROR))
+    try:
+        quantize_dynamic(path, out, weight_type=QuantType.QInt8, per_channel=per_channel,
+                         op_types_to_quantize=["MatMul"],
+                         nodes_to_quantize=nodes, extra_options={"MatMulConstBOnly": True})
+    finally:
+        root.setLevel(level)
+    return out
+
+
+def _with_ranker_choice(path: str | Path) -> bytes:
+    """The model at ``path`` with the indices of its ranker's ``TopK`` (the retrieved splits) as extra outputs
+    named ``ranker_choice<i>``, serialized for an onnxruntime session."""
+    import onnx
+
+    model = onnx.load(str(path))
+    topk = [n for n in model.graph.node if n.op_type == "TopK"]
+    for i, node in enumerate(topk):
+        name = f"ranker_choice{i}"
+        model.graph.node.append(onnx.helper.make_node("Identity", [node.output[1]], [name]))
+        model.graph.output.append(onnx.helper.make_tensor_value_info(name, onnx.TensorProto.INT64, None))
+    return model.SerializeToString()
+
+
+def compare_quantized(quantized: str | Path, reference: str | Path, model, output, inputs) -> dict:
+    """The int8 model ``quantized`` against the eager ``model`` and the fp32 ONNX model ``reference`` on
+    ``inputs`` (a list of ``(input_ids, attention_mask)`` tensors): ``cosine`` (the smallest cosine between an
+    int8 and an eager output vector: a real token's, or a pooled embedding's), ``mean_cosine``, ``median_cosine`` and
+    ``identical_choices`` (the share of ranker choices, over every split of every input, equal to the fp32
+    ONNX model's). ``output`` as in :class:`avey_b.export.Exportable`."""
+    import onnxruntime as ort
+
+    from .export import Exportable, _outputs
+
+    names = list(_outputs(output))
+    sessions = [ort.InferenceSession(_with_ranker_choice(p), providers=["CPUExecutionProvider"])
+                for p in (quantized, reference)]
+    choice_names = [o.name for o in sessions[0].get_outputs() if o.name.startswith("ranker_choice")]
+    cosines, same, total = [], 0, 0
+    for ids, mask in inputs:
+        feed = {"input_ids": ids.numpy(), "attention_mask": mask.numpy()}
+        got, want_choice = (s.run(names + choice_names, feed) for s in sessions)
+        with torch.no_grad():
+            want = Exportable(model, output)(ids, mask)
+        real = mask.bool().numpy()
+        for g, w in zip(got[:len(names)], want if isinstance(want, tuple) else (want,), strict=False):
+            g, w = (g[real], w.numpy()[real]) if g.ndim == 3 else (g, w.numpy())
+            cos = (g * w).sum(-1) / np.maximum(np.linalg.norm(g, axis=-1) * np.linalg.norm(w, axis=-1), 1e-12)
+            cosines.append(cos)
+        for a, b in zip(got[len(names):], want_choice[len(names):], strict=True):
+            same, total = same + int((a == b).sum()), total + a.size
+    cos = np.concatenate(cosines)
+    return {"cosine": float(cos.min()), "mean_cosine": float(cos.mean()), "median_cosine": float(np.median(cos)),
+            "identical_choices": same / total if total else 1.0}
+
+
+def check_quantized(quantized: str | Path, reference: str | Path, model, output) -> dict:
+    """:func:`compare_quantized` on the inputs :func:`avey_b.export.verify_onnx` runs; raises when a ranker choice
+    differs from the fp32 model's (the ranker must stay fp32) or the mean cosine is below :data:`MIN_MEAN_COSINE`."""
+    from .export import verification_inputs
+
+    check = compare_quantized(quantized, reference, model, output, verification_inputs(model))
+    if check["identical_choices"] < 1.0:
+        raise AssertionError(f"{quantized}: {1 - check['identical_choices']:.2%} of the ranker choices differ from "
+                             f"the fp32 model's {reference}")
+    if check["mean_cosine"] < MIN_MEAN_COSINE:
+        raise AssertionError(f"{quantized}: mean cosine with the eager model {check['mean_cosine']:.4f} < "
+                             f"{MIN_MEAN_COSINE}")
+    return check
+
+
+def quantize_eager_int8(model: torch.nn.Module) -> torch.nn.Module:
+    """The eager model with int8 dynamic-activation / int8-weight linear layers (torchao's
+    ``Int8DynamicActivationInt8WeightConfig``, the maintained successor of ``torch.ao``'s dynamic quantization):
+    every ``nn.Linear`` (the enricher and fuser of every layer, the heads), in place; the embedding, the ranker, the
+    static ``V`` and the compressor stay fp32. Needs ``pip install torchao``. Returns ``model``."""
+    try:
+        from torchao.quantization import Int8DynamicActivationInt8WeightConfig, quantize_
+    except ImportError as e:
+        raise ImportError("eager int8 needs torchao: pip install \"avey-b[torchao]\" (or torchao)") from e
+    quantize_(model.eval(), Int8DynamicActivationInt8WeightConfig())
+    return model
