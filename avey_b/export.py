@@ -248,6 +248,22 @@ def export_embedding_directory(model, source: str, directory: str | Path) -> Pat
     return export_onnx(model, directory / "onnx" / "model.onnx", HEADS["embedding"][1])
 
 
+def check_quantized(quantized: str | Path, reference: str | Path, model, output) -> dict:
+    """:func:`avey_b.quantize.compare_quantized` on the inputs :func:`verify_onnx` runs; raises when a ranker choice
+    differs from the fp32 model's (the ranker must stay fp32) or the mean cosine is below
+    :data:`avey_b.quantize.MIN_MEAN_COSINE`."""
+    from .quantize import MIN_MEAN_COSINE, compare_quantized
+
+    check = compare_quantized(quantized, reference, Exportable(model, output), verification_inputs(model))
+    if check["identical_choices"] < 1.0:
+        raise AssertionError(f"{quantized}: {1 - check['identical_choices']:.2%} of the ranker choices differ from "
+                             f"the fp32 model's {reference}")
+    if check["mean_cosine"] < MIN_MEAN_COSINE:
+        raise AssertionError(f"{quantized}: mean cosine with the eager model {check['mean_cosine']:.4f} < "
+                             f"{MIN_MEAN_COSINE}")
+    return check
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="avey-b export", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
@@ -288,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
         err = verify_onnx(path, model, output)
         print(f"onnxruntime matches the eager model at lengths {verifiable_lengths(model)}: max |diff| {err:.1e}")
     if args.quantize:
-        from .quantize import check_quantized, quantize_onnx
+        from .quantize import quantize_onnx
 
         quantized = quantize_onnx(path)
         print(f"wrote {quantized} (int8 weight MatMuls; embedding and ranker in fp32)")

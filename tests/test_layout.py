@@ -14,7 +14,7 @@ LAYERS = [
     {"configuration", "layers", "ranker", "splits", "modeling", "heads", "presets", "release", "analysis", "tokenization",
      "records", "device", "configs", "config_keys", "remote_code", "baselines", "files", "progress", "batching", "__init__"},
     {"data", "training", "evaluation", "benchmarking", "testing"},
-    {"cli", "ablation", "demo", "convert", "export", "serve", "embed"},
+    {"cli", "ablation", "demo", "convert", "export", "quantize", "serve", "embed"},
 ]
 
 

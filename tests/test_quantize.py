@@ -10,7 +10,7 @@ import torch
 
 from avey_b import AveyBModel, presets
 from avey_b import testing as toy
-from avey_b.export import export_onnx, main
+from avey_b.export import Exportable, export_onnx, main
 from avey_b.quantize import INTEGER_MATMULS, compare_quantized, quantize_onnx, quantized_path, weight_matmuls
 
 pytestmark = pytest.mark.slow  # each test exports a model (seconds)
@@ -48,7 +48,7 @@ def test_exported_weights_reach_their_matmuls_as_initializers(exported):
 def test_int8_model_is_close_to_eager_and_keeps_the_fp32_ranker_choices(exported, tmp_path):
     tok, model, path = exported
     quantized = quantize_onnx(path, tmp_path / "model.int8.onnx")
-    check = compare_quantized(quantized, path, model, "last_hidden_state", text_like(tok))
+    check = compare_quantized(quantized, path, Exportable(model, "last_hidden_state"), text_like(tok))
     assert check["identical_choices"] == 1.0
     # int8 noise on a random 32-wide model turns a few tokens' vectors; the bulk stays within 1e-3 of the eager one
     assert check["mean_cosine"] >= 0.98

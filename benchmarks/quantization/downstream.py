@@ -29,7 +29,7 @@ def main() -> None:
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     import avey_b  # noqa: F401  (registers Avey-B with the Auto classes)
-    from avey_b.export import export_onnx
+    from avey_b.export import Exportable, export_onnx
     from avey_b.quantize import compare_quantized, quantize_onnx
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -68,7 +68,7 @@ def main() -> None:
             logits[k].append(s.run(None, {"input_ids": ids.numpy(), "attention_mask": mask.numpy()})[0][0])
             seconds[k] += time.perf_counter() - t
     preds = {k: np.stack(v).argmax(-1) for k, v in logits.items()}
-    check = compare_quantized(int8, fp32, model, "logits",
+    check = compare_quantized(int8, fp32, Exportable(model, "logits"),
                               [(e["input_ids"], e["attention_mask"]) for e in encoded[:200]])
     rec = {"model": args.model, "eval_file": args.eval_file, "examples": len(rows),
            "accuracy": {k: float((v == labels).mean()) for k, v in preds.items()},
