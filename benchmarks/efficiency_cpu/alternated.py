@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import time
 
@@ -60,7 +61,7 @@ def main() -> None:
         rec = {"length": n, "models": args.models, "ids": text.source, "threads": args.threads,
                "seconds": times, "ratio_b_over_a": ratios, "ratio_median": statistics.median(ratios),
                "gemm_fp32_flop_s": (g0 + gemm_rate(torch.float32)) / 2, "torch": torch.__version__,
-               "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+               "load_average": os.getloadavg(), "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         print(json.dumps(rec), flush=True)
         with open(args.out, "a") as f:
             f.write(json.dumps(rec) + "\n")
