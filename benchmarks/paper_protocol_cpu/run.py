@@ -1,19 +1,20 @@
 """The paper's evaluation protocol (``--protocol paper``, EncodEval's settings, paper §5.1) run end to end at CPU
 scale: Avey-B beside a BERT and a ModernBERT of its size, on SST-2 and CoNLL-2003, 3 seeds x 2 learning rates.
 
-    python benchmarks/paper_protocol_cpu/run.py --shared ../shared/data --work runs/learning --threads 2
+    python benchmarks/paper_protocol_cpu/run.py --shared ../shared/data --threads 2
 
 Steps (each resumable: a finished pretraining run or evaluation cell is not redone):
 
 1. the tiny pretrained models of ``benchmarks/learning/`` (its ``pretrain`` step, imported: the quickstart's
    Avey-B, d=256 L=4 S=16 k=3, and a 2-layer BERT and ModernBERT of width 256 whose FFN width matches Avey-B's
-   parameter count), written under ``--work`` so the two benchmarks share them. BERT and ModernBERT are
-   pretrained at 5e-4 only, the learning rate the learning benchmark kept for both (it tried 2e-3 and 5e-4);
-2. ``avey-b evaluate`` with ``protocol: paper`` on SST-2 (the shared train file minus a fixed 5% holdout, scored
-   on the holdout) and CoNLL-2003 (``eng.train``, scored on ``eng.testa``), training on the first 10,000 SST-2 /
-   7,000 CoNLL-2003 sentences as the learning benchmark does, learning rates ``LRS`` x 3 seeds; the report
-   (``report.md`` / ``report.json``: median over seeds at the best learning rate, SD table) is copied to
-   ``results.md`` / ``results.json`` here.
+   parameter count), under ``--work``; BERT and ModernBERT at 5e-4 only, the learning rate the learning
+   benchmark kept for both (it tried 2e-3 and 5e-4); ``--pretrain-steps`` shortens the quickstart's 2,400 steps;
+2. ``avey-b evaluate`` with ``protocol: paper`` on SST-2 (the shared train file minus the learning benchmark's
+   fixed 5% holdout, scored on the holdout) and CoNLL-2003 (``eng.train``, scored on ``eng.testa``), training on
+   the first ``--sst2-train`` / ``--conll-train`` sentences (default the learning benchmark's 10,000 / 7,000),
+   learning rates ``LRS`` x 3 seeds, one process per model; the report of the whole suite (``report.md`` /
+   ``report.json``: median over seeds at the best learning rate, SD table) is copied to ``results.md`` /
+   ``results.json`` here, the suite to ``suite.yaml``.
 
 The shared data are not part of the repository; nothing here downloads anything.
 """
@@ -52,7 +53,8 @@ def main() -> None:
                    help="pretraining steps of 2,048 tokens (default: the quickstart's 2,400, as benchmarks/learning)")
     p.add_argument("--sst2-train", type=int, default=learning.SST2_TRAIN, help="SST-2 training sentences")
     p.add_argument("--conll-train", type=int, default=learning.CONLL_TRAIN, help="CoNLL-2003 training sentences")
-    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--threads", type=int, default=2,
+                   help="threads of Avey-B's pretraining (the Transformers' runs and the evaluation cells use one each)")
     p.add_argument("--pretrain-only", action="store_true", help="stop after step 1")
     args = p.parse_args()
     shared, work = Path(args.shared), Path(args.work)
