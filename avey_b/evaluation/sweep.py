@@ -50,6 +50,7 @@ import uuid
 from typing import Any
 
 from .. import configs
+from ..device import usable_cpus
 from ..files import content_hash
 from ..progress import Progress
 from ..records import slug, write_json_atomic
@@ -392,7 +393,7 @@ def _finished(todo: list[Cell], output_dir: str, workers: int, devices: list[str
     slots: queue.Queue = queue.Queue()
     for i in range(max(1, workers)):
         slots.put(devices[i % len(devices)] if devices else None)
-    threads = None if devices else max(1, (os.cpu_count() or 1) // max(1, workers))
+    threads = None if devices else max(1, usable_cpus() // max(1, workers))
 
     def work(cell: Cell) -> str | None:
         device = slots.get()
