@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import inspect
 import math
 import os
@@ -36,6 +37,7 @@ from ..records import (
     write_text_atomic,
 )
 from ..tokenization import load_tokenizer
+from .tasks.base import Task
 
 # ----------------------------------------------------------------------------------------- CLI
 
@@ -330,65 +332,30 @@ def authors_token_score(predicted, gold) -> float:
     return token_set_f1(set(predicted) or {0}, set(gold) or {0})
 
 
+class _AnswerTokens(Task):
+    """The authors' NIAH fine-tuning as a task of :func:`avey_b.evaluation.finetune.train_model`: prebuilt
+    features (:func:`token_classification_features`), the token classifier's own loss (the cross-entropy over the
+    labelled tokens of a micro-batch, weighted by their share of the step's labelled tokens by ``train_model``)."""
+
+    name, family = "niah-token-classification", "LC"
+
+
 def train_token_classifier(model, features: list[dict[str, Any]], cfg, micro_batch: int, pad_id: int,
                            device: torch.device) -> dict[str, Any]:
-    """Fine-tune as the authors' LC configs do: each optimizer step takes ``cfg.batch_size`` examples as micro-
-    batches of ``micro_batch`` with gradient accumulation, the loss the cross-entropy averaged over every labelled
-    token of the step (how the Trainer normalises accumulated steps since transformers 4.46); AdamW with the
-    authors' beta and epsilon (:data:`OPTIMIZER`) and ``cfg.weight_decay``; linear warm-up over
-    ``cfg.warmup_ratio`` of the steps, then linear decay; clipping at ``cfg.grad_clip``; ``cfg.epochs`` (default 1)
-    epochs of batches in a seeded random order (the last batch of an epoch takes the remainder), or
-    ``cfg.max_steps`` steps. Why not :func:`avey_b.evaluation.finetune.train_model`: it has no accumulation."""
-    from transformers import get_linear_schedule_with_warmup
+    """Fine-tune as the authors' LC configs do, through the fine-tuning loop every task uses
+    (:func:`avey_b.evaluation.finetune.train_model`): each optimizer step takes ``cfg.batch_size`` examples as
+    micro-batches of ``micro_batch`` with gradient accumulation, the loss the cross-entropy averaged over every
+    labelled token of the step (how the Trainer normalises accumulated steps since transformers 4.46); AdamW with
+    the authors' beta and epsilon (:data:`OPTIMIZER`) and ``cfg.weight_decay`` (not on biases and norms, as the
+    Trainer does); linear warm-up over ``cfg.warmup_ratio`` of the steps, then linear decay; clipping at
+    ``cfg.grad_clip``; ``cfg.epochs`` (default 1) epochs in a seeded random order, or ``cfg.max_steps`` steps."""
+    from .finetune import train_model
 
-    from .tasks.base import autocast_ctx, model_inputs, pad_batch
-
-    per_epoch = math.ceil(len(features) / cfg.batch_size)
-    steps = cfg.max_steps or max(1, math.ceil((cfg.epochs or 1.0) * per_epoch))
     opt = OPTIMIZER["token-classification"]
-    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, **opt)
-    scheduler = get_linear_schedule_with_warmup(optimizer, int(cfg.warmup_ratio * steps), steps)
-    generator = torch.Generator().manual_seed(cfg.seed)
-
-    def batches():
-        while True:  # one seeded permutation per epoch
-            order = torch.randperm(len(features), generator=generator).tolist()
-            for i in range(0, len(order), cfg.batch_size):
-                yield [features[j] for j in order[i:i + cfg.batch_size]]
-
-    model.train()
-    losses, tokens, t0 = [], 0, time.perf_counter()
-    progress = Progress(steps, f"niah token-classification (lr {cfg.lr:g}, seed {cfg.seed})")
-    for _, batch in zip(range(steps), batches(), strict=False):
-        labelled = sum(sum(y != -100 for y in f["labels"]) for f in batch)
-        step_loss = 0.0
-        for i in range(0, len(batch), micro_batch):
-            b = {k: v.to(device) for k, v in pad_batch(batch[i:i + micro_batch], pad_id).items()}
-            tokens += int(b["attention_mask"].sum())
-            with autocast_ctx(device, cfg.precision):
-                logits = model(**model_inputs(b)).logits
-            loss = torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), b["labels"].flatten(),
-                                                     ignore_index=-100, reduction="sum") / labelled
-            if not torch.isfinite(loss):
-                raise FloatingPointError(f"non-finite training loss at step {len(losses)} (lr {cfg.lr})")
-            loss.backward()
-            step_loss += loss.item()
-        if cfg.grad_clip:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
-        losses.append(step_loss)
-        progress.update(loss=step_loss)
-    progress.close()
-    model.eval()
-    seconds = time.perf_counter() - t0
-    tenth = max(1, len(losses) // 10)
-    return {"steps": steps, "batches_per_epoch": per_epoch, "micro_batch": micro_batch,
-            "accumulation": math.ceil(cfg.batch_size / micro_batch), "tokens": tokens,
-            "tokens_per_s": round(tokens / seconds, 1) if seconds > 0 else None,
-            "loss_first": sum(losses[:tenth]) / tenth, "loss_last": sum(losses[-tenth:]) / tenth,
-            "losses": [round(x, 5) for x in losses[:: max(1, steps // 100)]]}
+    cfg = dataclasses.replace(cfg, adam_beta1=opt["betas"][0], adam_beta2=opt["betas"][1], adam_epsilon=opt["eps"],
+                              grad_accumulation=math.ceil(cfg.batch_size / micro_batch))
+    record = train_model(model, _AnswerTokens(), features, cfg, pad_id, device)
+    return record | {"micro_batch": micro_batch, "accumulation": cfg.grad_accumulation}
 
 
 @torch.no_grad()
@@ -500,7 +467,6 @@ def evaluate_model(name: str, task: str, args, lr: float | None = None, log=prin
     Resumable: the run directory (:func:`run_directory`) holds ``settings.json``, the fine-tuned model and
     ``train.json`` once training finished, and one ``length_<L>.json`` per scored length, each written atomically;
     a rerun reuses them (a run with other settings is refused). The model is deleted once every length is done."""
-    import dataclasses
 
     import transformers
 
