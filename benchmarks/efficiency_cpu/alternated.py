@@ -13,7 +13,6 @@ median) and appends it to ``--out``.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import time
@@ -23,6 +22,7 @@ import torch
 from avey_b.baselines import build_config, build_model
 from avey_b.benchmarking.inputs import text_ids
 from avey_b.benchmarking.timing import gemm_rate, timed_call
+from avey_b.records import append_jsonl
 
 
 def main() -> None:
@@ -62,9 +62,7 @@ def main() -> None:
                "seconds": times, "ratio_b_over_a": ratios, "ratio_median": statistics.median(ratios),
                "gemm_fp32_flop_s": (g0 + gemm_rate(torch.float32)) / 2, "torch": torch.__version__,
                "load_average": os.getloadavg(), "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-        print(json.dumps(rec), flush=True)
-        with open(args.out, "a") as f:
-            f.write(json.dumps(rec) + "\n")
+        append_jsonl(args.out, rec, echo=True)
 
 
 if __name__ == "__main__":

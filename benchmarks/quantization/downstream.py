@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
+
+from avey_b.records import append_jsonl
 
 
 def main() -> None:
@@ -76,9 +77,7 @@ def main() -> None:
            "int8_logits_cosine_min": check["cosine"], "int8_identical_ranker_choices": check["identical_choices"],
            "seconds_total": seconds, "threads": args.threads,
            "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    print(json.dumps(rec), flush=True)
-    with open(args.out, "a") as f:
-        f.write(json.dumps(rec) + "\n")
+    append_jsonl(args.out, rec, echo=True)
 
 
 if __name__ == "__main__":

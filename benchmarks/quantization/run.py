@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import os
 import platform
 import statistics
@@ -37,6 +36,7 @@ from avey_b.benchmarking.inputs import text_ids
 from avey_b.benchmarking.timing import gemm_rate
 from avey_b.export import Exportable, _dynamic, export_onnx, fold_weight_layouts
 from avey_b.quantize import compare_quantized, quantize_eager_int8, quantize_onnx
+from avey_b.records import append_jsonl
 
 
 def export_any(model, path: Path) -> Path:
@@ -163,9 +163,7 @@ def main() -> None:
                    "load_average_after": load_after, "machine": f"{platform.node()}: {_cpu()}",
                    "torch": torch.__version__, "onnxruntime": ort.__version__,
                    "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-            print(json.dumps(rec), flush=True)
-            with open(args.out, "a") as f:
-                f.write(json.dumps(rec) + "\n")
+            append_jsonl(args.out, rec, echo=True)
 
 
 def _cpu() -> str:

@@ -25,6 +25,8 @@ from pathlib import Path
 
 from select_fill import score  # this folder's fill-mask rule (the script's directory is on sys.path)
 
+from avey_b.records import append_jsonl
+
 HERE = Path(__file__).resolve().parent
 
 # The recipe the quickstart shipped before this search, as overrides of today's quickstart.yaml, so that every
@@ -147,8 +149,7 @@ def main() -> None:
     args = p.parse_args()
     for name in args.variants:
         rec = run_variant(name, VARIANTS[name], args)
-        with open(args.out, "a") as f:
-            f.write(json.dumps(rec) + "\n")
+        append_jsonl(args.out, rec)
 
 
 if __name__ == "__main__":

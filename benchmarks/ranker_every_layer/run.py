@@ -30,6 +30,7 @@ import torch
 from avey_b import AveyBModel, presets
 from avey_b.benchmarking.inputs import text_ids
 from avey_b.benchmarking.timing import gemm_rate, timed_call
+from avey_b.records import append_jsonl
 
 PLACEMENTS = ("embeddings", "every_layer")
 
@@ -113,9 +114,7 @@ def main() -> None:
                    "gemm_fp32_gflop_s": [round(g0 / 1e9, 1), round(gemm_rate(torch.float32) / 1e9, 1)],
                    "load_avg": [list(load0), list(os.getloadavg())], **machine,
                    "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-            print(json.dumps(rec), flush=True)
-            with open(args.out, "a") as f:
-                f.write(json.dumps(rec) + "\n")
+            append_jsonl(args.out, rec, echo=True)
 
 
 if __name__ == "__main__":

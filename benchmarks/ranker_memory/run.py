@@ -13,7 +13,6 @@ the same-dtype 2048³ GEMM rate measured in the same process right before and af
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import time
@@ -23,6 +22,7 @@ import torch
 from avey_b import AveyBModel, presets
 from avey_b.analysis import count_flops
 from avey_b.benchmarking.timing import PeakRSSSampler, gemm_rate
+from avey_b.records import append_jsonl
 
 
 def main() -> None:
@@ -69,9 +69,7 @@ def main() -> None:
                    "utilization": round(flops / seconds / ((g0 + g1) / 2), 3),
                    "gemm_gflop_per_s": [round(g0 / 1e9, 1), round(g1 / 1e9, 1)], "threads": args.threads,
                    "load": os.getloadavg(), "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-            print(json.dumps(rec), flush=True)
-            with open(args.out, "a") as f:
-                f.write(json.dumps(rec) + "\n")
+            append_jsonl(args.out, rec, echo=True)
 
 
 if __name__ == "__main__":

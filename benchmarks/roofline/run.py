@@ -41,6 +41,7 @@ from avey_b import ranker as ranker_module
 from avey_b.analysis import count_flops
 from avey_b.benchmarking.timing import PeakRSSSampler, gemm_rate, measure
 from avey_b.device import autocast
+from avey_b.records import append_jsonl
 
 HERE = Path(__file__).resolve().parent
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
@@ -200,8 +201,7 @@ def main() -> None:
                         rec = point(model, fwd, ids, dt, args.repeats)
                         rec.update(kind="point", mode=mode)
                     rec = {**head, "preset": preset, "tokens": N, "precision": dt, **rec, "load_1min": round(load, 2)}
-                    with open(args.out, "a") as f:
-                        f.write(json.dumps(rec) + "\n")
+                    append_jsonl(args.out, rec)
                     print(json.dumps({k: v for k, v in rec.items() if k not in ("command", "machine", "date")}),
                           flush=True)
 

@@ -11,7 +11,6 @@ process with a thread pool; the server's threads are ``--threads``.
 """
 
 import argparse
-import json
 import os
 import platform
 import signal
@@ -23,6 +22,8 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+from avey_b.records import append_jsonl
 
 HERE = Path(__file__).resolve().parent
 
@@ -138,9 +139,7 @@ def main() -> None:
                                "concurrency": c, **load(url, texts, c, n, args.max_seconds),
                                "load": [round(x, 2) for x in os.getloadavg()],
                                "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-                        print(json.dumps(rec), flush=True)
-                        with open(args.out, "a") as f:
-                            f.write(json.dumps(rec) + "\n")
+                        append_jsonl(args.out, rec, echo=True)
             finally:
                 proc.send_signal(signal.SIGTERM)
                 proc.wait(timeout=120)

@@ -14,7 +14,6 @@ is against the same-dtype 2048³ GEMM rate measured in the same process before t
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -25,6 +24,7 @@ import torch
 from avey_b import AveyBModel, presets
 from avey_b.analysis import count_flops
 from avey_b.benchmarking.timing import gemm_rate, timed_call
+from avey_b.records import append_jsonl
 
 LENGTHS = [128, 384, 640, 896, 1152, 2048, 6144, 16384]  # long-tailed: median 1,024, max 16,384
 
@@ -74,9 +74,7 @@ def main() -> None:
                 rec[f"{side}_flops"] = flops[side]  # the work each side runs: the padded batch does more
                 rec[f"{side}_utilization"] = round(flops[side] / rec[f"{side}_s"] / ((rates[dtype] + rate) / 2), 3)
             rec["speedup"] = rec["before_s"] / rec["after_s"]
-            print(json.dumps(rec), flush=True)
-            with open(args.out, "a") as f:
-                f.write(json.dumps(rec) + "\n")
+            append_jsonl(args.out, rec, echo=True)
     rates_after = {d: gemm_rate(torch.float32 if d == "fp32" else torch.bfloat16) for d in args.dtypes}
     print("# GEMM 2048^3 after:", {d: f"{r / 1e9:.0f} GFLOP/s" for d, r in rates_after.items()})
 
