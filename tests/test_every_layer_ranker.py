@@ -6,6 +6,7 @@ and the default placement against the model as it was before the switch existed.
 import pytest
 import torch
 from conftest import seeded
+from test_ranker import oracle as ranker_oracle
 
 from avey_b import AveyBConfig, AveyBForMaskedLM, AveyBModel, presets
 
@@ -25,15 +26,11 @@ def every_layer(**overrides) -> AveyBConfig:
 
 
 # -- (b) the loop oracle -------------------------------------------------------------------------------------------
-def cosine(a: torch.Tensor, b: torch.Tensor) -> float:
-    return float(a @ b / (a.norm() * b.norm()))
-
-
 def loop_oracle(model: AveyBModel, ids: torch.Tensor):
     """The model's output restated as loops: for every layer, for every split, MaxSim against every candidate split
-    on the layer's input, token by token; the top-k (ties: the nearer split, at equal distance the preceding one);
-    weights = score / (largest selected score + eps); ``[w_1 X_j1 | … | w_k X_jk | X_i]`` with missing slots as zeros
-    on the left; the layer's own compressor ``P_ℓ X_cat (+ X_i)``; the layer; the split's own S outputs as its new
+    on the layer's input, token by token, the top-k (ties: the nearer split, at equal distance the preceding one),
+    weights = score / (largest selected score + eps) and ``[w_1 X_j1 | … | w_k X_jk | X_i]`` with missing slots as
+    zeros on the left (the ranker's own loop oracle, ``test_ranker.oracle``); the layer's own compressor ``P_ℓ X_cat (+ X_i)``; the layer; the split's own S outputs as its new
     state. Uses the model's embedding, compressors, layers and final norm (each tested elsewhere), not its ranker.
     Returns the final states (B, N, d) and the choice of every layer: {(layer, row, split): [chosen splits]}."""
     cfg = model.config
@@ -51,26 +48,17 @@ def loop_oracle(model: AveyBModel, ids: torch.Tensor):
     chosen = {}
     for ell, layer in enumerate(model.layers):
         new = torch.zeros_like(states)
+        # the ranker's loop oracle (test_ranker.oracle), on this layer's input: X_cat and the top-k of every split
+        x_cat_all, top_all = ranker_oracle(states, keep, k, bidirectional, cfg.ranker_weighting, eps)
         for b in range(B):
             for i in range(n):
-                scores = {}
-                for j in range(n):
-                    if j == i or (not bidirectional and j > i):
-                        continue
-                    scores[j] = sum(
-                        max(cosine(states[b, i, t], states[b, j, u]) for u in range(S) if keep[b, j, u])
-                        for t in range(S) if keep[b, i, t]
-                    )
-                top = sorted(scores, key=lambda j: (-scores[j], abs(i - j), j > i))[:k]
-                chosen[ell, b, i] = top
-                x_cat = torch.zeros((k + 1) * S, d, dtype=x.dtype)
+                top = chosen[ell, b, i] = top_all[b, i]
+                x_cat = x_cat_all[b, i]
                 keep_cat = torch.zeros((k + 1) * S, dtype=torch.bool)
                 first = k - len(top)
                 for p, j in enumerate(top):
-                    w = scores[j] / (max(scores[t] for t in top) + eps)
-                    x_cat[(first + p) * S:(first + p + 1) * S] = states[b, j] * w
                     keep_cat[(first + p) * S:(first + p + 1) * S] = keep[b, j]
-                x_cat[k * S:], keep_cat[k * S:] = states[b, i], keep[b, i]
+                keep_cat[k * S:] = keep[b, i]
                 if model.compressors is not None:
                     P = model.compressors[ell].weight
                     row = P @ x_cat + (states[b, i] if cfg.compressor_residual else 0)
