@@ -4,6 +4,7 @@
 * :func:`token_budget_batches` — sort inputs by length and cut the sorted run so that no batch pads past a token
   budget (``len(longest) × batch size``); an input longer than the budget runs alone. Inputs are never cut.
 * :func:`default_max_tokens` — half the available memory at ``BYTES_PER_TOKEN_PER_WIDTH · d`` bytes per token.
+* :func:`pad_right` — a batch of token-id lists as right-padded ``input_ids`` and ``attention_mask`` tensors.
 
 This module imports nothing else from the package.
 """
@@ -12,6 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from typing import TypeVar
+
+import torch
 
 T = TypeVar("T")
 
@@ -46,3 +49,13 @@ def token_budget_batches(items: Sequence[T], max_batch_tokens: int, length: Call
     if current:
         out.append(current)
     return out
+
+
+def pad_right(ids: Sequence[Sequence[int]], pad_id: int | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(input_ids, attention_mask)``, both ``(len(ids), longest)`` long tensors: each row's ids, then ``pad_id``
+    (0 when the tokenizer has none: the mask hides those positions, so any id works)."""
+    batch = torch.full((len(ids), max(map(len, ids))), 0 if pad_id is None else pad_id, dtype=torch.long)
+    mask = torch.zeros_like(batch)
+    for i, row in enumerate(ids):
+        batch[i, :len(row)], mask[i, :len(row)] = torch.tensor(row), 1
+    return batch, mask

@@ -61,7 +61,7 @@ from pathlib import Path
 
 import torch
 
-from avey_b.batching import BYTES_PER_TOKEN_PER_WIDTH, default_max_tokens, token_budget_batches
+from avey_b.batching import BYTES_PER_TOKEN_PER_WIDTH, default_max_tokens, pad_right, token_budget_batches
 
 MANIFEST = "_manifest.json"
 SHARD = "part-{:05d}.parquet"
@@ -292,11 +292,7 @@ class Embedder:
         """The backbone's last hidden state of a right-padded batch, and its attention mask."""
         from avey_b.device import autocast
 
-        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
-        batch = torch.full((len(ids), max(map(len, ids))), pad, dtype=torch.long)
-        mask = torch.zeros_like(batch)
-        for i, row in enumerate(ids):
-            batch[i, :len(row)], mask[i, :len(row)] = torch.tensor(row), 1
+        batch, mask = pad_right(ids, self.tokenizer.pad_token_id)
         batch, mask = batch.to(self.device), mask.to(self.device)
         self.forwards += 1
         with autocast(self.device, self.bf16):

@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from avey_b.batching import BYTES_PER_TOKEN_PER_WIDTH, default_max_tokens, token_budget_batches
+from avey_b.batching import BYTES_PER_TOKEN_PER_WIDTH, default_max_tokens, pad_right, token_budget_batches
 
 
 @dataclass
@@ -149,12 +149,7 @@ class Service:
 
     @torch.no_grad()
     def run(self, kind: str, ids: list[list[int]]) -> list:
-        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
-        n = max(map(len, ids))
-        batch = torch.full((len(ids), n), pad, dtype=torch.long)
-        mask = torch.zeros((len(ids), n), dtype=torch.long)
-        for i, row in enumerate(ids):
-            batch[i, :len(row)], mask[i, :len(row)] = torch.tensor(row), 1
+        batch, mask = pad_right(ids, self.tokenizer.pad_token_id)
         if kind == "embed":
             return list(self.embed(batch, mask).float().cpu().numpy())
         logits = self.logits(batch, mask)
