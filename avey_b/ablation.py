@@ -106,17 +106,12 @@ class VariantPlan:
 
 
 def model_config_of(cfg) -> Any:
-    """The config ``avey-b pretrain`` builds its model from (:func:`avey_b.training.build.build_model`'s spec:
-    ``avey-b-<preset>`` or ``model.arch``, with ``model.overrides``), without a tokenizer or weights."""
-    from . import baselines
+    """The config ``avey-b pretrain`` builds its model from (:func:`avey_b.training.build.model_config`: the model
+    spec with ``model.overrides``, the vocabulary the tokenizer recipe gives), without a tokenizer or weights;
+    ``None`` when the model starts from saved weights (``model.init_from``)."""
+    from .training.build import model_config
 
-    m = cfg.model
-    if m.init_from:
-        return None
-    avey = m.arch in ("avey-b", "avey_b")
-    if avey and m.preset is None:
-        raise ValueError("model.preset is required for model.arch=avey-b (tiny, small, base, large)")
-    return baselines.build_config(baselines.ModelSpec(f"avey-b-{m.preset}" if avey else m.arch, dict(m.overrides)))
+    return None if cfg.model.init_from else model_config(cfg)
 
 
 def plan_variant(name: str, overrides: dict[str, Any] | None, pretrain_config: str, root: str) -> VariantPlan:
