@@ -264,15 +264,104 @@ class Task:
 
 
 def load_model(name_or_path: str, head: str, cfg: RunConfig, **kwargs):
-    """Any encoder by Hub name or local path, through the Auto class of ``head``."""
+    """Any encoder by Hub name or local path, through the Auto class of ``head``. A token-classification head
+    for an encoder whose code has none (NeoBERT's Hub code ships masked-LM and sequence-classification heads
+    only) is :class:`EncoderTokenClassifier` on its ``AutoModel``, as the paper's evaluation adds one for NeoBERT."""
     import transformers
 
     if head not in HEADS:
         raise ValueError(f"unknown head {head!r}; expected one of {sorted(HEADS)}")
     auto = getattr(transformers, HEADS[head])
+    dtype = getattr(torch, cfg.weights_dtype)
     with model_source(name_or_path):
-        return auto.from_pretrained(name_or_path, trust_remote_code=cfg.trust_remote_code,
-                                    dtype=getattr(torch, cfg.weights_dtype), **kwargs)
+        if head == "token-classification" and not _has_token_classifier(name_or_path, cfg.trust_remote_code):
+            return EncoderTokenClassifier.from_pretrained(name_or_path, trust_remote_code=cfg.trust_remote_code,
+                                                          dtype=dtype, **kwargs)
+        return auto.from_pretrained(name_or_path, trust_remote_code=cfg.trust_remote_code, dtype=dtype, **kwargs)
+
+
+def _has_token_classifier(name_or_path: str, trust_remote_code: bool) -> bool:
+    """Whether ``AutoModelForTokenClassification`` can build this model: transformers (or a registration) maps its
+    config class to one, or its own code (``auto_map``) provides one."""
+    from transformers import MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING, AutoConfig
+
+    config = AutoConfig.from_pretrained(name_or_path, trust_remote_code=trust_remote_code)
+    return (type(config) in MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING
+            or "AutoModelForTokenClassification" in (getattr(config, "auto_map", None) or {}))
+
+
+class EncoderTokenClassifier(torch.nn.Module):
+    """A token-classification head on any ``AutoModel`` encoder, the one the paper's evaluation (EncodEval, as the
+    authors' release adapts it) adds for NeoBERT: dropout, a ``hidden × hidden`` dense layer with tanh, dropout,
+    then a linear classifier; weights drawn from N(0, 0.02), biases 0; cross-entropy over the labelled tokens.
+
+    ``save_pretrained(dir)`` writes the encoder as its own class saves it plus the head in
+    ``token_classifier.safetensors``; :meth:`from_pretrained` on such a directory restores both."""
+
+    HEAD_FILE = "token_classifier.safetensors"
+
+    def __init__(self, encoder, num_labels: int = 2, dropout: float = 0.1, init_range: float = 0.02):
+        super().__init__()
+        self.encoder = encoder
+        self.config = encoder.config
+        self.config.num_labels = num_labels
+        hidden = self.config.hidden_size
+        self.dropout = torch.nn.Dropout(dropout)
+        self.dense = torch.nn.Linear(hidden, hidden)
+        self.classifier = torch.nn.Linear(hidden, num_labels)
+        for layer in (self.dense, self.classifier):
+            torch.nn.init.normal_(layer.weight, std=init_range)
+            torch.nn.init.zeros_(layer.bias)
+        dtype = next(encoder.parameters()).dtype
+        self.dense.to(dtype)
+        self.classifier.to(dtype)
+
+    @classmethod
+    def from_pretrained(cls, name_or_path: str, *, num_labels: int = 2, id2label=None, label2id=None,
+                        trust_remote_code: bool = False, dtype=None) -> EncoderTokenClassifier:
+        from pathlib import Path
+
+        from safetensors.torch import load_file
+        from transformers import AutoModel
+
+        encoder = AutoModel.from_pretrained(name_or_path, trust_remote_code=trust_remote_code, dtype=dtype)
+        saved = Path(name_or_path) / cls.HEAD_FILE
+        if saved.is_file():
+            head = load_file(saved)
+            num_labels = head["classifier.weight"].shape[0]
+        model = cls(encoder, num_labels, dropout=getattr(encoder.config, "classifier_dropout", None) or 0.1,
+                    init_range=getattr(encoder.config, "classifier_init_range", None) or 0.02)
+        if id2label is not None:
+            model.config.id2label, model.config.label2id = dict(id2label), dict(label2id or {})
+        if saved.is_file():
+            for name in ("dense", "classifier"):
+                getattr(model, name).load_state_dict(
+                    {k.removeprefix(f"{name}."): v for k, v in head.items() if k.startswith(f"{name}.")})
+        return model
+
+    def save_pretrained(self, directory, state_dict=None) -> None:
+        from pathlib import Path
+
+        from safetensors.torch import save_file
+
+        if state_dict is not None:
+            raise ValueError("EncoderTokenClassifier.save_pretrained saves its own weights; state_dict is not supported")
+
+        self.encoder.save_pretrained(directory)
+        head = {f"{name}.{k}": v.detach().contiguous().cpu() for name in ("dense", "classifier")
+                for k, v in getattr(self, name).state_dict().items()}
+        save_file(head, str(Path(directory) / self.HEAD_FILE))
+
+    def forward(self, input_ids=None, attention_mask=None, labels=None, **kwargs):
+        from transformers.modeling_outputs import TokenClassifierOutput
+
+        hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask, **kwargs)[0]
+        x = torch.tanh(self.dense(self.dropout(hidden)))
+        logits = self.classifier(self.dropout(x))
+        loss = None
+        if labels is not None:
+            loss = torch.nn.functional.cross_entropy(logits.view(-1, logits.shape[-1]).float(), labels.view(-1))
+        return TokenClassifierOutput(loss=loss, logits=logits)
 
 
 def input_limit(model_config, tokenizer) -> int | None:
