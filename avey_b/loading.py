@@ -53,7 +53,7 @@ def from_pretrained(cls, load: Callable, name_or_path, *model_args, **kwargs):
                       "save or download it again") from error
 
 
-def _release_config_and_weights(cls, directory, kwargs: dict) -> tuple:
+def _release_config_and_weights(cls, directory, kwargs: dict) -> tuple[object, dict[str, torch.Tensor]]:
     """The config and the state dict (our names) that build ``cls`` from the release checkpoint in ``directory``.
     Pops from ``kwargs`` the ``config`` and every keyword naming a config field (they are applied to the config)."""
     weights = release.load_release_weights(directory)
