@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 
-from transformers import PretrainedConfig
+from transformers import GenerationConfig, PretrainedConfig
 
 from . import release
 from .config_keys import unknown_key
@@ -36,22 +36,28 @@ RANKER_ALGORITHMS = ("auto", "dense", "vocabulary")
 RANKER_PLACEMENTS = ("embeddings", "every_layer")
 
 
-def _transformers_keys() -> set[str]:
-    """Keys that transformers itself passes to (or saves from) a config besides a model's own fields: the base
-    config's fields, loading and label keys, special-token ids, and the generation defaults it discards."""
-    keys = {f.name for f in dataclasses.fields(PretrainedConfig)} | {
-        "model_type", "torch_dtype", "num_labels", "name_or_path", "output_attentions", "attn_implementation",
-        "experts_implementation", "per_layer_config", "auto_map", "bos_token_id", "eos_token_id", "sep_token_id",
-        "cls_token_id", "mask_token_id", "unk_token_id", "tokenizer_class", "finetuning_task", "task_specific_params",
-        "prefix", "is_decoder", "add_cross_attention", "tie_encoder_decoder", "pruned_heads", "torchscript",
-    }
-    try:  # the generation keys transformers pops from every config (private API: best effort)
-        from transformers import GenerationConfig
+def _generation_keys() -> frozenset[str]:
+    """The generation settings that ``PretrainedConfig`` drops from its keyword arguments (they belong in a
+    ``GenerationConfig``; config.json files written by earlier transformers versions hold some, e.g. ``use_cache``):
+    the fields of a default ``GenerationConfig`` that a ``PretrainedConfig`` given all of them does not keep. Asked
+    of the two public classes once, at import."""
+    fields = GenerationConfig().to_dict()
+    kept = PretrainedConfig(**fields).to_dict()
+    return frozenset(k for k in fields if k not in kept)
 
-        keys |= set(GenerationConfig._get_default_generation_params())
-    except Exception:  # noqa: BLE001
-        pass
-    return keys | set(release.RELEASE_CONFIG_FIELDS) | release.RELEASE_REDUNDANT_FIELDS | release.HF_STANDARD_FIELDS
+
+#: Keys that transformers itself passes to (or saves from) a config besides a model's own fields: the base config's
+#: fields, loading and label keys, special-token ids, the generation settings it drops, and the release's config keys
+#: (read through ``attribute_map``). Any other key ``AveyBConfig`` does not have is a typo.
+TRANSFORMERS_KEYS = frozenset(
+    {f.name for f in dataclasses.fields(PretrainedConfig)}
+    | {"model_type", "torch_dtype", "num_labels", "name_or_path", "output_attentions", "attn_implementation",
+       "experts_implementation", "per_layer_config", "auto_map", "bos_token_id", "eos_token_id", "sep_token_id",
+       "cls_token_id", "mask_token_id", "unk_token_id", "tokenizer_class", "finetuning_task", "task_specific_params",
+       "prefix", "is_decoder", "add_cross_attention", "tie_encoder_decoder", "pruned_heads", "torchscript"}
+    | _generation_keys()
+    | set(release.RELEASE_CONFIG_FIELDS) | release.RELEASE_REDUNDANT_FIELDS | release.HF_STANDARD_FIELDS
+)
 
 
 def _choice(field: str, value, allowed) -> None:
@@ -265,7 +271,7 @@ class AveyBConfig(PretrainedConfig):
         self.normalize_embeddings = normalize_embeddings
         self.contrastive_scale = contrastive_scale
         self.mixer_types = mixer_types
-        unknown = [k for k in kwargs if not k.startswith("_") and k not in _transformers_keys()]
+        unknown = [k for k in kwargs if not k.startswith("_") and k not in TRANSFORMERS_KEYS]
         if unknown:  # a typo would otherwise be saved into config.json and silently ignored by the model
             fields = [p for p in inspect.signature(AveyBConfig.__init__).parameters if p not in ("self", "kwargs")]
             raise unknown_key(unknown[0], fields, "AveyBConfig's fields are")

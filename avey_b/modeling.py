@@ -19,6 +19,8 @@ Notable choices:
   which is why the processor's cost is linear in ``N``. The ablation ``ranker_placement="every_layer"`` (appendix
   "Ablation Study") ranks, concatenates and compresses again before every layer, on that layer's input.
 - Every variant of the paper's ablations (§5.2 and appendix) is a config switch on this one code path.
+- What ``from_pretrained`` and ``save_pretrained`` add to transformers' (the authors' release checkpoints, the code
+  saved beside the weights) lives in :mod:`avey_b.loading`; the bad-input checks of ``forward`` close this file.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from transformers import PreTrainedModel
 from transformers import initialization as init
 from transformers.modeling_outputs import BaseModelOutput
 
-from . import release, splits
+from . import loading, splits
 from .configuration import AveyBConfig
 from .layers import AveyBLayer, Mixer, RMSNorm, StaticMixer
 from .ranker import Compressor, Ranker
@@ -59,57 +61,18 @@ class AveyBPreTrainedModel(PreTrainedModel):
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):
-        """``PreTrainedModel.from_pretrained``, which also accepts the authors' release checkpoints (a hub repo id
-        such as ``avey-ai/avey-b1-base-exp`` or a local download), converted in memory into ``cls``.
-
-        The config comes from the release's ``config.json`` (its number of labels from the classifier's
-        weights); keyword arguments naming config fields override it (e.g. ``num_labels=5`` with
-        ``ignore_mismatched_sizes=True``). Backbone weights are checked by name and shape; a head the
-        checkpoint does not hold is initialized fresh, as transformers does for any encoder.
-        """
-        directory = None
-        if pretrained_model_name_or_path is not None:
-            directory = release.resolve_release_directory(pretrained_model_name_or_path, **kwargs)
-        if directory is None:
-            if pretrained_model_name_or_path is not None and kwargs.get("config") is None:
-                _refuse_other_model_types(cls, pretrained_model_name_or_path, kwargs)
-            try:
-                return super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
-            except Exception as error:
-                if type(error).__name__ != "SafetensorError":
-                    raise
-                name = _damaged_weights_file(pretrained_model_name_or_path, kwargs.get("subfolder") or "")
-                raise OSError(f"{name}: cannot be read as safetensors ({error}); the file is damaged or was cut "
-                              "short: save or download it again") from error
-        weights = release.load_release_weights(directory)
-        config = cls.config_class(**release.release_config_to_ours(release.read_release_config(directory)))
-        if (num_labels := release.release_num_labels(weights)) is not None:
-            config.num_labels = num_labels
-        # A `config` the Auto classes built from the release's config.json lacks the number of labels: replaced.
-        kwargs.pop("config", None)
-        for key in [k for k in kwargs if hasattr(config, k) and k not in ("dtype", "torch_dtype")]:
-            setattr(config, key, kwargs.pop(key))
-        ours = release.release_state_dict_to_ours(weights)
-        with torch.device("meta"):
-            expected = {f"{cls.base_model_prefix}.{k}": v.shape for k, v in AveyBModel(config).state_dict().items()}
-        release.check_weights({k: v for k, v in ours.items() if k.startswith(cls.base_model_prefix + ".")},
-                              expected, strict=True)
-        return super().from_pretrained(None, *model_args, config=config, state_dict=ours, **kwargs)
+        """``PreTrainedModel.from_pretrained``, which also reads the authors' release checkpoints (a hub repo id such
+        as ``avey-ai/avey-b1-base-exp`` or a local download, converted in memory), refuses another architecture's
+        checkpoint and names a damaged weights file: :func:`avey_b.loading.from_pretrained`."""
+        return loading.from_pretrained(cls, super().from_pretrained, pretrained_model_name_or_path, *model_args,
+                                       **kwargs)
 
     def save_pretrained(self, save_directory, *args, **kwargs):
         """``PreTrainedModel.save_pretrained``, plus the model's code beside the weights (``avey_b_*.py``, recorded
         in the config's ``auto_map``): the directory loads with ``trust_remote_code=True`` where this package is
-        not installed. Where it is, transformers uses the installed classes and the saved code does not run."""
-        try:
-            from avey_b import remote_code
-        except ImportError:  # this file as saved beside a model, run without the package: transformers saves it
-            super().save_pretrained(save_directory, *args, **kwargs)
-            _copy_saved_code(self.config, save_directory)
-            return None
-        self.config.auto_map = remote_code.auto_map()
-        super().save_pretrained(save_directory, *args, **kwargs)
-        if kwargs.get("is_main_process", True):
-            remote_code.write(save_directory)
+        not installed. Where it is, transformers uses the installed classes and the saved code does not run
+        (:func:`avey_b.loading.save_pretrained`)."""
+        loading.save_pretrained(self, super().save_pretrained, save_directory, *args, **kwargs)
 
     def _init_matrix(self, weight: torch.Tensor) -> None:
         if self.config.initializer == "xavier_normal":
@@ -129,97 +92,6 @@ class AveyBPreTrainedModel(PreTrainedModel):
             init.ones_(module.weight)
         elif isinstance(module, AveyBLayer) and module.alpha is not None:
             init.ones_(module.alpha)
-
-
-def _copy_saved_code(config, directory) -> None:
-    """Without the package, transformers saves only the code files the loaded class needed (no heads after
-    ``AutoModel``), while ``auto_map`` names every head: copy the other ``avey_b_*.py`` from where the model came."""
-    import os
-    import shutil
-
-    for source in (os.path.dirname(os.path.abspath(__file__)), str(getattr(config, "_name_or_path", "") or "")):
-        if not source or not os.path.isdir(source):
-            continue
-        for name in os.listdir(source):
-            target = os.path.join(str(directory), name)
-            if name.startswith("avey_b_") and name.endswith(".py") and not os.path.exists(target):
-                shutil.copyfile(os.path.join(source, name), target)
-
-
-def _damaged_weights_file(name_or_path, subfolder: str) -> str:
-    """The weights file of a local model directory that safetensors cannot open (else the name as given)."""
-    import os
-
-    from safetensors import safe_open
-
-    directory = os.path.join(str(name_or_path), subfolder)
-    if not os.path.isdir(directory):
-        return str(name_or_path)
-    for name in sorted(f for f in os.listdir(directory) if f.endswith(".safetensors")):
-        try:
-            with safe_open(os.path.join(directory, name), "pt") as f:
-                for key in f.keys():
-                    f.get_slice(key)
-        except Exception:  # noqa: BLE001 -- this is the file that failed, whatever the error
-            return os.path.join(directory, name)
-    return directory
-
-
-def _refuse_other_model_types(cls, name_or_path, kwargs: dict) -> None:
-    """An Avey-B class asked to load another architecture's checkpoint is an error, not a warning followed by a
-    model built from a foreign config."""
-    hub = {k: kwargs[k] for k in ("cache_dir", "force_download", "proxies", "token", "revision", "local_files_only",
-                                  "subfolder") if k in kwargs}
-    config_dict, _ = cls.config_class.get_config_dict(name_or_path, **hub)
-    model_type = config_dict.get("model_type")
-    if model_type not in (None, cls.config_class.model_type):
-        raise ValueError(f"{name_or_path} holds a {model_type!r} model, not Avey-B: load it with the transformers "
-                         f"Auto classes (e.g. AutoModel.from_pretrained), not {cls.__name__}")
-
-
-def _check_inputs(
-    config: AveyBConfig,
-    input_ids: torch.Tensor | None,
-    inputs_embeds: torch.Tensor | None,
-    attention_mask: torch.Tensor | None,
-) -> None:
-    """Clear, early errors for bad input (names the problem, never a shape error deep inside the model)."""
-    if (input_ids is None) == (inputs_embeds is None):
-        raise ValueError("pass exactly one of input_ids or inputs_embeds")
-    if input_ids is not None:
-        if input_ids.is_floating_point() or input_ids.is_complex() or input_ids.dtype == torch.bool:
-            raise TypeError(f"input_ids must be an integer tensor of token ids, got dtype {input_ids.dtype}")
-        if input_ids.dim() != 2:
-            raise ValueError(f"input_ids must have shape (batch, length), got {tuple(input_ids.shape)}")
-        shape = tuple(input_ids.shape)
-    else:
-        if not inputs_embeds.is_floating_point():
-            raise TypeError(f"inputs_embeds must be a floating-point tensor, got dtype {inputs_embeds.dtype}")
-        if inputs_embeds.dim() != 3 or inputs_embeds.shape[-1] != config.hidden_size:
-            raise ValueError(
-                f"inputs_embeds must have shape (batch, length, {config.hidden_size}), got {tuple(inputs_embeds.shape)}"
-            )
-        shape = tuple(inputs_embeds.shape[:2])
-    if shape[0] == 0:
-        raise ValueError("empty batch: the input has batch size 0")
-    if shape[1] == 0:
-        raise ValueError("empty sequences: the input has length 0 (Avey-B needs at least one token)")
-    if attention_mask is not None and tuple(attention_mask.shape) != shape:
-        raise ValueError(
-            f"attention_mask has shape {tuple(attention_mask.shape)} but the input has shape (batch, length) = {shape}"
-        )
-    if torch.compiler.is_compiling():
-        return  # the value checks below need a host sync; eager runs catch these errors
-    if input_ids is not None:
-        lo, hi = int(input_ids.min()), int(input_ids.max())
-        if lo < 0 or hi >= config.vocab_size:
-            raise ValueError(
-                f"input_ids out of range: found ids in [{lo}, {hi}] but the vocabulary has {config.vocab_size} "
-                "entries (valid ids are 0 .. vocab_size-1); is the tokenizer matched to this model?"
-            )
-    if attention_mask is not None and not attention_mask.dtype == torch.bool:
-        if not bool(((attention_mask == 0) | (attention_mask == 1)).all()):
-            raise ValueError("attention_mask must contain only 0 (padding) and 1 (real token)")
 
 
 class AveyBModel(AveyBPreTrainedModel):
@@ -378,3 +250,48 @@ class AveyBModel(AveyBPreTrainedModel):
             h = h.new_zeros(B * n, S, d).index_copy(0, sp.rows, h)
         x = h.reshape(B, n, S, d)
         return x if sp.keep is None else x * sp.keep.unsqueeze(-1).to(x.dtype)
+
+
+def _check_inputs(
+    config: AveyBConfig,
+    input_ids: torch.Tensor | None,
+    inputs_embeds: torch.Tensor | None,
+    attention_mask: torch.Tensor | None,
+) -> None:
+    """Clear, early errors for bad input (names the problem, never a shape error deep inside the model)."""
+    if (input_ids is None) == (inputs_embeds is None):
+        raise ValueError("pass exactly one of input_ids or inputs_embeds")
+    if input_ids is not None:
+        if input_ids.is_floating_point() or input_ids.is_complex() or input_ids.dtype == torch.bool:
+            raise TypeError(f"input_ids must be an integer tensor of token ids, got dtype {input_ids.dtype}")
+        if input_ids.dim() != 2:
+            raise ValueError(f"input_ids must have shape (batch, length), got {tuple(input_ids.shape)}")
+        shape = tuple(input_ids.shape)
+    else:
+        if not inputs_embeds.is_floating_point():
+            raise TypeError(f"inputs_embeds must be a floating-point tensor, got dtype {inputs_embeds.dtype}")
+        if inputs_embeds.dim() != 3 or inputs_embeds.shape[-1] != config.hidden_size:
+            raise ValueError(
+                f"inputs_embeds must have shape (batch, length, {config.hidden_size}), got {tuple(inputs_embeds.shape)}"
+            )
+        shape = tuple(inputs_embeds.shape[:2])
+    if shape[0] == 0:
+        raise ValueError("empty batch: the input has batch size 0")
+    if shape[1] == 0:
+        raise ValueError("empty sequences: the input has length 0 (Avey-B needs at least one token)")
+    if attention_mask is not None and tuple(attention_mask.shape) != shape:
+        raise ValueError(
+            f"attention_mask has shape {tuple(attention_mask.shape)} but the input has shape (batch, length) = {shape}"
+        )
+    if torch.compiler.is_compiling():
+        return  # the value checks below need a host sync; eager runs catch these errors
+    if input_ids is not None:
+        lo, hi = int(input_ids.min()), int(input_ids.max())
+        if lo < 0 or hi >= config.vocab_size:
+            raise ValueError(
+                f"input_ids out of range: found ids in [{lo}, {hi}] but the vocabulary has {config.vocab_size} "
+                "entries (valid ids are 0 .. vocab_size-1); is the tokenizer matched to this model?"
+            )
+    if attention_mask is not None and not attention_mask.dtype == torch.bool:
+        if not bool(((attention_mask == 0) | (attention_mask == 1)).all()):
+            raise ValueError("attention_mask must contain only 0 (padding) and 1 (real token)")

@@ -72,6 +72,10 @@ AVEY_B1_ARCHITECTURE = {
 #: The release's classes, by the head their weights hold.
 RELEASE_HEADS = ("masked_lm", "sequence_classification", "token_classification")
 
+#: The keyword arguments of ``from_pretrained`` that say where and how to fetch a checkpoint's files (transformers'
+#: ``cached_file`` options).
+HUB_OPTIONS = ("cache_dir", "force_download", "proxies", "token", "revision", "local_files_only", "subfolder")
+
 
 class ReleaseConversionError(ValueError):
     """A release checkpoint that cannot be mapped exactly (the message names every offending key)."""
@@ -205,8 +209,7 @@ def resolve_release_directory(name_or_path: str | os.PathLike, **hub_kwargs) -> 
         return path if is_release_config(json.loads(cfg.read_text())) else None
     from transformers.utils import cached_file
 
-    keep = {k: hub_kwargs[k] for k in ("cache_dir", "force_download", "proxies", "token", "revision",
-                                       "local_files_only", "subfolder") if k in hub_kwargs}
+    keep = {k: hub_kwargs[k] for k in HUB_OPTIONS if k in hub_kwargs}
     cfg_file = cached_file(str(name_or_path), "config.json", _raise_exceptions_for_missing_entries=False, **keep)
     if cfg_file is None or not is_release_config(json.loads(Path(cfg_file).read_text())):
         return None

@@ -48,6 +48,21 @@ def test_misspelled_config_field_is_an_error_naming_the_closest_field(tmp_path):
         AveyBConfig.from_pretrained(tmp_path)
 
 
+def test_generation_settings_of_an_older_config_json_load_and_are_dropped(tmp_path):
+    """config.json files written by earlier transformers versions hold generation settings (``use_cache``,
+    ``max_length``, ...), which transformers drops from every config: they load, and are not saved back."""
+    import json
+
+    presets.tiny().save_pretrained(tmp_path)
+    saved = json.loads((tmp_path / "config.json").read_text())
+    older = {"use_cache": True, "max_length": 20, "num_beams": 1, "temperature": 1.0, "repetition_penalty": 1.0}
+    (tmp_path / "config.json").write_text(json.dumps(saved | older))
+    config = AveyBConfig.from_pretrained(tmp_path)
+    assert not set(older) & set(config.to_dict())
+    with pytest.raises(ValueError, match="unknown config key 'use_cahce'"):  # a typo of one is still an error
+        AveyBConfig(use_cahce=True)
+
+
 def test_release_config_keys_are_read_through_the_attribute_map(tmp_path):
     """The authors' config.json spells d, L, S, k as d_embed, n_layers, chunk_size, k (the release)."""
     import json
