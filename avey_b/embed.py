@@ -62,6 +62,7 @@ from pathlib import Path
 import torch
 
 from avey_b.batching import BYTES_PER_TOKEN_PER_WIDTH, default_max_tokens, pad_right, token_budget_batches
+from avey_b.cluster import BACKENDS, check_backend, cluster_gpus, start_ray
 
 MANIFEST = "_manifest.json"
 SHARD = "part-{:05d}.parquet"
@@ -74,7 +75,6 @@ MODEL_FILES = ("config.json", "*.safetensors", "pytorch_model*.bin")
 TOKENIZER_FILES = ("tokenizer*.json", "special_tokens_map.json", "vocab.*", "merges.txt", "*.model")
 CHUNKINGS = ("none", "late")
 DTYPES = ("float32", "float16")
-BACKENDS = ("local", "ray")
 #: The Ray backend reads the input in waves of this many shards per actor (the driver holds one wave's text);
 #: each wave is one Ray Data pipeline, its actors loading the model once.
 RAY_WAVE_SHARDS_PER_ACTOR = 8
@@ -418,21 +418,14 @@ class RayShardWriter:
 
 
 def _start_ray(address: str | None, num_gpus: float | None, device: str, cleanup: contextlib.ExitStack) -> dict:
-    """Connect to the cluster at ``address`` (``auto``: the one this machine belongs to) or start a local Ray (shut
-    down by ``cleanup``); the GPUs per actor (default: 1 where the cluster has GPUs) and the actors' device."""
-    try:
-        import ray
-    except ImportError:
-        raise ImportError("--backend ray needs Ray Data: pip install 'avey-b[ray]'") from None
-    started = not ray.is_initialized()
-    if started:
-        ray.init(address=address, include_dashboard=False, log_to_driver=True)
-        cleanup.callback(ray.shutdown)
+    """Connect to the cluster at ``address`` or start a local Ray (:func:`avey_b.cluster.start_ray`); the GPUs per
+    actor (default: 1 where the cluster has GPUs) and the actors' device."""
+    ray = start_ray(address, cleanup, data=True)
     if num_gpus is None:
-        num_gpus = 1 if ray.cluster_resources().get("GPU", 0) >= 1 else 0
+        num_gpus = 1 if cluster_gpus(ray) >= 1 else 0
     if device == "auto":
         device = "cuda" if num_gpus else "cpu"
-    return {"started": started, "num_gpus": num_gpus, "device": device}
+    return {"num_gpus": num_gpus, "device": device}
 
 
 def _run_on_ray(pending: list[tuple[int, list[Document]]], model_dir: Path, out: Path, settings: dict,
@@ -482,10 +475,8 @@ def embed_corpus(model: str, source: str, output: str | os.PathLike, *, lines: b
         import pyarrow  # noqa: F401
     except ImportError:
         raise ImportError("avey-b embed writes Parquet with pyarrow: pip install 'avey-b[embed]'") from None
-    if backend not in BACKENDS:
-        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
-    if backend == "local" and (ray_address is not None or concurrency != 1 or num_gpus is not None):
-        raise ValueError("--ray-address, --concurrency and --num-gpus apply with --backend ray")
+    check_backend(backend, {"--ray-address": ray_address is not None, "--concurrency": concurrency != 1,
+                            "--num-gpus": num_gpus is not None})
     if chunking not in CHUNKINGS:
         raise ValueError(f"chunking must be one of {CHUNKINGS}, got {chunking!r}")
     if chunking == "late" and (chunk_tokens is None) == (chunk_spans_column is None):

@@ -4,6 +4,7 @@
     avey-b evaluate --models avey-b=runs/avey-b-base bert=google-bert/bert-base-uncased \\
         --tasks sst2 conll2003 --lrs 2e-5 6e-5 1e-4 5e-4 --seeds 10 --output-dir runs/eval
     avey-b evaluate --config paper --workers 4 --devices 0,1,2,3   # one cell per GPU
+    avey-b evaluate --config paper --backend ray --ray-address auto  # one cell per GPU of a Ray cluster
 
 One directory per cell, ``<output-dir>/<model>/<protocol>/<task>/lr<lr>_seed<seed>/``, holding
 ``results.json`` when the cell finished and ``error.json`` (exception and traceback, or exit code and log
@@ -23,6 +24,16 @@ Cells run in this process one after the other (``--workers 1``, the default), or
 spread over ``--devices`` (each subprocess sees one GPU through ``CUDA_VISIBLE_DEVICES``), so that a
 crash, an out-of-memory error or a hung library cannot take other cells with it.
 
+On a Ray cluster (``--backend ray``, ``pip install 'avey-b[ray]'``): each cell is a Ray task, on the cluster at
+``--ray-address`` (``auto``: the one this machine belongs to) or on a local Ray started for the sweep. Where the
+cluster has GPUs a cell takes one (``num_gpus=1``: Ray places it and gives it a fresh worker process); on a CPU-only
+cluster a cell takes ``1/--workers`` of a node's CPUs (default: a whole node) and runs that many threads. This
+process stays the driver: it decides what is done, writes the report and lists the failures; the tasks write their
+cell directories, so ``--output-dir`` must be a filesystem every node sees (and ``avey_b`` installed on every node,
+with the same data paths). The cell directories, resume rules and failure records are those of the local backend;
+a task whose process dies (a crash, an out-of-memory kill, a lost node) is recorded as a failed cell, and a rerun
+retries it.
+
 Precedence of settings: RunConfig defaults < the protocol's table (``paper``: EncodEval's settings per task,
 :mod:`avey_b.evaluation.protocol`) < the suite's ``defaults`` < its ``task_overrides[task]`` < its settings of the
 model (``models: {name: {model: ..., trust_remote_code: true}}``) < command-line flags.
@@ -38,10 +49,12 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import contextlib
 import dataclasses
 import json
 import os
 import queue
+import re
 import subprocess
 import sys
 import time
@@ -50,7 +63,8 @@ import uuid
 from typing import Any
 
 from .. import configs
-from ..device import usable_cpus
+from ..cluster import BACKENDS, check_backend, cluster_gpus, start_ray
+from ..device import set_cpu_threads, usable_cpus
 from ..files import content_hash
 from ..progress import Progress
 from ..records import slug, write_json_atomic
@@ -342,21 +356,38 @@ def _remove(path: str) -> None:
         pass
 
 
-def run_sweep(cells: list[Cell], output_dir: str, workers: int = 1, devices: list[str] | None = None,
-              isolate: bool = False, log=print) -> dict[str, str]:
+def run_sweep(cells: list[Cell], output_dir: str, workers: int | None = 1, devices: list[str] | None = None,
+              isolate: bool = False, log=print, backend: str = "local", ray_address: str | None = None) -> dict[str, str]:
     """Run the cells not yet done, training cells first (their scorings need their models); returns {cell key:
-    error summary} for the failures, a scoring whose training failed included."""
+    error summary} for the failures, a scoring whose training failed included. ``backend="ray"``: each cell a Ray
+    task on the cluster at ``ray_address`` (None: a local Ray, started only when a cell is to run and shut down
+    at the end); ``workers`` is then the cells at once per node on a CPU-only cluster (None: 1)."""
+    check_backend(backend, {"--ray-address": ray_address is not None})
+    if backend == "ray" and (devices or isolate):
+        raise ValueError("--devices and --isolate apply to the local backend; on Ray every cell is a task in a Ray "
+                         "worker process, on a GPU of its own where the cluster has GPUs")
+    if workers is not None and workers < 1:
+        raise ValueError(f"--workers must be at least 1, got {workers}")
     todo = [c for c in cells if not is_done(output_dir, c, log)]
     retrained = {c.key for c in todo if c.trains_only}  # a model trained again is scored again
     todo += [c for c in cells if c.trained_by in retrained and c not in todo]
     log(f"{len(cells)} cells, {len(cells) - len(todo)} already done, {len(todo)} to run")
+    with contextlib.ExitStack() as cleanup:  # a Ray started here is shut down however the sweep ends
+        on_ray = _ray_runner(ray_address, workers, output_dir, cleanup, log) if backend == "ray" and todo else None
+        return _run_todo(cells, todo, output_dir, log, on_ray or (
+            lambda batch: _finished(batch, output_dir, workers or 1, devices, isolate)))
+
+
+def _run_todo(cells: list[Cell], todo: list[Cell], output_dir: str, log, finished) -> dict[str, str]:
+    """Run ``todo`` through ``finished`` (cells -> ``(cell, error or None, seconds)`` as each ends): the training
+    cells, then the cells whose training succeeded (the others fail with its error)."""
     failures: dict[str, str] = {}
     progress = Progress(len(todo), "evaluate", unit="cell", every=0.0)
     done = 0
 
     def run(batch: list[Cell]) -> None:
         nonlocal done
-        for cell, err, seconds in _finished(batch, output_dir, workers, devices, isolate):
+        for cell, err, seconds in finished(batch):
             done += 1
             _log_cell(log, done, len(todo), cell, err, seconds, output_dir)
             progress.update()
@@ -409,6 +440,57 @@ def _finished(todo: list[Cell], output_dir: str, workers: int, devices: list[str
             yield cell, fut.result(), time.perf_counter() - t0
 
 
+def _ray_runner(address: str | None, workers: int | None, output_dir: str, cleanup: contextlib.ExitStack, log):
+    """Join (or start) Ray and return the runner of a batch of cells as Ray tasks (see :func:`_on_ray`): one GPU
+    a cell where the cluster has GPUs, else ``1/workers`` of the smallest node's CPUs."""
+    ray = start_ray(address, cleanup)
+    gpus = cluster_gpus(ray)
+    if gpus:
+        if workers is not None:
+            log(f"--workers {workers} has no effect on a cluster with GPUs: each cell takes one GPU")
+        resources, threads, share = {"num_gpus": 1}, None, "one GPU"
+    else:
+        node_cpus = min((int(n["Resources"]["CPU"]) for n in ray.nodes() if n["Alive"] and n["Resources"].get("CPU")),
+                        default=1)
+        threads = max(1, node_cpus // (workers or 1))
+        resources, share = {"num_cpus": threads}, f"{threads} of a node's {node_cpus} CPUs"
+    log(f"Ray cluster: {int(ray.cluster_resources().get('CPU', 0))} CPUs, {gpus:g} GPUs; each cell a task on {share}")
+    task = ray.remote(max_retries=0, **resources)(_cell_task)  # a failed cell is retried by a rerun, as locally
+    return lambda batch: _on_ray(ray, batch, output_dir, task, threads)
+
+
+def _cell_task(output_dir: str, cell: Cell, threads: int | None) -> str | None:
+    """One cell in a Ray worker process: :func:`run_in_process` (which records a failure in ``error.json``), on
+    ``threads`` CPU threads when given."""
+    if threads:
+        set_cpu_threads(threads)
+    _quiet_transformers()
+    return run_in_process(output_dir, cell)
+
+
+def _on_ray(ray, todo: list[Cell], output_dir: str, task, threads: int | None):
+    """``(cell, error or None, seconds)`` for every cell as its Ray task finishes. A task that ends without an
+    answer (its process crashed or was killed, its node lost) is recorded in the cell's ``error.json`` like a
+    subprocess that exits without a result."""
+    started = {task.remote(output_dir, cell, threads): (cell, time.perf_counter()) for cell in todo}
+    pending = list(started)
+    while pending:
+        ready, pending = ray.wait(pending, num_returns=1)
+        cell, t0 = started[ready[0]]
+        try:
+            err = ray.get(ready[0])
+        except ray.exceptions.RayError as e:
+            err = f"the Ray task ended without a result: {type(e).__name__}"
+            account = re.sub(r"\x1b\[[0-9;]*m", "", str(e))  # Ray colours its messages for terminals
+            write_json_atomic(os.path.join(cell_dir(output_dir, cell), "error.json"),
+                              {"cell": cell.spec(), "error": err, "ray_error": account[-4000:]})
+        done = os.path.join(cell_dir(output_dir, cell), cell.done_file)
+        if err is None and not os.path.isfile(done):
+            raise FileNotFoundError(f"{cell.key} finished on Ray, but {done} is not here: --output-dir must be a "
+                                    "filesystem that this machine and every Ray node see")
+        yield cell, err, time.perf_counter() - t0
+
+
 def _log_cell(log, i: int, n: int, cell: Cell, err: str | None, seconds: float, output_dir: str) -> None:
     if err:
         log(f"[{i}/{n}] FAILED {cell.key} ({seconds:.0f}s): {err}")
@@ -419,6 +501,14 @@ def _log_cell(log, i: int, n: int, cell: Cell, err: str | None, seconds: float, 
             f"{rec['loss_last']:.3f} ({seconds:.0f}s)")
         return
     log(f"[{i}/{n}] {cell.key}: {rec['metric']} = {rec['score']:.2f} ({seconds:.0f}s)")
+
+
+def _quiet_transformers() -> None:
+    """Every cell loads a model: one identical load report and progress bar per cell drowns the sweep's own log."""
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
 
 
 def _run_cell_file(spec_path: str, output_dir: str) -> int:
@@ -477,7 +567,8 @@ def load_suite(path: str | None) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="avey-b evaluate", description=__doc__.split("\n\n")[0],
+    on_ray = next(part for part in __doc__.split("\n\n") if part.startswith("On a Ray cluster"))
+    p = argparse.ArgumentParser(prog="avey-b evaluate", description=__doc__.split("\n\n")[0], epilog=on_ray,
                                 argument_default=argparse.SUPPRESS)
     p.add_argument("--config", help=f"suite YAML, or a shipped suite: {', '.join(configs.shipped('eval'))}")
     p.add_argument("--models", nargs="+", help="NAME=PATH_OR_HUB_ID (or a bare path/id) ...")
@@ -490,9 +581,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--aggregate", choices=("median", "best"),
                    help="median over seeds at the best lr (paper, default) or best single run (ablations)")
     p.add_argument("--output-dir", help="root of the per-cell directories and the report")
-    p.add_argument("--workers", type=int, help="cells run at once, each in its own process (default: 1, or one per --devices entry)")
+    p.add_argument("--workers", type=int, help="cells run at once, each in its own process (default: 1, or one per "
+                   "--devices entry); on Ray without GPUs: cells at once per node")
     p.add_argument("--devices", help="comma-separated CUDA device ids to spread the workers over")
     p.add_argument("--isolate", action="store_true", help="run every cell in a subprocess even with 1 worker")
+    p.add_argument("--backend", choices=BACKENDS,
+                   help="local (default): on this machine; ray: each cell a Ray task, one GPU each where the cluster "
+                        "has GPUs, else 1/--workers of a node's CPUs; --output-dir on a filesystem every node sees "
+                        "(pip install 'avey-b[ray]')")
+    p.add_argument("--ray-address",
+                   help="ray: the cluster to join (auto: the one this machine belongs to, or host:port); default: a "
+                        "local Ray started for the sweep")
     p.add_argument("--dry-run", action="store_true", help="list the cells and exit")
     p.add_argument("--report-only", action="store_true", help="only aggregate the existing results")
     p.add_argument("--run-cell", help=argparse.SUPPRESS)  # internal: one cell from its cell.json
@@ -502,11 +601,8 @@ def main(argv: list[str] | None = None) -> int:
     if "run_cell" in given:
         return _run_cell_file(args.run_cell, args.output_dir)
 
-    import transformers
-
-    # Every cell loads a model: one identical load report and progress bar per cell drowns the sweep's own log.
-    transformers.logging.set_verbosity_error()
-    transformers.utils.logging.disable_progress_bar()
+    check_backend(given.get("backend", "local"), {"--ray-address": "ray_address" in given})
+    _quiet_transformers()
     suite = load_suite(given.get("config"))
     cells, output_dir, aggregate = build_cells(suite, args)
     if given.get("dry_run"):
@@ -516,8 +612,11 @@ def main(argv: list[str] | None = None) -> int:
     failures: dict[str, str] = {}
     if not given.get("report_only"):
         devices = given["devices"].split(",") if given.get("devices") else None
-        workers = given.get("workers", len(devices) if devices else 1)  # default: one worker per device
-        failures = run_sweep(cells, output_dir, workers, devices, given.get("isolate", False))
+        backend = given.get("backend", "local")
+        # default: one worker per device; on Ray, one cell per GPU, or per CPU-only node
+        workers = given.get("workers", None if backend == "ray" else len(devices) if devices else 1)
+        failures = run_sweep(cells, output_dir, workers, devices, given.get("isolate", False),
+                             backend=backend, ray_address=given.get("ray_address"))
 
     from .report import write_report
 
