@@ -287,18 +287,13 @@ class CheckpointParts:
     stream: Any
 
 
-def uses_fsdp(cfg: PretrainConfig, info) -> bool:
-    """Whether the run shards its model with FSDP2 (then saving and restoring are collectives of every rank)."""
-    return info.enabled and cfg.distributed.strategy == "fsdp"
-
-
 def restore_training(saved: dict | None, parts: CheckpointParts, cfg: PretrainConfig, info) -> TrainState:
     """The run's state after continuing from ``saved``, a checkpoint's train state (:func:`load_train_state`), into
     ``parts``; ``None``: a fresh run, seeded per rank."""
     if saved is None:
         torch.manual_seed(cfg.train.seed + 1000 * info.rank)  # dropout differs per rank
         return TrainState()
-    if uses_fsdp(cfg, info):
+    if dist_utils.uses_fsdp(info, cfg.distributed.strategy):
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
 
         set_optimizer_state_dict(parts.raw_model, parts.optimizer, saved["optimizer"],
@@ -337,8 +332,8 @@ def save_training(run_dir: Path, state: TrainState, parts: CheckpointParts, cfg:
             states = [None] * info.world_size
             torch.distributed.all_gather_object(states, data_state)
             data_state = {"per_rank": states}
-    sd, optim_sd = None, None
-    if uses_fsdp(cfg, info):
+    fsdp, sd, optim_sd = dist_utils.uses_fsdp(info, cfg.distributed.strategy), None, None
+    if fsdp:
         # FSDP2: every rank takes part in gathering the full (unsharded) model and optimizer state
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
 
@@ -347,7 +342,7 @@ def save_training(run_dir: Path, state: TrainState, parts: CheckpointParts, cfg:
                                             options=StateDictOptions(full_state_dict=True, cpu_offload=True))
     path = None
     if info.is_main:
-        train_state = {"step": state.step, "optimizer": optim_sd if sd is not None else parts.optimizer.state_dict(),
+        train_state = {"step": state.step, "optimizer": optim_sd if fsdp else parts.optimizer.state_dict(),
                        "scheduler": parts.scheduler.state_dict(), "data": data_state, "rng": rngs,
                        "world_size": info.world_size, "config": to_dict(cfg), "run_id": state.run_id}
         path = save_checkpoint(run_dir, state.step, parts.raw_model, parts.tokenizer, train_state,

@@ -58,7 +58,6 @@ from .checkpoint import (
     restore_training,
     save_pretrained_atomic,
     save_training,
-    uses_fsdp,
 )
 from .config import PretrainConfig, describe, dump_yaml, load_config, to_dict
 from .metrics import MetricsLogger, peak_flops, shared_cpu_message, shared_cpu_slowdown
@@ -400,7 +399,7 @@ def finish(run: Run, results: dict) -> dict:
     """The last checkpoint; unless interrupted, the final evaluation, the model in ``run_dir/model`` and the
     fill-mask examples. Returns ``results`` completed (``step``, ``checkpoint``, ``final``, ``fill``)."""
     cfg, info, state, parts = run.cfg, run.info, run.state, run.parts
-    fsdp = uses_fsdp(cfg, info)
+    fsdp = dist_utils.uses_fsdp(info, cfg.distributed.strategy)
     path = save_training(run.run_dir, state, parts, cfg, info) if state.last_saved != state.step \
         else latest_checkpoint(run.run_dir)
     results.update(step=state.step, checkpoint=str(path) if path else None)
