@@ -336,3 +336,14 @@ def test_generate_cli_draws_distractors_and_records_the_chance_level(bpe, tmp_pa
     with pytest.raises(SystemExit, match="sum to"):
         niah_cli.main(["generate", "--tokenizer", str(tmp_path / "tok"), "--out", str(out), "--test-distractors",
                    "0:0.5"])
+
+
+def test_python_dash_m_runs_the_niah_command(monkeypatch, capsys):
+    """``python -m avey_b.evaluation.niah`` (the benchmark scripts' spelling) is the same program as ``avey-b niah``."""
+    import runpy
+    import sys
+
+    monkeypatch.setattr(sys, "argv", ["avey_b.evaluation.niah", "generate", "--help"])
+    with pytest.raises(SystemExit) as e:
+        runpy.run_module("avey_b.evaluation.niah", run_name="__main__", alter_sys=True)
+    assert e.value.code == 0 and "usage: avey-b niah generate" in capsys.readouterr().out
