@@ -4,6 +4,7 @@ the model's window, "oom" when it runs out of memory; the ranker's choice record
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 from typing import Any
 
@@ -22,8 +23,6 @@ def score_length(model, tok, task_dir: str, length: int, args, cfg, limit, train
                  retrieval: bool) -> dict[str, Any]:
     """One test length's result: the form's scores with the chance level, "max_length" past the model's window,
     or "oom" (``stop``: an earlier length ran out of memory, so this one is not tried)."""
-    import dataclasses
-
     from ..metrics import squad_exact, squad_f1, squad_scores
     from ..tasks.qa import QuestionAnsweringTask
 

@@ -12,6 +12,7 @@ from .forms import HEADLINE, form_of
 from .needles import NEEDLES
 from .retrieval import RETRIEVAL
 
+#: the title of each metric's table
 TITLES = {"exact": "NIAH exact match (%)", "f1": "NIAH F1 (%)",
           "score": "NIAH token-classification score (%; the authors' token F1 over the input's answer tokens)",
           "needle_to_question": "A split holding question tokens among the k retrieved for the needle's split (%)",
@@ -19,8 +20,6 @@ TITLES = {"exact": "NIAH exact match (%)", "f1": "NIAH F1 (%)",
           "one_needle": "NIAH headline score (%), one-needle examples",
           "two_needles": "NIAH headline score (%), examples with several needles (an occurrence asked for)",
           "other_value": "Examples with several needles answered with another needle's value (%)"}
-
-
 #: resamples of the bootstrap intervals (percentile, 95%), drawn with a fixed seed so a report is reproducible
 BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED = 2000, 0
 
