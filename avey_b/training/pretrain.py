@@ -265,6 +265,7 @@ def build_run(cfg: PretrainConfig, info, resume: str | None, overwrite: bool, tr
     tokenizer = AutoTokenizer.from_pretrained(str(resume_dir)) if resume_dir else build_tokenizer(cfg, info, run_dir)
     torch.manual_seed(cfg.train.seed)
     raw_model = build_model(cfg, tokenizer, resume_dir).to(info.device)
+    n_params = count_parameters(raw_model)  # before FSDP2 shards it in place
     bf16 = use_bf16(cfg.train.precision, info.device)
     autocast = device_autocast(info.device, bf16)
     model = dist_utils.parallelize(raw_model, info, cfg.distributed.strategy, cfg.train.compile)
@@ -284,7 +285,7 @@ def build_run(cfg: PretrainConfig, info, resume: str | None, overwrite: bool, tr
     logger = MetricsLogger(run_dir, info.is_main, tensorboard=cfg.logging.tensorboard, wandb=cfg.logging.wandb,
                            wandb_project=cfg.logging.wandb_project, config=to_dict(cfg), resume=saved is not None)
     dist_utils.print0(
-        f"model {cfg.model.arch} ({count_parameters(raw_model) / 1e6:.2f}M parameters, vocab {len(tokenizer)}), "
+        f"model {cfg.model.arch} ({n_params / 1e6:.2f}M parameters, vocab {len(tokenizer)}), "
         f"{info.world_size} rank(s) on {info.device}, {'bf16 autocast' if bf16 else 'fp32'}; global batch "
         f"{geometry.global_seqs} x {cfg.data.seq_len} tokens = {geometry.micro_batch} seq x {geometry.accumulation} "
         f"accumulation x {info.world_size} rank(s); {cfg.steps} steps")
