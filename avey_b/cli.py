@@ -20,7 +20,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "report": ("avey_b.evaluation.report", "the Table-3 report of an evaluation directory"),
     "ablation": ("avey_b.ablation", "pretrain and evaluate the paper's architecture variants"),
     "analyze": ("avey_b.analysis", "weights MODEL: statistics and heat maps of the static layers' V"),
-    "niah": ("avey_b.evaluation.niah", "generate / evaluate needle-in-a-haystack sets"),
+    "niah": ("avey_b.evaluation.niah.cli", "generate / evaluate needle-in-a-haystack sets"),
     "bench": ("avey_b.benchmarking.efficiency", "latency / throughput vs sequence length"),
     "convert": ("avey_b.convert", "convert an authors' release checkpoint to this library's format"),
     "export": ("avey_b.export", "an Avey-B checkpoint as ONNX / torch.export, for every length"),

@@ -185,7 +185,8 @@ def test_every_run_setting_is_a_flag_of_finetune_evaluate_and_niah():
     import argparse
     import dataclasses
 
-    from avey_b.evaluation import finetune, niah
+    from avey_b.evaluation import finetune
+    from avey_b.evaluation.niah import cli as niah_cli
 
     fields = [f for f in dataclasses.fields(RunConfig) if f.name not in ("lr", "seed")]
     values = {"protocol": "paper", "epochs": 2.5, "max_steps": 7, "batch_size": 3, "eval_batch_size": 5,
@@ -209,7 +210,7 @@ def test_every_run_setting_is_a_flag_of_finetune_evaluate_and_niah():
     assert {k: v for k, v in vars(p.parse_args(["--grad-clip", "2"])).items() if k in values} == {"grad_clip": 2.0}
     with pytest.raises(SystemExit):
         p.parse_args(["--grad-clp", "2"])
-    args = niah.build_parser().parse_args(["evaluate", "--data", "d", "--models", "m", "--out", "o",
-                                           "--grad-clip", "0.5", "--max-steps", "9"])
+    args = niah_cli.build_parser().parse_args(["evaluate", "--data", "d", "--models", "m", "--out", "o",
+                                               "--grad-clip", "0.5", "--max-steps", "9"])
     cfg = RunConfig.from_args(args, lr=args.lr, seed=args.seed)
     assert (cfg.grad_clip, cfg.max_steps, cfg.batch_size, cfg.eval_batch_size, cfg.epochs) == (0.5, 9, 8, 8, 1.0)

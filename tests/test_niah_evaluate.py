@@ -9,7 +9,10 @@ import torch
 from test_niah_generator import bpe_tokenizer
 
 from avey_b.data import niah as niah_data
-from avey_b.evaluation import niah
+from avey_b.evaluation.niah import answer_tokens, retrieval, runs, scoring, sets, tables
+from avey_b.evaluation.niah import cli as niah_cli
+from avey_b.evaluation.niah.needles import needle_breakdown, needle_token_sets
+from avey_b.records import read_jsonl
 
 
 @pytest.fixture(scope="module")
@@ -17,7 +20,7 @@ def data(tmp_path_factory):
     root = tmp_path_factory.mktemp("niah")
     tok = bpe_tokenizer()
     tok.save_pretrained(root / "tok")
-    niah.main(
+    niah_cli.main(
         [
             "generate",
             "--tokenizer",
@@ -44,7 +47,7 @@ def data(tmp_path_factory):
 
 
 def _evaluate(data, out, *models, extra=()):
-    return niah.main(
+    return niah_cli.main(
         [
             "evaluate",
             "--data",
@@ -75,7 +78,7 @@ def _evaluate(data, out, *models, extra=()):
 def test_evaluate_reports_per_length_and_marks_max_length(data, tmp_path, capsys):
     out = tmp_path / "eval"
     assert _evaluate(data, out, "avey-b-tiny", "bert-tiny:max_position_embeddings=300") == 0
-    recs = {r["model"]: r for r in niah.read_jsonl(str(out / "results.jsonl"))}
+    recs = {r["model"]: r for r in read_jsonl(str(out / "results.jsonl"))}
     avey, bert = recs["avey-b-tiny"], recs["bert-tiny:max_position_embeddings=300"]
     assert avey["train"]["steps"] == 3 and avey["built"] == "from config, random weights"
     for n in ("128", "256", "640"):
@@ -96,16 +99,16 @@ def test_evaluate_reports_per_length_and_marks_max_length(data, tmp_path, capsys
     assert "| niah-2 | avey-b-tiny |" in (out / "table_two_needles.md").read_text()
     # Rerun: finished (model, task, seed) runs are skipped, not duplicated; another seed is a new record.
     _evaluate(data, out, "avey-b-tiny")
-    assert len(niah.read_jsonl(str(out / "results.jsonl"))) == 2
+    assert len(read_jsonl(str(out / "results.jsonl"))) == 2
     json.loads(capsys.readouterr().out.strip().splitlines()[0])
     _evaluate(data, out, "avey-b-tiny", extra=("--seed", "1", "--no-retrieval"))
-    recs = niah.read_jsonl(str(out / "results.jsonl"))
+    recs = read_jsonl(str(out / "results.jsonl"))
     assert [(r["model"], r["seed"]) for r in recs][-1] == ("avey-b-tiny", 1)
     assert "retrieval" not in recs[-1]["results"]["128"]
     # The table gives the median over seeds (of two: their mean), its 95% bootstrap interval, and the chance level.
     runs = [r for r in recs if r["model"] == "avey-b-tiny"]
     scores = [r["results"]["256"]["exact"] for r in runs]
-    lo, hi = niah.bootstrap_interval([r["results"]["256"]["per_example"]["exact"] for r in runs])
+    lo, hi = tables.bootstrap_interval([r["results"]["256"]["per_example"]["exact"] for r in runs])
     row = next(line for line in (out / "table_exact.md").read_text().splitlines() if "avey-b-tiny" in line)
     assert f"| qa | 70.0 | {sum(scores) / 2:.1f} ({100 * lo:.1f}–{100 * hi:.1f}) |" in row
     assert all(r["results"]["256"]["chance"] == 70.0 for r in runs)  # 40% one needle, 60% two: 0.4 + 0.6 / 2
@@ -121,8 +124,8 @@ def test_needle_retrieval_reads_the_rankers_choice(data):
     from avey_b.tokenization import load_tokenizer
 
     tok = load_tokenizer(str(data / "tok"), complete=False)
-    rows = niah.read_jsonl(str(data / "data" / "niah-2" / "test_256.jsonl"))[:4]
-    examples = niah._squad_examples(rows)
+    rows = read_jsonl(str(data / "data" / "niah-2" / "test_256.jsonl"))[:4]
+    examples = sets.squad_examples(rows)
 
     def model_with(k, ranker):
         spec = f"avey-b-tiny:split_size=16,num_retrieved_splits={k},ranker={ranker}"
@@ -131,12 +134,12 @@ def test_needle_retrieval_reads_the_rankers_choice(data):
         return baselines.build_model(config, head="qa").eval()
 
     # 256 tokens = 16 splits; the question is in split 0, every needle later
-    r = niah.needle_retrieval(model_with(15, "unidirectional"), tok, examples, torch.device("cpu"))
+    r = retrieval.needle_retrieval(model_with(15, "unidirectional"), tok, examples, torch.device("cpu"))
     assert (r["needle_to_question"], r["question_to_needle"]) == (1.0, 0.0)
-    r = niah.needle_retrieval(model_with(15, "bidirectional"), tok, examples, torch.device("cpu"))
+    r = retrieval.needle_retrieval(model_with(15, "bidirectional"), tok, examples, torch.device("cpu"))
     assert (r["needle_to_question"], r["question_to_needle"]) == (1.0, 1.0)
     model = model_with(1, "bidirectional")
-    r = niah.needle_retrieval(model, tok, examples, torch.device("cpu"))
+    r = retrieval.needle_retrieval(model, tok, examples, torch.device("cpu"))
     hits = {"needle_to_question": 0, "question_to_needle": 0}
     with torch.no_grad():
         for e, row in zip(examples, rows, strict=True):
@@ -157,14 +160,14 @@ def test_needle_retrieval_reads_the_rankers_choice(data):
     from avey_b.evaluation.tasks.base import RunConfig
     from avey_b.evaluation.tasks.qa import QuestionAnsweringTask
 
-    rows = niah.read_jsonl(str(data / "data" / "niah-2" / "test_256.jsonl"))
-    examples = niah._squad_examples(rows)
+    rows = read_jsonl(str(data / "data" / "niah-2" / "test_256.jsonl"))
+    examples = sets.squad_examples(rows)
     need = max(len(tok(e["question"], e["context"])["input_ids"]) for e in examples)
     cfg = RunConfig(lr=1e-3, max_length=need, eval_batch_size=3, doc_stride=need // 4, precision="fp32")
-    with torch.no_grad(), niah.RankerChoices(model) as rc:
+    with torch.no_grad(), retrieval.RankerChoices(model) as rc:
         QuestionAnsweringTask().evaluate(model, tok, examples, cfg)
-    in_scoring = niah.retrieval_stats(tok, examples, rc.rows, 16, 1)
-    assert in_scoring == niah.needle_retrieval(model, tok, examples, torch.device("cpu"))
+    in_scoring = retrieval.retrieval_stats(tok, examples, rc.rows, 16, 1)
+    assert in_scoring == retrieval.needle_retrieval(model, tok, examples, torch.device("cpu"))
 
 
 def test_oom_is_recorded_and_later_lengths_skipped(data, tmp_path, monkeypatch):
@@ -180,7 +183,7 @@ def test_oom_is_recorded_and_later_lengths_skipped(data, tmp_path, monkeypatch):
     monkeypatch.setattr(QuestionAnsweringTask, "predict", flaky)
     out = tmp_path / "oom"
     _evaluate(data, out, "avey-b-tiny")
-    (rec,) = niah.read_jsonl(str(out / "results.jsonl"))
+    (rec,) = read_jsonl(str(out / "results.jsonl"))
     assert rec["results"]["128"]["status"] == "ok"
     assert rec["results"]["256"]["status"] == "oom" and "out of memory" in rec["results"]["256"]["error"]
     assert rec["results"]["640"] == {**rec["results"]["640"], "status": "oom", "inferred": True}
@@ -189,7 +192,7 @@ def test_oom_is_recorded_and_later_lengths_skipped(data, tmp_path, monkeypatch):
 
 def test_config_built_model_needs_a_tokenizer(data, tmp_path):
     with pytest.raises(SystemExit, match="--tokenizer"):
-        niah.main(
+        niah_cli.main(
             [
                 "evaluate",
                 "--data",
@@ -214,24 +217,24 @@ def test_missing_test_length_is_a_clear_error(data, tmp_path):
 def test_needle_breakdown_separates_one_and_two_needles_and_the_wrong_occurrence(data):
     """Exact match per number of needles, and 'other_value': a two-needle question answered with the needle not
     asked for. Checked with predictions built from the examples themselves."""
-    rows = niah.read_jsonl(str(data / "data" / "niah-2" / "test_640.jsonl"))
+    rows = read_jsonl(str(data / "data" / "niah-2" / "test_640.jsonl"))
     one = [r for r in rows if r["num_needles"] == 1]
     two = [r for r in rows if r["num_needles"] == 2]
     assert one and two
-    values = {r["id"]: [r["context"][s + len(niah.needle_prefix(r["key"])):].split(" ", 1)[0]
+    values = {r["id"]: [r["context"][s + len(niah_data.needle_prefix(r["key"])):].split(" ", 1)[0]
                         for s in r["needle_char_starts"]] for r in two}
     right = {r["id"]: r["answers"]["text"][0] for r in rows}
-    assert niah.needle_breakdown(rows, right) == {"one_needle": 1.0, "two_needles": 1.0, "other_value": 0.0,
+    assert needle_breakdown(rows, right) == {"one_needle": 1.0, "two_needles": 1.0, "other_value": 0.0,
                                                   "n_one": len(one), "n_two": len(two)}
     # every two-needle question answered with the other occurrence; one-needle questions with nothing
     wrong = {r["id"]: "" for r in one} | {i: next(v for v in vs if v != right[i]) for i, vs in values.items()}
-    assert niah.needle_breakdown(rows, wrong) == {"one_needle": 0.0, "two_needles": 0.0, "other_value": 1.0,
+    assert needle_breakdown(rows, wrong) == {"one_needle": 0.0, "two_needles": 0.0, "other_value": 1.0,
                                                   "n_one": len(one), "n_two": len(two)}
     # a table of the breakdown, like the scores'
     rec = {"model": "m", "task": "niah-2", "lr": 1e-3, "seed": 0, "train": {"input_tokens": 128},
            "results": {"640": {"status": "ok", "exact": 40.0, "f1": 40.0,
-                               "needles": niah.needle_breakdown(rows, wrong)}}}
-    assert "| niah-2 | m | qa | ? | 100.0 |" in niah.format_niah_table([rec], "other_value")
+                               "needles": needle_breakdown(rows, wrong)}}}
+    assert "| niah-2 | m | qa | ? | 100.0 |" in tables.format_niah_table([rec], "other_value")
 
 
 def test_report_merges_runs_of_separate_seeds_and_refuses_a_duplicate(data, tmp_path):
@@ -239,16 +242,16 @@ def test_report_merges_runs_of_separate_seeds_and_refuses_a_duplicate(data, tmp_
     for seed in (0, 1):
         _evaluate(data, tmp_path / f"s{seed}", "avey-b-tiny", extra=("--seed", str(seed), "--no-retrieval"))
     merged = tmp_path / "merged"
-    assert niah.main(["report", str(tmp_path / "s0"), str(tmp_path / "s1" / "results.jsonl"), "--out",
+    assert niah_cli.main(["report", str(tmp_path / "s0"), str(tmp_path / "s1" / "results.jsonl"), "--out",
                       str(merged)]) == 0
-    recs = niah.read_jsonl(str(merged / "results.jsonl"))
+    recs = read_jsonl(str(merged / "results.jsonl"))
     assert sorted(r["seed"] for r in recs) == [0, 1]
     assert "median over 2 fine-tuning seed(s)" in (merged / "table_exact.md").read_text()
     assert (merged / "niah_by_needles.png").stat().st_size > 0
     with pytest.raises(SystemExit, match="lr 0.001 seed 0 is in both"):
-        niah.main(["report", str(tmp_path / "s0"), str(tmp_path / "s0"), "--out", str(tmp_path / "dup")])
+        niah_cli.main(["report", str(tmp_path / "s0"), str(tmp_path / "s0"), "--out", str(tmp_path / "dup")])
     with pytest.raises(SystemExit, match="no results at"):
-        niah.main(["report", str(tmp_path / "nowhere"), "--out", str(tmp_path / "x")])
+        niah_cli.main(["report", str(tmp_path / "nowhere"), "--out", str(tmp_path / "x")])
 
 
 # ------------------------------------------------------------------------------ the token-classification form
@@ -267,20 +270,20 @@ def test_authors_token_score_on_a_hand_made_example():
     tok = bpe_tokenizer()
     row = _row("What is the value of river-stone?", "green house The value of river-stone is 4821973 . water light",
                "4821973")
-    (feat,) = niah.token_classification_features(tok, [row])
+    (feat,) = answer_tokens.token_classification_features(tok, [row])
     gold = [i for i, y in enumerate(feat["labels"]) if y == 1]
     assert gold and tok.decode([feat["input_ids"][i] for i in gold]).strip() == "4821973"
     assert gold == list(range(gold[0], gold[-1] + 1))  # one contiguous span
     assert tok.decode(feat["input_ids"]).startswith("Question: What is the value of river-stone?\nContext: green")
     assert feat["input_ids"][-1] == tok.eos_token_id and len(feat["labels"]) == len(feat["input_ids"])
     n = len(gold)
-    assert niah.authors_token_score(gold, gold) == 1.0
-    assert niah.authors_token_score([], gold) == 0.0  # nothing predicted: {0} against the answer
-    assert niah.authors_token_score([], []) == 1.0
+    assert answer_tokens.authors_token_score(gold, gold) == 1.0
+    assert answer_tokens.authors_token_score([], gold) == 0.0  # nothing predicted: {0} against the answer
+    assert answer_tokens.authors_token_score([], []) == 1.0
     # one question token predicted besides the answer: precision n / (n + 1), recall 1 (the authors count the
     # question's positions too)
-    assert niah.authors_token_score([1, *gold], gold) == pytest.approx(2 * n / (2 * n + 1))
-    assert niah.authors_token_score(gold[:1], gold) == pytest.approx(2 / (n + 1))
+    assert answer_tokens.authors_token_score([1, *gold], gold) == pytest.approx(2 * n / (2 * n + 1))
+    assert answer_tokens.authors_token_score(gold[:1], gold) == pytest.approx(2 / (n + 1))
 
 
 class _Oracle(torch.nn.Module):
@@ -310,14 +313,14 @@ def test_token_classification_scoring_and_the_chance_level_by_brute_force(data):
     from avey_b.tokenization import load_tokenizer
 
     tok = load_tokenizer(str(data / "tok"), complete=False)
-    rows = niah.read_jsonl(str(data / "data" / "niah-2" / "test_256.jsonl"))
-    feats = niah.token_classification_features(tok, rows)
-    needles = niah.needle_token_sets(rows, feats, tok)
+    rows = read_jsonl(str(data / "data" / "niah-2" / "test_256.jsonl"))
+    feats = answer_tokens.token_classification_features(tok, rows)
+    needles = needle_token_sets(rows, feats, tok)
     cfg = RunConfig(lr=1e-3, precision="fp32")
     key = [tuple(f["input_ids"]) for f in feats]
     asked = [(r["ordinal"] or 1) - 1 for r in rows]
 
-    right = niah.score_token_classification(_Oracle({k: n[a] for k, n, a in zip(key, needles, asked, strict=True)}), tok, rows,
+    right = scoring.score_token_classification(_Oracle({k: n[a] for k, n, a in zip(key, needles, asked, strict=True)}), tok, rows,
                                             cfg, batch_size=3)
     assert right["score"] == 100.0 and right["needles"]["other_value"] == 0.0
     # labelling every needle: precision |asked| / |all needles|, recall 1 -> above the chance level (2/3 with two
@@ -326,29 +329,29 @@ def test_token_classification_scoring_and_the_chance_level_by_brute_force(data):
     assert right["every_needle"] == pytest.approx(100 * sum(every) / len(every))
     assert right["every_needle"] > 75
 
-    guesses = [niah.score_token_classification(_Oracle({k: n[min(g, len(n) - 1)] for k, n in zip(key, needles, strict=True)}), tok,
+    guesses = [scoring.score_token_classification(_Oracle({k: n[min(g, len(n) - 1)] for k, n in zip(key, needles, strict=True)}), tok,
                                                rows, cfg, batch_size=4)["per_example"]["score"] for g in range(2)]
     # every needle of an example as the guess, equally likely: average over that example's needles
     brute = sum(sum(g[i] for g in guesses[:r["num_needles"]]) / r["num_needles"] for i, r in enumerate(rows)) / len(rows)
     assert brute == pytest.approx(niah_data.set_chance_level(rows)) and brute == pytest.approx(0.7)
 
-    wrong = niah.score_token_classification(
+    wrong = scoring.score_token_classification(
         _Oracle({k: n[1 - a] if len(n) == 2 else n[0] for k, n, a in zip(key, needles, asked, strict=True)}), tok, rows, cfg, 5)
     assert wrong["needles"] == {"one_needle": 1.0, "two_needles": 0.0, "other_value": 1.0, "n_one": 4, "n_two": 6}
 
 
 def test_bootstrap_interval_on_known_cases():
-    assert niah.bootstrap_interval([[1.0] * 50]) == (1.0, 1.0)
+    assert tables.bootstrap_interval([[1.0] * 50]) == (1.0, 1.0)
     # 100 right of 200: the normal approximation 0.5 +- 1.96 sqrt(0.25 / 200) = 0.5 +- 0.069
-    lo, hi = niah.bootstrap_interval([[1.0, 0.0] * 100])
+    lo, hi = tables.bootstrap_interval([[1.0, 0.0] * 100])
     assert lo == pytest.approx(0.431, abs=0.01) and hi == pytest.approx(0.569, abs=0.01)
-    assert (lo, hi) == niah.bootstrap_interval([[1.0, 0.0] * 100])  # seeded: the same report twice
+    assert (lo, hi) == tables.bootstrap_interval([[1.0, 0.0] * 100])  # seeded: the same report twice
     # three seeds scoring the same: the interval of one
-    assert niah.bootstrap_interval([[1.0, 0.0] * 100] * 3) == (lo, hi)
+    assert tables.bootstrap_interval([[1.0, 0.0] * 100] * 3) == (lo, hi)
 
 
 def _tc(data, out, *extra):
-    return niah.main(["evaluate", "--data", str(data / "data"), "--models", "avey-b-tiny", "--tokenizer",
+    return niah_cli.main(["evaluate", "--data", str(data / "data"), "--models", "avey-b-tiny", "--tokenizer",
                       str(data / "tok"), "--tasks", "niah-2", "--train-length", "128", "--lengths", "128", "256",
                       "--form", "token-classification", "--max-train-examples", "8", "--batch-size", "4",
                       "--max-steps", "2", "--device", "cpu", "--no-retrieval", "--out", str(out), *extra])
@@ -359,7 +362,7 @@ def test_token_classification_form_end_to_end(data, tmp_path):
     authors' score with the chance level, in the table."""
     out = tmp_path / "tc"
     assert _tc(data, out) == 0
-    recs = niah.read_jsonl(str(out / "results.jsonl"))
+    recs = read_jsonl(str(out / "results.jsonl"))
     assert sorted(r["lr"] for r in recs) == [1e-4, 5e-4] and {r["form"] for r in recs} == {"token-classification"}
     r = recs[0]
     assert (r["train"]["steps"], r["train"]["micro_batch"], r["train"]["accumulation"]) == (2, 1, 4)
@@ -379,7 +382,7 @@ def test_an_interrupted_evaluation_resumes_where_it_stopped_and_refuses_changed_
                                                                                         monkeypatch):
     out = tmp_path / "resume"
     calls = {"train": 0, "score": 0}
-    real_train, real_score = niah.train_token_classifier, niah.score_length
+    real_train, real_score = runs.train_token_classifier, runs.score_length
 
     def train(*a, **k):
         calls["train"] += 1
@@ -391,8 +394,8 @@ def test_an_interrupted_evaluation_resumes_where_it_stopped_and_refuses_changed_
             raise RuntimeError("interrupted")
         return real_score(model, tok, task_dir, length, *a, **k)
 
-    monkeypatch.setattr(niah, "train_token_classifier", train)
-    monkeypatch.setattr(niah, "score_length", score)
+    monkeypatch.setattr(runs, "train_token_classifier", train)
+    monkeypatch.setattr(runs, "score_length", score)
     calls["stop_at"] = 256
     with pytest.raises(RuntimeError, match="interrupted"):
         _tc(data, out, "--lr", "1e-4")
@@ -408,13 +411,13 @@ def test_an_interrupted_evaluation_resumes_where_it_stopped_and_refuses_changed_
     calls.update(train=0, score=0, stop_at=None)
     assert _tc(data, out, "--lr", "1e-4") == 0
     assert calls["train"] == 0 and calls["score"] == 1  # only the unfinished length
-    (rec,) = niah.read_jsonl(str(out / "results.jsonl"))
+    (rec,) = read_jsonl(str(out / "results.jsonl"))
     assert rec["results"]["128"] == first and rec["results"]["256"]["status"] == "ok"
     assert not (run / "model").exists()  # the record holds everything now
 
     calls.update(train=0, score=0)
     assert _tc(data, out, "--lr", "1e-4") == 0  # finished: skipped
-    assert calls["train"] == calls["score"] == 0 and len(niah.read_jsonl(str(out / "results.jsonl"))) == 1
+    assert calls["train"] == calls["score"] == 0 and len(read_jsonl(str(out / "results.jsonl"))) == 1
     with pytest.raises(SystemExit, match=r"other settings \(run_config.max_steps\)"):
         _tc(data, out, "--lr", "1e-4", "--max-steps", "3")
 
@@ -422,7 +425,7 @@ def test_an_interrupted_evaluation_resumes_where_it_stopped_and_refuses_changed_
 def test_each_form_has_its_defaults_and_explicit_flags_win():
     def resolved(*flags):
         argv = ["evaluate", "--data", "d", "--models", "m", "--out", "o", *flags]
-        return niah.resolve_form(niah.build_parser().parse_args(argv), argv[1:])
+        return niah_cli.resolve_form(niah_cli.build_parser().parse_args(argv), argv[1:])
 
     qa = resolved()
     assert (qa.lr, qa.batch_size, qa.weight_decay, qa.micro_batch) == ([5e-5], 8, 0.0, None)

@@ -11,7 +11,8 @@ from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers,
 from transformers import PreTrainedTokenizerFast
 
 from avey_b.data import niah as niah_data
-from avey_b.evaluation import niah
+from avey_b.evaluation.niah import cli as niah_cli
+from avey_b.records import read_jsonl
 
 WORDS = (
     "river stone cloud apple green house table music water light paper garden window silver market forest "
@@ -195,7 +196,7 @@ def test_generate_cli_writes_jsonl_hf_and_manifest(bpe, tmp_path):
 
     bpe.save_pretrained(tmp_path / "tok")
     out = tmp_path / "niah"
-    rc = niah.main(
+    rc = niah_cli.main(
         [
             "generate",
             "--tokenizer",
@@ -218,7 +219,7 @@ def test_generate_cli_writes_jsonl_hf_and_manifest(bpe, tmp_path):
         ]
     )
     assert rc == 0
-    rows = niah.read_jsonl(str(out / "niah-2" / "test_512.jsonl"))
+    rows = read_jsonl(str(out / "niah-2" / "test_512.jsonl"))
     assert len(rows) == 4 and all(507 <= r["num_tokens"] <= 512 for r in rows)
     ds = load_from_disk(str(out / "niah-2" / "hf"))
     assert set(ds) == {"train_300", "test_256", "test_512"}
@@ -227,7 +228,7 @@ def test_generate_cli_writes_jsonl_hf_and_manifest(bpe, tmp_path):
     assert manifest["sets"]["train_300"]["n"] == 5 and manifest["seed"] == 2
     # Same seed, same file: regeneration is byte-identical.
     before = (out / "niah-2" / "test_256.jsonl").read_bytes()
-    niah.main(
+    niah_cli.main(
         [
             "generate",
             "--tokenizer",
@@ -322,7 +323,7 @@ def test_prompt_unit_counts_the_authors_input(bpe):
 def test_generate_cli_draws_distractors_and_records_the_chance_level(bpe, tmp_path, capsys):
     bpe.save_pretrained(tmp_path / "tok")
     out = tmp_path / "niah"
-    niah.main(["generate", "--tokenizer", str(tmp_path / "tok"), "--out", str(out), "--tasks", "niah-1",
+    niah_cli.main(["generate", "--tokenizer", str(tmp_path / "tok"), "--out", str(out), "--tasks", "niah-1",
                "--lengths", "200", "--train-lengths", "200", "--n-train", "6", "--n-test", "5",
                "--train-distractors", "authors", "--test-distractors", "0:0.5,2:0.5", "--format", "jsonl"])
     manifest = json.loads((out / "niah-1" / "manifest.json").read_text())
@@ -333,5 +334,16 @@ def test_generate_cli_draws_distractors_and_records_the_chance_level(bpe, tmp_pa
     assert manifest["sets"]["train_200"]["chance_level"] == pytest.approx(0.6)
     assert "chance level 66.7%" in capsys.readouterr().err
     with pytest.raises(SystemExit, match="sum to"):
-        niah.main(["generate", "--tokenizer", str(tmp_path / "tok"), "--out", str(out), "--test-distractors",
+        niah_cli.main(["generate", "--tokenizer", str(tmp_path / "tok"), "--out", str(out), "--test-distractors",
                    "0:0.5"])
+
+
+def test_python_dash_m_runs_the_niah_command(monkeypatch, capsys):
+    """``python -m avey_b.evaluation.niah`` (the benchmark scripts' spelling) is the same program as ``avey-b niah``."""
+    import runpy
+    import sys
+
+    monkeypatch.setattr(sys, "argv", ["avey_b.evaluation.niah", "generate", "--help"])
+    with pytest.raises(SystemExit) as e:
+        runpy.run_module("avey_b.evaluation.niah", run_name="__main__", alter_sys=True)
+    assert e.value.code == 0 and "usage: avey-b niah generate" in capsys.readouterr().out

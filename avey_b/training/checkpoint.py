@@ -29,8 +29,9 @@ import os
 import random
 import re
 import shutil
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -262,77 +263,91 @@ def full_state_dict(model) -> dict:
     return sd
 
 
+@dataclass
 class TrainState:
-    """What a checkpoint holds besides the weights: the step, optimizer, schedule, data position and RNG states;
-    ``restore`` reads it back from a checkpoint, ``save`` writes one (every rank takes part)."""
+    """Where a run stands: the optimizer step reached, the run's id (kept across resumes) and the step of the last
+    checkpoint written or resumed from. A plain record: :func:`save_training` writes it with the state of the
+    run's objects, :func:`restore_training` reads both back."""
 
-    def __init__(self, cfg: PretrainConfig, info, run_dir: Path, raw_model, optimizer, scheduler, stream, tokenizer,
-                 fsdp: bool):
-        self.cfg, self.info, self.run_dir, self.fsdp = cfg, info, run_dir, fsdp
-        self.raw_model, self.optimizer, self.scheduler, self.stream, self.tokenizer = (
-            raw_model, optimizer, scheduler, stream, tokenizer)
-        self.step = 0
-        self.last_saved = -1
-        self.run_id = rundir.new_run_id()
+    step: int = 0
+    run_id: str = field(default_factory=rundir.new_run_id)
+    last_saved: int = -1
 
-    def restore(self, state: dict | None) -> None:
-        """Continue from a checkpoint's train state (``None``: a fresh run, seeded per rank)."""
-        cfg, info = self.cfg, self.info
-        if state is None:
-            torch.manual_seed(cfg.train.seed + 1000 * info.rank)  # dropout differs per rank
-            return
-        if self.fsdp:
-            from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
 
-            set_optimizer_state_dict(self.raw_model, self.optimizer, state["optimizer"],
-                                     options=StateDictOptions(full_state_dict=True))
-        else:
-            self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
-        data_state = state["data"]
-        if "per_rank" in data_state:
-            if len(data_state["per_rank"]) != info.world_size:
-                raise ValueError(f"checkpoint was written by {len(data_state['per_rank'])} ranks with "
-                                 f"data.shard_by=document; resume it on the same number of ranks")
-            data_state = data_state["per_rank"][info.rank]
-        self.stream.load_state_dict(data_state)
-        self.step = self.last_saved = int(state["step"])
-        self.run_id = state.get("run_id") or self.run_id  # a checkpoint from before run ids: a new id
-        rngs = state["rng"]
-        if len(rngs) == info.world_size:
-            set_rng_state(rngs[info.rank])
-        else:
-            dist_utils.print0(f"note: checkpoint has RNG states for {len(rngs)} ranks, this run has "
-                              f"{info.world_size}; reseeding")
-            torch.manual_seed(cfg.train.seed + 1000 * info.rank + self.step)
+@dataclass
+class CheckpointParts:
+    """The live objects of a run whose state a checkpoint holds beside :class:`TrainState`: the model (unwrapped:
+    no DDP or compile wrapper; FSDP2 shards it in place), its tokenizer, the optimizer, the learning-rate schedule
+    and the packed training stream (its position in the data)."""
 
-    def save(self) -> Path | None:
-        """A checkpoint of the current step (written by rank 0, atomically); returns its path on rank 0."""
-        cfg, info = self.cfg, self.info
-        rngs, data_state = [rng_state()], self.stream.state_dict()
-        if info.enabled:
-            rngs = [None] * info.world_size
-            torch.distributed.all_gather_object(rngs, rng_state())
-            if cfg.data.shard_by == "document":  # each rank packs its own documents: keep every position
-                states = [None] * info.world_size
-                torch.distributed.all_gather_object(states, data_state)
-                data_state = {"per_rank": states}
-        sd, optim_sd = None, None
-        if self.fsdp:
-            # FSDP2: every rank takes part in gathering the full (unsharded) model and optimizer state
-            from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+    raw_model: torch.nn.Module
+    tokenizer: Any
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+    stream: Any
 
-            sd = full_state_dict(self.raw_model)
-            optim_sd = get_optimizer_state_dict(self.raw_model, self.optimizer,
-                                                options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-        path = None
-        if info.is_main:
-            train_state = {"step": self.step, "optimizer": optim_sd if self.fsdp else self.optimizer.state_dict(),
-                           "scheduler": self.scheduler.state_dict(), "data": data_state, "rng": rngs,
-                           "world_size": info.world_size, "config": to_dict(cfg), "run_id": self.run_id}
-            path = save_checkpoint(self.run_dir, self.step, self.raw_model, self.tokenizer, train_state,
-                                   cfg.checkpoint.keep_last, state_dict=sd)
-        if info.enabled:
-            torch.distributed.barrier()
-        self.last_saved = self.step
-        return path
+
+def restore_training(saved: dict | None, parts: CheckpointParts, cfg: PretrainConfig, info) -> TrainState:
+    """The run's state after continuing from ``saved``, a checkpoint's train state (:func:`load_train_state`), into
+    ``parts``; ``None``: a fresh run, seeded per rank."""
+    if saved is None:
+        torch.manual_seed(cfg.train.seed + 1000 * info.rank)  # dropout differs per rank
+        return TrainState()
+    if dist_utils.uses_fsdp(info, cfg.distributed.strategy):
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+
+        set_optimizer_state_dict(parts.raw_model, parts.optimizer, saved["optimizer"],
+                                 options=StateDictOptions(full_state_dict=True))
+    else:
+        parts.optimizer.load_state_dict(saved["optimizer"])
+    parts.scheduler.load_state_dict(saved["scheduler"])
+    data_state = saved["data"]
+    if "per_rank" in data_state:
+        if len(data_state["per_rank"]) != info.world_size:
+            raise ValueError(f"checkpoint was written by {len(data_state['per_rank'])} ranks with "
+                             f"data.shard_by=document; resume it on the same number of ranks")
+        data_state = data_state["per_rank"][info.rank]
+    parts.stream.load_state_dict(data_state)
+    step = int(saved["step"])
+    state = TrainState(step=step, last_saved=step)
+    state.run_id = saved.get("run_id") or state.run_id  # a checkpoint from before run ids: a new id
+    rngs = saved["rng"]
+    if len(rngs) == info.world_size:
+        set_rng_state(rngs[info.rank])
+    else:
+        dist_utils.print0(f"note: checkpoint has RNG states for {len(rngs)} ranks, this run has "
+                          f"{info.world_size}; reseeding")
+        torch.manual_seed(cfg.train.seed + 1000 * info.rank + step)
+    return state
+
+
+def save_training(run_dir: Path, state: TrainState, parts: CheckpointParts, cfg: PretrainConfig, info) -> Path | None:
+    """A checkpoint of ``state.step`` (written by rank 0, atomically, by :func:`save_checkpoint`; every rank takes
+    part); sets ``state.last_saved`` and returns the checkpoint's path on rank 0."""
+    rngs, data_state = [rng_state()], parts.stream.state_dict()
+    if info.enabled:
+        rngs = [None] * info.world_size
+        torch.distributed.all_gather_object(rngs, rng_state())
+        if cfg.data.shard_by == "document":  # each rank packs its own documents: keep every position
+            states = [None] * info.world_size
+            torch.distributed.all_gather_object(states, data_state)
+            data_state = {"per_rank": states}
+    fsdp, sd, optim_sd = dist_utils.uses_fsdp(info, cfg.distributed.strategy), None, None
+    if fsdp:
+        # FSDP2: every rank takes part in gathering the full (unsharded) model and optimizer state
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+
+        sd = full_state_dict(parts.raw_model)
+        optim_sd = get_optimizer_state_dict(parts.raw_model, parts.optimizer,
+                                            options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    path = None
+    if info.is_main:
+        train_state = {"step": state.step, "optimizer": optim_sd if fsdp else parts.optimizer.state_dict(),
+                       "scheduler": parts.scheduler.state_dict(), "data": data_state, "rng": rngs,
+                       "world_size": info.world_size, "config": to_dict(cfg), "run_id": state.run_id}
+        path = save_checkpoint(run_dir, state.step, parts.raw_model, parts.tokenizer, train_state,
+                               cfg.checkpoint.keep_last, state_dict=sd)
+    if info.enabled:
+        torch.distributed.barrier()
+    state.last_saved = state.step
+    return path

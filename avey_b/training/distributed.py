@@ -85,6 +85,12 @@ def any_rank(flag: bool, info: DistInfo) -> bool:
     return bool(t.item() > 0)
 
 
+def uses_fsdp(info: DistInfo, strategy: str) -> bool:
+    """Whether the model is sharded with FSDP2 (``distributed.strategy`` fsdp over several ranks): then saving,
+    restoring and every forward pass are collectives of all ranks."""
+    return info.enabled and strategy == "fsdp"
+
+
 def parallelize(model: torch.nn.Module, info: DistInfo, strategy: str = "ddp", compile: bool = False):
     """compile, then DDP or FSDP2, applied to an unchanged model (torchtitan's order). Returns the wrapped model."""
     if compile:

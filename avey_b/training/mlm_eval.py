@@ -64,7 +64,7 @@ def evaluate(model, make_stream, tokenizer, cfg, info, autocast) -> dict:
         if (b["labels"] != IGNORE_INDEX).any():
             loss, n, correct = mlm_sums(model, b, autocast)
             totals.add_(torch.stack([loss.double(), n.double(), correct.double()]))
-        elif info.enabled and cfg.distributed.strategy == "fsdp":  # keep FSDP collectives in step
+        elif dist_utils.uses_fsdp(info, cfg.distributed.strategy):  # keep FSDP collectives in step
             model(input_ids=b["input_ids"], attention_mask=b["attention_mask"])
 
     for sample in make_stream():

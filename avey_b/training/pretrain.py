@@ -5,11 +5,12 @@
     torchrun --nproc_per_node 8 -m avey_b.training.pretrain --config base
     avey-b pretrain --config ... --resume            # continue from the run dir's last checkpoint
 
-The loop, top to bottom: set up (process group, seed, run dir, tokenizer, model, optimizer, schedule, data),
-then for each optimizer step: take this rank's share of the global batch (``global_batch_tokens /
-seq_len`` packed sequences, the same sequences whatever the world size), mask each sequence with a
-generator keyed by its global index, accumulate gradients over micro-batches, clip, step; log, evaluate
-and checkpoint at their intervals. SIGTERM / Ctrl-C stop after the current step with a checkpoint and a
+Three steps, top to bottom. :func:`build_run` sets up (process group, seed, run dir, tokenizer, model, optimizer,
+schedule, data) and returns a :class:`Run`. :func:`run_loop`, for each optimizer step: takes this rank's share of
+the global batch (``global_batch_tokens / seq_len`` packed sequences, the same sequences whatever the world size),
+masks each sequence with a generator keyed by its global index, accumulates gradients over micro-batches, clips,
+steps; logs, evaluates and checkpoints at their intervals. :func:`finish` saves the last checkpoint, evaluates,
+writes the model and fills the config's masked sentences. SIGTERM / Ctrl-C stop after the current step with a checkpoint and a
 non-zero exit code (143 / 130); an error propagates (non-zero exit).
 
 Loss: the sum of token cross-entropies over all masked tokens of the global batch divided by their count
@@ -18,8 +19,8 @@ Logits are computed only at masked positions when the model supports it (Avey-B 
 ``sparse_prediction``); otherwise densely and then indexed.
 
 Beside this loop: :mod:`.build` (data sources, tokenizer, model, optimizer), :mod:`.mlm_eval` (the loss sums,
-held-out evaluation, fill-mask report), :mod:`.checkpoint` (``TrainState``: what a checkpoint holds, saving and
-resuming), :mod:`.config` (the run as data).
+held-out evaluation, fill-mask report), :mod:`.checkpoint` (``TrainState``, the record of where a run stands, and
+the saving and resuming of it with the run's objects), :mod:`.config` (the run as data).
 """
 
 from __future__ import annotations
@@ -49,11 +50,14 @@ from .build import build_model, build_optimizer, build_tokenizer, check_inputs, 
 from .checkpoint import (
     MANIFEST_FILE,
     TRUST_FLAG,
+    CheckpointParts,
     TrainState,
     full_state_dict,
     latest_checkpoint,
     load_train_state,
+    restore_training,
     save_pretrained_atomic,
+    save_training,
 )
 from .config import PretrainConfig, describe, dump_yaml, load_config, to_dict
 from .metrics import MetricsLogger, peak_flops, shared_cpu_message, shared_cpu_slowdown
@@ -177,27 +181,79 @@ def _resume_dir(resume: str | None, run_dir: Path) -> Path | None:
     return Path(resume)
 
 
+@dataclass
+class Run:
+    """A pretraining run once it is set up (:func:`build_run`): what the loop and the finish read and advance."""
+
+    cfg: PretrainConfig
+    info: dist_utils.DistInfo
+    run_dir: Path
+    parts: CheckpointParts  # the unwrapped model, tokenizer, optimizer, schedule, training stream
+    model: torch.nn.Module  # parts.raw_model as it trains: DDP / FSDP2 / compiled (see :mod:`.distributed`)
+    state: TrainState
+    geometry: BatchGeometry
+    autocast: object  # a context-manager factory: bf16 autocast or nothing
+    logger: MetricsLogger
+    threads: int
+    flops_per_token: float | None  # for MFU (None under DDP/FSDP)
+    peak_flops: float | None
+    t_start: float
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.geometry.global_seqs * self.cfg.data.seq_len
+
+    def eval_stream(self) -> PackedSequences:
+        """This rank's share of the held-out sequences, from their start."""
+        cfg, info = self.cfg, self.info
+        _, _, eval_spec, eval_split = data_specs(cfg)
+        return PackedSequences(eval_spec, self.parts.tokenizer, cfg.data.seq_len, split=eval_split, loop=False,
+                               shard_by="sequence", num_workers=0,
+                               max_sequences=math.ceil(cfg.eval.max_sequences / info.world_size),
+                               **_stream_options(cfg, info, self.parts.tokenizer))
+
+    def evaluate(self) -> dict:
+        """Held-out masked-LM loss and accuracy (:func:`.mlm_eval.evaluate`)."""
+        return evaluate(self.model, self.eval_stream, self.parts.tokenizer, self.cfg, self.info, self.autocast)
+
+    def log(self, record: dict) -> None:
+        self.logger.log({"step": self.state.step, "tokens": self.state.step * self.tokens_per_step, **record})
+
+
+def _stream_options(cfg: PretrainConfig, info, tokenizer) -> dict:
+    """What the training and the held-out streams share: special ids, this rank's share, the held-out cut."""
+    return dict(eot=eot_id(tokenizer), pad_id=tokenizer.pad_token_id, rank=info.rank, world_size=info.world_size,
+                heldout_fraction=cfg.data.eval_fraction, heldout_docs=cfg.data.eval_documents,
+                chunk_docs=cfg.data.chunk_docs, add_special_tokens=cfg.data.add_special_tokens)
+
+
 def _train(cfg: PretrainConfig, info, resume: str | None, overwrite: bool = False,
            trust_unverified: bool = False) -> dict:
+    """Set the run up, run the loop, finish (last checkpoint, final evaluation, the model, fill-mask examples)."""
+    run = build_run(cfg, info, resume, overwrite, trust_unverified)
+    results = run_loop(run)
+    return finish(run, results)
+
+
+def build_run(cfg: PretrainConfig, info, resume: str | None, overwrite: bool, trust_unverified: bool) -> Run:
+    """First every check that writes nothing: where to start from, the run dir, the batch geometry, the data files,
+    the model's config and the starting weights. Only then is the run dir made (or the old run moved aside), so a
+    typo leaves it as it was. Then tokenizer, model, optimizer, schedule, data; and the run's start on the record."""
     t_start = time.time()
     from transformers import AutoTokenizer
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # no per-save "Writing model shards" bars inside our own progress bar
     threads = set_cpu_threads(cfg.train.threads)
-    run_dir, say = Path(cfg.run_dir), dist_utils.print0
-
-    # --- set up. First every check that writes nothing: where to start from, the run dir, the batch geometry,
-    # the data files, the model's config and the starting weights. Only then is the run dir made (or the old run
-    # moved aside), so a typo leaves it as it was. Then tokenizer, model, optimizer, schedule, data.
+    run_dir = Path(cfg.run_dir)
     resume_dir = _resume_dir(resume, run_dir)
-    checkpoint_state = load_train_state(resume_dir, trust_unverified) if resume_dir else None
-    changes = rundir.check_resume(checkpoint_state.get("config"), to_dict(cfg)) if checkpoint_state else {}
+    saved = load_train_state(resume_dir, trust_unverified) if resume_dir else None
+    changes = rundir.check_resume(saved.get("config"), to_dict(cfg)) if saved else {}
     if resume_dir is not None and run_dir.exists() and any(run_dir.iterdir()) and run_dir.resolve() not in resume_dir.resolve().parents:
         raise rundir.RunDirError(f"--resume {resume_dir}: run_dir {run_dir} holds another run "
                                  f"({rundir.describe_contents(run_dir)}); resume into that checkpoint's own run dir or an empty one")
     rundir.prepare(run_dir, resuming=resume_dir is not None, overwrite=overwrite, act=False)
-    N, geo, total_steps = cfg.data.seq_len, BatchGeometry.of(cfg, info.world_size), cfg.steps
+    geometry = BatchGeometry.of(cfg, info.world_size)
     check_inputs(cfg, resume_dir, trust_unverified)
     moved = None
     if info.is_main:
@@ -205,118 +261,131 @@ def _train(cfg: PretrainConfig, info, resume: str | None, overwrite: bool = Fals
         run_dir.mkdir(parents=True, exist_ok=True)
     if info.enabled:
         torch.distributed.barrier()
+
     tokenizer = AutoTokenizer.from_pretrained(str(resume_dir)) if resume_dir else build_tokenizer(cfg, info, run_dir)
     torch.manual_seed(cfg.train.seed)
     raw_model = build_model(cfg, tokenizer, resume_dir).to(info.device)
-    n_params = count_parameters(raw_model)
+    n_params = count_parameters(raw_model)  # before FSDP2 shards it in place
     bf16 = use_bf16(cfg.train.precision, info.device)
     autocast = device_autocast(info.device, bf16)
-    fsdp = info.enabled and cfg.distributed.strategy == "fsdp"
     model = dist_utils.parallelize(raw_model, info, cfg.distributed.strategy, cfg.train.compile)
     optimizer = build_optimizer(model, cfg)
-    scheduler = build_scheduler(optimizer, schedule=cfg.optim.schedule, total=total_steps, warmup=cfg.optim.warmup,
+    scheduler = build_scheduler(optimizer, schedule=cfg.optim.schedule, total=cfg.steps, warmup=cfg.optim.warmup,
                                 min_ratio=cfg.optim.min_lr_ratio)
-    train_spec, train_split, eval_spec, eval_split = data_specs(cfg)
-    common = dict(eot=eot_id(tokenizer), pad_id=tokenizer.pad_token_id, rank=info.rank, world_size=info.world_size,
-                  heldout_fraction=cfg.data.eval_fraction, heldout_docs=cfg.data.eval_documents, chunk_docs=cfg.data.chunk_docs,
-                  add_special_tokens=cfg.data.add_special_tokens)
-    stream = PackedSequences(train_spec, tokenizer, N, split=train_split, loop=True, shard_by=cfg.data.shard_by,
-                             num_workers=cfg.data.num_workers, **common)
-
-    def eval_stream():
-        per = math.ceil(cfg.eval.max_sequences / info.world_size)
-        return PackedSequences(eval_spec, tokenizer, N, split=eval_split, loop=False, shard_by="sequence",
-                               num_workers=0, max_sequences=per, **common)
-
-    fpt = flops_per_token(raw_model, tokenizer, cfg, info, geo.micro_batch, autocast)
-    peak = peak_flops(info.device, cfg.train.peak_flops)
-    state = TrainState(cfg, info, run_dir, raw_model, optimizer, scheduler, stream, tokenizer, fsdp)
-    state.restore(checkpoint_state)
-    tokens_per_step = geo.global_seqs * N
+    train_spec, train_split, _, _ = data_specs(cfg)
+    stream = PackedSequences(train_spec, tokenizer, cfg.data.seq_len, split=train_split, loop=True,
+                             shard_by=cfg.data.shard_by, num_workers=cfg.data.num_workers,
+                             **_stream_options(cfg, info, tokenizer))
+    fpt = flops_per_token(raw_model, tokenizer, cfg, info, geometry.micro_batch, autocast)
+    parts = CheckpointParts(raw_model, tokenizer, optimizer, scheduler, stream)
+    state = restore_training(saved, parts, cfg, info)
     if info.is_main:  # the inputs are validated: now the run's config and history are written
         dump_yaml(cfg, run_dir / "config.yaml")
-        if moved is not None:
-            rundir.record(run_dir, "overwrite", previous_run_moved_to=str(moved))
-        # what the run started from without a check (--trust-unverified), on the record
-        start_dir = resume_dir or (Path(cfg.model.init_from) if cfg.model.init_from else None)
-        unchecked = {}
-        if start_dir is not None and start_dir.is_dir() and not (start_dir / MANIFEST_FILE).exists():
-            unchecked = {"unchecked": str(start_dir)}
-        if checkpoint_state is None:
-            rundir.record(run_dir, "start", run_id=state.run_id, step=0, **unchecked)
-        else:
-            rundir.record(run_dir, "resume", run_id=state.run_id, step=state.step, checkpoint=str(resume_dir),
-                          changes=changes, **unchecked)
-
+        _record_start(run_dir, cfg, state, resume_dir, saved is not None, changes, moved)
     logger = MetricsLogger(run_dir, info.is_main, tensorboard=cfg.logging.tensorboard, wandb=cfg.logging.wandb,
-                           wandb_project=cfg.logging.wandb_project, config=to_dict(cfg), resume=checkpoint_state is not None)
-    say(f"model {cfg.model.arch} ({n_params / 1e6:.2f}M parameters, vocab {len(tokenizer)}), {info.world_size} rank(s) "
-        f"on {info.device}, {'bf16 autocast' if bf16 else 'fp32'}; global batch {geo.global_seqs} x {N} tokens "
-        f"= {geo.micro_batch} seq x {geo.accumulation} accumulation x {info.world_size} rank(s); {total_steps} steps")
+                           wandb_project=cfg.logging.wandb_project, config=to_dict(cfg), resume=saved is not None)
+    dist_utils.print0(
+        f"model {cfg.model.arch} ({n_params / 1e6:.2f}M parameters, vocab {len(tokenizer)}), "
+        f"{info.world_size} rank(s) on {info.device}, {'bf16 autocast' if bf16 else 'fp32'}; global batch "
+        f"{geometry.global_seqs} x {cfg.data.seq_len} tokens = {geometry.micro_batch} seq x {geometry.accumulation} "
+        f"accumulation x {info.world_size} rank(s); {cfg.steps} steps")
+    return Run(cfg, info, run_dir, parts, model, state, geometry, autocast, logger, threads, fpt,
+               peak_flops(info.device, cfg.train.peak_flops), t_start)
 
+
+def _record_start(run_dir: Path, cfg: PretrainConfig, state: TrainState, resume_dir: Path | None, resumed: bool,
+                  changes: dict, moved: Path | None) -> None:
+    """The run's start in its history (:mod:`.rundir`): a fresh start or a resume (with the config changes), the
+    old run moved aside, and what the run started from without a check (``--trust-unverified``)."""
+    if moved is not None:
+        rundir.record(run_dir, "overwrite", previous_run_moved_to=str(moved))
+    start_dir = resume_dir or (Path(cfg.model.init_from) if cfg.model.init_from else None)
+    unchecked = {}
+    if start_dir is not None and start_dir.is_dir() and not (start_dir / MANIFEST_FILE).exists():
+        unchecked = {"unchecked": str(start_dir)}
+    if not resumed:
+        rundir.record(run_dir, "start", run_id=state.run_id, step=0, **unchecked)
+    else:
+        rundir.record(run_dir, "resume", run_id=state.run_id, step=state.step, checkpoint=str(resume_dir),
+                      changes=changes, **unchecked)
+
+
+class LogWindow:
+    """The steps since the last log line: their mean loss, tokens per second and MFU; on a CPU run with several
+    threads, the rate of the steps alone, to say once if it drops (a shared machine, :func:`shared_cpu_slowdown`)."""
+
+    def __init__(self, run: Run):
+        self.run, self.loss, self.count = run, 0.0, 0
+        self.t0, self.step0, self.step_seconds, self.rates = time.time(), run.state.step, 0.0, []
+        self.watch_cpu = run.info.is_main and run.info.device.type == "cpu" and run.threads > 1
+
+    def add(self, loss: float, seconds: float) -> None:
+        self.loss, self.count, self.step_seconds = self.loss + loss, self.count + 1, self.step_seconds + seconds
+
+    def close(self, lr: float, grad_norm: float, write) -> None:
+        """Log the window (metrics file and a line) and start the next one."""
+        run, step = self.run, self.run.state.step
+        tokens = (step - self.step0) * run.tokens_per_step
+        tps = tokens / max(time.time() - self.t0, 1e-9)
+        rec = {"loss": self.loss / self.count, "lr": lr, "grad_norm": grad_norm, "tokens_per_s": round(tps, 1)}
+        if run.flops_per_token:
+            rec["tflops"] = run.flops_per_token * tps / run.info.world_size / 1e12
+            if run.peak_flops:
+                rec["mfu"] = rec["tflops"] * 1e12 / run.peak_flops
+        run.log(rec)
+        write(f"step {step:>6} | loss {rec['loss']:.4f} | lr {lr:.2e} | grad {grad_norm:.3f} | "
+              f"{tps:,.0f} tok/s" + (f" | MFU {rec['mfu']:.1%}" if "mfu" in rec else ""))
+        if self.watch_cpu:
+            self.rates.append(tokens / max(self.step_seconds, 1e-9))
+            if slowdown := shared_cpu_slowdown(self.rates):
+                write(shared_cpu_message(*slowdown, run.threads))
+                self.watch_cpu = False  # once
+        self.loss, self.count, self.step_seconds = 0.0, 0, 0.0
+        self.t0, self.step0 = time.time(), step
+
+
+def run_loop(run: Run) -> dict:
+    """Evaluate the untrained model if asked, then step, log, evaluate and checkpoint at their intervals until the
+    last step, the time limit or a signal (then a checkpoint is due: ``exit_code`` 128 + the signal)."""
+    cfg, info, state = run.cfg, run.info, run.state
+    parts, geometry, total_steps = run.parts, run.geometry, cfg.steps
+    results: dict = {"untrained": None, "final": None, "exit_code": 0}
     with StopSignals() as signals:  # from here on a signal ends in a checkpoint
-        results: dict = {"untrained": None, "final": None}
         if cfg.eval.at_start and state.step == 0:
-            results["untrained"] = evaluate(model, eval_stream, tokenizer, cfg, info, autocast)
-            say(f"untrained: held-out MLM loss {results['untrained']['eval_loss']:.4f}, "
-                f"accuracy {results['untrained']['eval_accuracy']:.4f}")
-            logger.log({"step": 0, "tokens": 0, **results["untrained"]})
-
+            results["untrained"] = run.evaluate()
+            dist_utils.print0(f"untrained: held-out MLM loss {results['untrained']['eval_loss']:.4f}, "
+                              f"accuracy {results['untrained']['eval_accuracy']:.4f}")
+            run.log(results["untrained"])
         bar = Progress(total_steps, "pretrain", initial=state.step, enabled=info.is_main and cfg.logging.progress)
         write = bar.write if info.is_main else (lambda *a: None)
-
-        # --- the loop: step, log, evaluate, checkpoint, stop on a signal or the time limit
-        it = iter(stream)
-        model.train()
-        last_log_t, last_log_step = time.time(), state.step
-        window_loss = torch.zeros(2, dtype=torch.float64)
-        # the rate of the steps alone, per logging window: a CPU run with several threads says once if it drops
-        step_seconds, step_rates = 0.0, []
-        watch_cpu = info.is_main and info.device.type == "cpu" and threads > 1
-        exit_code = 0
+        window = LogWindow(run)
+        it = iter(parts.stream)
+        run.model.train()
         try:
             while state.step < total_steps:
                 t_step = time.perf_counter()
-                micro = [[next(it) for _ in range(geo.micro_batch)] for _ in range(geo.accumulation)]
-                batches = [masked_batch(m, tokenizer, cfg, info.device, cfg.train.seed) for m in micro]
-                loss, grad_norm, lr = train_step(model, batches, optimizer, scheduler, cfg, info, autocast)
-                step_seconds += time.perf_counter() - t_step
+                micro = [[next(it) for _ in range(geometry.micro_batch)] for _ in range(geometry.accumulation)]
+                batches = [masked_batch(m, parts.tokenizer, cfg, info.device, cfg.train.seed) for m in micro]
+                loss, grad_norm, lr = train_step(run.model, batches, parts.optimizer, parts.scheduler, cfg, info,
+                                                 run.autocast)
                 state.step += 1
                 step = state.step
-                window_loss += torch.tensor([loss, 1.0], dtype=torch.float64)
+                window.add(loss, time.perf_counter() - t_step)
                 bar.update(1, loss=round(loss, 3), lr=f"{lr:.2e}")
 
                 if step % cfg.logging.every == 0 or step == total_steps:
-                    tps = (step - last_log_step) * tokens_per_step / max(time.time() - last_log_t, 1e-9)
-                    rec = {"step": step, "tokens": step * tokens_per_step,
-                           "loss": window_loss[0].item() / window_loss[1].item(), "lr": lr, "grad_norm": grad_norm,
-                           "tokens_per_s": round(tps, 1)}
-                    if fpt:
-                        rec["tflops"] = fpt * tps / info.world_size / 1e12
-                        if peak:
-                            rec["mfu"] = rec["tflops"] * 1e12 / peak
-                    logger.log(rec)
-                    write(f"step {step:>6} | loss {rec['loss']:.4f} | lr {lr:.2e} | grad {grad_norm:.3f} | "
-                          f"{tps:,.0f} tok/s" + (f" | MFU {rec['mfu']:.1%}" if "mfu" in rec else ""))
-                    if watch_cpu:
-                        step_rates.append((step - last_log_step) * tokens_per_step / max(step_seconds, 1e-9))
-                        if slowdown := shared_cpu_slowdown(step_rates):
-                            write(shared_cpu_message(*slowdown, threads))
-                            watch_cpu = False  # once
-                    step_seconds = 0.0
-                    last_log_t, last_log_step = time.time(), step
-                    window_loss.zero_()
+                    window.close(lr, grad_norm, write)
                 if cfg.eval.every and step % cfg.eval.every == 0 and step < total_steps:
-                    ev = evaluate(model, eval_stream, tokenizer, cfg, info, autocast)
-                    logger.log({"step": step, "tokens": step * tokens_per_step, **ev})
+                    ev = run.evaluate()
+                    run.log(ev)
                     write(f"step {step:>6} | held-out loss {ev['eval_loss']:.4f} | accuracy {ev['eval_accuracy']:.4f}")
                 if cfg.checkpoint.every and step % cfg.checkpoint.every == 0:
-                    state.save()
+                    save_training(run.run_dir, state, parts, cfg, info)
 
-                out_of_time = cfg.train.max_minutes is not None and (time.time() - t_start) / 60 >= cfg.train.max_minutes
+                out_of_time = cfg.train.max_minutes is not None and (time.time() - run.t_start) / 60 >= cfg.train.max_minutes
                 if dist_utils.any_rank(bool(signals.received) or out_of_time, info):
                     if signals.received:
-                        exit_code = 128 + signals.received[0]
+                        results["exit_code"] = 128 + signals.received[0]
                         raise Interrupted
                     write(f"train.max_minutes={cfg.train.max_minutes} reached at step {step}; stopping")
                     break
@@ -324,35 +393,47 @@ def _train(cfg: PretrainConfig, info, resume: str | None, overwrite: bool = Fals
             write(f"interrupted by signal {signals.received[0]} at step {state.step}; saving a checkpoint")
         finally:
             bar.close()
-
-    # --- finish: last checkpoint, final evaluation, the model, fill-mask examples
-    path = state.save() if state.last_saved != state.step else latest_checkpoint(run_dir)
-    results.update(step=state.step, exit_code=exit_code, checkpoint=str(path) if path else None)
-    if exit_code:
-        logger.close()
-        return results
-    results["final"] = evaluate(model, eval_stream, tokenizer, cfg, info, autocast)
-    logger.log({"step": state.step, "tokens": state.step * tokens_per_step, **results["final"]})
-    final_sd = full_state_dict(raw_model) if fsdp else None  # collective: every rank gathers
-    if info.is_main:
-        save_pretrained_atomic(run_dir / "model", raw_model, tokenizer, state_dict=final_sd)
-        _report(results, cfg, run_dir, time.time() - t_start)
-    if cfg.eval.fill_examples and (info.is_main or fsdp):  # under FSDP every rank runs the forwards
-        examples = [(e["text"], e["answer"]) if isinstance(e, dict) else (e, None) for e in cfg.eval.fill_examples]
-        filled = fill_mask(model, tokenizer, [t for t, _ in examples], info.device)
-        results["fill"] = [{"text": t, "top5": preds, "answer": a,
-                            "hit": None if a is None else a.strip() in preds[0].split("|")}
-                           for (t, a), (_, preds) in zip(examples, filled, strict=True)]
-        if info.is_main:
-            print("\nfill-mask (top 5 per [MASK]):")
-            for r in results["fill"]:
-                mark = "" if r["answer"] is None else f"   [{r['answer']}: {'in the top 5' if r['hit'] else 'missed'}]"
-                print(f"  {r['text']}\n    -> {'  ;  '.join(r['top5'])}{mark}")
-            scored = [r for r in results["fill"] if r["answer"] is not None]
-            if scored:
-                print(f"  the right word is in the top 5 for {sum(r['hit'] for r in scored)} of {len(scored)} sentences")
-    logger.close()
     return results
+
+
+def finish(run: Run, results: dict) -> dict:
+    """The last checkpoint; unless interrupted, the final evaluation, the model in ``run_dir/model`` and the
+    fill-mask examples. Returns ``results`` completed (``step``, ``checkpoint``, ``final``, ``fill``)."""
+    cfg, info, state, parts = run.cfg, run.info, run.state, run.parts
+    fsdp = dist_utils.uses_fsdp(info, cfg.distributed.strategy)
+    path = save_training(run.run_dir, state, parts, cfg, info) if state.last_saved != state.step \
+        else latest_checkpoint(run.run_dir)
+    results.update(step=state.step, checkpoint=str(path) if path else None)
+    if results["exit_code"]:
+        run.logger.close()
+        return results
+    results["final"] = run.evaluate()
+    run.log(results["final"])
+    final_sd = full_state_dict(parts.raw_model) if fsdp else None  # collective: every rank gathers
+    if info.is_main:
+        save_pretrained_atomic(run.run_dir / "model", parts.raw_model, parts.tokenizer, state_dict=final_sd)
+        _report(results, cfg, run.run_dir, time.time() - run.t_start)
+    if cfg.eval.fill_examples and (info.is_main or fsdp):  # under FSDP every rank runs the forwards
+        results["fill"] = _fill_examples(run)
+    run.logger.close()
+    return results
+
+
+def _fill_examples(run: Run) -> list[dict]:
+    """The config's fill-mask sentences, completed by the trained model (top 5 per ``[MASK]``), printed on rank 0."""
+    examples = [(e["text"], e["answer"]) if isinstance(e, dict) else (e, None) for e in run.cfg.eval.fill_examples]
+    filled = fill_mask(run.model, run.parts.tokenizer, [t for t, _ in examples], run.info.device)
+    fill = [{"text": t, "top5": preds, "answer": a, "hit": None if a is None else a.strip() in preds[0].split("|")}
+            for (t, a), (_, preds) in zip(examples, filled, strict=True)]
+    if run.info.is_main:
+        print("\nfill-mask (top 5 per [MASK]):")
+        for r in fill:
+            mark = "" if r["answer"] is None else f"   [{r['answer']}: {'in the top 5' if r['hit'] else 'missed'}]"
+            print(f"  {r['text']}\n    -> {'  ;  '.join(r['top5'])}{mark}")
+        scored = [r for r in fill if r["answer"] is not None]
+        if scored:
+            print(f"  the right word is in the top 5 for {sum(r['hit'] for r in scored)} of {len(scored)} sentences")
+    return fill
 
 
 def _report(results: dict, cfg, run_dir: Path, seconds: float) -> None:
