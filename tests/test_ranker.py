@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 from avey_b import AveyBModel, presets
 from avey_b import ranker as ranker_module
-from avey_b.ranker import Compressor, Ranker
+from avey_b.ranker import Choice, Compressor, Ranker
 
 PATHS = ["dense", "vocabulary", "export", "export-vocabulary"]
 
@@ -74,8 +74,8 @@ def retrieve(ranker, x, keep, idx, ok):
     """X_cat (B, n, (k+1)S, d) and its keep mask for a choice, built as the model builds it."""
     B, n, S, d = x.shape
     xn = F.normalize(x, dim=-1, eps=1e-12)
-    x_cat, keep_cat = ranker.concat(x.flatten(0, 1), None if keep is None else keep.flatten(0, 1),
-                                    *ranker.flat_choice(xn, idx, ok), slice(None))
+    choice = Choice(x=x, keep=keep, unit=xn, idx=idx, filled=ok, weighting=ranker.weighting, eps=ranker.eps)
+    x_cat, keep_cat = choice.rows(slice(None))
     return x_cat.view(B, n, -1, d), keep_cat.view(B, n, -1)
 
 
@@ -146,10 +146,12 @@ def test_gradient_flows_through_weights_not_choice():
     ranker = Ranker(presets.tiny(split_size=3, num_retrieved_splits=2))
     x, keep, _ = make_inputs(S=3, pad_last=2)
     with torch.no_grad():
-        _, idx, ok = ranker(x, keep)
+        choice = ranker(x, keep)
+        idx, ok = choice.idx, choice.filled
         ref, _ = retrieve(ranker, x, keep, idx, ok)
     xg = x.clone().requires_grad_(True)
-    _, idx_g, ok_g = ranker(xg, keep)
+    choice = ranker(xg, keep)
+    idx_g, ok_g = choice.idx, choice.filled
     assert torch.equal(idx_g, idx) and torch.equal(ok_g, ok)
     out, _ = retrieve(ranker, xg, keep, idx_g, ok_g)
     torch.testing.assert_close(out.detach(), ref, rtol=1e-12, atol=1e-12)
@@ -164,7 +166,8 @@ def test_weights_are_at_most_one_for_paper_and_at_least_one_for_release():
     x = x.abs()  # non-negative embeddings: positive MaxSim scores
     for weighting in ("max", "min"):
         ranker = Ranker(presets.tiny(split_size=3, num_retrieved_splits=2, ranker_weighting=weighting))
-        _, idx, ok = ranker(x, None)
+        choice = ranker(x, None)
+        idx, ok = choice.idx, choice.filled
         out, _ = retrieve(ranker, x, None, idx, ok)
         i = 4  # two candidates or more
         w = out[0, i, :6].reshape(2, 3, -1).norm(dim=(1, 2)) / x[0, idx[0, i]].norm(dim=(1, 2))
@@ -193,8 +196,8 @@ def test_bf16_selection_keeps_exact_weights():
     x[:, :, :, :8] += 3 * torch.randn(2, 8, 1, 8, generator=g)  # split-level topics: well-separated MaxSim
     exact = Ranker(presets.tiny(split_size=16, num_retrieved_splits=3))
     fast = Ranker(presets.tiny(split_size=16, num_retrieved_splits=3, ranker_selection_precision="bfloat16"))
-    _, idx, ok = exact(x, None)
-    _, idx_f, ok_f = fast(x, None)
+    choice, choice_f = exact(x, None), fast(x, None)
+    idx, ok, idx_f, ok_f = choice.idx, choice.filled, choice_f.idx, choice_f.filled
     assert torch.equal(idx, idx_f)
     torch.testing.assert_close(retrieve(fast, x, None, idx_f, ok_f)[0], retrieve(exact, x, None, idx, ok)[0],
                                rtol=0, atol=0)

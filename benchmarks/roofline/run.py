@@ -145,7 +145,7 @@ def ab_point(model, ids, dtype_name: str, repeats: int, setups: tuple[str, str])
             SETUPS[s](model)
             with ctx():
                 outs[s] = model(input_ids=ids).last_hidden_state.float()
-                choices[s] = model.ranker(x4, None)[1]
+                choices[s] = model.ranker(x4, None).idx
         g0 = gemm_rate(DTYPES[dtype_name])
         for _ in range(repeats):
             for c, fn in calls.items():

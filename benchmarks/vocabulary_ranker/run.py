@@ -124,7 +124,8 @@ class Inputs:
     def choose(self, model: AveyBModel, algorithm: str, bf16: bool):
         model.ranker.algorithm = algorithm
         with torch.no_grad(), autocast(CPU, bf16):
-            return model.ranker(self.x, self.keep, self.ids4)[1:]
+            choice = model.ranker(self.x, self.keep, self.ids4)
+            return choice.idx, choice.filled
 
     def forward(self, model: AveyBModel, algorithm: str, bf16: bool) -> torch.Tensor:
         model.ranker.algorithm = algorithm
