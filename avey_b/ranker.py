@@ -46,22 +46,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from .configuration import AveyBConfig
+from .execution import ExecutionSettings
 from .similarity import unit_vectors
-
-# Bytes of similarities per tile: small enough to stay in cache on CPU (the max is taken while the tile is hot,
-# instead of writing and re-reading a block x N matrix), large enough that each GEMM keeps the cores busy; on GPU
-# larger tiles amortize the launches. Measured in benchmarks/roofline/. Module settings, not model state: a
-# benchmark may patch them.
-TILE_BYTES = {("cpu", 4): 2 * 2**20, ("cpu", 2): 2 * 2**20, ("cuda", 4): 64 * 2**20, ("cuda", 2): 64 * 2**20}
-#: Vocabulary path, unidirectional: order the distinct ids by the last split they occur in, so that a candidate
-#: split is multiplied only with the ids that still occur after it (benchmarks/vocabulary_ranker/ measures it).
-ORDER_BY_LAST_SPLIT = True
-
-# "auto" takes the vocabulary path when its estimated work times AUTO_OVERHEAD is below the dense path's, from
-# AUTO_MIN_SPLITS splits on: measured on random ids (U close to N), its time is the estimate's ratio times 1.05-1.2
-# at 16K-64K tokens and more below that, where both paths take milliseconds (benchmarks/vocabulary_ranker/).
-AUTO_OVERHEAD = 1.25
-AUTO_MIN_SPLITS = 16
 
 # Bytes per (query split, candidate split) pair the vocabulary path holds for one tile of M columns at its peak:
 # the fp32 scores and the allowed mask, and while the ranking keys are built, the fp64 keys, their step and the
@@ -216,7 +202,7 @@ class Ranker(nn.Module):
       — token ids given, equal ids with equal embeddings — and its estimated work is lower), per row;
     * a batch of mixed lengths is ranked row by row, each row over its own splits only (up to its last real
       split), so a short row costs what it would cost alone;
-    * dense: the similarity working set of one step is one cache-sized tile (:data:`TILE_BYTES`), reused, and
+    * dense: the similarity working set of one step is one cache-sized tile (``tile_bytes``), reused, and
       never above ``ranker_memory_mb``; vocabulary: the same tiles for ``M``, and the scores of one tile of ``M``
       columns (all query splits × ``J`` candidates) within ``ranker_memory_mb``; beyond that both hold the
       candidates and a few values per token — linear in ``N``;
@@ -226,26 +212,35 @@ class Ranker(nn.Module):
 
     def __init__(self, config: AveyBConfig):
         super().__init__()
+        self.config = config
         self.k = config.num_retrieved_splits
         self.bidirectional = config.ranker == "bidirectional"
-        self.algorithm = config.ranker_algorithm
         self.weighting = config.ranker_weighting
         self.eps = config.ranker_eps
-        self.block_size = config.ranker_block_size
-        # the cap in units of 8 bytes: a similarity takes 4 (fp32) or 2 (bf16), the rest is headroom for the masks
-        self.memory_elements = config.ranker_memory_mb * 2**20 // 8
-        self.low_precision = config.ranker_selection_precision == "bfloat16"
+
+    @property
+    def execution(self) -> ExecutionSettings:
+        """How the choice is computed (algorithm, blocks, tiles, memory cap): the config's, read at every call, so
+        that setting ``config.execution`` takes effect at once."""
+        return self.config.execution
+
+    @property
+    def memory_elements(self) -> int:
+        """``ranker_memory_mb`` in units of 8 bytes: a similarity takes 4 (fp32) or 2 (bf16), the rest is headroom
+        for the masks."""
+        return int(self.execution.ranker_memory_mb * 2**20) // 8
 
     # -- plans ---------------------------------------------------------------------------------------------------
     def plan(self, B: int, n: int, S: int, element_size: int = 4, device: str = "cpu") -> tuple[int, int]:
         """Dense path: (query splits per block, candidate splits per tile) for ``B`` rows of ``n`` splits.
 
-        A block has ``ranker_block_size`` query tokens; its candidates are taken in tiles of :data:`TILE_BYTES`
+        A block has ``ranker_block_size`` query tokens; its candidates are taken in tiles of ``tile_bytes``
         similarities (a cache-sized working set), and never more than the memory cap allows."""
         per_pair = B * S * S  # similarities of one query split against one candidate split
-        blk = max(1, min(max(1, self.block_size // S), n, self.memory_elements // per_pair))
-        tile_bytes = TILE_BYTES.get((device, element_size), 64 * 2**20)
-        tile = max(1, min(n, tile_bytes // (element_size * per_pair * blk), self.memory_elements // (per_pair * blk)))
+        memory = self.memory_elements
+        blk = max(1, min(max(1, self.execution.ranker_block_size // S), n, memory // per_pair))
+        tile_bytes = self.execution.tile_bytes_for(device, element_size)
+        tile = max(1, min(n, tile_bytes // (element_size * per_pair * blk), memory // (per_pair * blk)))
         return blk, tile
 
     def plan_vocabulary(self, U: int, n: int, S: int, element_size: int = 4, device: str = "cpu"
@@ -253,7 +248,7 @@ class Ranker(nn.Module):
         """Vocabulary path: (ids per GEMM block, candidate splits per similarity tile, candidate splits per tile
         of ``M`` columns) for a row of ``n`` splits with ``U`` distinct ids.
 
-        The similarity tiles are the dense path's (``ranker_block_size`` ids against :data:`TILE_BYTES`); a tile of
+        The similarity tiles are the dense path's (``ranker_block_size`` ids against ``tile_bytes``); a tile of
         ``M`` columns (``(U + 1) × J`` float32) and the scores of every query split against it (``n × J`` pairs at
         :data:`_PAIR_BYTES`) stay within ``ranker_memory_mb``."""
         ids, tile = self.plan(1, max(1, -(-U // S)), S, element_size, device)
@@ -268,7 +263,7 @@ class Ranker(nn.Module):
         U = last_split.numel()
         if self.bidirectional:
             return float(U * n * S * d + n * n * S), float(n * n * S * S * d)
-        gemm = (last_split.sum().item() + U) * S * d if ORDER_BY_LAST_SPLIT else U * n * S * d
+        gemm = (last_split.sum().item() + U) * S * d if self.execution.order_by_last_split else U * n * S * d
         return float(gemm + n * n * S / 2), float(n * (n + 1) / 2 * S * S * d)
 
     # -- the choice ------------------------------------------------------------------------------------------------
@@ -280,10 +275,11 @@ class Ranker(nn.Module):
         """
         B, n, S, d = x.shape
         xn = unit_vectors(x)
+        algorithm = self.execution.ranker_algorithm
         if self.k == 0:
             empty = torch.zeros(B, n, 0, dtype=torch.long, device=x.device)
             return self._choice(x, keep, xn, empty, empty.bool())
-        if self.algorithm == "vocabulary" and ids is None:
+        if algorithm == "vocabulary" and ids is None:
             raise ValueError(
                 "ranker_algorithm='vocabulary' needs token ids whose embeddings are the ranker's input: pass input_ids "
                 "(not inputs_embeds) and keep embedding dropout inactive (eval mode or embedding_dropout=0), or use "
@@ -291,12 +287,12 @@ class Ranker(nn.Module):
             )
         if torch.compiler.is_exporting():
             keep_all = torch.ones(B, n, S, dtype=torch.bool, device=x.device) if keep is None else keep
-            if ids is not None and self.algorithm != "dense":
+            if ids is not None and algorithm != "dense":
                 idx, ok = self.select_for_export_vocabulary(xn, keep_all, ids)
             else:
                 idx, ok = self.select_for_export(xn, keep_all)
         else:
-            idx, ok = self.select(xn, keep, None if self.algorithm == "dense" else ids)
+            idx, ok = self.select(xn, keep, None if algorithm == "dense" else ids)
         return self._choice(x, keep, xn, idx, ok)
 
     def _choice(self, x, keep, xn, idx, ok) -> Choice:
@@ -314,7 +310,7 @@ class Ranker(nn.Module):
         if xn.dtype == torch.float32:  # the choice only; the weights are recomputed at full precision in Choice.rows()
             if torch.is_autocast_enabled(xn.device.type):  # cast once, not once per tile (the products are the same)
                 xn = xn.to(torch.get_autocast_dtype(xn.device.type))
-            elif self.low_precision:
+            elif self.execution.ranker_selection_precision == "bfloat16":
                 xn = xn.to(torch.bfloat16)
         if keep is None:
             ends = [n] * B
@@ -384,7 +380,9 @@ class Ranker(nn.Module):
         shape (n, k), or None when the factoring is not exact (equal ids with different vectors: a hook or noise on
         the embeddings) or, under ``"auto"``, not cheaper."""
         n, S, d = xn.shape
-        if self.algorithm == "auto" and n < AUTO_MIN_SPLITS:
+        execution = self.execution
+        algorithm = execution.ranker_algorithm
+        if algorithm == "auto" and n < execution.auto_min_splits:
             return None
         device = xn.device
         flat = xn.reshape(n * S, d)
@@ -395,23 +393,23 @@ class Ranker(nn.Module):
         U = vocab.numel()
         first = torch.full((U,), n * S, device=device).scatter_reduce_(0, inv, pos, "amin")
         last = torch.zeros(U, dtype=torch.long, device=device).scatter_reduce_(0, inv, pos // S, "amax")
-        if self.algorithm == "auto":
+        if algorithm == "auto":
             vocabulary, dense = self.vocabulary_cost(last, n, S, d)
-            if not AUTO_OVERHEAD * vocabulary < dense:
+            if not execution.auto_overhead * vocabulary < dense:
                 return None
         q = flat[first]  # (U, d): the unit vector of each distinct id (where it first occurs)
         step = 4096  # tokens per comparison: a few MB at a time
         for c0 in range(0, pos.numel(), step):  # exact only if every occurrence of an id has the same vector
             real = flat[c0:c0 + step] if keep is None else flat[pos[c0:c0 + step]]
             if not torch.equal(real, q[inv[c0:c0 + step]]):
-                if self.algorithm == "vocabulary":
+                if algorithm == "vocabulary":
                     raise ValueError(
                         "ranker_algorithm='vocabulary': tokens with the same id have different embeddings (a hook or "
                         "noise on the embedding output), so MaxSim does not factor through the ids; use 'auto' or "
                         "'dense'"
                     )
                 return None
-        ordered = not self.bidirectional and ORDER_BY_LAST_SPLIT
+        ordered = not self.bidirectional and execution.order_by_last_split
         if ordered:  # ids ordered by the last split they occur in
             last, perm = last.sort(stable=True)
             q = q[perm]

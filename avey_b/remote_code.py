@@ -28,7 +28,7 @@ import re
 from pathlib import Path
 
 #: The model's modules, leaves first (each imports only those before it).
-MODULES = ("config_keys", "release", "configuration", "similarity", "layers", "ranker", "splits",
+MODULES = ("config_keys", "release", "execution", "configuration", "similarity", "layers", "ranker", "splits",
            "modeling", "heads")
 PREFIX = "avey_b_"
 

@@ -11,7 +11,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "avey_b"
 #: Layers, lowest first. A module may import its own layer and the ones below, never one above.
 #: The CLI layer holds the verbs that drive several subpackages.
 LAYERS = [
-    {"configuration", "similarity", "layers", "ranker", "splits", "modeling", "heads", "presets", "release", "analysis", "tokenization",
+    {"configuration", "execution", "similarity", "layers", "ranker", "splits", "modeling", "heads", "presets", "release", "analysis", "tokenization",
      "records", "device", "configs", "config_keys", "remote_code", "baselines", "files", "progress", "batching", "__init__"},
     {"data", "training", "evaluation", "benchmarking", "testing"},
     {"cli", "ablation", "demo", "convert", "export", "quantize", "serve", "embed"},
