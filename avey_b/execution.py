@@ -12,8 +12,9 @@ here, apart from the architecture:
   ``chunk_tokens``, ``ranker_algorithm``, ``ranker_block_size``, ``ranker_memory_mb`` or
   ``ranker_selection_precision``, still load: those keys become the loaded model's settings (:data:`CONFIG_KEYS`).
 * **Per model, never module state.** Each config carries its own :class:`ExecutionSettings` (``config.execution``),
-  which the model reads at every forward pass, so two models in one process cannot change each other's behaviour,
-  and a benchmark or test sets a model's settings instead of patching this package.
+  which the model reads at every forward pass, so two models in one process cannot change each other's behaviour
+  (models built from one config object share it, as they share the architecture), and a benchmark or test sets a
+  model's settings instead of patching this package.
 * **Set like transformers' run-time knobs.** transformers keeps its own (``attn_implementation``) on the config
   object but out of ``config.json``; these work the same way: ``AveyBConfig(chunk_tokens=8192)``,
   ``from_pretrained(path, ranker_algorithm="dense")``, ``model.config.ranker_memory_mb = 1024`` (the keys of

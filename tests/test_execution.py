@@ -6,8 +6,8 @@ import json
 import pytest
 import torch
 
-from avey_b import AveyBConfig, AveyBModel, presets
-from avey_b.execution import CONFIG_KEYS, ExecutionSettings
+from avey_b import AveyBConfig, AveyBModel, ExecutionSettings, presets
+from avey_b.execution import CONFIG_KEYS
 from avey_b.ranker import Ranker
 
 OLD_STYLE = {"chunk_tokens": 8, "ranker_algorithm": "dense", "ranker_block_size": 128, "ranker_memory_mb": 64,
