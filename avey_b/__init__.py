@@ -15,6 +15,7 @@ from transformers import (
 
 from . import presets
 from .configuration import AveyBConfig
+from .execution import ExecutionSettings
 from .heads import (
     AveyBForMaskedLM,
     AveyBForMultipleChoice,
@@ -41,6 +42,7 @@ for _auto, _cls in (
 
 __all__ = [
     "AveyBConfig",
+    "ExecutionSettings",
     "AveyBModel",
     "AveyBPreTrainedModel",
     "AveyBForMaskedLM",

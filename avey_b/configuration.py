@@ -2,7 +2,11 @@
 
 Paper symbols: ``d`` = ``hidden_size``, ``L`` = ``num_hidden_layers``, ``S`` = ``split_size``,
 ``k`` = ``num_retrieved_splits``, ``V`` = ``vocab_size``, ``m`` = ``expansion_factor * d``.
-Training settings (optimizer, data, schedule) deliberately live elsewhere (``avey_b.training``).
+Training settings (optimizer, data, schedule) deliberately live elsewhere (``avey_b.training``), and so do the
+execution settings, which change how the forward pass runs but not what it computes (``avey_b.execution``: each
+config carries them as ``config.execution``, out of ``config.json``). One loss setting stays here,
+``contrastive_scale``: it defines what the sentence-embedding head's loss is, as transformers configs keep a head's
+``problem_type``, so a saved head trains with the same loss after loading.
 """
 
 from __future__ import annotations
@@ -14,6 +18,8 @@ from transformers import GenerationConfig, PretrainedConfig
 
 from . import release
 from .config_keys import unknown_key
+from .execution import CONFIG_KEYS as EXECUTION_KEYS
+from .execution import ExecutionSettings
 
 #: Named layer arrangements of the paper's "How to arrange static and dynamic layers?" appendix.
 #: Each maps the number of layers L to a string of ``S`` (static) / ``D`` (dynamic) letters.
@@ -32,7 +38,6 @@ _LETTER_TO_TYPE = {"S": "static", "D": "dynamic"}
 ACTIVATIONS = ("relu2", "relu", "gelu", "gelu_tanh", "silu", "identity")
 DYNAMIC_NORMALIZATIONS = ("sum", "l1", "rms", "softmax", "scaled_softmax", "none")
 RANKER_MODES = ("unidirectional", "bidirectional", "off")
-RANKER_ALGORITHMS = ("auto", "dense", "vocabulary")
 RANKER_PLACEMENTS = ("embeddings", "every_layer")
 
 
@@ -58,6 +63,20 @@ TRANSFORMERS_KEYS = frozenset(
     | _generation_keys()
     | set(release.RELEASE_CONFIG_FIELDS) | release.RELEASE_REDUNDANT_FIELDS | release.HF_STANDARD_FIELDS
 )
+
+
+class _ExecutionKey:
+    """An ``AveyBConfig`` attribute that reads and sets the field of the same name of ``config.execution`` (the
+    execution settings a config takes by name: ``avey_b.execution.CONFIG_KEYS``); never saved in ``config.json``."""
+
+    def __set_name__(self, owner, name: str) -> None:
+        self.name = name
+
+    def __get__(self, config, owner=None):
+        return self if config is None else getattr(config.execution, self.name)
+
+    def __set__(self, config, value) -> None:
+        config.execution = config.execution.replace(**{self.name: value})
 
 
 def _choice(field: str, value, allowed) -> None:
@@ -119,32 +138,12 @@ class AveyBConfig(PretrainedConfig):
             and the layers run over all rows at once (``chunk_tokens`` does not apply). Needs a ranker (not `"off"`).
         ranker_weighting (`str`, defaults to `"max"`): the selected MaxSim scores are divided by the largest
             (`"max"`, paper) or the smallest (`"min"`, release, weights ≥ 1) selected score.
-        ranker_algorithm (`str`, defaults to `"auto"`): how the ranker computes MaxSim for its choice; every path
-            chooses the same splits (ties: the nearer split wins, at equal distance the preceding one).
-            `"dense"`: every query token against every candidate token, ``O(N²·d)``. `"vocabulary"`: factored through
-            the row's ``U`` distinct token ids — the ranker runs on the embedding output (§3.1), so
-            ``M[v, j] = max_{u∈j} cos(E_v, x_u)`` and ``MaxSim(i, j) = Σ_{t∈i} M[id_t, j]``, ``O(U·N·d + N²/S)``;
-            exact only when the model gets ``input_ids`` and equal ids have equal embeddings (no active embedding
-            dropout), an error otherwise. `"auto"`: the vocabulary path where it is exact and its estimated work is
-            lower (real text has far fewer distinct ids than tokens), the dense path elsewhere.
-        ranker_block_size (`int`, defaults to 512): at most this many query tokens (dense path) or distinct ids
-            (vocabulary path) are scored per block in the ranker; it does not change results.
-        ranker_memory_mb (`int`, defaults to 256): cap on what the ranker's choice holds at once beside the
-            embeddings: the similarity tiles (the query block shrinks, and the candidates are tiled, so that
-            ``B × query tokens × candidate tokens × 8 bytes`` — a float32 similarity and room for one temporary of
-            its size — stays under it whatever ``N``) and, on the vocabulary
-            path, a tile of ``M`` columns with every query split's scores against it. It does not change results.
-        ranker_selection_precision (`str`, defaults to `"exact"`): `"exact"` scores candidates at the input's
-            precision; `"bfloat16"` runs the selection GEMM (the ``O(N²d)`` part) in bf16 for float32 inputs,
-            which made the choice 1.2–1.5× faster on this project's AVX512-BF16 CPU (more where bf16 GEMMs outrun
-            float32 further: AMX, GPUs). Only near-ties can be chosen differently:
-            the weights of the chosen splits are always recomputed at full precision.
-        chunk_tokens (`int`, defaults to 4096): after the ranker's choice, processor rows are built and run through
-            the layers in chunks of about this many tokens (eager; compiled and exported graphs, and
-            ``output_hidden_states``, take all rows at once). Small chunks keep each layer's activations in cache
-            between its passes (1.35x faster in fp32 at 16K tokens on CPU than one 64K-token chunk,
-            ``benchmarks/roofline/``) and bound activation memory for long inputs. It does not change results
-            beyond float rounding.
+        execution (`ExecutionSettings`, *optional*): how the forward pass runs — the ranker's algorithm, blocks,
+            tiles and memory cap, the processor's chunk size — which changes speed and memory, not the outputs
+            (:class:`avey_b.execution.ExecutionSettings`). Kept on the config but never saved in ``config.json``.
+            Its fields ``ranker_algorithm``, ``ranker_block_size``, ``ranker_memory_mb``,
+            ``ranker_selection_precision`` and ``chunk_tokens`` are also accepted as keyword arguments and
+            attributes of the config (read from the ``config.json`` of checkpoints saved before they moved).
         compressor (`bool`, defaults to `True`): the neural compressor ``X̂ = P·X_cat (+ X_i)`` (§4.3). When off,
             each split is processed together with its ``k`` retrieved splits (``(k+1)S`` tokens) and only the
             current split's outputs are kept.
@@ -198,11 +197,7 @@ class AveyBConfig(PretrainedConfig):
         ranker: str = "unidirectional",
         ranker_placement: str = "embeddings",
         ranker_weighting: str = "max",
-        ranker_algorithm: str = "auto",
-        ranker_block_size: int = 512,
-        ranker_memory_mb: int = 256,
-        chunk_tokens: int = 4096,
-        ranker_selection_precision: str = "exact",
+        execution: ExecutionSettings | None = None,
         compressor: bool = True,
         compressor_residual: bool = True,
         mixing_bias: bool = False,
@@ -245,11 +240,9 @@ class AveyBConfig(PretrainedConfig):
         self.ranker = ranker
         self.ranker_placement = ranker_placement
         self.ranker_weighting = ranker_weighting
-        self.ranker_algorithm = ranker_algorithm
-        self.ranker_block_size = ranker_block_size
-        self.ranker_memory_mb = ranker_memory_mb
-        self.chunk_tokens = chunk_tokens
-        self.ranker_selection_precision = ranker_selection_precision
+        # the execution settings, given whole or by name (also how a config.json saved before they moved holds them)
+        self.execution = (execution or ExecutionSettings()).replace(
+            **{k: kwargs.pop(k) for k in EXECUTION_KEYS if k in kwargs})
         self.compressor = compressor
         self.compressor_residual = compressor_residual
         self.mixing_bias = mixing_bias
@@ -274,11 +267,37 @@ class AveyBConfig(PretrainedConfig):
         unknown = [k for k in kwargs if not k.startswith("_") and k not in TRANSFORMERS_KEYS]
         if unknown:  # a typo would otherwise be saved into config.json and silently ignored by the model
             fields = [p for p in inspect.signature(AveyBConfig.__init__).parameters if p not in ("self", "kwargs")]
+            fields += EXECUTION_KEYS
             raise unknown_key(unknown[0], fields, "AveyBConfig's fields are")
         super().__init__(pad_token_id=pad_token_id, tie_word_embeddings=tie_word_embeddings, **kwargs)
         self._validate()
         if self.mixer_types is None:
             self.mixer_types = self._expand_mixer_types()
+
+    # the execution settings a config takes by name (``avey_b.execution``): attributes, not saved
+    ranker_algorithm = _ExecutionKey()
+    ranker_block_size = _ExecutionKey()
+    ranker_memory_mb = _ExecutionKey()
+    ranker_selection_precision = _ExecutionKey()
+    chunk_tokens = _ExecutionKey()
+
+    @property
+    def execution(self) -> ExecutionSettings:
+        """How models built from this config run (:class:`avey_b.execution.ExecutionSettings`); not saved."""
+        return self._execution
+
+    @execution.setter
+    def execution(self, value: ExecutionSettings) -> None:
+        if not isinstance(value, ExecutionSettings):
+            raise TypeError(f"AveyBConfig.execution must be an avey_b.execution.ExecutionSettings, got "
+                            f"{type(value).__name__}")
+        self._execution = value
+
+    def to_dict(self) -> dict:
+        """``PretrainedConfig.to_dict`` without the execution settings: ``config.json`` holds the architecture."""
+        out = super().to_dict()
+        out.pop("_execution", None)
+        return out
 
     @classmethod
     def from_dict(cls, config_dict: dict, **kwargs):
@@ -312,8 +331,7 @@ class AveyBConfig(PretrainedConfig):
 
     # -- validation ------------------------------------------------------------------------------------------
     def _validate(self) -> None:
-        for field in ("vocab_size", "hidden_size", "num_hidden_layers", "split_size", "expansion_factor",
-                      "ranker_block_size", "ranker_memory_mb", "chunk_tokens"):
+        for field in ("vocab_size", "hidden_size", "num_hidden_layers", "split_size", "expansion_factor"):
             value = getattr(self, field)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"AveyBConfig.{field} must be an integer >= 1, got {value!r}")
@@ -337,18 +355,16 @@ class AveyBConfig(PretrainedConfig):
         _choice("static_weights", self.static_weights, ("signed", "unsigned"))
         _choice("ranker", self.ranker, RANKER_MODES)
         _choice("ranker_weighting", self.ranker_weighting, ("max", "min"))
-        _choice("ranker_algorithm", self.ranker_algorithm, RANKER_ALGORITHMS)
         _choice("ranker_placement", self.ranker_placement, RANKER_PLACEMENTS)
         if self.ranker_placement == "every_layer":
             if self.ranker == "off":
                 raise ValueError("AveyBConfig.ranker_placement='every_layer' needs a ranker, but ranker='off': set ranker "
                                  "to 'unidirectional' or 'bidirectional', or ranker_placement to 'embeddings'")
-            if self.ranker_algorithm == "vocabulary":
+            if self.execution.ranker_algorithm == "vocabulary":
                 raise ValueError(
                     "AveyBConfig.ranker_placement='every_layer' ranks contextualized states, where MaxSim does not "
                     "factor through token ids: ranker_algorithm='vocabulary' cannot hold there; use 'auto' or 'dense'"
                 )
-        _choice("ranker_selection_precision", self.ranker_selection_precision, ("exact", "bfloat16"))
         _choice("initializer", self.initializer, ("xavier_normal", "normal"))
         _choice("classifier_head", self.classifier_head, ("linear", "avey-b1"))
         if not self.contrastive_scale > 0:

@@ -20,6 +20,7 @@ from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 from transformers.modeling_layers import GradientCheckpointingLayer
 
 from .configuration import AveyBConfig
+from .similarity import unit_vectors
 
 
 def _plain_linear(module: nn.Module) -> bool:
@@ -51,15 +52,6 @@ class RMSNorm(nn.Module):
         if torch.is_grad_enabled():
             return y * self.weight.to(x.dtype)
         return y.mul_(self.weight.to(x.dtype))  # inference: no second copy of x (1 GB at 1M tokens of d = 256)
-
-
-def unit_vectors(x: torch.Tensor) -> torch.Tensor:
-    """``x / ‖x‖`` over the last axis; a zero vector (a padded token) stays a zero vector, never NaN, in every
-    precision. float16 works in float32: its smallest normal number is 6e-5 (an epsilon of 1e-12 rounds to 0, and
-    a zero row would give 0/0) and its largest is 65504 (the norm of a large vector overflows)."""
-    if x.dtype == torch.float16:
-        return F.normalize(x.float(), dim=-1, eps=1e-12).to(x.dtype)
-    return F.normalize(x, dim=-1, eps=1e-12)
 
 
 def activation(name: str):

@@ -36,7 +36,7 @@ from transformers.modeling_outputs import BaseModelOutput
 from . import loading, splits
 from .configuration import AveyBConfig
 from .layers import AveyBLayer, Mixer, RMSNorm, StaticMixer
-from .ranker import Compressor, Ranker
+from .ranker import Choice, Compressor, Ranker
 
 
 class AveyBPreTrainedModel(PreTrainedModel):
@@ -157,15 +157,14 @@ class AveyBModel(AveyBPreTrainedModel):
         # 2. Rank (§3, Eq. MaxSim): the top-k splits of every split, chosen once, on the embeddings.
         choice = None
         if self.ranker is not None and not self.every_layer:
-            xn, idx, filled = self.ranker(sp.x, sp.keep, sp.ids)  # idx, filled: (B, n, k)
-            choice = self.ranker.flat_choice(xn, idx, filled)  # over the B·n splits, for concat
+            choice = self.ranker(sp.x, sp.keep, sp.ids)  # choice.idx, choice.filled: (B, n, k)
 
         # 3-4. Contextualize each split with its retrieved splits, compress (§4.3), run the L layers (§3). Rows are
         # independent after the choice: they are built and processed in chunks of about `chunk_tokens` tokens, so
         # activation memory stays bounded for long inputs.
         C = (config.num_retrieved_splits + 1) * S if self.ranker is not None and self.compressor is None else S
         R = sp.num_rows
-        chunk = max(1, config.chunk_tokens // C)
+        chunk = max(1, config.execution.chunk_tokens // C)
         if self.every_layer:  # the ablation: a new choice, new rows, before every layer
             h = self._rank_every_layer(sp, all_hidden)  # (R, S, d)
         elif compiling or output_hidden_states or R <= chunk:  # one pass over all rows
@@ -199,16 +198,16 @@ class AveyBModel(AveyBPreTrainedModel):
             return tuple(v for v in (out, hidden_states) if v is not None)
         return BaseModelOutput(last_hidden_state=out, hidden_states=hidden_states)
 
-    def _processor_rows(self, sp: splits.Splits, choice, sel, compressor: Compressor | None
+    def _processor_rows(self, sp: splits.Splits, choice: Choice | None, sel, compressor: Compressor | None
                         ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The processor's input rows ``(R, C, d)`` and their keep mask for the splits ``sel`` (a slice or indices
         into the ``B·n`` splits) of ``sp.x``: each split after its retrieved ones, weighted (§3), compressed to ``S``
         tokens by ``compressor`` (§4.3); without the ranker (ablation) each split alone; without the compressor
-        (ablation, ``compressor=None``) ``(k+1)S``."""
+        (ablation, ``compressor=None``) ``(k+1)S``. ``choice`` is the ranker's choice on ``sp.x``."""
         x, keep = sp.flat_x, sp.flat_keep
-        if self.ranker is None:
+        if choice is None:
             return x[sel], None if keep is None else keep[sel]
-        x_cat, keep_cat = self.ranker.concat(x, keep, *choice, sel)
+        x_cat, keep_cat = choice.rows(sel)
         if compressor is None:
             return x_cat, keep_cat
         return compressor(x_cat, x[sel]), None if keep is None else keep[sel]
@@ -229,8 +228,7 @@ class AveyBModel(AveyBPreTrainedModel):
             # The first layer's input is the embedding output, where MaxSim factors through the token ids (the
             # vocabulary path is exact: same choice, less work). Deeper inputs are contextualized — equal ids no
             # longer have equal vectors — so the choice there takes the dense path (no ids).
-            xn, idx, filled = self.ranker(states.x, sp.keep, sp.ids if i == 0 else None)
-            choice = self.ranker.flat_choice(xn, idx, filled)
+            choice = self.ranker(states.x, sp.keep, sp.ids if i == 0 else None)
             compressor = None if self.compressors is None else self.compressors[i]
             h, h_keep = self._processor_rows(states, choice, rows, compressor)  # (R, C, d)
             h = layer(h, h_keep)[:, -S:]  # (R, S, d): each split's own outputs

@@ -6,7 +6,8 @@ Notation: ``B`` batch, ``n`` splits, ``S`` split size, ``k`` retrieved splits, `
 The ranker scores every split against its candidates with MaxSim,
 ``MaxSim(i, j) = Σ_{t∈i} max_{u∈j} cos(x_t, x_u)``, keeps the top-``k`` and returns, per split,
 ``X_cat = [w_1 X_{j1} | … | w_k X_{jk} | X_i]`` with missing slots as zeros on the left (so the current split
-always occupies the last ``S`` rows).
+always occupies the last ``S`` rows). :class:`Ranker` makes the choice and returns it as a :class:`Choice`, which
+builds ``X_cat`` for any set of splits (the model builds them in chunks).
 
 One MaxSim, two steps, used by every path below: :func:`best_match` (the best cosine of each query vector in each
 candidate split, padding never matching) and a vote that sums those maxima over a query split's real tokens.
@@ -38,27 +39,15 @@ training never stores the ``O(N²)`` similarity blocks for backward.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from .configuration import AveyBConfig
-from .layers import unit_vectors
-
-# Bytes of similarities per tile: small enough to stay in cache on CPU (the max is taken while the tile is hot,
-# instead of writing and re-reading a block x N matrix), large enough that each GEMM keeps the cores busy; on GPU
-# larger tiles amortize the launches. Measured in benchmarks/roofline/. Module settings, not model state: a
-# benchmark may patch them.
-TILE_BYTES = {("cpu", 4): 2 * 2**20, ("cpu", 2): 2 * 2**20, ("cuda", 4): 64 * 2**20, ("cuda", 2): 64 * 2**20}
-#: Vocabulary path, unidirectional: order the distinct ids by the last split they occur in, so that a candidate
-#: split is multiplied only with the ids that still occur after it (benchmarks/vocabulary_ranker/ measures it).
-ORDER_BY_LAST_SPLIT = True
-
-# "auto" takes the vocabulary path when its estimated work times AUTO_OVERHEAD is below the dense path's, from
-# AUTO_MIN_SPLITS splits on: measured on random ids (U close to N), its time is the estimate's ratio times 1.05-1.2
-# at 16K-64K tokens and more below that, where both paths take milliseconds (benchmarks/vocabulary_ranker/).
-AUTO_OVERHEAD = 1.25
-AUTO_MIN_SPLITS = 16
+from .execution import ExecutionSettings
+from .similarity import unit_vectors
 
 # Bytes per (query split, candidate split) pair the vocabulary path holds for one tile of M columns at its peak:
 # the fp32 scores and the allowed mask, and while the ranking keys are built, the fp64 keys, their step and the
@@ -142,9 +131,70 @@ def _layout(val: torch.Tensor, idx: torch.Tensor) -> tuple[torch.Tensor, torch.T
     return idx.gather(-1, src.clamp_min(0)).masked_fill(~ok, 0), ok
 
 
+@dataclass
+class Choice:
+    """The ranker's result: the top-``k`` splits chosen for every split of a batch, and the processor rows ``X_cat``
+    they give (:meth:`rows`). Tensors over splits are ``(B, n, ...)``, as in :class:`avey_b.splits.Splits`."""
+
+    x: torch.Tensor
+    """(B, n, S, d) the ranked states, zero at padding: what ``X_cat`` concatenates."""
+    keep: torch.Tensor | None
+    """(B, n, S) their real-token mask, or None when every token is real."""
+    unit: torch.Tensor
+    """(B, n, S, d) their unit vectors: what MaxSim compares."""
+    idx: torch.Tensor
+    """(B, n, k) the chosen splits (ids within the row) in ``X_cat`` order: descending score, empty slots first."""
+    filled: torch.Tensor
+    """(B, n, k) whether a slot holds a split."""
+    weighting: str
+    """``"max"`` (paper) or ``"min"`` (release): the selected score each weight is divided by."""
+    eps: float
+    """Added to that denominator."""
+
+    @property
+    def retrieved(self) -> torch.Tensor:
+        """(B, n, k) the chosen split ids, ``-1`` in empty slots."""
+        return self.idx.masked_fill(~self.filled, -1)
+
+    def rows(self, sel) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``X_cat`` (R, (k+1)S, d) and its keep mask (None when every token is real) for the splits ``sel``, a
+        slice or an index tensor into the ``B·n`` splits. Rows are independent, so they can be built in chunks.
+
+        The weights are MaxSim of the ``k`` selected pairs, recomputed here at the model's precision and under
+        autograd when it is on (``O(N·k·S·d)``: cheap next to the choice, and the only part gradients flow
+        through), divided by the largest (paper) or smallest (release) selected score."""
+        B, n = self.x.shape[:2]
+        x, unit = self.x.flatten(0, 1), self.unit.flatten(0, 1)  # (B·n, S, d)
+        keep = None if self.keep is None else self.keep.flatten(0, 1)
+        xs = x[sel]
+        ks = None if keep is None else keep[sel]
+        if self.idx.shape[-1] == 0:  # k = 0: each split alone
+            return xs, ks
+        # the chosen splits as ids into the B·n splits: a row's ids plus the offset of its row
+        first = torch.arange(B * n, device=x.device)[sel] // n * n  # (R,)
+        sel_idx = self.idx.flatten(0, 1)[sel] + first[:, None]  # (R, k)
+        filled = self.filled.flatten(0, 1)[sel]
+        keep_sel = None if keep is None else keep[sel_idx]  # (R, k, S)
+        S = xs.shape[1]
+        best = best_match(unit[sel_idx].flatten(1, 2), unit[sel].transpose(1, 2),
+                          None if keep_sel is None else keep_sel.flatten(1, 2), S)  # (R, k, S)
+        score = vote(best.unsqueeze(-2), None if ks is None else ks.unsqueeze(-2))[:, 0]  # (R, k)
+        if self.weighting == "max":
+            den = score.masked_fill(~filled, float("-inf")).amax(-1, keepdim=True)
+        else:
+            den = score.masked_fill(~filled, float("inf")).amin(-1, keepdim=True)
+        w = torch.where(filled, score / (den + self.eps), torch.zeros_like(score))  # (R, k); 0 for empty slots
+        retrieved = x[sel_idx] * w[..., None, None].to(x.dtype)  # (R, k, S, d)
+        x_cat = torch.cat([retrieved.flatten(1, 2), xs], dim=1)  # (R, (k+1)S, d)
+        if ks is None:
+            ks = torch.ones(xs.shape[:2], dtype=torch.bool, device=x.device)
+        slot = (filled[..., None] if keep_sel is None else keep_sel & filled[..., None]).expand(-1, -1, S)
+        return x_cat, torch.cat([slot.flatten(1, 2), ks], dim=1)
+
+
 class Ranker(nn.Module):
-    """Chooses the top-``k`` candidate splits of every split, and builds ``X_cat`` for the chosen ones. No
-    parameters. ``forward`` returns the choice; :meth:`concat` the weighted concatenation.
+    """Chooses the top-``k`` candidate splits of every split: ``forward`` returns a :class:`Choice`, which builds
+    ``X_cat`` for the chosen ones. No parameters.
 
     Work and memory:
 
@@ -152,7 +202,7 @@ class Ranker(nn.Module):
       — token ids given, equal ids with equal embeddings — and its estimated work is lower), per row;
     * a batch of mixed lengths is ranked row by row, each row over its own splits only (up to its last real
       split), so a short row costs what it would cost alone;
-    * dense: the similarity working set of one step is one cache-sized tile (:data:`TILE_BYTES`), reused, and
+    * dense: the similarity working set of one step is one cache-sized tile (``tile_bytes``), reused, and
       never above ``ranker_memory_mb``; vocabulary: the same tiles for ``M``, and the scores of one tile of ``M``
       columns (all query splits × ``J`` candidates) within ``ranker_memory_mb``; beyond that both hold the
       candidates and a few values per token — linear in ``N``;
@@ -162,26 +212,35 @@ class Ranker(nn.Module):
 
     def __init__(self, config: AveyBConfig):
         super().__init__()
+        self.config = config
         self.k = config.num_retrieved_splits
         self.bidirectional = config.ranker == "bidirectional"
-        self.algorithm = config.ranker_algorithm
         self.weighting = config.ranker_weighting
         self.eps = config.ranker_eps
-        self.block_size = config.ranker_block_size
-        # the cap in units of 8 bytes: a similarity takes 4 (fp32) or 2 (bf16), the rest is headroom for the masks
-        self.memory_elements = config.ranker_memory_mb * 2**20 // 8
-        self.low_precision = config.ranker_selection_precision == "bfloat16"
+
+    @property
+    def execution(self) -> ExecutionSettings:
+        """How the choice is computed (algorithm, blocks, tiles, memory cap): the config's, read at every call, so
+        that setting ``config.execution`` takes effect at once."""
+        return self.config.execution
+
+    @property
+    def memory_elements(self) -> int:
+        """``ranker_memory_mb`` in units of 8 bytes: a similarity takes 4 (fp32) or 2 (bf16), the rest is headroom
+        for the masks."""
+        return int(self.execution.ranker_memory_mb * 2**20) // 8
 
     # -- plans ---------------------------------------------------------------------------------------------------
     def plan(self, B: int, n: int, S: int, element_size: int = 4, device: str = "cpu") -> tuple[int, int]:
         """Dense path: (query splits per block, candidate splits per tile) for ``B`` rows of ``n`` splits.
 
-        A block has ``ranker_block_size`` query tokens; its candidates are taken in tiles of :data:`TILE_BYTES`
+        A block has ``ranker_block_size`` query tokens; its candidates are taken in tiles of ``tile_bytes``
         similarities (a cache-sized working set), and never more than the memory cap allows."""
         per_pair = B * S * S  # similarities of one query split against one candidate split
-        blk = max(1, min(max(1, self.block_size // S), n, self.memory_elements // per_pair))
-        tile_bytes = TILE_BYTES.get((device, element_size), 64 * 2**20)
-        tile = max(1, min(n, tile_bytes // (element_size * per_pair * blk), self.memory_elements // (per_pair * blk)))
+        memory = self.memory_elements
+        blk = max(1, min(max(1, self.execution.ranker_block_size // S), n, memory // per_pair))
+        tile_bytes = self.execution.tile_bytes_for(device, element_size)
+        tile = max(1, min(n, tile_bytes // (element_size * per_pair * blk), memory // (per_pair * blk)))
         return blk, tile
 
     def plan_vocabulary(self, U: int, n: int, S: int, element_size: int = 4, device: str = "cpu"
@@ -189,7 +248,7 @@ class Ranker(nn.Module):
         """Vocabulary path: (ids per GEMM block, candidate splits per similarity tile, candidate splits per tile
         of ``M`` columns) for a row of ``n`` splits with ``U`` distinct ids.
 
-        The similarity tiles are the dense path's (``ranker_block_size`` ids against :data:`TILE_BYTES`); a tile of
+        The similarity tiles are the dense path's (``ranker_block_size`` ids against ``tile_bytes``); a tile of
         ``M`` columns (``(U + 1) × J`` float32) and the scores of every query split against it (``n × J`` pairs at
         :data:`_PAIR_BYTES`) stay within ``ranker_memory_mb``."""
         ids, tile = self.plan(1, max(1, -(-U // S)), S, element_size, device)
@@ -204,24 +263,23 @@ class Ranker(nn.Module):
         U = last_split.numel()
         if self.bidirectional:
             return float(U * n * S * d + n * n * S), float(n * n * S * S * d)
-        gemm = (last_split.sum().item() + U) * S * d if ORDER_BY_LAST_SPLIT else U * n * S * d
+        gemm = (last_split.sum().item() + U) * S * d if self.execution.order_by_last_split else U * n * S * d
         return float(gemm + n * n * S / 2), float(n * (n + 1) / 2 * S * S * d)
 
     # -- the choice ------------------------------------------------------------------------------------------------
-    def forward(self, x: torch.Tensor, keep: torch.Tensor | None, ids: torch.Tensor | None = None):
+    def forward(self, x: torch.Tensor, keep: torch.Tensor | None, ids: torch.Tensor | None = None) -> Choice:
         """The choice for every split.
 
         x: (B, n, S, d) embeddings (zero at padding); keep: (B, n, S) real-token mask or None; ids: (B, n, S) the
         token ids of ``x`` when ``x`` is their embedding (enables the vocabulary path), else None.
-        Returns ``(xn, idx, ok)``: the unit vectors (B, n, S, d), ``idx`` (B, n, k) candidate split ids laid out as
-        in ``X_cat`` (descending score, missing slots on the left) and ``ok`` (B, n, k) whether a slot holds a split.
         """
         B, n, S, d = x.shape
         xn = unit_vectors(x)
+        algorithm = self.execution.ranker_algorithm
         if self.k == 0:
             empty = torch.zeros(B, n, 0, dtype=torch.long, device=x.device)
-            return xn, empty, empty.bool()
-        if self.algorithm == "vocabulary" and ids is None:
+            return self._choice(x, keep, xn, empty, empty.bool())
+        if algorithm == "vocabulary" and ids is None:
             raise ValueError(
                 "ranker_algorithm='vocabulary' needs token ids whose embeddings are the ranker's input: pass input_ids "
                 "(not inputs_embeds) and keep embedding dropout inactive (eval mode or embedding_dropout=0), or use "
@@ -229,27 +287,30 @@ class Ranker(nn.Module):
             )
         if torch.compiler.is_exporting():
             keep_all = torch.ones(B, n, S, dtype=torch.bool, device=x.device) if keep is None else keep
-            if ids is not None and self.algorithm != "dense":
+            if ids is not None and algorithm != "dense":
                 idx, ok = self.select_for_export_vocabulary(xn, keep_all, ids)
             else:
                 idx, ok = self.select_for_export(xn, keep_all)
         else:
-            idx, ok = self.select(xn, keep, None if self.algorithm == "dense" else ids)
-        return xn, idx, ok
+            idx, ok = self.select(xn, keep, None if algorithm == "dense" else ids)
+        return self._choice(x, keep, xn, idx, ok)
+
+    def _choice(self, x, keep, xn, idx, ok) -> Choice:
+        return Choice(x=x, keep=keep, unit=xn, idx=idx, filled=ok, weighting=self.weighting, eps=self.eps)
 
     @torch.compiler.disable
     @torch.no_grad()
     def select(self, xn: torch.Tensor, keep: torch.Tensor | None, ids: torch.Tensor | None = None
                ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Top-``k`` candidates of every split: ``(idx, ok)`` as returned by :meth:`forward`.
+        """Top-``k`` candidates of every split: ``(idx, ok)``, the :class:`Choice`'s ``idx`` and ``filled``.
 
         xn: (B, n, S, d) unit vectors (zero at padding); keep: (B, n, S) or None; ids: (B, n, S) or None (then the
         dense path)."""
         B, n, S, d = xn.shape
-        if xn.dtype == torch.float32:  # the choice only; the weights are recomputed at full precision in concat()
+        if xn.dtype == torch.float32:  # the choice only; the weights are recomputed at full precision in Choice.rows()
             if torch.is_autocast_enabled(xn.device.type):  # cast once, not once per tile (the products are the same)
                 xn = xn.to(torch.get_autocast_dtype(xn.device.type))
-            elif self.low_precision:
+            elif self.execution.ranker_selection_precision == "bfloat16":
                 xn = xn.to(torch.bfloat16)
         if keep is None:
             ends = [n] * B
@@ -319,7 +380,9 @@ class Ranker(nn.Module):
         shape (n, k), or None when the factoring is not exact (equal ids with different vectors: a hook or noise on
         the embeddings) or, under ``"auto"``, not cheaper."""
         n, S, d = xn.shape
-        if self.algorithm == "auto" and n < AUTO_MIN_SPLITS:
+        execution = self.execution
+        algorithm = execution.ranker_algorithm
+        if algorithm == "auto" and n < execution.auto_min_splits:
             return None
         device = xn.device
         flat = xn.reshape(n * S, d)
@@ -330,23 +393,23 @@ class Ranker(nn.Module):
         U = vocab.numel()
         first = torch.full((U,), n * S, device=device).scatter_reduce_(0, inv, pos, "amin")
         last = torch.zeros(U, dtype=torch.long, device=device).scatter_reduce_(0, inv, pos // S, "amax")
-        if self.algorithm == "auto":
+        if algorithm == "auto":
             vocabulary, dense = self.vocabulary_cost(last, n, S, d)
-            if not AUTO_OVERHEAD * vocabulary < dense:
+            if not execution.auto_overhead * vocabulary < dense:
                 return None
         q = flat[first]  # (U, d): the unit vector of each distinct id (where it first occurs)
         step = 4096  # tokens per comparison: a few MB at a time
         for c0 in range(0, pos.numel(), step):  # exact only if every occurrence of an id has the same vector
             real = flat[c0:c0 + step] if keep is None else flat[pos[c0:c0 + step]]
             if not torch.equal(real, q[inv[c0:c0 + step]]):
-                if self.algorithm == "vocabulary":
+                if algorithm == "vocabulary":
                     raise ValueError(
                         "ranker_algorithm='vocabulary': tokens with the same id have different embeddings (a hook or "
                         "noise on the embedding output), so MaxSim does not factor through the ids; use 'auto' or "
                         "'dense'"
                     )
                 return None
-        ordered = not self.bidirectional and ORDER_BY_LAST_SPLIT
+        ordered = not self.bidirectional and execution.order_by_last_split
         if ordered:  # ids ordered by the last split they occur in
             last, perm = last.sort(stable=True)
             q = q[perm]
@@ -411,47 +474,6 @@ class Ranker(nn.Module):
         best = best_match(flat, q.t(), keep.reshape(B, n * S), S)  # (B, n, U): M[v, j] of every row
         votes = best.gather(-1, inv.view(B, 1, n * S).expand(-1, n, -1))  # (B, n, n·S): M[id_t, j]
         return self._top_k(vote(votes.view(B, n, n, S), keep), 0, keep.any(-1))
-
-    # -- X_cat -----------------------------------------------------------------------------------------------------
-    def concat(self, x: torch.Tensor, keep: torch.Tensor | None, xn: torch.Tensor, idx: torch.Tensor,
-               filled: torch.Tensor, rows) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """``X_cat`` (R, (k+1)S, d) and its keep mask for the processor rows ``rows`` (a slice or index tensor).
-
-        All arguments are flat over splits: ``x``/``xn`` (B·n, S, d), ``keep`` (B·n, S) or None, then the choice as
-        :meth:`flat_choice` gives it: ``idx`` (B·n, k) *global* split ids and ``filled`` (B·n, k) whether a slot holds
-        a split. Rows are independent, so the model can build them in chunks."""
-        xs = x[rows]
-        ks = None if keep is None else keep[rows]
-        if self.k == 0:
-            return xs, ks
-        sel, filled = idx[rows], filled[rows]  # (R, k)
-        keep_sel = None if keep is None else keep[sel]  # (R, k, S)
-        R, S = xs.shape[:2]
-        # MaxSim of the k selected pairs, recomputed at the model's precision and under autograd when it is on
-        # (O(N·k·S·d): cheap next to the choice, and the only part that gradients flow through).
-        best = best_match(xn[sel].flatten(1, 2), xn[rows].transpose(1, 2),
-                          None if keep_sel is None else keep_sel.flatten(1, 2), S)  # (R, k, S)
-        score = vote(best.unsqueeze(-2), None if ks is None else ks.unsqueeze(-2))[:, 0]  # (R, k)
-        # Normalize by the largest (paper) or smallest (release) selected score.
-        if self.weighting == "max":
-            den = score.masked_fill(~filled, float("-inf")).amax(-1, keepdim=True)
-        else:
-            den = score.masked_fill(~filled, float("inf")).amin(-1, keepdim=True)
-        w = torch.where(filled, score / (den + self.eps), torch.zeros_like(score))  # (R, k); 0 for empty slots
-        retrieved = x[sel] * w[..., None, None].to(x.dtype)  # (R, k, S, d)
-        x_cat = torch.cat([retrieved.flatten(1, 2), xs], dim=1)  # (R, (k+1)S, d)
-        if ks is None:
-            ks = torch.ones(xs.shape[:2], dtype=torch.bool, device=x.device)
-        slot = (filled[..., None] if keep_sel is None else keep_sel & filled[..., None]).expand(-1, -1, S)
-        return x_cat, torch.cat([slot.flatten(1, 2), ks], dim=1)
-
-    @staticmethod
-    def flat_choice(xn: torch.Tensor, idx: torch.Tensor, filled: torch.Tensor):
-        """The choice of :meth:`forward` flattened over the ``B·n`` splits for :meth:`concat`: ``(xn (B·n, S, d),
-        idx (B·n, k) with global split ids, filled (B·n, k))``."""
-        B, n = xn.shape[:2]
-        gidx = idx + n * torch.arange(B, device=xn.device)[:, None, None]
-        return xn.flatten(0, 1), gidx.flatten(0, 1), filled.flatten(0, 1)
 
 
 class Compressor(nn.Module):

@@ -97,8 +97,7 @@ def test_vocabulary_path_on_cuda_chooses_what_cpu_and_the_dense_path_choose():
     keep = torch.ones(2, 200, 64, dtype=torch.bool)
     keep[1, 150:] = False
     xn = table[ids] * keep.unsqueeze(-1)
-    vocab = Ranker(config)
-    vocab.algorithm = "vocabulary"
+    vocab = Ranker(presets.small(vocab_size=4096, ranker_algorithm="vocabulary"))
     cpu = vocab.select(xn, keep, ids)
     gpu = vocab.select(xn.cuda(), keep.cuda(), ids.cuda())
     dense = Ranker(config).select(xn.cuda(), keep.cuda())
@@ -110,6 +109,6 @@ def test_vocabulary_path_on_cuda_chooses_what_cpu_and_the_dense_path_choose():
     with torch.no_grad():
         outs = {}
         for algorithm in ("dense", "vocabulary"):
-            model.ranker.algorithm = algorithm
+            model.config.ranker_algorithm = algorithm
             outs[algorithm] = model(text).last_hidden_state
     torch.testing.assert_close(outs["vocabulary"], outs["dense"], rtol=1e-4, atol=1e-4)

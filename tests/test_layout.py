@@ -11,9 +11,9 @@ PACKAGE = Path(__file__).resolve().parents[1] / "avey_b"
 #: Layers, lowest first. A module may import its own layer and the ones below, never one above.
 #: The CLI layer holds the verbs that drive several subpackages.
 LAYERS = [
-    {"configuration", "layers", "ranker", "splits", "loading", "modeling", "heads", "presets", "release", "analysis",
-     "tokenization", "records", "device", "configs", "config_keys", "remote_code", "baselines", "files", "progress",
-     "batching", "cluster", "__init__"},
+    {"configuration", "execution", "similarity", "layers", "ranker", "splits", "loading", "modeling", "heads", "presets",
+     "release", "analysis", "tokenization", "records", "device", "configs", "config_keys", "remote_code", "baselines",
+     "files", "progress", "batching", "cluster", "__init__"},
     {"data", "training", "evaluation", "benchmarking", "testing"},
     {"cli", "ablation", "demo", "convert", "export", "quantize", "serve", "embed"},
 ]

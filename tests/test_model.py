@@ -27,8 +27,9 @@ from avey_b import (
     presets,
 )
 from avey_b.heads import mean_pool
-from avey_b.layers import activation, normalize_rows, unit_vectors
+from avey_b.layers import activation, normalize_rows
 from avey_b.ranker import Ranker
+from avey_b.similarity import unit_vectors
 
 HEADS = [AveyBModel, AveyBForMaskedLM, AveyBForSequenceClassification, AveyBForTokenClassification,
          AveyBForQuestionAnswering, AveyBForSentenceEmbedding]
@@ -270,11 +271,12 @@ class _PinnedChoice:
         return lambda *a, **kw: self(ranker, *a, **kw)
 
     def __call__(self, ranker, x, *args, **kwargs):
-        xn, idx, ok = self.original(ranker, x, *args, **kwargs)
+        choice = self.original(ranker, x, *args, **kwargs)
         if self.replay is None:
-            self.choices.append((idx, ok))
-            return xn, idx, ok
-        return (xn, *self.choices[self.replay])
+            self.choices.append((choice.idx, choice.filled))
+            return choice
+        choice.idx, choice.filled = self.choices[self.replay]
+        return choice
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])

@@ -148,7 +148,7 @@ def test_needle_retrieval_reads_the_rankers_choice(data):
             n = -(-x.shape[1] // 16)
             x = torch.nn.functional.pad(x, (0, 0, 0, n * 16 - x.shape[1])).view(1, n, 16, -1)
             keep = torch.arange(n * 16).view(1, n, 16) < enc["input_ids"].shape[1]
-            _, idx, ok = model.model.ranker(x, keep)
+            idx = model.model.ranker(x, keep).idx
             top = idx[0, :, -1].tolist()  # k = 1: the one retrieved split of each split
             needle = row["answer_token_start"] // 16
             q_splits = {i // 16 for i, s in enumerate(enc.sequence_ids(0)) if s == 0}

@@ -2,6 +2,7 @@
 path that computes the choice (dense tiles, the vocabulary factoring, and the loop-free formulas of both that exported
 graphs run), and the paths against each other on heavily repeated token ids, where exact ties are common."""
 
+import copy
 import math
 
 import pytest
@@ -9,10 +10,21 @@ import torch
 import torch.nn.functional as F
 
 from avey_b import AveyBModel, presets
-from avey_b import ranker as ranker_module
-from avey_b.ranker import Compressor, Ranker
+from avey_b.ranker import _PAIR_BYTES, Choice, Compressor, Ranker
 
 PATHS = ["dense", "vocabulary", "export", "export-vocabulary"]
+
+
+def with_execution(config, **settings):
+    """A copy of ``config`` whose execution settings have ``settings`` (a ranker built from it runs with them)."""
+    config = copy.deepcopy(config)
+    config.execution = config.execution.replace(**settings)
+    return config
+
+
+def memory_mb(elements: int) -> float:
+    """``ranker_memory_mb`` for a cap of ``elements`` 8-byte units (the ranker's unit of account)."""
+    return elements * 8 / 2**20
 
 
 def cosine(a, b):
@@ -65,7 +77,7 @@ def choose(ranker, x, keep, ids, path):
     if path == "export-vocabulary":
         return ranker.select_for_export_vocabulary(xn, keep_all, ids)
     if path == "vocabulary":
-        ranker.algorithm = "vocabulary"
+        ranker.config.ranker_algorithm = "vocabulary"
         return ranker.select(xn, keep, ids)
     return ranker.select(xn, keep)
 
@@ -74,8 +86,8 @@ def retrieve(ranker, x, keep, idx, ok):
     """X_cat (B, n, (k+1)S, d) and its keep mask for a choice, built as the model builds it."""
     B, n, S, d = x.shape
     xn = F.normalize(x, dim=-1, eps=1e-12)
-    x_cat, keep_cat = ranker.concat(x.flatten(0, 1), None if keep is None else keep.flatten(0, 1),
-                                    *ranker.flat_choice(xn, idx, ok), slice(None))
+    choice = Choice(x=x, keep=keep, unit=xn, idx=idx, filled=ok, weighting=ranker.weighting, eps=ranker.eps)
+    x_cat, keep_cat = choice.rows(slice(None))
     return x_cat.view(B, n, -1, d), keep_cat.view(B, n, -1)
 
 
@@ -146,10 +158,12 @@ def test_gradient_flows_through_weights_not_choice():
     ranker = Ranker(presets.tiny(split_size=3, num_retrieved_splits=2))
     x, keep, _ = make_inputs(S=3, pad_last=2)
     with torch.no_grad():
-        _, idx, ok = ranker(x, keep)
+        choice = ranker(x, keep)
+        idx, ok = choice.idx, choice.filled
         ref, _ = retrieve(ranker, x, keep, idx, ok)
     xg = x.clone().requires_grad_(True)
-    _, idx_g, ok_g = ranker(xg, keep)
+    choice = ranker(xg, keep)
+    idx_g, ok_g = choice.idx, choice.filled
     assert torch.equal(idx_g, idx) and torch.equal(ok_g, ok)
     out, _ = retrieve(ranker, xg, keep, idx_g, ok_g)
     torch.testing.assert_close(out.detach(), ref, rtol=1e-12, atol=1e-12)
@@ -164,7 +178,8 @@ def test_weights_are_at_most_one_for_paper_and_at_least_one_for_release():
     x = x.abs()  # non-negative embeddings: positive MaxSim scores
     for weighting in ("max", "min"):
         ranker = Ranker(presets.tiny(split_size=3, num_retrieved_splits=2, ranker_weighting=weighting))
-        _, idx, ok = ranker(x, None)
+        choice = ranker(x, None)
+        idx, ok = choice.idx, choice.filled
         out, _ = retrieve(ranker, x, None, idx, ok)
         i = 4  # two candidates or more
         w = out[0, i, :6].reshape(2, 3, -1).norm(dim=(1, 2)) / x[0, idx[0, i]].norm(dim=(1, 2))
@@ -193,8 +208,8 @@ def test_bf16_selection_keeps_exact_weights():
     x[:, :, :, :8] += 3 * torch.randn(2, 8, 1, 8, generator=g)  # split-level topics: well-separated MaxSim
     exact = Ranker(presets.tiny(split_size=16, num_retrieved_splits=3))
     fast = Ranker(presets.tiny(split_size=16, num_retrieved_splits=3, ranker_selection_precision="bfloat16"))
-    _, idx, ok = exact(x, None)
-    _, idx_f, ok_f = fast(x, None)
+    choice, choice_f = exact(x, None), fast(x, None)
+    idx, ok, idx_f, ok_f = choice.idx, choice.filled, choice_f.idx, choice_f.filled
     assert torch.equal(idx, idx_f)
     torch.testing.assert_close(retrieve(fast, x, None, idx_f, ok_f)[0], retrieve(exact, x, None, idx, ok)[0],
                                rtol=0, atol=0)
@@ -206,11 +221,11 @@ def test_the_similarity_tile_is_cache_sized_and_within_the_memory_cap_at_every_l
         for size in (4, 2):  # fp32, bf16
             blk, tile = ranker.plan(1, N // 64, 64, size)
             assert blk == min(8, N // 64)  # the query block does not shrink with N
-            assert tile * 64 * blk * 64 * size <= ranker_module.TILE_BYTES["cpu", size]  # one cache-sized tile a step
+            assert tile * 64 * blk * 64 * size <= ranker.execution.tile_bytes["cpu", size]  # one cache-sized tile
     assert ranker.plan(1, 256, 64, 4) == (8, 16) and ranker.plan(1, 256, 64, 2) == (8, 32)
     assert ranker.plan(1, 256, 64, 4, "cuda")[1] == 256  # GPU: whole candidate rows at 16K tokens
-    ranker.memory_elements = 2 * 64 * 64  # a tiny cap wins over the tile size, then over the block
-    assert ranker.plan(1, 256, 64, 4) == (2, 1)
+    ranker = Ranker(presets.small(ranker_memory_mb=memory_mb(2 * 64 * 64)))  # a tiny cap wins over the tile size,
+    assert ranker.plan(1, 256, 64, 4) == (2, 1)  # then over the block
 
 
 @pytest.mark.parametrize("size", [4, 2])
@@ -223,9 +238,9 @@ def test_the_vocabulary_working_set_at_1m_tokens_stays_within_the_cap(size):
     n, S = 2**20 // 64, 64
     for U in (32_000, 50_368):
         ids, tile, cols = ranker.plan_vocabulary(U, n, S, size)
-        assert ids * tile * S * size <= ranker_module.TILE_BYTES["cpu", size]  # one cache-sized tile a step
+        assert ids * tile * S * size <= ranker.execution.tile_bytes["cpu", size]  # one cache-sized tile a step
         similarity = ids * tile * S * size + (ids * tile * S * 4 if size == 2 else 0)  # + the fp32 copy for the max
-        scores = (U + 1) * cols * 4 + n * cols * ranker_module._PAIR_BYTES
+        scores = (U + 1) * cols * 4 + n * cols * _PAIR_BYTES
         assert similarity + scores <= cap
         assert cols >= 64  # wide enough for the embedding-bag sums to stream whole rows of M
     # small inputs: one tile of M columns covers every candidate
@@ -233,21 +248,21 @@ def test_the_vocabulary_working_set_at_1m_tokens_stays_within_the_cap(size):
 
 
 @pytest.mark.parametrize("bidirectional", [False, True])
-def test_tiling_does_not_change_the_choice(bidirectional, monkeypatch):
+def test_tiling_does_not_change_the_choice(bidirectional):
     config = presets.tiny(ranker="bidirectional" if bidirectional else "unidirectional")
     x = torch.nn.functional.normalize(torch.randn(2, 9, 4, 32, generator=torch.Generator().manual_seed(0)), dim=-1)
     keep = torch.ones(2, 9, 4, dtype=torch.bool)
     keep[1, 6:] = False
     keep[0, 2, 1:] = False
-    wide, tiled = Ranker(config), Ranker(config)
-    tiled.memory_elements = 2 * 4 * 4  # one query split x one candidate split per step
+    wide, tiled = Ranker(config), Ranker(with_execution(config, ranker_memory_mb=memory_mb(2 * 4 * 4)))
+    # tiled: one query split x one candidate split per step
     assert tiled.plan(2, 9, 4) == (1, 1)
     for a, b in zip(wide.select(x, keep), tiled.select(x, keep), strict=True):
         assert torch.equal(a, b)
 
 
 @pytest.mark.parametrize("bidirectional", [False, True])
-def test_bf16_choice_equals_the_loop_free_formula_in_bf16(bidirectional, monkeypatch):
+def test_bf16_choice_equals_the_loop_free_formula_in_bf16(bidirectional):
     """The tiled bf16 path (GEMM in bf16, max and sum in fp32 on CPU) chooses what the one-matrix formula of the
     export path chooses on the same bf16 unit vectors."""
     direction = "bidirectional" if bidirectional else "unidirectional"
@@ -256,8 +271,8 @@ def test_bf16_choice_equals_the_loop_free_formula_in_bf16(bidirectional, monkeyp
     x = torch.randn(1, 40, 8, 32, generator=g)
     x[..., :4] += 2 * torch.randn(1, 40, 1, 4, generator=g)  # split-level topics: no near-ties
     xn = torch.nn.functional.normalize(x, dim=-1).bfloat16()
-    ranker = Ranker(config)
-    monkeypatch.setitem(ranker_module.TILE_BYTES, ("cpu", 2), 8 * 8 * 8 * 2 * 3)  # several tiles per query block
+    tiles = {**config.execution.tile_bytes, ("cpu", 2): 8 * 8 * 8 * 2 * 3}  # several tiles per query block
+    ranker = Ranker(with_execution(config, tile_bytes=tiles))
     keep = torch.ones(1, 40, 8, dtype=torch.bool)
     for a, b in zip(ranker.select(xn, None), ranker.select_for_export(xn, keep), strict=True):
         assert torch.equal(a, b)
@@ -298,8 +313,7 @@ def test_vocabulary_path_chooses_what_the_dense_path_chooses(bidirectional, k):
     for seed in range(3):
         x, keep, ids = repeated_batch(seed, B=3, N=173, S=S)  # S does not divide N
         xn = F.normalize(x, dim=-1, eps=1e-12)
-        dense, vocab = Ranker(config), Ranker(config)
-        vocab.algorithm = "vocabulary"
+        dense, vocab = Ranker(config), Ranker(with_execution(config, ranker_algorithm="vocabulary"))
         idx_d, ok_d = dense.select(xn, keep)
         idx_v, ok_v = vocab.select(xn, keep, ids)
         assert torch.equal(ok_d, ok_v)
@@ -330,7 +344,7 @@ def test_repeated_text_has_exact_ties_that_the_tie_rule_breaks():
     assert tied > 0
 
 
-def test_vocabulary_tiles_and_id_order_do_not_change_the_choice(monkeypatch):
+def test_vocabulary_tiles_and_id_order_do_not_change_the_choice():
     """Tiles and id order change which GEMM computes a similarity, and BLAS kernels of different shapes may round
     a dot product differently (seen on a Xeon, not on an EPYC): two splits with the same tokens, exactly tied in
     exact arithmetic, can then differ by an ulp and swap ranks. What holds everywhere: the same splits are
@@ -340,15 +354,14 @@ def test_vocabulary_tiles_and_id_order_do_not_change_the_choice(monkeypatch):
     x, keep, ids = repeated_batch(5, B=2, N=301, S=4)
     xn = F.normalize(x, dim=-1, eps=1e-12)
     ref = float64_scores(x, keep)
-    wide, tiled = Ranker(config), Ranker(config)
-    wide.algorithm = tiled.algorithm = "vocabulary"
-    tiled.memory_elements = 64  # M in tiles of two candidate splits, ids in blocks of eight
-    tiled.block_size = 8
-    assert tiled.plan_vocabulary(50, 76, 4) == (8, 2, 2)
-    want_idx, want_ok = wide.select(xn, keep, ids)
+    config = with_execution(config, ranker_algorithm="vocabulary")
+    # tiled: M in tiles of two candidate splits, ids in blocks of eight
+    tiled_config = with_execution(config, ranker_memory_mb=memory_mb(64), ranker_block_size=8)
+    assert Ranker(tiled_config).plan_vocabulary(50, 76, 4) == (8, 2, 2)
+    want_idx, want_ok = Ranker(config).select(xn, keep, ids)
     rows = torch.arange(ref.shape[1])[:, None]
     for order in (True, False):
-        monkeypatch.setattr(ranker_module, "ORDER_BY_LAST_SPLIT", order)
+        wide, tiled = (Ranker(with_execution(c, order_by_last_split=order)) for c in (config, tiled_config))
         for idx, ok in (tiled.select(xn, keep, ids), wide.select(xn, keep, ids)):
             assert torch.equal(ok, want_ok)
             for b in range(ref.shape[0]):

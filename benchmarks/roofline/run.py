@@ -37,36 +37,25 @@ from pathlib import Path
 import torch
 
 from avey_b import AveyBModel, presets
-from avey_b import ranker as ranker_module
 from avey_b.analysis import count_flops
 from avey_b.benchmarking.timing import PeakRSSSampler, gemm_rate, measure
 from avey_b.device import autocast
+from avey_b.execution import ExecutionSettings
 from avey_b.records import append_jsonl
 
 HERE = Path(__file__).resolve().parent
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
-# name -> function(model) that puts the model in that setup (and returns nothing); each sets every knob it uses
-def _before(model):
-    ranker_module.TILE_BYTES.update(dict.fromkeys(TILE_BYTES_DEFAULT, 2**62))  # tiles as large as the memory cap
-    model.config.chunk_tokens = 65536
-    model.ranker.low_precision = False
+# setup name -> the model's execution settings in it
+DEFAULT = ExecutionSettings()
+EXECUTION = {
+    # the previous code path: similarity tiles as large as the memory cap, processor rows in 64K-token chunks
+    "before": DEFAULT.replace(tile_bytes=dict.fromkeys(DEFAULT.tile_bytes, 2**62), chunk_tokens=65536),
+    "after": DEFAULT,
+    "bf16-select": DEFAULT.replace(ranker_selection_precision="bfloat16"),
+}
 
 
-def _after(model):
-    ranker_module.TILE_BYTES.update(TILE_BYTES_DEFAULT)
-    model.config.chunk_tokens = CHUNK_DEFAULT
-    model.ranker.low_precision = False
-
-
-def _bf16_select(model):
-    _after(model)
-    model.ranker.low_precision = True  # what ranker_selection_precision="bfloat16" sets
-
-
-CHUNK_DEFAULT = presets.small().chunk_tokens
-TILE_BYTES_DEFAULT = dict(ranker_module.TILE_BYTES)
-SETUPS = {"before": _before, "after": _after, "bf16-select": _bf16_select}
 AB = {"before-after": ("before", "after"),  # the tiled ranker and 4K-token processor chunks vs the code before
       "selection-precision": ("after", "bf16-select")}  # exact (default) vs bf16 choice of splits
 
@@ -142,21 +131,21 @@ def ab_point(model, ids, dtype_name: str, repeats: int, setups: tuple[str, str])
     outs, choices = {}, {}
     with torch.no_grad():
         for s in setups:  # warm-up each, and keep its output and choice for the equality check
-            SETUPS[s](model)
+            model.config.execution = EXECUTION[s]
             with ctx():
                 outs[s] = model(input_ids=ids).last_hidden_state.float()
-                choices[s] = model.ranker(x4, None)[1]
+                choices[s] = model.ranker(x4, None).idx
         g0 = gemm_rate(DTYPES[dtype_name])
         for _ in range(repeats):
             for c, fn in calls.items():
                 for s in setups:
-                    SETUPS[s](model)
+                    model.config.execution = EXECUTION[s]
                     t = time.perf_counter()
                     with ctx():
                         fn()
                     times[c, s].append(time.perf_counter() - t)
         g1 = gemm_rate(DTYPES[dtype_name])
-        SETUPS["after"](model)
+        model.config.execution = EXECUTION["after"]
         with ctx():
             flops = {c: count_flops(fn) for c, fn in calls.items()}
     a, b = setups

@@ -1,6 +1,6 @@
 """Where the vocabulary path stops paying: random token ids (as many distinct ids as the vocabulary allows), dense vs
 vocabulary ranker alternated in one process, against the ranker's own work estimate — the numbers behind
-``AUTO_OVERHEAD`` and ``AUTO_MIN_SPLITS`` in ``avey_b/ranker.py``.
+``auto_overhead`` and ``auto_min_splits`` of ``avey_b.execution.ExecutionSettings``.
 
     python benchmarks/vocabulary_ranker/crossover.py
 
@@ -20,7 +20,6 @@ from pathlib import Path
 import torch
 
 from avey_b import AveyBModel, presets
-from avey_b import ranker as ranker_module
 from avey_b.device import autocast
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -42,13 +41,14 @@ def main() -> None:
         last = torch.zeros(V, dtype=torch.long).scatter_reduce_(0, ids[0], torch.arange(N) // S, "amax")
         vocabulary, dense = ranker.vocabulary_cost(last[ids[0].unique()], inputs.n, S, d)
         estimate = vocabulary / dense
-        auto = ("vocabulary" if inputs.n >= ranker_module.AUTO_MIN_SPLITS
-                and ranker_module.AUTO_OVERHEAD * estimate < 1 else "dense")
+        execution = model.config.execution
+        auto = ("vocabulary" if inputs.n >= execution.auto_min_splits
+                and execution.auto_overhead * estimate < 1 else "dense")
         for dtype in ("fp32", "bf16"):
             best = {}
             for _ in range(3):
                 for algorithm in ("dense", "vocabulary"):
-                    ranker.algorithm = algorithm
+                    model.config.ranker_algorithm = algorithm
                     with torch.no_grad(), autocast(torch.device("cpu"), dtype == "bf16"):
                         t = time.perf_counter()
                         ranker(inputs.x, inputs.keep, inputs.ids4)

@@ -44,7 +44,6 @@ from pathlib import Path
 import torch
 
 from avey_b import AveyBModel, presets
-from avey_b import ranker as ranker_module
 from avey_b.analysis import count_flops
 from avey_b.benchmarking.inputs import FIRST_ID, tokenize_text
 from avey_b.benchmarking.timing import gemm_rate, timed_call
@@ -122,17 +121,18 @@ class Inputs:
         self.ids4 = torch.nn.functional.pad(ids, (0, n * S - N)).view(1, n, S)
 
     def choose(self, model: AveyBModel, algorithm: str, bf16: bool):
-        model.ranker.algorithm = algorithm
+        model.config.ranker_algorithm = algorithm
         with torch.no_grad(), autocast(CPU, bf16):
-            return model.ranker(self.x, self.keep, self.ids4)[1:]
+            choice = model.ranker(self.x, self.keep, self.ids4)
+            return choice.idx, choice.filled
 
     def forward(self, model: AveyBModel, algorithm: str, bf16: bool) -> torch.Tensor:
-        model.ranker.algorithm = algorithm
+        model.config.ranker_algorithm = algorithm
         with torch.no_grad(), autocast(CPU, bf16):
             return model(self.ids).last_hidden_state
 
     def vocabulary_flops(self, model: AveyBModel, bf16: bool) -> int:
-        model.ranker.algorithm = "vocabulary"
+        model.config.ranker_algorithm = "vocabulary"
         with torch.no_grad(), autocast(CPU, bf16):
             return count_flops(lambda: model.ranker(self.x, self.keep, self.ids4))
 
@@ -196,17 +196,18 @@ def order_point(model, inputs: Inputs, dtype: str, repeats: int) -> dict:
     """The vocabulary ranker with ids ordered by their last split (the default) against unordered, alternated."""
     bf16 = dtype == "bf16"
     best, chosen, flops = {}, {}, {}
+    default = model.config.execution
     try:
         for _ in range(repeats):
             for ordered in (True, False):
-                ranker_module.ORDER_BY_LAST_SPLIT = ordered
+                model.config.execution = default.replace(order_by_last_split=ordered)
                 seconds, _, chosen[ordered] = timed(lambda: inputs.choose(model, "vocabulary", bf16))
                 best[ordered] = min(best.get(ordered, float("inf")), seconds)
         for ordered in (True, False):
-            ranker_module.ORDER_BY_LAST_SPLIT = ordered
+            model.config.execution = default.replace(order_by_last_split=ordered)
             flops[ordered] = inputs.vocabulary_flops(model, bf16)
     finally:
-        ranker_module.ORDER_BY_LAST_SPLIT = True
+        model.config.execution = default
     return {"part": "order", "ordered_s": round(best[True], 4), "unordered_s": round(best[False], 4),
             "speedup": round(best[False] / best[True], 2), "ordered_flops": flops[True],
             "unordered_flops": flops[False], "same_choice": all(torch.equal(a, b) for a, b in zip(chosen[True], chosen[False], strict=True))}
@@ -267,7 +268,7 @@ def main() -> None:
     all_ids, ids_note = real_text_ids(args.data, config.vocab_size)
     print("#", ids_note, flush=True)
     probe = all_ids[:, :4096]
-    model.ranker.algorithm = "dense"
+    model.config.ranker_algorithm = "dense"
     with torch.no_grad():  # the processor's FLOPs per token (linear in N), from a 4K-token forward
         processor_per_token = (count_flops(lambda: model(probe)) - dense_flops(model.ranker, 64, S, d, 4)) / 4096
     base = {"model": "small", "ids": ids_note, "machine": machine(), "command": command}

@@ -20,10 +20,10 @@ class RankerChoices:
         self.rows: list[torch.Tensor] = []
 
     def _hook(self, module, inputs, out) -> None:
-        # Ranker.forward returns (unit vectors, idx, ok): idx (B, n, k) the retrieved splits, ok whether a slot holds
-        # one. Rows of a padded batch hold their real tokens first (the model moves them there), so split i of a row
-        # is split i of its unpadded input.
-        self.rows.extend(out[1].masked_fill(~out[2], -1).cpu().unbind(0))
+        # Ranker.forward returns a Choice: `retrieved` (B, n, k) the retrieved splits, -1 in empty slots. Rows of a
+        # padded batch hold their real tokens first (the model moves them there), so split i of a row is split i of
+        # its unpadded input.
+        self.rows.extend(out.retrieved.cpu().unbind(0))
 
     def __enter__(self) -> RankerChoices:
         self.handle = self.ranker.register_forward_hook(self._hook)

@@ -1,0 +1,66 @@
+"""Execution settings (avey_b/execution.py): per model, read at every forward pass, never saved with the
+architecture, and still read from the config.json of checkpoints saved when they were config fields."""
+
+import json
+
+import pytest
+import torch
+
+from avey_b import AveyBConfig, AveyBModel, ExecutionSettings, presets
+from avey_b.execution import CONFIG_KEYS
+from avey_b.ranker import Ranker
+
+OLD_STYLE = {"chunk_tokens": 8, "ranker_algorithm": "dense", "ranker_block_size": 128, "ranker_memory_mb": 64,
+             "ranker_selection_precision": "bfloat16"}
+
+
+def test_settings_are_not_saved_and_a_checkpoint_that_holds_them_loads_with_them(tmp_path):
+    torch.manual_seed(0)
+    model = AveyBModel(presets.tiny(**OLD_STYLE)).eval()
+    assert model.config.execution == ExecutionSettings(**OLD_STYLE)
+    model.save_pretrained(tmp_path)
+    saved = json.loads((tmp_path / "config.json").read_text())
+    assert not set(saved) & {*CONFIG_KEYS, "execution", "_execution"}  # config.json holds the architecture
+    assert AveyBModel.from_pretrained(tmp_path).config.execution == ExecutionSettings()
+    # a config.json written when these were architecture fields: it loads, and the model runs with its settings
+    (tmp_path / "config.json").write_text(json.dumps(saved | OLD_STYLE))
+    loaded = AveyBModel.from_pretrained(tmp_path).eval()
+    assert loaded.config.execution == ExecutionSettings(**OLD_STYLE)
+    ids = torch.randint(0, 99, (2, 30), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(ids).last_hidden_state, model(ids).last_hidden_state)
+    # and from_pretrained takes them by name, as transformers takes attn_implementation
+    assert AveyBModel.from_pretrained(tmp_path, chunk_tokens=16).config.execution.chunk_tokens == 16
+
+
+def test_each_model_runs_with_its_own_settings_read_at_every_call():
+    """Two models in one process: changing one model's settings changes that model at its next call, and only it
+    (nothing of the package is shared state)."""
+    a, b = AveyBModel(presets.tiny()).eval(), AveyBModel(presets.tiny()).eval()
+    embeds = torch.randn(1, 20, 32)
+    with torch.no_grad():
+        a(inputs_embeds=embeds)
+        a.config.ranker_algorithm = "vocabulary"  # needs token ids: an error at a's next call, none at b's
+        with pytest.raises(ValueError, match="needs token ids"):
+            a(inputs_embeds=embeds)
+        b(inputs_embeds=embeds)
+    assert b.config.execution == ExecutionSettings()
+    tiles = {**a.config.execution.tile_bytes, ("cpu", 4): 4096}
+    a.config.execution = a.config.execution.replace(tile_bytes=tiles, order_by_last_split=False)
+    assert a.ranker.plan(1, 64, 4, 4)[1] < b.ranker.plan(1, 64, 4, 4)[1]
+    assert b.config.execution == ExecutionSettings() and Ranker(presets.tiny()).execution == ExecutionSettings()
+
+
+def test_bad_settings_are_errors_that_name_them():
+    with pytest.raises(ValueError, match="ExecutionSettings.chunk_tokens must be an integer >= 1"):
+        presets.tiny(chunk_tokens=0)
+    with pytest.raises(ValueError, match="ranker_memory_mb must be a number > 0"):
+        ExecutionSettings(ranker_memory_mb=-1)
+    with pytest.raises(ValueError, match="did you mean 'order_by_last_split'"):
+        ExecutionSettings().replace(order_by_last_splits=False)
+    with pytest.raises(ValueError, match="did you mean 'chunk_tokens'"):
+        AveyBConfig(chunk_token=8)
+    with pytest.raises(TypeError, match="ExecutionSettings"):
+        presets.tiny().execution = {"chunk_tokens": 8}
+    with pytest.raises(ValueError, match="tile_bytes"):
+        ExecutionSettings(tile_bytes={"cpu": 0})
