@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from avey_b import baselines as models
 from avey_b import device, records
+from avey_b import model_spec as models
 from avey_b.benchmarking import efficiency, fit, timing
 
 LENGTHS = ["16", "40", "600"]
@@ -328,7 +328,7 @@ def test_model_spec_overrides_go_through_the_constructor():
     # layer types for 3 layers, and its model failed to build).
     small = models.build_config("modernbert-tiny:num_hidden_layers=3")
     assert small.num_hidden_layers == len(small.layer_types) == 3
-    models.build_model(small)
+    models.random_model(small)
     neo = models.build_config("neobert:num_hidden_layers=2,hidden_size=64,num_attention_heads=2")
     assert neo.layer_types == ["full_attention"] * 2
     # A transformers model_type is a model name too: its default config, with the overrides.

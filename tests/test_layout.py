@@ -12,7 +12,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "avey_b"
 #: The CLI layer holds the verbs that drive several subpackages.
 LAYERS = [
     {"configuration", "layers", "ranker", "splits", "modeling", "heads", "presets", "release", "analysis", "tokenization",
-     "records", "device", "configs", "config_keys", "remote_code", "baselines", "files", "progress", "batching", "__init__"},
+     "records", "device", "configs", "config_keys", "remote_code", "model_spec", "files", "progress", "batching", "__init__"},
     {"data", "training", "evaluation", "benchmarking", "testing"},
     {"cli", "ablation", "demo", "convert", "export", "quantize", "serve", "embed"},
 ]

@@ -11,7 +11,7 @@ Four steps, each after ``run`` reading its output:
 ``avey-b bench plot``  log-log throughput and latency vs length (:mod:`.plot`).
 
 Every model goes through the same loop (:func:`run_point`): Avey-B from its presets and any Hugging Face
-encoder built from its config with random weights (:mod:`avey_b.baselines`), under ``torch.no_grad``:
+encoder built from its config with random weights (:mod:`avey_b.model_spec`), under ``torch.no_grad``:
 
 * ``--dtype``: ``float32``; ``bfloat16`` (weights and activations in bf16); ``autocast-bf16`` (fp32 weights,
   bf16 autocast, the paper's "mixed precision"). Default: ``bfloat16`` on GPU, ``float32`` on CPU.
@@ -60,15 +60,15 @@ from typing import Any
 import torch
 
 from ..analysis import count_flops, count_parameters
-from ..baselines import (
+from ..device import autocast, is_oom, pick_device
+from ..model_spec import (
     build_config,
-    build_model,
     is_avey_b,
     max_length,
     parse_spec,
     random_batch,
+    random_model,
 )
-from ..device import autocast, is_oom, pick_device
 from ..progress import Progress
 from ..records import (
     append_jsonl,
@@ -265,7 +265,7 @@ def run(args) -> list[dict[str, Any]]:
         if not todo:
             continue
         try:
-            model = build_model(config, attn_implementation=attn).to(device=device, dtype=weight_dtype)
+            model = random_model(config, attn_implementation=attn).to(device=device, dtype=weight_dtype)
         except (ValueError, ImportError) as e:  # attention implementation not available here
             for n in todo:
                 emit({**base, "seq_len": n, "status": "unavailable", "error": str(e)[:300]})
@@ -380,7 +380,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--models",
         nargs="+",
         default=["avey-b-base", "modernbert-base", "neobert"],
-        help="model specs NAME[:key=value,...] (see avey_b.baselines)",
+        help="model specs NAME[:key=value,...] (see avey_b.model_spec)",
     )
     r.add_argument("--lengths", nargs="+", type=int, default=PAPER_LENGTHS, help="sequence lengths (tokens)")
     r.add_argument("--batch-size", type=int, default=8)

@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from .. import baselines
+from .. import model_spec
 from ..data import niah as niah_data
 from ..data.niah import DEFAULT_TRAIN_LENGTH, TASKS, needle_prefix, parse_lengths
 from ..device import is_oom, pick_device
@@ -164,7 +164,7 @@ def add_evaluate_arguments(e: argparse.ArgumentParser, defaults: bool = True) ->
         required=defaults,
         help="Hub ids / local directories of pretrained encoders, or benchmark names built from "
         "config with random weights (avey-b-small, bert-base, modernbert-base, neobert, ...; "
-        "see avey_b.baselines) for smoke runs",
+        "see avey_b.model_spec) for smoke runs",
     )
     e.add_argument(
         "--tokenizer",
@@ -272,8 +272,8 @@ def _load_model_and_tokenizer(name: str, args, cfg, weights: str | None = None):
     from .tasks.base import check_model_source, load_model, load_task_tokenizer
 
     head = HEAD_CLASS[args.form]
-    spec = baselines.parse_spec(name)
-    if baselines.is_registered(spec.name):
+    spec = model_spec.parse_spec(name)
+    if model_spec.is_registered(spec.name):
         if args.tokenizer is None:
             raise SystemExit(f"avey-b niah evaluate: model {name!r} is built from config; pass --tokenizer")
         tok = load_task_tokenizer(args.tokenizer, cfg)
@@ -281,7 +281,7 @@ def _load_model_and_tokenizer(name: str, args, cfg, weights: str | None = None):
         if weights:
             model = getattr(transformers, head).from_pretrained(weights)
         else:
-            config = baselines.build_config(spec)
+            config = model_spec.build_config(spec)
             config.vocab_size = max(config.vocab_size, len(tok))  # ids of the given tokenizer must fit
             if tok.pad_token_id is not None and hasattr(config, "pad_token_id"):
                 config.pad_token_id = tok.pad_token_id
@@ -296,7 +296,7 @@ def _load_model_and_tokenizer(name: str, args, cfg, weights: str | None = None):
         else:
             model = (load_model(name, "question-answering", cfg) if args.form == "qa"
                      else load_model(name, "token-classification", cfg, num_labels=2))
-    limit = baselines.max_length(model.config, respect_rope_window=True)
+    limit = model_spec.max_length(model.config, respect_rope_window=True)
     return model, tok, limit, how
 
 
@@ -538,7 +538,7 @@ def evaluate_model(name: str, task: str, args, lr: float | None = None, log=prin
         "results": {},
     }
     stop = None
-    retrieval = getattr(args, "retrieval", True) and baselines.is_avey_b(model.config)
+    retrieval = getattr(args, "retrieval", True) and model_spec.is_avey_b(model.config)
     progress = Progress(len(lengths), f"niah {name} {task}", unit="length", every=0.0)
     for length in lengths:
         path = os.path.join(run_dir, f"length_{length}.json")

@@ -279,7 +279,7 @@ def input_limit(model_config, tokenizer) -> int | None:
     """The longest input of a cell whose ``max_length`` is None, as EncodEval computes it for ``max_length: null``:
     99% of the model's ``max_position_embeddings`` (its "1% buffer", rounded), whatever the positions (learned or
     RoPE); None (no truncation) for a model without a position limit (Avey-B), unless its tokenizer states one."""
-    from ...baselines import is_avey_b
+    from ...model_spec import is_avey_b
 
     limit = None if is_avey_b(model_config) else getattr(model_config, "max_position_embeddings", None)
     if limit:
