@@ -28,8 +28,8 @@ from avey_b.analysis import count_flops
 from avey_b.benchmarking.timing import gemm_rate
 from avey_b.training.build import build_optimizer
 from avey_b.training.config import load_config
-from avey_b.training.metrics import peak_flops
 from avey_b.training.mlm_eval import mlm_sums
+from avey_b.training.monitor import peak_flops
 
 
 def run(args, dtype_name: str, compiled: bool) -> dict:
