@@ -23,7 +23,7 @@ import torch
 
 from .. import model_spec
 from ..data import niah as niah_data
-from ..data.niah import DEFAULT_TRAIN_LENGTH, TASKS, needle_prefix, parse_lengths
+from ..data.niah import DEFAULT_TRAIN_LENGTH, NIAH_TASKS, needle_prefix, parse_lengths
 from ..device import is_oom, pick_device
 from ..files import content_hash, load_json
 from ..progress import Progress
@@ -55,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--tokenizer", required=True, help="HF tokenizer name or local path (lengths in its tokens)"
     )
     g.add_argument("--out", required=True, help="output directory")
-    g.add_argument("--tasks", nargs="+", choices=TASKS, default=list(TASKS))
+    g.add_argument("--tasks", nargs="+", choices=NIAH_TASKS, default=list(NIAH_TASKS))
     g.add_argument(
         "--lengths",
         nargs="+",
@@ -171,7 +171,7 @@ def add_evaluate_arguments(e: argparse.ArgumentParser, defaults: bool = True) ->
         default=d(None),
         help="tokenizer for models built from config (and for pretrained models without one)",
     )
-    e.add_argument("--tasks", nargs="+", choices=TASKS, default=d(list(TASKS)))
+    e.add_argument("--tasks", nargs="+", choices=NIAH_TASKS, default=d(list(NIAH_TASKS)))
     e.add_argument(
         "--form", choices=FORMS, default=d("qa"),
         help="qa: an extractive-QA head (start/end logits), SQuAD exact match and F1 (default); token-classification:"
