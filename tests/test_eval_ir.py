@@ -14,7 +14,7 @@ from safetensors.torch import load_file
 from avey_b import testing as toy
 from avey_b.evaluation import ir_paper, report, sweep
 from avey_b.evaluation.tasks import DataFiles, RunConfig, get_task, ir
-from avey_b.training.checkpoint import save_pretrained_atomic
+from avey_b.records import save_pretrained_atomic
 
 IR_TASKS = ("mldr", "msmarco", "nq")
 

@@ -70,17 +70,8 @@ from ..model_spec import (
     random_model,
 )
 from ..progress import Progress
-from ..records import (
-    append_jsonl,
-    latency_of,
-    length_table,
-    point_key,
-    read_records,
-    series_key,
-    throughput_of,
-    utc_timestamp,
-    write_text_atomic,
-)
+from ..records import append_jsonl, length_table, utc_timestamp, write_text_atomic
+from .results import latency_of, point_key, read_records, series_key, throughput_of
 from .timing import gemm_rate, measure
 
 PAPER_LENGTHS = [128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 98304]

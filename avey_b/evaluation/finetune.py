@@ -34,8 +34,7 @@ import torch
 from ..analysis import count_parameters
 from ..device import pick_device, use_bf16
 from ..progress import Progress
-from ..records import utc_timestamp, write_json_atomic
-from ..training.checkpoint import save_pretrained_atomic
+from ..records import save_pretrained_atomic, utc_timestamp, write_json_atomic
 from .tasks import TASKS, get_task
 from .tasks.base import (
     DataFiles,

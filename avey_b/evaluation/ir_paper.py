@@ -46,8 +46,7 @@ import torch
 from ..analysis import count_parameters
 from ..device import pick_device, use_bf16
 from ..heads import SENTENCE_TRANSFORMERS_MAX_LENGTH
-from ..records import utc_timestamp
-from ..training.checkpoint import save_pretrained_atomic
+from ..records import save_pretrained_atomic, utc_timestamp
 from .tasks import TASKS, get_task
 from .tasks.base import DataFiles, RunConfig, check_model_source, resolve_steps
 from .tasks.ir import MSMARCOPairs

@@ -470,7 +470,7 @@ def evaluate_model(name: str, task: str, args, lr: float | None = None, log=prin
 
     import transformers
 
-    from ..training.checkpoint import save_pretrained_atomic
+    from ..records import save_pretrained_atomic
     from .finetune import train_model
     from .tasks.base import RunConfig, pad_id_of
     from .tasks.qa import QuestionAnsweringTask
