@@ -268,6 +268,19 @@ def test_measure_counts_warmup_and_repeats_and_caps_time():
         timing.measure(lambda: None, repeats=0)
 
 
+def test_alternate_times_the_calls_in_turn_with_untimed_preparation():
+    """A/B timing on a shared machine: round by round (A, B, A, B), each call timed alone; what ``prepare`` does
+    before a call is not in its time."""
+    order = []
+    calls = {"a": lambda: order.append("a"), "b": lambda: (order.append("b"), time.sleep(0.02))}
+    timed = timing.alternate(calls, 3, prepare=lambda name: (order.append(f"set {name}"), time.sleep(0.1)))
+    assert order == ["set a", "a", "set b", "b"] * 3
+    assert [len(timed[k].times_s) for k in "ab"] == [3, 3] and len(timed["a"].cpu_times_s) == 3
+    assert timed["a"].max_s < 0.05 and 0.02 <= timed["b"].min_s < 0.1  # the preparation's sleep is in neither
+    with pytest.raises(ValueError, match="rounds"):
+        timing.alternate(calls, 0)
+
+
 def test_peak_rss_sampler_sees_a_large_allocation():
     with timing.PeakRSSSampler() as s:
         x = torch.ones(64, 1024, 1024)  # 256 MiB, touched

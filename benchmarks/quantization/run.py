@@ -26,13 +26,14 @@ import platform
 import statistics
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from avey_b.benchmarking.inputs import text_ids
-from avey_b.benchmarking.timing import gemm_rate
+from avey_b.benchmarking.timing import alternate, gemm_rate
 from avey_b.export import Exportable, _dynamic, export_onnx, fold_weight_layouts
 from avey_b.model_spec import build_config, random_model
 from avey_b.quantize import compare_quantized, quantize_eager_int8, quantize_onnx
@@ -134,12 +135,8 @@ def main() -> None:
             names = list(eager) + list(sessions)
             load_before, g0 = os.getloadavg(), gemm_rate(torch.float32)
             outputs = {name: run(name) for name in names}  # warm-up, and the outputs compared below
-            times: dict[str, list[float]] = {name: [] for name in names}
-            for _ in range(args.rounds):
-                for name in names:
-                    t = time.perf_counter()
-                    run(name)
-                    times[name].append(time.perf_counter() - t)
+            timed = alternate({name: partial(run, name) for name in names}, args.rounds)
+            times = {name: t.times_s for name, t in timed.items()}
             g1, load_after = gemm_rate(torch.float32), os.getloadavg()
             reference = outputs["eager_fp32"]
             accuracy = {}
