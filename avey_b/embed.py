@@ -74,7 +74,7 @@ POOLING = ("masked mean of the backbone's last hidden state over the document's 
 MODEL_FILES = ("config.json", "*.safetensors", "pytorch_model*.bin")
 TOKENIZER_FILES = ("tokenizer*.json", "special_tokens_map.json", "vocab.*", "merges.txt", "*.model")
 CHUNKINGS = ("none", "late")
-DTYPES = ("float32", "float16")
+VECTOR_DTYPES = ("float32", "float16")
 #: The Ray backend reads the input in waves of this many shards per actor (the driver holds one wave's text);
 #: each wave is one Ray Data pipeline, its actors loading the model once.
 RAY_WAVE_SHARDS_PER_ACTOR = 8
@@ -485,8 +485,8 @@ def embed_corpus(model: str, source: str, output: str | os.PathLike, *, lines: b
         raise ValueError("--chunk-tokens and --chunk-spans-column apply with --chunking late")
     if chunk_tokens is not None and chunk_tokens < 1:
         raise ValueError(f"--chunk-tokens must be at least 1, got {chunk_tokens}")
-    if dtype not in DTYPES:
-        raise ValueError(f"dtype must be one of {DTYPES}, got {dtype!r}")
+    if dtype not in VECTOR_DTYPES:
+        raise ValueError(f"dtype must be one of {VECTOR_DTYPES}, got {dtype!r}")
     for name, value in (("shard_size", shard_size), ("max_batch_tokens", max_batch_tokens),
                         ("max_tokens", max_tokens), ("concurrency", concurrency)):
         if value is not None and value < 1:
@@ -625,7 +625,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--chunk-tokens", type=int, default=None, help="late chunking: text tokens per chunk")
     p.add_argument("--chunk-spans-column", default=None,
                    help="late chunking: a column of [start, end) character spans per document")
-    p.add_argument("--dtype", choices=DTYPES, default="float32", help="the stored vectors' type")
+    p.add_argument("--dtype", choices=VECTOR_DTYPES, default="float32", help="the stored vectors' type")
     p.add_argument("--shard-size", type=int, default=1000, help="documents per Parquet shard (default 1000)")
     p.add_argument("--max-tokens", type=int, default=None,
                    help="longest document embedded (longer: skipped and listed, never cut); default: half the "

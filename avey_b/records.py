@@ -1,9 +1,9 @@
-"""Result files, written one way everywhere: JSON lines appended durably, JSON written atomically, names made
-safe for paths, and the one Markdown table with a column per sequence length (efficiency benchmark, NIAH).
+"""Result files, written one way everywhere: JSON lines appended durably, JSON written atomically, model
+directories written atomically with the SHA-256 of their files (checkpoints, fine-tuned models), names made safe
+for paths, and the one Markdown table with a column per sequence length (efficiency benchmark, NIAH).
 
-Also the meaning of an efficiency-benchmark record (``series_key``, ``latency_of``, ``throughput_of``,
-``read_records``), which the benchmark, its fits, its plots and the comparison scripts share. This module
-imports nothing else from the package.
+What an efficiency-benchmark record means (its curve, its latency) is :mod:`avey_b.benchmarking.results`. Of the
+package, this module imports only :mod:`avey_b.files` (to read JSON lines strictly).
 """
 
 from __future__ import annotations
@@ -11,12 +11,14 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
-from .files import iter_jsonl
+from .files import iter_jsonl, sha256_of_file
 
 
 def utc_timestamp() -> str:
@@ -89,6 +91,59 @@ def write_bytes_atomic(path: str | os.PathLike, write: Callable[[Any], None]) ->
     _atomic_write(path, write, binary=True)
 
 
+# --------------------------------------------------------------------------------- atomic model directories
+#: The manifest of a directory written by :func:`save_pretrained_atomic`: the SHA-256 of each of its files, in the
+#: format ``sha256sum -c SHA256SUMS`` checks (:mod:`avey_b.training.checkpoint` verifies it before a run starts).
+MANIFEST_FILE = "SHA256SUMS"
+
+
+def save_pretrained_atomic(dest: Path, model, tokenizer, state_dict=None, extra: dict | None = None,
+                           texts: dict[str, str] | None = None) -> Path:
+    """Write model (+ tokenizer, + ``extra`` files as torch.save, + ``texts`` files) to ``dest`` through a temp
+    dir and a rename, with ``SHA256SUMS`` (:func:`write_manifest`): readers see the old directory or the new one,
+    never half of one. ``model`` is anything with ``save_pretrained(dir, state_dict=...)``."""
+    import torch
+
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.parent / f".tmp-{dest.name}-{os.getpid()}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+    model.save_pretrained(tmp, state_dict=state_dict)
+    if tokenizer is not None:
+        tokenizer.save_pretrained(tmp)
+    for name, obj in (extra or {}).items():
+        torch.save(obj, tmp / name)
+    for name, text in (texts or {}).items():
+        (tmp / name).write_text(text)
+    write_manifest(tmp)
+    if dest.exists():  # re-saving the same step (e.g. interrupted right after a periodic save)
+        old = dest.parent / f".old-{dest.name}-{os.getpid()}"
+        os.replace(dest, old)
+        os.replace(tmp, dest)
+        shutil.rmtree(old)
+    else:
+        os.replace(tmp, dest)
+    return dest
+
+
+def write_manifest(directory: Path) -> None:
+    """Flush every file of ``directory`` to disk and record its SHA-256 in ``SHA256SUMS`` (``sha256sum`` format)."""
+    lines = []
+    for path in sorted(p for p in Path(directory).rglob("*") if p.is_file() and p.name != MANIFEST_FILE):
+        with open(path, "rb") as f:
+            try:
+                os.fsync(f.fileno())
+            except OSError:  # a platform that cannot flush a read-only handle: the hash still records the bytes
+                pass
+        lines.append(f"{sha256_of_file(path)}  {path.relative_to(directory).as_posix()}\n")
+    with open(Path(directory) / MANIFEST_FILE, "w") as f:
+        f.write("".join(lines))
+        f.flush()
+        os.fsync(f.fileno())
+
+
 # ------------------------------------------------------------------------------------------ length tables
 def length_label(n: int) -> str:
     """``1024 -> "1K"``, ``98304 -> "96K"``, ``600 -> "600"``."""
@@ -106,48 +161,3 @@ def length_table(header: Sequence[str], rows: Sequence[tuple[Sequence[str], dict
     for first, cells in rows:
         lines.append("| " + " | ".join([*first, *(cells.get(n, "") for n in lengths)]) + " |")
     return "\n".join(lines)
-
-
-# ------------------------------------------------------------------------------- efficiency benchmark records
-STATS = ("median", "min", "cpu")
-
-
-def series_key(rec: dict[str, Any]) -> str:
-    """The name of one curve: model, attention, mode, dtype."""
-    attn = rec.get("attn") or "-"
-    return f"{rec['model']} [{rec['mode']}, {attn}, {rec['dtype']}]"
-
-
-def point_key(rec: dict[str, Any]) -> tuple:
-    """What identifies one measured point (a curve and a length)."""
-    return (rec["model"], rec.get("attn"), rec["mode"], rec["dtype"], rec["batch_size"], rec["seq_len"])
-
-
-def latency_of(rec: dict[str, Any], stat: str = "median") -> float:
-    """The seconds per forward a fit or plot uses. ``median`` of the repeats' wall time (the paper's
-    protocol, right on a dedicated GPU); ``min`` (other processes only ever add time, so on a shared
-    machine the minimum is the less disturbed estimate); ``cpu``: median process CPU time of the repeats
-    (all threads; the work done, nearly insensitive to neighbours on a shared CPU; CPU runs only)."""
-    if stat not in STATS:
-        raise ValueError(f"stat must be one of {STATS}, got {stat!r}")
-    return rec[{"median": "latency_median_s", "min": "latency_min_s", "cpu": "cpu_median_s"}[stat]]
-
-
-def throughput_of(rec: dict[str, Any], stat: str = "median") -> float:
-    """Tokens per second of a point (batch × length / latency)."""
-    return rec["batch_size"] * rec["seq_len"] / latency_of(rec, stat)
-
-
-def read_records(path: str | os.PathLike, *, latest: bool = True) -> list[dict[str, Any]]:
-    """The records of an efficiency results file, or of the ``results.jsonl`` in a directory ``bench run`` wrote.
-    With ``latest``, a point recorded several times (a resumed run that retried it) keeps only its last record."""
-    if os.path.isdir(path):
-        path = os.path.join(path, "results.jsonl")
-        if not os.path.exists(path):
-            raise FileNotFoundError(f"{os.path.dirname(path)} is a directory without results.jsonl: pass the "
-                                    "directory `avey-b bench run --out` wrote, or its results.jsonl")
-    out = read_jsonl(path, objects_only=True)
-    if latest:
-        last = {point_key(r): i for i, r in enumerate(out)}
-        out = [r for i, r in enumerate(out) if last[point_key(r)] == i]
-    return out

@@ -16,8 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import statistics
-import time
 from contextlib import nullcontext
 
 import torch
@@ -25,11 +23,12 @@ import torch
 import avey_b  # noqa: F401
 from avey_b import AveyBForMaskedLM, presets
 from avey_b.analysis import count_flops
-from avey_b.benchmarking.timing import gemm_rate
+from avey_b.benchmarking.timing import gemm_rate, measure
+from avey_b.records import append_jsonl
 from avey_b.training.build import build_optimizer
 from avey_b.training.config import load_config
-from avey_b.training.metrics import peak_flops
 from avey_b.training.mlm_eval import mlm_sums
+from avey_b.training.monitor import peak_flops
 
 
 def run(args, dtype_name: str, compiled: bool) -> dict:
@@ -54,19 +53,11 @@ def run(args, dtype_name: str, compiled: bool) -> dict:
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
-        if device.type == "cuda":
-            torch.cuda.synchronize()
 
     flops = count_flops(lambda: mlm_sums(model, batch, autocast)[0].backward())
     opt.zero_grad(set_to_none=True)
-    for _ in range(args.warmup):
-        step()
-    times = []
-    for _ in range(args.repeats):
-        t = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - t)
-    med = statistics.median(times)
+    timed = measure(step, device=device, warmup=args.warmup, repeats=args.repeats, min_repeats=args.repeats)
+    med = timed.median_s
     tokens = args.batch * args.seq_len
     peak = peak_flops(device, None)
     peak_kind = "vendor bf16 dense"
@@ -77,8 +68,8 @@ def run(args, dtype_name: str, compiled: bool) -> dict:
         "preset": args.preset, "overrides": json.loads(args.overrides), "params_M": round(n_params / 1e6, 2),
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
         "threads": torch.get_num_threads(), "dtype": dtype_name, "compiled": compiled, "batch": args.batch,
-        "seq_len": args.seq_len, "step_s_median": round(med, 4), "step_s_min": round(min(times), 4),
-        "step_s_max": round(max(times), 4), "tokens_per_s": round(tokens / med, 1),
+        "seq_len": args.seq_len, "step_s_median": round(med, 4), "step_s_min": round(timed.min_s, 4),
+        "step_s_max": round(timed.max_s, 4), "tokens_per_s": round(tokens / med, 1),
         "tflops_per_step": round(flops / 1e12, 4), "achieved_tflops": round(flops / med / 1e12, 4),
         "peak_tflops": round(peak / 1e12, 3), "peak_kind": peak_kind, "mfu": round(flops / med / peak, 4),
         "torch": torch.__version__,
@@ -104,11 +95,7 @@ def main(argv=None) -> int:
     modes = {"no": [False], "yes": [True], "both": [False, True]}[args.compile]
     for dtype in args.dtype:
         for compiled in modes:
-            rec = run(args, dtype, compiled)
-            print(json.dumps(rec), flush=True)
-            if args.out:
-                with open(args.out, "a") as f:
-                    f.write(json.dumps(rec) + "\n")
+            append_jsonl(args.out, run(args, dtype, compiled), echo=True)
     return 0
 
 

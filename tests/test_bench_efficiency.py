@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-from avey_b import baselines as models
-from avey_b import device, records
-from avey_b.benchmarking import efficiency, fit, timing
+from avey_b import device
+from avey_b import model_spec as models
+from avey_b.benchmarking import efficiency, fit, results, timing
 
 LENGTHS = ["16", "40", "600"]
 
@@ -52,7 +52,7 @@ def test_tiny_cpu_run_writes_well_formed_csv_and_jsonl(tmp_path):
     rows = _rows(out)
     with open(out / "results.csv") as f:
         assert next(csv.reader(f)) == efficiency.CSV_FIELDS
-    jsonl = records.read_records(str(out / "results.jsonl"))
+    jsonl = results.read_records(str(out / "results.jsonl"))
     assert len(rows) == len(jsonl) == 3 * len(LENGTHS)  # bert-tiny, avey-b-tiny, avey-b-tiny w/o compressor
     by = {(r["model"], int(r["seq_len"])): r for r in rows}
     assert set(m for m, _ in by) == {"bert-tiny", "avey-b-tiny", "avey-b-tiny:compressor=False"}
@@ -73,7 +73,7 @@ def test_tiny_cpu_run_writes_well_formed_csv_and_jsonl(tmp_path):
         assert r["flops"] > 0 and r["gemm_flop_s"] > 0
         assert math.isclose(r["utilization"], r["flops"] / r["latency_min_s"] / r["gemm_flop_s"])
         assert (
-            records.latency_of(r, "cpu") == r["cpu_median_s"] and records.latency_of(r, "min") == r["latency_min_s"]
+            results.latency_of(r, "cpu") == r["cpu_median_s"] and results.latency_of(r, "min") == r["latency_min_s"]
         )
         assert r["n_params"] > 0 and r["dtype"] == "float32" and r["device"] == "cpu"
     # The compressor-off model really is another architecture (the compressor's P matrix is gone).
@@ -93,7 +93,7 @@ def test_oom_is_recorded_as_data_and_stops_the_series(tmp_path, monkeypatch):
 
     monkeypatch.setattr(efficiency, "run_point", flaky)
     out = _run(tmp_path, models_=("avey-b-tiny",))
-    recs = {r["seq_len"]: r for r in records.read_records(str(out / "results.jsonl"))}
+    recs = {r["seq_len"]: r for r in results.read_records(str(out / "results.jsonl"))}
     assert recs[16]["status"] == "ok"
     assert recs[40]["status"] == "oom" and not recs[40].get("inferred")
     assert recs[600]["status"] == "oom" and recs[600]["inferred"]  # not run after the first OOM
@@ -115,25 +115,25 @@ def test_resume_and_refuse_to_overwrite(tmp_path):
     with pytest.raises(FileExistsError, match="--resume"):
         _run(tmp_path, models_=("bert-tiny",))
     _run(tmp_path, "--resume", models_=("bert-tiny", "avey-b-tiny"))
-    recs = records.read_records(str(out / "results.jsonl"))
+    recs = results.read_records(str(out / "results.jsonl"))
     assert len(recs) == 2 * len(LENGTHS)  # bert-tiny points were not re-run
 
 
 @pytest.mark.slow
 def test_max_latency_skips_longer_lengths_and_resume_retries_them(tmp_path):
     out = _run(tmp_path, "--max-latency", "1e-9", models_=("avey-b-tiny",))
-    status = [r["status"] for r in records.read_records(str(out / "results.jsonl"))]
+    status = [r["status"] for r in results.read_records(str(out / "results.jsonl"))]
     assert status == ["ok", "skipped_time", "skipped_time"]
     _run(tmp_path, "--resume", models_=("avey-b-tiny",))  # no latency cap now: the skipped points run
-    recs = records.read_records(str(out / "results.jsonl"))
+    recs = results.read_records(str(out / "results.jsonl"))
     assert [(r["seq_len"], r["status"]) for r in recs] == [(16, "ok"), (40, "ok"), (600, "ok")]
-    assert len(records.read_records(str(out / "results.jsonl"), latest=False)) == 5
+    assert len(results.read_records(str(out / "results.jsonl"), latest=False)) == 5
     assert len(_rows(out)) == 3  # the CSV holds the latest record of each point
 
 
 def test_unavailable_attention_is_recorded(tmp_path):
     out = _run(tmp_path, "--attn", "no_such_attention", models_=("bert-tiny",))
-    assert {r["status"] for r in records.read_records(str(out / "results.jsonl"))} == {"unavailable"}
+    assert {r["status"] for r in results.read_records(str(out / "results.jsonl"))} == {"unavailable"}
 
 
 @pytest.mark.slow
@@ -161,7 +161,7 @@ def test_compile_mode_runs_a_point(tmp_path):
             str(out),
         ]
     )
-    (rec,) = records.read_records(str(out / "results.jsonl"))
+    (rec,) = results.read_records(str(out / "results.jsonl"))
     assert rec["status"] == "ok" and rec["mode"] == "compile" and rec["first_call_s"] > 0
     assert rec["flops"] > 0  # counted on the eager model behind the compiled one
 
@@ -221,7 +221,7 @@ def test_fit_on_min_latency_ignores_slow_outliers():
     assert best["beta"] == pytest.approx(1.0) and best["alpha"] == pytest.approx(0.0, abs=1e-9)
     assert abs(med["beta"] - 1.0) > 0.05
     with pytest.raises(ValueError, match="stat"):
-        records.latency_of(recs[0], "mean")
+        results.latency_of(recs[0], "mean")
 
 
 def test_power_law_fit_rejects_degenerate_input():
@@ -266,6 +266,19 @@ def test_measure_counts_warmup_and_repeats_and_caps_time():
     assert len(slow.times_s) == 3 and slow.min_s >= 0.02
     with pytest.raises(ValueError, match="repeats"):
         timing.measure(lambda: None, repeats=0)
+
+
+def test_alternate_times_the_calls_in_turn_with_untimed_preparation():
+    """A/B timing on a shared machine: round by round (A, B, A, B), each call timed alone; what ``prepare`` does
+    before a call is not in its time."""
+    order = []
+    calls = {"a": lambda: order.append("a"), "b": lambda: (order.append("b"), time.sleep(0.02))}
+    timed = timing.alternate(calls, 3, prepare=lambda name: (order.append(f"set {name}"), time.sleep(0.1)))
+    assert order == ["set a", "a", "set b", "b"] * 3
+    assert [len(timed[k].times_s) for k in "ab"] == [3, 3] and len(timed["a"].cpu_times_s) == 3
+    assert timed["a"].max_s < 0.05 and 0.02 <= timed["b"].min_s < 0.1  # the preparation's sleep is in neither
+    with pytest.raises(ValueError, match="rounds"):
+        timing.alternate(calls, 0)
 
 
 def test_peak_rss_sampler_sees_a_large_allocation():
@@ -328,7 +341,7 @@ def test_model_spec_overrides_go_through_the_constructor():
     # layer types for 3 layers, and its model failed to build).
     small = models.build_config("modernbert-tiny:num_hidden_layers=3")
     assert small.num_hidden_layers == len(small.layer_types) == 3
-    models.build_model(small)
+    models.random_model(small)
     neo = models.build_config("neobert:num_hidden_layers=2,hidden_size=64,num_attention_heads=2")
     assert neo.layer_types == ["full_attention"] * 2
     # A transformers model_type is a model name too: its default config, with the overrides.
@@ -410,7 +423,7 @@ def test_run_on_real_text_records_its_ids(tmp_path):
     path = _text_file(tmp_path)
     out = _run(tmp_path, "--text", str(path), "--tokenizer", str(tmp_path / "tok"), "--flops-up-to", "40",
                models_=("avey-b-tiny",))
-    recs = [r for r in records.read_records(str(out / "results.jsonl")) if r["status"] == "ok"]
+    recs = [r for r in results.read_records(str(out / "results.jsonl")) if r["status"] == "ok"]
     assert [r["seq_len"] for r in recs] == [16, 40, 600]
     for r in recs:
         total = int(r["ids"].split(": ")[1].split(" tokens")[0].replace(",", ""))

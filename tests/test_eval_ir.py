@@ -14,7 +14,7 @@ from safetensors.torch import load_file
 from avey_b import testing as toy
 from avey_b.evaluation import ir_paper, report, sweep
 from avey_b.evaluation.tasks import DataFiles, RunConfig, get_task, ir
-from avey_b.training.checkpoint import save_pretrained_atomic
+from avey_b.records import save_pretrained_atomic
 
 IR_TASKS = ("mldr", "msmarco", "nq")
 
@@ -211,6 +211,29 @@ def test_cached_mnrl_is_the_librarys_loss_in_value_and_gradient(env):
     assert st_grads.keys() == {k for k, p in grads.items() if p.grad is not None}
     for k, g in st_grads.items():  # equal up to float32 rounding (the cache re-runs the forward)
         torch.testing.assert_close(g, grads[k].grad, rtol=1e-4, atol=1e-5)
+
+
+def test_pairs_are_tokenized_with_the_end_token_and_the_buffered_limit(env, monkeypatch):
+    """The IR training's collator reads ``text + end token`` (tasks.base.end_token: the tokenizer's own eos, else
+    its unknown token), no other special tokens, truncated at EncodEval's 99% of the length limit."""
+    from avey_b.evaluation.tasks.base import buffered, end_token
+
+    class Collator(Exception):  # stops train_pairs where the trainer would start, carrying the collator
+        pass
+
+    def trainer(*, data_collator, **_):
+        raise Collator(data_collator)
+
+    _, args_cls, _, loss_cls = ir_paper._st_modules()
+    monkeypatch.setattr(ir_paper, "_st_modules", lambda: (trainer, args_cls, lambda tokenize: tokenize, loss_cls))
+    cfg = RunConfig(device="cpu", max_length=100, batch_size=4, max_steps=1)
+    with pytest.raises(Collator) as caught:
+        ir_paper.train_pairs(env["bert"], cfg, DataFiles(train=env["pairs"]), env["root"] / "unused")
+    tokenize = caught.value.args[0]
+    tok = ir_paper.load_sentence_transformer(env["bert"], cfg, torch.device("cpu")).tokenizer
+    short = tok.convert_ids_to_tokens(tokenize(["Query: good movie"])["input_ids"][0])
+    assert short == tok.tokenize("Query: good movie") + [end_token(tok)] and short[-1] == "[UNK]"
+    assert tokenize(["movie " * 300])["input_ids"].shape[1] == buffered(100) == 99
 
 
 @pytest.mark.slow

@@ -13,7 +13,7 @@ from avey_b.evaluation import finetune, sweep
 from avey_b.evaluation.finetune import resolve_steps, train_model
 from avey_b.evaluation.protocol import PAPER_SETTINGS, protocol_settings
 from avey_b.evaluation.tasks import TASKS, DataFiles, RunConfig, get_task
-from avey_b.evaluation.tasks.base import end_token, input_limit, load_model
+from avey_b.evaluation.tasks.base import buffered, end_token, input_limit, load_model
 
 # Every EncodEval config: AdamW beta1 0.9, beta2 0.95, eps 1e-5, weight decay 0.1, linear schedule, warmup ratio 0.1,
 # the Trainer's max_grad_norm 1.0, dtype bfloat16 + bf16 true, max_length null.
@@ -207,6 +207,22 @@ def test_no_truncation_means_the_models_own_limit_and_end_token(env):
     assert end_token(tok, BertConfig()) == "[UNK]"  # BERT's config has no eos: EncodEval falls back to unk
     assert end_token(tok, BertConfig(eos_token_id=3)) == "[SEP]"  # ModernBERT's eos is its [SEP]
     assert end_token(tok, AveyBConfig()) == "[UNK]"
+
+
+def test_one_end_token_rule_with_or_without_a_model_config(env):
+    """EncodEval's rule: the eos the tokenizer holds once the model is loaded, else the unknown token. A
+    transformers model's config sets it; a SentenceTransformer (the IR protocol) leaves the tokenizer's own."""
+    import copy
+
+    tok = env["tok"]  # BERT-style: [UNK], no eos
+    with_eos = copy.deepcopy(tok)
+    with_eos.eos_token = "[SEP]"
+    assert end_token(tok) == "[UNK]"  # no eos of its own: the unknown token
+    assert end_token(with_eos) == "[SEP]"  # the tokenizer's eos, as loaded
+    assert end_token(with_eos, BertConfig()) == "[UNK]"  # the config names no eos and EncodEval copies that
+    assert end_token(with_eos, BertConfig(eos_token_id=tok.convert_tokens_to_ids("[CLS]"))) == "[CLS]"
+    assert get_task("mnli").end(with_eos) == "[UNK]"  # outside a run: a config that names no eos
+    assert [buffered(n) for n in (512, 514, 8192, 1)] == [507, 509, 8110, 1]
 
 
 def test_paper_inputs_follow_encodeval(env):

@@ -120,7 +120,7 @@ def test_needle_retrieval_reads_the_rankers_choice(data):
     the needle and never the reverse, a bidirectional one both. With k = 1 it is the ranker's top split."""
     import torch
 
-    from avey_b import baselines
+    from avey_b import model_spec
     from avey_b.tokenization import load_tokenizer
 
     tok = load_tokenizer(str(data / "tok"), complete=False)
@@ -129,9 +129,9 @@ def test_needle_retrieval_reads_the_rankers_choice(data):
 
     def model_with(k, ranker):
         spec = f"avey-b-tiny:split_size=16,num_retrieved_splits={k},ranker={ranker}"
-        config = baselines.build_config(baselines.parse_spec(spec))
+        config = model_spec.build_config(model_spec.parse_spec(spec))
         config.vocab_size = len(tok)
-        return baselines.build_model(config, head="qa").eval()
+        return model_spec.random_model(config, head="qa").eval()
 
     # 256 tokens = 16 splits; the question is in split 0, every needle later
     r = retrieval.needle_retrieval(model_with(15, "unidirectional"), tok, examples, torch.device("cpu"))

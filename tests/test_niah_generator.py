@@ -97,7 +97,7 @@ def _needle_values(example):
     return [(m.start(1), m.group(1)) for m in re.finditer(pat, example["context"])]
 
 
-@pytest.mark.parametrize("task", niah_data.TASKS)
+@pytest.mark.parametrize("task", niah_data.NIAH_TASKS)
 def test_answer_spans_are_exact_in_characters_and_tokens(tokenizer, task):
     rows = niah_data.generate_split(tokenizer, task=task, split="test", length=400, n=10, seed=1)
     for ex in rows:

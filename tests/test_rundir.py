@@ -172,18 +172,17 @@ def test_a_damaged_checkpoint_is_refused_on_resume_and_nothing_is_pruned(corpus,
 
 def test_a_checkpoint_that_does_not_read_back_stops_the_run_before_pruning(tmp_path, monkeypatch):
     tok = train_bpe_tokenizer(["a b c d e f g"] * 20, 300)
-    from avey_b import AveyBForMaskedLM
-    from avey_b.training import checkpoint
+    from avey_b import AveyBForMaskedLM, records
 
     model = AveyBForMaskedLM(presets.tiny(vocab_size=len(tok)))
     kept = save_checkpoint(tmp_path, 1, model, tok, {"step": 1, "run_id": "r"}, keep_last=1)
-    write_manifest = checkpoint.write_manifest
+    write_manifest = records.write_manifest
 
     def then_the_disk_flips_a_byte(directory):
         write_manifest(directory)
         damage(directory / "train_state.pt")
 
-    monkeypatch.setattr(checkpoint, "write_manifest", then_the_disk_flips_a_byte)
+    monkeypatch.setattr(records, "write_manifest", then_the_disk_flips_a_byte)
     with pytest.raises(DamagedCheckpoint, match="step_00000002/train_state.pt is damaged"):
         save_checkpoint(tmp_path, 2, model, tok, {"step": 2, "run_id": "r"}, keep_last=1)
     assert kept in list_checkpoints(tmp_path) and verify(kept)

@@ -14,9 +14,9 @@ import yaml
 
 from avey_b import AveyBConfig, ablation, configs
 from avey_b import testing as toy
-from avey_b.baselines import is_registered, parse_spec
 from avey_b.evaluation import sweep
 from avey_b.evaluation.tasks import TASKS
+from avey_b.model_spec import is_registered, parse_spec
 from avey_b.records import slug
 from avey_b.training.config import PretrainConfig, load_config
 

@@ -11,7 +11,7 @@ Four steps, each after ``run`` reading its output:
 ``avey-b bench plot``  log-log throughput and latency vs length (:mod:`.plot`).
 
 Every model goes through the same loop (:func:`run_point`): Avey-B from its presets and any Hugging Face
-encoder built from its config with random weights (:mod:`avey_b.baselines`), under ``torch.no_grad``:
+encoder built from its config with random weights (:mod:`avey_b.model_spec`), under ``torch.no_grad``:
 
 * ``--dtype``: ``float32``; ``bfloat16`` (weights and activations in bf16); ``autocast-bf16`` (fp32 weights,
   bf16 autocast, the paper's "mixed precision"). Default: ``bfloat16`` on GPU, ``float32`` on CPU.
@@ -60,27 +60,18 @@ from typing import Any
 import torch
 
 from ..analysis import count_flops, count_parameters
-from ..baselines import (
+from ..device import autocast, is_oom, pick_device
+from ..model_spec import (
     build_config,
-    build_model,
     is_avey_b,
     max_length,
     parse_spec,
     random_batch,
+    random_model,
 )
-from ..device import autocast, is_oom, pick_device
 from ..progress import Progress
-from ..records import (
-    append_jsonl,
-    latency_of,
-    length_table,
-    point_key,
-    read_records,
-    series_key,
-    throughput_of,
-    utc_timestamp,
-    write_text_atomic,
-)
+from ..records import append_jsonl, length_table, utc_timestamp, write_text_atomic
+from .results import STATS, latency_of, point_key, read_records, series_key, throughput_of
 from .timing import gemm_rate, measure
 
 PAPER_LENGTHS = [128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 98304]
@@ -215,6 +206,8 @@ def _done_keys(path: str) -> set[tuple]:
 
 
 def run(args) -> list[dict[str, Any]]:
+    """``bench run``: every point of every series (module docstring), one JSON line each, then ``results.csv`` and
+    the throughput table of the whole results file. Returns the records of this invocation."""
     device = pick_device(args.device)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -248,82 +241,75 @@ def run(args) -> list[dict[str, Any]]:
         records.append(_emit(jsonl, rec))
         progress.update()
 
-    for spec_str, attn, mode, dtype in _series(args):
-        spec = parse_spec(spec_str)
-        config = build_config(spec)
-        weight_dtype, autocast = _dtype_setup(dtype, device)
-        limit = max_length(config)
-        base = {
-            "model": spec.label,
-            "attn": attn,
-            "mode": mode,
-            "dtype": dtype,
-            "batch_size": args.batch_size,
-            **env,
-        }
-        todo = [n for n in lengths if (spec.label, attn, mode, dtype, args.batch_size, n) not in done]
-        if not todo:
-            continue
-        try:
-            model = build_model(config, attn_implementation=attn).to(device=device, dtype=weight_dtype)
-        except (ValueError, ImportError) as e:  # attention implementation not available here
-            for n in todo:
-                emit({**base, "seq_len": n, "status": "unavailable", "error": str(e)[:300]})
-            continue
-        n_params = count_parameters(model)
-        stop: tuple[str, str] | None = None  # (status, reason) for the remaining lengths
-        for n in todo:
-            rec = {**base, "seq_len": n, "n_params": n_params}
-            if limit is not None and n > limit:
-                emit({**rec, "status": "max_length", "error": f"max length {limit}"})
-                continue
-            if stop is not None:
-                emit({**rec, "status": stop[0], "inferred": True, "error": stop[1]})
-                continue
-            fwd = model
-            if mode == "compile":
-                torch._dynamo.reset()
-                fwd = torch.compile(model, backend=args.compile_backend, dynamic=False)
-            try:
-                rec.update(
-                    run_point(
-                        fwd,
-                        config,
-                        batch_size=args.batch_size,
-                        length=n,
-                        device=device,
-                        autocast=autocast,
-                        warmup=args.warmup,
-                        repeats=args.repeats,
-                        max_point_seconds=args.max_point_seconds,
-                        seed=args.seed,
-                        flop_model=model,
-                        gemm_dtype=torch.float32 if dtype == "float32" else torch.bfloat16,
-                        text=text,
-                        flops_up_to=args.flops_up_to,
-                    )
-                )
-            except Exception as e:  # OOM is data; anything else is a bug and is re-raised
-                if not is_oom(e):
-                    raise
-                rec.update(status="oom", error=str(e).splitlines()[0][:300])
-                stop = ("oom", f"OOM at length {n}")
-            finally:
-                del fwd
-                if device.type == "cuda":
-                    torch.cuda.empty_cache()
-            emit(rec)
-            if rec["status"] == "ok" and args.max_latency and rec["latency_median_s"] > args.max_latency:
-                stop = (
-                    "skipped_time",
-                    f"latency {rec['latency_median_s']:.2f}s > --max-latency at length {n}",
-                )
-        del model
+    for series in _series(args):
+        _run_series(*series, args, lengths=lengths, done=done, device=device, text=text, env=env, emit=emit)
     progress.close()
     all_records = read_records(jsonl)
     write_csv(all_records, os.path.join(args.out, "results.csv"))
     print(format_table(all_records), file=sys.stderr)
     return records
+
+
+def _run_series(spec_str: str, attn: str | None, mode: str, dtype: str, args, *, lengths: list[int], done: set,
+                device: torch.device, text, env: dict[str, Any], emit) -> None:
+    """The points of one series (model, attention, mode, dtype) that ``done`` lacks, shortest first: a length past
+    the model's limit is ``max_length``; after an OOM or a latency over ``--max-latency``, the longer lengths are
+    recorded as such without running (``inferred``)."""
+    spec = parse_spec(spec_str)
+    config = build_config(spec)
+    weight_dtype, autocast_ctx = _dtype_setup(dtype, device)
+    limit = max_length(config)
+    base = {"model": spec.label, "attn": attn, "mode": mode, "dtype": dtype, "batch_size": args.batch_size, **env}
+    todo = [n for n in lengths if (spec.label, attn, mode, dtype, args.batch_size, n) not in done]
+    if not todo:
+        return
+    try:
+        model = random_model(config, attn_implementation=attn).to(device=device, dtype=weight_dtype)
+    except (ValueError, ImportError) as e:  # attention implementation not available here
+        for n in todo:
+            emit({**base, "seq_len": n, "status": "unavailable", "error": str(e)[:300]})
+        return
+    n_params = count_parameters(model)
+    stop: tuple[str, str] | None = None  # (status, reason) for the remaining lengths
+    for n in todo:
+        rec = {**base, "seq_len": n, "n_params": n_params}
+        if limit is not None and n > limit:
+            emit({**rec, "status": "max_length", "error": f"max length {limit}"})
+            continue
+        if stop is not None:
+            emit({**rec, "status": stop[0], "inferred": True, "error": stop[1]})
+            continue
+        rec.update(_time_length(model, config, n, mode, dtype, args, device=device, text=text,
+                                autocast_ctx=autocast_ctx))
+        if rec["status"] == "oom":
+            stop = ("oom", f"OOM at length {n}")
+        emit(rec)
+        if rec["status"] == "ok" and args.max_latency and rec["latency_median_s"] > args.max_latency:
+            stop = ("skipped_time", f"latency {rec['latency_median_s']:.2f}s > --max-latency at length {n}")
+
+
+def _time_length(model, config, n: int, mode: str, dtype: str, args, *, device: torch.device, text,
+                 autocast_ctx) -> dict[str, Any]:
+    """:func:`run_point` at length ``n`` (recompiled for it under ``--modes compile``); out of memory is recorded
+    as status ``oom``, any other error is raised."""
+    fwd = model
+    if mode == "compile":
+        torch._dynamo.reset()
+        fwd = torch.compile(model, backend=args.compile_backend, dynamic=False)
+    try:
+        return run_point(fwd, config, batch_size=args.batch_size, length=n, device=device, autocast=autocast_ctx,
+                         warmup=args.warmup, repeats=args.repeats, max_point_seconds=args.max_point_seconds,
+                         seed=args.seed, flop_model=model,
+                         gemm_dtype=torch.float32 if dtype == "float32" else torch.bfloat16, text=text,
+                         flops_up_to=args.flops_up_to)
+    except Exception as e:  # OOM is data; anything else is a bug and is re-raised
+        if not is_oom(e):
+            raise
+        return {"status": "oom", "error": str(e).splitlines()[0][:300]}
+    finally:
+        del fwd
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
 
 
 def _emit(path: str, rec: dict[str, Any]) -> dict[str, Any]:
@@ -374,13 +360,19 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = p.add_subparsers(dest="command", required=True)
+    _add_run_command(sub)
+    _add_reading_commands(sub)
+    return p
 
+
+def _add_run_command(sub) -> None:
+    """``bench run``: what to time (models, lengths, dtypes, modes, attention, inputs) and how (repeats, limits)."""
     r = sub.add_parser("run", help="time forward passes vs sequence length")
     r.add_argument(
         "--models",
         nargs="+",
         default=["avey-b-base", "modernbert-base", "neobert"],
-        help="model specs NAME[:key=value,...] (see avey_b.baselines)",
+        help="model specs NAME[:key=value,...] (see avey_b.model_spec)",
     )
     r.add_argument("--lengths", nargs="+", type=int, default=PAPER_LENGTHS, help="sequence lengths (tokens)")
     r.add_argument("--batch-size", type=int, default=8)
@@ -429,6 +421,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--out", required=True, help="output directory (results.jsonl, results.csv)")
     r.add_argument("--resume", action="store_true", help="append to OUT/results.jsonl, skipping done points")
 
+
+def _add_reading_commands(sub) -> None:
+    """``bench fit``, ``table`` and ``plot``: each reads a results file and a statistic of its points."""
     f = sub.add_parser("fit", help="power-law fits of throughput and latency")
     f.add_argument("results", help="the --out directory of `bench run`, or its results.jsonl")
     f.add_argument("--min-length", type=int, default=8192, help="smallest length in the fit range")
@@ -436,7 +431,7 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--out", default=None, help="also write the table (markdown) to this file")
     f.add_argument(
         "--stat",
-        choices=("median", "min", "cpu"),
+        choices=STATS,
         default="median",
         help="what to fit: median or min wall latency of the repeats, or median process CPU time "
         "(the stable measure on a shared CPU)",
@@ -444,15 +439,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     t = sub.add_parser("table", help="markdown tables of throughput and latency per length")
     t.add_argument("results", help="the --out directory of `bench run`, or its results.jsonl")
-    t.add_argument("--stat", choices=("median", "min", "cpu"), default="median", help="as for fit")
+    t.add_argument("--stat", choices=STATS, default="median", help="as for fit")
     t.add_argument("--out", default=None, help="also write the tables (markdown) to this file")
 
     g = sub.add_parser("plot", help="log-log throughput and latency plots")
     g.add_argument("results", help="the --out directory of `bench run`, or its results.jsonl")
     g.add_argument("--out", required=True, help="directory for throughput.png and latency.png")
     g.add_argument("--title", default=None)
-    g.add_argument("--stat", choices=("median", "min", "cpu"), default="median", help="as for fit")
-    return p
+    g.add_argument("--stat", choices=STATS, default="median", help="as for fit")
 
 
 def main(argv: list[str] | None = None) -> int:

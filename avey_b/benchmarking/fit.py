@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from ..records import latency_of, read_records, series_key, throughput_of
+from .results import latency_of, read_records, series_key, throughput_of
 
 #: Paper values (Fig. "throughput" / "latency", B200, bf16, batch 8): (alpha, beta) per model family and
 #: setting. "optimized" = FlashAttention for the Transformers / torch.compile for Avey-B; "unoptimized" =

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ..records import latency_of, read_records, series_key, throughput_of
+from .results import latency_of, read_records, series_key, throughput_of
 
 _STAT_TEXT = {
     "median": "median wall time of repeats",
@@ -28,7 +28,7 @@ def plot_results(path: str, out_dir: str, *, title: str | None = None, stat: str
 def plot_records(
     records: list[dict[str, Any]], out_dir: str, *, title: str | None = None, stat: str = "median"
 ) -> list[str]:
-    """Lines at the ``stat`` latency of each point (see :func:`avey_b.records.latency_of`); latency error bars span
+    """Lines at the ``stat`` latency of each point (see :func:`avey_b.benchmarking.results.latency_of`); latency error bars span
     min..max of the repeats."""
     import matplotlib
 

@@ -4,6 +4,8 @@ Written once so that Avey-B and every baseline go through exactly the same measu
 
 * ``synchronize(device)`` waits for queued GPU work, so ``time.perf_counter`` brackets the real compute
   (CUDA kernels are asynchronous; without the sync a forward pass "takes" microseconds).
+* ``alternate({name: fn, ...}, rounds)`` times several calls in turn, round by round (A, B, A, B, ...), for
+  comparisons on a shared machine: a change in its speed falls on every call alike, so their ratio stays fair.
 * ``measure(fn, device=..., warmup=..., repeats=...)`` runs ``fn`` ``warmup`` times untimed (allocator
   warm-up, cuDNN/oneDNN autotuning, ``torch.compile`` tracing), then ``repeats`` timed calls, and returns
   median / min / max seconds plus peak memory. ``max_seconds`` stops the repeats early (at least
@@ -41,6 +43,7 @@ import torch
 
 __all__ = [
     "PeakRSSSampler",
+    "alternate",
     "Timing",
     "gemm_rate",
     "measure",
@@ -279,3 +282,30 @@ def measure(
         peak_mem_delta_bytes=mem.delta,
         mem_method=mem.method,
     )
+
+
+def alternate(calls: dict[Any, Callable[[], Any]], rounds: int, *, device: torch.device | str = "cpu",
+              prepare: Callable[[Any], None] | None = None) -> dict[Any, Timing]:
+    """Time the ``calls`` in turn, round by round (A, B, A, B, ...), ``rounds`` times: the comparison of two code
+    paths or models on a shared machine, where the machine's speed drifts and a neighbour's load falls on every
+    call alike. Each call is bracketed by device syncs; ``prepare(name)``, when given, runs untimed before each call
+    (to switch a setting). No warm-up: call each once first, keeping its output if it is compared. Returns each
+    name's :class:`Timing` (wall and process CPU time of every round; memory is not measured)."""
+    if rounds < 1:
+        raise ValueError(f"rounds must be >= 1, got {rounds}")
+    device = torch.device(device)
+    times: dict[Any, list[float]] = {name: [] for name in calls}
+    cpu_times: dict[Any, list[float]] = {name: [] for name in calls}
+    for _ in range(rounds):
+        for name, fn in calls.items():
+            if prepare is not None:
+                prepare(name)
+            synchronize(device)
+            t0, c0 = time.perf_counter(), time.process_time()
+            fn()
+            synchronize(device)
+            times[name].append(time.perf_counter() - t0)
+            cpu_times[name].append(time.process_time() - c0)
+    return {name: Timing(times_s=times[name], cpu_times_s=cpu_times[name], warmup=0, first_call_s=None,
+                         peak_mem_bytes=None, peak_mem_delta_bytes=None, mem_method="not measured")
+            for name in calls}

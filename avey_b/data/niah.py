@@ -65,7 +65,8 @@ from typing import Any
 
 from ..records import write_json_atomic, write_jsonl_atomic
 
-TASKS = ("niah-1", "niah-2")
+#: The two NIAH sets (paper, appendix "Long-Range Benchmark Results"): NIAH-1 alphanumeric, NIAH-2 numeric needles.
+NIAH_TASKS = ("niah-1", "niah-2")
 DEFAULT_TEST_LENGTHS = [1024, 2048, 4096, 8192, 16384, 32768, 65536, 98304]
 DEFAULT_TRAIN_LENGTH = 2048
 SINGLE_FRACTION = 0.4
@@ -173,7 +174,7 @@ def make_value(rng: random.Random, task: str) -> str:
                 return v
     if task == "niah-2":
         return str(rng.randint(1_000_000, 9_999_999))
-    raise ValueError(f"unknown NIAH task {task!r}: use one of {TASKS}")
+    raise ValueError(f"unknown NIAH task {task!r}: use one of {NIAH_TASKS}")
 
 
 def needle_prefix(key: str) -> str:
@@ -415,8 +416,8 @@ def generate_split(
 ) -> list[dict[str, Any]]:
     """``n`` examples of one (task, split, length): exactly ``round(0.4 n)`` single-needle, rest two; or, with
     ``distractors`` ({k: p}), each example's number of distractor needles k drawn from it (k + 1 needles)."""
-    if task not in TASKS:
-        raise ValueError(f"unknown NIAH task {task!r}: use one of {TASKS}")
+    if task not in NIAH_TASKS:
+        raise ValueError(f"unknown NIAH task {task!r}: use one of {NIAH_TASKS}")
     if n < 1:
         raise ValueError(f"number of examples must be >= 1, got {n}")
     words = words or distractor_words(tokenizer)
@@ -437,7 +438,7 @@ def generate(
     tokenizer,
     out_dir: str,
     *,
-    tasks=TASKS,
+    tasks=NIAH_TASKS,
     test_lengths=DEFAULT_TEST_LENGTHS,
     train_lengths=(DEFAULT_TRAIN_LENGTH,),
     n_train: int = 1000,

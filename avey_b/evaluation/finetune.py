@@ -34,8 +34,7 @@ import torch
 from ..analysis import count_parameters
 from ..device import pick_device, use_bf16
 from ..progress import Progress
-from ..records import utc_timestamp, write_json_atomic
-from ..training.checkpoint import save_pretrained_atomic
+from ..records import save_pretrained_atomic, utc_timestamp, write_json_atomic
 from .tasks import TASKS, get_task
 from .tasks.base import (
     DataFiles,
@@ -114,7 +113,7 @@ def loss_items(batch: dict[str, torch.Tensor]) -> int:
 NO_DECAY_PATTERNS = [r"bias", r"layernorm", r"rmsnorm", r"(?:^|\.)norm(?:$|\.)", r"_norm(?:$|\.)"]
 
 
-def build_optimizer(model, cfg: RunConfig) -> torch.optim.Optimizer:
+def finetune_optimizer(model, cfg: RunConfig) -> torch.optim.Optimizer:
     """AdamW with the cell's β, ε and decoupled weight decay, the decay on the parameters transformers' Trainer
     decays (EncodEval trains with the Trainer): not on biases and norm weights."""
     from transformers.trainer_pt_utils import get_parameter_names
@@ -138,7 +137,7 @@ def train_model(model, task: Task, features: list[dict[str, Any]], cfg: RunConfi
         features, batch_size=cfg.batch_size, shuffle=True, generator=generator, collate_fn=list,
     )
     steps = resolve_steps(task, cfg, len(loader))
-    optimizer = build_optimizer(model, cfg)
+    optimizer = finetune_optimizer(model, cfg)
     # transformers' Trainer (EncodEval) rounds the warm-up up; the standard protocol keeps its round-down
     warmup = math.ceil(cfg.warmup_ratio * steps) if cfg.protocol == "paper" else int(cfg.warmup_ratio * steps)
     scheduler = get_linear_schedule_with_warmup(optimizer, warmup, steps)

@@ -13,7 +13,8 @@ training on them. Under ``--protocol paper`` the library does the same:
   decay 0.1 — the Trainer exempts biases and normalization weights from it —, linear decay after 10% warm-up,
   gradient norm clipped at 1, weights in bf16 and bf16 autocast). Inputs read ``Query: …`` and ``Document: …``
   and are tokenized as EncodEval's collator does: the text and the tokenizer's end token (its unknown token when
-  it has none), no other special tokens, truncated at 99% of the length limit.
+  it has none: :func:`~avey_b.evaluation.tasks.base.end_token`), no other special tokens, truncated at 99% of the
+  length limit (:func:`~avey_b.evaluation.tasks.base.buffered`).
 - **Scoring** (:func:`score_zero_shot`) loads the saved model and embeds with ``SentenceTransformer.encode`` (the
   tokenizer's own special tokens, the full limit, ``eval_batch_size`` texts at a time: EncodEval 4 for MLDR, 512
   otherwise); ranking and NDCG@10 are the retrieval task's (:meth:`RetrievalTask.score`) on the data mapped as
@@ -46,10 +47,9 @@ import torch
 from ..analysis import count_parameters
 from ..device import pick_device, use_bf16
 from ..heads import SENTENCE_TRANSFORMERS_MAX_LENGTH
-from ..records import utc_timestamp
-from ..training.checkpoint import save_pretrained_atomic
+from ..records import save_pretrained_atomic, utc_timestamp
 from .tasks import TASKS, get_task
-from .tasks.base import DataFiles, RunConfig, check_model_source, resolve_steps
+from .tasks.base import DataFiles, RunConfig, buffered, check_model_source, end_token, resolve_steps
 from .tasks.ir import MSMARCOPairs
 
 PAIRS_TASK = MSMARCOPairs.name
@@ -104,8 +104,8 @@ def load_sentence_transformer(name_or_path: str, cfg: RunConfig, device: torch.d
         limit = min(limit, cfg.max_length)
     st.max_seq_length = limit
     tok = st.tokenizer
-    if tok.eos_token is None:
-        tok.eos_token = tok.unk_token
+    if tok.eos_token is None:  # EncodEval's stand-in: the unknown token (end_token without a model config)
+        tok.eos_token = end_token(tok)
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     return st
@@ -140,10 +140,10 @@ def train_pairs(model_name: str, cfg: RunConfig, files: DataFiles, dest: str | o
         raise ValueError(f"{PAIRS_TASK}: no training pairs")
     transformers.set_seed(cfg.seed)
     st = load_sentence_transformer(model_name, cfg, device, tokenizer_name)
-    tok, limit = st.tokenizer, max(1, round(0.99 * st.max_seq_length))  # EncodEval keeps 1% of the limit spare
+    tok, limit, end = st.tokenizer, buffered(st.max_seq_length), end_token(st.tokenizer)
 
     def tokenize(texts: list[str], **_) -> dict[str, torch.Tensor]:  # EncodEval's RetrievalEval.tokenize
-        return tok([t + tok.eos_token for t in texts], truncation=True, padding=True, max_length=limit,
+        return tok([t + end for t in texts], truncation=True, padding=True, max_length=limit,
                    add_special_tokens=False, return_tensors="pt")
 
     steps = resolve_steps(task, cfg, math.ceil(len(pairs) / cfg.batch_size))

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from .. import baselines
+from .. import model_spec
 from ..data.corpus import SourceSpec, in_split, iter_documents, resolve_files
 from ..files import check_model_source, model_source
 from ..tokenization import load_tokenizer, pad_to_multiple, train_bpe_tokenizer
@@ -84,7 +84,7 @@ def check_inputs(cfg: PretrainConfig, resume_dir: Path | None = None, trust_unve
 
 
 def model_config(cfg: PretrainConfig, tokenizer=None):
-    """The config of a fresh model: the model spec of :mod:`avey_b.baselines` (arch avey-b + preset ->
+    """The config of a fresh model: the model spec of :mod:`avey_b.model_spec` (arch avey-b + preset ->
     ``avey-b-<preset>``, written as YAML) with ``model.overrides``, its vocabulary sized from ``tokenizer`` and a
     transformers architecture's special-token ids taken from it. ``tokenizer=None`` (checking the fields before
     the tokenizer exists): the BPE's vocabulary size and no special ids."""
@@ -103,7 +103,7 @@ def model_config(cfg: PretrainConfig, tokenizer=None):
             ids = {"bos_token_id": tokenizer.cls_token_id, "cls_token_id": tokenizer.cls_token_id,
                    "eos_token_id": tokenizer.sep_token_id, "sep_token_id": tokenizer.sep_token_id}
             defaults.update({k: v for k, v in ids.items() if v is not None})
-    return baselines.build_config(baselines.ModelSpec(name, dict(m.overrides)), defaults)
+    return model_spec.build_config(model_spec.ModelSpec(name, dict(m.overrides)), defaults)
 
 
 def build_model(cfg: PretrainConfig, tokenizer, resume_dir: Path | None = None):

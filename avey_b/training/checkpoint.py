@@ -25,7 +25,6 @@ into every directory, its absence means damage or a directory written elsewhere:
 
 from __future__ import annotations
 
-import os
 import random
 import re
 import shutil
@@ -36,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ..files import sha256_of_file
+from ..records import MANIFEST_FILE, save_pretrained_atomic
 from . import distributed as dist_utils
 from . import rundir
 from .config import to_dict
@@ -46,7 +46,6 @@ if TYPE_CHECKING:
 STEP_RE = re.compile(r"^step_(\d+)$")
 STATE_FILE = "train_state.pt"
 RUN_ID_FILE = "RUN_ID"
-MANIFEST_FILE = "SHA256SUMS"
 
 
 #: The command-line flag that accepts a checkpoint or model directory without SHA256SUMS.
@@ -85,34 +84,6 @@ def run_id_of(ckpt: Path) -> str | None:
     return path.read_text().strip() if path.exists() else None
 
 
-def save_pretrained_atomic(dest: Path, model, tokenizer, state_dict=None, extra: dict | None = None,
-                           texts: dict[str, str] | None = None) -> Path:
-    """Write model (+ tokenizer, + ``extra`` files as torch.save, + ``texts`` files) to ``dest`` through a temp
-    dir and a rename."""
-    dest = Path(dest)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.parent / f".tmp-{dest.name}-{os.getpid()}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir()
-    model.save_pretrained(tmp, state_dict=state_dict)
-    if tokenizer is not None:
-        tokenizer.save_pretrained(tmp)
-    for name, obj in (extra or {}).items():
-        torch.save(obj, tmp / name)
-    for name, text in (texts or {}).items():
-        (tmp / name).write_text(text)
-    write_manifest(tmp)
-    if dest.exists():  # re-saving the same step (e.g. interrupted right after a periodic save)
-        old = dest.parent / f".old-{dest.name}-{os.getpid()}"
-        os.replace(dest, old)
-        os.replace(tmp, dest)
-        shutil.rmtree(old)
-    else:
-        os.replace(tmp, dest)
-    return dest
-
-
 def save_checkpoint(run_dir, step: int, model, tokenizer, train_state: dict, keep_last: int = 3,
                     state_dict=None) -> Path:
     """Save one step checkpoint atomically and delete this run's checkpoints beyond the last ``keep_last``
@@ -139,22 +110,6 @@ def load_train_state(ckpt: str | Path, trust_unverified: bool = False) -> dict:
         return torch.load(path, map_location="cpu", weights_only=False)
     except Exception as error:  # a checkpoint from before SHA256SUMS can still be damaged: name the file
         raise DamagedCheckpoint(f"{path} cannot be read ({type(error).__name__}: {error})") from error
-
-
-def write_manifest(directory: Path) -> None:
-    """Flush every file of ``directory`` to disk and record its SHA-256 in ``SHA256SUMS`` (``sha256sum`` format)."""
-    lines = []
-    for path in sorted(p for p in Path(directory).rglob("*") if p.is_file() and p.name != MANIFEST_FILE):
-        with open(path, "rb") as f:
-            try:
-                os.fsync(f.fileno())
-            except OSError:  # a platform that cannot flush a read-only handle: the hash still records the bytes
-                pass
-        lines.append(f"{sha256_of_file(path)}  {path.relative_to(directory).as_posix()}\n")
-    with open(Path(directory) / MANIFEST_FILE, "w") as f:
-        f.write("".join(lines))
-        f.flush()
-        os.fsync(f.fileno())
 
 
 def verify(directory: str | Path) -> bool:

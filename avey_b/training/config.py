@@ -19,7 +19,7 @@ from ..configs import apply_overrides, dump_yaml, to_dict  # noqa: F401  (part o
 @dataclass
 class ModelConfig:
     arch: str = "avey-b"
-    """``avey-b`` (with ``preset``), or any other model name of ``avey_b.baselines``, built from config: a
+    """``avey-b`` (with ``preset``), or any other model name of ``avey_b.model_spec``, built from config: a
     transformers ``model_type`` (``bert``, ``modernbert``, ``roberta``, ...) or a baseline (``bert-base``,
     ``neobert``, ...)."""
     preset: str | None = "small"

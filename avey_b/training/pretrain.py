@@ -60,8 +60,8 @@ from .checkpoint import (
     save_training,
 )
 from .config import PretrainConfig, describe, dump_yaml, load_config, to_dict
-from .metrics import MetricsLogger, peak_flops, shared_cpu_message, shared_cpu_slowdown
 from .mlm_eval import evaluate, fill_mask, masked_batch, mlm_sums
+from .monitor import MetricsLogger, peak_flops, shared_cpu_message, shared_cpu_slowdown
 from .schedule import build_scheduler
 
 

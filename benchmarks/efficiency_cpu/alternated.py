@@ -19,9 +19,9 @@ import time
 
 import torch
 
-from avey_b.baselines import build_config, build_model
 from avey_b.benchmarking.inputs import text_ids
 from avey_b.benchmarking.timing import gemm_rate, timed_call
+from avey_b.model_spec import build_config, random_model
 from avey_b.records import append_jsonl
 
 
@@ -39,7 +39,7 @@ def main() -> None:
     models = {}
     for spec in args.models:
         config = build_config(spec)
-        models[spec] = (config, build_model(config, attn_implementation="sdpa"))  # ignored for Avey-B
+        models[spec] = (config, random_model(config, attn_implementation="sdpa"))  # ignored for Avey-B
     for n in args.lengths:
         inputs = {s: text.batch(c.vocab_size, 1, n)[:2] for s, (c, _) in models.items()}
 

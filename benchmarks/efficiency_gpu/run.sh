@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The paper's efficiency setting (paper §5.4): batch 8, 128 ... 96K tokens, bf16, on one GPU.
 # Avey-B base eager and torch.compile; ModernBERT-base and NeoBERT (approximated from its published shape,
-# see avey_b/baselines.py) with SDPA, eager attention and FlashAttention-2 (if flash-attn is
+# see avey_b/model_spec.py) with SDPA, eager attention and FlashAttention-2 (if flash-attn is
 # installed; otherwise those points are recorded as "unavailable"). Not run yet: no GPU was lent to the
 # session that wrote this; results will land in this folder.
 # Timed on real text (cl100k ids renumbered into each model's vocabulary, as in benchmarks/efficiency_cpu/):

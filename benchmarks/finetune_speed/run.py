@@ -39,10 +39,10 @@ def main() -> None:
     from transformers import AutoConfig, AutoModelForMaskedLM, AutoTokenizer, BertConfig
 
     import avey_b  # noqa: F401
-    from avey_b.baselines import masked_lm_parameters, matched_width
     from avey_b.benchmarking.timing import gemm_rate
     from avey_b.evaluation.finetune import run_cell
     from avey_b.evaluation.tasks import DataFiles, RunConfig
+    from avey_b.model_spec import masked_lm_parameters, matched_width
 
     tok = AutoTokenizer.from_pretrained(args.avey)
     target = masked_lm_parameters(AutoConfig.from_pretrained(args.avey))

@@ -151,14 +151,12 @@ def main() -> None:
     with open(log, "a") as f:
         subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env)
     report = (work / "eval" / "report.md").read_text()
-    head = [
-        "# Learning benchmark: scratch vs pretrained (Avey-B, BERT, ModernBERT of one size)", "",
-        "```", f"python benchmarks/learning/run.py {' '.join(sys.argv[1:])}", "```", "",
-        f"Machine: {platform.node()}, {platform.processor() or platform.machine()}, {args.threads} threads; "
-        f"load average at the end {os.getloadavg()}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}. "
-        f"Pretraining took {t_pre / 60:.0f} min, the whole benchmark {(time.time() - t_start) / 60:.0f} min.", "",
-        "Parameters (masked-LM model, tied embeddings counted once): "
-        + ", ".join(f"{k} {v / 1e6:.2f}M" for k, v in sizes.items()) + ".", "",
+    head = report_head(
+        "Learning benchmark: scratch vs pretrained (Avey-B, BERT, ModernBERT of one size)", "benchmarks/learning/run.py",
+        sizes, cpu=f"{platform.processor() or platform.machine()}, {args.threads} threads",
+        facts=f"load average at the end {os.getloadavg()}",
+        took=f"Pretraining took {t_pre / 60:.0f} min, the whole benchmark {(time.time() - t_start) / 60:.0f} min.",
+    ) + [
         "Pretraining learning rates: Avey-B 2e-3 (the quickstart's); BERT and ModernBERT each at "
         + " and ".join(f"{lr:g}" for lr in PRETRAIN_LRS) + ", the lower final held-out loss kept (final losses: "
         + "; ".join(f"{a}: " + ", ".join(f"{k} {v}" for k, v in c.items()) for a, c in chosen.items())
@@ -169,6 +167,18 @@ def main() -> None:
     if not args.smoke:
         shutil.copy(work / "suite.yaml", HERE / "suite.yaml")
     print((out / "results.md").read_text())
+
+
+def report_head(title: str, script: str, sizes: dict[str, int], *, cpu: str, facts: str, took: str) -> list[str]:
+    """The opening lines of a ``results.md`` (this benchmark's and ``paper_protocol_cpu``'s): the title, the command
+    that wrote it, the machine (``cpu``, then ``facts`` such as the load or the commit), the date, how long it took,
+    and the parameters of each model."""
+    return [
+        f"# {title}", "", "```", f"python {script} {' '.join(sys.argv[1:])}", "```", "",
+        f"Machine: {platform.node()}, {cpu}; {facts}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}. {took}",
+        "", "Parameters (masked-LM model, tied embeddings counted once): "
+        + ", ".join(f"{k} {v / 1e6:.2f}M" for k, v in sizes.items()) + ".", "",
+    ]
 
 
 def pretrain(files: list[str], work: Path, common: list[str], log: Path,
@@ -187,7 +197,7 @@ def pretrain(files: list[str], work: Path, common: list[str], log: Path,
     from transformers import AutoConfig, AutoTokenizer
 
     import avey_b  # noqa: F401  (registers Avey-B with the Auto classes)
-    from avey_b.baselines import masked_lm_parameters, matched_width
+    from avey_b.model_spec import masked_lm_parameters, matched_width
 
     tok_dir = avey_dir / "model"
     vocab = len(AutoTokenizer.from_pretrained(tok_dir))

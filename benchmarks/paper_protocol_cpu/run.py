@@ -108,15 +108,10 @@ def main() -> None:
     report = (work / "eval" / "report.md").read_text()
     load = (f"{min(loads):.1f} / {sum(loads) / len(loads):.1f} / {max(loads):.1f} (min / mean / max of "
             f"{len(loads)} one-minute samples)" if loads else "not sampled")
-    head = [
-        "# The paper's protocol at CPU scale (Avey-B, BERT, ModernBERT of one size)", "",
-        "```", f"python benchmarks/paper_protocol_cpu/run.py {' '.join(sys.argv[1:])}", "```", "",
-        f"Machine: {platform.node()}, {cpu}; commit {commit}; "
-        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}. The evaluation took {t_eval / 60:.0f} min; "
-        f"1-minute load average during it {load}.", "",
-        "Parameters (masked-LM model, tied embeddings counted once): "
-        + ", ".join(f"{k} {v / 1e6:.2f}M" for k, v in sizes.items()) + ".", "",
-    ]
+    head = learning.report_head(
+        "The paper's protocol at CPU scale (Avey-B, BERT, ModernBERT of one size)",
+        "benchmarks/paper_protocol_cpu/run.py", sizes, cpu=cpu, facts=f"commit {commit}",
+        took=f"The evaluation took {t_eval / 60:.0f} min; 1-minute load average during it {load}.")
     (HERE / "results.md").write_text("\n".join(head) + report)
     shutil.copy(work / "eval" / "report.json", HERE / "results.json")
     shutil.copy(work / "suite.yaml", HERE / "suite.yaml")

@@ -3,7 +3,7 @@
     python benchmarks/quantization/run.py --text runs/english.txt --models avey-b-small avey-b-base modernbert-base \\
         --lengths 128 512 2048 8192
 
-Each model (``avey_b.baselines`` specs, random weights, seed 0) is exported as ``avey-b export`` does (ONNX fp32,
+Each model (``avey_b.model_spec`` specs, random weights, seed 0) is exported as ``avey-b export`` does (ONNX fp32,
 weights folded into the layout MatMul reads) and quantized as ``avey-b export --quantize int8`` does
 (:func:`avey_b.quantize.quantize_onnx`, per-channel weights; ``--per-tensor`` adds per-tensor weights, ``--qdq``
 onnxruntime's static QDQ form calibrated on the timed input itself, its best case); ModernBERT through the same
@@ -26,15 +26,16 @@ import platform
 import statistics
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from avey_b.baselines import build_config, build_model
 from avey_b.benchmarking.inputs import text_ids
-from avey_b.benchmarking.timing import gemm_rate
+from avey_b.benchmarking.timing import alternate, gemm_rate
 from avey_b.export import Exportable, _dynamic, export_onnx, fold_weight_layouts
+from avey_b.model_spec import build_config, random_model
 from avey_b.quantize import compare_quantized, quantize_eager_int8, quantize_onnx
 from avey_b.records import append_jsonl
 
@@ -107,7 +108,7 @@ def main() -> None:
     for spec in args.models:
         torch.manual_seed(0)
         config = build_config(spec)
-        model = build_model(config, attn_implementation="sdpa").eval()
+        model = random_model(config, attn_implementation="sdpa").eval()
         t = time.perf_counter()
         fp32_path = export_any(model, workdir / spec / "model.onnx")
         files = {"onnx_fp32": fp32_path, "onnx_int8": quantize_onnx(fp32_path)}
@@ -134,12 +135,8 @@ def main() -> None:
             names = list(eager) + list(sessions)
             load_before, g0 = os.getloadavg(), gemm_rate(torch.float32)
             outputs = {name: run(name) for name in names}  # warm-up, and the outputs compared below
-            times: dict[str, list[float]] = {name: [] for name in names}
-            for _ in range(args.rounds):
-                for name in names:
-                    t = time.perf_counter()
-                    run(name)
-                    times[name].append(time.perf_counter() - t)
+            timed = alternate({name: partial(run, name) for name in names}, args.rounds)
+            times = {name: t.times_s for name, t in timed.items()}
             g1, load_after = gemm_rate(torch.float32), os.getloadavg()
             reference = outputs["eager_fp32"]
             accuracy = {}

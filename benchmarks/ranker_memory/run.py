@@ -5,7 +5,7 @@
 The ranker's similarity working set is one cache-sized tile (within ``ranker_memory_mb``), reused for every step
 (the plan is recorded per length and precision). Everything else the forward holds is linear in ``N``, so peak
 memory should be ``~constant + c·N``. Peak memory is the process RSS above the level just before the forward,
-sampled every millisecond. FLOPs: the processor's per-token FLOPs counted at 4K tokens (FlopCounterMode) times
+sampled every millisecond (:func:`avey_b.benchmarking.timing.timed_call`, which first returns freed heap to the system). FLOPs: the processor's per-token FLOPs counted at 4K tokens (FlopCounterMode) times
 ``N``, plus the ranker's MaxSim GEMMs (every split against itself and the earlier ones); utilization is against
 the same-dtype 2048³ GEMM rate measured in the same process right before and after each point.
 """
@@ -21,7 +21,7 @@ import torch
 
 from avey_b import AveyBModel, presets
 from avey_b.analysis import count_flops
-from avey_b.benchmarking.timing import PeakRSSSampler, gemm_rate
+from avey_b.benchmarking.timing import gemm_rate, timed_call
 from avey_b.records import append_jsonl
 
 
@@ -58,13 +58,10 @@ def main() -> None:
             g0 = gemm_rate(torch_dtype)
             with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == "bf16"):
                 model(ids[:, :2048])  # warm-up
-                with PeakRSSSampler() as mem:
-                    t = time.perf_counter()
-                    model(ids)
-                    seconds = time.perf_counter() - t
+                seconds, peak, _ = timed_call(lambda ids=ids: model(ids))
             g1 = gemm_rate(torch_dtype)
             rec = {"tokens": n_tokens, "dtype": dtype, "seconds": round(seconds, 3),
-                   "peak_mb": round((mem.peak - mem.baseline) / 2**20, 1), "query_splits_per_block": blk,
+                   "peak_mb": None if peak is None else round(peak / 2**20, 1), "query_splits_per_block": blk,
                    "candidate_splits_per_tile": tile, "flops": int(flops),
                    "utilization": round(flops / seconds / ((g0 + g1) / 2), 3),
                    "gemm_gflop_per_s": [round(g0 / 1e9, 1), round(g1 / 1e9, 1)], "threads": args.threads,

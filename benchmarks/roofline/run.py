@@ -38,7 +38,7 @@ import torch
 
 from avey_b import AveyBModel, presets
 from avey_b.analysis import count_flops
-from avey_b.benchmarking.timing import PeakRSSSampler, gemm_rate, measure
+from avey_b.benchmarking.timing import PeakRSSSampler, alternate, gemm_rate, measure
 from avey_b.device import autocast
 from avey_b.execution import ExecutionSettings
 from avey_b.records import append_jsonl
@@ -127,7 +127,6 @@ def ab_point(model, ids, dtype_name: str, repeats: int, setups: tuple[str, str])
     ctx = partial(autocast, torch.device("cpu"), dtype_name == "bf16")
     x4 = embedded(model, ids, dtype_name)
     calls = {"forward": lambda: model(input_ids=ids), "ranker": lambda: model.ranker(x4, None)}
-    times = {(c, s): [] for c in calls for s in setups}
     outs, choices = {}, {}
     with torch.no_grad():
         for s in setups:  # warm-up each, and keep its output and choice for the equality check
@@ -136,14 +135,17 @@ def ab_point(model, ids, dtype_name: str, repeats: int, setups: tuple[str, str])
                 outs[s] = model(input_ids=ids).last_hidden_state.float()
                 choices[s] = model.ranker(x4, None).idx
         g0 = gemm_rate(DTYPES[dtype_name])
-        for _ in range(repeats):
-            for c, fn in calls.items():
-                for s in setups:
-                    model.config.execution = EXECUTION[s]
-                    t = time.perf_counter()
-                    with ctx():
-                        fn()
-                    times[c, s].append(time.perf_counter() - t)
+        def under_ctx(fn):  # autocast entered per call, as in point(): its weight-cast cache lives one call
+            def call():
+                with ctx():
+                    fn()
+            return call
+
+        def use(c_s):
+            model.config.execution = EXECUTION[c_s[1]]
+
+        timed = alternate({(c, s): under_ctx(fn) for c, fn in calls.items() for s in setups}, repeats, prepare=use)
+        times = {k: t.times_s for k, t in timed.items()}
         g1 = gemm_rate(DTYPES[dtype_name])
         model.config.execution = EXECUTION["after"]
         with ctx():

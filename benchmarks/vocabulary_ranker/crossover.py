@@ -11,7 +11,6 @@ takes for that input.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -20,7 +19,9 @@ from pathlib import Path
 import torch
 
 from avey_b import AveyBModel, presets
+from avey_b.benchmarking.timing import alternate
 from avey_b.device import autocast
+from avey_b.records import append_jsonl
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from run import Inputs, machine  # noqa: E402  (the sibling script's input builder)
@@ -45,23 +46,21 @@ def main() -> None:
         auto = ("vocabulary" if inputs.n >= execution.auto_min_splits
                 and execution.auto_overhead * estimate < 1 else "dense")
         for dtype in ("fp32", "bf16"):
-            best = {}
-            for _ in range(3):
-                for algorithm in ("dense", "vocabulary"):
-                    model.config.ranker_algorithm = algorithm
-                    with torch.no_grad(), autocast(torch.device("cpu"), dtype == "bf16"):
-                        t = time.perf_counter()
-                        ranker(inputs.x, inputs.keep, inputs.ids4)
-                        best[algorithm] = min(best.get(algorithm, float("inf")), time.perf_counter() - t)
+            def rank(inputs=inputs, bf16=dtype == "bf16"):  # autocast entered per call: its weight-cast cache lives one call
+                with autocast(torch.device("cpu"), bf16):
+                    ranker(inputs.x, inputs.keep, inputs.ids4)
+
+            with torch.no_grad():
+                timed = alternate({"dense": rank, "vocabulary": rank}, 3,
+                                  prepare=lambda algorithm: setattr(model.config, "ranker_algorithm", algorithm))
+            best = {algorithm: t.min_s for algorithm, t in timed.items()}
             rec = {"tokens": N, "vocabulary_size": V, "distinct_ids": inputs.U, "dtype": dtype,
                    "dense_s": round(best["dense"], 5), "vocabulary_s": round(best["vocabulary"], 5),
                    "measured_ratio": round(best["vocabulary"] / best["dense"], 3),
                    "estimated_ratio": round(estimate, 3), "what_auto_takes": auto, "ids": "random (uniform)",
                    "machine": machine(), "threads": 2, "load": [round(x, 2) for x in os.getloadavg()],
                    "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-            print(json.dumps(rec), flush=True)
-            with open(out, "a") as f:
-                f.write(json.dumps(rec) + "\n")
+            append_jsonl(out, rec, echo=True)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ import shutil
 import sys
 
 from ...data import niah as niah_data
-from ...data.niah import DEFAULT_TRAIN_LENGTH, TASKS, parse_lengths
+from ...data.niah import DEFAULT_TRAIN_LENGTH, NIAH_TASKS, parse_lengths
 from ...records import append_jsonl, read_jsonl, write_jsonl_atomic
 from ...tokenization import load_tokenizer
 from .forms import FORM_DEFAULTS, FORMS, HEADLINE, form_of
@@ -34,7 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--tokenizer", required=True, help="HF tokenizer name or local path (lengths in its tokens)"
     )
     g.add_argument("--out", required=True, help="output directory")
-    g.add_argument("--tasks", nargs="+", choices=TASKS, default=list(TASKS))
+    g.add_argument("--tasks", nargs="+", choices=NIAH_TASKS, default=list(NIAH_TASKS))
     g.add_argument(
         "--lengths",
         nargs="+",
@@ -132,14 +132,14 @@ def add_evaluate_arguments(e: argparse.ArgumentParser, defaults: bool = True) ->
         required=defaults,
         help="Hub ids / local directories of pretrained encoders, or benchmark names built from "
         "config with random weights (avey-b-small, bert-base, modernbert-base, neobert, ...; "
-        "see avey_b.baselines) for smoke runs",
+        "see avey_b.model_spec) for smoke runs",
     )
     e.add_argument(
         "--tokenizer",
         default=d(None),
         help="tokenizer for models built from config (and for pretrained models without one)",
     )
-    e.add_argument("--tasks", nargs="+", choices=TASKS, default=d(list(TASKS)))
+    e.add_argument("--tasks", nargs="+", choices=NIAH_TASKS, default=d(list(NIAH_TASKS)))
     e.add_argument(
         "--form", choices=FORMS, default=d("qa"),
         help="qa: an extractive-QA head (start/end logits), SQuAD exact match and F1 (default); token-classification:"

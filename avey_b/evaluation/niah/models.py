@@ -3,7 +3,7 @@ the form's head, its tokenizer and its maximum input length."""
 
 from __future__ import annotations
 
-from ... import baselines
+from ... import model_spec
 
 HEAD_CLASS = {"qa": "AutoModelForQuestionAnswering", "token-classification": "AutoModelForTokenClassification"}
 
@@ -16,8 +16,8 @@ def load_model_and_tokenizer(name: str, args, cfg, weights: str | None = None):
     from ..tasks.base import check_model_source, load_model, load_task_tokenizer
 
     head = HEAD_CLASS[args.form]
-    spec = baselines.parse_spec(name)
-    if baselines.is_registered(spec.name):
+    spec = model_spec.parse_spec(name)
+    if model_spec.is_registered(spec.name):
         if args.tokenizer is None:
             raise SystemExit(f"avey-b niah evaluate: model {name!r} is built from config; pass --tokenizer")
         tok = load_task_tokenizer(args.tokenizer, cfg)
@@ -25,7 +25,7 @@ def load_model_and_tokenizer(name: str, args, cfg, weights: str | None = None):
         if weights:
             model = getattr(transformers, head).from_pretrained(weights)
         else:
-            config = baselines.build_config(spec)
+            config = model_spec.build_config(spec)
             config.vocab_size = max(config.vocab_size, len(tok))  # ids of the given tokenizer must fit
             if tok.pad_token_id is not None and hasattr(config, "pad_token_id"):
                 config.pad_token_id = tok.pad_token_id
@@ -40,6 +40,6 @@ def load_model_and_tokenizer(name: str, args, cfg, weights: str | None = None):
         else:
             model = (load_model(name, "question-answering", cfg) if args.form == "qa"
                      else load_model(name, "token-classification", cfg, num_labels=2))
-    limit = baselines.max_length(model.config, respect_rope_window=True)
+    limit = model_spec.max_length(model.config, respect_rope_window=True)
     return model, tok, limit, how
 

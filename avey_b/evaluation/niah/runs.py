@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ... import baselines
+from ... import model_spec
 from ...data.niah import parse_lengths
 from ...device import pick_device
 from ...files import content_hash, load_json
@@ -127,7 +127,7 @@ def evaluate_model(name: str, task: str, args, lr: float | None = None, log=prin
                                   doc_stride=min(128, max(0, (min(train_len, limit or train_len)) // 4)))
     run = FineTuning(name, task, args, cfg, run_dir, model, tok, limit, train_len)
     training = fine_tune(run, train_rows, log)
-    retrieval = getattr(args, "retrieval", True) and baselines.is_avey_b(model.config)
+    retrieval = getattr(args, "retrieval", True) and model_spec.is_avey_b(model.config)
     return {"model": name, "built": how, "task": task, "form": args.form, "max_length": limit, "train": training,
             "lr": lr, "seed": args.seed, "device": str(device), "settings": settings,
             "results": score_lengths(run, lengths, retrieval, log)}
@@ -137,7 +137,7 @@ def fine_tune(run: FineTuning, train_rows: list[dict[str, Any]], log) -> dict[st
     """Fine-tune the run's model on ``train_rows`` in its form and return the training record; or, when an
     earlier run of this fine-tuning finished training (its model was loaded), read that record back. The model is saved
     first, then the record (``train.json``): the record marks a finished training."""
-    from ...training.checkpoint import save_pretrained_atomic
+    from ...records import save_pretrained_atomic
     from ..finetune import train_model
     from ..tasks.base import pad_id_of
     from ..tasks.qa import QuestionAnsweringTask

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, fields
+from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -26,6 +27,9 @@ from ...files import (
 )
 from ...heads import sentence_embedding  # importing the package registers Avey-B with the Auto classes
 from ...tokenization import load_tokenizer
+
+#: A model config that names no eos token (BERT's, Avey-B's): what :meth:`Task.end` assumes outside a run.
+CONFIG_WITHOUT_EOS = SimpleNamespace(eos_token_id=None)
 
 PROTOCOLS = ("standard", "paper")
 WEIGHTS_DTYPES = ("float32", "bfloat16")
@@ -203,9 +207,9 @@ class Task:
     """Paper protocol: the token appended to every input (set per run from the model, :func:`end_token`)."""
 
     def end(self, tokenizer) -> str:
-        """The paper protocol's end token: the run's (:func:`end_token`), else the tokenizer's unknown token, else
-        its eos."""
-        return self.end_token or tokenizer.unk_token or tokenizer.eos_token
+        """The paper protocol's end token: the run's (set from its model by :func:`end_token`), else
+        :func:`end_token` for a model config that names no eos token (BERT's, Avey-B's)."""
+        return self.end_token or end_token(tokenizer, CONFIG_WITHOUT_EOS)
 
     # -- data ------------------------------------------------------------------------------------------
     def load(self, which: str, files: DataFiles) -> Any:
@@ -364,30 +368,45 @@ class EncoderTokenClassifier(torch.nn.Module):
         return TokenClassifierOutput(loss=loss, logits=logits)
 
 
+def buffered(limit: int) -> int:
+    """EncodEval's input length under a model's length limit: 99% of it, rounded (its "1% buffer"), at least 1."""
+    return max(1, round(0.99 * limit))
+
+
 def input_limit(model_config, tokenizer) -> int | None:
     """The longest input of a cell whose ``max_length`` is None, as EncodEval computes it for ``max_length: null``:
-    99% of the model's ``max_position_embeddings`` (its "1% buffer", rounded), whatever the positions (learned or
-    RoPE); None (no truncation) for a model without a position limit (Avey-B), unless its tokenizer states one."""
-    from ...baselines import is_avey_b
+    the model's ``max_position_embeddings`` less the 1% buffer (:func:`buffered`), whatever the positions (learned
+    or RoPE); None (no truncation) for a model without a position limit (Avey-B), unless its tokenizer states one."""
+    from ...model_spec import is_avey_b
 
     limit = None if is_avey_b(model_config) else getattr(model_config, "max_position_embeddings", None)
     if limit:
-        return round(0.99 * limit)
+        return buffered(limit)
     stated = getattr(tokenizer, "model_max_length", None)
     return stated if stated is not None and stated < 10**8 else None  # transformers' "no limit" is 1e30
 
 
-def end_token(tokenizer, model_config) -> str:
-    """The token EncodEval appends to every input (``text + eos_token``, no other special tokens). EncodEval copies
-    the model config's ``eos_token_id`` onto the tokenizer, and under transformers 4 (its ``dtype=`` loading needs
-    4.56 or later) every config has that field, None unless the model sets one; a tokenizer left without an eos
-    token gets its unknown token. So: the config's eos token, else the unknown token (``[UNK]`` for BERT and
-    Avey-B, ``</s>`` for RoBERTa, ``[SEP]`` for ModernBERT), else the tokenizer's own eos."""
-    eos_id = getattr(model_config, "eos_token_id", None)
-    if isinstance(eos_id, (list, tuple)):
-        eos_id = eos_id[0] if eos_id else None
-    token = (tokenizer.convert_ids_to_tokens(eos_id) if eos_id is not None else None) or tokenizer.unk_token
-    token = token or tokenizer.eos_token
+def end_token(tokenizer, model_config=None) -> str:
+    """The token EncodEval appends to every input (``text + eos_token``, no other special tokens), by its one rule:
+    the eos token the tokenizer holds once the model is loaded, else its unknown token.
+
+    * A transformers model (``model_config`` given): EncodEval copies the config's ``eos_token_id`` onto the
+      tokenizer, and under transformers 4 (its ``dtype=`` loading needs 4.56 or later) every config has that field,
+      None unless the model sets one. So: the config's eos token, else the unknown token (``[UNK]`` for BERT and
+      Avey-B, ``</s>`` for RoBERTa, ``[SEP]`` for ModernBERT).
+    * A SentenceTransformer (``model_config=None``: the paper protocol's retrieval training,
+      :mod:`avey_b.evaluation.ir_paper`): its tokenizer is used as loaded, so its own eos token, else the unknown
+      token.
+
+    Either way the tokenizer's own eos is the last resort; a tokenizer with neither is an error."""
+    if model_config is None:
+        eos = tokenizer.eos_token
+    else:
+        eos_id = getattr(model_config, "eos_token_id", None)
+        if isinstance(eos_id, (list, tuple)):
+            eos_id = eos_id[0] if eos_id else None
+        eos = tokenizer.convert_ids_to_tokens(eos_id) if eos_id is not None else None
+    token = eos or tokenizer.unk_token or tokenizer.eos_token
     if token is None:
         raise ValueError("the tokenizer has neither an unknown nor an end-of-sequence token to end inputs with")
     return token

@@ -1,12 +1,14 @@
-"""Baseline encoders built from their configurations with random weights (no download): the one list that
-the efficiency benchmark, NIAH evaluation and the comparison scripts in ``benchmarks/`` share.
+"""Model specs: the one grammar that names a model and builds its config — Avey-B from a preset, or a
+Transformer encoder (BERT, ModernBERT, NeoBERT-like) — for pretraining, the efficiency benchmark, NIAH evaluation
+and the comparison scripts in ``benchmarks/``; :func:`random_model` builds the model with random weights (no
+download).
 
 A model spec is ``NAME[:key=value,...]``: a registered name below, a transformers ``model_type`` (``bert``,
 ``roberta``, ``modernbert``: that class's default config), or a local directory / Hub id holding a
 ``config.json`` (read with ``AutoConfig``; after ``import avey_b`` that includes Avey-B directories). The
 ``key=value`` overrides set config fields (values parsed as Python literals: ``avey-b-small:compressor=False``,
 ``bert-base:num_hidden_layers=6``). It is the one grammar of a model: pretraining's ``model.arch`` / ``preset`` /
-``overrides`` are the same spec written as YAML (:func:`avey_b.training.build.build_model`).
+``overrides`` are the same spec written as YAML (:func:`avey_b.training.build.model_config`).
 
 Registered names:
 
@@ -187,7 +189,7 @@ def max_length(config, *, respect_rope_window: bool = False) -> int | None:
     return limit
 
 
-def build_model(config, *, attn_implementation: str | None = None, head: str = "base") -> nn.Module:
+def random_model(config, *, attn_implementation: str | None = None, head: str = "base") -> nn.Module:
     """Random-weight model from ``config``. ``head``: ``"base"`` (AutoModel) or ``"qa"``.
 
     Raises ``ValueError``/``ImportError`` when the attention implementation is unavailable.

@@ -1,4 +1,5 @@
-"""Metrics sinks for a run (rank 0 only): ``metrics.jsonl`` (every record), ``metrics.csv`` (fixed columns),
+"""Watching a pretraining run (the task scores of fine-tuning are :mod:`avey_b.evaluation.metrics`): metrics sinks
+for a run (rank 0 only): ``metrics.jsonl`` (every record), ``metrics.csv`` (fixed columns),
 and TensorBoard / Weights & Biases when installed and asked for; the peak FLOP/s behind MFU; and the watch on the
 training rate that says when a CPU run looks shared (:func:`shared_cpu_slowdown`)."""
 
