@@ -359,6 +359,46 @@ def sides(args, facts: dict, base: dict) -> None:
                             "runs": runs, "summary": summary, "time_ratios_per_round": ratios}, echo=True)
 
 
+def in_process(args, facts: dict, base: dict) -> None:
+    """``local`` against ``st`` in one process, in turns (same jobs as the sides: model loading included)."""
+    import numpy as np
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    from avey_b.benchmarking.timing import timed_call
+    from avey_b.device import autocast, use_bf16
+    from avey_b.embed import embed_corpus
+    from avey_b.records import append_jsonl
+
+    torch.set_num_threads(args.threads)
+    bf16 = use_bf16(args.precision, torch.device("cpu"))
+    dtype = "bf16" if bf16 else "fp32"
+    out = Path(args.workdir) / "out" / "in-process"
+
+    def local():
+        shutil.rmtree(out, ignore_errors=True)
+        embed_corpus(facts["model_dir"], facts["corpus"], out, shard_size=args.shard_size, progress=False,
+                     max_batch_tokens=args.max_batch_tokens, precision=dtype, device="cpu", id_column="id")
+
+    def st():
+        model = SentenceTransformer(facts["model_dir"], device="cpu")
+        texts = [json.loads(line)["text"] for line in open(facts["corpus"], encoding="utf-8")]
+        with torch.no_grad(), autocast(torch.device("cpu"), bf16):
+            return np.asarray(model.encode(texts, batch_size=facts["st_batch_size"], show_progress_bar=False))
+
+    g0, load0 = gemm(dtype), load()
+    times: dict[str, list[float]] = {"local": [], "st": []}
+    for r in range(args.rounds):
+        for name, fn in (("local", local), ("st", st)) if r % 2 == 0 else (("st", st), ("local", local)):
+            seconds, _, _ = timed_call(fn)
+            times[name].append(seconds)
+            print(f"# in-process round {r}: {name} {seconds:.1f} s, load {load()}", flush=True)
+    append_jsonl(args.out, {**base, "section": "in_process", "dtype": dtype, "seconds": times,
+                            "st_batch_size": facts["st_batch_size"],
+                            "st_over_local_per_round": [b / a for a, b in zip(times["local"], times["st"], strict=True)],
+                            "gemm_gflop_s": [g0, gemm(dtype)], "load_before": load0, "load_after": load()}, echo=True)
+
+
 # -------------------------------------------------------------------------------------------------- overhead
 def overhead(args, facts: dict, base: dict) -> None:
     """The local backend's per-shard work against the embedding head's forward on the same batches (docstring)."""
@@ -498,7 +538,8 @@ def main() -> None:
     p.add_argument("--precision", choices=("auto", "bf16", "fp32"), default="auto")
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--sides", nargs="+", choices=SIDES, default=list(SIDES))
-    p.add_argument("--sections", nargs="+", choices=("sides", "overhead", "late"), default=["sides", "overhead", "late"])
+    p.add_argument("--sections", nargs="+", choices=("sides", "in_process", "overhead", "late"),
+                   default=["sides", "overhead", "late"])
     p.add_argument("--shard-size", type=int, default=100)
     p.add_argument("--max-batch-tokens", type=int, default=32_768)
     p.add_argument("--st-batch-size", type=int, default=None, help="default: see the module docstring")
@@ -537,6 +578,8 @@ def main() -> None:
           f"(max {facts['length_max']:,}); load {load()}", flush=True)
     if "sides" in args.sections:
         sides(args, facts, base)
+    if "in_process" in args.sections:
+        in_process(args, facts, base)
     if "overhead" in args.sections:
         overhead(args, facts, base)
     if "late" in args.sections:
