@@ -2,7 +2,8 @@
 ``SentenceTransformer.encode``, the local backend's overhead over the model's own forward, and late chunking
 against embedding each chunk alone.
 
-    python benchmarks/embed/run.py --data ../shared/data --workdir runs/embed_bench            # ~20-30 min
+    python benchmarks/embed/run.py --data ../shared/data --workdir runs/embed_bench            # ~16 min here
+    python benchmarks/embed/run.py --data ../shared/data --workdir runs/embed_bench --sections in_process
     python benchmarks/embed/run.py --data ../shared/data --workdir runs/embed_bench --smoke    # ~1-2 min check
 
 **Corpus.** The shared English text of ``benchmarks/english_text.py`` (WikiText-2 valid, tiny-shakespeare,
@@ -13,7 +14,8 @@ benchmark here), cut into ``--documents`` documents whose lengths follow a Paret
 random place and decoded back to text; written to ``WORKDIR/corpus.jsonl`` (never committed). The model directory
 carries cl100k_base as a Hugging Face fast tokenizer (converted from the same BPE file with transformers'
 ``TikTokenConverter``; checked here to give tiktoken's ids on the whole text), so the model sees cl100k ids as
-they are (0..100,276, no special tokens), not renumbered: its vocabulary has 100,288 rows.
+they are (0..100,276, no special tokens; padding with ``<|endoftext|>``, which the attention mask hides), not
+renumbered: its vocabulary has 100,288 rows.
 
 **Model.** Avey-B small (``avey_b.presets.small``: d=256, L=8, S=64, k=3), random weights (seed 0; speed does not
 depend on them), saved as ``AveyBForSentenceEmbedding`` — what ``avey-b embed`` loads and also a
@@ -32,6 +34,9 @@ Each side times its whole job with :func:`avey_b.benchmarking.timing.timed_call`
 GEMM rate of the same dtype in the same process before and after, and reports its ``ru_maxrss``; the parent samples
 the RSS of the side's whole process tree (Ray's driver, raylet and actors together). Vectors of the three sides are
 compared (largest absolute difference against ``local``).
+
+**In one process** (``--sections in_process``): ``local`` and ``st`` as above, alternated in this process (local,
+st, then st, local, ...): the ratio measured within one process, beside the subprocess runs' memory.
 
 **Overhead** (one process, alternated per shard, order swapped each shard): ``run_shard`` — the local backend's
 work on one shard: tokenize, sort into token-budget batches, pad, forward, pool, write the Parquet shard — against
