@@ -40,7 +40,7 @@ vector per chunk, the mean of the chunk's token states normalized the same way
 
 Ray (``--backend ray``, ``pip install 'avey-b[ray]'``): the same job as a Ray Data pipeline on a cluster
 (``--ray-address auto``, or an address) or a local Ray: this process reads the input in order, in waves of
-``RAY_WAVE_SHARDS_PER_ACTOR`` shards per actor; ``map_batches`` hands each shard to one of ``--concurrency``
+``ray_wave`` (default 8) shards per actor; ``map_batches`` hands each shard to one of ``--concurrency``
 actors that load the model once (``--num-gpus`` each; default 1 where the cluster has GPUs) and write the shard
 into OUTPUT, which must be a filesystem every node sees (and ``avey_b`` installed on every node). Same layout,
 manifest, resume and vectors as the default backend, which never imports Ray.
@@ -75,9 +75,9 @@ MODEL_FILES = ("config.json", "*.safetensors", "pytorch_model*.bin")
 TOKENIZER_FILES = ("tokenizer*.json", "special_tokens_map.json", "vocab.*", "merges.txt", "*.model")
 CHUNKINGS = ("none", "late")
 VECTOR_DTYPES = ("float32", "float16")
-#: The Ray backend reads the input in waves of this many shards per actor (the driver holds one wave's text);
-#: each wave is one Ray Data pipeline, its actors loading the model once.
-RAY_WAVE_SHARDS_PER_ACTOR = 8
+#: The Ray backend's default wave: shards per actor read at once (the driver holds one wave's text); each wave is
+#: one Ray Data pipeline, its actors loading the model once. ``embed_corpus(..., ray_wave=)`` sets it per job.
+RAY_WAVE = 8
 
 
 @dataclass
@@ -430,7 +430,7 @@ def _start_ray(address: str | None, num_gpus: float | None, device: str, cleanup
 
 def _run_on_ray(pending: list[tuple[int, list[Document]]], model_dir: Path, out: Path, settings: dict,
                 max_batch_tokens: int, device: str, concurrency: int, num_gpus: float) -> Iterator[dict]:
-    """Run pending shards (a wave: ``RAY_WAVE_SHARDS_PER_ACTOR`` per actor) as a Ray Data pipeline — the shards' documents, read in order by the driver →
+    """Run pending shards (a wave: ``ray_wave`` per actor) as a Ray Data pipeline — the shards' documents, read in order by the driver →
     ``map_batches`` over ``concurrency`` :class:`RayShardWriter` actors (the model loaded once per actor,
     ``num_gpus`` each) → one Parquet shard each, written by the actor — and yield each shard's metadata as it
     finishes. The actors write the shards themselves (not ``Dataset.write_parquet``, whose files are named by
@@ -462,10 +462,11 @@ def embed_corpus(model: str, source: str, output: str | os.PathLike, *, lines: b
                  chunk_spans_column: str | None = None, dtype: str = "float32", shard_size: int = 1000,
                  max_tokens: int | None = None, max_batch_tokens: int = 32_768, device: str = "auto",
                  precision: str = "auto", progress: bool = True, backend: str = "local",
-                 ray_address: str | None = None, concurrency: int = 1, num_gpus: float | None = None) -> dict:
+                 ray_address: str | None = None, concurrency: int = 1, num_gpus: float | None = None,
+                 ray_wave: int = RAY_WAVE) -> dict:
     """Embed the documents of ``source`` into Parquet shards under ``output`` and return the manifest; rerun with
     the same settings, finish what a killed run left. The arguments are those of ``avey-b embed`` (module
-    docstring)."""
+    docstring); ``ray_wave``, shards per actor in one Ray pipeline, changes memory and scheduling, not the output."""
     from avey_b.device import pick_device, use_bf16
     from avey_b.files import content_hash, load_json
     from avey_b.progress import Progress
@@ -488,7 +489,7 @@ def embed_corpus(model: str, source: str, output: str | os.PathLike, *, lines: b
     if dtype not in VECTOR_DTYPES:
         raise ValueError(f"dtype must be one of {VECTOR_DTYPES}, got {dtype!r}")
     for name, value in (("shard_size", shard_size), ("max_batch_tokens", max_batch_tokens),
-                        ("max_tokens", max_tokens), ("concurrency", concurrency)):
+                        ("max_tokens", max_tokens), ("concurrency", concurrency), ("ray_wave", ray_wave)):
         if value is not None and value < 1:
             raise ValueError(f"{name} must be at least 1, got {value}")
     hf = source.startswith("hf:")
@@ -591,7 +592,7 @@ def embed_corpus(model: str, source: str, output: str | os.PathLike, *, lines: b
                     written(run_shard(embedder, k, group, out, settings, max_batch_tokens))
                 else:
                     pending.append((k, group))
-                if len(pending) == RAY_WAVE_SHARDS_PER_ACTOR * concurrency:
+                if len(pending) == ray_wave * concurrency:
                     flush()
             flush()
         if not infos:

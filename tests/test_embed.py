@@ -323,7 +323,6 @@ def test_sigterm_mid_job_then_rerun_gives_the_uninterrupted_vectors(tmp_path, mo
 @pytest.mark.slow
 def test_the_ray_backend_gives_the_local_vectors_and_manifest(tmp_path, model_dir, monkeypatch):
     pytest.importorskip("ray.data")
-    monkeypatch.setattr(embed_module, "RAY_WAVE_SHARDS_PER_ACTOR", 1)  # two waves of two shards
     waves, pipeline = [], embed_module._run_on_ray
     monkeypatch.setattr(embed_module, "_run_on_ray", lambda pending, *a: (waves.append(len(pending)),
                                                                           pipeline(pending, *a))[1])
@@ -331,7 +330,8 @@ def test_the_ray_backend_gives_the_local_vectors_and_manifest(tmp_path, model_di
     write_jsonl(tmp_path / "d.jsonl", [{"text": d} for d in docs])
     local = run(model_dir, tmp_path / "d.jsonl", tmp_path / "local", max_tokens=60)
     os.environ.setdefault("OMP_NUM_THREADS", "1")  # inherited by the local Ray's workers
-    on_ray = run(model_dir, tmp_path / "d.jsonl", tmp_path / "ray", max_tokens=60, backend="ray", concurrency=2)
+    on_ray = run(model_dir, tmp_path / "d.jsonl", tmp_path / "ray", max_tokens=60, backend="ray", concurrency=2,
+                ray_wave=1)  # two waves of two shards
     assert on_ray["settings"] == local["settings"] and on_ray["counts"] | {"seconds": 0} == local["counts"] | {"seconds": 0}
     assert on_ray["skipped"] == local["skipped"] != [] and on_ray["shards"] == local["shards"]
     assert on_ray["runs"][-1] | {"started": 0, "finished": 0, "seconds": 0} == {
