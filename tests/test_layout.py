@@ -89,6 +89,32 @@ def test_evaluation_does_not_import_another_subsystem(other):
     assert bad == []
 
 
+def test_no_test_or_benchmark_sets_a_package_setting_through_a_module_global():
+    """Tuning values live in per-model settings (``config.execution``) or function arguments: a test or a benchmark
+    that overwrites an UPPER_CASE global of the package changes every model in the process. Spies that replace a
+    function are fine."""
+    root = PACKAGE.parent
+    found = []
+    for path in [*root.joinpath("tests").rglob("*.py"), *root.joinpath("benchmarks").rglob("*.py")]:
+        tree = ast.parse(path.read_text())
+        modules = {a.asname or a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)
+                   and (n.module or "").startswith("avey_b") for a in n.names}
+        modules |= {(a.asname or a.name).split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import)
+                    for a in n.names if a.name.startswith("avey_b")}
+        for node in ast.walk(tree):
+            targets = node.targets if isinstance(node, ast.Assign) else []
+            for t in targets:
+                if (isinstance(t, ast.Attribute) and t.attr.isupper() and isinstance(t.value, ast.Name)
+                        and t.value.id in modules):
+                    found.append(f"{path.relative_to(root)}:{node.lineno}: {t.value.id}.{t.attr} = ...")
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "setattr"
+                    and len(node.args) >= 2 and isinstance(node.args[0], ast.Name) and node.args[0].id in modules
+                    and isinstance(node.args[1], ast.Constant) and str(node.args[1].value).isupper()):
+                found.append(f"{path.relative_to(root)}:{node.lineno}: setattr({node.args[0].id}, "
+                             f"{node.args[1].value!r}, ...)")
+    assert found == []
+
+
 @pytest.mark.parametrize("verb", sorted(COMMANDS))
 def test_every_verb_has_help(verb, capsys):
     with pytest.raises(SystemExit) as e:
