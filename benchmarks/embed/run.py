@@ -551,8 +551,9 @@ def main() -> None:
     p.add_argument("--chunk-tokens", type=int, default=256)
     p.add_argument("--late-min-tokens", type=int, default=1024, help="late chunking: documents at least this long")
     p.add_argument("--late-tokens", type=int, default=30_000, help="late chunking: tokens in all, at most")
-    p.add_argument("--trained", default="/work/main/runs/cpu/pretrain/avey-b/model",
-                   help="a pretrained Avey-B directory for the late-chunking cosines (copied; skipped if absent)")
+    p.add_argument("--trained", default=None,
+                   help="a pretrained Avey-B directory for the late-chunking cosines (copied; the recorded run used "
+                        "benchmarks/niah_cpu's pretrained Avey-B, runs/cpu/pretrain/avey-b/model)")
     p.add_argument("--smoke", action="store_true", help="a ~1-minute check: 40 documents up to 2,048 tokens, 1 round")
     p.add_argument("--late-rounds", type=int, default=2)
     p.add_argument("--side", choices=SIDES, help=argparse.SUPPRESS)  # internal: run one side in this process
@@ -589,8 +590,10 @@ def main() -> None:
         overhead(args, facts, base)
     if "late" in args.sections:
         late_vs_alone(args, facts, base, facts["model_dir"], "random (seed 0)", "random")
-        trained = Path(args.trained)
-        if (trained / "config.json").exists():
+        trained = Path(args.trained) if args.trained else None
+        if trained is not None and not (trained / "config.json").exists():
+            raise SystemExit(f"--trained {trained}: no config.json there (a model directory is expected)")
+        if trained is not None:
             copy = Path(args.workdir) / "trained"
             shutil.rmtree(copy, ignore_errors=True)
             shutil.copytree(trained, copy)
