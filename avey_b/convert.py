@@ -22,7 +22,7 @@ from .release import ReleaseConversionError
 
 HEAD_CLASSES = {"masked_lm": AveyBForMaskedLM, "sequence_classification": AveyBForSequenceClassification,
                 "token_classification": AveyBForTokenClassification}
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json", "merges.txt")
+RELEASE_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json", "merges.txt")
 
 
 def convert_release_checkpoint(src: str | os.PathLike, dst: str | os.PathLike, **hub_kwargs) -> str:
@@ -54,7 +54,7 @@ def convert_release_checkpoint(src: str | os.PathLike, dst: str | os.PathLike, *
     model = cls(config)
     model.load_state_dict(ours, strict=False)  # strict check above; the tied decoder is the only key left out
     model.save_pretrained(dst)
-    for name in TOKENIZER_FILES:
+    for name in RELEASE_TOKENIZER_FILES:
         if (directory / name).exists():
             (Path(dst) / name).write_bytes((directory / name).read_bytes())
     return head
