@@ -23,6 +23,7 @@ missing shape. The quantizer does not need it: :func:`quantize_onnx` quantizes t
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
@@ -50,10 +51,19 @@ def weight_matmuls(model) -> list[str]:
     return [n.name for n in model.graph.node if n.op_type == "MatMul" and n.input[1] in weights]
 
 
-def quantize_onnx(path: str | Path, out: str | Path | None = None, per_channel: bool = True) -> Path:
+def default_exclusions(model, config) -> set[str]:
+    """Names of the weight MatMuls of ``model`` (an ``onnx.ModelProto`` exported from an Avey-B model with
+    ``config``) that :func:`quantize_onnx` keeps in fp32 by default."""
+    return set()
+
+
+def quantize_onnx(path: str | Path, out: str | Path | None = None, per_channel: bool = True,
+                  exclude: Iterable[str] = (), reduce_range: bool = False, extra_options: dict | None = None) -> Path:
     """Write the int8 model of the ONNX model ``path`` (default :func:`quantized_path`): every weight MatMul
     dynamically quantized (module docstring), nothing else; ``per_channel``: one weight scale per output feature
-    (as fast as one per matrix here, and closer to the fp32 model). Returns the written path."""
+    (as fast as one per matrix here, and closer to the fp32 model). ``exclude``: names of weight MatMul nodes kept
+    in fp32; ``reduce_range`` and ``extra_options`` go to onnxruntime's ``quantize_dynamic`` (``MatMulConstBOnly``
+    is always set). Returns the written path."""
     import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
@@ -63,13 +73,21 @@ def quantize_onnx(path: str | Path, out: str | Path | None = None, per_channel: 
     if not nodes:
         raise ValueError(f"{path}: no MatMul reads a weight initializer; export it with `avey-b export` (which "
                          "stores weights in the layout MatMul reads)")
+    exclude = set(exclude)
+    unknown = exclude - set(nodes)
+    if unknown:
+        raise ValueError(f"{path}: exclude names nodes that are not weight MatMuls: {sorted(unknown)}")
+    nodes = [n for n in nodes if n not in exclude]
+    if not nodes:  # onnxruntime reads an empty nodes_to_quantize as "every node"
+        raise ValueError(f"{path}: exclude leaves no weight MatMul to quantize")
     root = logging.getLogger()  # the quantizer advises its pre-processing on the root logger (see module docstring)
     level = root.level
     root.setLevel(max(level, logging.ERROR))
     try:
         quantize_dynamic(path, out, weight_type=QuantType.QInt8, per_channel=per_channel,
                          op_types_to_quantize=["MatMul"],
-                         nodes_to_quantize=nodes, extra_options={"MatMulConstBOnly": True})
+                         nodes_to_quantize=nodes, reduce_range=reduce_range,
+                         extra_options={**(extra_options or {}), "MatMulConstBOnly": True})
     finally:
         root.setLevel(level)
     return out
