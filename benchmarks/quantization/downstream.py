@@ -88,7 +88,7 @@ def main() -> None:
                          "data flags it was fine-tuned with")
     work = Path(tempfile.mkdtemp(prefix="avey-downstream-"))
     fp32 = export_onnx(model, work / "model.onnx", "logits")
-    int8 = quantize_onnx(fp32)
+    int8 = quantize_onnx(fp32, model.config)
     options = ort.SessionOptions()
     options.intra_op_num_threads, options.inter_op_num_threads = args.threads, 1
     sessions = {k: ort.InferenceSession(str(f), options, providers=["CPUExecutionProvider"])

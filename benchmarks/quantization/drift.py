@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import statistics
 import sys
 import tempfile
@@ -43,7 +42,7 @@ from run import _cpu, cosines, export_any  # noqa: E402  (the quantization bench
 
 from avey_b.baselines import build_config, build_model  # noqa: E402
 from avey_b.benchmarking.inputs import text_ids  # noqa: E402
-from avey_b.quantize import quantize_onnx, weight_matmuls  # noqa: E402
+from avey_b.quantize import default_exclusions, matmul_groups, quantize_onnx, weight_matmuls  # noqa: E402
 from avey_b.records import append_jsonl  # noqa: E402
 
 GROUPS = ("enricher.bypass", "enricher.gate", "enricher.context", "fuser.bypass", "fuser.mix")
@@ -52,34 +51,14 @@ OPTIONS = {"reduce_range": {"reduce_range": True}, "per_tensor": {"per_channel":
            "act_sym": {"extra_options": {"ActivationSymmetric": True}}}
 
 
-def matmul_groups(model_proto, config) -> dict[str, set[str]]:
-    """Every group name of the module docstring -> the names of its weight MatMul nodes."""
-    release = getattr(config, "enricher_layout", "paper") == "release"
-    enricher = ("context", "gate", "bypass") if release else ("bypass", "gate", "context")  # row blocks in order
-    fuser = ("mix", "bypass") if release else ("bypass", "mix")  # column blocks in order
-    weight_of = {n.name: n.input[1] for n in model_proto.graph.node if n.op_type == "MatMul"}
-    groups: dict[str, set[str]] = {}
-    for node in weight_matmuls(model_proto):
-        m = re.search(r"layers\.(\d+)\.(enricher|fuser)\.weight\.split(\d)", weight_of[node])
-        if m is None:
-            names = ["head"]
-        else:
-            layer, module, block = int(m[1]), m[2], int(m[3])
-            part = (enricher if module == "enricher" else fuser)[block]
-            names = [f"{module}.{part}", f"layer{layer}", config.mixer_types[layer]]
-        for name in names:
-            groups.setdefault(name, set()).add(node)
-    return groups
-
-
 def variant_options(variant: str, groups: dict[str, set[str]], default_exclude: set[str]) -> dict:
     everything = set().union(*groups.values())
     if variant == "default":
         return {"exclude": default_exclude}
     if variant == "all":
-        return {}
+        return {"exclude": set()}
     if variant in OPTIONS:
-        return OPTIONS[variant]
+        return {"exclude": set(), **OPTIONS[variant]}
     kind, _, group = variant.partition(":")
     if kind not in ("only", "skip") or group not in groups:
         raise SystemExit(f"unknown variant {variant!r}: default, all, {', '.join(OPTIONS)}, only:G or skip:G with "
@@ -90,8 +69,6 @@ def variant_options(variant: str, groups: dict[str, set[str]], default_exclude: 
 def main() -> None:
     import onnxruntime as ort
     from transformers import AutoModel, AutoTokenizer
-
-    from avey_b.quantize import default_exclusions
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="avey-b-base", help="a model spec (random weights) or a checkpoint directory")
@@ -138,7 +115,7 @@ def main() -> None:
     time_feed = {"input_ids": time_ids.numpy(), "attention_mask": time_mask.numpy()}
     for variant in variants:
         kwargs = variant_options(variant, groups, default_exclusions(proto, model.config))
-        path = quantize_onnx(fp32_path, work / f"{variant.replace(':', '_')}.onnx", **kwargs)
+        path = quantize_onnx(fp32_path, model.config, work / f"{variant.replace(':', '_')}.onnx", **kwargs)
         session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
         accuracy = {}
         for n, (ids, mask) in inputs.items():
@@ -155,7 +132,7 @@ def main() -> None:
                 s.run(None, time_feed)
                 times[name].append(time.perf_counter() - t)
         median = {k: statistics.median(v) for k, v in times.items()}
-        excluded = kwargs.get("exclude", set())
+        excluded = kwargs["exclude"]
         rec = {"model": args.model, "weights": weights, "ids": ids_source, "variant": variant,
                "int8_matmuls": len(weight_matmuls(proto)) - len(excluded), "fp32_matmuls": len(excluded),
                "accuracy": accuracy, "time_length": args.time_length, "seconds": times, "median_s": median,

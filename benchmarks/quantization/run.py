@@ -114,9 +114,10 @@ def main() -> None:
         model = build_model(config, attn_implementation="sdpa").eval()
         t = time.perf_counter()
         fp32_path = export_any(model, workdir / spec / "model.onnx", args.opset)
-        files = {"onnx_fp32": fp32_path, "onnx_int8": quantize_onnx(fp32_path)}
+        files = {"onnx_fp32": fp32_path, "onnx_int8": quantize_onnx(fp32_path, config)}
         if args.per_tensor:
-            files["onnx_int8_per_tensor"] = quantize_onnx(fp32_path, fp32_path.with_name("model.pt.int8.onnx"), False)
+            files["onnx_int8_per_tensor"] = quantize_onnx(fp32_path, config, fp32_path.with_name("model.pt.int8.onnx"),
+                                                           False)
         if args.qdq:
             files["onnx_int8_qdq_static"] = quantize_qdq(fp32_path, text.batch(config.vocab_size, 1, args.qdq)[:2])
         export_s = time.perf_counter() - t
