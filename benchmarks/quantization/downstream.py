@@ -15,7 +15,8 @@ The model (``--save-model`` of ``avey-b finetune``: SST-2 accuracy or CoNLL-2003
 task's own code (:mod:`avey_b.evaluation.tasks`: the same examples ``avey-b finetune`` scores with the same data
 flags, the same preprocessing and metric — seqeval's entity F1 for CoNLL) three times: the eager model, and its
 ONNX models exported as ``avey-b export --head sequence-classification`` / ``token-classification`` does and
-quantized as ``--quantize int8`` does, run by onnxruntime in place of the model. Inputs go one at a time by
+quantized as ``--quantize int8`` does (and, as ``onnx_int8_all``, with every weight MatMul int8, the fuser's
+mixed block too), run by onnxruntime in place of the model. Inputs go one at a time by
 default (``--eval-batch-size``), as a server answers short requests: int8 activations are scaled per batch.
 Prints one JSON line (the score of each variant, the share of predictions — sentences or tokens — that int8
 changes against ONNX fp32, the logits' cosine with the eager model and the identical ranker choices) and appends
@@ -89,10 +90,11 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="avey-downstream-"))
     fp32 = export_onnx(model, work / "model.onnx", "logits")
     int8 = quantize_onnx(fp32, model.config)
+    int8_all = quantize_onnx(fp32, model.config, work / "model.all.int8.onnx", exclude=())
     options = ort.SessionOptions()
     options.intra_op_num_threads, options.inter_op_num_threads = args.threads, 1
     sessions = {k: ort.InferenceSession(str(f), options, providers=["CPUExecutionProvider"])
-                for k, f in (("onnx_fp32", fp32), ("onnx_int8", int8))}
+                for k, f in (("onnx_fp32", fp32), ("onnx_int8", int8), ("onnx_int8_all", int8_all))}
 
     def eager(ids, mask):
         with torch.no_grad():
