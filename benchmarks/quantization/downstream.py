@@ -112,10 +112,9 @@ def main() -> None:
         seconds[name] = time.perf_counter() - t
         load.append(os.getloadavg())
     changed = [torch.cat(variants[k].predictions) for k in ("onnx_fp32", "onnx_int8")]
-    enc = [tok(" ".join(e["tokens"]) if "tokens" in e else e["sentence"], return_tensors="pt")
-           for e in evaluation[:200]]
+    features = task.train_features(evaluation[:200], tok, cfg)  # the task's own encoding of the inputs
     check = compare_quantized(int8, fp32, Exportable(model, "logits"),
-                              [(e["input_ids"], e["attention_mask"]) for e in enc])
+                              [(torch.tensor([f["input_ids"]]), torch.tensor([f["attention_mask"]])) for f in features])
     rec = {"task": args.task, "metric": task.metric, "model": args.model,
            "data": {"train_file": args.train_file, "eval_file": args.eval_file, "holdout": args.holdout},
            "examples": len(evaluation), "eval_batch_size": args.eval_batch_size, "score": scores,
