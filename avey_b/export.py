@@ -306,8 +306,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.quantize:
         from .quantize import quantize_onnx
 
-        quantized = quantize_onnx(path)
-        print(f"wrote {quantized} (int8 weight MatMuls; embedding and ranker in fp32)")
+        quantized = quantize_onnx(path, model.config)
+        print(f"wrote {quantized} (int8 weight MatMuls but the fuser's mixed-context block; embedding and ranker "
+              "in fp32)")
         if not args.no_verify:
             check = check_quantized(quantized, path, model, output)
             print(f"int8 against the eager model at lengths {verifiable_lengths(model)}: cosine min "

@@ -5,7 +5,12 @@
 :func:`quantize_onnx` applies onnxruntime's dynamic quantization (``quantize_dynamic``: int8 weights, scaled once
 at export, and uint8 activations, scaled per call from their range) to the model's weight MatMuls — the enricher
 and fuser of every layer (§4.2) and the heads' projections, every ``MatMul`` whose ``B`` is a weight (the export
-stores weights in the layout MatMul reads, :func:`avey_b.export.fold_weight_layouts`). Everything else stays
+stores weights in the layout MatMul reads, :func:`avey_b.export.fold_weight_layouts`) — but one block per layer:
+the fuser's columns that read the mixed context ``c = Z_tl ⊙ σ(mix(Z_tr))`` (:data:`FP32_GROUPS`). ``c`` is a
+product of two activations, so a few of its features are far larger than the rest, and a dynamic int8 scale (one
+per call for the whole tensor) set by them rounds the others away: on a trained small model this block alone
+moves the outputs to a cosine of 0.974 at 8,192 tokens, every other block together to 0.9992
+(``benchmarks/quantization/drift.py``). Everything else stays
 fp32: the embedding table and the ranker's similarity products (§3.1), so the retrieved splits are those of the
 fp32 model; the static layers' ``V · Z`` and the compressor, whose weight is the left operand (onnxruntime's
 quantizer reads only a right-hand weight); the dynamic layers' cosine products, which have no weight.
@@ -23,6 +28,7 @@ missing shape. The quantizer does not need it: :func:`quantize_onnx` quantizes t
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
@@ -50,26 +56,80 @@ def weight_matmuls(model) -> list[str]:
     return [n.name for n in model.graph.node if n.op_type == "MatMul" and n.input[1] in weights]
 
 
-def quantize_onnx(path: str | Path, out: str | Path | None = None, per_channel: bool = True) -> Path:
-    """Write the int8 model of the ONNX model ``path`` (default :func:`quantized_path`): every weight MatMul
-    dynamically quantized (module docstring), nothing else; ``per_channel``: one weight scale per output feature
-    (as fast as one per matrix here, and closer to the fp32 model). Returns the written path."""
+#: the blocks of a layer's weights (paper §4.2), by where they sit in the enricher's rows / the fuser's columns
+ENRICHER_BLOCKS = {"paper": ("bypass", "gate", "context"), "release": ("context", "gate", "bypass")}
+FUSER_BLOCKS = {"paper": ("bypass", "mix"), "release": ("mix", "bypass")}
+#: the weight MatMul groups :func:`quantize_onnx` keeps in fp32 by default (module docstring)
+FP32_GROUPS = ("fuser.mix",)
+
+
+def matmul_groups(model, config) -> dict[str, set[str]]:
+    """The weight MatMul nodes of ``model`` (an ``onnx.ModelProto`` exported from an Avey-B model with ``config``)
+    by group: ``enricher.bypass`` / ``enricher.gate`` / ``enricher.context`` (the enricher's row blocks computing
+    ``Z_h``, ``Z_tl``, ``Z_tr``), ``fuser.bypass`` / ``fuser.mix`` (the fuser's column blocks reading ``Z_h`` and
+    the mixed ``c``), each over every layer; ``layer<i>`` (all of layer ``i``'s); ``static`` / ``dynamic`` (the
+    layers of that mixer); ``head`` (every other weight MatMul)."""
+    import re
+
+    layout = getattr(config, "enricher_layout", "paper")
+    weight_of = {n.name: n.input[1] for n in model.graph.node if n.op_type == "MatMul"}
+    groups: dict[str, set[str]] = {}
+    for node in weight_matmuls(model):
+        m = re.search(r"layers\.(\d+)\.(enricher|fuser)\.weight\.split(\d)", weight_of[node])
+        if m is None:
+            names = ["head"]
+        else:
+            layer, module = int(m[1]), m[2]
+            part = (ENRICHER_BLOCKS if module == "enricher" else FUSER_BLOCKS)[layout][int(m[3])]
+            names = [f"{module}.{part}", f"layer{layer}", config.mixer_types[layer]]
+        for name in names:
+            groups.setdefault(name, set()).add(node)
+    return groups
+
+
+def default_exclusions(model, config) -> set[str]:
+    """The weight MatMuls of ``model`` (an ``onnx.ModelProto`` exported from an Avey-B model with ``config``) that
+    :func:`quantize_onnx` keeps in fp32 by default: those of :data:`FP32_GROUPS` (module docstring)."""
+    groups = matmul_groups(model, config)
+    return set().union(*(groups.get(g, set()) for g in FP32_GROUPS))
+
+
+def quantize_onnx(path: str | Path, config, out: str | Path | None = None, per_channel: bool = True,
+                  exclude: Iterable[str] | None = None, reduce_range: bool = False,
+                  extra_options: dict | None = None) -> Path:
+    """Write the int8 model of the ONNX model ``path`` (exported from a model with ``config``; default output
+    :func:`quantized_path`): every weight MatMul dynamically quantized but ``exclude`` (names of weight MatMul
+    nodes kept in fp32; default: :func:`default_exclusions` for an Avey-B ``config``, none for another encoder's),
+    nothing else (module docstring). ``per_channel``: one weight scale per output feature (as fast as one per
+    matrix here, and closer to the fp32 model). ``reduce_range`` and ``extra_options`` go to onnxruntime's
+    ``quantize_dynamic`` (``MatMulConstBOnly`` is always set). Returns the written path."""
     import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     path = Path(path)
     out = quantized_path(path) if out is None else Path(out)
-    nodes = weight_matmuls(onnx.load(str(path), load_external_data=False))
+    proto = onnx.load(str(path), load_external_data=False)
+    nodes = weight_matmuls(proto)
     if not nodes:
         raise ValueError(f"{path}: no MatMul reads a weight initializer; export it with `avey-b export` (which "
                          "stores weights in the layout MatMul reads)")
+    if exclude is None:
+        exclude = default_exclusions(proto, config) if getattr(config, "model_type", None) == "avey-b" else set()
+    exclude = set(exclude)
+    unknown = exclude - set(nodes)
+    if unknown:
+        raise ValueError(f"{path}: exclude names nodes that are not weight MatMuls: {sorted(unknown)}")
+    nodes = [n for n in nodes if n not in exclude]
+    if not nodes:  # onnxruntime reads an empty nodes_to_quantize as "every node"
+        raise ValueError(f"{path}: exclude leaves no weight MatMul to quantize")
     root = logging.getLogger()  # the quantizer advises its pre-processing on the root logger (see module docstring)
     level = root.level
     root.setLevel(max(level, logging.ERROR))
     try:
         quantize_dynamic(path, out, weight_type=QuantType.QInt8, per_channel=per_channel,
                          op_types_to_quantize=["MatMul"],
-                         nodes_to_quantize=nodes, extra_options={"MatMulConstBOnly": True})
+                         nodes_to_quantize=nodes, reduce_range=reduce_range,
+                         extra_options={**(extra_options or {}), "MatMulConstBOnly": True})
     finally:
         root.setLevel(level)
     return out

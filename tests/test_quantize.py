@@ -47,7 +47,7 @@ def test_exported_weights_reach_their_matmuls_as_initializers(exported):
 
 def test_int8_model_is_close_to_eager_and_keeps_the_fp32_ranker_choices(exported, tmp_path):
     tok, model, path = exported
-    quantized = quantize_onnx(path, tmp_path / "model.int8.onnx")
+    quantized = quantize_onnx(path, model.config, tmp_path / "model.int8.onnx")
     check = compare_quantized(quantized, path, Exportable(model, "last_hidden_state"), text_like(tok))
     assert check["identical_choices"] == 1.0
     # int8 noise on a random 32-wide model turns a few tokens' vectors; the bulk stays within 1e-3 of the eager one
@@ -55,9 +55,16 @@ def test_int8_model_is_close_to_eager_and_keeps_the_fp32_ranker_choices(exported
     assert check["median_cosine"] >= 0.999
 
 
-def test_export_verb_quantizes_every_weight_matmul(tmp_path, capsys):
+def fp32_weights(model) -> list[str]:
+    """The weights that the weight MatMuls left in fp32 read, from ``layers.`` on (a head adds its own prefix)."""
+    weight_of = {n.name: n.input[1] for n in model.graph.node if n.op_type == "MatMul"}
+    return sorted(weight_of[n][weight_of[n].find("layers."):] for n in weight_matmuls(model))
+
+
+def test_export_verb_quantizes_every_weight_matmul_but_the_fusers_mixed_block(tmp_path, capsys):
     """``--head embedding --quantize int8``: ``onnx/model.int8.onnx`` beside ``onnx/model.onnx``, both outputs
-    (per-token and pooled) checked against the eager head."""
+    (per-token and pooled) checked against the eager head; every weight MatMul is integer but the fuser's column
+    block that reads the mixed context ``c`` (paper layout ``[Z_h | c]``: the second block), kept in fp32."""
     from avey_b import AveyBForSentenceEmbedding
 
     torch.manual_seed(0)
@@ -71,8 +78,9 @@ def test_export_verb_quantizes_every_weight_matmul(tmp_path, capsys):
     fp32, int8 = onnx.load(str(fp32_path)), onnx.load(str(quantized_path(fp32_path)))
     assert [o.name for o in int8.graph.output] == ["last_hidden_state", "sentence_embedding"]
     integer = [n for n in int8.graph.node if n.op_type in INTEGER_MATMULS]
-    assert len(integer) == len(weight_matmuls(fp32)) == 5 * model.config.num_hidden_layers
-    assert weight_matmuls(int8) == []  # no weight MatMul left in fp32
+    layers = model.config.num_hidden_layers
+    assert len(integer) == len(weight_matmuls(fp32)) - layers == 4 * layers
+    assert fp32_weights(int8) == [f"layers.{i}.fuser.weight.split1.T" for i in range(layers)]
     assert any(i.data_type == onnx.TensorProto.INT8 for i in int8.graph.initializer)
     # the ranker's products (no weight) are the fp32 model's
     assert sum(n.op_type == "MatMul" for n in int8.graph.node) == sum(
@@ -101,3 +109,20 @@ def test_eager_int8_torchao_runs_the_processor_on_int8_weights():
     assert type(model.layers[0].enricher.weight).__name__ != "Parameter"  # really quantized
     cos = torch.nn.functional.cosine_similarity(got, want, dim=-1)[mask.bool()]
     assert cos.median() >= 0.999 and cos.mean() >= 0.98
+
+
+def test_release_layout_keeps_its_mixed_block_in_fp32(tmp_path):
+    """The release's feature order ``[c | Z_h]`` puts the mixed block first in the fuser's columns."""
+    torch.manual_seed(0)
+    model = AveyBModel(presets.tiny(vocab_size=200, enricher_layout="release")).eval()
+    path = export_onnx(model, tmp_path / "model.onnx")
+    int8 = onnx.load(str(quantize_onnx(path, model.config)))
+    layers = model.config.num_hidden_layers
+    assert fp32_weights(int8) == [f"layers.{i}.fuser.weight.split0.T" for i in range(layers)]
+    assert sum(n.op_type in INTEGER_MATMULS for n in int8.graph.node) == 4 * layers
+
+
+def test_quantize_refuses_an_unknown_exclusion(exported, tmp_path):
+    _, model, path = exported
+    with pytest.raises(ValueError, match="not weight MatMuls"):
+        quantize_onnx(path, model.config, tmp_path / "x.onnx", exclude=["no_such_node"])

@@ -1,83 +1,133 @@
-"""A fine-tuned classifier's accuracy in fp32 and int8: eager, ONNX fp32 and ONNX int8 on the same held-out sentences.
+"""A fine-tuned model's score in fp32 and int8: eager, ONNX fp32 and ONNX int8 on the same held-out examples.
 
-    avey-b finetune --model PRETRAINED --task sst2 --train-file train.tsv --eval-file eval.tsv --lr 1e-3 \\
-        --output-dir runs/sst2 --save-model runs/sst2/model
-    python benchmarks/quantization/downstream.py --model runs/sst2/model --eval-file eval.tsv
+    avey-b finetune --model PRETRAINED --task sst2 --train-file sst2/train.tsv --holdout 0.03 \\
+        --max-train-examples 8000 --lr 1e-3 --output-dir runs/sst2 --save-model runs/sst2/model
+    python benchmarks/quantization/downstream.py --task sst2 --model runs/sst2/model \\
+        --train-file sst2/train.tsv --holdout 0.03
 
-The classifier (``--save-model`` of ``avey-b finetune``, a GLUE-style TSV with ``sentence`` and ``label``
-columns) is exported as ``avey-b export --head sequence-classification`` does and quantized as ``--quantize int8``
-does; each variant predicts every sentence of ``--eval-file`` (one at a time, as a server answers short requests).
-Prints one JSON line (accuracy of each variant, the share of predictions int8 changes, the logits' cosine and the
-identical ranker choices of int8 against fp32) and appends it to ``--out``.
+    avey-b finetune --model PRETRAINED --task conll2003 --train-file conll2003/eng.train \\
+        --eval-file conll2003/eng.testa --max-train-examples 6000 --lr 1e-3 --output-dir runs/ner \\
+        --save-model runs/ner/model
+    python benchmarks/quantization/downstream.py --task conll2003 --model runs/ner/model \\
+        --train-file conll2003/eng.train --eval-file conll2003/eng.testa
+
+The model (``--save-model`` of ``avey-b finetune``: SST-2 accuracy or CoNLL-2003 entity F1) is scored by the
+task's own code (:mod:`avey_b.evaluation.tasks`: the same examples ``avey-b finetune`` scores with the same data
+flags, the same preprocessing and metric — seqeval's entity F1 for CoNLL) three times: the eager model, and its
+ONNX models exported as ``avey-b export --head sequence-classification`` / ``token-classification`` does and
+quantized as ``--quantize int8`` does (and, as ``onnx_int8_all``, with every weight MatMul int8, the fuser's
+mixed block too), run by onnxruntime in place of the model. Inputs go one at a time by
+default (``--eval-batch-size``), as a server answers short requests: int8 activations are scaled per batch.
+Prints one JSON line (the score of each variant, the share of predictions — sentences or tokens — that int8
+changes against ONNX fp32, the logits' cosine with the eager model and the identical ranker choices) and appends
+it to ``--out``.
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
+import os
 import tempfile
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
-import numpy as np
 import torch
 
 from avey_b.records import append_jsonl
 
 
+class Scored:
+    """What the tasks' scoring calls as a model — ``model(input_ids=..., attention_mask=...).logits`` and
+    ``next(model.parameters()).device`` — over the eager model or an onnxruntime session; keeps each call's
+    predictions (argmax over the real tokens, or per sentence) to compare variants."""
+
+    def __init__(self, run):
+        self.run, self.predictions = run, []
+
+    def parameters(self):
+        yield torch.zeros(())  # on the CPU, where every variant runs
+
+    def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> SimpleNamespace:
+        logits = self.run(input_ids, attention_mask)
+        pred = logits.argmax(-1)
+        self.predictions.append(pred[attention_mask.bool()] if pred.dim() == 2 else pred)
+        return SimpleNamespace(logits=logits)
+
+
 def main() -> None:
     import onnxruntime as ort
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-    import avey_b  # noqa: F401  (registers Avey-B with the Auto classes)
+    from avey_b.evaluation.finetune import load_data
+    from avey_b.evaluation.tasks import get_task
+    from avey_b.evaluation.tasks.base import DataFiles, RunConfig, load_model, load_task_tokenizer
     from avey_b.export import Exportable, export_onnx
     from avey_b.quantize import compare_quantized, quantize_onnx
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--model", required=True, help="a fine-tuned Avey-B classifier directory (with its tokenizer)")
-    p.add_argument("--eval-file", required=True, help="TSV with a header: sentence, label")
-    p.add_argument("--max-examples", type=int, default=None)
+    p.add_argument("--task", choices=("sst2", "conll2003"), required=True)
+    p.add_argument("--model", required=True, help="a fine-tuned Avey-B directory (with its tokenizer)")
+    p.add_argument("--train-file", help="the task's training file (what --holdout splits, and CoNLL's label set)")
+    p.add_argument("--eval-file", help="the evaluation file (or --holdout)")
+    p.add_argument("--holdout", type=float, help="score on this fraction of the training data, as finetune does")
+    p.add_argument("--max-eval-examples", type=int, default=None)
+    p.add_argument("--eval-batch-size", type=int, default=1)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--out", default=str(Path(__file__).with_name("downstream.jsonl")))
     args = p.parse_args()
     torch.set_num_threads(args.threads)
-    with open(args.eval_file, newline="", encoding="utf-8") as f:
-        rows = list(csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
-    if not rows or not {"sentence", "label"} <= set(rows[0]):
-        raise SystemExit(f"{args.eval_file}: needs a header with 'sentence' and 'label' columns")
-    rows = rows[:args.max_examples]
-    tok = AutoTokenizer.from_pretrained(args.model)
-    model = AutoModelForSequenceClassification.from_pretrained(args.model).eval()
+    task = get_task(args.task)
+    cfg = RunConfig(eval_batch_size=args.eval_batch_size, max_eval_examples=args.max_eval_examples,
+                    precision="fp32", device="cpu")
+    train, evaluation = load_data(task, DataFiles(train=args.train_file, eval=args.eval_file,
+                                                  holdout=args.holdout), cfg)
+    tok = load_task_tokenizer(args.model, cfg)
+    model = load_model(args.model, task.head(cfg), cfg).eval()
+    labels = task.model_kwargs(train, evaluation, cfg).get("id2label")
+    if labels is not None and {int(k): v for k, v in model.config.id2label.items()} != labels:
+        raise SystemExit(f"{args.model}: its labels {model.config.id2label} are not the data's {labels}: pass the "
+                         "data flags it was fine-tuned with")
     work = Path(tempfile.mkdtemp(prefix="avey-downstream-"))
     fp32 = export_onnx(model, work / "model.onnx", "logits")
-    int8 = quantize_onnx(fp32)
+    int8 = quantize_onnx(fp32, model.config)
+    int8_all = quantize_onnx(fp32, model.config, work / "model.all.int8.onnx", exclude=())
     options = ort.SessionOptions()
     options.intra_op_num_threads, options.inter_op_num_threads = args.threads, 1
     sessions = {k: ort.InferenceSession(str(f), options, providers=["CPUExecutionProvider"])
-                for k, f in (("onnx_fp32", fp32), ("onnx_int8", int8))}
-    labels = np.array([int(r["label"]) for r in rows])
-    encoded = [tok(r["sentence"], return_tensors="pt") for r in rows]
-    logits, seconds = {k: [] for k in ("eager_fp32", *sessions)}, {k: 0.0 for k in ("eager_fp32", *sessions)}
-    for enc in encoded:
-        ids, mask = enc["input_ids"], enc["attention_mask"]
-        t = time.perf_counter()
+                for k, f in (("onnx_fp32", fp32), ("onnx_int8", int8), ("onnx_int8_all", int8_all))}
+
+    def eager(ids, mask):
         with torch.no_grad():
-            logits["eager_fp32"].append(model(input_ids=ids, attention_mask=mask).logits[0].numpy())
-        seconds["eager_fp32"] += time.perf_counter() - t
-        for k, s in sessions.items():
-            t = time.perf_counter()
-            logits[k].append(s.run(None, {"input_ids": ids.numpy(), "attention_mask": mask.numpy()})[0][0])
-            seconds[k] += time.perf_counter() - t
-    preds = {k: np.stack(v).argmax(-1) for k, v in logits.items()}
+            return model(input_ids=ids, attention_mask=mask).logits
+
+    def onnx_run(session):
+        return lambda ids, mask: torch.from_numpy(
+            session.run(["logits"], {"input_ids": ids.numpy(), "attention_mask": mask.numpy()})[0])
+
+    variants = {"eager_fp32": Scored(eager), **{k: Scored(onnx_run(s)) for k, s in sessions.items()}}
+    scores, seconds, load = {}, {}, [os.getloadavg()]
+    for name, scored in variants.items():
+        t = time.perf_counter()
+        scores[name] = task.evaluate(scored, tok, evaluation, cfg)[task.metric]
+        seconds[name] = time.perf_counter() - t
+        load.append(os.getloadavg())
+    changed = [torch.cat(variants[k].predictions) for k in ("onnx_fp32", "onnx_int8")]
+    features = task.train_features(evaluation[:200], tok, cfg)  # the task's own encoding of the inputs
     check = compare_quantized(int8, fp32, Exportable(model, "logits"),
-                              [(e["input_ids"], e["attention_mask"]) for e in encoded[:200]])
-    rec = {"model": args.model, "eval_file": args.eval_file, "examples": len(rows),
-           "accuracy": {k: float((v == labels).mean()) for k, v in preds.items()},
-           "int8_changed_predictions": float((preds["onnx_int8"] != preds["onnx_fp32"]).mean()),
-           "int8_logits_cosine_min": check["cosine"], "int8_identical_ranker_choices": check["identical_choices"],
-           "seconds_total": seconds, "threads": args.threads,
+                              [(torch.tensor([f["input_ids"]]), torch.tensor([f["attention_mask"]])) for f in features])
+    rec = {"task": args.task, "metric": task.metric, "model": args.model,
+           "data": {"train_file": args.train_file, "eval_file": args.eval_file, "holdout": args.holdout},
+           "examples": len(evaluation), "eval_batch_size": args.eval_batch_size, "score": scores,
+           "int8_minus_fp32": scores["onnx_int8"] - scores["eager_fp32"],
+           "int8_changed_predictions": float((changed[0] != changed[1]).float().mean()),
+           "predictions_compared": int(changed[0].numel()),
+           "int8_logits_cosine_min": check["cosine"], "int8_logits_cosine_mean": check["mean_cosine"],
+           "int8_identical_ranker_choices": check["identical_choices"],
+           "seconds_total": seconds, "load_average": load, "threads": args.threads,
            "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     append_jsonl(args.out, rec, echo=True)
+    print(f"{args.task} {task.metric}: " + ", ".join(f"{k} {v:.2f}" for k, v in scores.items()) +
+          f"; int8 changes {rec['int8_changed_predictions']:.2%} of {rec['predictions_compared']} predictions")
 
 
 if __name__ == "__main__":
