@@ -4,7 +4,7 @@
     python benchmarks/quantization/drift.py --text runs/english.txt --model runs/pretrain/model --variants default \\
         skip:fuser.mix
 
-The model (``avey_b.baselines`` spec with random weights, seed 0, or a trained checkpoint directory) is exported
+The model (``avey_b.model_spec`` spec with random weights, seed 0, or a trained checkpoint directory) is exported
 as ``avey-b export`` does, and quantized once per *variant* with :func:`avey_b.quantize.quantize_onnx`:
 
 * ``default``: what ``avey-b export --quantize int8`` writes; ``all``: every weight MatMul (no exclusion);
@@ -40,7 +40,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from run import _cpu, cosines, export_any  # noqa: E402  (the quantization benchmark's own helpers)
 
-from avey_b.baselines import build_config, build_model  # noqa: E402
+from avey_b.model_spec import build_config, random_model  # noqa: E402
 from avey_b.benchmarking.inputs import text_ids  # noqa: E402
 from avey_b.quantize import default_exclusions, matmul_groups, quantize_onnx, weight_matmuls  # noqa: E402
 from avey_b.records import append_jsonl  # noqa: E402
@@ -94,7 +94,7 @@ def main() -> None:
             return all_ids[None, :n], torch.ones(1, n, dtype=torch.long)
     else:
         torch.manual_seed(0)
-        model = build_model(build_config(args.model)).eval()
+        model = random_model(build_config(args.model)).eval()
         text = text_ids(args.text)
         weights, ids_source = "random (seed 0)", text.source
 
