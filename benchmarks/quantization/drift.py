@@ -40,8 +40,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from run import _cpu, cosines, export_any  # noqa: E402  (the quantization benchmark's own helpers)
 
-from avey_b.model_spec import build_config, random_model  # noqa: E402
 from avey_b.benchmarking.inputs import text_ids  # noqa: E402
+from avey_b.model_spec import build_config, random_model  # noqa: E402
 from avey_b.quantize import default_exclusions, matmul_groups, quantize_onnx, weight_matmuls  # noqa: E402
 from avey_b.records import append_jsonl  # noqa: E402
 
