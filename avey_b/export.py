@@ -38,12 +38,12 @@ from pathlib import Path
 import torch
 
 #: --head -> (class that loads the checkpoint, {graph output name: model output field})
-HEADS = {"base": ("AutoModel", {"last_hidden_state": "last_hidden_state"}),
-         "masked-lm": ("AutoModelForMaskedLM", {"logits": "logits"}),
-         "sequence-classification": ("AutoModelForSequenceClassification", {"logits": "logits"}),
-         "token-classification": ("AutoModelForTokenClassification", {"logits": "logits"}),
-         "embedding": ("AveyBForSentenceEmbedding", {"last_hidden_state": "last_hidden_state",
-                                                     "sentence_embedding": "pooler_output"})}
+EXPORT_HEADS = {"base": ("AutoModel", {"last_hidden_state": "last_hidden_state"}),
+                "masked-lm": ("AutoModelForMaskedLM", {"logits": "logits"}),
+                "sequence-classification": ("AutoModelForSequenceClassification", {"logits": "logits"}),
+                "token-classification": ("AutoModelForTokenClassification", {"logits": "logits"}),
+                "embedding": ("AveyBForSentenceEmbedding", {"last_hidden_state": "last_hidden_state",
+                                                            "sentence_embedding": "pooler_output"})}
 VERIFY_LENGTHS = (1, 7, 100, 1100)
 
 
@@ -245,7 +245,7 @@ def export_embedding_directory(model, source: str, directory: str | Path) -> Pat
         AutoTokenizer.from_pretrained(source).save_pretrained(directory)
     except (OSError, ValueError):
         print(f"note: {source} has no tokenizer; add its files to {directory} before serving")
-    return export_onnx(model, directory / "onnx" / "model.onnx", HEADS["embedding"][1])
+    return export_onnx(model, directory / "onnx" / "model.onnx", EXPORT_HEADS["embedding"][1])
 
 
 def check_quantized(quantized: str | Path, reference: str | Path, model, output) -> dict:
@@ -269,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
     p.add_argument("model", help="an Avey-B checkpoint (local directory or Hub id; release checkpoints too)")
     p.add_argument("out", help="output file (.onnx, or .pt2 with --format torch); a directory with --head embedding")
-    p.add_argument("--head", choices=list(HEADS), default="base", help="which model and output to export")
+    p.add_argument("--head", choices=list(EXPORT_HEADS), default="base", help="which model and output to export")
     p.add_argument("--format", choices=("onnx", "torch"), default="onnx")
     p.add_argument("--no-verify", action="store_true", help="skip the onnxruntime comparison with the eager model")
     p.add_argument("--quantize", choices=("int8",), help="also write the int8 model beside the ONNX model "
@@ -284,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from .files import model_source
 
-    loader, output = HEADS[args.head]
+    loader, output = EXPORT_HEADS[args.head]
     with model_source(args.model):
         model = getattr(avey_b if loader.startswith("AveyB") else transformers, loader).from_pretrained(args.model)
     model.eval()
