@@ -456,22 +456,11 @@ def _differences(then: dict, now: dict) -> list[str]:
             if then.get(k) != now.get(k)]
 
 
-def embed_corpus(model: str, source: str, output: str | os.PathLike, *, lines: bool = False,
-                 text_column: str = "text", id_column: str | None = None, hf_config: str | None = None,
-                 hf_split: str = "train", chunking: str = "none", chunk_tokens: int | None = None,
-                 chunk_spans_column: str | None = None, dtype: str = "float32", shard_size: int = 1000,
-                 max_tokens: int | None = None, max_batch_tokens: int = 32_768, device: str = "auto",
-                 precision: str = "auto", progress: bool = True, backend: str = "local",
-                 ray_address: str | None = None, concurrency: int = 1, num_gpus: float | None = None,
-                 ray_wave: int = RAY_WAVE) -> dict:
-    """Embed the documents of ``source`` into Parquet shards under ``output`` and return the manifest; rerun with
-    the same settings, finish what a killed run left. The arguments are those of ``avey-b embed`` (module
-    docstring); ``ray_wave``, shards per actor in one Ray pipeline, changes memory and scheduling, not the output."""
-    from avey_b.device import pick_device, use_bf16
-    from avey_b.files import content_hash, load_json
-    from avey_b.progress import Progress
-    from avey_b.records import TMP_SUFFIX, utc_timestamp, write_json_atomic
-
+def _check_arguments(source: str, *, id_column: str | None, chunking: str, chunk_tokens: int | None,
+                     chunk_spans_column: str | None, dtype: str, backend: str, ray_address: str | None,
+                     concurrency: int, num_gpus: float | None, sizes: dict[str, int | None]) -> None:
+    """Refuse bad arguments before anything is read or written: pyarrow missing, options of another backend or
+    chunking, a size below 1 (``sizes``: name → value, in the order they are checked), or a column a file lacks."""
     try:
         import pyarrow  # noqa: F401
     except ImportError:
@@ -488,14 +477,18 @@ def embed_corpus(model: str, source: str, output: str | os.PathLike, *, lines: b
         raise ValueError(f"--chunk-tokens must be at least 1, got {chunk_tokens}")
     if dtype not in VECTOR_DTYPES:
         raise ValueError(f"dtype must be one of {VECTOR_DTYPES}, got {dtype!r}")
-    for name, value in (("shard_size", shard_size), ("max_batch_tokens", max_batch_tokens),
-                        ("max_tokens", max_tokens), ("concurrency", concurrency), ("ray_wave", ray_wave)):
+    for name, value in sizes.items():
         if value is not None and value < 1:
             raise ValueError(f"{name} must be at least 1, got {value}")
-    hf = source.startswith("hf:")
-    if not hf:
+    if not source.startswith("hf:"):
         _check_columns(_text_files(source)[1], id_column, chunk_spans_column)
-    out = Path(output)
+
+
+def _previous_manifest(out: Path) -> dict | None:
+    """The manifest of the run to resume in ``out`` (None: a new or empty directory, or one with no shard yet);
+    refuses a directory that is not an ``avey-b embed`` output."""
+    from avey_b.files import load_json
+
     previous = load_json(out / MANIFEST) if (out / MANIFEST).exists() else None
     if previous is None and out.exists() and any(p for p in out.iterdir() if not p.name.startswith(".")):
         raise ValueError(f"{out} is not empty and holds no {MANIFEST}: it is not an avey-b embed output; give a new "
@@ -504,6 +497,170 @@ def embed_corpus(model: str, source: str, output: str | os.PathLike, *, lines: b
         raise ValueError(f"{out / MANIFEST} is not an {FORMAT!r} manifest (format {previous.get('format')!r})")
     if previous is not None and not any(out.glob("part-*.parquet")):
         previous = None  # no shard written yet (e.g. the first run stopped at a bad row): nothing to mix with
+    return previous
+
+
+def _settings(embedder: Embedder, source: str, previous: dict | None, *, lines: bool, text_column: str,
+              id_column: str | None, hf_config: str | None, hf_split: str, chunking: str, chunk_tokens: int | None,
+              chunk_spans_column: str | None, dtype: str, shard_size: int, max_tokens: int | None) -> dict:
+    """What the vectors depend on (the model's and tokenizer's files, the input, every setting): a rerun into the
+    same OUTPUT must match them."""
+    from avey_b.files import content_hash
+
+    hf = source.startswith("hf:")
+    if max_tokens is None:  # what memory allows; on a rerun, what the first run used (memory differs run to run)
+        max_tokens = (previous or {}).get("settings", {}).get("max_tokens") or default_max_tokens(
+            embedder.config.hidden_size)
+    return {
+        "model_sha256": file_hashes(embedder.model_dir, MODEL_FILES),
+        "tokenizer_sha256": file_hashes(embedder.model_dir, TOKENIZER_FILES),
+        "input_sha256": None if hf else content_hash(source),
+        "hf_dataset": {"name": source[3:], "config": hf_config, "split": hf_split} if hf else None,
+        "lines": lines, "text_column": text_column, "id_column": id_column, "chunking": chunking,
+        "chunk_tokens": chunk_tokens, "chunk_spans_column": chunk_spans_column, "dtype": dtype,
+        "shard_size": shard_size, "max_tokens": max_tokens, "precision": "bf16" if embedder.bf16 else "fp32",
+    }
+
+
+def _check_rerun(out: Path, previous: dict | None, settings: dict) -> None:
+    """Refuse to add vectors of other settings to ``out``, naming each difference."""
+    if previous is not None:
+        diff = _differences(previous["settings"], settings)
+        if diff:
+            raise ValueError(f"{out} holds vectors made with other settings — " + "; ".join(diff) + ". Give another "
+                             "output directory, or rerun with the settings it was made with")
+
+
+def _start_manifest(out: Path, model: str, source: str, embedder: Embedder, settings: dict, previous: dict | None,
+                    run: dict, id_column: str | None, hf_split: str) -> dict:
+    """Make ``out``, clear what a killed run left in flight, and write the manifest of a running job (``run``
+    appended to the earlier runs); return it."""
+    from avey_b.records import TMP_SUFFIX, write_json_atomic
+
+    out.mkdir(parents=True, exist_ok=True)
+    for pattern in (".part-*", f".{MANIFEST}.*"):  # a shard, or the manifest, in flight when a run was killed
+        for stale in out.glob(pattern + TMP_SUFFIX):
+            stale.unlink()
+    hf = source.startswith("hf:")
+    manifest = {
+        "format": FORMAT, "status": "running",
+        "model": {"path": str(model), "architecture": embedder.architecture, "pooling": POOLING,
+                  "normalize_embeddings": bool(getattr(embedder.config, "normalize_embeddings", True)),
+                  "dim": embedder.config.hidden_size},
+        "input": {"source": str(source), "ids": f"column {id_column!r}" if id_column else (
+            f"made up: {hf_split}:<row>" if hf else "made up: <file>:<line> (.jsonl; .txt with --lines), "
+            "<file>:<row> (.parquet, from 0), <file> (a whole .txt), <file> relative to the input directory")},
+        "settings": settings, "runs": [*(previous or {}).get("runs", []), run],
+    }
+    write_json_atomic(out / MANIFEST, manifest)
+    return manifest
+
+
+def _check_new_ids(group: list[Document], seen: dict[str, str]) -> None:
+    """Refuse an id met before (``seen``: id → where it was read), and record ``group``'s."""
+    for d in group:
+        if d.id in seen:
+            raise ValueError(f"{d.where}: duplicate id {d.id!r} (first at {seen[d.id]})")
+        seen[d.id] = d.where
+
+
+def _found_shard(path: Path, group: list[Document]) -> dict:
+    """The metadata of shard ``path``, written by an earlier run; refused unless it holds ``group``'s documents."""
+    info = _shard_info(path)
+    if (info["documents"], info["first_id"], info["last_id"]) != (len(group), group[0].id, group[-1].id):
+        raise ValueError(f"{path} was written from other documents (ids {info['first_id']!r}..."
+                         f"{info['last_id']!r}, {info['documents']}) than the input's "
+                         f"{group[0].id!r}...{group[-1].id!r} ({len(group)})")
+    return info
+
+
+def _embed_shards(docs: Iterator[Document], out: Path, embedder: Embedder, settings: dict, manifest: dict,
+                  run: dict, bar, started: float, *, backend: str, max_batch_tokens: int, ray_setup: dict | None,
+                  concurrency: int, ray_wave: int) -> tuple[dict[int, dict], dict[str, str]]:
+    """Cut ``docs`` into shards of ``settings["shard_size"]`` and embed those not written yet — here, or on Ray in
+    waves of ``ray_wave * concurrency`` shards — recording each written shard in the manifest; return every
+    shard's metadata (by number) and every document's id (→ where it was read)."""
+    from avey_b.records import write_json_atomic
+
+    seen, infos, pending, tokens = {}, {}, [], 0
+
+    def written(info: dict) -> None:
+        nonlocal tokens
+        infos[info["shard"]] = info
+        run["shards_written"] += 1
+        write_json_atomic(out / MANIFEST, manifest)  # the run's record says how far it got
+        tokens += info["tokens"]
+        elapsed = time.monotonic() - started
+        bar.update(info["documents"], **{"tokens/s": tokens / elapsed if elapsed > 0 else 0.0})
+
+    def flush() -> None:  # the Ray backend's shards read so far: one Ray Data pipeline
+        if not pending:
+            return
+        for info in _run_on_ray(pending, embedder.model_dir, out, settings, max_batch_tokens,
+                                ray_setup["device"], concurrency, ray_setup["num_gpus"]):
+            written(info)
+        pending.clear()
+
+    for k in itertools.count():
+        group = list(itertools.islice(docs, settings["shard_size"]))
+        if not group:
+            break
+        _check_new_ids(group, seen)
+        path = out / SHARD.format(k)
+        if path.exists():
+            infos[k] = _found_shard(path, group)
+            run["shards_found"] += 1
+        elif backend == "local":
+            written(run_shard(embedder, k, group, out, settings, max_batch_tokens))
+        else:
+            pending.append((k, group))
+        if len(pending) == ray_wave * concurrency:
+            flush()
+    flush()
+    return infos, seen
+
+
+def _finish_manifest(out: Path, source: str, manifest: dict, run: dict, infos: dict[int, dict],
+                     seen: dict[str, str], started: float) -> None:
+    """Mark the manifest complete, with the counts, the shards and the skipped documents, and write it."""
+    from avey_b.records import utc_timestamp, write_json_atomic
+
+    if not infos:
+        raise ValueError(f"{source} holds no documents")
+    shards = [{"file": SHARD.format(k), **{key: infos[k][key] for key in ("documents", "rows", "tokens")}}
+              for k in sorted(infos)]
+    skipped = [s for k in sorted(infos) for s in infos[k]["skipped"]]
+    run.update(finished=utc_timestamp(), seconds=round(time.monotonic() - started, 3))
+    manifest.update(status="complete", counts={
+        "documents": len(seen), "embedded": len(seen) - len(skipped), "skipped": len(skipped),
+        "rows": sum(s["rows"] for s in shards), "tokens": sum(s["tokens"] for s in shards), "shards": len(shards),
+        "seconds": round(sum(r.get("seconds", 0.0) for r in manifest["runs"]), 3)},
+        shards=shards, skipped=skipped)
+    write_json_atomic(out / MANIFEST, manifest)
+
+
+def embed_corpus(model: str, source: str, output: str | os.PathLike, *, lines: bool = False,
+                 text_column: str = "text", id_column: str | None = None, hf_config: str | None = None,
+                 hf_split: str = "train", chunking: str = "none", chunk_tokens: int | None = None,
+                 chunk_spans_column: str | None = None, dtype: str = "float32", shard_size: int = 1000,
+                 max_tokens: int | None = None, max_batch_tokens: int = 32_768, device: str = "auto",
+                 precision: str = "auto", progress: bool = True, backend: str = "local",
+                 ray_address: str | None = None, concurrency: int = 1, num_gpus: float | None = None,
+                 ray_wave: int = RAY_WAVE) -> dict:
+    """Embed the documents of ``source`` into Parquet shards under ``output`` and return the manifest; rerun with
+    the same settings, finish what a killed run left. The arguments are those of ``avey-b embed`` (module
+    docstring); ``ray_wave``, shards per actor in one Ray pipeline, changes memory and scheduling, not the output."""
+    from avey_b.device import pick_device, use_bf16
+    from avey_b.progress import Progress
+    from avey_b.records import utc_timestamp
+
+    _check_arguments(source, id_column=id_column, chunking=chunking, chunk_tokens=chunk_tokens,
+                     chunk_spans_column=chunk_spans_column, dtype=dtype, backend=backend, ray_address=ray_address,
+                     concurrency=concurrency, num_gpus=num_gpus,
+                     sizes={"shard_size": shard_size, "max_batch_tokens": max_batch_tokens, "max_tokens": max_tokens,
+                            "concurrency": concurrency, "ray_wave": ray_wave})
+    out = Path(output)
+    previous = _previous_manifest(out)
 
     with contextlib.ExitStack() as cleanup:  # a Ray started here is shut down however the job ends
         model_dir = local_model_dir(model)
@@ -511,102 +668,27 @@ def embed_corpus(model: str, source: str, output: str | os.PathLike, *, lines: b
         target = torch.device(ray_setup["device"]) if ray_setup else pick_device(device)  # where the forwards run
         resolved = "bf16" if use_bf16(precision, target) else "fp32"
         embedder = Embedder(model_dir, device="cpu" if ray_setup else device, precision=resolved)
-        if max_tokens is None:  # what memory allows; on a rerun, what the first run used (memory differs run to run)
-            max_tokens = (previous or {}).get("settings", {}).get("max_tokens") or default_max_tokens(
-                embedder.config.hidden_size)
-        settings = {
-            "model_sha256": file_hashes(model_dir, MODEL_FILES), "tokenizer_sha256": file_hashes(model_dir, TOKENIZER_FILES),
-            "input_sha256": None if hf else content_hash(source),
-            "hf_dataset": {"name": source[3:], "config": hf_config, "split": hf_split} if hf else None,
-            "lines": lines, "text_column": text_column, "id_column": id_column, "chunking": chunking,
-            "chunk_tokens": chunk_tokens, "chunk_spans_column": chunk_spans_column, "dtype": dtype,
-            "shard_size": shard_size, "max_tokens": max_tokens, "precision": "bf16" if embedder.bf16 else "fp32",
-        }
-        if previous is not None:
-            diff = _differences(previous["settings"], settings)
-            if diff:
-                raise ValueError(f"{out} holds vectors made with other settings — " + "; ".join(diff) + ". Give another "
-                                 "output directory, or rerun with the settings it was made with")
-        out.mkdir(parents=True, exist_ok=True)
-        for pattern in (".part-*", f".{MANIFEST}.*"):  # a shard, or the manifest, in flight when a run was killed
-            for stale in out.glob(pattern + TMP_SUFFIX):
-                stale.unlink()
+        settings = _settings(embedder, source, previous, lines=lines, text_column=text_column, id_column=id_column,
+                             hf_config=hf_config, hf_split=hf_split, chunking=chunking, chunk_tokens=chunk_tokens,
+                             chunk_spans_column=chunk_spans_column, dtype=dtype, shard_size=shard_size,
+                             max_tokens=max_tokens)
+        _check_rerun(out, previous, settings)
         run = {"started": utc_timestamp(), "device": str(target), "max_batch_tokens": max_batch_tokens,
                "backend": backend, "shards_found": 0, "shards_written": 0}
         if ray_setup:
             run.update(ray_address=ray_address, concurrency=concurrency, num_gpus=ray_setup["num_gpus"])
-        manifest = {
-            "format": FORMAT, "status": "running",
-            "model": {"path": str(model), "architecture": embedder.architecture, "pooling": POOLING,
-                      "normalize_embeddings": bool(getattr(embedder.config, "normalize_embeddings", True)),
-                      "dim": embedder.config.hidden_size},
-            "input": {"source": str(source), "ids": f"column {id_column!r}" if id_column else (
-                f"made up: {hf_split}:<row>" if hf else "made up: <file>:<line> (.jsonl; .txt with --lines), "
-                "<file>:<row> (.parquet, from 0), <file> (a whole .txt), <file> relative to the input directory")},
-            "settings": settings, "runs": [*(previous or {}).get("runs", []), run],
-        }
-        write_json_atomic(out / MANIFEST, manifest)
+        manifest = _start_manifest(out, model, source, embedder, settings, previous, run, id_column, hf_split)
 
-        started, seen, infos, pending, tokens = time.monotonic(), {}, {}, [], 0
+        started = time.monotonic()
         total = count_documents(source, lines=lines)
         done = sum(_shard_info(p)["documents"] for p in out.glob("part-*.parquet"))
         docs = read_documents(source, lines=lines, text_column=text_column, id_column=id_column,
                               spans_column=chunk_spans_column, hf_config=hf_config, hf_split=hf_split)
         with Progress(total, f"embed {Path(source).name}", unit="doc", initial=done, enabled=progress) as bar:
-
-            def written(info: dict) -> None:
-                nonlocal tokens
-                infos[info["shard"]] = info
-                run["shards_written"] += 1
-                write_json_atomic(out / MANIFEST, manifest)  # the run's record says how far it got
-                tokens += info["tokens"]
-                elapsed = time.monotonic() - started
-                bar.update(info["documents"], **{"tokens/s": tokens / elapsed if elapsed > 0 else 0.0})
-
-            def flush() -> None:  # the Ray backend's shards read so far: one Ray Data pipeline
-                if not pending:
-                    return
-                for info in _run_on_ray(pending, embedder.model_dir, out, settings, max_batch_tokens,
-                                        ray_setup["device"], concurrency, ray_setup["num_gpus"]):
-                    written(info)
-                pending.clear()
-
-            for k in itertools.count():
-                group = list(itertools.islice(docs, shard_size))
-                if not group:
-                    break
-                for d in group:
-                    if d.id in seen:
-                        raise ValueError(f"{d.where}: duplicate id {d.id!r} (first at {seen[d.id]})")
-                    seen[d.id] = d.where
-                path = out / SHARD.format(k)
-                if path.exists():
-                    info = _shard_info(path)
-                    if (info["documents"], info["first_id"], info["last_id"]) != (len(group), group[0].id, group[-1].id):
-                        raise ValueError(f"{path} was written from other documents (ids {info['first_id']!r}..."
-                                         f"{info['last_id']!r}, {info['documents']}) than the input's "
-                                         f"{group[0].id!r}...{group[-1].id!r} ({len(group)})")
-                    infos[k] = info
-                    run["shards_found"] += 1
-                elif backend == "local":
-                    written(run_shard(embedder, k, group, out, settings, max_batch_tokens))
-                else:
-                    pending.append((k, group))
-                if len(pending) == ray_wave * concurrency:
-                    flush()
-            flush()
-        if not infos:
-            raise ValueError(f"{source} holds no documents")
-        shards = [{"file": SHARD.format(k), **{key: infos[k][key] for key in ("documents", "rows", "tokens")}}
-                  for k in sorted(infos)]
-        skipped = [s for k in sorted(infos) for s in infos[k]["skipped"]]
-        run.update(finished=utc_timestamp(), seconds=round(time.monotonic() - started, 3))
-        manifest.update(status="complete", counts={
-            "documents": len(seen), "embedded": len(seen) - len(skipped), "skipped": len(skipped),
-            "rows": sum(s["rows"] for s in shards), "tokens": sum(s["tokens"] for s in shards), "shards": len(shards),
-            "seconds": round(sum(r.get("seconds", 0.0) for r in manifest["runs"]), 3)},
-            shards=shards, skipped=skipped)
-        write_json_atomic(out / MANIFEST, manifest)
+            infos, seen = _embed_shards(docs, out, embedder, settings, manifest, run, bar, started, backend=backend,
+                                        max_batch_tokens=max_batch_tokens, ray_setup=ray_setup,
+                                        concurrency=concurrency, ray_wave=ray_wave)
+        _finish_manifest(out, source, manifest, run, infos, seen, started)
         return manifest
 
 

@@ -246,17 +246,10 @@ class OnnxService(Service):
         return self._run("logits", batch, mask).float()
 
 
-def build_app(service: Service, *, max_tokens: int, max_batch_tokens: int = 32_768, queue_size: int = 256,
-              batch_wait_ms: float = 0.0):
-    """The FastAPI application for ``service`` (its batcher starts with the app and stops at shutdown)."""
-    from contextlib import asynccontextmanager
-
-    from fastapi import FastAPI, HTTPException
-    from fastapi.encoders import jsonable_encoder
-    from fastapi.exceptions import RequestValidationError
-    from fastapi.responses import JSONResponse
+def _request_models():
+    """The request bodies (pydantic, the server's extra): ``(EmbeddingRequest, TextsRequest)``; each takes its
+    texts in ``input`` or its alias ``inputs``, never both."""
     from pydantic import AliasChoices, BaseModel, Field, StrictInt, model_validator
-    from starlette.exceptions import HTTPException as StarletteHTTPException
 
     def input_field():  # ``input`` (OpenAI), or ``inputs`` (Hugging Face inference) for the same field
         return Field(validation_alias=AliasChoices("input", "inputs"))
@@ -281,33 +274,37 @@ def build_app(service: Service, *, max_tokens: int, max_batch_tokens: int = 32_7
     class TextsRequest(Request):
         top_k: int = Field(5, ge=1, le=50)
 
-    state = {}
+    return EmbeddingRequest, TextsRequest
 
-    @asynccontextmanager
-    async def lifespan(app):
-        state["batcher"] = Batcher(service.run, max_batch_tokens=max_batch_tokens,
-                                   queue_size=queue_size, wait_s=batch_wait_ms / 1000)
-        yield
-        state["batcher"].close()  # requests in flight were answered by uvicorn's graceful shutdown
-        print("avey-b serve: shut down", flush=True)
 
-    app = FastAPI(title="avey-b serve", lifespan=lifespan)
+def _error_body(status: int, message: str, detail) -> dict:
+    """FastAPI's ``detail`` beside the OpenAI API's ``error`` object, whose message the openai SDK shows."""
+    kind = "invalid_request_error" if status < 500 else "server_error"
+    return {"detail": detail, "error": {"message": message, "type": kind, "param": None, "code": None}}
 
-    def error_body(status: int, message: str, detail) -> dict:
-        """FastAPI's ``detail`` beside the OpenAI API's ``error`` object, whose message the openai SDK shows."""
-        kind = "invalid_request_error" if status < 500 else "server_error"
-        return {"detail": detail, "error": {"message": message, "type": kind, "param": None, "code": None}}
+
+def _add_error_handlers(app) -> None:
+    """Answer HTTP errors and invalid requests (422, every problem in one message) with :func:`_error_body`."""
+    from fastapi.encoders import jsonable_encoder
+    from fastapi.exceptions import RequestValidationError
+    from fastapi.responses import JSONResponse
+    from starlette.exceptions import HTTPException as StarletteHTTPException
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request, error):
-        return JSONResponse(error_body(error.status_code, str(error.detail), error.detail),
+        return JSONResponse(_error_body(error.status_code, str(error.detail), error.detail),
                             status_code=error.status_code, headers=getattr(error, "headers", None))
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request, error):
         problems = error.errors()
         message = "; ".join(f"{'.'.join(map(str, p['loc'][1:])) or 'body'}: {p['msg']}" for p in problems)
-        return JSONResponse(error_body(422, message, jsonable_encoder(problems)), status_code=422)
+        return JSONResponse(_error_body(422, message, jsonable_encoder(problems)), status_code=422)
+
+
+def _answerer(service: Service, state: dict, max_tokens: int):
+    """The coroutine that checks a request's inputs, queues them on ``state["batcher"]`` and awaits the results."""
+    from fastapi import HTTPException
 
     async def answer(kind: str, given: str | list[str] | list[int] | list[list[int]]) -> tuple[list, int]:
         """Run ``given`` (texts, or token ids: one list or a list of lists); (results, tokens encoded)."""
@@ -336,6 +333,16 @@ def build_app(service: Service, *, max_tokens: int, max_batch_tokens: int = 32_7
             raise HTTPException(503, "the server's queue is full: retry later") from None
         results = await asyncio.gather(*(asyncio.wrap_future(j.future) for j in jobs))
         return list(results), sum(map(len, ids))
+
+    return answer
+
+
+def _add_routes(app, service: Service, answer, *, max_tokens: int, max_batch_tokens: int) -> None:
+    """``GET /health``, ``POST /v1/embeddings``, and ``/v1/fill-mask`` or ``/v1/classify`` where the checkpoint
+    serves them, each answered through ``answer`` (:func:`_answerer`)."""
+    from fastapi import HTTPException
+
+    EmbeddingRequest, TextsRequest = _request_models()
 
     @app.get("/health")
     def health():
@@ -376,6 +383,28 @@ def build_app(service: Service, *, max_tokens: int, max_batch_tokens: int = 32_7
             results, _ = await answer("classify", request.input)
             return {"results": results}
 
+
+def build_app(service: Service, *, max_tokens: int, max_batch_tokens: int = 32_768, queue_size: int = 256,
+              batch_wait_ms: float = 0.0):
+    """The FastAPI application for ``service`` (its batcher starts with the app and stops at shutdown)."""
+    from contextlib import asynccontextmanager
+
+    from fastapi import FastAPI
+
+    state = {}
+
+    @asynccontextmanager
+    async def lifespan(app):
+        state["batcher"] = Batcher(service.run, max_batch_tokens=max_batch_tokens,
+                                   queue_size=queue_size, wait_s=batch_wait_ms / 1000)
+        yield
+        state["batcher"].close()  # requests in flight were answered by uvicorn's graceful shutdown
+        print("avey-b serve: shut down", flush=True)
+
+    app = FastAPI(title="avey-b serve", lifespan=lifespan)
+    _add_error_handlers(app)
+    _add_routes(app, service, _answerer(service, state, max_tokens), max_tokens=max_tokens,
+                max_batch_tokens=max_batch_tokens)
     return app
 
 
