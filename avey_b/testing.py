@@ -150,6 +150,13 @@ def beir(directory: str, n_queries: int, n_docs: int, seed: int = 0) -> str:
     return directory
 
 
+def encoders(root) -> dict[str, str]:
+    """The tiny tokenizer and the two tiny encoders sharing it under ``root`` (``tok``, ``bert``, ``avey``): what the
+    evaluation tests fine-tune."""
+    tok = tokenizer(os.path.join(root, "tok"))
+    return {"tok": tok, "bert": bert(os.path.join(root, "bert"), tok), "avey": avey_b(os.path.join(root, "avey"), tok)}
+
+
 def build_all(out: str) -> dict[str, str]:
     """Everything the tiny demo suite needs, under ``out``; returns the paths."""
     os.makedirs(out, exist_ok=True)

@@ -14,11 +14,8 @@ from avey_b.heads import mean_pool
 @pytest.fixture(scope="module")
 def env(tmp_path_factory):
     root = tmp_path_factory.mktemp("harness")
-    tok = toy.tokenizer(str(root / "tok"))
     return {
-        "tok": tok,
-        "bert": toy.bert(str(root / "bert"), tok),
-        "avey": toy.avey_b(str(root / "avey"), tok),
+        **toy.encoders(root),
         "sst2": DataFiles(train=toy.sst2_tsv(str(root / "s.tsv"), 256, 0), eval=toy.sst2_tsv(str(root / "d.tsv"), 64, 1)),
         "conll": DataFiles(train=toy.conll(str(root / "c.train"), 24, 0), eval=toy.conll(str(root / "c.dev"), 8, 1)),
         "squad": DataFiles(train=toy.squad_json(str(root / "q.json"), 24, 0),

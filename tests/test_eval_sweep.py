@@ -13,10 +13,8 @@ from avey_b.evaluation import finetune, report, sweep
 @pytest.fixture(scope="module")
 def env(tmp_path_factory):
     root = tmp_path_factory.mktemp("sweep")
-    tok = toy.tokenizer(str(root / "tok"))
     return {
-        "bert": toy.bert(str(root / "bert"), tok),
-        "avey": toy.avey_b(str(root / "avey"), tok),
+        **toy.encoders(root),
         "train": toy.sst2_tsv(str(root / "train.tsv"), 64, seed=0),
         "dev": toy.sst2_tsv(str(root / "dev.tsv"), 32, seed=1),
         "root": root,

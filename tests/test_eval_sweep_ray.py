@@ -21,10 +21,8 @@ TRAIN_TIMES = {"seconds", "tokens_per_s"}
 @pytest.fixture(scope="module")
 def env(tmp_path_factory):
     root = tmp_path_factory.mktemp("sweep-ray")
-    tok = toy.tokenizer(str(root / "tok"))
     return {
-        "bert": toy.bert(str(root / "bert"), tok),
-        "avey": toy.avey_b(str(root / "avey"), tok),
+        **toy.encoders(root),
         "train": toy.sst2_tsv(str(root / "train.tsv"), 32, seed=0),
         "dev": toy.sst2_tsv(str(root / "dev.tsv"), 16, seed=1),
     }
