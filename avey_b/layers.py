@@ -151,6 +151,10 @@ class CoupledMixer(StaticMixer):
 
 
 MIXERS = {"static": StaticMixer, "dynamic": DynamicMixer, "coupled": CoupledMixer}
+#: Feature order, per ``enricher_layout``, of the enricher's row blocks (``Z_h``, ``Z_tl``, ``Z_tr``: bypass, gate,
+#: contextual) and of the fuser's column blocks (``Z_h``, the mixed ``c``): the paper puts the bypass first.
+ENRICHER_BLOCKS = {"paper": ("bypass", "gate", "context"), "release": ("context", "gate", "bypass")}
+FUSER_BLOCKS = {"paper": ("bypass", "mix"), "release": ("mix", "bypass")}
 
 
 class AveyBLayer(GradientCheckpointingLayer):
@@ -169,10 +173,11 @@ class AveyBLayer(GradientCheckpointingLayer):
         self.dropout = nn.Dropout(config.hidden_dropout)
         # Learned residual gain of the release; a fixed 1 otherwise (the paper's plain residual).
         self.alpha = nn.Parameter(torch.ones(())) if config.residual_scale else None
-        # Feature order of the enricher output and of the fuser input: the paper puts the bypass first.
+        # Feature order of the enricher output and of the fuser input (ENRICHER_BLOCKS, FUSER_BLOCKS).
         self.release_layout = config.enricher_layout == "release"
-        self.split_sizes = (d_mix, d_mix, m_h) if self.release_layout else (m_h, d_mix, d_mix)
-        self.fuser_split = (d_mix, m_h) if self.release_layout else (m_h, d_mix)
+        width = {"bypass": m_h, "gate": d_mix, "context": d_mix, "mix": d_mix}
+        self.split_sizes = tuple(width[b] for b in ENRICHER_BLOCKS[config.enricher_layout])
+        self.fuser_split = tuple(width[b] for b in FUSER_BLOCKS[config.enricher_layout])
 
     def forward(self, x: torch.Tensor, keep: torch.Tensor | None = None) -> torch.Tensor:
         h = self.norm(x)

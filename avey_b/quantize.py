@@ -34,6 +34,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
+# the blocks of a layer's weights (paper §4.2), in each enricher layout's order
+from .layers import ENRICHER_BLOCKS, FUSER_BLOCKS
+
 #: `avey-b export --quantize int8` fails below this mean cosine between int8 and eager outputs (trained models
 #: measure 0.999+, benchmarks/quantization/); the smallest cosine is printed, not checked: a random tiny model has
 #: single tokens whose output nearly cancels, where int8 noise turns the vector
@@ -56,9 +59,6 @@ def weight_matmuls(model) -> list[str]:
     return [n.name for n in model.graph.node if n.op_type == "MatMul" and n.input[1] in weights]
 
 
-#: the blocks of a layer's weights (paper §4.2), by where they sit in the enricher's rows / the fuser's columns
-ENRICHER_BLOCKS = {"paper": ("bypass", "gate", "context"), "release": ("context", "gate", "bypass")}
-FUSER_BLOCKS = {"paper": ("bypass", "mix"), "release": ("mix", "bypass")}
 #: the weight MatMul groups :func:`quantize_onnx` keeps in fp32 by default (module docstring)
 FP32_GROUPS = ("fuser.mix",)
 
