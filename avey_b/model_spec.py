@@ -158,8 +158,8 @@ def build_config(spec: ModelSpec | str, defaults: dict[str, Any] | None = None):
     if name in NAMED_CONFIGS or _is_model_type(name):
         model_type, fields = NAMED_CONFIGS.get(name, (name, {}))
         given = fields(**spec.overrides) if callable(fields) else fields
-        return AutoConfig.for_model(model_type, **{**given, **fields_of(AutoConfig.for_model(model_type)),
-                                                   **spec.overrides})
+        return transformers_config(model_type, **{**given, **fields_of(AutoConfig.for_model(model_type)),
+                                                  **spec.overrides})
     if os.path.isdir(name) or "/" in name:
         with model_source(name):
             config = AutoConfig.from_pretrained(name)
@@ -169,6 +169,26 @@ def build_config(spec: ModelSpec | str, defaults: dict[str, Any] | None = None):
     known = [f"avey-b-{p}" for p in presets.PRESETS] + sorted(NAMED_CONFIGS)
     raise ValueError(f"unknown model {name!r}: use one of {known}, a transformers model_type (bert, modernbert, "
                      "...), a local directory or a Hub id")
+
+
+SPECIAL_ID_KEYS = ("pad_token_id", "bos_token_id", "eos_token_id", "cls_token_id", "sep_token_id")
+
+
+def transformers_config(model_type: str, **fields):
+    """``AutoConfig.for_model(model_type, **fields)``, where a special-token id the fields leave at the class's
+    default is unset (``None``) if it falls outside the vocabulary the fields give: ModernBERT's default ids
+    (50281, 50282) belong to its default 50,368-token vocabulary, not to a 4,096-token one, and transformers warns
+    about every such id. Ids the fields give are kept as given."""
+    from transformers import AutoConfig
+
+    vocab = fields.get("vocab_size")
+    if vocab is not None:
+        base = AutoConfig.for_model(model_type)
+        for key in SPECIAL_ID_KEYS:
+            default = getattr(base, key, None)
+            if key not in fields and isinstance(default, int) and default >= vocab:
+                fields[key] = None
+    return AutoConfig.for_model(model_type, **fields)
 
 
 def uses_rope(config) -> bool:
@@ -215,10 +235,8 @@ def masked_lm_parameters(config) -> int:
 def matched_width(arch: str, target: int, **config) -> dict:
     """``config`` for ``arch`` (``bert``, ``modernbert``) with the FFN width (``intermediate_size``, a multiple of
     32) whose masked-LM model has the parameter count closest to ``target``: a Transformer the size of an Avey-B."""
-    from transformers import AutoConfig
-
     def size(inter: int) -> int:
-        return masked_lm_parameters(AutoConfig.for_model(arch, intermediate_size=inter, **config))
+        return masked_lm_parameters(transformers_config(arch, intermediate_size=inter, **config))
 
     hidden = config.get("hidden_size", 768)
     inter = min(range(32, 16 * hidden + 1, 32), key=lambda i: abs(size(i) - target))

@@ -355,6 +355,18 @@ def test_model_spec_overrides_go_through_the_constructor():
     assert avey.vocab_size == 640 and not hasattr(avey, "nonexistent_token_id")
 
 
+def test_default_special_ids_outside_a_smaller_vocabulary_are_unset():
+    # ModernBERT's default ids (50281...) do not exist in a 4,096-token vocabulary: unset, not out of range (which
+    # transformers warns about); ids that are given stay, and the default vocabulary keeps its ids.
+    small = models.build_config("modernbert", {"vocab_size": 4096})
+    ids = [getattr(small, k) for k in models.SPECIAL_ID_KEYS]
+    assert ids == [None] * 5
+    given = models.build_config("modernbert:vocab_size=4096,eos_token_id=3,sep_token_id=3")
+    assert (given.eos_token_id, given.sep_token_id, given.bos_token_id) == (3, 3, None)
+    assert models.build_config("modernbert").bos_token_id == 50281
+    assert models.build_config("bert", {"vocab_size": 4096}).pad_token_id == 0  # inside: kept
+
+
 def test_matched_width_is_the_closest_ffn_width():
     from transformers import AutoConfig
 
