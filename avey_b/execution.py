@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 from .config_keys import unknown_key
 
 RANKER_ALGORITHMS = ("auto", "dense", "vocabulary")
+#: ``chunk_tokens`` by device type where it is left at ``None`` (any other device: 65536); see ExecutionSettings.
+DEFAULT_CHUNK_TOKENS = {"cpu": 4096}
 
 
 def _default_tile_bytes() -> dict[tuple[str, int], int]:
@@ -60,11 +62,15 @@ class ExecutionSettings:
             made the choice 1.2–1.5× faster on this project's AVX512-BF16 CPU (more where bf16 GEMMs outrun float32
             further: AMX, GPUs). Only near-ties can be chosen differently: the weights of the chosen splits are
             always recomputed at full precision.
-        chunk_tokens (`int`, defaults to 4096): after the ranker's choice, processor rows are built and run through
-            the layers in chunks of about this many tokens (eager; compiled and exported graphs, and
-            ``output_hidden_states``, take all rows at once). Small chunks keep each layer's activations in cache
-            between its passes (1.35x faster in fp32 at 16K tokens on CPU than one 64K-token chunk,
-            ``benchmarks/roofline/``) and bound activation memory for long inputs.
+        chunk_tokens (`int`, defaults to `None`: 4096 on CPU, 65536 on other devices): after the ranker's choice,
+            processor rows are built and run through the layers in chunks of about this many tokens (eager; compiled
+            and exported graphs, and ``output_hidden_states``, take all rows at once); a number applies on every
+            device. On CPU small chunks keep each layer's activations in cache between its passes (1.35x faster in
+            fp32 at 16K tokens than one 64K-token chunk, ``benchmarks/roofline/``) and bound activation memory for
+            long inputs. On a GPU a 4,096-token chunk makes every kernel too small to fill it: at 2K tokens × 8 on an
+            H100 the eager forward in such chunks ran at 16% of a GEMM's rate where the compiled one-pass forward
+            ran at 90% (``benchmarks/efficiency_gpu/``), so other devices take 64K-token chunks, which still bound
+            activation memory at long inputs (the larger GPU default is not yet timed on its own).
         tile_bytes (`dict`, defaults to 2 MB on CPU and 64 MB on CUDA): bytes of similarities per tile, by
             ``(device type, element size)`` (64 MB for any other): small enough to stay in cache on CPU (the max is
             taken while the tile is hot, instead of writing and re-reading a block × N matrix), large enough that
@@ -83,7 +89,7 @@ class ExecutionSettings:
     ranker_block_size: int = 512
     ranker_memory_mb: float = 256
     ranker_selection_precision: str = "exact"
-    chunk_tokens: int = 4096
+    chunk_tokens: int | None = None
     tile_bytes: dict[tuple[str, int], int] = field(default_factory=_default_tile_bytes)
     order_by_last_split: bool = True
     auto_overhead: float = 1.25
@@ -92,8 +98,11 @@ class ExecutionSettings:
     def __post_init__(self) -> None:
         for name in ("ranker_block_size", "chunk_tokens", "auto_min_splits"):
             value = getattr(self, name)
+            if name == "chunk_tokens" and value is None:  # by device: chunk_tokens_for
+                continue
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"ExecutionSettings.{name} must be an integer >= 1, got {value!r}")
+                by_device = " (or None: by device)" if name == "chunk_tokens" else ""
+                raise ValueError(f"ExecutionSettings.{name} must be an integer >= 1{by_device}, got {value!r}")
         for name in ("ranker_memory_mb", "auto_overhead"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
@@ -121,6 +130,12 @@ class ExecutionSettings:
             if key not in names:
                 raise unknown_key(key, names, "ExecutionSettings' fields are")
         return dataclasses.replace(self, **changes)
+
+    def chunk_tokens_for(self, device: str) -> int:
+        """Tokens per chunk of processor rows on ``device`` (a device type): ``chunk_tokens``, or by device."""
+        if self.chunk_tokens is not None:
+            return self.chunk_tokens
+        return DEFAULT_CHUNK_TOKENS.get(device, 65536)
 
     def tile_bytes_for(self, device: str, element_size: int) -> int:
         """Bytes of similarities per tile on ``device`` (a device type) for elements of ``element_size`` bytes."""

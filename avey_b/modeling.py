@@ -164,7 +164,7 @@ class AveyBModel(AveyBPreTrainedModel):
         # activation memory stays bounded for long inputs.
         C = (config.num_retrieved_splits + 1) * S if self.ranker is not None and self.compressor is None else S
         R = sp.num_rows
-        chunk = max(1, config.execution.chunk_tokens // C)
+        chunk = max(1, config.execution.chunk_tokens_for(x.device.type) // C)
         if self.every_layer:  # the ablation: a new choice, new rows, before every layer
             h = self._rank_every_layer(sp, all_hidden)  # (R, S, d)
         elif compiling or output_hidden_states or R <= chunk:  # one pass over all rows

@@ -64,3 +64,12 @@ def test_bad_settings_are_errors_that_name_them():
         presets.tiny().execution = {"chunk_tokens": 8}
     with pytest.raises(ValueError, match="tile_bytes"):
         ExecutionSettings(tile_bytes={"cpu": 0})
+
+
+def test_chunk_tokens_by_device_unless_set():
+    # left unset: CPU chunks stay cache-sized, a GPU gets chunks large enough to fill it; a number applies everywhere
+    default = ExecutionSettings()
+    assert default.chunk_tokens is None and presets.tiny().chunk_tokens is None
+    assert (default.chunk_tokens_for("cpu"), default.chunk_tokens_for("cuda")) == (4096, 65536)
+    assert ExecutionSettings(chunk_tokens=512).chunk_tokens_for("cuda") == 512
+    assert presets.tiny(chunk_tokens=64).execution.chunk_tokens_for("cpu") == 64

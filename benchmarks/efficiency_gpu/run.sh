@@ -6,7 +6,7 @@
 # Usage, from the repository root, with `pip install -e ".[bench]"`:
 #   DATA=../shared/data RESULTS=benchmarks/efficiency_gpu/run bash benchmarks/efficiency_gpu/run.sh [PART ...]
 # PART (default: all, in this order):
-#   avey       Avey-B base, eager, every length
+#   avey       Avey-B base, eager, every length (default chunks of rows and 4,096-token chunks)
 #   compile    Avey-B base under torch.compile (recompiled per length, so at fewer lengths)
 #   hf         ModernBERT-base and NeoBERT (approximated from its published shape, avey_b/model_spec.py) with
 #              SDPA, eager attention and FlashAttention-2 (recorded "unavailable" without flash-attn)
@@ -26,7 +26,8 @@ COMMON="--text $WORK/english.txt --batch-size 8 --dtype bfloat16 --warmup 3 --re
         --device cuda --flops-up-to 8192 --out $RESULTS --resume"
 for part in $PARTS; do
   case $part in
-    avey) avey-b bench run --models avey-b-base --modes eager $COMMON ;;
+    # the default (64K-token chunks of rows on a GPU) and the CPU's 4,096-token chunks, which the first record used
+    avey) avey-b bench run --models avey-b-base avey-b-base:chunk_tokens=4096 --modes eager $COMMON ;;
     compile) avey-b bench run --models avey-b-base --modes compile --lengths 512 2048 8192 32768 98304 $COMMON ;;
     hf) avey-b bench run --models modernbert-base neobert --modes eager --attn sdpa flash_attention_2 eager $COMMON ;;
     ablations) avey-b bench run --models avey-b-base:ranker_placement=every_layer avey-b-base:compressor=False \
