@@ -67,10 +67,10 @@ class ExecutionSettings:
             and exported graphs, and ``output_hidden_states``, take all rows at once); a number applies on every
             device. On CPU small chunks keep each layer's activations in cache between its passes (1.35x faster in
             fp32 at 16K tokens than one 64K-token chunk, ``benchmarks/roofline/``) and bound activation memory for
-            long inputs. On a GPU a 4,096-token chunk makes every kernel too small to fill it: at 2K tokens × 8 on an
-            H100 the eager forward in such chunks ran at 16% of a GEMM's rate where the compiled one-pass forward
-            ran at 90% (``benchmarks/efficiency_gpu/``), so other devices take 64K-token chunks, which still bound
-            activation memory at long inputs (the larger GPU default is not yet timed on its own).
+            long inputs. On a GPU a 4,096-token chunk makes small kernels: at 2K tokens × 8 on an H100 the eager
+            forward in such chunks ran at 16% of a GEMM's rate where the compiled forward (all rows at once, and its
+            elementwise steps fused) ran at 90% (``benchmarks/efficiency_gpu/``), so other devices take 64K-token
+            chunks, which still bound activation memory at long inputs (not yet timed on their own).
         tile_bytes (`dict`, defaults to 2 MB on CPU and 64 MB on CUDA): bytes of similarities per tile, by
             ``(device type, element size)`` (64 MB for any other): small enough to stay in cache on CPU (the max is
             taken while the tile is hot, instead of writing and re-reading a block × N matrix), large enough that
