@@ -1,44 +1,30 @@
 """Avey-B: the attention-free bidirectional encoder (ICLR 2026) for PyTorch and Hugging Face transformers.
 
 Importing the package registers ``model_type="avey-b"`` with the transformers Auto classes.
+
+The package's folders: ``model/`` (the model, and only the model), ``utils/`` (files, records, progress, devices,
+batching, clusters, model specs), ``configs/`` (configs as data and the shipped recipes), ``data/``, ``training/``,
+``evaluation/``, ``benchmarking/``, ``apps/`` (serve, embed, export, quantize, convert, analyze, demo, ablation) and
+``cli.py``, the one command line.
 """
 
-from transformers import (
-    AutoConfig,
-    AutoModel,
-    AutoModelForMaskedLM,
-    AutoModelForMultipleChoice,
-    AutoModelForQuestionAnswering,
-    AutoModelForSequenceClassification,
-    AutoModelForTokenClassification,
-)
-
-from . import presets
-from .configuration import AveyBConfig
-from .execution import ExecutionSettings
-from .heads import (
+from .model import (
+    AveyBConfig,
     AveyBForMaskedLM,
     AveyBForMultipleChoice,
     AveyBForQuestionAnswering,
     AveyBForSentenceEmbedding,
     AveyBForSequenceClassification,
     AveyBForTokenClassification,
+    AveyBModel,
+    AveyBPreTrainedModel,
+    ExecutionSettings,
     mean_pool,
+    presets,
+    remote_code,  # noqa: F401  (`from avey_b import remote_code`: the code saved beside checkpoints)
 )
-from .modeling import AveyBModel, AveyBPreTrainedModel
 
 __version__ = "0.1.0"
-
-AutoConfig.register(AveyBConfig.model_type, AveyBConfig, exist_ok=True)
-for _auto, _cls in (
-    (AutoModel, AveyBModel),
-    (AutoModelForMaskedLM, AveyBForMaskedLM),
-    (AutoModelForSequenceClassification, AveyBForSequenceClassification),
-    (AutoModelForTokenClassification, AveyBForTokenClassification),
-    (AutoModelForQuestionAnswering, AveyBForQuestionAnswering),
-    (AutoModelForMultipleChoice, AveyBForMultipleChoice),
-):
-    _auto.register(AveyBConfig, _cls, exist_ok=True)
 
 __all__ = [
     "AveyBConfig",

@@ -13,19 +13,19 @@ import sys
 
 # subcommand -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "demo": ("avey_b.demo", "build a small Avey-B and encode text (no download)"),
+    "demo": ("avey_b.apps.demo", "build a small Avey-B and encode text (no download)"),
     "pretrain": ("avey_b.training.pretrain", "masked-LM pretraining (local files or HF datasets)"),
     "finetune": ("avey_b.evaluation.finetune", "fine-tune and score one model on one task"),
     "evaluate": ("avey_b.evaluation.sweep", "the paper's lr x seed protocol over benchmarks"),
     "report": ("avey_b.evaluation.report", "the Table-3 report of an evaluation directory"),
-    "ablation": ("avey_b.ablation", "pretrain and evaluate the paper's architecture variants"),
-    "analyze": ("avey_b.analysis", "weights MODEL: statistics and heat maps of the static layers' V"),
+    "ablation": ("avey_b.apps.ablation", "pretrain and evaluate the paper's architecture variants"),
+    "analyze": ("avey_b.apps.analysis", "weights MODEL: statistics and heat maps of the static layers' V"),
     "niah": ("avey_b.evaluation.niah.cli", "generate / evaluate needle-in-a-haystack sets"),
     "bench": ("avey_b.benchmarking.efficiency", "latency / throughput vs sequence length"),
-    "convert": ("avey_b.convert", "convert an authors' release checkpoint to this library's format"),
-    "export": ("avey_b.export", "an Avey-B checkpoint as ONNX / torch.export, for every length"),
-    "serve": ("avey_b.serve", "an HTTP server: OpenAI-compatible embeddings, fill-mask, classification"),
-    "embed": ("avey_b.embed", "embed a corpus into Parquet shards, resumably (whole documents or late chunks)"),
+    "convert": ("avey_b.apps.convert", "convert an authors' release checkpoint to this library's format"),
+    "export": ("avey_b.apps.export", "an Avey-B checkpoint as ONNX / torch.export, for every length"),
+    "serve": ("avey_b.apps.serve", "an HTTP server: OpenAI-compatible embeddings, fill-mask, classification"),
+    "embed": ("avey_b.apps.embed", "embed a corpus into Parquet shards, resumably (whole documents or late chunks)"),
 }
 
 

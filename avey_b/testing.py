@@ -73,7 +73,8 @@ def bert(directory: str, tok, hidden: int = 32, layers: int = 2, seed: int = 0) 
 def avey_b(directory: str, tok, seed: int = 0, **overrides) -> str:
     """A randomly initialised tiny Avey-B (``presets.tiny()``, vocabulary resized to the tokenizer); the same
     weights for the same ``seed`` in every process (the global RNG is left as it was)."""
-    from . import AveyBForMaskedLM, presets
+    from avey_b import AveyBForMaskedLM
+    from avey_b.model import presets
 
     cfg = presets.tiny(vocab_size=len(tok), pad_token_id=tok.pad_token_id, **overrides)
     with torch.random.fork_rng(devices=[]):

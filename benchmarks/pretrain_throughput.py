@@ -21,14 +21,15 @@ from contextlib import nullcontext
 import torch
 
 import avey_b  # noqa: F401
-from avey_b import AveyBForMaskedLM, presets
-from avey_b.analysis import count_flops
+from avey_b import AveyBForMaskedLM
 from avey_b.benchmarking.timing import gemm_rate, measure
-from avey_b.records import append_jsonl
+from avey_b.model import presets
 from avey_b.training.build import build_optimizer
 from avey_b.training.config import load_config
 from avey_b.training.mlm_eval import mlm_sums
 from avey_b.training.monitor import peak_flops
+from avey_b.utils.counting import count_flops
+from avey_b.utils.records import append_jsonl
 
 
 def run(args, dtype_name: str, compiled: bool) -> dict:

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import avey_b  # noqa: F401  (registers the Auto classes)
-from avey_b import presets
+from avey_b.model import presets
 
 VOCAB, SEQ = 99, 13
 

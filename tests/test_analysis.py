@@ -4,8 +4,10 @@ import numpy as np
 import pytest
 from conftest import seeded
 
-from avey_b import AveyBForSequenceClassification, AveyBModel, presets
-from avey_b.analysis import parameter_counts, plot_static_matrices, static_matrix_stats
+from avey_b import AveyBForSequenceClassification, AveyBModel
+from avey_b.apps.analysis import plot_static_matrices, static_matrix_stats
+from avey_b.model import presets
+from avey_b.utils.counting import parameter_counts
 
 
 def test_parameter_counts_add_up_by_component():
@@ -58,7 +60,7 @@ def test_analyze_weights_command_writes_the_appendix_table_and_heat_maps(tmp_pat
     import json
 
     from avey_b import AveyBForMaskedLM, cli
-    from avey_b.analysis import STAT_COLUMNS
+    from avey_b.apps.analysis import STAT_COLUMNS
 
     model = seeded(AveyBForMaskedLM, presets.tiny(num_hidden_layers=5))  # static layers 0, 2, 4
     model.save_pretrained(tmp_path / "model")
@@ -110,7 +112,7 @@ def test_analyze_weights_says_what_is_missing(tmp_path, monkeypatch, capsys):
 
 
 def test_heat_maps_subsample_uniformly_like_the_paper():
-    from avey_b.analysis import subsample
+    from avey_b.apps.analysis import subsample
 
     assert subsample(list(range(30)), 15) == [0, 2, 4, 6, 8, 10, 12, 14, 17, 19, 21, 23, 25, 27, 29]
     assert subsample(list(range(5)), 15) == list(range(5)) and subsample(list(range(5)), None) == list(range(5))

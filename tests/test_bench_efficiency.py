@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-from avey_b import device
-from avey_b import model_spec as models
 from avey_b.benchmarking import efficiency, fit, results, timing
+from avey_b.utils import device
+from avey_b.utils import model_spec as models
 
 LENGTHS = ["16", "40", "600"]
 

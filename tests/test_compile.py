@@ -14,7 +14,8 @@ import pytest
 import torch
 from torch._dynamo.utils import counters
 
-from avey_b import AveyBModel, presets
+from avey_b import AveyBModel
+from avey_b.model import presets
 
 pytestmark = pytest.mark.slow
 

@@ -12,7 +12,7 @@ from safetensors.torch import save_file
 from transformers import AutoConfig, AutoModelForMaskedLM, AutoModelForSequenceClassification
 
 from avey_b import AveyBForMaskedLM, AveyBForTokenClassification, AveyBModel
-from avey_b.convert import ReleaseConversionError, convert_release_checkpoint, main
+from avey_b.apps.convert import ReleaseConversionError, convert_release_checkpoint, main
 
 V, D, L, S, K, EPS = 50, 16, 3, 4, 2, 1e-12
 
@@ -200,7 +200,7 @@ def test_release_tokenizer_helper(tmp_path):
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    from avey_b.tokenization import load_tokenizer
+    from avey_b.data.tokenization import load_tokenizer
 
     vocab = {t: i for i, t in enumerate(["<|endoftext|>", "[CLS]", "[SEP]", "a", "b", "c", "ab"])}
     raw = Tokenizer(models.BPE(vocab=vocab, merges=[("a", "b")]))

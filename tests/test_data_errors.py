@@ -8,8 +8,8 @@ import pytest
 from avey_b.data.corpus import SourceSpec, iter_documents
 from avey_b.evaluation.tasks import get_task
 from avey_b.evaluation.tasks.base import DataFiles
-from avey_b.files import DataFileError
 from avey_b.training.config import load_config
+from avey_b.utils.files import DataFileError
 
 
 def docs(path):

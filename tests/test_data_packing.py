@@ -7,7 +7,7 @@ import pytest
 
 from avey_b.data.corpus import SourceSpec, is_heldout, iter_documents
 from avey_b.data.packing import PackedSequences
-from avey_b.tokenization import eot_id, train_bpe_tokenizer
+from avey_b.data.tokenization import eot_id, train_bpe_tokenizer
 
 WORDS = "alpha beta gamma delta river stone cloud light paper window garden music".split()
 

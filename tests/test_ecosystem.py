@@ -12,9 +12,9 @@ from avey_b import (
     AveyBForSequenceClassification,
     AveyBForTokenClassification,
     AveyBModel,
-    presets,
 )
-from avey_b.heads import in_batch_contrastive_loss
+from avey_b.model import presets
+from avey_b.model.heads import in_batch_contrastive_loss
 
 peft = pytest.importorskip("peft")
 

@@ -17,10 +17,11 @@ import torch
 import torch.nn.functional as F
 from conftest import seeded
 
-from avey_b import AveyBForMaskedLM, AveyBForSentenceEmbedding, presets
-from avey_b import embed as embed_module
+from avey_b import AveyBForMaskedLM, AveyBForSentenceEmbedding
 from avey_b import testing as toy
-from avey_b.embed import MANIFEST, embed_corpus
+from avey_b.apps import embed as embed_module
+from avey_b.apps.embed import MANIFEST, embed_corpus
+from avey_b.model import presets
 
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")

@@ -4,7 +4,8 @@ import pytest
 import torch
 from conftest import seeded
 
-from avey_b import AveyBConfig, AveyBForMaskedLM, AveyBModel, presets
+from avey_b import AveyBConfig, AveyBForMaskedLM, AveyBModel
+from avey_b.model import presets
 
 
 @pytest.mark.parametrize("overrides, field", [

@@ -5,8 +5,8 @@ import json
 import pytest
 import yaml
 
-from avey_b import ablation
 from avey_b import testing as toy
+from avey_b.apps import ablation
 
 
 def test_ablation_pretrains_variants_evaluates_and_isolates_failures(tmp_path):

@@ -8,7 +8,7 @@ from avey_b import testing as toy
 from avey_b.evaluation.finetune import resolve_steps, run_cell
 from avey_b.evaluation.tasks import DataFiles, RunConfig, get_task
 from avey_b.evaluation.tasks.base import load_model, load_task_tokenizer
-from avey_b.heads import mean_pool
+from avey_b.model.heads import mean_pool
 
 
 @pytest.fixture(scope="module")
@@ -155,8 +155,8 @@ def test_a_missing_local_model_path_is_reported_as_such_not_as_a_hub_error(tmp_p
 
 
 def test_precision_auto_is_bf16_autocast_only_where_the_cpu_multiplies_bf16(env, monkeypatch):
-    from avey_b import device as dev
     from avey_b.evaluation.tasks.base import autocast_ctx
+    from avey_b.utils import device as dev
 
     cpu = torch.device("cpu")
     monkeypatch.setattr(dev, "cpu_has_native_bf16", lambda: True)

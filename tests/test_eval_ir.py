@@ -14,7 +14,7 @@ from safetensors.torch import load_file
 from avey_b import testing as toy
 from avey_b.evaluation import ir_paper, report, sweep
 from avey_b.evaluation.tasks import DataFiles, RunConfig, get_task, ir
-from avey_b.records import save_pretrained_atomic
+from avey_b.utils.records import save_pretrained_atomic
 
 IR_TASKS = ("mldr", "msmarco", "nq")
 
@@ -189,7 +189,7 @@ def test_cached_mnrl_is_the_librarys_loss_in_value_and_gradient(env):
     embeddings (RunConfig.ir_scale = 20), in value and in gradient."""
     from transformers import AutoModel
 
-    from avey_b.heads import mean_pool
+    from avey_b.model.heads import mean_pool
 
     cfg = RunConfig(device="cpu", max_length=24)
     st = ir_paper.load_sentence_transformer(env["avey"], cfg, torch.device("cpu")).eval()

@@ -8,7 +8,8 @@ import torch
 from conftest import seeded
 from test_ranker import oracle as ranker_oracle
 
-from avey_b import AveyBConfig, AveyBForMaskedLM, AveyBModel, presets
+from avey_b import AveyBConfig, AveyBForMaskedLM, AveyBModel
+from avey_b.model import presets
 
 EVERY_LAYER = {"ranker_placement": "every_layer"}
 VARIANTS = {
@@ -232,7 +233,7 @@ def test_config_errors_name_the_field_and_the_choices():
 @pytest.mark.slow
 def test_every_layer_model_exports_for_every_length():
     """torch.export (what ONNX export builds on) captures the per-layer choice for every batch and length."""
-    from avey_b.export import Exportable, export_program
+    from avey_b.apps.export import Exportable, export_program
 
     model = seeded(AveyBModel, every_layer(vocab_size=2000))
     program = export_program(model).module()

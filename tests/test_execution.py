@@ -1,4 +1,4 @@
-"""Execution settings (avey_b/execution.py): per model, read at every forward pass, never saved with the
+"""Execution settings (avey_b/model/execution.py): per model, read at every forward pass, never saved with the
 architecture, and still read from the config.json of checkpoints saved when they were config fields."""
 
 import json
@@ -6,9 +6,10 @@ import json
 import pytest
 import torch
 
-from avey_b import AveyBConfig, AveyBModel, ExecutionSettings, presets
-from avey_b.execution import CONFIG_KEYS
-from avey_b.ranker import Ranker
+from avey_b import AveyBConfig, AveyBModel, ExecutionSettings
+from avey_b.model import presets
+from avey_b.model.execution import CONFIG_KEYS
+from avey_b.model.ranker import Ranker
 
 OLD_STYLE = {"chunk_tokens": 8, "ranker_algorithm": "dense", "ranker_block_size": 128, "ranker_memory_mb": 64,
              "ranker_selection_precision": "bfloat16"}

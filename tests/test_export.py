@@ -8,8 +8,9 @@ scores to ~5e-7 but its kernels round some exactly tied scores apart (on a 40-id
 import pytest
 import torch
 
-from avey_b import AveyBForMaskedLM, AveyBModel, presets
-from avey_b.export import Exportable, export_onnx, export_program, main, verify_onnx
+from avey_b import AveyBForMaskedLM, AveyBModel
+from avey_b.apps.export import Exportable, export_onnx, export_program, main, verify_onnx
+from avey_b.model import presets
 
 pytestmark = pytest.mark.slow
 CONFIG = dict(vocab_size=20_000)  # tiny: S = 4, k = 2, so k + 1 splits = 12 tokens; ranker block 1,024 tokens
@@ -103,12 +104,12 @@ def test_export_embedding_writes_a_directory_onnx_servers_load(tmp_path, capsys)
 
 def test_export_shows_none_of_the_exporters_known_harmless_warnings(model, tmp_path, recwarn, caplog, capfd):
     """torchvision's absence, torch's own LeafSpec deprecation, onnxscript's unfolded Splits and the axis-name
-    notice appear on every export of this model and mean nothing to its user (see avey_b.export); the export
+    notice appear on every export of this model and mean nothing to its user (see avey_b.apps.export); the export
     silences them, and only them."""
     import logging
     import warnings
 
-    from avey_b.export import HARMLESS_LOG_RECORDS, quiet_known_exporter_noise
+    from avey_b.apps.export import HARMLESS_LOG_RECORDS, quiet_known_exporter_noise
 
     caplog.set_level(logging.WARNING)
     export_onnx(model, tmp_path / "avey.onnx")

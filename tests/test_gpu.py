@@ -7,7 +7,8 @@ import random
 import pytest
 import torch
 
-from avey_b import AveyBForMaskedLM, AveyBModel, presets
+from avey_b import AveyBForMaskedLM, AveyBModel
+from avey_b.model import presets
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
@@ -88,7 +89,7 @@ def test_vocabulary_path_on_cuda_chooses_what_cpu_and_the_dense_path_choose():
     choice as on CPU and as the dense path on CUDA, on repeated ids, and the same model outputs."""
     import torch.nn.functional as F
 
-    from avey_b.ranker import Ranker
+    from avey_b.model.ranker import Ranker
 
     config = presets.small(vocab_size=4096)
     g = torch.Generator().manual_seed(0)

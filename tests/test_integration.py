@@ -6,8 +6,9 @@ from conftest import seeded
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
-from avey_b import AveyBForMaskedLM, AveyBModel, presets
-from avey_b.layers import AveyBLayer
+from avey_b import AveyBForMaskedLM, AveyBModel
+from avey_b.model import presets
+from avey_b.model.layers import AveyBLayer
 
 WORDS = "the a cat dog sat ran on under mat log red blue big small and".split()
 

@@ -1,6 +1,7 @@
 """The package's shape: no import circle, no import from a lower layer to a higher one, a --help for every verb."""
 
 import ast
+import sys
 from pathlib import Path
 
 import pytest
@@ -8,15 +9,19 @@ import pytest
 from avey_b.cli import COMMANDS, main
 
 PACKAGE = Path(__file__).resolve().parents[1] / "avey_b"
-#: Layers, lowest first. A module may import its own layer and the ones below, never one above.
-#: The CLI layer holds the verbs that drive several subpackages.
+#: Layers, lowest first. A module may import its own layer and the ones below, never one above. ``model`` is the
+#: model and only the model; ``utils`` and ``configs`` are what the rest shares; ``apps`` are the verbs built on
+#: the model (serve, embed, export, ...); ``cli`` dispatches to every verb.
 LAYERS = [
-    {"configuration", "execution", "similarity", "layers", "ranker", "splits", "loading", "modeling", "heads", "presets",
-     "release", "analysis", "tokenization", "records", "device", "configs", "config_keys", "remote_code", "model_spec",
-     "files", "progress", "batching", "cluster", "__init__"},
+    {"model", "__init__"},
+    {"utils", "configs"},
     {"data", "training", "evaluation", "benchmarking", "testing"},
-    {"cli", "ablation", "demo", "convert", "export", "quantize", "serve", "embed"},
+    {"apps"},
+    {"cli"},
 ]
+#: What the model's modules may import besides themselves: they are saved beside the weights and run where only
+#: transformers is installed (safetensors is one of transformers' own dependencies).
+MODEL_MAY_IMPORT = {"torch", "transformers", "safetensors"}
 
 
 def _module_name(path: Path) -> str:
@@ -73,6 +78,73 @@ def test_no_import_circle():
     for module in graph:
         if module not in state:
             visit(module, [module])
+
+
+def external_imports(path: Path) -> set[str]:
+    """The top-level names of the modules ``path`` imports absolutely (``torch`` for ``from torch import nn``)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and not node.level:
+            found.add((node.module or "").split(".")[0])
+        elif isinstance(node, ast.Import):
+            found.update(a.name.split(".")[0] for a in node.names)
+    return found
+
+
+def model_import_problems(folder: Path = PACKAGE / "model") -> list[str]:
+    """Every import of a model module that is not the standard library, torch, transformers or the model itself."""
+    problems = []
+    for path in sorted(folder.rglob("*.py")):
+        for name in sorted(external_imports(path)):
+            if name in sys.stdlib_module_names or name in MODEL_MAY_IMPORT or name == "__future__":
+                continue
+            if name == "avey_b" and _model_only(path):
+                continue
+            problems.append(f"{path.relative_to(folder.parent)} imports {name}")
+    return problems
+
+
+def _model_only(path: Path) -> bool:
+    """The package's own absolute imports in ``path`` all name ``avey_b.model``."""
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").split(".")[0] == "avey_b":
+            if not (node.module or "").startswith("avey_b.model"):
+                return False
+        elif isinstance(node, ast.Import) and any(a.name.split(".")[0] == "avey_b" and
+                                                   not a.name.startswith("avey_b.model") for a in node.names):
+            return False
+    return True
+
+
+def test_the_model_imports_only_the_standard_library_torch_transformers_and_itself():
+    assert model_import_problems() == []
+    graph = import_graph()
+    outside = [f"{m} -> {d}" for m, deps in graph.items() if m.startswith("avey_b.model")
+               for d in deps if not d.startswith("avey_b.model")]
+    assert outside == []
+
+
+@pytest.mark.parametrize("probe", ["from avey_b.utils import cluster", "import pyarrow", "from ..utils import files"])
+def test_the_model_check_fails_on_a_probe_import(probe, tmp_path):
+    """The check above is not vacuous: one import of an app, a utility or an extra into a model module fails it."""
+    import shutil
+
+    folder = tmp_path / "model"
+    shutil.copytree(PACKAGE / "model", folder)
+    layers = folder / "layers.py"
+    layers.write_text(layers.read_text() + f"\n{probe}\n")
+    if probe.startswith("from .."):
+        assert _relative_leaves_the_model(layers)
+    else:
+        assert any("layers.py" in p for p in model_import_problems(folder))
+
+
+def _relative_leaves_the_model(path: Path) -> bool:
+    return any(isinstance(n, ast.ImportFrom) and n.level > 1 for n in ast.walk(ast.parse(path.read_text())))
+
+
+def test_no_model_module_imports_relatively_from_outside_the_model():
+    assert [p.name for p in (PACKAGE / "model").rglob("*.py") if _relative_leaves_the_model(p)] == []
 
 
 def test_no_import_goes_up_a_layer():
@@ -145,7 +217,7 @@ def test_cli_errors_are_one_line_without_traceback_unless_debug(capsys, tmp_path
 def test_progress_in_a_log_is_plain_lines_with_rate_and_eta():
     import io
 
-    from avey_b.progress import Progress
+    from avey_b.utils.progress import Progress
 
     log = io.StringIO()  # not a terminal: no carriage-return bar
     with Progress(4, "finetune sst2", unit="step", every=0.0, file=log) as p:

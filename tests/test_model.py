@@ -24,12 +24,12 @@ from avey_b import (
     AveyBForSequenceClassification,
     AveyBForTokenClassification,
     AveyBModel,
-    presets,
 )
-from avey_b.heads import mean_pool
-from avey_b.layers import activation, normalize_rows
-from avey_b.ranker import Ranker
-from avey_b.similarity import unit_vectors
+from avey_b.model import presets
+from avey_b.model.heads import mean_pool
+from avey_b.model.layers import activation, normalize_rows
+from avey_b.model.ranker import Ranker
+from avey_b.model.similarity import unit_vectors
 
 HEADS = [AveyBModel, AveyBForMaskedLM, AveyBForSequenceClassification, AveyBForTokenClassification,
          AveyBForQuestionAnswering, AveyBForSentenceEmbedding]
@@ -109,7 +109,7 @@ def test_layer_patterns_expand_as_named():
 
 
 def test_parameter_counts_match_the_paper():
-    from avey_b.analysis import parameter_counts
+    from avey_b.utils.counting import parameter_counts
 
     for name, expected in (("base", 164e6), ("large", 391e6)):
         with torch.device("meta"):  # count without allocating
@@ -411,7 +411,7 @@ def test_sentence_embeddings_are_normalized_mean_pools():
 
 
 def test_rmsnorm_matches_torch():
-    from avey_b.layers import RMSNorm
+    from avey_b.model.layers import RMSNorm
 
     norm = RMSNorm(32, eps=1e-6)
     torch.nn.init.normal_(norm.weight)

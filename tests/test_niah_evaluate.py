@@ -12,7 +12,7 @@ from avey_b.data import niah as niah_data
 from avey_b.evaluation.niah import answer_tokens, retrieval, runs, scoring, sets, tables
 from avey_b.evaluation.niah import cli as niah_cli
 from avey_b.evaluation.niah.needles import needle_breakdown, needle_token_sets
-from avey_b.records import read_jsonl
+from avey_b.utils.records import read_jsonl
 
 
 @pytest.fixture(scope="module")
@@ -120,8 +120,8 @@ def test_needle_retrieval_reads_the_rankers_choice(data):
     the needle and never the reverse, a bidirectional one both. With k = 1 it is the ranker's top split."""
     import torch
 
-    from avey_b import model_spec
-    from avey_b.tokenization import load_tokenizer
+    from avey_b.data.tokenization import load_tokenizer
+    from avey_b.utils import model_spec
 
     tok = load_tokenizer(str(data / "tok"), complete=False)
     rows = read_jsonl(str(data / "data" / "niah-2" / "test_256.jsonl"))[:4]
@@ -309,8 +309,8 @@ def test_token_classification_scoring_and_the_chance_level_by_brute_force(data):
     """On a generated test set: labelling exactly the asked needle scores 100; labelling one needle chosen
     uniformly (every needle, enumerated) scores the chance level printed next to the scores on average; labelling
     always the other needle of a two-needle question scores 0 on those and counts as 'other_value'."""
+    from avey_b.data.tokenization import load_tokenizer
     from avey_b.evaluation.tasks.base import RunConfig
-    from avey_b.tokenization import load_tokenizer
 
     tok = load_tokenizer(str(data / "tok"), complete=False)
     rows = read_jsonl(str(data / "data" / "niah-2" / "test_256.jsonl"))

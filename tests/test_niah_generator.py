@@ -12,7 +12,7 @@ from transformers import PreTrainedTokenizerFast
 
 from avey_b.data import niah as niah_data
 from avey_b.evaluation.niah import cli as niah_cli
-from avey_b.records import read_jsonl
+from avey_b.utils.records import read_jsonl
 
 WORDS = (
     "river stone cloud apple green house table music water light paper garden window silver market forest "

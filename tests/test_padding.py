@@ -4,9 +4,10 @@ import pytest
 import torch
 from conftest import seeded
 
-from avey_b import AveyBModel, presets
-from avey_b.configuration import LAYER_PATTERNS
-from avey_b.presets import AVEY_B1_ARCHITECTURE
+from avey_b import AveyBModel
+from avey_b.model import presets
+from avey_b.model.configuration import LAYER_PATTERNS
+from avey_b.model.presets import AVEY_B1_ARCHITECTURE
 
 VARIANTS = {
     "default": {},
@@ -105,7 +106,7 @@ def test_tokens_inside_a_split_see_each_other_both_ways():
 def test_processor_layer_ignores_whatever_sits_in_padded_rows(layer_type, norm):
     """Padded rows contribute zero rows to every static and dynamic mixing: the real rows' outputs do not depend
     on the values at padded positions (which, after the compressor, are generally non-zero)."""
-    from avey_b.layers import AveyBLayer
+    from avey_b.model.layers import AveyBLayer
 
     pattern = {"static": "all_static", "dynamic": "all_dynamic", "coupled": "interleaved_sd"}[layer_type]
     cfg = presets.tiny(layer_pattern=pattern, dynamic_normalization=norm,
@@ -170,8 +171,8 @@ def test_tokenizer_padding_side_does_not_change_results():
 def test_splits_without_real_tokens_skip_the_processor_and_come_back_as_zeros(monkeypatch):
     """A batch of mixed lengths: the processor sees only rows with a real token, and the ranker ranks each row
     over its own splits; real-token outputs are unchanged."""
-    from avey_b.layers import AveyBLayer
-    from avey_b.ranker import Ranker
+    from avey_b.model.layers import AveyBLayer
+    from avey_b.model.ranker import Ranker
 
     model = seeded(AveyBModel, presets.tiny())
     seqs, ids, mask, where = _batch_with_padding_everywhere()

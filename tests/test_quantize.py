@@ -8,10 +8,17 @@ import onnx
 import pytest
 import torch
 
-from avey_b import AveyBModel, presets
+from avey_b import AveyBModel
 from avey_b import testing as toy
-from avey_b.export import Exportable, export_onnx, main
-from avey_b.quantize import INTEGER_MATMULS, compare_quantized, quantize_onnx, quantized_path, weight_matmuls
+from avey_b.apps.export import Exportable, export_onnx, main
+from avey_b.apps.quantize import (
+    INTEGER_MATMULS,
+    compare_quantized,
+    quantize_onnx,
+    quantized_path,
+    weight_matmuls,
+)
+from avey_b.model import presets
 
 pytestmark = pytest.mark.slow  # each test exports a model (seconds)
 WORDS = "the film was very good and the plot was awful with alice smith in paris bob said today".split()
@@ -96,7 +103,7 @@ def test_eager_int8_torchao_runs_the_processor_on_int8_weights():
     """torchao's int8 weights are tensor subclasses: the layer runs the quantized enricher and fuser as modules
     instead of applying blocks of their weights (which torchao cannot split)."""
     pytest.importorskip("torchao")
-    from avey_b.quantize import quantize_eager_int8
+    from avey_b.apps.quantize import quantize_eager_int8
 
     torch.manual_seed(0)
     model = AveyBModel(presets.tiny(hidden_size=64)).eval()

@@ -9,8 +9,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from avey_b import AveyBModel, presets
-from avey_b.ranker import _PAIR_BYTES, Choice, Compressor, Ranker
+from avey_b import AveyBModel
+from avey_b.model import presets
+from avey_b.model.ranker import _PAIR_BYTES, Choice, Compressor, Ranker
 
 PATHS = ["dense", "vocabulary", "export", "export-vocabulary"]
 

@@ -12,9 +12,10 @@ import torch
 from conftest import seeded
 from transformers import AutoModelForMaskedLM, AutoTokenizer
 
-from avey_b import AveyBForMaskedLM, AveyBForSentenceEmbedding, presets
+from avey_b import AveyBForMaskedLM, AveyBForSentenceEmbedding
 from avey_b import testing as toy
-from avey_b.remote_code import MODULES, PREFIX
+from avey_b.model import presets
+from avey_b.model.remote_code import MODULES, PREFIX
 
 # Run in a fresh interpreter: `import avey_b` fails there, so only the saved code can build the model.
 WITHOUT_THE_PACKAGE = r"""
@@ -210,3 +211,32 @@ def test_where_the_package_is_installed_but_not_imported_the_documented_loaders_
     torch.testing.assert_close(torch.tensor(results.pop("SentenceTransformer, trust_remote_code=True")["result"]),
                                embeddings, rtol=0, atol=1e-6)
     assert {case: r["result"] for case, r in results.items()} == dict.fromkeys(results, tok(texts)["input_ids"])
+
+
+FIXTURE = os.path.join(os.path.dirname(__file__), "fixtures", "saved-avey-b-0.1.0")
+
+
+def _fixture_expected() -> tuple[torch.Tensor, dict]:
+    expected = json.loads(open(os.path.join(FIXTURE, "expected.json")).read())
+    return torch.tensor(expected["input_ids"]), expected
+
+
+def test_a_checkpoint_saved_before_the_model_had_its_folder_loads_with_the_package_and_gives_its_outputs():
+    """``tests/fixtures/saved-avey-b-0.1.0`` was saved by version 0.1.0, when the model's modules stood at the
+    package's root (``avey_b.modeling``): its ``auto_map`` and saved code keep those names. With the package
+    imported, its own classes load it, and the logits recorded then come out now."""
+    ids, expected = _fixture_expected()
+    model = AutoModelForMaskedLM.from_pretrained(FIXTURE, trust_remote_code=True).eval()
+    assert type(model) is AveyBForMaskedLM
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits
+    torch.testing.assert_close(logits[0, 0], torch.tensor(expected["logits_first_token"]), rtol=0, atol=2e-5)
+    assert abs(float(logits.sum()) - expected["logits_sum"]) < 1e-2
+
+
+@pytest.mark.slow
+def test_a_checkpoint_saved_before_the_model_had_its_folder_loads_without_the_package(tmp_path):
+    """The same directory's saved code (its own module names) builds the model where the package is absent."""
+    ids, expected = _fixture_expected()
+    got = load_without_the_package(tmp_path, FIXTURE, "AutoModelForMaskedLM", ids.repeat(2, 1))
+    torch.testing.assert_close(got[0, 0], torch.tensor(expected["logits_first_token"]), rtol=0, atol=2e-5)

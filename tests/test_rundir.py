@@ -10,8 +10,8 @@ import shutil
 import pytest
 from test_train_loop import corpus, overrides  # noqa: F401  (the module's corpus fixture)
 
-from avey_b import presets
-from avey_b.tokenization import train_bpe_tokenizer
+from avey_b.data.tokenization import train_bpe_tokenizer
+from avey_b.model import presets
 from avey_b.training import rundir
 from avey_b.training.checkpoint import (
     DamagedCheckpoint,
@@ -172,7 +172,8 @@ def test_a_damaged_checkpoint_is_refused_on_resume_and_nothing_is_pruned(corpus,
 
 def test_a_checkpoint_that_does_not_read_back_stops_the_run_before_pruning(tmp_path, monkeypatch):
     tok = train_bpe_tokenizer(["a b c d e f g"] * 20, 300)
-    from avey_b import AveyBForMaskedLM, records
+    from avey_b import AveyBForMaskedLM
+    from avey_b.utils import records
 
     model = AveyBForMaskedLM(presets.tiny(vocab_size=len(tok)))
     kept = save_checkpoint(tmp_path, 1, model, tok, {"step": 1, "run_id": "r"}, keep_last=1)

@@ -18,8 +18,9 @@ import pytest
 import torch
 from conftest import seeded
 
-from avey_b import AveyBForMaskedLM, AveyBForSentenceEmbedding, presets
+from avey_b import AveyBForMaskedLM, AveyBForSentenceEmbedding
 from avey_b import testing as toy
+from avey_b.model import presets
 
 httpx = pytest.importorskip("httpx")
 pytest.importorskip("fastapi")
@@ -181,7 +182,7 @@ def test_a_masked_lm_checkpoint_also_serves_fill_mask(tmp_path):
 
 
 def test_the_batcher_groups_by_kind_sorts_by_length_and_bounds_padded_tokens():
-    from avey_b.serve import Batcher, Job
+    from avey_b.apps.serve import Batcher, Job
 
     batcher = Batcher(lambda kind, ids: [len(i) for i in ids], max_batch_tokens=100, queue_size=8, wait_s=0.0)
     jobs = [Job("embed", [0] * n) for n in (30, 5, 60, 10, 200)] + [Job("fill", [0] * 7)]
@@ -198,7 +199,7 @@ def test_a_classifier_checkpoint_serves_named_labels(tmp_path):
     from fastapi.testclient import TestClient
 
     from avey_b import AveyBForSequenceClassification
-    from avey_b.serve import Service, build_app
+    from avey_b.apps.serve import Service, build_app
 
     tok = toy.tokenizer(str(tmp_path))
     names = {0: "negative", 1: "positive"}
@@ -217,7 +218,7 @@ def test_every_endpoint_takes_input_and_accepts_inputs_as_an_alias_but_not_both(
     from fastapi.testclient import TestClient
 
     from avey_b import AveyBForSequenceClassification
-    from avey_b.serve import Service, build_app
+    from avey_b.apps.serve import Service, build_app
 
     tok = toy.tokenizer(str(tmp_path / "mlm"))
     toy.tokenizer(str(tmp_path / "classifier"))
@@ -244,7 +245,7 @@ def test_serve_onnx_answers_with_the_exported_models_vectors(tmp_path):
     import numpy as np
     import onnxruntime as ort
 
-    from avey_b.export import main as export
+    from avey_b.apps.export import main as export
 
     directory = tmp_path / "served"
     tok = toy.tokenizer(str(tmp_path / "ckpt"))
@@ -279,7 +280,7 @@ def test_serve_onnx_answers_with_the_exported_models_vectors(tmp_path):
 
 
 def test_serve_onnx_names_a_missing_model_file(tmp_path):
-    from avey_b.serve import OnnxService
+    from avey_b.apps.serve import OnnxService
 
     tok = toy.tokenizer(str(tmp_path))
     seeded(AveyBForSentenceEmbedding, presets.tiny(vocab_size=len(tok))).save_pretrained(tmp_path)

@@ -12,13 +12,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from avey_b import AveyBConfig, ablation, configs
+from avey_b import AveyBConfig, configs
 from avey_b import testing as toy
+from avey_b.apps import ablation
 from avey_b.evaluation import sweep
 from avey_b.evaluation.tasks import TASKS
-from avey_b.model_spec import is_registered, parse_spec
-from avey_b.records import slug
 from avey_b.training.config import PretrainConfig, load_config
+from avey_b.utils.model_spec import is_registered, parse_spec
+from avey_b.utils.records import slug
 
 EVAL = sorted((configs.CONFIG_DIR / "eval").glob("*.yaml"))
 PRETRAIN = sorted((configs.CONFIG_DIR / "pretrain").glob("*.yaml"))

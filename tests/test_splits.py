@@ -1,10 +1,10 @@
-"""The bookkeeping of cutting a batch into splits and putting it back (avey_b.splits): padding on any side, split
+"""The bookkeeping of cutting a batch into splits and putting it back (avey_b.model.splits): padding on any side, split
 padding, empty splits, and the general path taken when compiling or exporting give the same result."""
 
 import pytest
 import torch
 
-from avey_b import splits
+from avey_b.model import splits
 
 
 def _batch(mask_rows, d=3, seed=0):

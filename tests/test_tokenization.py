@@ -3,7 +3,7 @@ save_pretrained / AutoTokenizer, and the mask token absorbs the space before it.
 
 from transformers import AutoTokenizer
 
-from avey_b.tokenization import CLS, EOT, MASK, PAD, SEP, UNK, eot_id, special_ids, train_bpe_tokenizer
+from avey_b.data.tokenization import CLS, EOT, MASK, PAD, SEP, UNK, eot_id, special_ids, train_bpe_tokenizer
 
 TEXTS = [f"The quick brown fox number {i} jumps over the lazy dog near river {i % 7}." for i in range(300)]
 

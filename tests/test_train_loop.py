@@ -16,7 +16,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from avey_b.tokenization import train_bpe_tokenizer
+from avey_b.data.tokenization import train_bpe_tokenizer
 from avey_b.training.checkpoint import list_checkpoints, load_train_state
 from avey_b.training.config import load_config
 from avey_b.training.pretrain import main, train
@@ -202,7 +202,7 @@ def test_help_works(capsys):
 
 
 def test_auto_precision_uses_bf16_only_where_it_is_native(monkeypatch):
-    from avey_b import device
+    from avey_b.utils import device
 
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
     monkeypatch.setattr(device, "cpu_has_native_bf16", lambda: False)

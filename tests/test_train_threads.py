@@ -6,8 +6,8 @@ import pytest
 import torch
 from test_train_loop import corpus, overrides  # noqa: F401  (the module's corpus fixture)
 
-from avey_b import device
 from avey_b.training.monitor import shared_cpu_message, shared_cpu_slowdown
+from avey_b.utils import device
 
 
 def cgroup_v2(tmp_path, cpu_max, path="/user.slice/job", parent_cpu_max=None):

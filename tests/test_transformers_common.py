@@ -19,7 +19,7 @@ import pytest
 import torch
 
 import avey_b
-from avey_b import presets
+from avey_b.model import presets
 
 SOURCE = os.environ.get("TRANSFORMERS_TESTS_DIR")
 if not SOURCE or not (Path(SOURCE) / "test_modeling_common.py").is_file():

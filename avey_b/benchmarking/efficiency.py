@@ -11,7 +11,7 @@ Four steps, each after ``run`` reading its output:
 ``avey-b bench plot``  log-log throughput and latency vs length (:mod:`.plot`).
 
 Every model goes through the same loop (:func:`run_point`): Avey-B from its presets and any Hugging Face
-encoder built from its config with random weights (:mod:`avey_b.model_spec`), under ``torch.no_grad``:
+encoder built from its config with random weights (:mod:`avey_b.utils.model_spec`), under ``torch.no_grad``:
 
 * ``--dtype``: ``float32``; ``bfloat16`` (weights and activations in bf16); ``autocast-bf16`` (fp32 weights,
   bf16 autocast, the paper's "mixed precision"). Default: ``bfloat16`` on GPU, ``float32`` on CPU.
@@ -59,9 +59,9 @@ from typing import Any
 
 import torch
 
-from ..analysis import count_flops, count_parameters
-from ..device import autocast, is_oom, pick_device
-from ..model_spec import (
+from avey_b.utils.counting import count_flops, count_parameters
+from avey_b.utils.device import autocast, is_oom, pick_device
+from avey_b.utils.model_spec import (
     build_config,
     is_avey_b,
     max_length,
@@ -69,8 +69,9 @@ from ..model_spec import (
     random_batch,
     random_model,
 )
-from ..progress import Progress
-from ..records import append_jsonl, length_table, utc_timestamp, write_text_atomic
+from avey_b.utils.progress import Progress
+from avey_b.utils.records import append_jsonl, length_table, utc_timestamp, write_text_atomic
+
 from .results import STATS, latency_of, point_key, read_records, series_key, throughput_of
 from .timing import gemm_rate, measure
 
@@ -372,7 +373,7 @@ def _add_run_command(sub) -> None:
         "--models",
         nargs="+",
         default=["avey-b-base", "modernbert-base", "neobert"],
-        help="model specs NAME[:key=value,...] (see avey_b.model_spec)",
+        help="model specs NAME[:key=value,...] (see avey_b.utils.model_spec)",
     )
     r.add_argument("--lengths", nargs="+", type=int, default=PAPER_LENGTHS, help="sequence lengths (tokens)")
     r.add_argument("--batch-size", type=int, default=8)

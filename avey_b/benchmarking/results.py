@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ..records import read_jsonl
+from avey_b.utils.records import read_jsonl
 
 STATS = ("median", "min", "cpu")
 

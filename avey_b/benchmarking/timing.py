@@ -24,8 +24,8 @@ Written once so that Avey-B and every baseline go through exactly the same measu
   nothing (the host waits in ``synchronize``) and wall time is the measure.
 
 Results are plain dicts (JSON-ready): one JSON line per point is the benchmark output format
-(:mod:`avey_b.records`), and the fitting and plotting steps read those lines back. Out-of-memory failures
-are recognized by :func:`avey_b.device.is_oom` and recorded as "OOM" points.
+(:mod:`avey_b.utils.records`), and the fitting and plotting steps read those lines back. Out-of-memory failures
+are recognized by :func:`avey_b.utils.device.is_oom` and recorded as "OOM" points.
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ import typing
 from pathlib import Path
 from typing import get_type_hints
 
-from ..config_keys import UnknownConfigKey, unknown_key  # noqa: F401  (the error of every config; re-exported)
+from avey_b.model.config_keys import UnknownConfigKey, unknown_key  # noqa: F401  (the error of every config; re-exported)
 
 CONFIG_DIR = Path(__file__).resolve().parent
 KINDS = ("pretrain", "eval")
@@ -172,7 +172,7 @@ def dump_yaml(cfg, path: str | Path) -> None:
     """Write ``cfg`` as YAML, atomically."""
     import yaml
 
-    from ..records import write_text_atomic
+    from avey_b.utils.records import write_text_atomic
 
     write_text_atomic(path, yaml.safe_dump(to_dict(cfg), sort_keys=False))
 

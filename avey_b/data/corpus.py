@@ -28,7 +28,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..files import iter_jsonl, iter_lines, read_text
+from avey_b.utils.files import iter_jsonl, iter_lines, read_text
 
 TEXT_SUFFIXES = (".txt", ".text", ".md", ".rst")
 JSONL_SUFFIXES = (".jsonl", ".json", ".ndjson")

@@ -63,7 +63,7 @@ import string
 from dataclasses import dataclass
 from typing import Any
 
-from ..records import write_json_atomic, write_jsonl_atomic
+from avey_b.utils.records import write_json_atomic, write_jsonl_atomic
 
 #: The two NIAH sets (paper, appendix "Long-Range Benchmark Results"): NIAH-1 alphanumeric, NIAH-2 numeric needles.
 NIAH_TASKS = ("niah-1", "niah-2")

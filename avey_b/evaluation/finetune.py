@@ -31,10 +31,11 @@ from typing import Any
 
 import torch
 
-from ..analysis import count_parameters
-from ..device import pick_device, use_bf16
-from ..progress import Progress
-from ..records import save_pretrained_atomic, utc_timestamp, write_json_atomic
+from avey_b.utils.counting import count_parameters
+from avey_b.utils.device import pick_device, use_bf16
+from avey_b.utils.progress import Progress
+from avey_b.utils.records import save_pretrained_atomic, utc_timestamp, write_json_atomic
+
 from .tasks import TASKS, get_task
 from .tasks.base import (
     DataFiles,

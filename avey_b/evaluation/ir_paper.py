@@ -44,10 +44,11 @@ from typing import Any
 
 import torch
 
-from ..analysis import count_parameters
-from ..device import pick_device, use_bf16
-from ..heads import SENTENCE_TRANSFORMERS_MAX_LENGTH
-from ..records import save_pretrained_atomic, utc_timestamp
+from avey_b.model.heads import SENTENCE_TRANSFORMERS_MAX_LENGTH
+from avey_b.utils.counting import count_parameters
+from avey_b.utils.device import pick_device, use_bf16
+from avey_b.utils.records import save_pretrained_atomic, utc_timestamp
+
 from .tasks import TASKS, get_task
 from .tasks.base import DataFiles, RunConfig, buffered, check_model_source, end_token, resolve_steps
 from .tasks.ir import MSMARCOPairs

@@ -26,7 +26,8 @@ import sys
 from collections import defaultdict
 from typing import Any
 
-from ..records import write_text_atomic
+from avey_b.utils.records import write_text_atomic
+
 from .tasks import FAMILIES, TASKS
 
 PROTOCOL_LABEL = {

@@ -62,12 +62,13 @@ import traceback
 import uuid
 from typing import Any
 
+from avey_b.utils.cluster import BACKENDS, check_backend, cluster_gpus, start_ray
+from avey_b.utils.device import set_cpu_threads, usable_cpus
+from avey_b.utils.files import content_hash
+from avey_b.utils.progress import Progress
+from avey_b.utils.records import slug, write_json_atomic
+
 from .. import configs
-from ..cluster import BACKENDS, check_backend, cluster_gpus, start_ray
-from ..device import set_cpu_threads, usable_cpus
-from ..files import content_hash
-from ..progress import Progress
-from ..records import slug, write_json_atomic
 from .finetune import add_run_arguments, run_cell
 from .ir_paper import MODEL_DIR, PAIRS_TASK, TRAINED_FILE, is_zero_shot, train_pairs
 from .protocol import GRIDS, grid, run_config

@@ -12,10 +12,11 @@ from pathlib import Path
 
 import torch
 
-from .. import model_spec
+from avey_b.data.tokenization import load_tokenizer, pad_to_multiple, train_bpe_tokenizer
+from avey_b.utils import model_spec
+from avey_b.utils.files import check_model_source, model_source
+
 from ..data.corpus import SourceSpec, in_split, iter_documents, resolve_files
-from ..files import check_model_source, model_source
-from ..tokenization import load_tokenizer, pad_to_multiple, train_bpe_tokenizer
 from .checkpoint import check_model_dir
 from .config import PretrainConfig
 
@@ -84,7 +85,7 @@ def check_inputs(cfg: PretrainConfig, resume_dir: Path | None = None, trust_unve
 
 
 def model_config(cfg: PretrainConfig, tokenizer=None):
-    """The config of a fresh model: the model spec of :mod:`avey_b.model_spec` (arch avey-b + preset ->
+    """The config of a fresh model: the model spec of :mod:`avey_b.utils.model_spec` (arch avey-b + preset ->
     ``avey-b-<preset>``, written as YAML) with ``model.overrides``, its vocabulary sized from ``tokenizer`` and a
     transformers architecture's special-token ids taken from it. ``tokenizer=None`` (checking the fields before
     the tokenizer exists): the BPE's vocabulary size and no special ids."""

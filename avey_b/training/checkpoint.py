@@ -34,8 +34,9 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ..files import sha256_of_file
-from ..records import MANIFEST_FILE, save_pretrained_atomic
+from avey_b.utils.files import sha256_of_file
+from avey_b.utils.records import MANIFEST_FILE, save_pretrained_atomic
+
 from . import distributed as dist_utils
 from . import rundir
 from .config import to_dict

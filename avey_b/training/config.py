@@ -19,11 +19,11 @@ from ..configs import apply_overrides, dump_yaml, to_dict  # noqa: F401  (part o
 @dataclass
 class ModelConfig:
     arch: str = "avey-b"
-    """``avey-b`` (with ``preset``), or any other model name of ``avey_b.model_spec``, built from config: a
+    """``avey-b`` (with ``preset``), or any other model name of ``avey_b.utils.model_spec``, built from config: a
     transformers ``model_type`` (``bert``, ``modernbert``, ``roberta``, ...) or a baseline (``bert-base``,
     ``neobert``, ...)."""
     preset: str | None = "small"
-    """Avey-B preset from ``avey_b.presets`` (``tiny``, ``small``, ``base``, ``large``); ignored for other archs."""
+    """Avey-B preset from ``avey_b.model.presets`` (``tiny``, ``small``, ``base``, ``large``); ignored for other archs."""
     overrides: dict = field(default_factory=dict)
     """Architecture fields passed to the preset / HF config (e.g. ``{hidden_size: 256, num_hidden_layers: 4}``);
     the ``key=value`` part of a model spec, and checked the same way (an unknown key is an error)."""

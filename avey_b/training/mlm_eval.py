@@ -6,8 +6,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from avey_b.data.tokenization import special_ids
+
 from ..data.mlm import IGNORE_INDEX, mask_tokens, sequence_generator
-from ..tokenization import special_ids
 from . import distributed as dist_utils
 from .config import PretrainConfig
 

@@ -37,13 +37,14 @@ from pathlib import Path
 
 import torch
 
-from ..analysis import count_flops, count_parameters
+from avey_b.data.tokenization import eot_id
+from avey_b.utils.counting import count_flops, count_parameters
+from avey_b.utils.device import autocast as device_autocast
+from avey_b.utils.device import set_cpu_threads, use_bf16
+from avey_b.utils.progress import Progress
+
 from ..data.mlm import IGNORE_INDEX
 from ..data.packing import PackedSequences
-from ..device import autocast as device_autocast
-from ..device import set_cpu_threads, use_bf16
-from ..progress import Progress
-from ..tokenization import eot_id
 from . import distributed as dist_utils
 from . import rundir
 from .build import build_model, build_optimizer, build_tokenizer, check_inputs, data_specs

@@ -18,7 +18,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from ..records import append_jsonl, utc_timestamp
+from avey_b.utils.records import append_jsonl, utc_timestamp
 
 #: Settings a resumed run may change (dotted keys, or prefixes ending in "."): applied and recorded.
 MUTABLE = ("run_dir", "train.max_steps", "train.max_tokens", "train.max_minutes", "train.threads", "train.device",

@@ -21,8 +21,8 @@ import torch
 
 from avey_b.benchmarking.inputs import text_ids
 from avey_b.benchmarking.timing import gemm_rate, timed_call
-from avey_b.model_spec import build_config, random_model
-from avey_b.records import append_jsonl
+from avey_b.utils.model_spec import build_config, random_model
+from avey_b.utils.records import append_jsonl
 
 
 def main() -> None:

@@ -19,7 +19,7 @@ mkdir -p "$WORK"
 BENCH="avey-b bench run --text $WORK/english.txt --device cpu --threads 2 --attn sdpa --resume"
 PEERS="avey-b-small avey-b-base bert-base modernbert-base neobert"
 # The precision the long, batched and compiled steps use: bf16 where the CPU multiplies it in hardware.
-if python -c "import sys; from avey_b.device import cpu_has_native_bf16; sys.exit(0 if cpu_has_native_bf16() else 1)"
+if python -c "import sys; from avey_b.utils.device import cpu_has_native_bf16; sys.exit(0 if cpu_has_native_bf16() else 1)"
 then FAST=bfloat16; BOTH="bfloat16 float32"; else FAST=float32; BOTH=float32; fi
 
 # 1. Batch 1 latency, eager, 512 tokens to 64K: warm-up 1, at least 3 timed calls (up to 10 s of them); a series

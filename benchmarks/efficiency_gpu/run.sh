@@ -8,7 +8,7 @@
 # PART (default: all, in this order):
 #   avey       Avey-B base, eager, every length (default chunks of rows and 4,096-token chunks)
 #   compile    Avey-B base under torch.compile (recompiled per length, so at fewer lengths)
-#   hf         ModernBERT-base and NeoBERT (approximated from its published shape, avey_b/model_spec.py) with
+#   hf         ModernBERT-base and NeoBERT (approximated from its published shape, avey_b/utils/model_spec.py) with
 #              SDPA, eager attention and FlashAttention-2 (recorded "unavailable" without flash-attn)
 #   ablations  the paper's two cost ablations (appendix "Ablation Study") on the same inputs: the ranker at every
 #              layer (paper: 5.9x slower) and no compressor (paper: the compressor is 4.37x faster)

@@ -17,14 +17,14 @@ carries cl100k_base as a Hugging Face fast tokenizer (converted from the same BP
 they are (0..100,276, no special tokens; padding with ``<|endoftext|>``, which the attention mask hides), not
 renumbered: its vocabulary has 100,288 rows.
 
-**Model.** Avey-B small (``avey_b.presets.small``: d=256, L=8, S=64, k=3), random weights (seed 0; speed does not
+**Model.** Avey-B small (``avey_b.model.presets.small``: d=256, L=8, S=64, k=3), random weights (seed 0; speed does not
 depend on them), saved as ``AveyBForSentenceEmbedding`` — what ``avey-b embed`` loads and also a
 sentence-transformers directory. Precision ``--precision`` for every side (default ``auto``: the library's policy,
 bf16 autocast on a CPU that multiplies bf16 natively; ``SentenceTransformer.encode`` runs under the same autocast).
 
 **Sides** (each in its own subprocess, in turns: local, st, ray, local, st, ray, ... for ``--rounds``):
 
-* ``local``: :func:`avey_b.embed.embed_corpus` (the in-process API of ``avey-b embed``), ``--threads`` threads;
+* ``local``: :func:`avey_b.apps.embed.embed_corpus` (the in-process API of ``avey-b embed``), ``--threads`` threads;
 * ``st``: ``SentenceTransformer(model_dir)`` + ``encode`` of the same texts (``batch_size``: ``--st-batch-size``,
   default the largest of 32 (its default), 16, ..., 1 whose largest padded batch stays within the memory bound
   ``embed`` works under, max(``--max-batch-tokens``, the longest document)), vectors saved with numpy;
@@ -145,8 +145,9 @@ def prepare(args) -> dict:
     import torch
     from english_text import english_text
 
-    from avey_b import AveyBForSentenceEmbedding, presets
-    from avey_b.tokenization import pad_to_multiple
+    from avey_b import AveyBForSentenceEmbedding
+    from avey_b.data.tokenization import pad_to_multiple
+    from avey_b.model import presets
 
     work = Path(args.workdir)
     work.mkdir(parents=True, exist_ok=True)
@@ -213,7 +214,7 @@ def side(args) -> None:
     import torch
 
     from avey_b.benchmarking.timing import timed_call
-    from avey_b.device import use_bf16
+    from avey_b.utils.device import use_bf16
 
     torch.set_num_threads(args.threads)
     bf16 = use_bf16(args.precision, torch.device("cpu"))
@@ -226,12 +227,12 @@ def side(args) -> None:
               "precision": dtype, "device": "cpu", "id_column": "id"}
     g0, load0 = gemm(dtype), load()
     if args.side == "local":
-        from avey_b.embed import embed_corpus
+        from avey_b.apps.embed import embed_corpus
 
         seconds, _, manifest = timed_call(lambda: embed_corpus(model_dir, corpus, out, **common))
         extra = {"job_seconds_in_manifest": manifest["runs"][-1]["seconds"]}
     elif args.side == "ray":
-        from avey_b.embed import embed_corpus
+        from avey_b.apps.embed import embed_corpus
 
         seconds, _, manifest = timed_call(lambda: embed_corpus(model_dir, corpus, out, backend="ray",
                                                                concurrency=2, **common))
@@ -243,7 +244,7 @@ def side(args) -> None:
         from sentence_transformers import SentenceTransformer
 
         import avey_b  # noqa: F401  (registers Avey-B with the Auto classes)
-        from avey_b.device import autocast
+        from avey_b.utils.device import autocast
 
         def job():
             st = SentenceTransformer(model_dir, device="cpu")
@@ -356,7 +357,7 @@ def sides(args, facts: dict, base: dict) -> None:
         if ref is not None and name != "local":
             got = vectors_of(Path(args.workdir) / "out" / name, ids)
             summary[name]["max_abs_diff_vs_local"] = float(np.abs(got - ref).max())
-    from avey_b.records import append_jsonl  # imports torch: only after the sides ran (see run_side)
+    from avey_b.utils.records import append_jsonl  # imports torch: only after the sides ran (see run_side)
 
     ratios = {f"{name}_over_local": [b["seconds"] / a["seconds"] for a, b in zip(runs["local"], runs[name], strict=True)]
               for name in args.sides if name != "local" and "local" in args.sides}
@@ -370,10 +371,10 @@ def in_process(args, facts: dict, base: dict) -> None:
     import torch
     from sentence_transformers import SentenceTransformer
 
+    from avey_b.apps.embed import embed_corpus
     from avey_b.benchmarking.timing import timed_call
-    from avey_b.device import autocast, use_bf16
-    from avey_b.embed import embed_corpus
-    from avey_b.records import append_jsonl
+    from avey_b.utils.device import autocast, use_bf16
+    from avey_b.utils.records import append_jsonl
 
     torch.set_num_threads(args.threads)
     bf16 = use_bf16(args.precision, torch.device("cpu"))
@@ -412,11 +413,11 @@ def overhead(args, facts: dict, base: dict) -> None:
 
     import torch
 
-    from avey_b.batching import pad_right, token_budget_batches
+    from avey_b.apps.embed import Embedder, read_documents, run_shard
     from avey_b.benchmarking.timing import timed_call
-    from avey_b.device import autocast
-    from avey_b.embed import Embedder, read_documents, run_shard
-    from avey_b.records import append_jsonl
+    from avey_b.utils.batching import pad_right, token_budget_batches
+    from avey_b.utils.device import autocast
+    from avey_b.utils.records import append_jsonl
 
     torch.set_num_threads(args.threads)
     embedder = Embedder(facts["model_dir"], device="cpu", precision=args.precision)
@@ -470,10 +471,10 @@ def late_vs_alone(args, facts: dict, base: dict, model_dir: str, weights: str, k
     import pyarrow.parquet as pq
     import torch
 
+    from avey_b.apps.embed import embed_corpus
     from avey_b.benchmarking.timing import timed_call
-    from avey_b.device import use_bf16
-    from avey_b.embed import embed_corpus
-    from avey_b.records import append_jsonl
+    from avey_b.utils.device import use_bf16
+    from avey_b.utils.records import append_jsonl
 
     torch.set_num_threads(args.threads)
     dtype = "bf16" if use_bf16(args.precision, torch.device("cpu")) else "fp32"

@@ -42,7 +42,7 @@ def main() -> None:
     from avey_b.benchmarking.timing import gemm_rate
     from avey_b.evaluation.finetune import run_cell
     from avey_b.evaluation.tasks import DataFiles, RunConfig
-    from avey_b.model_spec import masked_lm_parameters, matched_width
+    from avey_b.utils.model_spec import masked_lm_parameters, matched_width
 
     tok = AutoTokenizer.from_pretrained(args.avey)
     target = masked_lm_parameters(AutoConfig.from_pretrained(args.avey))

@@ -197,7 +197,7 @@ def pretrain(files: list[str], work: Path, common: list[str], log: Path,
     from transformers import AutoConfig, AutoTokenizer
 
     import avey_b  # noqa: F401  (registers Avey-B with the Auto classes)
-    from avey_b.model_spec import masked_lm_parameters, matched_width
+    from avey_b.utils.model_spec import masked_lm_parameters, matched_width
 
     tok_dir = avey_dir / "model"
     vocab = len(AutoTokenizer.from_pretrained(tok_dir))

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from avey_b.benchmarking.inputs import text_ids
-from avey_b.records import append_jsonl
+from avey_b.utils.records import append_jsonl
 
 
 def main() -> None:

@@ -34,7 +34,7 @@ from types import SimpleNamespace
 
 import torch
 
-from avey_b.records import append_jsonl
+from avey_b.utils.records import append_jsonl
 
 
 class Scored:
@@ -58,11 +58,11 @@ class Scored:
 def main() -> None:
     import onnxruntime as ort
 
+    from avey_b.apps.export import Exportable, export_onnx
+    from avey_b.apps.quantize import compare_quantized, quantize_onnx
     from avey_b.evaluation.finetune import load_data
     from avey_b.evaluation.tasks import get_task
     from avey_b.evaluation.tasks.base import DataFiles, RunConfig, load_model, load_task_tokenizer
-    from avey_b.export import Exportable, export_onnx
-    from avey_b.quantize import compare_quantized, quantize_onnx
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--task", choices=("sst2", "conll2003"), required=True)

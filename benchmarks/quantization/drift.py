@@ -4,8 +4,8 @@
     python benchmarks/quantization/drift.py --text runs/english.txt --model runs/pretrain/model --variants default \\
         skip:fuser.mix
 
-The model (``avey_b.model_spec`` spec with random weights, seed 0, or a trained checkpoint directory) is exported
-as ``avey-b export`` does, and quantized once per *variant* with :func:`avey_b.quantize.quantize_onnx`:
+The model (``avey_b.utils.model_spec`` spec with random weights, seed 0, or a trained checkpoint directory) is exported
+as ``avey-b export`` does, and quantized once per *variant* with :func:`avey_b.apps.quantize.quantize_onnx`:
 
 * ``default``: what ``avey-b export --quantize int8`` writes; ``all``: every weight MatMul (no exclusion);
 * ``only:G`` / ``skip:G``: only the MatMuls of group ``G`` quantized / every weight MatMul but those; a group is
@@ -40,10 +40,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from run import _cpu, cosines, export_any  # noqa: E402  (the quantization benchmark's own helpers)
 
+from avey_b.apps.quantize import default_exclusions, matmul_groups, quantize_onnx, weight_matmuls  # noqa: E402
 from avey_b.benchmarking.inputs import text_ids  # noqa: E402
-from avey_b.model_spec import build_config, random_model  # noqa: E402
-from avey_b.quantize import default_exclusions, matmul_groups, quantize_onnx, weight_matmuls  # noqa: E402
-from avey_b.records import append_jsonl  # noqa: E402
+from avey_b.utils.model_spec import build_config, random_model  # noqa: E402
+from avey_b.utils.records import append_jsonl  # noqa: E402
 
 GROUPS = ("enricher.bypass", "enricher.gate", "enricher.context", "fuser.bypass", "fuser.mix")
 OPTIONS = {"reduce_range": {"reduce_range": True}, "per_tensor": {"per_channel": False},

@@ -3,9 +3,9 @@
     python benchmarks/quantization/run.py --text runs/english.txt --models avey-b-small avey-b-base modernbert-base \\
         --lengths 128 512 2048 8192
 
-Each model (``avey_b.model_spec`` specs, random weights, seed 0) is exported as ``avey-b export`` does (ONNX fp32,
+Each model (``avey_b.utils.model_spec`` specs, random weights, seed 0) is exported as ``avey-b export`` does (ONNX fp32,
 weights folded into the layout MatMul reads) and quantized as ``avey-b export --quantize int8`` does
-(:func:`avey_b.quantize.quantize_onnx`, per-channel weights; ``--per-tensor`` adds per-tensor weights, ``--qdq``
+(:func:`avey_b.apps.quantize.quantize_onnx`, per-channel weights; ``--per-tensor`` adds per-tensor weights, ``--qdq``
 onnxruntime's static QDQ form calibrated on the timed input itself, its best case); ModernBERT through the same
 functions (its ``last_hidden_state``). At each length, batch ``--batch``, on real-text ids (cl100k, renumbered
 into the model's vocabulary, :mod:`avey_b.benchmarking.inputs`), every variant runs once to warm up and then in
@@ -32,12 +32,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from avey_b.apps.export import Exportable, _dynamic, export_onnx, fold_weight_layouts
+from avey_b.apps.quantize import compare_quantized, quantize_eager_int8, quantize_onnx
 from avey_b.benchmarking.inputs import text_ids
 from avey_b.benchmarking.timing import alternate, gemm_rate
-from avey_b.export import Exportable, _dynamic, export_onnx, fold_weight_layouts
-from avey_b.model_spec import build_config, random_model
-from avey_b.quantize import compare_quantized, quantize_eager_int8, quantize_onnx
-from avey_b.records import append_jsonl
+from avey_b.utils.model_spec import build_config, random_model
+from avey_b.utils.records import append_jsonl
 
 
 def export_any(model, path: Path, opset: int | None = None) -> Path:
@@ -62,7 +62,7 @@ def quantize_qdq(path: Path, calibration: tuple[torch.Tensor, torch.Tensor]) -> 
     import onnx
     from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
 
-    from avey_b.quantize import weight_matmuls
+    from avey_b.apps.quantize import weight_matmuls
 
     class Reader(CalibrationDataReader):
         def __init__(self):

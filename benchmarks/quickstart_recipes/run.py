@@ -25,7 +25,7 @@ from pathlib import Path
 
 from select_fill import score  # this folder's fill-mask rule (the script's directory is on sys.path)
 
-from avey_b.records import append_jsonl
+from avey_b.utils.records import append_jsonl
 
 HERE = Path(__file__).resolve().parent
 

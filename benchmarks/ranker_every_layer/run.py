@@ -27,10 +27,11 @@ from pathlib import Path
 
 import torch
 
-from avey_b import AveyBModel, presets
+from avey_b import AveyBModel
 from avey_b.benchmarking.inputs import text_ids
 from avey_b.benchmarking.timing import gemm_rate, timed_call
-from avey_b.records import append_jsonl
+from avey_b.model import presets
+from avey_b.utils.records import append_jsonl
 
 PLACEMENTS = ("embeddings", "every_layer")
 

@@ -19,10 +19,11 @@ import time
 
 import torch
 
-from avey_b import AveyBModel, presets
-from avey_b.analysis import count_flops
+from avey_b import AveyBModel
 from avey_b.benchmarking.timing import gemm_rate, timed_call
-from avey_b.records import append_jsonl
+from avey_b.model import presets
+from avey_b.utils.counting import count_flops
+from avey_b.utils.records import append_jsonl
 
 
 def main() -> None:

@@ -36,12 +36,13 @@ from pathlib import Path
 
 import torch
 
-from avey_b import AveyBModel, presets
-from avey_b.analysis import count_flops
+from avey_b import AveyBModel
 from avey_b.benchmarking.timing import PeakRSSSampler, alternate, gemm_rate, measure
-from avey_b.device import autocast
-from avey_b.execution import ExecutionSettings
-from avey_b.records import append_jsonl
+from avey_b.model import presets
+from avey_b.model.execution import ExecutionSettings
+from avey_b.utils.counting import count_flops
+from avey_b.utils.device import autocast
+from avey_b.utils.records import append_jsonl
 
 HERE = Path(__file__).resolve().parent
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}

@@ -23,7 +23,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from avey_b.records import append_jsonl
+from avey_b.utils.records import append_jsonl
 
 HERE = Path(__file__).resolve().parent
 
@@ -32,8 +32,9 @@ def build(directory: Path, data: Path, seed: int = 0) -> tuple[list[str], list[s
     """Save the model and tokenizer into ``directory``; return (short texts, long-text source lines)."""
     import torch
 
-    from avey_b import AveyBForSentenceEmbedding, presets
-    from avey_b.tokenization import train_bpe_tokenizer
+    from avey_b import AveyBForSentenceEmbedding
+    from avey_b.data.tokenization import train_bpe_tokenizer
+    from avey_b.model import presets
 
     wiki = [line.strip() for line in open(data / "wikitext-2" / "valid.tokens.txt", encoding="utf-8") if line.strip()]
     tok = train_bpe_tokenizer(wiki[:2000], 8192)

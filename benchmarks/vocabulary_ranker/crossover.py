@@ -1,6 +1,6 @@
 """Where the vocabulary path stops paying: random token ids (as many distinct ids as the vocabulary allows), dense vs
 vocabulary ranker alternated in one process, against the ranker's own work estimate — the numbers behind
-``auto_overhead`` and ``auto_min_splits`` of ``avey_b.execution.ExecutionSettings``.
+``auto_overhead`` and ``auto_min_splits`` of ``avey_b.model.execution.ExecutionSettings``.
 
     python benchmarks/vocabulary_ranker/crossover.py
 
@@ -18,10 +18,11 @@ from pathlib import Path
 
 import torch
 
-from avey_b import AveyBModel, presets
+from avey_b import AveyBModel
 from avey_b.benchmarking.timing import alternate
-from avey_b.device import autocast
-from avey_b.records import append_jsonl
+from avey_b.model import presets
+from avey_b.utils.device import autocast
+from avey_b.utils.records import append_jsonl
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from run import Inputs, machine  # noqa: E402  (the sibling script's input builder)

@@ -24,8 +24,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from avey_b import AveyBModel, presets
-from avey_b.export import export_onnx
+from avey_b import AveyBModel
+from avey_b.apps.export import export_onnx
+from avey_b.model import presets
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from run import machine, real_text_ids, timed  # noqa: E402  (the sibling script's helpers)

@@ -43,11 +43,12 @@ from pathlib import Path
 
 import torch
 
-from avey_b import AveyBModel, presets
-from avey_b.analysis import count_flops
+from avey_b import AveyBModel
 from avey_b.benchmarking.inputs import FIRST_ID, tokenize_text
 from avey_b.benchmarking.timing import gemm_rate, timed_call
-from avey_b.device import autocast
+from avey_b.model import presets
+from avey_b.utils.counting import count_flops
+from avey_b.utils.device import autocast
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # benchmarks/english_text.py

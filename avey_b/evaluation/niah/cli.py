@@ -12,10 +12,11 @@ import os
 import shutil
 import sys
 
+from avey_b.data.tokenization import load_tokenizer
+from avey_b.utils.records import append_jsonl, read_jsonl, write_jsonl_atomic
+
 from ...data import niah as niah_data
 from ...data.niah import DEFAULT_TRAIN_LENGTH, NIAH_TASKS, parse_lengths
-from ...records import append_jsonl, read_jsonl, write_jsonl_atomic
-from ...tokenization import load_tokenizer
 from .forms import FORM_DEFAULTS, FORMS, HEADLINE, form_of
 from .runs import evaluate_model, planned_run, refuse_changed, run_directory
 from .tables import cell_text, chance_text, write_tables_and_plots
@@ -132,7 +133,7 @@ def add_evaluate_arguments(e: argparse.ArgumentParser, defaults: bool = True) ->
         required=defaults,
         help="Hub ids / local directories of pretrained encoders, or benchmark names built from "
         "config with random weights (avey-b-small, bert-base, modernbert-base, neobert, ...; "
-        "see avey_b.model_spec) for smoke runs",
+        "see avey_b.utils.model_spec) for smoke runs",
     )
     e.add_argument(
         "--tokenizer",

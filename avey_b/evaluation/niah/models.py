@@ -3,7 +3,7 @@ the form's head, its tokenizer and its maximum input length."""
 
 from __future__ import annotations
 
-from ... import model_spec
+from avey_b.utils import model_spec
 
 HEAD_CLASS = {"qa": "AutoModelForQuestionAnswering", "token-classification": "AutoModelForTokenClassification"}
 

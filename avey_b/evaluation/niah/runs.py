@@ -11,12 +11,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ... import model_spec
+from avey_b.utils import model_spec
+from avey_b.utils.device import pick_device
+from avey_b.utils.files import content_hash, load_json
+from avey_b.utils.progress import Progress
+from avey_b.utils.records import slug, write_json_atomic
+
 from ...data.niah import parse_lengths
-from ...device import pick_device
-from ...files import content_hash, load_json
-from ...progress import Progress
-from ...records import slug, write_json_atomic
 from .answer_tokens import token_classification_features, train_token_classifier
 from .forms import HEADLINE, OPTIMIZER, longest_input
 from .models import load_model_and_tokenizer
@@ -137,7 +138,8 @@ def fine_tune(run: FineTuning, train_rows: list[dict[str, Any]], log) -> dict[st
     """Fine-tune the run's model on ``train_rows`` in its form and return the training record; or, when an
     earlier run of this fine-tuning finished training (its model was loaded), read that record back. The model is saved
     first, then the record (``train.json``): the record marks a finished training."""
-    from ...records import save_pretrained_atomic
+    from avey_b.utils.records import save_pretrained_atomic
+
     from ..finetune import train_model
     from ..tasks.base import pad_id_of
     from ..tasks.qa import QuestionAnsweringTask

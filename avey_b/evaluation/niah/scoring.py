@@ -10,8 +10,9 @@ from typing import Any
 
 import torch
 
+from avey_b.utils.device import is_oom
+
 from ...data import niah as niah_data
-from ...device import is_oom
 from .answer_tokens import authors_token_score, predict_answer_tokens, token_classification_features
 from .forms import longest_input
 from .needles import answer_token_breakdown, needle_breakdown, needle_token_sets

@@ -7,7 +7,7 @@ import os
 import re
 from typing import Any
 
-from ...records import read_jsonl
+from avey_b.utils.records import read_jsonl
 
 
 def set_path(task_dir: str, split: str, length: int) -> str:

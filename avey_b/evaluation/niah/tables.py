@@ -7,7 +7,8 @@ import os
 import sys
 from typing import Any
 
-from ...records import length_table, write_text_atomic
+from avey_b.utils.records import length_table, write_text_atomic
+
 from .forms import HEADLINE, form_of
 from .needles import NEEDLES
 from .retrieval import RETRIEVAL

@@ -17,16 +17,18 @@ from typing import Any
 
 import torch
 
-from ...device import PRECISIONS, autocast, use_bf16
-from ...files import (
+from avey_b.data.tokenization import load_tokenizer
+from avey_b.model.heads import (
+    sentence_embedding,  # importing the package registers Avey-B with the Auto classes
+)
+from avey_b.utils.device import PRECISIONS, autocast, use_bf16
+from avey_b.utils.files import (
     DataFileError,
     check_model_source,  # noqa: F401 -- finetune and niah import it from here
     iter_jsonl,
     model_source,
     read_rows,
 )
-from ...heads import sentence_embedding  # importing the package registers Avey-B with the Auto classes
-from ...tokenization import load_tokenizer
 
 #: A model config that names no eos token (BERT's, Avey-B's): what :meth:`Task.end` assumes outside a run.
 CONFIG_WITHOUT_EOS = SimpleNamespace(eos_token_id=None)
@@ -377,7 +379,7 @@ def input_limit(model_config, tokenizer) -> int | None:
     """The longest input of a cell whose ``max_length`` is None, as EncodEval computes it for ``max_length: null``:
     the model's ``max_position_embeddings`` less the 1% buffer (:func:`buffered`), whatever the positions (learned
     or RoPE); None (no truncation) for a model without a position limit (Avey-B), unless its tokenizer states one."""
-    from ...model_spec import is_avey_b
+    from avey_b.utils.model_spec import is_avey_b
 
     limit = None if is_avey_b(model_config) else getattr(model_config, "max_position_embeddings", None)
     if limit:
@@ -474,7 +476,7 @@ def batches(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
 
 
 def autocast_ctx(device: torch.device, precision: str):
-    """bf16 autocast per ``precision`` (``auto`` / ``bf16`` / ``fp32``, see :func:`avey_b.device.use_bf16`)."""
+    """bf16 autocast per ``precision`` (``auto`` / ``bf16`` / ``fp32``, see :func:`avey_b.utils.device.use_bf16`)."""
     return autocast(device, use_bf16(precision, device))
 
 

@@ -36,8 +36,9 @@ from typing import Any
 
 import torch
 
-from ...files import DataFileError, iter_jsonl, read_rows
-from ...heads import mean_pool
+from avey_b.model.heads import mean_pool
+from avey_b.utils.files import DataFileError, iter_jsonl, read_rows
+
 from . import base
 
 _Q_COLS = ("query", "anchor", "question", "sentence1")
@@ -145,7 +146,7 @@ def multiple_negatives_ranking_loss(q: torch.Tensor, d: torch.Tensor, scale: flo
     """In-batch-negative InfoNCE from queries to documents: query i's positive is document i, every other document
     of the batch is a negative, queries never compete with each other; similarities are cosines times ``scale``
     (sentence-transformers' MultipleNegativesRankingLoss). The embedding head's
-    :func:`avey_b.heads.in_batch_contrastive_loss` differs: it takes labels, any number of positives, and every
+    :func:`avey_b.model.heads.in_batch_contrastive_loss` differs: it takes labels, any number of positives, and every
     other input of the batch as a candidate."""
     sims = torch.nn.functional.normalize(q, dim=-1) @ torch.nn.functional.normalize(d, dim=-1).T
     return torch.nn.functional.cross_entropy(scale * sims, torch.arange(q.shape[0], device=q.device))

@@ -29,7 +29,8 @@ from typing import Any
 
 import torch
 
-from ...files import DataFileError, load_json
+from avey_b.utils.files import DataFileError, load_json
+
 from . import base
 
 

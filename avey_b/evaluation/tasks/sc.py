@@ -17,7 +17,8 @@ from typing import Any
 
 import torch
 
-from ...files import DataFileError
+from avey_b.utils.files import DataFileError
+
 from . import base
 
 # text column candidates (first match wins): original GLUE TSV names and Hub names

@@ -26,7 +26,8 @@ from typing import Any
 
 import torch
 
-from ...files import DataFileError, iter_lines
+from avey_b.utils.files import DataFileError, iter_lines
+
 from . import base
 
 _TAG = re.compile(r"^(O|[BIESLU]-\S+)$")  # IOB1/IOB2/IOBES entity tags

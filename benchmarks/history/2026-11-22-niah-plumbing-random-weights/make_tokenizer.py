@@ -7,7 +7,7 @@ tokenizer to `avey-b niah generate --tokenizer` instead. Usage: python make_toke
 
 import sys
 
-from avey_b.tokenization import train_bpe_tokenizer
+from avey_b.data.tokenization import train_bpe_tokenizer
 
 
 def main(text_file: str, out_dir: str) -> None:

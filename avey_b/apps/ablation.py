@@ -35,7 +35,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import configs
+from avey_b import configs
 
 
 @dataclass
@@ -109,7 +109,7 @@ def model_config_of(cfg) -> Any:
     """The config ``avey-b pretrain`` builds its model from (:func:`avey_b.training.build.model_config`: the model
     spec with ``model.overrides``, the vocabulary the tokenizer recipe gives), without a tokenizer or weights;
     ``None`` when the model starts from saved weights (``model.init_from``)."""
-    from .training.build import model_config
+    from avey_b.training.build import model_config
 
     return None if cfg.model.init_from else model_config(cfg)
 
@@ -117,7 +117,7 @@ def model_config_of(cfg) -> Any:
 def plan_variant(name: str, overrides: dict[str, Any] | None, pretrain_config: str, root: str) -> VariantPlan:
     """Resolve variant ``name``: the pretraining config it runs with (every key checked, values validated), its
     model config, and the model directory its evaluation reads. A bad variant is an error naming it."""
-    from .training.config import load_config
+    from avey_b.training.config import load_config
 
     run_dir = variant_run_dir(root, name)
     argv = [*override_args(overrides), f"run_dir={json.dumps(run_dir)}"]
@@ -144,7 +144,7 @@ def plan(variants_file: str, only: list[str] | None = None, output_dir: str | No
         variants = {k: v for k, v in variants.items() if k in only}
     pretrain_config = str(_beside(path, spec.pretrain_config, "pretrain"))
     suite = str(_beside(path, spec.suite, "eval"))
-    from .evaluation.sweep import load_suite
+    from avey_b.evaluation.sweep import load_suite
 
     load_suite(suite)  # the suite must read strictly too
     root = output_dir or spec.output_dir
@@ -166,7 +166,7 @@ def pretrain_variant(variant: VariantPlan, pretrain_config: str, pretrain_main=N
     if os.path.isfile(os.path.join(model_dir, "config.json")):
         return model_dir
     if pretrain_main is None:
-        from .training.pretrain import main as pretrain_main
+        from avey_b.training.pretrain import main as pretrain_main
     argv = ["--config", pretrain_config, *variant.overrides]
     ckpt_dir = os.path.join(run_dir, "checkpoints")
     if os.path.isdir(ckpt_dir) and os.listdir(ckpt_dir):
@@ -230,7 +230,7 @@ def main(argv: list[str] | None = None, pretrain_main=None) -> int:
             traceback.print_exc()
     rc = 0
     if models:
-        from .evaluation.sweep import main as sweep_main
+        from avey_b.evaluation.sweep import main as sweep_main
 
         rc = sweep_main(["--config", suite, "--models", *[f"{k}={v}" for k, v in models.items()],
                          "--output-dir", os.path.join(root, "eval"), "--aggregate", "best", *extra])

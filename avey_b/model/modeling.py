@@ -14,13 +14,13 @@ Notable choices:
   semantics; the release ignores padding). Padding may sit anywhere (left, right, in between): each row's real
   tokens are moved to its front before the splits are cut and put back after, so the real tokens' outputs equal
   those of the unpadded sequence. Splits with no real token skip the processor; rows of different lengths are
-  ranked each over its own splits. This bookkeeping lives in :mod:`avey_b.splits` (cut, then restore).
+  ranked each over its own splits. This bookkeeping lives in :mod:`avey_b.model.splits` (cut, then restore).
 - The ranker runs once, on the embedding output; the processor sees ``(B·n, C, d)`` rows, independent of ``N``,
   which is why the processor's cost is linear in ``N``. The ablation ``ranker_placement="every_layer"`` (appendix
   "Ablation Study") ranks, concatenates and compresses again before every layer, on that layer's input.
 - Every variant of the paper's ablations (§5.2 and appendix) is a config switch on this one code path.
 - What ``from_pretrained`` and ``save_pretrained`` add to transformers' (the authors' release checkpoints, the code
-  saved beside the weights) lives in :mod:`avey_b.loading`; the bad-input checks of ``forward`` close this file.
+  saved beside the weights) lives in :mod:`avey_b.model.loading`; the bad-input checks of ``forward`` close this file.
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ class AveyBPreTrainedModel(PreTrainedModel):
     def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):
         """``PreTrainedModel.from_pretrained``, which also reads the authors' release checkpoints (a hub repo id such
         as ``avey-ai/avey-b1-base-exp`` or a local download, converted in memory), refuses another architecture's
-        checkpoint and names a damaged weights file: :func:`avey_b.loading.from_pretrained`."""
+        checkpoint and names a damaged weights file: :func:`avey_b.model.loading.from_pretrained`."""
         return loading.from_pretrained(cls, super().from_pretrained, pretrained_model_name_or_path, *model_args,
                                        **kwargs)
 
@@ -71,7 +71,7 @@ class AveyBPreTrainedModel(PreTrainedModel):
         """``PreTrainedModel.save_pretrained``, plus the model's code beside the weights (``avey_b_*.py``, recorded
         in the config's ``auto_map``): the directory loads with ``trust_remote_code=True`` where this package is
         not installed. Where it is, transformers uses the installed classes and the saved code does not run
-        (:func:`avey_b.loading.save_pretrained`)."""
+        (:func:`avey_b.model.loading.save_pretrained`)."""
         loading.save_pretrained(self, super().save_pretrained, save_directory, *args, **kwargs)
 
     def _init_matrix(self, weight: torch.Tensor) -> None:
@@ -141,7 +141,7 @@ class AveyBModel(AveyBPreTrainedModel):
             raise NotImplementedError(
                 "Avey-B does not support TorchScript tracing (torch.onnx.export(..., dynamo=False) or torch.jit.trace): "
                 "its split count and retrieval depend on the input length, which a trace would freeze. Use "
-                "torch.export.export or torch.onnx.export(..., dynamo=True) (dynamic batch and length: avey_b.export), or "
+                "torch.export.export or torch.onnx.export(..., dynamo=True) (dynamic batch and length: avey_b.apps.export), or "
                 "torch.compile(model, dynamic=True) for every length."
             )
         # Under torch.compile or torch.export the graph must not branch on values: every bookkeeping step is taken.
@@ -242,7 +242,7 @@ class AveyBModel(AveyBPreTrainedModel):
     @staticmethod
     def _split_states(sp: splits.Splits, h: torch.Tensor) -> torch.Tensor:
         """Processor rows (R, S, d) -> the splits' states (B, n, S, d), zeros at padding and in empty splits (as
-        :func:`avey_b.splits.cut` leaves the embeddings): what the ranker and the compressor take."""
+        :func:`avey_b.model.splits.cut` leaves the embeddings): what the ranker and the compressor take."""
         B, n, S, d = sp.x.shape
         if sp.rows is not None:
             h = h.new_zeros(B * n, S, d).index_copy(0, sp.rows, h)

@@ -1,6 +1,6 @@
 """How a model runs, apart from what it computes: the execution settings of Avey-B, one frozen record per model.
 
-An Avey-B is defined by its architecture (:class:`avey_b.configuration.AveyBConfig`: what ``config.json`` holds)
+An Avey-B is defined by its architecture (:class:`avey_b.model.configuration.AveyBConfig`: what ``config.json`` holds)
 and its weights. How its forward pass is carried out — which of the ranker's equivalent algorithms computes MaxSim,
 how large its blocks and tiles are, how much memory the choice may hold, how many tokens the processor runs at a
 time — changes its speed and memory, never its outputs (beyond float rounding, and near-ties under

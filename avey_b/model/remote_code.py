@@ -54,13 +54,13 @@ def auto_map() -> dict[str, str]:
 
 
 def module_source(name: str) -> str:
-    """The source of ``avey_b/<name>.py`` as saved: relative imports renamed to the saved files."""
+    """The source of ``avey_b/model/<name>.py`` as saved: relative imports renamed to the saved files."""
     source = (_PACKAGE / f"{name}.py").read_text(encoding="utf-8")
 
     def check(module: str) -> str:
         if module not in MODULES:
-            raise RuntimeError(f"avey_b/{name}.py imports .{module}, which is not saved with the model: add it to "
-                               "avey_b.remote_code.MODULES or keep the model's code free of it")
+            raise RuntimeError(f"avey_b/model/{name}.py imports .{module}, which is not saved with the model: add it to "
+                               "avey_b.model.remote_code.MODULES or keep the model's code free of it")
         return PREFIX + module
 
     source = _FROM_MODULE.sub(lambda m: f"{m.group(1)}from .{check(m.group(2))} import ", source)
@@ -74,8 +74,8 @@ def module_source(name: str) -> str:
 
     source = _FROM_PACKAGE.sub(package_import, source)
     if re.search(r"^\s*from \.\.", source, re.MULTILINE):
-        raise RuntimeError(f"avey_b/{name}.py imports from outside the package directory; it cannot be saved")
-    header = (f"# Saved by the avey-b library (Apache-2.0) from avey_b/{name}.py, so that this model loads with\n"
+        raise RuntimeError(f"avey_b/model/{name}.py imports from outside the package directory; it cannot be saved")
+    header = (f"# Saved by the avey-b library (Apache-2.0) from avey_b/model/{name}.py, so that this model loads with\n"
               "# trust_remote_code=True where the library is not installed. Where it is, its own classes are used.\n")
     return header + source
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 
-from .files import model_source
+from avey_b.utils.files import model_source
 
 RELEASE_TOKENIZER = "avey-ai/avey1-tokenizer-base"
 RELEASE_VOCAB_SIZE = 50368  # the release's embedding rows, a multiple of 64

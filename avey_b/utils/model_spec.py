@@ -12,7 +12,7 @@ A model spec is ``NAME[:key=value,...]``: a registered name below, a transformer
 
 Registered names:
 
-* ``avey-b-<preset>`` for every preset of ``avey_b.presets`` (``tiny``, ``small``, ``base``, ``large``, ``avey-b1``); ``tiny`` is the test model,
+* ``avey-b-<preset>`` for every preset of ``avey_b.model.presets`` (``tiny``, ``small``, ``base``, ``large``, ``avey-b1``); ``tiny`` is the test model,
   ``small`` d=256 L=8 S=64 k=3 (CPU runs), ``base`` the paper's 164M model.
 * ``bert-base``: ``transformers.BertConfig()`` defaults (BERT-base, learned absolute positions, max 512).
 * ``bert-tiny``: a 2-layer, width-32 BERT for tests.
@@ -43,9 +43,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from . import presets  # importing the package registers Avey-B with the Auto classes
-from .configs import check_keys
-from .files import model_source
+from avey_b.configs import check_keys
+from avey_b.model import presets  # importing the package registers Avey-B with the Auto classes
+from avey_b.utils.files import model_source
 
 
 def _neobert_like(**overrides):

@@ -5,7 +5,7 @@
 :func:`quantize_onnx` applies onnxruntime's dynamic quantization (``quantize_dynamic``: int8 weights, scaled once
 at export, and uint8 activations, scaled per call from their range) to the model's weight MatMuls — the enricher
 and fuser of every layer (§4.2) and the heads' projections, every ``MatMul`` whose ``B`` is a weight (the export
-stores weights in the layout MatMul reads, :func:`avey_b.export.fold_weight_layouts`) — but one block per layer:
+stores weights in the layout MatMul reads, :func:`avey_b.apps.export.fold_weight_layouts`) — but one block per layer:
 the fuser's columns that read the mixed context ``c = Z_tl ⊙ σ(mix(Z_tr))`` (:data:`FP32_GROUPS`). ``c`` is a
 product of two activations, so a few of its features are far larger than the rest, and a dynamic int8 scale (one
 per call for the whole tensor) set by them rounds the others away: on a trained small model this block alone
@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 # the blocks of a layer's weights (paper §4.2), in each enricher layout's order
-from .layers import ENRICHER_BLOCKS, FUSER_BLOCKS
+from avey_b.model.layers import ENRICHER_BLOCKS, FUSER_BLOCKS
 
 #: `avey-b export --quantize int8` fails below this mean cosine between int8 and eager outputs (trained models
 #: measure 0.999+, benchmarks/quantization/); the smallest cosine is printed, not checked: a random tiny model has
@@ -155,7 +155,7 @@ def compare_quantized(quantized: str | Path, reference: str | Path, eager, input
     output vector: a real token's, or a pooled embedding's), ``mean_cosine``, ``median_cosine`` and
     ``identical_choices`` (the share of ranker choices, over every split of every input, equal to the fp32 ONNX
     model's). ``eager(input_ids, attention_mask)`` returns the ONNX model's outputs, in its order, from the eager
-    model: :class:`avey_b.export.Exportable` of the exported model and head."""
+    model: :class:`avey_b.apps.export.Exportable` of the exported model and head."""
     import onnxruntime as ort
 
     sessions = [ort.InferenceSession(_with_ranker_choice(p), providers=["CPUExecutionProvider"])

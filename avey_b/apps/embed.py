@@ -24,7 +24,7 @@ tokenizer files, input contents, columns, chunking, dtype, shard size, ``--max-t
 OUTPUT, it stops with an error that names each difference: vectors of two settings never share a directory.
 
 Batching: each shard's documents are sorted by length and cut into batches of at most ``--max-batch-tokens``
-padded tokens (``avey-b serve``'s rule, :mod:`avey_b.batching`). A document is never cut: one longer than
+padded tokens (``avey-b serve``'s rule, :mod:`avey_b.utils.batching`). A document is never cut: one longer than
 ``--max-tokens`` (default: what memory allows, as ``avey-b serve`` computes it) is skipped and listed in the
 manifest with its length. Precision follows the library's policy (bf16 autocast where the device multiplies bf16
 natively, float32 elsewhere; ``--precision``).
@@ -61,13 +61,18 @@ from pathlib import Path
 
 import torch
 
-from avey_b.batching import BYTES_PER_TOKEN_PER_WIDTH, default_max_tokens, pad_right, token_budget_batches
-from avey_b.cluster import BACKENDS, check_backend, cluster_gpus, start_ray
+from avey_b.utils.batching import (
+    BYTES_PER_TOKEN_PER_WIDTH,
+    default_max_tokens,
+    pad_right,
+    token_budget_batches,
+)
+from avey_b.utils.cluster import BACKENDS, check_backend, cluster_gpus, start_ray
 
 MANIFEST = "_manifest.json"
 SHARD = "part-{:05d}.parquet"
 FORMAT = "avey-b embed 1"
-METADATA_KEY = b"avey_b.embed"
+METADATA_KEY = b"avey_b.apps.embed"
 POOLING = ("masked mean of the backbone's last hidden state over the document's tokens (per chunk: over the "
            "chunk's tokens, from one forward over the whole document), L2-normalized when the config's "
            "normalize_embeddings is true")
@@ -144,9 +149,9 @@ def read_documents(source: str, *, lines: bool = False, text_column: str = "text
                    spans_column: str | None = None, hf_config: str | None = None, hf_split: str = "train"
                    ) -> Iterator[Document]:
     """The documents of ``source`` in order, with their ids (see the module docstring for the formats and the
-    made-up ids). Text is strict UTF-8 and a bad row is an error naming the file and line (:mod:`avey_b.files`)."""
+    made-up ids). Text is strict UTF-8 and a bad row is an error naming the file and line (:mod:`avey_b.utils.files`)."""
     from avey_b.data.corpus import JSONL_SUFFIXES, TEXT_SUFFIXES, open_hf_stream
-    from avey_b.files import iter_jsonl, iter_lines, read_text
+    from avey_b.utils.files import iter_jsonl, iter_lines, read_text
 
     if source.startswith("hf:"):
         name = source[3:]
@@ -188,7 +193,7 @@ def count_documents(source: str, *, lines: bool = False) -> int | None:
     """How many documents :func:`read_documents` will yield, counted cheaply (Parquet footers, lines; no parsing),
     for the progress ETA; None for ``hf:`` sources."""
     from avey_b.data.corpus import JSONL_SUFFIXES, TEXT_SUFFIXES
-    from avey_b.files import iter_lines
+    from avey_b.utils.files import iter_lines
 
     if source.startswith("hf:"):
         return None
@@ -210,7 +215,7 @@ def count_documents(source: str, *, lines: bool = False) -> int | None:
 def chunk_ranges(offsets: Sequence[tuple[int, int]], special: Sequence[int], *, chunk_tokens: int | None = None,
                  char_spans: Sequence[tuple[int, int]] | None = None) -> list[tuple[int, int, int, int]]:
     """The chunks of one tokenized document as ``(token start, token end, char start, char end)``, ends exclusive,
-    token positions counted over the document's tokens (what :func:`avey_b.heads.chunk_embeddings` takes).
+    token positions counted over the document's tokens (what :func:`avey_b.model.heads.chunk_embeddings` takes).
 
     ``offsets`` are the tokenizer's character offsets (Python string indices, i.e. Unicode code points) and ``special`` its special-tokens mask (1 for [CLS]...,
     which belong to no chunk). Either ``chunk_tokens`` consecutive text tokens per chunk (the last may be
@@ -245,7 +250,7 @@ def local_model_dir(model: str) -> Path:
 
 def file_hashes(directory: Path, patterns: Sequence[str]) -> dict[str, str]:
     """SHA-256 of each file of ``directory`` matching ``patterns`` (name -> hex)."""
-    from avey_b.files import sha256_of_file
+    from avey_b.utils.files import sha256_of_file
 
     names = sorted({p.name for pattern in patterns for p in directory.glob(pattern) if p.is_file()})
     return {name: sha256_of_file(directory / name) for name in names}
@@ -258,7 +263,7 @@ class Embedder:
     def __init__(self, model_dir: str | os.PathLike, *, device: str = "auto", precision: str = "auto"):
         from transformers import AutoConfig, AutoTokenizer
 
-        from avey_b.device import pick_device, use_bf16
+        from avey_b.utils.device import pick_device, use_bf16
 
         config = AutoConfig.from_pretrained(model_dir)
         if getattr(config, "model_type", None) != "avey-b":
@@ -290,7 +295,7 @@ class Embedder:
     @torch.no_grad()
     def forward(self, ids: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
         """The backbone's last hidden state of a right-padded batch, and its attention mask."""
-        from avey_b.device import autocast
+        from avey_b.utils.device import autocast
 
         batch, mask = pad_right(ids, self.tokenizer.pad_token_id)
         batch, mask = batch.to(self.device), mask.to(self.device)
@@ -302,7 +307,7 @@ class Embedder:
               ) -> list[torch.Tensor]:
         """Float32 vectors on the CPU: ``(d,)`` per document, or ``(n_chunks, d)`` with ``chunks`` (token ranges
         per document), in the order of ``ids``."""
-        from avey_b.heads import chunk_embeddings, sentence_embedding
+        from avey_b.model.heads import chunk_embeddings, sentence_embedding
 
         self.load()
         normalize = bool(getattr(self.config, "normalize_embeddings", True))
@@ -324,7 +329,7 @@ def _write_shard(path: Path, table) -> None:
     """Write one shard atomically (the test of resuming interrupts the job here)."""
     import pyarrow.parquet as pq
 
-    from avey_b.records import write_bytes_atomic
+    from avey_b.utils.records import write_bytes_atomic
 
     write_bytes_atomic(path, lambda f: pq.write_table(table, f))
 
@@ -418,7 +423,7 @@ class RayShardWriter:
 
 
 def _start_ray(address: str | None, num_gpus: float | None, device: str, cleanup: contextlib.ExitStack) -> dict:
-    """Connect to the cluster at ``address`` or start a local Ray (:func:`avey_b.cluster.start_ray`); the GPUs per
+    """Connect to the cluster at ``address`` or start a local Ray (:func:`avey_b.utils.cluster.start_ray`); the GPUs per
     actor (default: 1 where the cluster has GPUs) and the actors' device."""
     ray = start_ray(address, cleanup, data=True)
     if num_gpus is None:
@@ -487,7 +492,7 @@ def _check_arguments(source: str, *, id_column: str | None, chunking: str, chunk
 def _previous_manifest(out: Path) -> dict | None:
     """The manifest of the run to resume in ``out`` (None: a new or empty directory, or one with no shard yet);
     refuses a directory that is not an ``avey-b embed`` output."""
-    from avey_b.files import load_json
+    from avey_b.utils.files import load_json
 
     previous = load_json(out / MANIFEST) if (out / MANIFEST).exists() else None
     if previous is None and out.exists() and any(p for p in out.iterdir() if not p.name.startswith(".")):
@@ -505,7 +510,7 @@ def _settings(embedder: Embedder, source: str, previous: dict | None, *, lines: 
               chunk_spans_column: str | None, dtype: str, shard_size: int, max_tokens: int | None) -> dict:
     """What the vectors depend on (the model's and tokenizer's files, the input, every setting): a rerun into the
     same OUTPUT must match them."""
-    from avey_b.files import content_hash
+    from avey_b.utils.files import content_hash
 
     hf = source.startswith("hf:")
     if max_tokens is None:  # what memory allows; on a rerun, what the first run used (memory differs run to run)
@@ -535,7 +540,7 @@ def _start_manifest(out: Path, model: str, source: str, embedder: Embedder, sett
                     run: dict, id_column: str | None, hf_split: str) -> dict:
     """Make ``out``, clear what a killed run left in flight, and write the manifest of a running job (``run``
     appended to the earlier runs); return it."""
-    from avey_b.records import TMP_SUFFIX, write_json_atomic
+    from avey_b.utils.records import TMP_SUFFIX, write_json_atomic
 
     out.mkdir(parents=True, exist_ok=True)
     for pattern in (".part-*", f".{MANIFEST}.*"):  # a shard, or the manifest, in flight when a run was killed
@@ -580,7 +585,7 @@ def _embed_shards(docs: Iterator[Document], out: Path, embedder: Embedder, setti
     """Cut ``docs`` into shards of ``settings["shard_size"]`` and embed those not written yet — here, or on Ray in
     waves of ``ray_wave * concurrency`` shards — recording each written shard in the manifest; return every
     shard's metadata (by number) and every document's id (→ where it was read)."""
-    from avey_b.records import write_json_atomic
+    from avey_b.utils.records import write_json_atomic
 
     seen, infos, pending, tokens = {}, {}, [], 0
 
@@ -623,7 +628,7 @@ def _embed_shards(docs: Iterator[Document], out: Path, embedder: Embedder, setti
 def _finish_manifest(out: Path, source: str, manifest: dict, run: dict, infos: dict[int, dict],
                      seen: dict[str, str], started: float) -> None:
     """Mark the manifest complete, with the counts, the shards and the skipped documents, and write it."""
-    from avey_b.records import utc_timestamp, write_json_atomic
+    from avey_b.utils.records import utc_timestamp, write_json_atomic
 
     if not infos:
         raise ValueError(f"{source} holds no documents")
@@ -650,9 +655,9 @@ def embed_corpus(model: str, source: str, output: str | os.PathLike, *, lines: b
     """Embed the documents of ``source`` into Parquet shards under ``output`` and return the manifest; rerun with
     the same settings, finish what a killed run left. The arguments are those of ``avey-b embed`` (module
     docstring); ``ray_wave``, shards per actor in one Ray pipeline, changes memory and scheduling, not the output."""
-    from avey_b.device import pick_device, use_bf16
-    from avey_b.progress import Progress
-    from avey_b.records import utc_timestamp
+    from avey_b.utils.device import pick_device, use_bf16
+    from avey_b.utils.progress import Progress
+    from avey_b.utils.records import utc_timestamp
 
     _check_arguments(source, id_column=id_column, chunking=chunking, chunk_tokens=chunk_tokens,
                      chunk_spans_column=chunk_spans_column, dtype=dtype, backend=backend, ray_address=ray_address,

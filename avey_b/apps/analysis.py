@@ -1,5 +1,6 @@
-"""Analysis helpers used in the paper: parameter counts per component, static-matrix statistics (App.
-"Coupled vs. Decoupled Layers: A Statistical Analysis") and heatmaps of the static matrices ``V``.
+"""``avey-b analyze weights``: the static-matrix statistics of the paper's appendix ("Coupled vs. Decoupled Layers:
+A Statistical Analysis") and heat maps of the static matrices ``V`` (parameter counts per component are
+:func:`avey_b.utils.counting.parameter_counts`).
 
 The appendix's study is also a command, for any saved Avey-B (a local directory first, else a Hub id)::
 
@@ -18,66 +19,11 @@ import io
 import os
 import re
 import sys
-from collections import OrderedDict
 
 import torch
 from torch import nn
 
-from .layers import StaticMixer
-
-
-def count_flops(fn) -> int:
-    """FLOPs of one call of ``fn`` (a forward, a forward + backward...), counted by PyTorch's FlopCounterMode:
-    the matrix products actually run (2 per multiply-add), not elementwise work."""
-    from torch.utils.flop_counter import FlopCounterMode
-
-    with FlopCounterMode(display=False) as counter:
-        fn()
-    return int(counter.get_total_flops())
-
-
-def count_parameters(model: nn.Module) -> int:
-    """Parameters of any ``nn.Module``, a tied tensor counted once."""
-    return sum(p.numel() for p in model.parameters())
-
-
-def parameter_counts(model: nn.Module) -> dict[str, int]:
-    """Parameters per component of an Avey-B model (any head), counting tied tensors once.
-
-    Components: ``embedding``, ``compressor``, ``norm`` (RMSNorms), ``enricher``, ``fuser``, ``static_matrices``
-    (``V`` of static/coupled layers), ``mixing_bias``, ``residual_scale``, ``head`` (everything outside the
-    backbone), and ``total``.
-    """
-    counts: OrderedDict[str, int] = OrderedDict(
-        (k, 0) for k in ("embedding", "compressor", "norm", "enricher", "fuser", "static_matrices", "mixing_bias",
-                         "residual_scale", "head")
-    )
-    for name, p in model.named_parameters():  # named_parameters() yields a tied tensor once
-        parts = name.split(".")
-        if "embed_tokens" in parts:
-            key = "embedding"
-        elif "compressor" in parts or "compressors" in parts:  # compressors.ℓ: ranker_placement="every_layer"
-            key = "compressor"
-        elif "layers" in parts:
-            if "norm" in parts:
-                key = "norm"
-            elif "enricher" in parts:
-                key = "enricher"
-            elif "fuser" in parts:
-                key = "fuser"
-            elif "mixer" in parts:
-                key = "static_matrices" if parts[-1] == "weight" else "mixing_bias"
-            elif parts[-1] == "alpha":
-                key = "residual_scale"
-            else:
-                raise ValueError(f"unclassified parameter {name}")
-        elif parts[-2:] == ["norm", "weight"]:  # the final norm of the backbone
-            key = "norm"
-        else:
-            key = "head"
-        counts[key] += p.numel()
-    counts["total"] = sum(counts.values())
-    return dict(counts)
+from avey_b.model.layers import StaticMixer
 
 
 def static_matrices(model: nn.Module) -> dict[int, torch.Tensor]:
@@ -214,7 +160,7 @@ def load_avey_b(name_or_path: str) -> nn.Module:
 def analyze_weights(name_or_path: str, output: str, max_layers: int | None = None, heatmaps: bool = True) -> dict:
     """Write the statistics table and heat maps of every static layer's ``V`` of a saved model to ``output``;
     returns the paths written."""
-    from .records import write_json_atomic, write_text_atomic
+    from avey_b.utils.records import write_json_atomic, write_text_atomic
 
     if heatmaps:
         _import_pyplot()  # before loading a large model: a missing extra is an error at once
@@ -252,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
                         "shows 15 of the coupled model's 30); default: all")
     w.add_argument("--no-heatmaps", dest="heatmaps", action="store_false", help="only the table (no matplotlib needed)")
     args = p.parse_args(argv)
-    from .records import slug
+    from avey_b.utils.records import slug
 
     output = args.output or os.path.join("analysis", slug(os.path.normpath(args.model)))
     paths = analyze_weights(args.model, output, args.max_layers, args.heatmaps)

@@ -46,7 +46,12 @@ from dataclasses import dataclass, field
 
 import torch
 
-from avey_b.batching import BYTES_PER_TOKEN_PER_WIDTH, default_max_tokens, pad_right, token_budget_batches
+from avey_b.utils.batching import (
+    BYTES_PER_TOKEN_PER_WIDTH,
+    default_max_tokens,
+    pad_right,
+    token_budget_batches,
+)
 
 
 @dataclass
@@ -114,8 +119,8 @@ class Service:
         from transformers import AutoConfig, AutoTokenizer
 
         import avey_b
-        from avey_b.device import pick_device, use_bf16
-        from avey_b.files import model_source
+        from avey_b.utils.device import pick_device, use_bf16
+        from avey_b.utils.files import model_source
 
         with model_source(path):
             config = AutoConfig.from_pretrained(path)
@@ -170,8 +175,8 @@ class Service:
 
     def embed(self, batch: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """(B, d) embeddings of a padded batch: masked mean pooling of the backbone, normalized per the config."""
-        from avey_b.device import autocast
-        from avey_b.heads import sentence_embedding
+        from avey_b.model.heads import sentence_embedding
+        from avey_b.utils.device import autocast
 
         batch, mask = batch.to(self.device), mask.to(self.device)
         with autocast(self.device, self.bf16):
@@ -180,7 +185,7 @@ class Service:
 
     def logits(self, batch: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """The head's float32 logits of a padded batch (on the CPU)."""
-        from avey_b.device import autocast
+        from avey_b.utils.device import autocast
 
         with autocast(self.device, self.bf16):
             return self.model(input_ids=batch.to(self.device), attention_mask=mask.to(self.device)).logits.float().cpu()
@@ -198,7 +203,7 @@ class OnnxService(Service):
         import onnxruntime as ort
         from transformers import AutoConfig, AutoTokenizer
 
-        from avey_b.files import model_source
+        from avey_b.utils.files import model_source
 
         with model_source(path):
             config = AutoConfig.from_pretrained(path)
@@ -235,7 +240,7 @@ class OnnxService(Service):
         return torch.from_numpy(out)
 
     def embed(self, batch: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        from avey_b.heads import sentence_embedding
+        from avey_b.model.heads import sentence_embedding
 
         if "sentence_embedding" in self.outputs:
             return self._run("sentence_embedding", batch, mask)

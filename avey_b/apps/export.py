@@ -19,7 +19,7 @@ or ``torch.compile`` model (capped ranker memory) for longer inputs.
 
 Every weight is stored in the layout its MatMul reads (:func:`fold_weight_layouts`: no run-time Split or
 Transpose of a weight), so that onnxruntime's quantizer sees the weights; ``--quantize int8`` also writes
-``model.int8.onnx`` beside the model (:mod:`avey_b.quantize`).
+``model.int8.onnx`` beside the model (:mod:`avey_b.apps.quantize`).
 
 After writing, the ONNX model is run with onnxruntime at a few lengths and compared with the eager model
 (``--no-verify`` skips it). TorchScript-based export (``torch.onnx.export(..., dynamo=False)``) is refused by the
@@ -249,10 +249,10 @@ def export_embedding_directory(model, source: str, directory: str | Path) -> Pat
 
 
 def check_quantized(quantized: str | Path, reference: str | Path, model, output) -> dict:
-    """:func:`avey_b.quantize.compare_quantized` on the inputs :func:`verify_onnx` runs; raises when a ranker choice
+    """:func:`avey_b.apps.quantize.compare_quantized` on the inputs :func:`verify_onnx` runs; raises when a ranker choice
     differs from the fp32 model's (the ranker must stay fp32) or the mean cosine is below
-    :data:`avey_b.quantize.MIN_MEAN_COSINE`."""
-    from .quantize import MIN_MEAN_COSINE, compare_quantized
+    :data:`avey_b.apps.quantize.MIN_MEAN_COSINE`."""
+    from avey_b.apps.quantize import MIN_MEAN_COSINE, compare_quantized
 
     check = compare_quantized(quantized, reference, Exportable(model, output), verification_inputs(model))
     if check["identical_choices"] < 1.0:
@@ -273,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--format", choices=("onnx", "torch"), default="onnx")
     p.add_argument("--no-verify", action="store_true", help="skip the onnxruntime comparison with the eager model")
     p.add_argument("--quantize", choices=("int8",), help="also write the int8 model beside the ONNX model "
-                   "(model.int8.onnx: onnxruntime dynamic quantization of the weight MatMuls, avey_b.quantize)")
+                   "(model.int8.onnx: onnxruntime dynamic quantization of the weight MatMuls, avey_b.apps.quantize)")
     args = p.parse_args(argv)
     if args.quantize and args.format == "torch":
         p.error("--quantize int8 quantizes the ONNX model: use it with --format onnx")
@@ -281,8 +281,7 @@ def main(argv: list[str] | None = None) -> int:
     import transformers
 
     import avey_b  # noqa: F401  (registers Avey-B with the Auto classes)
-
-    from .files import model_source
+    from avey_b.utils.files import model_source
 
     loader, output = EXPORT_HEADS[args.head]
     with model_source(args.model):
@@ -304,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
         err = verify_onnx(path, model, output)
         print(f"onnxruntime matches the eager model at lengths {verifiable_lengths(model)}: max |diff| {err:.1e}")
     if args.quantize:
-        from .quantize import quantize_onnx
+        from avey_b.apps.quantize import quantize_onnx
 
         quantized = quantize_onnx(path, model.config)
         print(f"wrote {quantized} (int8 weight MatMuls but the fuser's mixed-context block; embedding and ranker "

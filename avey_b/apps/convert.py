@@ -1,7 +1,7 @@
 """``avey-b convert SRC DST``: write an authors' release checkpoint (``avey-ai/avey-b1-*``, a hub repo id or
 a local download) once as a standard checkpoint of this library.
 
-The mapping itself lives in :mod:`avey_b.release`; ``from_pretrained`` also reads release checkpoints
+The mapping itself lives in :mod:`avey_b.model.release`; ``from_pretrained`` also reads release checkpoints
 directly, converting in memory. This writer picks the head class from the release's weights (masked LM,
 sequence or token classification), checks every weight name and shape against it, saves with
 ``save_pretrained`` and copies the tokenizer files found next to the weights.
@@ -14,11 +14,11 @@ import os
 import sys
 from pathlib import Path
 
-from . import release
-from .configuration import AveyBConfig
-from .files import model_source
-from .heads import AveyBForMaskedLM, AveyBForSequenceClassification, AveyBForTokenClassification
-from .release import ReleaseConversionError
+from avey_b.model import release
+from avey_b.model.configuration import AveyBConfig
+from avey_b.model.heads import AveyBForMaskedLM, AveyBForSequenceClassification, AveyBForTokenClassification
+from avey_b.model.release import ReleaseConversionError
+from avey_b.utils.files import model_source
 
 HEAD_CLASSES = {"masked_lm": AveyBForMaskedLM, "sequence_classification": AveyBForSequenceClassification,
                 "token_classification": AveyBForTokenClassification}
@@ -28,7 +28,7 @@ RELEASE_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_t
 def convert_release_checkpoint(src: str | os.PathLike, dst: str | os.PathLike, **hub_kwargs) -> str:
     """Convert a release checkpoint (repo id or directory) into a standard checkpoint of ours in ``dst``.
 
-    Returns the head it holds (one of ``avey_b.release.RELEASE_HEADS``).
+    Returns the head it holds (one of ``avey_b.model.release.RELEASE_HEADS``).
     """
     import torch
 

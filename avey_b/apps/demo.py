@@ -23,10 +23,11 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from avey_b import AveyBForSentenceEmbedding, presets
-    from avey_b.analysis import parameter_counts
+    from avey_b import AveyBForSentenceEmbedding
     from avey_b.data.corpus import python_docs_corpus
-    from avey_b.tokenization import train_bpe_tokenizer
+    from avey_b.data.tokenization import train_bpe_tokenizer
+    from avey_b.model import presets
+    from avey_b.utils.counting import parameter_counts
 
     if args.threads:
         torch.set_num_threads(args.threads)

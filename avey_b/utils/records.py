@@ -3,7 +3,7 @@ directories written atomically with the SHA-256 of their files (checkpoints, fin
 for paths, and the one Markdown table with a column per sequence length (efficiency benchmark, NIAH).
 
 What an efficiency-benchmark record means (its curve, its latency) is :mod:`avey_b.benchmarking.results`. Of the
-package, this module imports only :mod:`avey_b.files` (to read JSON lines strictly).
+package, this module imports only :mod:`avey_b.utils.files` (to read JSON lines strictly).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from .files import iter_jsonl, sha256_of_file
+from avey_b.utils.files import iter_jsonl, sha256_of_file
 
 
 def utc_timestamp() -> str:

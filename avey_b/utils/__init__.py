@@ -1,0 +1,1 @@
+"""What the applications share: files, records, progress, devices, batching, clusters and model specs."""
