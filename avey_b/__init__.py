@@ -1,28 +1,17 @@
 """Avey-B: the attention-free bidirectional encoder (ICLR 2026) for PyTorch and Hugging Face transformers.
 
-Importing the package registers ``model_type="avey-b"`` with the transformers Auto classes.
+Importing the package registers ``model_type="avey-b"`` with the transformers Auto classes
+(:mod:`avey_b.model.auto`). One process is the exception: the ``avey-b`` command line, which imports the model (and
+torch) only when a verb runs, so that ``avey-b --help`` answers at once; there the names below load on first use.
 
 The package's folders: ``model/`` (the model, and only the model), ``utils/`` (files, records, progress, devices,
-batching, clusters, model specs), ``configs/`` (configs as data and the shipped recipes), ``data/``, ``training/``,
-``evaluation/``, ``benchmarking/``, ``apps/`` (serve, embed, export, quantize, convert, analyze, demo, ablation) and
-``cli.py``, the one command line.
+batching, clusters, model specs, counting), ``configs/`` (configs as data and the shipped recipes), ``data/``,
+``training/``, ``evaluation/``, ``benchmarking/``, ``apps/`` (serve, embed, export, quantize, convert, analyze, demo,
+ablation) and ``cli.py``, the one command line.
 """
 
-from .model import (
-    AveyBConfig,
-    AveyBForMaskedLM,
-    AveyBForMultipleChoice,
-    AveyBForQuestionAnswering,
-    AveyBForSentenceEmbedding,
-    AveyBForSequenceClassification,
-    AveyBForTokenClassification,
-    AveyBModel,
-    AveyBPreTrainedModel,
-    ExecutionSettings,
-    mean_pool,
-    presets,
-    remote_code,  # noqa: F401  (`from avey_b import remote_code`: the code saved beside checkpoints)
-)
+import os as _os
+import sys as _sys
 
 __version__ = "0.1.0"
 
@@ -39,4 +28,36 @@ __all__ = [
     "AveyBForSentenceEmbedding",
     "mean_pool",
     "presets",
+    "remote_code",  # `from avey_b import remote_code`: the loading code saved beside 0.1.0 checkpoints imports it
 ]
+
+
+def __getattr__(name: str):
+    """The public names, imported on first use where the package was imported by the command line."""
+    if name not in __all__:
+        raise AttributeError(f"module 'avey_b' has no attribute {name!r}")
+    from .model import auto
+
+    return getattr(auto, name)
+
+
+def _imported_by_the_command_line() -> bool:
+    return bool(_sys.argv) and _os.path.basename(_sys.argv[0]) in ("avey-b", "avey-b.exe")
+
+
+if not _imported_by_the_command_line():
+    from .model.auto import (  # noqa: E402  (registers Avey-B with the Auto classes)
+        AveyBConfig,
+        AveyBForMaskedLM,
+        AveyBForMultipleChoice,
+        AveyBForQuestionAnswering,
+        AveyBForSentenceEmbedding,
+        AveyBForSequenceClassification,
+        AveyBForTokenClassification,
+        AveyBModel,
+        AveyBPreTrainedModel,
+        ExecutionSettings,
+        mean_pool,
+        presets,
+        remote_code,
+    )

@@ -1,38 +1,66 @@
 """The single ``avey-b`` command line.
 
-Every user-facing action is a verb here. Each lives in its own module and exposes
-``main(argv: list[str] | None) -> int``; this file only dispatches. Modules are imported lazily: ``avey-b
-convert`` does not pay for importing the training or evaluation stacks. (Under ``torchrun``, pretraining is
-``torchrun ... -m avey_b.training.pretrain``, the same program as ``avey-b pretrain``.)
+Every user-facing action is a verb here, declared in two parts so that ``avey-b --help`` and ``avey-b VERB --help``
+answer without importing torch:
+
+* its **parser**: ``"module:function"``, a function that returns the verb's ``argparse.ArgumentParser``, built from
+  its option declarations (documented dataclass fields, :func:`avey_b.configs.add_arguments`), in a module that
+  imports only the standard library and other such modules (``tests/test_layout.py`` checks that no ``--help``
+  imports torch);
+* its **runner**: ``"module:function"``, the function that takes the parsed ``argparse.Namespace`` and returns the
+  exit code, imported only when the verb runs.
+
+(Under ``torchrun``, pretraining is ``torchrun ... -m avey_b.training.pretrain``, the same program as ``avey-b
+pretrain``.)
 """
 
 from __future__ import annotations
 
 import importlib
 import sys
+from dataclasses import dataclass
 
-# subcommand -> (module, one-line help)
-COMMANDS: dict[str, tuple[str, str]] = {
-    "demo": ("avey_b.apps.demo", "build a small Avey-B and encode text (no download)"),
-    "pretrain": ("avey_b.training.pretrain", "masked-LM pretraining (local files or HF datasets)"),
-    "finetune": ("avey_b.evaluation.finetune", "fine-tune and score one model on one task"),
-    "evaluate": ("avey_b.evaluation.sweep", "the paper's lr x seed protocol over benchmarks"),
-    "report": ("avey_b.evaluation.report", "the Table-3 report of an evaluation directory"),
-    "ablation": ("avey_b.apps.ablation", "pretrain and evaluate the paper's architecture variants"),
-    "analyze": ("avey_b.apps.analysis", "weights MODEL: statistics and heat maps of the static layers' V"),
-    "niah": ("avey_b.evaluation.niah.cli", "generate / evaluate needle-in-a-haystack sets"),
-    "bench": ("avey_b.benchmarking.efficiency", "latency / throughput vs sequence length"),
-    "convert": ("avey_b.apps.convert", "convert an authors' release checkpoint to this library's format"),
-    "export": ("avey_b.apps.export", "an Avey-B checkpoint as ONNX / torch.export, for every length"),
-    "serve": ("avey_b.apps.serve", "an HTTP server: OpenAI-compatible embeddings, fill-mask, classification"),
-    "embed": ("avey_b.apps.embed", "embed a corpus into Parquet shards, resumably (whole documents or late chunks)"),
+
+@dataclass(frozen=True)
+class Verb:
+    parser: str  # "module:function" returning the verb's argparse parser; its module imports no torch
+    runner: str  # "module:function", called with the parsed arguments
+    help: str  # one line for `avey-b --help`
+
+
+COMMANDS: dict[str, Verb] = {
+    "demo": Verb("avey_b.apps.options:demo_parser", "avey_b.apps.demo:run", "build a small Avey-B and encode text (no download)"),
+    "pretrain": Verb("avey_b.training.config:build_parser", "avey_b.training.pretrain:run",
+                     "masked-LM pretraining (local files or HF datasets)"),
+    "finetune": Verb("avey_b.evaluation.settings:finetune_parser", "avey_b.evaluation.finetune:run",
+                     "fine-tune and score one model on one task"),
+    "evaluate": Verb("avey_b.evaluation.settings:evaluate_parser", "avey_b.evaluation.sweep:run",
+                     "the paper's lr x seed protocol over benchmarks"),
+    "report": Verb("avey_b.evaluation.settings:report_parser", "avey_b.evaluation.report:run",
+                   "the Table-3 report of an evaluation directory"),
+    "ablation": Verb("avey_b.apps.options:ablation_parser", "avey_b.apps.ablation:run",
+                     "pretrain and evaluate the paper's architecture variants"),
+    "analyze": Verb("avey_b.apps.options:analyze_parser", "avey_b.apps.analysis:run",
+                    "weights MODEL: statistics and heat maps of the static layers' V"),
+    "niah": Verb("avey_b.evaluation.settings:niah_parser", "avey_b.evaluation.niah.cli:run",
+                 "generate / evaluate needle-in-a-haystack sets"),
+    "bench": Verb("avey_b.benchmarking.options:build_parser", "avey_b.benchmarking.efficiency:run",
+                  "latency / throughput vs sequence length"),
+    "convert": Verb("avey_b.apps.options:convert_parser", "avey_b.apps.convert:run",
+                    "convert an authors' release checkpoint to this library's format"),
+    "export": Verb("avey_b.apps.options:export_parser", "avey_b.apps.export:run",
+                   "an Avey-B checkpoint as ONNX / torch.export, for every length"),
+    "serve": Verb("avey_b.apps.options:serve_parser", "avey_b.apps.serve:run",
+                  "an HTTP server: OpenAI-compatible embeddings, fill-mask, classification"),
+    "embed": Verb("avey_b.apps.options:embed_parser", "avey_b.apps.embed.job:run",
+                  "embed a corpus into Parquet shards, resumably (whole documents or late chunks)"),
 }
 
 
 def _usage() -> str:
     lines = ["usage: avey-b <command> [options]", "", "commands:"]
-    for name, (_, text) in COMMANDS.items():
-        lines.append(f"  {name:<10} {text}")
+    for name, verb in COMMANDS.items():
+        lines.append(f"  {name:<10} {verb.help}")
     lines.append("")
     lines.append("Run 'avey-b <command> --help' for the options of one command; add --debug to see the traceback")
     lines.append("of an error instead of its one-line message.")
@@ -42,6 +70,20 @@ def _usage() -> str:
 def _message(error: BaseException) -> str:
     text = error.args[0] if isinstance(error, KeyError) and len(error.args) == 1 else str(error)
     return f"{type(error).__name__}: {text}" if not isinstance(error, (ValueError, KeyError, OSError)) else str(text)
+
+
+def parse(name: str, argv: list[str]):
+    """The parsed arguments of verb ``name`` (``--help`` prints and exits here, before torch is imported)."""
+    module, _, function = COMMANDS[name].parser.partition(":")
+    return getattr(importlib.import_module(module), function)().parse_args(argv)
+
+
+def runner(name: str):
+    """The function that runs verb ``name``. Importing it imports the model, which registers Avey-B with the
+    transformers Auto classes."""
+    importlib.import_module("avey_b.model.auto")
+    module, _, function = COMMANDS[name].runner.partition(":")
+    return getattr(importlib.import_module(module), function)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -57,11 +99,10 @@ def main(argv: list[str] | None = None) -> int:
     if name not in COMMANDS:
         print(f"avey-b: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
         return 2
-    module = importlib.import_module(COMMANDS[name][0])
     if debug:
-        return int(module.main(rest) or 0)
+        return int(runner(name)(parse(name, rest)) or 0)
     try:
-        return int(module.main(rest) or 0)
+        return int(runner(name)(parse(name, rest)) or 0)
     except Exception as error:  # noqa: BLE001 -- one clear line for the user; --debug shows the traceback
         print(f"avey-b {name}: error: {_message(error)}\n(run with --debug for the traceback)", file=sys.stderr)
         return 1
