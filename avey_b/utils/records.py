@@ -3,7 +3,8 @@ directories written atomically with the SHA-256 of their files (checkpoints, fin
 for paths, and the one Markdown table with a column per sequence length (efficiency benchmark, NIAH).
 
 What an efficiency-benchmark record means (its curve, its latency) is :mod:`avey_b.benchmarking.results`. Of the
-package, this module imports only :mod:`avey_b.utils.files` (to read JSON lines strictly).
+package, this module imports only :mod:`avey_b.utils.files` (to read JSON lines strictly) and the model's
+:func:`~avey_b.model.loading.honour_umask` (every file it writes gets the mode the umask gives, 0644 under 022).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from avey_b.model.loading import honour_umask
 from avey_b.utils.files import iter_jsonl, sha256_of_file
 
 
@@ -64,6 +66,7 @@ def _atomic_write(path: str | os.PathLike, write: Callable[[Any], None], binary:
             write(f)
             f.flush()
             os.fsync(f.fileno())
+        honour_umask(tmp)  # mkstemp made it 0600
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
@@ -118,6 +121,7 @@ def save_pretrained_atomic(dest: Path, model, tokenizer, state_dict=None, extra:
     for name, text in (texts or {}).items():
         (tmp / name).write_text(text)
     write_manifest(tmp)
+    honour_umask(*(p for p in tmp.rglob("*") if p.is_file()))  # safetensors writes weights 0600
     if dest.exists():  # re-saving the same step (e.g. interrupted right after a periodic save)
         old = dest.parent / f".old-{dest.name}-{os.getpid()}"
         os.replace(dest, old)

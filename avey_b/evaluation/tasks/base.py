@@ -21,6 +21,7 @@ from avey_b.data.tokenization import load_tokenizer
 from avey_b.model.heads import (
     sentence_embedding,  # importing the package registers Avey-B with the Auto classes
 )
+from avey_b.model.loading import honour_umask
 from avey_b.utils.device import PRECISIONS, autocast, use_bf16
 from avey_b.utils.files import (
     DataFileError,
@@ -357,6 +358,7 @@ class EncoderTokenClassifier(torch.nn.Module):
         head = {f"{name}.{k}": v.detach().contiguous().cpu() for name in ("dense", "classifier")
                 for k, v in getattr(self, name).state_dict().items()}
         save_file(head, str(Path(directory) / self.HEAD_FILE))
+        honour_umask(Path(directory) / self.HEAD_FILE)  # safetensors writes 0600
 
     def forward(self, input_ids=None, attention_mask=None, labels=None, **kwargs):
         from transformers.modeling_outputs import TokenClassifierOutput
