@@ -227,3 +227,31 @@ def test_progress_in_a_log_is_plain_lines_with_rate_and_eta():
     assert "\r" not in log.getvalue() and len(lines) == 5  # one per update (every=0) and one at the end
     assert lines[1].startswith("finetune sst2: 2/4 steps (50%), ") and "steps/s, ETA " in lines[1]
     assert "loss 0.5" in lines[-1] and "4/4 steps (100%)" in lines[-1]
+
+
+HELP_WITHOUT_TORCH = r"""
+import sys
+sys.argv = ["avey-b"]  # as the console script starts: the package imports the model only when a verb runs
+from avey_b import cli
+import json
+try:
+    code = cli.main(json.loads(sys.stdin.read()))
+except SystemExit as e:
+    code = e.code
+heavy = sorted(m for m in ("torch", "transformers", "numpy", "avey_b.model.auto") if m in sys.modules)
+print(json.dumps({"code": code, "heavy": heavy}))
+"""
+
+
+@pytest.mark.parametrize("argv", [["--help"], *[[verb, "--help"] for verb in sorted(COMMANDS)]],
+                         ids=lambda a: " ".join(a))
+def test_help_imports_neither_torch_nor_the_model(argv):
+    """``avey-b --help`` and ``avey-b VERB --help`` answer without importing torch, transformers or the model (the
+    import alone takes seconds): each verb's parser is built from its option declarations."""
+    import json
+    import subprocess
+
+    proc = subprocess.run([sys.executable, "-c", HELP_WITHOUT_TORCH], input=json.dumps(argv), capture_output=True,
+                          text=True, timeout=120)
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result == {"code": 0, "heavy": []}, proc.stderr[-2000:]
