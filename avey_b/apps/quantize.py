@@ -35,6 +35,7 @@ import numpy as np
 import torch
 
 from avey_b.model.configuration import is_avey_b
+
 # the blocks of a layer's weights (paper §4.2), in each enricher layout's order
 from avey_b.model.layers import ENRICHER_BLOCKS, FUSER_BLOCKS
 
