@@ -257,7 +257,8 @@ def test_serve_onnx_answers_with_the_exported_models_vectors(tmp_path):
     tok = toy.tokenizer(str(tmp_path / "ckpt"))
     model = seeded(AveyBForSentenceEmbedding, presets.tiny(vocab_size=len(tok)))
     model.save_pretrained(tmp_path / "ckpt")
-    assert cli.main(["export", str(tmp_path / "ckpt"), str(directory), "--head", "embedding", "--quantize", "int8"]) == 0
+    assert cli.main(["export", str(tmp_path / "ckpt"), str(directory), "--head", "embedding", "--quantize",
+                     "int8"]) == 0
     texts = ["a good film", "the plot was awful and the cast was weak", "bob met alice in paris " * 60]
     for file, atol in ((None, 1e-5), (directory / "onnx" / "model.int8.onnx", 2e-2)):
         session = ort.InferenceSession(str(file or directory / "onnx" / "model.onnx"))

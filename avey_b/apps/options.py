@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import ast
 import importlib.util
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 from avey_b import configs
 
@@ -39,10 +39,6 @@ def add_load_arguments(parser: argparse.ArgumentParser) -> None:
     configs.add_arguments(parser, LoadOptions, exclude=("onnx",), choices={"precision": PRECISIONS})
     parser.add_argument("--onnx", nargs="?", const="", default=None, metavar="FILE",
                         help=configs.field_docs(LoadOptions)["onnx"])
-
-
-def load_options(args: argparse.Namespace) -> LoadOptions:
-    return LoadOptions(**{f.name: getattr(args, f.name) for f in fields(LoadOptions)})
 
 
 @dataclass

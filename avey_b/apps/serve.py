@@ -42,10 +42,11 @@ import queue
 import threading
 import time
 from concurrent.futures import Future
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 
+from avey_b import configs
 from avey_b.apps.encoder import Encoder
-from avey_b.apps.options import ServeOptions, load_options
+from avey_b.apps.options import LoadOptions, ServeOptions
 from avey_b.utils.batching import default_max_tokens, token_budget_batches
 
 
@@ -298,8 +299,8 @@ def run(args: argparse.Namespace) -> int:
         import uvicorn
     except ImportError:
         raise SystemExit("avey-b serve needs the serving extra: pip install 'avey-b[serve]'") from None
-    options = ServeOptions(**{f.name: getattr(args, f.name) for f in fields(ServeOptions)})
-    encoder = Encoder(args.model, load_options(args)).load()
+    options = configs.from_args(ServeOptions, args)
+    encoder = Encoder(args.model, configs.from_args(LoadOptions, args)).load()
     encoder.tokenizer  # noqa: B018 -- its files are needed: an error now, not at the first request
     app = build_app(encoder, options)
     print(f"serving {args.model} ({encoder.runtime_name if encoder.onnx_file else encoder.architecture}: "
