@@ -22,7 +22,8 @@ the model). Endpoints:
 
 ``--onnx [FILE]`` answers the same API from an exported ONNX model run by onnxruntime on the CPU (``avey-b export
 MODEL MODEL --head embedding`` writes ``MODEL/onnx/model.onnx``, the default FILE; ``--quantize int8`` adds
-``model.int8.onnx``): same batching, limits and errors; the directory gives the config and the tokenizer.
+``model.int8.onnx``): same batching, limits and errors; the directory gives the config and the tokenizer. Either
+runtime is loaded once, at start, by :class:`avey_b.apps.encoder.Encoder`, which also decides what is served.
 
 Every endpoint takes its texts in ``input`` (the OpenAI name) and accepts ``inputs`` (the Hugging Face
 inference name) for it; a request with both is refused. An error answer holds FastAPI's ``detail`` and the OpenAI
