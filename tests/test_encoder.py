@@ -36,7 +36,8 @@ def test_eager_embeddings_equal_the_embedding_heads_own_pooled_output(embedding_
         own = model(input_ids=batch, attention_mask=mask)
     torch.testing.assert_close(encoder.embed(batch, mask), own.pooler_output, rtol=0, atol=1e-6)
     real = mask.bool()
-    torch.testing.assert_close(encoder.hidden_states(batch, mask)[real], own.last_hidden_state[real], rtol=0, atol=1e-6)
+    torch.testing.assert_close(encoder.hidden_states(batch, mask)[real], own.last_hidden_state[real], rtol=0,
+                               atol=1e-6)
     loaded = encoder.model
     assert encoder.load().model is loaded  # loaded once
 
@@ -97,7 +98,8 @@ def test_the_onnx_runtime_answers_as_the_eager_model(embedding_checkpoint, tmp_p
 
     directory, model, _ = embedding_checkpoint
     eager = Encoder(str(directory), LoadOptions(precision="fp32"))
-    export_embedding_directory(Encoder(str(directory), LoadOptions(device="cpu", precision="fp32")), tmp_path / "served")
+    export_embedding_directory(Encoder(str(directory), LoadOptions(device="cpu", precision="fp32")),
+                               tmp_path / "served")
     export_onnx(model.model, tmp_path / "base.onnx")
     batch, mask = eager.pad(eager.tokenize(TEXTS[:2])["input_ids"])  # no repeated text: no exact ranker ties
     want, real = eager.embed(batch, mask), mask.bool()

@@ -58,8 +58,9 @@ class ServeOptions:
     """inputs waiting at most; past it: 503"""
     batch_wait_ms: float = 0.0
     """how long the batcher waits for more inputs after the first before it runs what it holds (0: it takes what
-    queued while the previous batch ran, and waits for nothing more): a wait can merge the requests of concurrent
-    clients into fewer batches, and delays every request by up to that long; measurements: benchmarks/serve/README.md"""
+    queued while the previous batch ran, and waits for nothing more): a wait can merge the requests of
+    concurrent clients into fewer batches, and delays every request by up to that long; measurements:
+    benchmarks/serve/README.md"""
 
 
 def verb_parser(prog: str, module: str) -> argparse.ArgumentParser:

@@ -281,8 +281,9 @@ def build_app(encoder: Encoder, options: ServeOptions):
 
     @asynccontextmanager
     async def lifespan(app):
-        state["batcher"] = Batcher(functools.partial(answer_batch, encoder), max_batch_tokens=options.max_batch_tokens,
-                                   queue_size=options.queue_size, wait_s=options.batch_wait_ms / 1000)
+        state["batcher"] = Batcher(functools.partial(answer_batch, encoder),
+                                   max_batch_tokens=options.max_batch_tokens, queue_size=options.queue_size,
+                                   wait_s=options.batch_wait_ms / 1000)
         yield
         state["batcher"].close()  # requests in flight were answered by uvicorn's graceful shutdown
         print("avey-b serve: shut down", flush=True)
