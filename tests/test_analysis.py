@@ -100,7 +100,8 @@ def test_analyze_weights_says_what_is_missing(tmp_path, monkeypatch, capsys):
     assert cli.main(["analyze", "weights", str(tmp_path / "dynamic"), "--output", str(tmp_path / "o")]) == 1
     assert "no static layers" in capsys.readouterr().err
     assert cli.main(["analyze", "weights", str(tmp_path / "nowhere" / "model")]) == 1
-    assert "neither a local directory nor a Hub id" in capsys.readouterr().err
+    err = capsys.readouterr().err  # the loaders' one message (avey_b.utils.files.model_source)
+    assert "is not an existing local path" in err and "cannot be a Hugging Face Hub id" in err
     seeded(AveyBModel, presets.tiny()).save_pretrained(tmp_path / "m")
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # the `analysis` extra is not installed
     assert cli.main(["analyze", "weights", str(tmp_path / "m"), "--output", str(tmp_path / "o")]) == 1

@@ -8,8 +8,8 @@ scores to ~5e-7 but its kernels round some exactly tied scores apart (on a 40-id
 import pytest
 import torch
 
-from avey_b import AveyBForMaskedLM, AveyBModel
-from avey_b.apps.export import Exportable, export_onnx, export_program, main, verify_onnx
+from avey_b import AveyBForMaskedLM, AveyBModel, cli
+from avey_b.apps.export import Exportable, export_onnx, export_program, verify_onnx
 from avey_b.model import presets
 
 pytestmark = pytest.mark.slow
@@ -67,7 +67,7 @@ def test_onnx_model_runs_at_every_length_and_batch(model, tmp_path):
 def test_export_verb_writes_and_verifies_a_masked_lm(tmp_path, capsys):
     torch.manual_seed(0)
     AveyBForMaskedLM(presets.tiny(**CONFIG)).save_pretrained(tmp_path / "ckpt")
-    assert main([str(tmp_path / "ckpt"), str(tmp_path / "mlm.onnx"), "--head", "masked-lm"]) == 0
+    assert cli.main(["export", str(tmp_path / "ckpt"), str(tmp_path / "mlm.onnx"), "--head", "masked-lm"]) == 0
     out = capsys.readouterr().out
     assert (tmp_path / "mlm.onnx").is_file() and "onnxruntime matches the eager model" in out
 
@@ -84,7 +84,7 @@ def test_export_embedding_writes_a_directory_onnx_servers_load(tmp_path, capsys)
     torch.manual_seed(0)
     model = AveyBForSentenceEmbedding(presets.tiny(**CONFIG)).eval()
     model.save_pretrained(tmp_path / "ckpt")
-    assert main([str(tmp_path / "ckpt"), str(tmp_path / "served"), "--head", "embedding"]) == 0
+    assert cli.main(["export", str(tmp_path / "ckpt"), str(tmp_path / "served"), "--head", "embedding"]) == 0
     assert "onnxruntime matches the eager model" in capsys.readouterr().out
     served = tmp_path / "served"
     for name in ("onnx/model.onnx", "config.json", "tokenizer.json", "modules.json", "1_Pooling/config.json"):

@@ -8,9 +8,9 @@ import onnx
 import pytest
 import torch
 
-from avey_b import AveyBModel
+from avey_b import AveyBModel, cli
 from avey_b import testing as toy
-from avey_b.apps.export import Exportable, export_onnx, main
+from avey_b.apps.export import Exportable, export_onnx
 from avey_b.apps.quantize import (
     INTEGER_MATMULS,
     compare_quantized,
@@ -77,7 +77,8 @@ def test_export_verb_quantizes_every_weight_matmul_but_the_fusers_mixed_block(tm
     torch.manual_seed(0)
     model = AveyBForSentenceEmbedding(presets.tiny(vocab_size=200))
     model.save_pretrained(tmp_path / "ckpt")
-    assert main([str(tmp_path / "ckpt"), str(tmp_path / "served"), "--head", "embedding", "--quantize", "int8"]) == 0
+    assert cli.main(["export", str(tmp_path / "ckpt"), str(tmp_path / "served"), "--head", "embedding",
+                     "--quantize", "int8"]) == 0
     out = capsys.readouterr().out
     assert "int8 against the eager model" in out and "ranker choices identical to the fp32 model's: 100.0%" in out
     fp32_path = tmp_path / "served" / "onnx" / "model.onnx"
@@ -94,9 +95,11 @@ def test_export_verb_quantizes_every_weight_matmul_but_the_fusers_mixed_block(tm
         n.op_type == "MatMul" for n in fp32.graph.node) - len(integer)
 
 
-def test_quantize_needs_the_onnx_format(tmp_path):
-    with pytest.raises(SystemExit):
-        main([str(tmp_path / "ckpt"), str(tmp_path / "model.pt2"), "--format", "torch", "--quantize", "int8"])
+def test_quantize_needs_the_onnx_format(tmp_path, capsys):
+    assert cli.main(["export", str(tmp_path / "ckpt"), str(tmp_path / "model.pt2"), "--format", "torch",
+                     "--quantize", "int8"]) == 1
+    assert "--quantize int8 quantizes the ONNX model: use it with --format onnx" in capsys.readouterr().err
+    assert not (tmp_path / "model.pt2").exists()
 
 
 def test_eager_int8_torchao_runs_the_processor_on_int8_weights():

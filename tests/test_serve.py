@@ -199,13 +199,16 @@ def test_a_classifier_checkpoint_serves_named_labels(tmp_path):
     from fastapi.testclient import TestClient
 
     from avey_b import AveyBForSequenceClassification
-    from avey_b.apps.serve import Service, build_app
+    from avey_b.apps.encoder import Encoder
+    from avey_b.apps.options import LoadOptions, ServeOptions
+    from avey_b.apps.serve import build_app
 
     tok = toy.tokenizer(str(tmp_path))
     names = {0: "negative", 1: "positive"}
     seeded(AveyBForSequenceClassification, presets.tiny(vocab_size=len(tok), num_labels=2, id2label=names,
                                                         label2id={v: k for k, v in names.items()})).save_pretrained(tmp_path)
-    with TestClient(build_app(Service(str(tmp_path), precision="fp32"), max_tokens=1000)) as client:
+    with TestClient(build_app(Encoder(str(tmp_path), LoadOptions(precision="fp32")),
+                              ServeOptions(max_tokens=1000))) as client:
         assert client.get("/health").json()["serves"] == ["embed", "classify"]
         results = client.post("/v1/classify", json={"inputs": ["a good film", "bad"]}).json()["results"]
         assert [set(r["scores"]) for r in results] == [{"negative", "positive"}] * 2
@@ -218,7 +221,9 @@ def test_every_endpoint_takes_input_and_accepts_inputs_as_an_alias_but_not_both(
     from fastapi.testclient import TestClient
 
     from avey_b import AveyBForSequenceClassification
-    from avey_b.apps.serve import Service, build_app
+    from avey_b.apps.encoder import Encoder
+    from avey_b.apps.options import LoadOptions, ServeOptions
+    from avey_b.apps.serve import build_app
 
     tok = toy.tokenizer(str(tmp_path / "mlm"))
     toy.tokenizer(str(tmp_path / "classifier"))
@@ -227,7 +232,8 @@ def test_every_endpoint_takes_input_and_accepts_inputs_as_an_alias_but_not_both(
         tmp_path / "classifier")
     for name, endpoint, text in [("mlm", "/v1/fill-mask", "a [MASK] film"), ("mlm", "/v1/embeddings", "a film"),
                                  ("classifier", "/v1/classify", "a good film")]:
-        with TestClient(build_app(Service(str(tmp_path / name), precision="fp32"), max_tokens=1000)) as client:
+        with TestClient(build_app(Encoder(str(tmp_path / name), LoadOptions(precision="fp32")),
+                                  ServeOptions(max_tokens=1000))) as client:
             answers = [client.post(endpoint, json={field: [text, text]}) for field in ("input", "inputs")]
             assert [a.status_code for a in answers] == [200, 200], (endpoint, [a.text for a in answers])
             assert answers[0].json() == answers[1].json()
@@ -245,13 +251,14 @@ def test_serve_onnx_answers_with_the_exported_models_vectors(tmp_path):
     import numpy as np
     import onnxruntime as ort
 
-    from avey_b.apps.export import main as export
+    from avey_b import cli
 
     directory = tmp_path / "served"
     tok = toy.tokenizer(str(tmp_path / "ckpt"))
     model = seeded(AveyBForSentenceEmbedding, presets.tiny(vocab_size=len(tok)))
     model.save_pretrained(tmp_path / "ckpt")
-    assert export([str(tmp_path / "ckpt"), str(directory), "--head", "embedding", "--quantize", "int8"]) == 0
+    assert cli.main(["export", str(tmp_path / "ckpt"), str(directory), "--head", "embedding", "--quantize",
+                     "int8"]) == 0
     texts = ["a good film", "the plot was awful and the cast was weak", "bob met alice in paris " * 60]
     for file, atol in ((None, 1e-5), (directory / "onnx" / "model.int8.onnx", 2e-2)):
         session = ort.InferenceSession(str(file or directory / "onnx" / "model.onnx"))
@@ -280,9 +287,10 @@ def test_serve_onnx_answers_with_the_exported_models_vectors(tmp_path):
 
 
 def test_serve_onnx_names_a_missing_model_file(tmp_path):
-    from avey_b.apps.serve import OnnxService
+    from avey_b.apps.encoder import Encoder
+    from avey_b.apps.options import LoadOptions
 
     tok = toy.tokenizer(str(tmp_path))
     seeded(AveyBForSentenceEmbedding, presets.tiny(vocab_size=len(tok))).save_pretrained(tmp_path)
     with pytest.raises(FileNotFoundError, match="no ONNX model at .*model.onnx .*avey-b export"):
-        OnnxService(str(tmp_path))
+        Encoder(str(tmp_path), LoadOptions(onnx=""))

@@ -17,13 +17,15 @@ import argparse
 import csv
 import io
 import os
-import re
-import sys
 
 import torch
 from torch import nn
 
+from avey_b import configs
+from avey_b.apps.encoder import Encoder
+from avey_b.apps.options import AnalyzeOptions, LoadOptions
 from avey_b.model.layers import StaticMixer
+from avey_b.utils.records import slug, write_json_atomic, write_text_atomic
 
 
 def static_matrices(model: nn.Module) -> dict[int, torch.Tensor]:
@@ -145,27 +147,15 @@ def csv_table(rows: list[dict[str, float]]) -> str:
     return buffer.getvalue()
 
 
-def load_avey_b(name_or_path: str) -> nn.Module:
-    """The backbone of a saved Avey-B (any head's directory), a local directory first, else a Hub id."""
-    from transformers import AutoConfig, AutoModel
-
-    if not os.path.exists(name_or_path) and not re.fullmatch(r"[\w.-]+(/[\w.-]+)?", name_or_path):
-        raise FileNotFoundError(f"model not found: {name_or_path!r} is neither a local directory nor a Hub id")
-    config = AutoConfig.from_pretrained(name_or_path)
-    if getattr(config, "model_type", None) != "avey-b":
-        raise ValueError(f"{name_or_path}: a {config.model_type!r} model, not Avey-B: it has no static layers")
-    return AutoModel.from_pretrained(name_or_path, dtype=torch.float32).eval()
-
-
-def analyze_weights(name_or_path: str, output: str, max_layers: int | None = None, heatmaps: bool = True) -> dict:
-    """Write the statistics table and heat maps of every static layer's ``V`` of a saved model to ``output``;
-    returns the paths written."""
-    from avey_b.utils.records import write_json_atomic, write_text_atomic
-
-    if heatmaps:
+def analyze_weights(name_or_path: str, options: AnalyzeOptions) -> dict:
+    """Write the statistics table and heat maps of every static layer's ``V`` of a saved model (any head's
+    directory, or a Hub id) to ``options.output`` (default: ``analysis/<the model, as one name>``); returns the paths
+    written."""
+    if options.heatmaps:
         _import_pyplot()  # before loading a large model: a missing extra is an error at once
-    model = load_avey_b(name_or_path)
+    model = Encoder(name_or_path, LoadOptions(device="cpu", precision="fp32"), architecture="AveyBModel").model
     rows, average = static_layer_table(model)
+    output = options.output or os.path.join("analysis", slug(os.path.normpath(name_or_path)))
     os.makedirs(output, exist_ok=True)
     paths = {"markdown": os.path.join(output, "static_layers.md"), "json": os.path.join(output, "static_layers.json"),
              "csv": os.path.join(output, "static_layers.csv")}
@@ -178,36 +168,17 @@ def analyze_weights(name_or_path: str, output: str, max_layers: int | None = Non
                                       "num_hidden_layers": model.config.num_hidden_layers,
                                       "rows": rows, "average": average})
     write_text_atomic(paths["csv"], csv_table(rows))
-    if heatmaps:
-        paths["heatmaps"] = plot_static_matrices(model, os.path.join(output, "static_matrices.png"), max_layers)
+    if options.heatmaps:
+        paths["heatmaps"] = plot_static_matrices(model, os.path.join(output, "static_matrices.png"),
+                                                 options.max_layers)
     return paths
 
 
-def main(argv: list[str] | None = None) -> int:
+def run(args: argparse.Namespace) -> int:
     """``avey-b analyze weights MODEL [--output DIR]``."""
-    p = argparse.ArgumentParser(prog="avey-b analyze", description="Analyses of a trained Avey-B (paper appendices).")
-    sub = p.add_subparsers(dest="analysis", required=True, metavar="ANALYSIS")
-    w = sub.add_parser("weights", help='static-layer statistics and heat maps of V (appendix "Coupled vs. '
-                                       'Decoupled Layers: A Statistical Analysis")',
-                       description="Per static layer of a saved Avey-B: mean, std, min, median, max, mean |w|, L1, L2, "
-                                   "fraction positive, fraction negative of V (Markdown, JSON, CSV), and heat maps of V.")
-    w.add_argument("model", help="a saved Avey-B directory (any head), or a Hub id")
-    w.add_argument("--output", help="directory for the table and heat maps (default: analysis/<MODEL, as one name>)")
-    w.add_argument("--max-layers", type=int, default=None,
-                   help="heat maps of at most this many static layers, spread uniformly over the depth (the paper "
-                        "shows 15 of the coupled model's 30); default: all")
-    w.add_argument("--no-heatmaps", dest="heatmaps", action="store_false", help="only the table (no matplotlib needed)")
-    args = p.parse_args(argv)
-    from avey_b.utils.records import slug
-
-    output = args.output or os.path.join("analysis", slug(os.path.normpath(args.model)))
-    paths = analyze_weights(args.model, output, args.max_layers, args.heatmaps)
+    paths = analyze_weights(args.model, configs.from_args(AnalyzeOptions, args))
     with open(paths["markdown"], encoding="utf-8") as f:
         print(f.read())
     for what, path in paths.items():
         print(f"{what}: {path}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -13,9 +13,9 @@ The exported graph takes ``input_ids`` and ``attention_mask`` of shape (batch, l
 dynamic, and runs at every length (1 token, fewer than ``k + 1`` splits, many ranker blocks) and batch size,
 with padding on any side. Inside the graph the ranker's choice is one loop-free computation over all splits:
 with the default ``ranker_algorithm`` it factors MaxSim through the batch's ``U`` distinct token ids, so it holds
-``U × N`` similarities (the small config on 16K tokens of English text: 0.7 GB peak and 0.84 s in onnxruntime,
-against 3.2 GB and 7.97 s for ``ranker_algorithm="dense"``, which holds ``N²``); export for the lengths a deployment serves, and use the eager
-or ``torch.compile`` model (capped ranker memory) for longer inputs.
+``U × N`` similarities, where ``ranker_algorithm="dense"`` holds ``N²`` (measurements:
+benchmarks/vocabulary_ranker/README.md); export for the lengths a deployment serves, and use the eager or
+``torch.compile`` model (capped ranker memory) for longer inputs.
 
 Every weight is stored in the layout its MatMul reads (:func:`fold_weight_layouts`: no run-time Split or
 Transpose of a weight), so that onnxruntime's quantizer sees the weights; ``--quantize int8`` also writes
@@ -31,17 +31,21 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
-import sys
 import warnings
 from pathlib import Path
 
 import torch
 
-#: --head -> (class that loads the checkpoint, {graph output name: model output field})
-EXPORT_HEADS = {"base": ("AutoModel", {"last_hidden_state": "last_hidden_state"}),
-                "masked-lm": ("AutoModelForMaskedLM", {"logits": "logits"}),
-                "sequence-classification": ("AutoModelForSequenceClassification", {"logits": "logits"}),
-                "token-classification": ("AutoModelForTokenClassification", {"logits": "logits"}),
+from avey_b import configs
+from avey_b.apps.encoder import Encoder
+from avey_b.apps.options import ExportOptions, LoadOptions
+
+#: --head (avey_b.apps.options.EXPORT_HEADS) -> (the class that loads the checkpoint, {graph output name: model
+#: output field})
+EXPORT_HEADS = {"base": ("AveyBModel", {"last_hidden_state": "last_hidden_state"}),
+                "masked-lm": ("AveyBForMaskedLM", {"logits": "logits"}),
+                "sequence-classification": ("AveyBForSequenceClassification", {"logits": "logits"}),
+                "token-classification": ("AveyBForTokenClassification", {"logits": "logits"}),
                 "embedding": ("AveyBForSentenceEmbedding", {"last_hidden_state": "last_hidden_state",
                                                             "sentence_embedding": "pooler_output"})}
 VERIFY_LENGTHS = (1, 7, 100, 1100)
@@ -233,19 +237,18 @@ def verify_onnx(path: str | Path, model: torch.nn.Module, output: str | dict[str
     return worst
 
 
-def export_embedding_directory(model, source: str, directory: str | Path) -> Path:
+def export_embedding_directory(encoder: Encoder, directory: str | Path) -> Path:
     """A directory ONNX-based servers and loaders read: ``onnx/model.onnx`` (``last_hidden_state`` and
     ``sentence_embedding``) beside what ``save_pretrained`` writes for the embedding head (config, weights, code,
-    sentence-transformers configuration) and the tokenizer of ``source`` when it has one. Returns the ONNX path."""
-    from transformers import AutoTokenizer
-
+    sentence-transformers configuration) and the checkpoint's tokenizer when it has one. ``encoder``: the
+    checkpoint loaded as ``AveyBForSentenceEmbedding``. Returns the ONNX path."""
     directory = Path(directory)
-    model.save_pretrained(directory)
+    encoder.model.save_pretrained(directory)
     try:
-        AutoTokenizer.from_pretrained(source).save_pretrained(directory)
+        encoder.tokenizer.save_pretrained(directory)
     except (OSError, ValueError):
-        print(f"note: {source} has no tokenizer; add its files to {directory} before serving")
-    return export_onnx(model, directory / "onnx" / "model.onnx", EXPORT_HEADS["embedding"][1])
+        print(f"note: {encoder.name} has no tokenizer; add its files to {directory} before serving")
+    return export_onnx(encoder.model, directory / "onnx" / "model.onnx", EXPORT_HEADS["embedding"][1])
 
 
 def check_quantized(quantized: str | Path, reference: str | Path, model, output) -> dict:
@@ -264,57 +267,40 @@ def check_quantized(quantized: str | Path, reference: str | Path, model, output)
     return check
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="avey-b export", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
-    p.add_argument("model", help="an Avey-B checkpoint (local directory or Hub id; release checkpoints too)")
-    p.add_argument("out", help="output file (.onnx, or .pt2 with --format torch); a directory with --head embedding")
-    p.add_argument("--head", choices=list(EXPORT_HEADS), default="base", help="which model and output to export")
-    p.add_argument("--format", choices=("onnx", "torch"), default="onnx")
-    p.add_argument("--no-verify", action="store_true", help="skip the onnxruntime comparison with the eager model")
-    p.add_argument("--quantize", choices=("int8",), help="also write the int8 model beside the ONNX model "
-                   "(model.int8.onnx: onnxruntime dynamic quantization of the weight MatMuls, avey_b.apps.quantize)")
-    args = p.parse_args(argv)
-    if args.quantize and args.format == "torch":
-        p.error("--quantize int8 quantizes the ONNX model: use it with --format onnx")
-
-    import transformers
-
-    import avey_b  # noqa: F401  (registers Avey-B with the Auto classes)
-    from avey_b.utils.files import model_source
-
-    loader, output = EXPORT_HEADS[args.head]
-    with model_source(args.model):
-        model = getattr(avey_b if loader.startswith("AveyB") else transformers, loader).from_pretrained(args.model)
-    model.eval()
-    if getattr(model.config, "model_type", None) != "avey-b":
-        raise ValueError(f"{args.model} is a {model.config.model_type!r} model: `avey-b export` exports Avey-B")
-    if args.format == "torch":
-        torch.export.save(export_program(model, output), args.out)
-        print(f"wrote {args.out} (torch.export program; dynamic batch and length)")
-        return 0
-    if args.head == "embedding":
-        path = export_embedding_directory(model, args.model, args.out)
+def export(model: str, out: str, options: ExportOptions) -> Path:
+    """Write the checkpoint ``model`` (a directory or Hub id) as ``options`` say to ``out``; returns the path
+    written (the ONNX model's, for ``--head embedding`` inside the directory ``out``)."""
+    loader, output = EXPORT_HEADS[options.head]
+    encoder = Encoder(model, LoadOptions(device="cpu", precision="fp32"), architecture=loader)
+    module = encoder.model
+    if options.format == "torch":
+        torch.export.save(export_program(module, output), out)
+        print(f"wrote {out} (torch.export program; dynamic batch and length)")
+        return Path(out)
+    if options.head == "embedding":
+        path = export_embedding_directory(encoder, out)
     else:
-        path = export_onnx(model, args.out, output)
+        path = export_onnx(module, out, output)
     print(f"wrote {path} (ONNX; inputs input_ids, attention_mask: (batch, length), both dynamic; outputs "
           f"{', '.join(output)})")
-    if not args.no_verify:
-        err = verify_onnx(path, model, output)
-        print(f"onnxruntime matches the eager model at lengths {verifiable_lengths(model)}: max |diff| {err:.1e}")
-    if args.quantize:
+    if options.verify:
+        err = verify_onnx(path, module, output)
+        print(f"onnxruntime matches the eager model at lengths {verifiable_lengths(module)}: max |diff| {err:.1e}")
+    if options.quantize:
         from avey_b.apps.quantize import quantize_onnx
 
-        quantized = quantize_onnx(path, model.config)
+        quantized = quantize_onnx(path, module.config)
         print(f"wrote {quantized} (int8 weight MatMuls but the fuser's mixed-context block; embedding and ranker "
               "in fp32)")
-        if not args.no_verify:
-            check = check_quantized(quantized, path, model, output)
-            print(f"int8 against the eager model at lengths {verifiable_lengths(model)}: cosine min "
+        if options.verify:
+            check = check_quantized(quantized, path, module, output)
+            print(f"int8 against the eager model at lengths {verifiable_lengths(module)}: cosine min "
                   f"{check['cosine']:.4f}, mean {check['mean_cosine']:.5f}; ranker choices identical to the fp32 "
                   f"model's: {check['identical_choices']:.1%}")
+    return path
+
+
+def run(args: argparse.Namespace) -> int:
+    """``avey-b export MODEL OUT``."""
+    export(args.model, args.out, configs.from_args(ExportOptions, args))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -7,20 +7,143 @@ records. Standard library only, so that ``avey-b VERB --help`` imports no torch.
 from __future__ import annotations
 
 import argparse
+import ast
+import importlib.util
 from dataclasses import dataclass
 
 from avey_b import configs
 
 # ------------------------------------------------------------------------------------------ serve
 
+@dataclass
+class LoadOptions:
+    """How a saved Avey-B is loaded for inference (:class:`avey_b.apps.encoder.Encoder`): where and how it runs."""
+
+    device: str = "auto"
+    """where the eager model runs: auto (CUDA when available, else the CPU), cpu, cuda, cuda:1, ..."""
+    precision: str = "auto"
+    """auto (bf16 autocast where the device multiplies bf16 natively, float32 elsewhere), bf16 or fp32"""
+    threads: int | None = None
+    """CPU threads: onnxruntime's with an ONNX model, PyTorch's otherwise (default: each one's own)"""
+    onnx: str | None = None
+    """run an exported ONNX model with onnxruntime (CPU) instead of the eager model: FILE (e.g.
+    MODEL/onnx/model.int8.onnx from `avey-b export --quantize int8`), or MODEL/onnx/model.onnx when FILE is left out
+    (the empty string in Python); MODEL gives the config and tokenizer"""
+
+
+PRECISIONS = ("auto", "bf16", "fp32")  # avey_b.utils.device.PRECISIONS, which imports torch
+
+
+def add_load_arguments(parser: argparse.ArgumentParser) -> None:
+    """The :class:`LoadOptions` flags: one per field; ``--onnx`` takes its FILE optionally."""
+    configs.add_arguments(parser, LoadOptions, exclude=("onnx",), choices={"precision": PRECISIONS})
+    parser.add_argument("--onnx", nargs="?", const="", default=None, metavar="FILE",
+                        help=configs.field_docs(LoadOptions)["onnx"])
+
+
+@dataclass
+class ServeOptions:
+    """What ``avey-b serve`` serves on and how it batches (:func:`avey_b.apps.serve.build_app`)."""
+
+    host: str = "127.0.0.1"
+    """the address to listen on"""
+    port: int = 8000
+    """the port to listen on"""
+    max_tokens: int | None = None
+    """longest input accepted (longer: 413, never cut); default: what the memory allows (half the available memory,
+    at avey_b.utils.batching's bytes per token of the model's width)"""
+    max_batch_tokens: int = 32_768
+    """padded tokens per batch (a single longer input runs alone)"""
+    queue_size: int = 256
+    """inputs waiting at most; past it: 503"""
+    batch_wait_ms: float = 0.0
+    """how long the batcher waits for more inputs after the first before it runs what it holds (0: it takes what
+    queued while the previous batch ran, and waits for nothing more): a wait can merge the requests of
+    concurrent clients into fewer batches, and delays every request by up to that long; measurements:
+    benchmarks/serve/README.md"""
+
+
+def verb_parser(prog: str, module: str) -> argparse.ArgumentParser:
+    """A verb's parser described by the docstring of its runner's ``module`` (first paragraph: the description; the
+    rest: the epilog), read from the source without importing the module (which imports torch)."""
+    spec = importlib.util.find_spec(module)
+    with open(spec.origin, encoding="utf-8") as f:
+        doc = ast.get_docstring(ast.parse(f.read())) or ""
+    head, _, rest = doc.partition("\n\n")
+    return argparse.ArgumentParser(prog=prog, description=head, epilog=rest,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
+def serve_parser() -> argparse.ArgumentParser:
+    p = verb_parser("avey-b serve", "avey_b.apps.serve")
+    p.add_argument("model", help="a saved Avey-B (local directory or Hub id) with its tokenizer")
+    configs.add_arguments(p, ServeOptions)
+    add_load_arguments(p)
+    return p
+
 
 # ------------------------------------------------------------------------------------------ embed
 
 
 # ------------------------------------------------------------------------------------------ export
+#: ``--head``: which model and output(s) to export (avey_b.apps.export.EXPORT_HEADS maps each to its class)
+EXPORT_HEADS = ("base", "masked-lm", "sequence-classification", "token-classification", "embedding")
+
+
+@dataclass
+class ExportOptions:
+    """What ``avey-b export`` writes (:func:`avey_b.apps.export.export`)."""
+
+    head: str = "base"
+    """which model and output to export: base (last_hidden_state), masked-lm or sequence-/token-classification
+    (logits), embedding (a directory for ONNX-based servers: last_hidden_state and sentence_embedding)"""
+    format: str = "onnx"
+    """onnx, or torch (a torch.export program)"""
+    verify: bool = True
+    """run the ONNX model with onnxruntime at a few lengths and compare it with the eager model"""
+    quantize: str | None = None
+    """int8: also write the int8 model beside the ONNX model (model.int8.onnx: onnxruntime dynamic quantization of
+    the weight MatMuls, avey_b.apps.quantize)"""
+
+    def __post_init__(self):
+        if self.quantize and self.format == "torch":
+            raise ValueError("--quantize int8 quantizes the ONNX model: use it with --format onnx")
+
+
+def export_parser() -> argparse.ArgumentParser:
+    p = verb_parser("avey-b export", "avey_b.apps.export")
+    p.add_argument("model", help="an Avey-B checkpoint (local directory or Hub id; release checkpoints too)")
+    p.add_argument("out", help="output file (.onnx, or .pt2 with --format torch); a directory with --head embedding")
+    configs.add_arguments(p, ExportOptions, choices={"head": EXPORT_HEADS, "format": ("onnx", "torch"),
+                                                     "quantize": ("int8",)})
+    return p
 
 
 # ------------------------------------------------------------------------------------------ analyze
+@dataclass
+class AnalyzeOptions:
+    """What ``avey-b analyze weights`` writes (:func:`avey_b.apps.analysis.analyze_weights`)."""
+
+    output: str | None = None
+    """directory for the table and heat maps (default: analysis/<MODEL, as one name>)"""
+    max_layers: int | None = None
+    """heat maps of at most this many static layers, spread uniformly over the depth (the paper shows 15 of the
+    coupled model's 30); default: all"""
+    heatmaps: bool = True
+    """draw the heat maps (matplotlib, the analysis extra); --no-heatmaps: only the table"""
+
+
+def analyze_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="avey-b analyze", description="Analyses of a trained Avey-B (paper appendices).")
+    sub = p.add_subparsers(dest="analysis", required=True, metavar="ANALYSIS")
+    w = sub.add_parser("weights", help='static-layer statistics and heat maps of V (appendix "Coupled vs. '
+                                       'Decoupled Layers: A Statistical Analysis")',
+                       description="Per static layer of a saved Avey-B: mean, std, min, median, max, mean |w|, L1, "
+                                   "L2, fraction positive, fraction negative of V (Markdown, JSON, CSV), and heat "
+                                   "maps of V.")
+    w.add_argument("model", help="a saved Avey-B directory (any head), or a Hub id")
+    configs.add_arguments(w, AnalyzeOptions)
+    return p
 
 
 # ------------------------------------------------------------------------------------------ convert

@@ -34,6 +34,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from avey_b.model.configuration import is_avey_b
+
 # the blocks of a layer's weights (paper §4.2), in each enricher layout's order
 from avey_b.model.layers import ENRICHER_BLOCKS, FUSER_BLOCKS
 
@@ -114,7 +116,7 @@ def quantize_onnx(path: str | Path, config, out: str | Path | None = None, per_c
         raise ValueError(f"{path}: no MatMul reads a weight initializer; export it with `avey-b export` (which "
                          "stores weights in the layout MatMul reads)")
     if exclude is None:
-        exclude = default_exclusions(proto, config) if getattr(config, "model_type", None) == "avey-b" else set()
+        exclude = default_exclusions(proto, config) if is_avey_b(config) else set()
     exclude = set(exclude)
     unknown = exclude - set(nodes)
     if unknown:

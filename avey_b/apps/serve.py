@@ -22,7 +22,8 @@ the model). Endpoints:
 
 ``--onnx [FILE]`` answers the same API from an exported ONNX model run by onnxruntime on the CPU (``avey-b export
 MODEL MODEL --head embedding`` writes ``MODEL/onnx/model.onnx``, the default FILE; ``--quantize int8`` adds
-``model.int8.onnx``): same batching, limits and errors; the directory gives the config and the tokenizer.
+``model.int8.onnx``): same batching, limits and errors; the directory gives the config and the tokenizer. Either
+runtime is loaded once, at start, by :class:`avey_b.apps.encoder.Encoder`, which also decides what is served.
 
 Every endpoint takes its texts in ``input`` (the OpenAI name) and accepts ``inputs`` (the Hugging Face
 inference name) for it; a request with both is refused. An error answer holds FastAPI's ``detail`` and the OpenAI
@@ -37,21 +38,17 @@ library's policy: bf16 autocast where the device multiplies bf16 natively, float
 import argparse  # no `from __future__ import annotations`: FastAPI reads the request models from live annotations
 import asyncio
 import base64
+import functools
 import queue
-import sys
 import threading
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
-import torch
-
-from avey_b.utils.batching import (
-    BYTES_PER_TOKEN_PER_WIDTH,
-    default_max_tokens,
-    pad_right,
-    token_budget_batches,
-)
+from avey_b import configs
+from avey_b.apps.encoder import Encoder
+from avey_b.apps.options import LoadOptions, ServeOptions
+from avey_b.utils.batching import default_max_tokens, token_budget_batches
 
 
 @dataclass
@@ -112,143 +109,27 @@ class Batcher:
                                                   lambda j: len(j.ids))]
 
 
-class Service:
-    """The model, its tokenizer and what it can answer."""
-
-    def __init__(self, path: str, device: str = "auto", precision: str = "auto"):
-        from transformers import AutoConfig, AutoTokenizer
-
-        import avey_b
-        from avey_b.utils.device import pick_device, use_bf16
-        from avey_b.utils.files import model_source
-
-        with model_source(path):
-            config = AutoConfig.from_pretrained(path)
-        if getattr(config, "model_type", None) != "avey-b":
-            raise ValueError(f"{path} holds a {getattr(config, 'model_type', None)!r} model: avey-b serve serves Avey-B")
-        architecture = (config.architectures or ["AveyBModel"])[0]
-        cls = getattr(avey_b, architecture, None) or avey_b.AveyBModel
-        self.device = pick_device(device)
-        self.model = cls.from_pretrained(path).to(self.device).eval()
-        self.backbone = getattr(self.model, "model", self.model)
-        self.tokenizer = AutoTokenizer.from_pretrained(path)
-        self.name, self.config, self.architecture = path, self.model.config, architecture
-        self.bf16 = use_bf16(precision, self.device)
-        self.kinds = ["embed"] + (["fill"] if architecture == "AveyBForMaskedLM" else []) + (
-            ["classify"] if architecture == "AveyBForSequenceClassification" else [])
-
-    def encode(self, texts: list[str]) -> list[list[int]]:
-        return self.tokenizer(texts, truncation=False)["input_ids"]
-
-    def check_ids(self, ids: list[list[int]]) -> None:
-        """Token ids given by the client must index the model's embedding table (``ValueError`` naming the first
-        that does not)."""
-        vocab = self.config.vocab_size
-        for i, row in enumerate(ids):
-            if not row:
-                raise ValueError(f"input {i} holds no token ids")
-            for token in row:
-                if not 0 <= token < vocab:
-                    raise ValueError(f"input {i}: token id {token} is outside this model's vocabulary of {vocab:,} "
-                                     f"ids (0 to {vocab - 1:,})")
-
-    @torch.no_grad()
-    def run(self, kind: str, ids: list[list[int]]) -> list:
-        batch, mask = pad_right(ids, self.tokenizer.pad_token_id)
-        if kind == "embed":
-            return list(self.embed(batch, mask).float().cpu().numpy())
-        logits = self.logits(batch, mask)
-        if kind == "classify":
-            probs = logits.softmax(-1).cpu()
-            names = self.config.id2label
-            return [{"label": names[int(p.argmax())], "scores": {names[i]: float(v) for i, v in enumerate(p)}}
-                    for p in probs]
-        out = []  # fill: the top tokens at each [MASK] of each input
-        for i, row in enumerate(ids):
-            per_mask = []
-            for position in (p for p, token in enumerate(row) if token == self.tokenizer.mask_token_id):
-                scores, tokens = logits[i, position].softmax(-1).topk(min(50, logits.shape[-1]))  # top_k <= 50
-                per_mask.append([{"token": self.tokenizer.decode([int(t)]).strip(), "score": float(v)}
-                                 for v, t in zip(scores, tokens, strict=True)])
-            out.append(per_mask)
-        return out
-
-    def embed(self, batch: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """(B, d) embeddings of a padded batch: masked mean pooling of the backbone, normalized per the config."""
-        from avey_b.model.heads import sentence_embedding
-        from avey_b.utils.device import autocast
-
-        batch, mask = batch.to(self.device), mask.to(self.device)
-        with autocast(self.device, self.bf16):
-            hidden = self.backbone(input_ids=batch, attention_mask=mask).last_hidden_state
-            return sentence_embedding(hidden, mask, self.config.normalize_embeddings)
-
-    def logits(self, batch: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """The head's float32 logits of a padded batch (on the CPU)."""
-        from avey_b.utils.device import autocast
-
-        with autocast(self.device, self.bf16):
-            return self.model(input_ids=batch.to(self.device), attention_mask=mask.to(self.device)).logits.float().cpu()
-
-
-class OnnxService(Service):
-    """The same answers from an exported ONNX model (``avey-b export``, fp32 or ``--quantize int8``) run by
-    onnxruntime on the CPU; the directory gives the config and the tokenizer. What it serves follows the graph's
-    outputs: embeddings from ``sentence_embedding`` (an ``--head embedding`` export) or from ``last_hidden_state``
-    (pooled as for the eager model); fill-mask or classification from ``logits`` of a masked-LM or classifier."""
-
-    def __init__(self, path: str, onnx_file: str | None = None, threads: int | None = None):
-        from pathlib import Path
-
-        import onnxruntime as ort
-        from transformers import AutoConfig, AutoTokenizer
-
-        from avey_b.utils.files import model_source
-
-        with model_source(path):
-            config = AutoConfig.from_pretrained(path)
-        if getattr(config, "model_type", None) != "avey-b":
-            raise ValueError(f"{path} holds a {getattr(config, 'model_type', None)!r} model: avey-b serve serves Avey-B")
-        file = Path(onnx_file) if onnx_file else Path(path) / "onnx" / "model.onnx"
-        if not file.is_file():
-            raise FileNotFoundError(f"no ONNX model at {file}" + ("" if onnx_file else
-                                    f" (write one with `avey-b export {path} {path} --head embedding`, or name the "
-                                    "file: --onnx FILE)"))
-        options = ort.SessionOptions()
-        if threads:
-            options.intra_op_num_threads = threads
-        self.session = ort.InferenceSession(str(file), options, providers=["CPUExecutionProvider"])
-        self.outputs = [o.name for o in self.session.get_outputs()]
-        if [i.name for i in self.session.get_inputs()] != ["input_ids", "attention_mask"]:
-            raise ValueError(f"{file}: inputs {[i.name for i in self.session.get_inputs()]}, not input_ids and "
-                             "attention_mask: not an `avey-b export` model")
-        self.architecture = (config.architectures or ["AveyBModel"])[0]
-        self.tokenizer = AutoTokenizer.from_pretrained(path)
-        self.name, self.config, self.onnx_file = path, config, file
-        self.device, self.bf16 = torch.device("cpu"), False
-        embed = "sentence_embedding" in self.outputs or "last_hidden_state" in self.outputs
-        logits = "logits" in self.outputs
-        self.kinds = (["embed"] if embed else []) + (
-            ["fill"] if logits and self.architecture == "AveyBForMaskedLM" else []) + (
-            ["classify"] if logits and self.architecture == "AveyBForSequenceClassification" else [])
-        if not self.kinds:
-            raise ValueError(f"{file}: outputs {self.outputs} answer nothing for a {self.architecture}: export "
-                             "it with --head embedding (embeddings), masked-lm or sequence-classification")
-
-    def _run(self, name: str, batch: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        out = self.session.run([name], {"input_ids": batch.numpy(), "attention_mask": mask.numpy()})[0]
-        return torch.from_numpy(out)
-
-    def embed(self, batch: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        from avey_b.model.heads import sentence_embedding
-
-        if "sentence_embedding" in self.outputs:
-            return self._run("sentence_embedding", batch, mask)
-        return sentence_embedding(self._run("last_hidden_state", batch, mask), mask,
-                                  self.config.normalize_embeddings)
-
-    def logits(self, batch: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        return self._run("logits", batch, mask).float()
+def answer_batch(encoder: Encoder, kind: str, ids: list[list[int]]) -> list:
+    """The answers to one batch of inputs of one ``kind``: an embedding (float32 numpy) per input; a label with its
+    scores (classify); the top tokens at each [MASK] of each input (fill)."""
+    batch, mask = encoder.pad(ids)
+    if kind == "embed":
+        return list(encoder.embed(batch, mask).cpu().numpy())
+    logits = encoder.logits(batch, mask)
+    if kind == "classify":
+        probs = logits.softmax(-1)
+        names = encoder.config.id2label
+        return [{"label": names[int(p.argmax())], "scores": {names[i]: float(v) for i, v in enumerate(p)}}
+                for p in probs]
+    tokenizer, out = encoder.tokenizer, []  # fill: the top tokens at each [MASK] of each input
+    for i, row in enumerate(ids):
+        per_mask = []
+        for position in (p for p, token in enumerate(row) if token == tokenizer.mask_token_id):
+            scores, tokens = logits[i, position].softmax(-1).topk(min(50, logits.shape[-1]))  # top_k <= 50
+            per_mask.append([{"token": tokenizer.decode([int(t)]).strip(), "score": float(v)}
+                             for v, t in zip(scores, tokens, strict=True)])
+        out.append(per_mask)
+    return out
 
 
 def _request_models():
@@ -307,7 +188,7 @@ def _add_error_handlers(app) -> None:
         return JSONResponse(_error_body(422, message, jsonable_encoder(problems)), status_code=422)
 
 
-def _answerer(service: Service, state: dict, max_tokens: int):
+def _answerer(encoder: Encoder, state: dict, max_tokens: int):
     """The coroutine that checks a request's inputs, queues them on ``state["batcher"]`` and awaits the results."""
     from fastapi import HTTPException
 
@@ -320,11 +201,11 @@ def _answerer(service: Service, state: dict, max_tokens: int):
         if isinstance(given[0], str):
             if empty := [i for i, t in enumerate(given) if not t]:
                 raise HTTPException(400, f"input {empty[0]} is an empty string")
-            ids = service.encode(given)
+            ids = encoder.tokenize(given)["input_ids"]
         else:
             ids = [given] if isinstance(given[0], int) else given
             try:
-                service.check_ids(ids)
+                encoder.check_ids(ids)
             except ValueError as error:
                 raise HTTPException(400, str(error)) from None
         for i, row in enumerate(ids):
@@ -342,7 +223,7 @@ def _answerer(service: Service, state: dict, max_tokens: int):
     return answer
 
 
-def _add_routes(app, service: Service, answer, *, max_tokens: int, max_batch_tokens: int) -> None:
+def _add_routes(app, encoder: Encoder, answer, options: ServeOptions, max_tokens: int) -> None:
     """``GET /health``, ``POST /v1/embeddings``, and ``/v1/fill-mask`` or ``/v1/classify`` where the checkpoint
     serves them, each answered through ``answer`` (:func:`_answerer`)."""
     from fastapi import HTTPException
@@ -351,10 +232,10 @@ def _add_routes(app, service: Service, answer, *, max_tokens: int, max_batch_tok
 
     @app.get("/health")
     def health():
-        return {"status": "ok", "model": service.name, "architecture": service.architecture,
-                "serves": service.kinds, "max_tokens": max_tokens, "max_batch_tokens": max_batch_tokens,
-                "device": str(service.device), "bf16": service.bf16,
-                "onnx": str(service.onnx_file) if isinstance(service, OnnxService) else None}
+        return {"status": "ok", "model": encoder.name, "architecture": encoder.architecture,
+                "serves": encoder.kinds, "max_tokens": max_tokens, "max_batch_tokens": options.max_batch_tokens,
+                "device": str(encoder.device), "bf16": encoder.bf16,
+                "onnx": str(encoder.onnx_file) if encoder.onnx_file else None}
 
     encodings = {"float": lambda v: v.tolist(),  # float32 values, as JSON numbers
                  "base64": lambda v: base64.b64encode(v.astype("<f4").tobytes()).decode("ascii")}
@@ -364,101 +245,68 @@ def _add_routes(app, service: Service, answer, *, max_tokens: int, max_batch_tok
         if request.encoding_format not in encodings:
             raise HTTPException(400, f"encoding_format must be one of {sorted(encodings)}, got "
                                      f"{request.encoding_format!r}")
-        if request.dimensions not in (None, service.config.hidden_size):
-            raise HTTPException(400, f"this model's embeddings have {service.config.hidden_size} dimensions; "
+        if request.dimensions not in (None, encoder.config.hidden_size):
+            raise HTTPException(400, f"this model's embeddings have {encoder.config.hidden_size} dimensions; "
                                      f"dimensions={request.dimensions} (shortened embeddings) is not supported")
         vectors, tokens = await answer("embed", request.input)
         encode = encodings[request.encoding_format]
-        return {"object": "list", "model": request.model or service.name,
+        return {"object": "list", "model": request.model or encoder.name,
                 "data": [{"object": "embedding", "index": i, "embedding": encode(v)} for i, v in enumerate(vectors)],
                 "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
 
-    if "fill" in service.kinds:
+    if "fill" in encoder.kinds:
         @app.post("/v1/fill-mask")
         async def fill_mask(request: TextsRequest):
             texts = [request.input] if isinstance(request.input, str) else request.input
-            if any(service.tokenizer.mask_token not in t for t in texts):
-                raise HTTPException(400, f"every input needs at least one {service.tokenizer.mask_token}")
+            if any(encoder.tokenizer.mask_token not in t for t in texts):
+                raise HTTPException(400, f"every input needs at least one {encoder.tokenizer.mask_token}")
             results, _ = await answer("fill", request.input)
             return {"results": [[m[:request.top_k] for m in r] for r in results]}
 
-    if "classify" in service.kinds:
+    if "classify" in encoder.kinds:
         @app.post("/v1/classify")
         async def classify(request: TextsRequest):
             results, _ = await answer("classify", request.input)
             return {"results": results}
 
 
-def build_app(service: Service, *, max_tokens: int, max_batch_tokens: int = 32_768, queue_size: int = 256,
-              batch_wait_ms: float = 0.0):
-    """The FastAPI application for ``service`` (its batcher starts with the app and stops at shutdown)."""
+def build_app(encoder: Encoder, options: ServeOptions):
+    """The FastAPI application serving ``encoder`` (its batcher starts with the app and stops at shutdown)."""
     from contextlib import asynccontextmanager
 
     from fastapi import FastAPI
 
+    max_tokens = options.max_tokens or default_max_tokens(encoder.config.hidden_size)
     state = {}
 
     @asynccontextmanager
     async def lifespan(app):
-        state["batcher"] = Batcher(service.run, max_batch_tokens=max_batch_tokens,
-                                   queue_size=queue_size, wait_s=batch_wait_ms / 1000)
+        state["batcher"] = Batcher(functools.partial(answer_batch, encoder),
+                                   max_batch_tokens=options.max_batch_tokens, queue_size=options.queue_size,
+                                   wait_s=options.batch_wait_ms / 1000)
         yield
         state["batcher"].close()  # requests in flight were answered by uvicorn's graceful shutdown
         print("avey-b serve: shut down", flush=True)
 
     app = FastAPI(title="avey-b serve", lifespan=lifespan)
     _add_error_handlers(app)
-    _add_routes(app, service, _answerer(service, state, max_tokens), max_tokens=max_tokens,
-                max_batch_tokens=max_batch_tokens)
+    _add_routes(app, encoder, _answerer(encoder, state, max_tokens), options, max_tokens)
+    app.state.max_tokens = max_tokens
     return app
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="avey-b serve", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
-    p.add_argument("model", help="a saved Avey-B (local directory or Hub id) with its tokenizer")
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--max-tokens", type=int, default=None,
-                   help="longest input accepted (longer: 413, never cut); default: what the memory allows, half the "
-                        f"available memory at {BYTES_PER_TOKEN_PER_WIDTH}·d bytes per token (about 1M tokens for "
-                        "d = 256 with 12 GB free)")
-    p.add_argument("--max-batch-tokens", type=int, default=32_768,
-                   help="padded tokens per batch (a single longer input runs alone)")
-    p.add_argument("--queue-size", type=int, default=256, help="inputs waiting at most; past it: 503")
-    p.add_argument("--batch-wait-ms", type=float, default=0.0,
-                   help="how long the batcher waits for more inputs after the first (default 0: it takes what queued "
-                        "while the previous batch ran; measured in benchmarks/serve/, a 5 ms wait only slowed one "
-                        "client)")
-    p.add_argument("--onnx", nargs="?", const="", default=None, metavar="FILE",
-                   help="run an exported ONNX model with onnxruntime (CPU) instead of the eager model: FILE (e.g. "
-                        "MODEL/onnx/model.int8.onnx from `avey-b export --quantize int8`), or MODEL/onnx/model.onnx "
-                        "when FILE is left out; MODEL gives the config and tokenizer")
-    p.add_argument("--threads", type=int, default=None, help="onnxruntime's threads with --onnx (default: its own)")
-    p.add_argument("--device", default="auto")
-    p.add_argument("--precision", choices=("auto", "bf16", "fp32"), default="auto")
-    args = p.parse_args(argv)
+def run(args: argparse.Namespace) -> int:
+    """``avey-b serve MODEL``: load the model once, then serve until SIGTERM / Ctrl-C."""
     try:
         import uvicorn
     except ImportError:
         raise SystemExit("avey-b serve needs the serving extra: pip install 'avey-b[serve]'") from None
-    if args.onnx is not None:
-        if args.device not in ("auto", "cpu") or args.precision == "bf16":
-            p.error("--onnx runs the exported model on the CPU in its own precision: drop --device / --precision bf16")
-        service = OnnxService(args.model, args.onnx or None, args.threads)
-    elif args.threads is not None:
-        p.error("--threads sets onnxruntime's threads: use it with --onnx")
-    else:
-        service = Service(args.model, args.device, args.precision)
-    max_tokens = args.max_tokens or default_max_tokens(service.config.hidden_size)
-    app = build_app(service, max_tokens=max_tokens, max_batch_tokens=args.max_batch_tokens,
-                    queue_size=args.queue_size, batch_wait_ms=args.batch_wait_ms)
-    runner = f"onnxruntime: {service.onnx_file}" if args.onnx is not None else service.architecture
-    print(f"serving {args.model} ({runner}: {', '.join(service.kinds)}) on http://{args.host}:{args.port}"
-          f"; inputs up to {max_tokens:,} tokens", flush=True)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    options = configs.from_args(ServeOptions, args)
+    encoder = Encoder(args.model, configs.from_args(LoadOptions, args)).load()
+    encoder.tokenizer  # noqa: B018 -- its files are needed: an error now, not at the first request
+    app = build_app(encoder, options)
+    print(f"serving {args.model} ({encoder.runtime_name if encoder.onnx_file else encoder.architecture}: "
+          f"{', '.join(encoder.kinds)}) on http://{options.host}:{options.port}; inputs up to "
+          f"{app.state.max_tokens:,} tokens", flush=True)
+    uvicorn.run(app, host=options.host, port=options.port, log_level="warning")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -239,3 +239,9 @@ def add_arguments(parser, cls, *, exclude=(), include=None, defaults: bool | dic
         parser.add_argument("--" + f.name.replace("_", "-"), dest=f.name, **kw)
         added.append(f.name)
     return added
+
+
+def from_args(cls, args: argparse.Namespace):
+    """``cls`` built from the parsed flags that :func:`add_arguments` made for its fields (a field whose flag is
+    absent from ``args`` keeps its default)."""
+    return cls(**{f.name: getattr(args, f.name) for f in dataclasses.fields(cls) if hasattr(args, f.name)})

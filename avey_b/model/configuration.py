@@ -408,3 +408,10 @@ class AveyBConfig(PretrainedConfig):
         pattern = self.layer_pattern
         letters = LAYER_PATTERNS[pattern](self.num_hidden_layers) if pattern in LAYER_PATTERNS else pattern
         return [_LETTER_TO_TYPE[c] for c in letters]
+
+
+def is_avey_b(config) -> bool:
+    """Whether ``config`` (a transformers config, or a ``config.json`` read as a dict) describes an Avey-B: the one
+    model-type check of the package (loading, serving, export, analysis, model specs)."""
+    model_type = config.get("model_type") if isinstance(config, dict) else getattr(config, "model_type", None)
+    return model_type == AveyBConfig.model_type

@@ -30,6 +30,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 
 from . import release
+from .configuration import is_avey_b
 
 
 def from_pretrained(cls, load: Callable, name_or_path, *model_args, **kwargs):
@@ -80,7 +81,7 @@ def _refuse_other_model_types(cls, name_or_path, kwargs: dict) -> None:
     hub = {k: kwargs[k] for k in release.HUB_OPTIONS if k in kwargs}
     config_dict, _ = cls.config_class.get_config_dict(name_or_path, **hub)
     model_type = config_dict.get("model_type")
-    if model_type not in (None, cls.config_class.model_type):
+    if model_type is not None and not is_avey_b(config_dict):
         raise ValueError(f"{name_or_path} holds a {model_type!r} model, not Avey-B: load it with the transformers "
                          f"Auto classes (e.g. AutoModel.from_pretrained), not {cls.__name__}")
 

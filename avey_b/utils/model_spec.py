@@ -45,6 +45,7 @@ from torch import nn
 
 from avey_b.configs import check_keys
 from avey_b.model import presets  # importing the package registers Avey-B with the Auto classes
+from avey_b.model.configuration import is_avey_b
 from avey_b.utils.files import model_source
 
 
@@ -115,10 +116,6 @@ def parse_spec(spec: str) -> ModelSpec:
             value = {"true": True, "false": False}.get(raw.lower(), raw)
         overrides[key.strip()] = value
     return ModelSpec(name, overrides)
-
-
-def is_avey_b(config) -> bool:
-    return getattr(config, "model_type", None) == "avey-b"
 
 
 def _is_model_type(name: str) -> bool:
