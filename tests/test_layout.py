@@ -227,3 +227,21 @@ def test_progress_in_a_log_is_plain_lines_with_rate_and_eta():
     assert "\r" not in log.getvalue() and len(lines) == 5  # one per update (every=0) and one at the end
     assert lines[1].startswith("finetune sst2: 2/4 steps (50%), ") and "steps/s, ETA " in lines[1]
     assert "loss 0.5" in lines[-1] and "4/4 steps (100%)" in lines[-1]
+
+
+#: The verbs whose ``--help`` is checked in a fresh ``avey-b`` process (every verb, once all are converted).
+LIGHT_HELP_VERBS = ["bench", "bench run", "convert", "demo"]
+
+
+@pytest.mark.parametrize("verb", LIGHT_HELP_VERBS)
+def test_help_imports_no_torch(verb):
+    """``avey-b VERB --help`` answers from the verb's parser module alone: the runner (and torch) is not imported."""
+    import subprocess
+
+    probe = ("import sys; sys.argv[0] = 'avey-b'; from avey_b.cli import main\n"
+             "try:\n    main(sys.argv[1:])\nexcept SystemExit as e:\n    assert e.code == 0, e.code\n"
+             "assert 'torch' not in sys.modules, 'torch imported'")
+    done = subprocess.run([sys.executable, "-c", probe, *verb.split(), "--help"], capture_output=True, text=True,
+                          cwd=PACKAGE.parent, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert f"avey-b {verb.split()[0]}" in done.stdout
