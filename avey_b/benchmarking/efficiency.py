@@ -4,14 +4,17 @@ Four steps, each after ``run`` reading its output:
 
 ``avey-b bench run``   time every (model, attention, mode, dtype, length) point; one JSON line per point
                        (stdout and ``OUT/results.jsonl``, appended and flushed, so ``--resume`` continues an
-                       interrupted run), then ``OUT/results.csv``.
+                       interrupted run), then ``OUT/results.csv``; ``OUT/options.jsonl`` records the options of
+                       each invocation.
 ``avey-b bench fit``   least-squares power laws over a long-context range: ``T(N) ∝ N^-α`` (throughput) and
                        ``latency ∝ N^β``, per series, next to the paper's values (:mod:`.fit`).
 ``avey-b bench table`` markdown tables of throughput and latency per length ("—", "OOM", "skip" as such).
 ``avey-b bench plot``  log-log throughput and latency vs length (:mod:`.plot`).
 
-Every model goes through the same loop (:func:`run_point`): Avey-B from its presets and any Hugging Face
-encoder built from its config with random weights (:mod:`avey_b.utils.model_spec`), under ``torch.no_grad``:
+The options of every step are declared once in :mod:`.options` (``run``'s: :class:`~.options.BenchOptions`, which
+:func:`run_benchmark` takes). Every model goes through the same loop (:func:`run_point`): Avey-B from its presets
+and any Hugging Face encoder built from its config with random weights (:mod:`avey_b.utils.model_spec`), under
+``torch.no_grad``:
 
 * ``--dtype``: ``float32``; ``bfloat16`` (weights and activations in bf16); ``autocast-bf16`` (fp32 weights,
   bf16 autocast, the paper's "mixed precision"). Default: ``bfloat16`` on GPU, ``float32`` on CPU.
