@@ -2,6 +2,7 @@
 power-law fit recovers known exponents, and the timing primitives count what they claim."""
 
 import csv
+import dataclasses
 import json
 import math
 import time
@@ -10,17 +11,23 @@ import numpy as np
 import pytest
 import torch
 
-from avey_b.benchmarking import efficiency, fit, results, timing
+from avey_b import cli
+from avey_b.benchmarking import efficiency, fit, options, results, timing
 from avey_b.utils import device
 from avey_b.utils import model_spec as models
+from avey_b.utils.records import read_jsonl
 
 LENGTHS = ["16", "40", "600"]
+
+
+def bench(*argv):
+    """``avey-b bench ARGV``; with ``--debug`` an error is raised here rather than printed."""
+    return cli.main(["--debug", "bench", *argv])
 
 
 def _run(tmp_path, *extra, models_=("bert-tiny", "avey-b-tiny")):
     out = tmp_path / "bench"
     argv = [
-        "run",
         "--models",
         *models_,
         "--lengths",
@@ -37,7 +44,7 @@ def _run(tmp_path, *extra, models_=("bert-tiny", "avey-b-tiny")):
         str(out),
         *extra,
     ]
-    assert efficiency.main(argv) == 0
+    assert bench("run", *argv) == 0
     return out
 
 
@@ -134,33 +141,27 @@ def test_max_latency_skips_longer_lengths_and_resume_retries_them(tmp_path):
 def test_unavailable_attention_is_recorded(tmp_path):
     out = _run(tmp_path, "--attn", "no_such_attention", models_=("bert-tiny",))
     assert {r["status"] for r in results.read_records(str(out / "results.jsonl"))} == {"unavailable"}
+    # the run records the options it was given, one line per invocation
+    (line,) = read_jsonl(out / "options.jsonl")
+    asked = options.BenchOptions(out=str(out), models=["bert-tiny"], lengths=[16, 40, 600], batch_size=2, repeats=2,
+                                 warmup=1, device="cpu", attn=["no_such_attention"])
+    assert line["options"] == dataclasses.asdict(asked) and line["dtypes"] == ["float32"] and line["device"] == "cpu"
+
+
+def test_bad_options_are_refused_before_running(tmp_path, capsys):
+    assert cli.main(["bench", "run", "--lengths", "16", "0", "--out", str(tmp_path / "b")]) == 1
+    assert "--batch-size and --lengths must be positive" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="'float16' is not one of"):
+        options.BenchOptions(out="x", dtype=["float16"])
+    assert not (tmp_path / "b").exists()
 
 
 @pytest.mark.slow
 def test_compile_mode_runs_a_point(tmp_path):
     # The dynamo path with the cheap "eager" backend (inductor compilation is too slow for a unit test).
     out = tmp_path / "c"
-    efficiency.main(
-        [
-            "run",
-            "--models",
-            "avey-b-tiny",
-            "--lengths",
-            "24",
-            "--batch-size",
-            "1",
-            "--modes",
-            "compile",
-            "--compile-backend",
-            "eager",
-            "--repeats",
-            "1",
-            "--warmup",
-            "1",
-            "--out",
-            str(out),
-        ]
-    )
+    bench("run", "--models", "avey-b-tiny", "--lengths", "24", "--batch-size", "1", "--modes", "compile",
+          "--compile-backend", "eager", "--repeats", "1", "--warmup", "1", "--out", str(out))
     (rec,) = results.read_records(str(out / "results.jsonl"))
     assert rec["status"] == "ok" and rec["mode"] == "compile" and rec["first_call_s"] > 0
     assert rec["flops"] > 0  # counted on the eager model behind the compiled one
@@ -235,25 +236,23 @@ def test_power_law_fit_rejects_degenerate_input():
 def test_fit_and_plot_commands(tmp_path, capsys):
     out = _run(tmp_path, models_=("avey-b-tiny",))
     capsys.readouterr()
-    efficiency.main(
-        ["fit", str(out / "results.jsonl"), "--min-length", "16", "--out", str(tmp_path / "fit.md")]
-    )
+    bench("fit", str(out / "results.jsonl"), "--min-length", "16", "--out", str(tmp_path / "fit.md"))
     text = capsys.readouterr().out
     assert (
         "avey-b-tiny [eager, -, float32]" in text
         and (tmp_path / "fit.md").read_text().strip() == text.strip()
     )
-    efficiency.main(["fit", str(out)])  # the run directory is taken for its results.jsonl
+    bench("fit", str(out))  # the run directory is taken for its results.jsonl
     text = capsys.readouterr().out
     # the default range (N >= 8192) holds none of this short run's lengths: the table says what to pass
     assert "avey-b-tiny [eager, -, float32]: fewer than 2 lengths in the fit range" in text
     assert f"pass --min-length {sorted(map(int, LENGTHS))[-2]} (or smaller)" in text
     with pytest.raises(FileNotFoundError, match="without results.jsonl"):
-        efficiency.main(["fit", str(tmp_path)])
-    efficiency.main(["table", str(out / "results.jsonl"), "--stat", "cpu"])
+        bench("fit", str(tmp_path))
+    bench("table", str(out / "results.jsonl"), "--stat", "cpu")
     text = capsys.readouterr().out
     assert "throughput (tokens/CPU-s, cpu)" in text and "latency (CPU-s/forward, cpu)" in text
-    efficiency.main(["plot", str(out / "results.jsonl"), "--out", str(tmp_path / "plots")])
+    bench("plot", str(out / "results.jsonl"), "--out", str(tmp_path / "plots"))
     for name in ("throughput.png", "latency.png"):
         assert (tmp_path / "plots" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -389,9 +388,9 @@ def test_matched_width_is_the_closest_ffn_width():
 
 def test_help_works(capsys):
     with pytest.raises(SystemExit) as e:
-        efficiency.main(["run", "--help"])
+        cli.main(["bench", "run", "--help"])
     assert e.value.code == 0 and "--no-compressor" in capsys.readouterr().out
-    json.dumps(efficiency.PAPER_LENGTHS)
+    json.dumps(options.PAPER_LENGTHS)
 
 
 def _text_file(tmp_path):

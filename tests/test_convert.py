@@ -11,8 +11,8 @@ import torch.nn.functional as F
 from safetensors.torch import save_file
 from transformers import AutoConfig, AutoModelForMaskedLM, AutoModelForSequenceClassification
 
-from avey_b import AveyBForMaskedLM, AveyBForTokenClassification, AveyBModel
-from avey_b.apps.convert import ReleaseConversionError, convert_release_checkpoint, main
+from avey_b import AveyBForMaskedLM, AveyBForTokenClassification, AveyBModel, cli
+from avey_b.apps.convert import ReleaseConversionError, convert_release_checkpoint
 
 V, D, L, S, K, EPS = 50, 16, 3, 4, 2, 1e-12
 
@@ -137,7 +137,7 @@ def test_classification_release_heads_match(tmp_path, ids):
 def test_convert_then_save_then_load_round_trip(tmp_path, ids):
     src = write_release(tmp_path / "release", release_weights())
     direct = AveyBForMaskedLM.from_pretrained(src).eval()
-    assert main([str(src), str(tmp_path / "ours")]) == 0  # `avey-b convert SRC DST`
+    assert cli.main(["convert", str(src), str(tmp_path / "ours")]) == 0  # `avey-b convert SRC DST`
     cfg = json.loads((tmp_path / "ours" / "config.json").read_text())
     assert "split_size" in cfg and "d_embed" not in cfg  # a standard checkpoint of ours
     loaded = AutoModelForMaskedLM.from_pretrained(tmp_path / "ours").eval()
@@ -189,11 +189,14 @@ def test_missing_config_field_is_named(tmp_path):
         convert_release_checkpoint(src, tmp_path / "out")
 
 
-def test_non_release_directory_is_rejected(tmp_path):
+def test_non_release_directory_is_rejected(tmp_path, capsys):
     AveyBModel(AutoConfig.for_model("avey-b", vocab_size=V, hidden_size=D, num_hidden_layers=2, split_size=S,
                                     num_retrieved_splits=1)).save_pretrained(tmp_path / "ours")
     with pytest.raises(ReleaseConversionError, match="not an Avey-B release checkpoint"):
         convert_release_checkpoint(tmp_path / "ours", tmp_path / "out")
+    assert cli.main(["convert", str(tmp_path / "ours"), str(tmp_path / "out"), "--local-files-only"]) == 1
+    err = capsys.readouterr().err
+    assert "avey-b convert: error: " in err and "is not an Avey-B release checkpoint" in err
 
 
 def test_release_tokenizer_helper(tmp_path):

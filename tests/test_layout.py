@@ -243,7 +243,8 @@ print(json.dumps({"code": code, "heavy": heavy}))
 """
 
 
-@pytest.mark.parametrize("argv", [["--help"], *[[verb, "--help"] for verb in sorted(COMMANDS)]],
+@pytest.mark.parametrize("argv", [["--help"], *[[verb, "--help"] for verb in sorted(COMMANDS)],
+                                  ["bench", "run", "--help"], ["niah", "evaluate", "--help"]],
                          ids=lambda a: " ".join(a))
 def test_help_imports_neither_torch_nor_the_model(argv):
     """``avey-b --help`` and ``avey-b VERB --help`` answer without importing torch, transformers or the model (the

@@ -10,35 +10,38 @@ sequence or token classification), checks every weight name and shape against it
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
-import sys
 from pathlib import Path
 
+import torch
+from transformers.utils import cached_file
+
+from avey_b import configs
 from avey_b.model import release
 from avey_b.model.configuration import AveyBConfig
 from avey_b.model.heads import AveyBForMaskedLM, AveyBForSequenceClassification, AveyBForTokenClassification
 from avey_b.model.release import ReleaseConversionError
 from avey_b.utils.files import model_source
 
+from .options import ConvertOptions
+
 HEAD_CLASSES = {"masked_lm": AveyBForMaskedLM, "sequence_classification": AveyBForSequenceClassification,
                 "token_classification": AveyBForTokenClassification}
 RELEASE_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json", "merges.txt")
 
 
-def convert_release_checkpoint(src: str | os.PathLike, dst: str | os.PathLike, **hub_kwargs) -> str:
+def convert_release_checkpoint(src: str | os.PathLike, dst: str | os.PathLike,
+                               options: ConvertOptions | None = None) -> str:
     """Convert a release checkpoint (repo id or directory) into a standard checkpoint of ours in ``dst``.
 
     Returns the head it holds (one of ``avey_b.model.release.RELEASE_HEADS``).
     """
-    import torch
-
-    with model_source(src, "release checkpoint", local_files_only=bool(hub_kwargs.get("local_files_only"))):
+    hub = dataclasses.asdict(options or ConvertOptions())  # revision, local_files_only: the Hub's own keywords
+    with model_source(src, "release checkpoint", local_files_only=hub["local_files_only"]):
         if not os.path.isdir(src):  # a Hub id: fetch its config.json first, so that the Hub's answer is reported
-            from transformers.utils import cached_file
-
-            cached_file(str(src), "config.json", **{k: v for k, v in hub_kwargs.items()
-                                                    if k in ("cache_dir", "token", "revision", "local_files_only")})
-        directory = release.resolve_release_directory(src, **hub_kwargs)
+            cached_file(str(src), "config.json", **hub)
+        directory = release.resolve_release_directory(src, **hub)
     if directory is None:
         raise ReleaseConversionError(f"{src} is not an Avey-B release checkpoint (config.json with d_embed/chunk_size)")
     config = AveyBConfig(**release.release_config_to_ours(release.read_release_config(directory)))
@@ -60,23 +63,8 @@ def convert_release_checkpoint(src: str | os.PathLike, dst: str | os.PathLike, *
     return head
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="avey-b convert", description="Convert an authors' release Avey-B checkpoint "
-                                "(hub repo id or local directory) into this library's format.")
-    p.add_argument("src", help="release checkpoint: e.g. avey-ai/avey-b1-base-exp or a local download of it")
-    p.add_argument("dst", help="output directory (save_pretrained format)")
-    p.add_argument("--revision", default=None)
-    p.add_argument("--local-files-only", action="store_true")
-    args = p.parse_args(argv)
-    try:
-        head = convert_release_checkpoint(args.src, args.dst, revision=args.revision,
-                                          local_files_only=args.local_files_only)
-    except ReleaseConversionError as e:
-        print(f"avey-b convert: {e}", file=sys.stderr)
-        return 1
+def run(args: argparse.Namespace) -> int:
+    """The runner of ``avey-b convert SRC DST`` (:mod:`avey_b.cli`; its options: :class:`.options.ConvertOptions`)."""
+    head = convert_release_checkpoint(args.src, args.dst, configs.from_args(ConvertOptions, args))
     print(f"converted {args.src} ({head}) -> {args.dst}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

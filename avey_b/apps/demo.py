@@ -1,36 +1,27 @@
-"""``avey-b demo``: build a small, randomly initialized Avey-B and encode text, with no download.
-
-It trains a byte-level BPE tokenizer on the documentation that ships with Python (the ``python-docs`` corpus), builds the
-``small`` preset with that vocabulary, encodes a padded batch (and checks it against each sentence encoded
-alone), and times the forward pass at growing lengths to show the processor's linear cost. The weights are
-random: for a trained model see ``avey-b pretrain``.
-"""
+"""``avey-b demo``: a small, randomly initialized Avey-B encodes text, with no download (what it shows: the
+description of :func:`avey_b.apps.options.demo_parser`; what it times: :class:`avey_b.apps.options.DemoOptions`)."""
 
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 
+import torch
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="avey-b demo", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--lengths", type=int, nargs="+", default=[1024, 4096, 16384],
-                   help="sequence lengths to time (tokens)")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
-    args = p.parse_args(argv)
+from avey_b import configs
+from avey_b.data.corpus import python_docs_corpus
+from avey_b.data.tokenization import train_bpe_tokenizer
+from avey_b.model import presets
+from avey_b.model.heads import AveyBForSentenceEmbedding
+from avey_b.utils.counting import parameter_counts
 
-    import torch
+from .options import DemoOptions
 
-    from avey_b import AveyBForSentenceEmbedding
-    from avey_b.data.corpus import python_docs_corpus
-    from avey_b.data.tokenization import train_bpe_tokenizer
-    from avey_b.model import presets
-    from avey_b.utils.counting import parameter_counts
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
+def demo(options: DemoOptions) -> None:
+    """The tour (module docstring), printed."""
+    if options.threads:
+        torch.set_num_threads(options.threads)
     texts = python_docs_corpus()
     t0 = time.perf_counter()
     tok = train_bpe_tokenizer(texts, vocab_size=4096)
@@ -57,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
 
     long_ids = tok(" ".join(texts), return_tensors="pt")["input_ids"][0]
     print(f"{'tokens':>8} {'s/forward':>10} {'tokens/s':>10}")
-    for n in args.lengths:
+    for n in options.lengths:
         ids = long_ids[:n].repeat(n // max(1, len(long_ids)) + 1)[:n].unsqueeze(0)
         with torch.no_grad():
             model.model(ids[:, : min(n, 512)])  # warm-up
@@ -65,8 +56,9 @@ def main(argv: list[str] | None = None) -> int:
             model.model(ids)
             dt = time.perf_counter() - t0
         print(f"{n:>8} {dt:>10.3f} {n / dt:>10.0f}")
+
+
+def run(args: argparse.Namespace) -> int:
+    """The runner of ``avey-b demo`` (:mod:`avey_b.cli`)."""
+    demo(configs.from_args(DemoOptions, args))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

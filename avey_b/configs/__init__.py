@@ -208,32 +208,71 @@ def describe(root) -> str:
 
 
 # ------------------------------------------------------------------------------------------ flags
+class _StoreTuple(argparse.Action):
+    """``nargs`` values stored as a tuple, the type of a ``tuple[T, ...]`` field."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, tuple(values))
+
+
+def _flag_type(typ) -> tuple[type, type | None]:
+    """``(element type, container)`` of a field's annotation: ``int`` -> ``(int, None)``, ``list[int]`` ->
+    ``(int, list)``, ``tuple[str, ...]`` -> ``(str, tuple)``, ``X | None`` as ``X``; else a TypeError."""
+    if isinstance(typ, types.UnionType) or typing.get_origin(typ) is typing.Union:
+        typ = next(a for a in typing.get_args(typ) if a is not type(None))
+    container, args = typing.get_origin(typ), typing.get_args(typ)
+    if container is list and len(args) == 1:
+        typ = args[0]
+    elif container is tuple and len(args) == 2 and args[1] is Ellipsis:
+        typ = args[0]
+    else:
+        container = None
+    if typ not in (bool, int, float, str) or (container and typ is bool):
+        raise TypeError(f"a {typ} field has no command-line form")
+    return typ, container
+
+
 def add_arguments(parser, cls, *, exclude=(), include=None, defaults: bool | dict = True,
                   choices: dict | None = None) -> list[str]:
     """One flag per field of the dataclass ``cls`` on ``parser`` (a parser or an argument group): ``--field-name``,
-    typed by the field's annotation (``bool``: ``--x`` / ``--no-x``), documented by its docstring, stored under the
-    field's name. ``include`` / ``exclude``: which fields. ``defaults``: True, the dataclass's defaults; a mapping,
-    those defaults changed for some fields; False, a flag not given is absent from the namespace (so that it can
-    override a file). ``choices``: field -> allowed values. Returns the field names added."""
+    typed by the field's annotation, documented by its docstring, stored under the field's name.
+
+    * ``bool``: ``--x`` / ``--no-x``; a ``bool`` field named ``no_x`` (default False) is the switch ``--no-x`` alone.
+    * ``list[T]`` / ``tuple[T, ...]`` (``T`` one of int, float, str): one or more values (``--lengths 128 256``),
+      stored as that container.
+    * A field without a default is a required flag.
+
+    ``include`` / ``exclude``: which fields. ``defaults``: True, the dataclass's defaults; a mapping, those defaults
+    changed for some fields; False, a flag not given is absent from the namespace (so that it can override a file).
+    ``choices``: field -> allowed values (of each value, for a list). Returns the field names added."""
     hints, docs, added = get_type_hints(cls), field_docs(cls), []
     for f in dataclasses.fields(cls):
         if f.name in exclude or (include is not None and f.name not in include):
             continue
-        typ = hints[f.name]
-        if isinstance(typ, types.UnionType) or typing.get_origin(typ) is typing.Union:
-            typ = next(a for a in typing.get_args(typ) if a is not type(None))
-        if typ not in (bool, int, float, str):
-            raise TypeError(f"{cls.__name__}.{f.name}: a {typ} field has no command-line form")
-        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        try:
+            typ, container = _flag_type(hints[f.name])
+        except TypeError as e:
+            raise TypeError(f"{cls.__name__}.{f.name}: {e}") from None
+        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        default = None if required else f.default if f.default is not dataclasses.MISSING else f.default_factory()
         if isinstance(defaults, dict):
             default = defaults.get(f.name, default)
-        shown = typ is not bool and default is not None and defaults is not False  # argparse shows a bool's itself
-        kw = {"help": docs.get(f.name, "") + (f" (default: {default})" if shown else "")}
-        kw["default"] = default if defaults is not False else argparse.SUPPRESS
+        kw = {"help": docs.get(f.name, "")}
+        if typ is not bool and default is not None and defaults is not False:  # argparse shows a bool's itself
+            kw["help"] += f" (default: {' '.join(map(str, default)) if container else default})"
+        if required:
+            kw["required"] = True
+        else:
+            kw["default"] = default if defaults is not False else argparse.SUPPRESS
         if typ is bool:
-            kw["action"] = argparse.BooleanOptionalAction
+            switch = f.name.startswith("no_") and default is False
+            kw["action"] = "store_true" if switch else argparse.BooleanOptionalAction
         else:
             kw["type"] = typ
+            if container:
+                kw["nargs"] = "+"
+                if container is tuple:
+                    kw["action"] = _StoreTuple
             if choices and f.name in choices:
                 kw["choices"] = choices[f.name]
         parser.add_argument("--" + f.name.replace("_", "-"), dest=f.name, **kw)
@@ -241,7 +280,8 @@ def add_arguments(parser, cls, *, exclude=(), include=None, defaults: bool | dic
     return added
 
 
-def from_args(cls, args: argparse.Namespace):
-    """``cls`` built from the parsed flags that :func:`add_arguments` made for its fields (a field whose flag is
-    absent from ``args`` keeps its default)."""
-    return cls(**{f.name: getattr(args, f.name) for f in dataclasses.fields(cls) if hasattr(args, f.name)})
+def from_args(cls, args: argparse.Namespace, **given):
+    """``cls`` from the namespace of :func:`add_arguments` (its fields that the namespace lacks keep their
+    defaults), then ``given``."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    return cls(**{k: v for k, v in vars(args).items() if k in names} | given)

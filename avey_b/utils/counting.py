@@ -6,13 +6,12 @@ from __future__ import annotations
 from collections import OrderedDict
 
 from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
 
 
 def count_flops(fn) -> int:
     """FLOPs of one call of ``fn`` (a forward, a forward + backward...), counted by PyTorch's FlopCounterMode:
     the matrix products actually run (2 per multiply-add), not elementwise work."""
-    from torch.utils.flop_counter import FlopCounterMode
-
     with FlopCounterMode(display=False) as counter:
         fn()
     return int(counter.get_total_flops())

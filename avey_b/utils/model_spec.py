@@ -42,6 +42,8 @@ from typing import Any
 
 import torch
 from torch import nn
+from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM, AutoModelForQuestionAnswering
+from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
 from avey_b.configs import check_keys
 from avey_b.model import presets  # importing the package registers Avey-B with the Auto classes
@@ -119,8 +121,6 @@ def parse_spec(spec: str) -> ModelSpec:
 
 
 def _is_model_type(name: str) -> bool:
-    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
-
     return name in CONFIG_MAPPING
 
 
@@ -139,8 +139,6 @@ def build_config(spec: ModelSpec | str, defaults: dict[str, Any] | None = None):
     fields through the config's constructor, so what a constructor derives from them (ModernBERT's
     ``layer_types`` from ``num_hidden_layers``) follows; a loaded config gets them as attributes. An override the
     config does not have is an error that names it."""
-    from transformers import AutoConfig
-
     if isinstance(spec, str):
         spec = parse_spec(spec)
     name = spec.name
@@ -176,8 +174,6 @@ def transformers_config(model_type: str, **fields):
     default is unset (``None``) if it falls outside the vocabulary the fields give: ModernBERT's default ids
     (50281, 50282) belong to its default 50,368-token vocabulary, not to a 4,096-token one, and transformers warns
     about every such id. Ids the fields give are kept as given."""
-    from transformers import AutoConfig
-
     vocab = fields.get("vocab_size")
     if vocab is not None:
         base = AutoConfig.for_model(model_type)
@@ -211,8 +207,6 @@ def random_model(config, *, attn_implementation: str | None = None, head: str = 
 
     Raises ``ValueError``/``ImportError`` when the attention implementation is unavailable.
     """
-    from transformers import AutoModel, AutoModelForQuestionAnswering
-
     cls = {"base": AutoModel, "qa": AutoModelForQuestionAnswering}[head]
     kwargs = {}
     if attn_implementation and not is_avey_b(config):
@@ -223,8 +217,6 @@ def random_model(config, *, attn_implementation: str | None = None, head: str = 
 
 def masked_lm_parameters(config) -> int:
     """Parameters of the masked-LM model built from ``config`` (tied embeddings counted once), on no memory."""
-    from transformers import AutoModelForMaskedLM
-
     with torch.device("meta"):
         return sum(p.numel() for p in AutoModelForMaskedLM.from_config(config).parameters())
 

