@@ -19,8 +19,8 @@ from conftest import seeded
 
 from avey_b import AveyBForMaskedLM, AveyBForSentenceEmbedding
 from avey_b import testing as toy
-from avey_b.apps import embed as embed_module
-from avey_b.apps.embed import MANIFEST, embed_corpus
+from avey_b.apps.embed import MANIFEST, EmbedOptions, embed_corpus, job, shards
+from avey_b.apps.embed.embedder import Embedder
 from avey_b.model import presets
 
 pa = pytest.importorskip("pyarrow")
@@ -60,7 +60,7 @@ def alone(head, text: str) -> torch.Tensor:
 
 def run(model_dir, source, out, **kw):
     kw = {"precision": "fp32", "shard_size": 4, "max_batch_tokens": 96, "progress": False, **kw}
-    return embed_corpus(str(model_dir), str(source), str(out), **kw)
+    return embed_corpus(str(model_dir), str(source), str(out), EmbedOptions(**kw))
 
 
 def vectors(out) -> dict[str, torch.Tensor]:
@@ -139,7 +139,7 @@ def test_a_killed_job_resumes_without_recomputing_finished_shards(tmp_path, mode
     write_jsonl(tmp_path / "d.jsonl", [{"text": d} for d in docs])
     run(model_dir, tmp_path / "d.jsonl", tmp_path / "whole")
 
-    write = embed_module._write_shard
+    write = shards.write_shard
     written, forwarded = [], []
 
     def killed_after_one(path, table):
@@ -148,16 +148,15 @@ def test_a_killed_job_resumes_without_recomputing_finished_shards(tmp_path, mode
         written.append(path.name)
         write(path, table)
 
-    monkeypatch.setattr(embed_module, "_write_shard", killed_after_one)
+    monkeypatch.setattr(shards, "write_shard", killed_after_one)
     with pytest.raises(Killed):
         run(model_dir, tmp_path / "d.jsonl", tmp_path / "out")
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [MANIFEST, "part-00000.parquet"]
     first = (tmp_path / "out" / "part-00000.parquet").stat()
 
-    monkeypatch.setattr(embed_module, "_write_shard", lambda path, table: (written.append(path.name),
-                                                                           write(path, table)))
-    forward = embed_module.Embedder.forward
-    monkeypatch.setattr(embed_module.Embedder, "forward",
+    monkeypatch.setattr(shards, "write_shard", lambda path, table: (written.append(path.name), write(path, table)))
+    forward = Embedder.forward
+    monkeypatch.setattr(Embedder, "forward",
                         lambda self, ids: (forwarded.extend(map(len, ids)), forward(self, ids))[1])
     manifest = run(model_dir, tmp_path / "d.jsonl", tmp_path / "out")
     assert written == ["part-00000.parquet", "part-00001.parquet", "part-00002.parquet", "part-00003.parquet"]
@@ -220,10 +219,10 @@ def test_an_over_long_document_is_skipped_and_listed_never_cut(tmp_path, model_d
     assert list(got) == ["doc-0", "doc-2"]
     torch.testing.assert_close(got["doc-2"], alone(head, docs[2]), rtol=0, atol=1e-5)
     # the default limit is what memory allows (serve's rule); a rerun keeps the recorded one (memory varies)
-    monkeypatch.setattr(embed_module, "default_max_tokens", lambda hidden_size: 25)
+    monkeypatch.setattr(job, "default_max_tokens", lambda hidden_size: 25)
     first = run(model_dir, tmp_path / "d.jsonl", tmp_path / "default", id_column="id", shard_size=2)
     assert first["settings"]["max_tokens"] == 25 and [s["id"] for s in first["skipped"]] == ["doc-1"]
-    monkeypatch.setattr(embed_module, "default_max_tokens", lambda hidden_size: 4096)
+    monkeypatch.setattr(job, "default_max_tokens", lambda hidden_size: 4096)
     (tmp_path / "default" / "part-00001.parquet").unlink()  # as if killed before the last shard
     again = run(model_dir, tmp_path / "d.jsonl", tmp_path / "default", id_column="id", shard_size=2)
     assert again["settings"]["max_tokens"] == 25 and again["skipped"] == first["skipped"]
@@ -324,9 +323,8 @@ def test_sigterm_mid_job_then_rerun_gives_the_uninterrupted_vectors(tmp_path, mo
 @pytest.mark.slow
 def test_the_ray_backend_gives_the_local_vectors_and_manifest(tmp_path, model_dir, monkeypatch):
     pytest.importorskip("ray.data")
-    waves, pipeline = [], embed_module._run_on_ray
-    monkeypatch.setattr(embed_module, "_run_on_ray", lambda pending, *a: (waves.append(len(pending)),
-                                                                          pipeline(pending, *a))[1])
+    waves, pipeline = [], job.run_on_ray
+    monkeypatch.setattr(job, "run_on_ray", lambda pending, *a: (waves.append(len(pending)), pipeline(pending, *a))[1])
     docs = corpus(14)
     write_jsonl(tmp_path / "d.jsonl", [{"text": d} for d in docs])
     local = run(model_dir, tmp_path / "d.jsonl", tmp_path / "local", max_tokens=60)
