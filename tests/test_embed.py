@@ -7,6 +7,7 @@ the whole document (recomputed by hand here), whatever the padding side and wher
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -171,6 +172,52 @@ def test_a_killed_job_resumes_without_recomputing_finished_shards(tmp_path, mode
     forwarded.clear()
     run(model_dir, tmp_path / "d.jsonl", tmp_path / "out")  # all done: nothing recomputed
     assert forwarded == []
+
+
+def first_format_manifest(model_dir, source, max_tokens: int) -> dict:
+    """The manifest of a killed run (one shard of 4 written) as ``avey-b embed`` 0.1.0 wrote it, built here from its
+    rules: its settings a JSON object of these keys, in this order."""
+    import hashlib
+
+    from avey_b.utils.files import content_hash
+
+    def hashes(patterns):
+        names = sorted({p.name for pattern in patterns for p in model_dir.glob(pattern) if p.is_file()})
+        return {name: hashlib.sha256((model_dir / name).read_bytes()).hexdigest() for name in names}
+
+    settings = {
+        "model_sha256": hashes(("config.json", "*.safetensors", "pytorch_model*.bin")),
+        "tokenizer_sha256": hashes(("tokenizer*.json", "special_tokens_map.json", "vocab.*", "merges.txt", "*.model")),
+        "input_sha256": content_hash(source), "hf_dataset": None, "lines": False, "text_column": "text",
+        "id_column": None, "chunking": "none", "chunk_tokens": None, "chunk_spans_column": None, "dtype": "float32",
+        "shard_size": 4, "max_tokens": max_tokens, "precision": "fp32"}
+    return {"format": "avey-b embed 1", "status": "running",
+            "model": {"path": str(model_dir), "architecture": "AveyBForSentenceEmbedding", "pooling": "...",
+                      "normalize_embeddings": True, "dim": 32},
+            "input": {"source": str(source), "ids": "made up: ..."}, "settings": settings,
+            "runs": [{"started": "2026-01-01T00:00:00Z", "device": "cpu", "max_batch_tokens": 96, "backend": "local",
+                      "shards_found": 0, "shards_written": 1}]}
+
+
+def test_a_manifest_of_the_first_format_resumes(tmp_path, model_dir):
+    docs = corpus(10)
+    write_jsonl(tmp_path / "d.jsonl", [{"text": d} for d in docs])
+    whole = run(model_dir, tmp_path / "d.jsonl", tmp_path / "whole", max_tokens=100)
+    old = first_format_manifest(model_dir, tmp_path / "d.jsonl", 100)
+    assert list(whole["settings"].items()) == list(old["settings"].items())  # the same record, key for key
+    assert list(whole) == [*old, "counts", "shards", "skipped"] and whole["model"].keys() == old["model"].keys()
+
+    out = tmp_path / "out"
+    out.mkdir()
+    shutil.copy(tmp_path / "whole" / "part-00000.parquet", out)  # the shard that run wrote before it was killed
+    (out / MANIFEST).write_text(json.dumps(old, indent=2))
+    resumed = run(model_dir, tmp_path / "d.jsonl", out, max_tokens=100)
+    assert [(r["shards_found"], r["shards_written"]) for r in resumed["runs"]] == [(0, 1), (1, 2)]
+    assert pq.read_table(out).equals(pq.read_table(tmp_path / "whole"))
+    old["settings"]["dtype"] = "float16"  # and a difference in it is still named
+    (out / MANIFEST).write_text(json.dumps(old))
+    with pytest.raises(ValueError, match=r"dtype: 'float16' then, 'float32' now"):
+        run(model_dir, tmp_path / "d.jsonl", out, max_tokens=100)
 
 
 def head_lengths(model_dir, docs):
