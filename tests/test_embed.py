@@ -7,6 +7,7 @@ the whole document (recomputed by hand here), whatever the padding side and wher
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -19,8 +20,8 @@ from conftest import seeded
 
 from avey_b import AveyBForMaskedLM, AveyBForSentenceEmbedding
 from avey_b import testing as toy
-from avey_b.apps import embed as embed_module
-from avey_b.apps.embed import MANIFEST, embed_corpus
+from avey_b.apps.embed import MANIFEST, EmbedOptions, embed_corpus, job, shards
+from avey_b.apps.embed.embedder import Embedder
 from avey_b.model import presets
 
 pa = pytest.importorskip("pyarrow")
@@ -60,7 +61,7 @@ def alone(head, text: str) -> torch.Tensor:
 
 def run(model_dir, source, out, **kw):
     kw = {"precision": "fp32", "shard_size": 4, "max_batch_tokens": 96, "progress": False, **kw}
-    return embed_corpus(str(model_dir), str(source), str(out), **kw)
+    return embed_corpus(str(model_dir), str(source), str(out), EmbedOptions(**kw))
 
 
 def vectors(out) -> dict[str, torch.Tensor]:
@@ -139,7 +140,7 @@ def test_a_killed_job_resumes_without_recomputing_finished_shards(tmp_path, mode
     write_jsonl(tmp_path / "d.jsonl", [{"text": d} for d in docs])
     run(model_dir, tmp_path / "d.jsonl", tmp_path / "whole")
 
-    write = embed_module._write_shard
+    write = shards.write_shard
     written, forwarded = [], []
 
     def killed_after_one(path, table):
@@ -148,16 +149,15 @@ def test_a_killed_job_resumes_without_recomputing_finished_shards(tmp_path, mode
         written.append(path.name)
         write(path, table)
 
-    monkeypatch.setattr(embed_module, "_write_shard", killed_after_one)
+    monkeypatch.setattr(shards, "write_shard", killed_after_one)
     with pytest.raises(Killed):
         run(model_dir, tmp_path / "d.jsonl", tmp_path / "out")
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [MANIFEST, "part-00000.parquet"]
     first = (tmp_path / "out" / "part-00000.parquet").stat()
 
-    monkeypatch.setattr(embed_module, "_write_shard", lambda path, table: (written.append(path.name),
-                                                                           write(path, table)))
-    forward = embed_module.Embedder.forward
-    monkeypatch.setattr(embed_module.Embedder, "forward",
+    monkeypatch.setattr(shards, "write_shard", lambda path, table: (written.append(path.name), write(path, table)))
+    forward = Embedder.forward
+    monkeypatch.setattr(Embedder, "forward",
                         lambda self, ids: (forwarded.extend(map(len, ids)), forward(self, ids))[1])
     manifest = run(model_dir, tmp_path / "d.jsonl", tmp_path / "out")
     assert written == ["part-00000.parquet", "part-00001.parquet", "part-00002.parquet", "part-00003.parquet"]
@@ -172,6 +172,52 @@ def test_a_killed_job_resumes_without_recomputing_finished_shards(tmp_path, mode
     forwarded.clear()
     run(model_dir, tmp_path / "d.jsonl", tmp_path / "out")  # all done: nothing recomputed
     assert forwarded == []
+
+
+def first_format_manifest(model_dir, source, max_tokens: int) -> dict:
+    """The manifest of a killed run (one shard of 4 written) as ``avey-b embed`` 0.1.0 wrote it, built here from its
+    rules: its settings a JSON object of these keys, in this order."""
+    import hashlib
+
+    from avey_b.utils.files import content_hash
+
+    def hashes(patterns):
+        names = sorted({p.name for pattern in patterns for p in model_dir.glob(pattern) if p.is_file()})
+        return {name: hashlib.sha256((model_dir / name).read_bytes()).hexdigest() for name in names}
+
+    settings = {
+        "model_sha256": hashes(("config.json", "*.safetensors", "pytorch_model*.bin")),
+        "tokenizer_sha256": hashes(("tokenizer*.json", "special_tokens_map.json", "vocab.*", "merges.txt", "*.model")),
+        "input_sha256": content_hash(source), "hf_dataset": None, "lines": False, "text_column": "text",
+        "id_column": None, "chunking": "none", "chunk_tokens": None, "chunk_spans_column": None, "dtype": "float32",
+        "shard_size": 4, "max_tokens": max_tokens, "precision": "fp32"}
+    return {"format": "avey-b embed 1", "status": "running",
+            "model": {"path": str(model_dir), "architecture": "AveyBForSentenceEmbedding", "pooling": "...",
+                      "normalize_embeddings": True, "dim": 32},
+            "input": {"source": str(source), "ids": "made up: ..."}, "settings": settings,
+            "runs": [{"started": "2026-01-01T00:00:00Z", "device": "cpu", "max_batch_tokens": 96, "backend": "local",
+                      "shards_found": 0, "shards_written": 1}]}
+
+
+def test_a_manifest_of_the_first_format_resumes(tmp_path, model_dir):
+    docs = corpus(10)
+    write_jsonl(tmp_path / "d.jsonl", [{"text": d} for d in docs])
+    whole = run(model_dir, tmp_path / "d.jsonl", tmp_path / "whole", max_tokens=100)
+    old = first_format_manifest(model_dir, tmp_path / "d.jsonl", 100)
+    assert list(whole["settings"].items()) == list(old["settings"].items())  # the same record, key for key
+    assert list(whole) == [*old, "counts", "shards", "skipped"] and whole["model"].keys() == old["model"].keys()
+
+    out = tmp_path / "out"
+    out.mkdir()
+    shutil.copy(tmp_path / "whole" / "part-00000.parquet", out)  # the shard that run wrote before it was killed
+    (out / MANIFEST).write_text(json.dumps(old, indent=2))
+    resumed = run(model_dir, tmp_path / "d.jsonl", out, max_tokens=100)
+    assert [(r["shards_found"], r["shards_written"]) for r in resumed["runs"]] == [(0, 1), (1, 2)]
+    assert pq.read_table(out).equals(pq.read_table(tmp_path / "whole"))
+    old["settings"]["dtype"] = "float16"  # and a difference in it is still named
+    (out / MANIFEST).write_text(json.dumps(old))
+    with pytest.raises(ValueError, match=r"dtype: 'float16' then, 'float32' now"):
+        run(model_dir, tmp_path / "d.jsonl", out, max_tokens=100)
 
 
 def head_lengths(model_dir, docs):
@@ -220,10 +266,10 @@ def test_an_over_long_document_is_skipped_and_listed_never_cut(tmp_path, model_d
     assert list(got) == ["doc-0", "doc-2"]
     torch.testing.assert_close(got["doc-2"], alone(head, docs[2]), rtol=0, atol=1e-5)
     # the default limit is what memory allows (serve's rule); a rerun keeps the recorded one (memory varies)
-    monkeypatch.setattr(embed_module, "default_max_tokens", lambda hidden_size: 25)
+    monkeypatch.setattr(job, "default_max_tokens", lambda hidden_size: 25)
     first = run(model_dir, tmp_path / "d.jsonl", tmp_path / "default", id_column="id", shard_size=2)
     assert first["settings"]["max_tokens"] == 25 and [s["id"] for s in first["skipped"]] == ["doc-1"]
-    monkeypatch.setattr(embed_module, "default_max_tokens", lambda hidden_size: 4096)
+    monkeypatch.setattr(job, "default_max_tokens", lambda hidden_size: 4096)
     (tmp_path / "default" / "part-00001.parquet").unlink()  # as if killed before the last shard
     again = run(model_dir, tmp_path / "d.jsonl", tmp_path / "default", id_column="id", shard_size=2)
     assert again["settings"]["max_tokens"] == 25 and again["skipped"] == first["skipped"]
@@ -324,9 +370,8 @@ def test_sigterm_mid_job_then_rerun_gives_the_uninterrupted_vectors(tmp_path, mo
 @pytest.mark.slow
 def test_the_ray_backend_gives_the_local_vectors_and_manifest(tmp_path, model_dir, monkeypatch):
     pytest.importorskip("ray.data")
-    waves, pipeline = [], embed_module._run_on_ray
-    monkeypatch.setattr(embed_module, "_run_on_ray", lambda pending, *a: (waves.append(len(pending)),
-                                                                          pipeline(pending, *a))[1])
+    waves, pipeline = [], job.run_on_ray
+    monkeypatch.setattr(job, "run_on_ray", lambda pending, *a: (waves.append(len(pending)), pipeline(pending, *a))[1])
     docs = corpus(14)
     write_jsonl(tmp_path / "d.jsonl", [{"text": d} for d in docs])
     local = run(model_dir, tmp_path / "d.jsonl", tmp_path / "local", max_tokens=60)

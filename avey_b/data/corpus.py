@@ -1,5 +1,7 @@
 """Document sources for pretraining: local files, Hugging Face ``datasets`` (streamed), and the built-in
-``python-docs`` corpus.
+``python-docs`` corpus. The readers of local files (:func:`resolve_files`, :func:`iter_txt`, :func:`iter_rows`,
+:func:`count_documents`) and of Hugging Face streams (:func:`open_hf_stream`) also serve ``avey-b embed``, which
+keeps where each document was read for its ids.
 
 A *source spec* is one string (or a list of strings for several local paths), so one flag swaps corpora:
 
@@ -140,46 +142,76 @@ def resolve_files(paths: Sequence[str]) -> list[Path]:
 
 def _iter_local(spec: SourceSpec) -> Iterator[str]:
     for f in resolve_files(spec.paths()):
-        suffix = f.suffix.lower()
-        if suffix in TEXT_SUFFIXES:
-            yield from _iter_txt(f, spec.txt_mode)
-        elif suffix in JSONL_SUFFIXES:
-            for lineno, row in iter_jsonl(f):
-                if spec.text_field not in row:
-                    raise KeyError(f"{f}, line {lineno}: no field {spec.text_field!r} (fields: {sorted(row)}); "
-                                   "set data.text_field")
+        if f.suffix.lower() in TEXT_SUFFIXES:
+            for _, text in iter_txt(f, spec.txt_mode):
+                if text.strip():
+                    yield text.strip()
+            continue
+        for _, where, row in iter_rows(f, [spec.text_field], hint="; set data.text_field"):
+            if spec.text_field not in row:
+                raise KeyError(f"{where}: no field {spec.text_field!r} (fields: {sorted(row)}); set data.text_field")
+            if row[spec.text_field] is not None:
                 yield str(row[spec.text_field])
-        else:
-            import pyarrow.parquet as pq  # ships with `datasets`
-
-            pf = pq.ParquetFile(f)
-            if spec.text_field not in pf.schema_arrow.names:
-                raise KeyError(f"{f}: no column {spec.text_field!r} (columns: {pf.schema_arrow.names}); set data.text_field")
-            for batch in pf.iter_batches(columns=[spec.text_field], batch_size=1024):
-                yield from (str(t) for t in batch.column(0).to_pylist() if t is not None)
 
 
-def _iter_txt(path: Path, mode: str) -> Iterator[str]:
-    """Documents of a UTF-8 text file (a non-UTF-8 byte is an error naming the file, line and byte offset)."""
+def iter_txt(path: Path, mode: str) -> Iterator[tuple[int, str]]:
+    """``(line number, text)`` of each document of a UTF-8 text file, its text as written (a non-UTF-8 byte is an
+    error naming the file, line and byte offset): ``file``, the whole file (line 1); ``line``, each non-blank line;
+    ``paragraph``, each block of non-blank lines (its first line's number), its lines joined by newlines."""
     if mode == "file":
-        text = read_text(path).strip()
-        if text:
-            yield text
+        yield 1, read_text(path)
         return
     if mode == "line":
-        for _, line in iter_lines(path):
-            if line.strip():
-                yield line.strip()
+        yield from ((n, line) for n, line in iter_lines(path) if line.strip())
         return
     block: list[str] = []
-    for _, line in iter_lines(path):
+    first = 0
+    for n, line in iter_lines(path):
         if line.strip():
+            first = first if block else n
             block.append(line)
         elif block:
-            yield "\n".join(block).strip()
+            yield first, "\n".join(block)
             block = []
     if block:
-        yield "\n".join(block).strip()
+        yield first, "\n".join(block)
+
+
+def iter_rows(path: Path, columns: Sequence[str], *, hint: str = "") -> Iterator[tuple[int, str, dict]]:
+    """``(position, where, row)`` for every row of a JSON-lines or Parquet file: for JSON lines each non-blank
+    line's object (``position`` the line number, from 1; ``where`` ``"FILE, line N"``), for Parquet each row's
+    ``columns`` (``position`` the row, from 0; ``where`` ``"FILE, row N"``). A Parquet file without one of
+    ``columns`` is a ``KeyError`` naming the file, the column and the file's columns (then ``hint``); a JSON line
+    without a field is the caller's to name, with ``where``."""
+    if path.suffix.lower() in JSONL_SUFFIXES:
+        for lineno, row in iter_jsonl(path):
+            yield lineno, f"{path}, line {lineno}", row
+        return
+    import pyarrow.parquet as pq  # ships with `datasets`; the `embed` extra
+
+    pf = pq.ParquetFile(path)
+    names = pf.schema_arrow.names
+    missing = [c for c in columns if c not in names]
+    if missing:
+        raise KeyError(f"{path}: no column {missing[0]!r} (columns: {names}){hint}")
+    position = 0
+    for batch in pf.iter_batches(columns=list(dict.fromkeys(columns)), batch_size=1024):
+        for row in batch.to_pylist():
+            yield position, f"{path}, row {position}", row
+            position += 1
+
+
+def count_documents(path: Path, txt_mode: str) -> int:
+    """How many items :func:`iter_txt` (text files, in ``txt_mode``) or :func:`iter_rows` will yield for ``path``,
+    counted cheaply: Parquet from its footer, the rest by lines, without parsing them."""
+    suffix = path.suffix.lower()
+    if suffix in TEXT_SUFFIXES:
+        return 1 if txt_mode == "file" else sum(1 for _ in iter_txt(path, txt_mode))
+    if suffix in JSONL_SUFFIXES:
+        return sum(1 for _, line in iter_lines(path) if line.strip())
+    import pyarrow.parquet as pq
+
+    return pq.ParquetFile(path).metadata.num_rows
 
 
 # ------------------------------------------------------------------------------------ Hugging Face datasets

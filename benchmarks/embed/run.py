@@ -28,7 +28,7 @@ bf16 autocast on a CPU that multiplies bf16 natively; ``SentenceTransformer.enco
 * ``st``: ``SentenceTransformer(model_dir)`` + ``encode`` of the same texts (``batch_size``: ``--st-batch-size``,
   default the largest of 32 (its default), 16, ..., 1 whose largest padded batch stays within the memory bound
   ``embed`` works under, max(``--max-batch-tokens``, the longest document)), vectors saved with numpy;
-* ``ray``: ``embed_corpus(backend="ray", concurrency=2)`` on a local Ray it starts (2 actors, 1 thread each).
+* ``ray``: ``embed_corpus(..., EmbedOptions(backend="ray", concurrency=2))`` on a local Ray it starts (2 actors, 1 thread each).
 
 Each side times its whole job with :func:`avey_b.benchmarking.timing.timed_call` (model load included), measures a
 GEMM rate of the same dtype in the same process before and after, and reports its ``ru_maxrss``; the parent samples
@@ -44,7 +44,7 @@ the embedding head's own forward (``model(input_ids, attention_mask)``) on the s
 beforehand. Overhead = sum(backend) / sum(forward) - 1.
 
 **Late chunking** (one process, alternated): the documents of ``--late-min-tokens`` tokens or more (up to
-``--late-tokens`` tokens in all), ``embed_corpus(chunking="late", chunk_tokens=N)`` against ``embed_corpus`` on
+``--late-tokens`` tokens in all), ``EmbedOptions(chunking="late", chunk_tokens=N)`` against ``embed_corpus`` on
 each chunk's text alone (the chunk's character span from the late run's output); the cosine of each chunk's two
 vectors, beside the cosine of neighbouring chunks' vectors of one document (the scale of a real difference).
 With random weights, and with the pretrained small Avey-B of ``--trained`` when that directory holds a model
@@ -227,15 +227,15 @@ def side(args) -> None:
               "precision": dtype, "device": "cpu", "id_column": "id"}
     g0, load0 = gemm(dtype), load()
     if args.side == "local":
-        from avey_b.apps.embed import embed_corpus
+        from avey_b.apps.embed import EmbedOptions, embed_corpus
 
-        seconds, _, manifest = timed_call(lambda: embed_corpus(model_dir, corpus, out, **common))
+        seconds, _, manifest = timed_call(lambda: embed_corpus(model_dir, corpus, out, EmbedOptions(**common)))
         extra = {"job_seconds_in_manifest": manifest["runs"][-1]["seconds"]}
     elif args.side == "ray":
-        from avey_b.apps.embed import embed_corpus
+        from avey_b.apps.embed import EmbedOptions, embed_corpus
 
-        seconds, _, manifest = timed_call(lambda: embed_corpus(model_dir, corpus, out, backend="ray",
-                                                               concurrency=2, **common))
+        options = EmbedOptions(backend="ray", concurrency=2, **common)
+        seconds, _, manifest = timed_call(lambda: embed_corpus(model_dir, corpus, out, options))
         extra = {"job_seconds_in_manifest": manifest["runs"][-1]["seconds"], "actors": 2, "threads_per_actor":
                  int(os.environ.get("OMP_NUM_THREADS", "0")), "ray_children_maxrss_kb":
                  resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}
@@ -371,7 +371,7 @@ def in_process(args, facts: dict, base: dict) -> None:
     import torch
     from sentence_transformers import SentenceTransformer
 
-    from avey_b.apps.embed import embed_corpus
+    from avey_b.apps.embed import EmbedOptions, embed_corpus
     from avey_b.benchmarking.timing import timed_call
     from avey_b.utils.device import autocast, use_bf16
     from avey_b.utils.records import append_jsonl
@@ -383,8 +383,9 @@ def in_process(args, facts: dict, base: dict) -> None:
 
     def local():
         shutil.rmtree(out, ignore_errors=True)
-        embed_corpus(facts["model_dir"], facts["corpus"], out, shard_size=args.shard_size, progress=False,
-                     max_batch_tokens=args.max_batch_tokens, precision=dtype, device="cpu", id_column="id")
+        embed_corpus(facts["model_dir"], facts["corpus"], out, EmbedOptions(
+            shard_size=args.shard_size, progress=False, max_batch_tokens=args.max_batch_tokens, precision=dtype,
+            device="cpu", id_column="id"))
 
     def st():
         model = SentenceTransformer(facts["model_dir"], device="cpu")
@@ -413,7 +414,7 @@ def overhead(args, facts: dict, base: dict) -> None:
 
     import torch
 
-    from avey_b.apps.embed import Embedder, read_documents, run_shard
+    from avey_b.apps.embed import Embedder, Settings, read_documents, run_shard
     from avey_b.benchmarking.timing import timed_call
     from avey_b.utils.batching import pad_right, token_budget_batches
     from avey_b.utils.device import autocast
@@ -423,8 +424,7 @@ def overhead(args, facts: dict, base: dict) -> None:
     embedder = Embedder(facts["model_dir"], device="cpu", precision=args.precision)
     embedder.load()
     dtype = "bf16" if embedder.bf16 else "fp32"
-    settings = {"chunking": "none", "chunk_tokens": None, "max_tokens": 10**9, "dtype": "float32",
-                "precision": dtype}
+    settings = Settings(max_tokens=10**9, precision=dtype)
     docs = read_documents(facts["corpus"])
     shards = [list(g) for g in iter(lambda: list(itertools.islice(docs, args.shard_size)), [])]
 
@@ -471,7 +471,7 @@ def late_vs_alone(args, facts: dict, base: dict, model_dir: str, weights: str, k
     import pyarrow.parquet as pq
     import torch
 
-    from avey_b.apps.embed import embed_corpus
+    from avey_b.apps.embed import EmbedOptions, embed_corpus
     from avey_b.benchmarking.timing import timed_call
     from avey_b.utils.device import use_bf16
     from avey_b.utils.records import append_jsonl
@@ -482,8 +482,8 @@ def late_vs_alone(args, facts: dict, base: dict, model_dir: str, weights: str, k
     shutil.rmtree(work, ignore_errors=True)
     common = {"shard_size": args.shard_size, "max_batch_tokens": args.max_batch_tokens, "progress": False,
               "precision": dtype, "device": "cpu"}
-    late = lambda out: embed_corpus(model_dir, facts["late_corpus"], out, chunking="late",  # noqa: E731
-                                    chunk_tokens=args.chunk_tokens, id_column="id", **common)
+    late = lambda out: embed_corpus(model_dir, facts["late_corpus"], out, EmbedOptions(  # noqa: E731
+        chunking="late", chunk_tokens=args.chunk_tokens, id_column="id", **common))
     late(work / "late-warmup")
     chunks = pq.read_table(work / "late-warmup").to_pylist()
     texts = {json.loads(line)["id"]: json.loads(line)["text"] for line in open(facts["late_corpus"], encoding="utf-8")}
@@ -491,7 +491,7 @@ def late_vs_alone(args, facts: dict, base: dict, model_dir: str, weights: str, k
     alone_corpus.write_text("".join(json.dumps({"id": f"{c['id']}#{c['chunk']}",
                                                 "text": texts[c["id"]][c["char_start"]:c["char_end"]]}) + "\n"
                                     for c in chunks))
-    alone = lambda out: embed_corpus(model_dir, str(alone_corpus), out, id_column="id", **common)  # noqa: E731
+    alone = lambda out: embed_corpus(model_dir, str(alone_corpus), out, EmbedOptions(id_column="id", **common))  # noqa: E731
     g0, load0 = gemm(dtype), load()
     times: dict[str, list[float]] = {"late": [], "alone": []}
     for r in range(args.late_rounds):

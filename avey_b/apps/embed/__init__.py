@@ -1,0 +1,72 @@
+"""``avey-b embed MODEL INPUT OUTPUT``: embed a corpus into Parquet shards, resumably — one vector per document, or
+one per chunk with late chunking.
+
+    avey-b embed runs/quickstart/model corpus/ vectors/
+    avey-b embed MODEL docs.jsonl vectors/ --id-column doc_id --chunking late --chunk-tokens 256
+    python -c "import pyarrow.parquet as pq; print(pq.read_table('vectors').to_pandas())"
+
+Input: a ``.txt`` file (one document, or one per non-blank line with ``--lines``), a ``.jsonl`` or ``.parquet``
+file (the ``--text-column``), a directory of such files (searched recursively, in sorted order), or ``hf:NAME``
+(a Hugging Face dataset, streamed; ``--hf-config``, ``--hf-split``). Ids come from ``--id-column``, or are made
+up from where each document was read: ``<file>:<line>`` (JSON lines, and text with ``--lines``; lines count from
+1), ``<file>:<row>`` (Parquet; rows count from 0), ``<file>`` (a whole text file) and ``<split>:<row>`` (``hf:``),
+where ``<file>`` is the path relative to a directory INPUT, or the file's name.
+
+Output: OUTPUT holds ``part-00000.parquet``, ... — ``--shard-size`` documents each, in input order; columns
+``id``, ``n_tokens``, ``vector`` (``--dtype`` float32 or float16), and with late chunking one row per chunk with
+``chunk``, ``char_start``, ``char_end`` (``n_tokens`` is then the chunk's) — and ``_manifest.json``: the model
+and the SHA-256 of its files, every setting, counts, run times, and every skipped document with its length
+(``pyarrow.parquet.read_table(OUTPUT)`` reads the shards; names starting with ``_`` or ``.`` are not data).
+
+Resume: each shard is written atomically (a hidden temporary file, then a rename), so a killed job loses at most
+the shard in flight; the same command again skips the finished shards. Run with other settings (model or
+tokenizer files, input contents, columns, chunking, dtype, shard size, ``--max-tokens``, precision) into the same
+OUTPUT, it stops with an error that names each difference: vectors of two settings never share a directory.
+
+Batching: each shard's documents are sorted by length and cut into batches of at most ``--max-batch-tokens``
+padded tokens (``avey-b serve``'s rule, :mod:`avey_b.utils.batching`). A document is never cut: one longer than
+``--max-tokens`` (default: what memory allows, as ``avey-b serve`` computes it) is skipped and listed in the
+manifest with its length. Precision follows the library's policy (bf16 autocast where the device multiplies bf16
+natively, float32 elsewhere; ``--precision``).
+
+Vectors: every Avey-B checkpoint embeds (an embedding model, a masked-LM, a bare backbone): the masked mean of
+the backbone's last hidden state over the document's tokens, L2-normalized when the checkpoint's config says
+``normalize_embeddings`` (True by default) — exactly ``AveyBForSentenceEmbedding``'s ``pooler_output``, and what
+``avey-b serve`` answers. Late chunking (``--chunking late``): one forward over the whole document, then one
+vector per chunk, the mean of the chunk's token states normalized the same way
+(:meth:`avey_b.AveyBForSentenceEmbedding.encode_chunks`); chunks are ``--chunk-tokens`` consecutive text tokens
+(special tokens such as [CLS] belong to no chunk), or the character spans of ``--chunk-spans-column`` (a list of
+``[start, end)`` pairs per document; a span takes the tokens that start inside it).
+
+Ray (``--backend ray``, ``pip install 'avey-b[ray]'``): the same job as a Ray Data pipeline on a cluster
+(``--ray-address auto``, or an address) or a local Ray: this process reads the input in order, in waves of
+``--ray-wave`` (default 8) shards per actor; ``map_batches`` hands each shard to one of ``--concurrency``
+actors that load the model once (``--num-gpus`` each; default 1 where the cluster has GPUs) and write the shard
+into OUTPUT, which must be a filesystem every node sees (and ``avey_b`` installed on every node). Same layout,
+manifest, resume and vectors as the default backend, which never imports Ray.
+
+Python: ``embed_corpus(MODEL, INPUT, OUTPUT, EmbedOptions(chunking="late", chunk_tokens=256))`` runs the same job
+(:class:`avey_b.apps.options.EmbedOptions`: one field per flag) and returns the manifest.
+"""
+
+# The modules, by concern: documents (documents in), chunks (chunk ranges for late chunking), embedder (the model),
+# shards (Parquet shards, the manifest, resume and the rerun check), ray (the Ray backend) and job (the job and the
+# command's runner). This package imports them when one of their names is first asked for, so that ``avey-b embed
+# --help`` (which shows this docstring) imports no torch.
+
+import importlib
+
+_EXPORTS = {
+    "Document": "documents", "read_documents": "documents", "count_documents": "documents",
+    "chunk_ranges": "chunks",
+    "Embedder": "embedder", "local_model_dir": "embedder",
+    "MANIFEST": "shards", "SHARD": "shards", "Settings": "shards", "run_shard": "shards",
+    "EmbedOptions": "job", "embed_corpus": "job", "run": "job",
+}
+__all__ = list(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)

@@ -1,0 +1,163 @@
+"""The job of ``avey-b embed`` (the package docstring is its guide): :func:`embed_corpus`, the Python API, and
+:func:`run`, the command's runner."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import itertools
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import torch
+
+from avey_b.apps.embed.documents import Document, check_columns, count_documents, read_documents
+from avey_b.apps.embed.embedder import Embedder, local_model_dir
+from avey_b.apps.embed.ray import RayBackend, run_on_ray
+from avey_b.apps.embed.shards import (
+    MANIFEST,
+    SHARD,
+    Settings,
+    check_rerun,
+    documents_done,
+    finish_manifest,
+    found_shard,
+    previous_manifest,
+    run_shard,
+    start_manifest,
+)
+from avey_b.apps.options import EmbedOptions
+from avey_b.utils.batching import default_max_tokens
+from avey_b.utils.device import pick_device, use_bf16
+from avey_b.utils.files import content_hash, sha256_of_file
+from avey_b.utils.progress import Progress
+from avey_b.utils.records import utc_timestamp, write_json_atomic
+
+#: The files whose SHA-256 the manifest records: a rerun with other weights or another tokenizer is refused.
+MODEL_FILES = ("config.json", "*.safetensors", "pytorch_model*.bin")
+TOKENIZER_FILES = ("tokenizer*.json", "special_tokens_map.json", "vocab.*", "merges.txt", "*.model")
+
+
+def file_hashes(directory: Path, patterns: tuple[str, ...]) -> dict[str, str]:
+    """SHA-256 of each file of ``directory`` matching ``patterns`` (name -> hex)."""
+    names = sorted({p.name for pattern in patterns for p in directory.glob(pattern) if p.is_file()})
+    return {name: sha256_of_file(directory / name) for name in names}
+
+
+def record_settings(embedder: Embedder, source: str, options: EmbedOptions, previous: dict | None) -> Settings:
+    """What the vectors depend on, from the options: the model's and tokenizer's files, the input, and the options
+    that change a vector or the layout, resolved (``max_tokens``, precision)."""
+    hf = source.startswith("hf:")
+    max_tokens = options.max_tokens
+    if max_tokens is None:  # what memory allows; on a rerun, what the first run used (memory differs run to run)
+        max_tokens = (previous or {}).get("settings", {}).get("max_tokens") or default_max_tokens(
+            embedder.config.hidden_size)
+    return Settings(
+        model_sha256=file_hashes(embedder.model_dir, MODEL_FILES),
+        tokenizer_sha256=file_hashes(embedder.model_dir, TOKENIZER_FILES),
+        input_sha256=None if hf else content_hash(source),
+        hf_dataset={"name": source[3:], "config": options.hf_config, "split": options.hf_split} if hf else None,
+        lines=options.lines, text_column=options.text_column, id_column=options.id_column,
+        chunking=options.chunking, chunk_tokens=options.chunk_tokens, chunk_spans_column=options.chunk_spans_column,
+        dtype=options.dtype, shard_size=options.shard_size, max_tokens=max_tokens,
+        precision="bf16" if embedder.bf16 else "fp32")
+
+
+def _check_new_ids(group: list[Document], seen: dict[str, str]) -> None:
+    """Refuse an id met before (``seen``: id → where it was read), and record ``group``'s."""
+    for d in group:
+        if d.id in seen:
+            raise ValueError(f"{d.where}: duplicate id {d.id!r} (first at {seen[d.id]})")
+        seen[d.id] = d.where
+
+
+def _embed_shards(docs: Iterator[Document], out: Path, embedder: Embedder, settings: Settings, manifest: dict,
+                  run: dict, bar: Progress, options: EmbedOptions, ray: RayBackend | None) -> tuple[dict[int, dict], int]:
+    """Cut ``docs`` into shards and embed those not written yet — here, or on Ray in waves of ``ray_wave *
+    concurrency`` shards — recording each written shard in the manifest; return every shard's metadata (by number)
+    and how many documents were read."""
+    seen, infos, pending, tokens, started = {}, {}, [], 0, time.monotonic()
+
+    def written(info: dict) -> None:
+        nonlocal tokens
+        infos[info["shard"]] = info
+        run["shards_written"] += 1
+        write_json_atomic(out / MANIFEST, manifest)  # the run's record says how far it got
+        tokens += info["tokens"]
+        elapsed = time.monotonic() - started
+        bar.update(info["documents"], **{"tokens/s": tokens / elapsed if elapsed > 0 else 0.0})
+
+    def flush() -> None:  # the Ray backend's shards read so far: one Ray Data pipeline
+        for info in run_on_ray(pending, embedder.model_dir, out, settings, options.max_batch_tokens, ray):
+            written(info)
+        pending.clear()
+
+    for k in itertools.count():
+        group = list(itertools.islice(docs, settings.shard_size))
+        if not group:
+            break
+        _check_new_ids(group, seen)
+        path = out / SHARD.format(k)
+        if path.exists():
+            infos[k] = found_shard(path, group)
+            run["shards_found"] += 1
+        elif ray is None:
+            written(run_shard(embedder, k, group, out, settings, options.max_batch_tokens))
+        else:
+            pending.append((k, group))
+        if ray is not None and len(pending) == ray.shards_per_pipeline:
+            flush()
+    if pending:
+        flush()
+    return infos, len(seen)
+
+
+def embed_corpus(model: str, source: str, output: str | os.PathLike, options: EmbedOptions = EmbedOptions()) -> dict:
+    """Embed the documents of ``source`` into Parquet shards under ``output`` and return the manifest; rerun with
+    the same settings, finish what a killed run left. ``model``, ``source``, ``output`` and ``options`` are the
+    arguments of ``avey-b embed`` (the package docstring)."""
+    try:
+        import pyarrow  # noqa: F401
+    except ImportError:
+        raise ImportError("avey-b embed writes Parquet with pyarrow: pip install 'avey-b[embed]'") from None
+    check_columns(source, options)
+    out = Path(output)
+    previous = previous_manifest(out)
+
+    with contextlib.ExitStack() as cleanup:  # a Ray started here is shut down however the job ends
+        model_dir = local_model_dir(model)
+        ray = RayBackend.start(options, cleanup) if options.backend == "ray" else None
+        target = torch.device(ray.device) if ray else pick_device(options.device)  # where the forwards run
+        resolved = "bf16" if use_bf16(options.precision, target) else "fp32"
+        embedder = Embedder(model_dir, device="cpu" if ray else options.device, precision=resolved)
+        recorded = record_settings(embedder, source, options, previous)
+        check_rerun(out, previous, recorded)
+        run = {"started": utc_timestamp(), "device": str(target), "max_batch_tokens": options.max_batch_tokens,
+               "backend": options.backend, "shards_found": 0, "shards_written": 0}
+        if ray:
+            run.update(ray_address=options.ray_address, concurrency=ray.concurrency, num_gpus=ray.num_gpus)
+        manifest = start_manifest(out, model, source, embedder, recorded, previous, run)
+
+        started = time.monotonic()
+        total = count_documents(source, options)
+        with Progress(total, f"embed {Path(source).name}", unit="doc", initial=documents_done(out),
+                      enabled=options.progress) as bar:
+            infos, documents = _embed_shards(read_documents(source, options), out, embedder, recorded, manifest,
+                                             run, bar, options, ray)
+        finish_manifest(out, source, manifest, run, infos, documents, started)
+        return manifest
+
+
+def run(args: argparse.Namespace) -> int:
+    """``avey-b embed MODEL INPUT OUTPUT [options]`` (parsed by :func:`avey_b.apps.options.embed_parser`)."""
+    options = EmbedOptions(**{f.name: getattr(args, f.name) for f in dataclasses.fields(EmbedOptions)})
+    manifest = embed_corpus(args.model, args.input, args.output, options)
+    counts, last = manifest["counts"], manifest["runs"][-1]
+    print(f"embedded {counts['embedded']:,} of {counts['documents']:,} documents ({counts['rows']:,} vectors, "
+          f"{counts['tokens']:,} tokens) into {args.output}: {last['shards_written']} shard(s) written, "
+          f"{last['shards_found']} found done, {counts['skipped']} document(s) skipped (listed in "
+          f"{Path(args.output) / MANIFEST})", flush=True)
+    return 0

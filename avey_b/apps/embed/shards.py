@@ -1,0 +1,232 @@
+"""OUTPUT of ``avey-b embed``: the Parquet shards (each written atomically, with its metadata in the file), the
+manifest (``_manifest.json``), resuming a killed run, and the check that refuses to mix vectors of other settings.
+pyarrow (the ``embed`` extra) is imported where a shard is written or read.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from avey_b.apps.embed.chunks import chunk_ranges
+from avey_b.apps.embed.documents import Document
+from avey_b.apps.embed.embedder import Embedder
+from avey_b.utils.files import load_json
+from avey_b.utils.records import TMP_SUFFIX, utc_timestamp, write_bytes_atomic, write_json_atomic
+
+MANIFEST = "_manifest.json"
+SHARD = "part-{:05d}.parquet"
+FORMAT = "avey-b embed 1"
+METADATA_KEY = b"avey_b.apps.embed"
+POOLING = ("masked mean of the backbone's last hidden state over the document's tokens (per chunk: over the "
+           "chunk's tokens, from one forward over the whole document), L2-normalized when the config's "
+           "normalize_embeddings is true")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What the vectors depend on — the model's and tokenizer's files, the input, the options that change a vector
+    or the layout — recorded as the manifest's ``settings``; a rerun into the same OUTPUT must match them, field by
+    field. Built by :func:`avey_b.apps.embed.job.record_settings` from the options; the shards read ``chunking``,
+    ``chunk_tokens``, ``max_tokens`` and ``dtype``."""
+
+    model_sha256: dict[str, str] = field(default_factory=dict)
+    """SHA-256 of the model's files (config, weights), by name."""
+    tokenizer_sha256: dict[str, str] = field(default_factory=dict)
+    input_sha256: str | None = None
+    """Of the input file or directory; None for ``hf:`` input."""
+    hf_dataset: dict | None = None
+    """``hf:`` input: ``{"name", "config", "split"}``."""
+    lines: bool = False
+    text_column: str = "text"
+    id_column: str | None = None
+    chunking: str = "none"
+    chunk_tokens: int | None = None
+    chunk_spans_column: str | None = None
+    dtype: str = "float32"
+    shard_size: int = 1000
+    max_tokens: int | None = None
+    """Resolved: the option, or what memory allowed the first run."""
+    precision: str = "fp32"
+    """Resolved: ``bf16`` or ``fp32``."""
+
+    @classmethod
+    def from_json(cls, data: dict) -> Settings:
+        """The settings of a manifest (a field it lacks reads as None, and is a difference)."""
+        return cls(**{f.name: data.get(f.name) for f in dataclasses.fields(cls)})
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def differences(self, now: Settings) -> list[str]:
+        """Each field that differs, by name: ``"dtype: 'float32' then, 'float16' now"`` (hashes shortened)."""
+        short = lambda v: {k: h[:12] for k, h in v.items()} if isinstance(v, dict) else v  # noqa: E731
+        names = sorted(f.name for f in dataclasses.fields(self))
+        return [f"{k}: {short(getattr(self, k))!r} then, {short(getattr(now, k))!r} now" for k in names
+                if getattr(self, k) != getattr(now, k)]
+
+
+# ------------------------------------------------------------------------------------------------------ shards
+def write_shard(path: Path, table) -> None:
+    """Write one shard atomically (the test of resuming interrupts the job here)."""
+    import pyarrow.parquet as pq
+
+    write_bytes_atomic(path, lambda f: pq.write_table(table, f))
+
+
+def shard_info(path: Path) -> dict:
+    """The metadata a shard carries: its number, documents, first and last ids, rows, tokens, skipped documents."""
+    import pyarrow.parquet as pq
+
+    return json.loads(pq.read_schema(path).metadata[METADATA_KEY])
+
+
+def _table(rows: list[dict], late: bool, dim: int, dtype: str, info: dict):
+    import numpy as np
+    import pyarrow as pa
+
+    vectors = np.stack([r["vector"] for r in rows]) if rows else np.zeros((0, dim))
+    flat = pa.array(vectors.astype(dtype).reshape(-1))
+    columns = {"id": pa.array([r["id"] for r in rows], pa.string())}
+    if late:
+        columns["chunk"] = pa.array([r["chunk"] for r in rows], pa.int32())
+        columns["char_start"] = pa.array([r["char_start"] for r in rows], pa.int64())
+        columns["char_end"] = pa.array([r["char_end"] for r in rows], pa.int64())
+    columns["n_tokens"] = pa.array([r["n_tokens"] for r in rows], pa.int32())
+    columns["vector"] = pa.FixedSizeListArray.from_arrays(flat, dim)
+    table = pa.table(columns)
+    return table.replace_schema_metadata({METADATA_KEY: json.dumps(info).encode()})
+
+
+def _embed_shard(embedder: Embedder, docs: list[Document], settings: Settings, max_batch_tokens: int
+                 ) -> tuple[list[dict], list[dict], int]:
+    """The rows of one shard in input order, its skipped documents, and the tokens it embedded."""
+    late = settings.chunking == "late"
+    enc = embedder.tokenize([d.text for d in docs], offsets=late)
+    work, skipped = [], []
+    for i, doc in enumerate(docs):
+        ids = enc["input_ids"][i]
+        if len(ids) > settings.max_tokens:
+            skipped.append({"id": doc.id, "n_tokens": len(ids),
+                            "reason": f"longer than max_tokens ({settings.max_tokens:,}); never cut"})
+            continue
+        ranges = None
+        if late:
+            try:
+                ranges = chunk_ranges(enc["offset_mapping"][i], enc["special_tokens_mask"][i],
+                                      chunk_tokens=settings.chunk_tokens, char_spans=doc.spans)
+            except ValueError as error:
+                raise ValueError(f"{doc.where}: {error}") from None
+            if not ranges:
+                skipped.append({"id": doc.id, "n_tokens": len(ids), "reason": "no text tokens to chunk"})
+                continue
+        work.append((doc, ids, ranges))
+    chunks = [[r[:2] for r in ranges] for _, _, ranges in work] if late else None
+    vectors = embedder.embed([ids for _, ids, _ in work], chunks, max_batch_tokens)
+    rows = []
+    for (doc, ids, ranges), v in zip(work, vectors, strict=True):
+        if not late:
+            rows.append({"id": doc.id, "n_tokens": len(ids), "vector": v.numpy()})
+            continue
+        for c, (t0, t1, c0, c1) in enumerate(ranges):
+            rows.append({"id": doc.id, "chunk": c, "char_start": c0, "char_end": c1, "n_tokens": t1 - t0,
+                         "vector": v[c].numpy()})
+    return rows, skipped, sum(len(ids) for _, ids, _ in work)
+
+
+def run_shard(embedder: Embedder, k: int, group: list[Document], out: Path, settings: Settings,
+              max_batch_tokens: int) -> dict:
+    """Embed shard ``k`` (documents ``group``), write it atomically, and return what its metadata records."""
+    rows, skipped, tokens = _embed_shard(embedder, group, settings, max_batch_tokens)
+    info = {"shard": k, "documents": len(group), "first_id": group[0].id, "last_id": group[-1].id,
+            "rows": len(rows), "tokens": tokens, "skipped": skipped}
+    table = _table(rows, settings.chunking == "late", embedder.config.hidden_size, settings.dtype, info)
+    write_shard(out / SHARD.format(k), table)
+    return info
+
+
+def found_shard(path: Path, group: list[Document]) -> dict:
+    """The metadata of shard ``path``, written by an earlier run; refused unless it holds ``group``'s documents."""
+    info = shard_info(path)
+    if (info["documents"], info["first_id"], info["last_id"]) != (len(group), group[0].id, group[-1].id):
+        raise ValueError(f"{path} was written from other documents (ids {info['first_id']!r}..."
+                         f"{info['last_id']!r}, {info['documents']}) than the input's "
+                         f"{group[0].id!r}...{group[-1].id!r} ({len(group)})")
+    return info
+
+
+def documents_done(out: Path) -> int:
+    """The documents of the shards already in ``out``."""
+    return sum(shard_info(p)["documents"] for p in out.glob("part-*.parquet"))
+
+
+# ---------------------------------------------------------------------------------------------------- manifest
+def previous_manifest(out: Path) -> dict | None:
+    """The manifest of the run to resume in ``out`` (None: a new or empty directory, or one with no shard yet);
+    refuses a directory that is not an ``avey-b embed`` output."""
+    previous = load_json(out / MANIFEST) if (out / MANIFEST).exists() else None
+    if previous is None and out.exists() and any(p for p in out.iterdir() if not p.name.startswith(".")):
+        raise ValueError(f"{out} is not empty and holds no {MANIFEST}: it is not an avey-b embed output; give a new "
+                         "or empty directory")
+    if previous is not None and previous.get("format") != FORMAT:
+        raise ValueError(f"{out / MANIFEST} is not an {FORMAT!r} manifest (format {previous.get('format')!r})")
+    if previous is not None and not any(out.glob("part-*.parquet")):
+        previous = None  # no shard written yet (e.g. the first run stopped at a bad row): nothing to mix with
+    return previous
+
+
+def check_rerun(out: Path, previous: dict | None, settings: Settings) -> None:
+    """Refuse to add vectors of other settings to ``out``, naming each difference."""
+    if previous is not None:
+        diff = Settings.from_json(previous["settings"]).differences(settings)
+        if diff:
+            raise ValueError(f"{out} holds vectors made with other settings — " + "; ".join(diff) + ". Give another "
+                             "output directory, or rerun with the settings it was made with")
+
+
+def start_manifest(out: Path, model: str, source: str, embedder: Embedder, settings: Settings,
+                   previous: dict | None, run: dict) -> dict:
+    """Make ``out``, clear what a killed run left in flight, and write the manifest of a running job (``run``
+    appended to the earlier runs); return it."""
+    out.mkdir(parents=True, exist_ok=True)
+    for pattern in (".part-*", f".{MANIFEST}.*"):  # a shard, or the manifest, in flight when a run was killed
+        for stale in out.glob(pattern + TMP_SUFFIX):
+            stale.unlink()
+    if settings.id_column:
+        ids = f"column {settings.id_column!r}"
+    elif settings.hf_dataset:
+        ids = f"made up: {settings.hf_dataset['split']}:<row>"
+    else:
+        ids = ("made up: <file>:<line> (.jsonl; .txt with --lines), <file>:<row> (.parquet, from 0), <file> (a whole "
+               ".txt), <file> relative to the input directory")
+    manifest = {
+        "format": FORMAT, "status": "running",
+        "model": {"path": str(model), "architecture": embedder.architecture, "pooling": POOLING,
+                  "normalize_embeddings": bool(getattr(embedder.config, "normalize_embeddings", True)),
+                  "dim": embedder.config.hidden_size},
+        "input": {"source": str(source), "ids": ids},
+        "settings": settings.to_json(), "runs": [*(previous or {}).get("runs", []), run],
+    }
+    write_json_atomic(out / MANIFEST, manifest)
+    return manifest
+
+
+def finish_manifest(out: Path, source: str, manifest: dict, run: dict, infos: dict[int, dict], documents: int,
+                    started: float) -> None:
+    """Mark the manifest complete, with the counts (``documents`` read in all), the shards and the skipped
+    documents, and write it."""
+    if not infos:
+        raise ValueError(f"{source} holds no documents")
+    shards = [{"file": SHARD.format(k), **{key: infos[k][key] for key in ("documents", "rows", "tokens")}}
+              for k in sorted(infos)]
+    skipped = [s for k in sorted(infos) for s in infos[k]["skipped"]]
+    run.update(finished=utc_timestamp(), seconds=round(time.monotonic() - started, 3))
+    manifest.update(status="complete", counts={
+        "documents": documents, "embedded": documents - len(skipped), "skipped": len(skipped),
+        "rows": sum(s["rows"] for s in shards), "tokens": sum(s["tokens"] for s in shards), "shards": len(shards),
+        "seconds": round(sum(r.get("seconds", 0.0) for r in manifest["runs"]), 3)},
+        shards=shards, skipped=skipped)
+    write_json_atomic(out / MANIFEST, manifest)
