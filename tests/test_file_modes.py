@@ -10,7 +10,12 @@ from transformers import BertConfig, BertForMaskedLM
 
 from avey_b import AveyBForMaskedLM
 from avey_b.model import presets
-from avey_b.utils.records import save_pretrained_atomic, write_bytes_atomic, write_json_atomic, write_text_atomic
+from avey_b.utils.records import (
+    save_pretrained_atomic,
+    write_bytes_atomic,
+    write_json_atomic,
+    write_text_atomic,
+)
 
 
 @pytest.fixture(params=[0o022, 0o077, 0o002])
