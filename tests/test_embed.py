@@ -21,7 +21,7 @@ from conftest import seeded
 from avey_b import AveyBForMaskedLM, AveyBForSentenceEmbedding
 from avey_b import testing as toy
 from avey_b.apps.embed import MANIFEST, EmbedOptions, embed_corpus, job, shards
-from avey_b.apps.embed.embedder import Embedder
+from avey_b.apps.encoder import Encoder
 from avey_b.model import presets
 
 pa = pytest.importorskip("pyarrow")
@@ -156,9 +156,9 @@ def test_a_killed_job_resumes_without_recomputing_finished_shards(tmp_path, mode
     first = (tmp_path / "out" / "part-00000.parquet").stat()
 
     monkeypatch.setattr(shards, "write_shard", lambda path, table: (written.append(path.name), write(path, table)))
-    forward = Embedder.forward
-    monkeypatch.setattr(Embedder, "forward",
-                        lambda self, ids: (forwarded.extend(map(len, ids)), forward(self, ids))[1])
+    forward = Encoder.hidden_states
+    monkeypatch.setattr(Encoder, "hidden_states", lambda self, batch, mask: (
+        forwarded.extend(int(n) for n in mask.sum(1)), forward(self, batch, mask))[1])
     manifest = run(model_dir, tmp_path / "d.jsonl", tmp_path / "out")
     assert written == ["part-00000.parquet", "part-00001.parquet", "part-00002.parquet", "part-00003.parquet"]
     tok_lengths = [len(t) for t in head_lengths(model_dir, docs)]

@@ -414,15 +414,14 @@ def overhead(args, facts: dict, base: dict) -> None:
 
     import torch
 
-    from avey_b.apps.embed import Embedder, Settings, read_documents, run_shard
+    from avey_b.apps.embed import Settings, encoder_for, read_documents, run_shard
     from avey_b.benchmarking.timing import timed_call
     from avey_b.utils.batching import pad_right, token_budget_batches
     from avey_b.utils.device import autocast
     from avey_b.utils.records import append_jsonl
 
     torch.set_num_threads(args.threads)
-    embedder = Embedder(facts["model_dir"], device="cpu", precision=args.precision)
-    embedder.load()
+    embedder = encoder_for(facts["model_dir"], device="cpu", precision=args.precision).load()
     dtype = "bf16" if embedder.bf16 else "fp32"
     settings = Settings(max_tokens=10**9, precision=dtype)
     docs = read_documents(facts["corpus"])

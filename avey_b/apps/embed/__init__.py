@@ -59,7 +59,7 @@ import importlib
 _EXPORTS = {
     "Document": "documents", "read_documents": "documents", "count_documents": "documents",
     "chunk_ranges": "chunks",
-    "Embedder": "embedder", "local_model_dir": "embedder",
+    "encoder_for": "embedder", "embed_ids": "embedder", "local_model_dir": "embedder",
     "MANIFEST": "shards", "SHARD": "shards", "Settings": "shards", "run_shard": "shards",
     "EmbedOptions": "job", "embed_corpus": "job", "run": "job",
 }

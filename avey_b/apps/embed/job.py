@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from avey_b.apps.embed.documents import Document, check_columns, count_documents, read_documents
-from avey_b.apps.embed.embedder import Embedder, local_model_dir
+from avey_b.apps.embed.embedder import encoder_for, local_model_dir
 from avey_b.apps.embed.ray import RayBackend, run_on_ray
 from avey_b.apps.embed.shards import (
     MANIFEST,
@@ -29,6 +29,7 @@ from avey_b.apps.embed.shards import (
     run_shard,
     start_manifest,
 )
+from avey_b.apps.encoder import Encoder
 from avey_b.apps.options import EmbedOptions
 from avey_b.utils.batching import default_max_tokens
 from avey_b.utils.device import pick_device, use_bf16
@@ -47,23 +48,23 @@ def file_hashes(directory: Path, patterns: tuple[str, ...]) -> dict[str, str]:
     return {name: sha256_of_file(directory / name) for name in names}
 
 
-def record_settings(embedder: Embedder, source: str, options: EmbedOptions, previous: dict | None) -> Settings:
+def record_settings(encoder: Encoder, source: str, options: EmbedOptions, previous: dict | None) -> Settings:
     """What the vectors depend on, from the options: the model's and tokenizer's files, the input, and the options
     that change a vector or the layout, resolved (``max_tokens``, precision)."""
     hf = source.startswith("hf:")
     max_tokens = options.max_tokens
     if max_tokens is None:  # what memory allows; on a rerun, what the first run used (memory differs run to run)
         max_tokens = (previous or {}).get("settings", {}).get("max_tokens") or default_max_tokens(
-            embedder.config.hidden_size)
+            encoder.config.hidden_size)
     return Settings(
-        model_sha256=file_hashes(embedder.model_dir, MODEL_FILES),
-        tokenizer_sha256=file_hashes(embedder.model_dir, TOKENIZER_FILES),
+        model_sha256=file_hashes(encoder.path, MODEL_FILES),
+        tokenizer_sha256=file_hashes(encoder.path, TOKENIZER_FILES),
         input_sha256=None if hf else content_hash(source),
         hf_dataset={"name": source[3:], "config": options.hf_config, "split": options.hf_split} if hf else None,
         lines=options.lines, text_column=options.text_column, id_column=options.id_column,
         chunking=options.chunking, chunk_tokens=options.chunk_tokens, chunk_spans_column=options.chunk_spans_column,
         dtype=options.dtype, shard_size=options.shard_size, max_tokens=max_tokens,
-        precision="bf16" if embedder.bf16 else "fp32")
+        precision="bf16" if encoder.bf16 else "fp32")
 
 
 def _check_new_ids(group: list[Document], seen: dict[str, str]) -> None:
@@ -74,7 +75,7 @@ def _check_new_ids(group: list[Document], seen: dict[str, str]) -> None:
         seen[d.id] = d.where
 
 
-def _embed_shards(docs: Iterator[Document], out: Path, embedder: Embedder, settings: Settings, manifest: dict,
+def _embed_shards(docs: Iterator[Document], out: Path, encoder: Encoder, settings: Settings, manifest: dict,
                   run: dict, bar: Progress, options: EmbedOptions, ray: RayBackend | None) -> tuple[dict[int, dict], int]:
     """Cut ``docs`` into shards and embed those not written yet — here, or on Ray in waves of ``ray_wave *
     concurrency`` shards — recording each written shard in the manifest; return every shard's metadata (by number)
@@ -91,7 +92,7 @@ def _embed_shards(docs: Iterator[Document], out: Path, embedder: Embedder, setti
         bar.update(info["documents"], **{"tokens/s": tokens / elapsed if elapsed > 0 else 0.0})
 
     def flush() -> None:  # the Ray backend's shards read so far: one Ray Data pipeline
-        for info in run_on_ray(pending, embedder.model_dir, out, settings, options.max_batch_tokens, ray):
+        for info in run_on_ray(pending, encoder.path, out, settings, options.max_batch_tokens, ray):
             written(info)
         pending.clear()
 
@@ -105,7 +106,7 @@ def _embed_shards(docs: Iterator[Document], out: Path, embedder: Embedder, setti
             infos[k] = found_shard(path, group)
             run["shards_found"] += 1
         elif ray is None:
-            written(run_shard(embedder, k, group, out, settings, options.max_batch_tokens))
+            written(run_shard(encoder, k, group, out, settings, options.max_batch_tokens))
         else:
             pending.append((k, group))
         if ray is not None and len(pending) == ray.shards_per_pipeline:
@@ -132,20 +133,20 @@ def embed_corpus(model: str, source: str, output: str | os.PathLike, options: Em
         ray = RayBackend.start(options, cleanup) if options.backend == "ray" else None
         target = torch.device(ray.device) if ray else pick_device(options.device)  # where the forwards run
         resolved = "bf16" if use_bf16(options.precision, target) else "fp32"
-        embedder = Embedder(model_dir, device="cpu" if ray else options.device, precision=resolved)
-        recorded = record_settings(embedder, source, options, previous)
+        encoder = encoder_for(model_dir, device="cpu" if ray else options.device, precision=resolved)
+        recorded = record_settings(encoder, source, options, previous)
         check_rerun(out, previous, recorded)
         run = {"started": utc_timestamp(), "device": str(target), "max_batch_tokens": options.max_batch_tokens,
                "backend": options.backend, "shards_found": 0, "shards_written": 0}
         if ray:
             run.update(ray_address=options.ray_address, concurrency=ray.concurrency, num_gpus=ray.num_gpus)
-        manifest = start_manifest(out, model, source, embedder, recorded, previous, run)
+        manifest = start_manifest(out, model, source, encoder, recorded, previous, run)
 
         started = time.monotonic()
         total = count_documents(source, options)
         with Progress(total, f"embed {Path(source).name}", unit="doc", initial=documents_done(out),
                       enabled=options.progress) as bar:
-            infos, documents = _embed_shards(read_documents(source, options), out, embedder, recorded, manifest,
+            infos, documents = _embed_shards(read_documents(source, options), out, encoder, recorded, manifest,
                                              run, bar, options, ray)
         finish_manifest(out, source, manifest, run, infos, documents, started)
         return manifest

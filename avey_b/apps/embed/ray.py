@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from avey_b.apps.embed.documents import Document
-from avey_b.apps.embed.embedder import Embedder
+from avey_b.apps.embed.embedder import encoder_for
 from avey_b.apps.embed.shards import Settings, run_shard
 from avey_b.apps.options import EmbedOptions
 from avey_b.utils.cluster import cluster_gpus, start_ray
@@ -50,14 +50,14 @@ class RayShardWriter:
     every node sees)."""
 
     def __init__(self, model_dir: str, out: str, settings: Settings, max_batch_tokens: int, device: str):
-        self.embedder = Embedder(model_dir, device=device, precision=settings.precision)
+        self.encoder = encoder_for(model_dir, device=device, precision=settings.precision)
         self.out, self.settings, self.max_batch_tokens = Path(out), settings, max_batch_tokens
 
     def __call__(self, batch: dict) -> dict:
         infos = []
         for k, docs in zip(batch["shard"], batch["docs"], strict=True):
             group = [Document(**d) for d in json.loads(docs)]
-            info = run_shard(self.embedder, int(k), group, self.out, self.settings, self.max_batch_tokens)
+            info = run_shard(self.encoder, int(k), group, self.out, self.settings, self.max_batch_tokens)
             infos.append(json.dumps(info))
         return {"info": infos}
 

@@ -13,7 +13,8 @@ from pathlib import Path
 
 from avey_b.apps.embed.chunks import chunk_ranges
 from avey_b.apps.embed.documents import Document
-from avey_b.apps.embed.embedder import Embedder
+from avey_b.apps.embed.embedder import embed_ids
+from avey_b.apps.encoder import Encoder
 from avey_b.utils.files import load_json
 from avey_b.utils.records import TMP_SUFFIX, utc_timestamp, write_bytes_atomic, write_json_atomic
 
@@ -101,11 +102,11 @@ def _table(rows: list[dict], late: bool, dim: int, dtype: str, info: dict):
     return table.replace_schema_metadata({METADATA_KEY: json.dumps(info).encode()})
 
 
-def _embed_shard(embedder: Embedder, docs: list[Document], settings: Settings, max_batch_tokens: int
+def _embed_shard(encoder: Encoder, docs: list[Document], settings: Settings, max_batch_tokens: int
                  ) -> tuple[list[dict], list[dict], int]:
     """The rows of one shard in input order, its skipped documents, and the tokens it embedded."""
     late = settings.chunking == "late"
-    enc = embedder.tokenize([d.text for d in docs], offsets=late)
+    enc = encoder.tokenize([d.text for d in docs], offsets=late)
     work, skipped = [], []
     for i, doc in enumerate(docs):
         ids = enc["input_ids"][i]
@@ -125,7 +126,7 @@ def _embed_shard(embedder: Embedder, docs: list[Document], settings: Settings, m
                 continue
         work.append((doc, ids, ranges))
     chunks = [[r[:2] for r in ranges] for _, _, ranges in work] if late else None
-    vectors = embedder.embed([ids for _, ids, _ in work], chunks, max_batch_tokens)
+    vectors = embed_ids(encoder, [ids for _, ids, _ in work], chunks, max_batch_tokens)
     rows = []
     for (doc, ids, ranges), v in zip(work, vectors, strict=True):
         if not late:
@@ -137,13 +138,13 @@ def _embed_shard(embedder: Embedder, docs: list[Document], settings: Settings, m
     return rows, skipped, sum(len(ids) for _, ids, _ in work)
 
 
-def run_shard(embedder: Embedder, k: int, group: list[Document], out: Path, settings: Settings,
+def run_shard(encoder: Encoder, k: int, group: list[Document], out: Path, settings: Settings,
               max_batch_tokens: int) -> dict:
     """Embed shard ``k`` (documents ``group``), write it atomically, and return what its metadata records."""
-    rows, skipped, tokens = _embed_shard(embedder, group, settings, max_batch_tokens)
+    rows, skipped, tokens = _embed_shard(encoder, group, settings, max_batch_tokens)
     info = {"shard": k, "documents": len(group), "first_id": group[0].id, "last_id": group[-1].id,
             "rows": len(rows), "tokens": tokens, "skipped": skipped}
-    table = _table(rows, settings.chunking == "late", embedder.config.hidden_size, settings.dtype, info)
+    table = _table(rows, settings.chunking == "late", encoder.config.hidden_size, settings.dtype, info)
     write_shard(out / SHARD.format(k), table)
     return info
 
@@ -187,7 +188,7 @@ def check_rerun(out: Path, previous: dict | None, settings: Settings) -> None:
                              "output directory, or rerun with the settings it was made with")
 
 
-def start_manifest(out: Path, model: str, source: str, embedder: Embedder, settings: Settings,
+def start_manifest(out: Path, model: str, source: str, encoder: Encoder, settings: Settings,
                    previous: dict | None, run: dict) -> dict:
     """Make ``out``, clear what a killed run left in flight, and write the manifest of a running job (``run``
     appended to the earlier runs); return it."""
@@ -204,9 +205,9 @@ def start_manifest(out: Path, model: str, source: str, embedder: Embedder, setti
                ".txt), <file> relative to the input directory")
     manifest = {
         "format": FORMAT, "status": "running",
-        "model": {"path": str(model), "architecture": embedder.architecture, "pooling": POOLING,
-                  "normalize_embeddings": bool(getattr(embedder.config, "normalize_embeddings", True)),
-                  "dim": embedder.config.hidden_size},
+        "model": {"path": str(model), "architecture": encoder.architecture, "pooling": POOLING,
+                  "normalize_embeddings": bool(getattr(encoder.config, "normalize_embeddings", True)),
+                  "dim": encoder.config.hidden_size},
         "input": {"source": str(source), "ids": ids},
         "settings": settings.to_json(), "runs": [*(previous or {}).get("runs", []), run],
     }
