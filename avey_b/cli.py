@@ -100,9 +100,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"avey-b: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
         return 2
     if debug:
-        return int(runner(name)(parse(name, rest)) or 0)
+        args = parse(name, rest)  # before the runner is imported: --help and usage errors import no torch
+        return int(runner(name)(args) or 0)
     try:
-        return int(runner(name)(parse(name, rest)) or 0)
+        args = parse(name, rest)
+        return int(runner(name)(args) or 0)
     except Exception as error:  # noqa: BLE001 -- one clear line for the user; --debug shows the traceback
         print(f"avey-b {name}: error: {_message(error)}\n(run with --debug for the traceback)", file=sys.stderr)
         return 1

@@ -211,10 +211,11 @@ def describe(root) -> str:
 def add_arguments(parser, cls, *, exclude=(), include=None, defaults: bool | dict = True,
                   choices: dict | None = None) -> list[str]:
     """One flag per field of the dataclass ``cls`` on ``parser`` (a parser or an argument group): ``--field-name``,
-    typed by the field's annotation (``bool``: ``--x`` / ``--no-x``), documented by its docstring, stored under the
-    field's name. ``include`` / ``exclude``: which fields. ``defaults``: True, the dataclass's defaults; a mapping,
-    those defaults changed for some fields; False, a flag not given is absent from the namespace (so that it can
-    override a file). ``choices``: field -> allowed values. Returns the field names added."""
+    typed by the field's annotation (``bool``: ``--x`` / ``--no-x``; ``list[T]``: ``--x A B ...``), documented by its
+    docstring, stored under the field's name; a field without a default is a required flag. ``include`` /
+    ``exclude``: which fields. ``defaults``: True, the dataclass's defaults; a mapping, those defaults changed for
+    some fields; False, a flag not given is absent from the namespace (so that it can override a file).
+    ``choices``: field -> allowed values. Returns the field names added."""
     hints, docs, added = get_type_hints(cls), field_docs(cls), []
     for f in dataclasses.fields(cls):
         if f.name in exclude or (include is not None and f.name not in include):
@@ -222,18 +223,27 @@ def add_arguments(parser, cls, *, exclude=(), include=None, defaults: bool | dic
         typ = hints[f.name]
         if isinstance(typ, types.UnionType) or typing.get_origin(typ) is typing.Union:
             typ = next(a for a in typing.get_args(typ) if a is not type(None))
-        if typ not in (bool, int, float, str):
-            raise TypeError(f"{cls.__name__}.{f.name}: a {typ} field has no command-line form")
-        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        many = typing.get_origin(typ) is list  # list[str]: --x A B ...
+        if many:
+            (typ,) = typing.get_args(typ) or (str,)
+        if typ not in (bool, int, float, str) or (many and typ is bool):
+            raise TypeError(f"{cls.__name__}.{f.name}: a {hints[f.name]} field has no command-line form")
+        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        default = None if required else f.default if f.default is not dataclasses.MISSING else f.default_factory()
         if isinstance(defaults, dict):
             default = defaults.get(f.name, default)
         shown = typ is not bool and default is not None and defaults is not False  # argparse shows a bool's itself
         kw = {"help": docs.get(f.name, "") + (f" (default: {default})" if shown else "")}
-        kw["default"] = default if defaults is not False else argparse.SUPPRESS
+        if required:
+            kw["required"] = True
+        else:
+            kw["default"] = default if defaults is not False else argparse.SUPPRESS
         if typ is bool:
             kw["action"] = argparse.BooleanOptionalAction
         else:
             kw["type"] = typ
+            if many:
+                kw["nargs"] = "+"
             if choices and f.name in choices:
                 kw["choices"] = choices[f.name]
         parser.add_argument("--" + f.name.replace("_", "-"), dest=f.name, **kw)

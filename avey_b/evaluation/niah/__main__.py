@@ -2,6 +2,6 @@
 
 import sys
 
-from .cli import main
+from avey_b import cli
 
-sys.exit(main())
+sys.exit(cli.main(["niah", *sys.argv[1:]]))

@@ -3,7 +3,6 @@ test length, resumable from its run directory."""
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import os
 import time
@@ -83,7 +82,7 @@ class FineTuning:
 
     name: str
     task: str
-    args: argparse.Namespace
+    args: Any  # the NiahEvaluateOptions of the evaluation
     cfg: Any  # the fine-tuning's RunConfig (the qa form's window set from the training inputs)
     run_dir: str
     model: Any
