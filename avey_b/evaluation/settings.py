@@ -373,11 +373,12 @@ def evaluate_parser() -> argparse.ArgumentParser:
     return p
 
 
-def suite_from_args(args) -> SuiteConfig:
-    """The suite that ``args`` (of :func:`evaluate_parser`) asks for: the ``--config`` file, with every flag given
-    on the command line over it. ``--grid`` replaces the suite's ``lrs``/``seeds`` too (unless ``--lrs``/
-    ``--seeds``); RunConfig flags go to ``settings`` (over everything the suite sets), data flags to ``files``."""
-    suite = load_suite(getattr(args, "config", None))
+def suite_from_args(args, suite: SuiteConfig | None = None) -> SuiteConfig:
+    """The suite that ``args`` (of :func:`evaluate_parser`) asks for: ``suite`` (default: the ``--config`` file),
+    with every flag given on the command line over it. ``--grid`` replaces the suite's ``lrs``/``seeds`` too (unless
+    ``--lrs``/``--seeds``); RunConfig flags go to ``settings`` (over everything the suite sets), data flags to
+    ``files``."""
+    suite = load_suite(getattr(args, "config", None)) if suite is None else suite
     given = {k: getattr(args, k) for k in _SUITE_FLAGS if getattr(args, k, None) is not None}
     if "grid" in given:
         given = {"lrs": None, "seeds": None} | given

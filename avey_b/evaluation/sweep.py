@@ -519,10 +519,15 @@ def run(args: argparse.Namespace) -> int:
     command line over it, its cells run (or listed: ``--dry-run``), then the report."""
     if hasattr(args, "run_cell"):
         return _run_cell_file(args.run_cell, args.output_dir)
-    options = options_of(EvaluateOptions, args)
+    return evaluate(suite_from_args(args), options_of(EvaluateOptions, args))
+
+
+def evaluate(suite: SuiteConfig, options: EvaluateOptions) -> int:
+    """Run the suite's cells as ``options`` say (its suite fields are already in ``suite``), then write and print
+    the report; 1 when a cell failed."""
     check_backend(options.backend, {"--ray-address": options.ray_address is not None})
     _quiet_transformers()
-    cells, output_dir, aggregate = build_cells(suite_from_args(args))
+    cells, output_dir, aggregate = build_cells(suite)
     if options.dry_run:
         for c in cells:
             print(c.key, "(done)" if is_done(output_dir, c) else "")
