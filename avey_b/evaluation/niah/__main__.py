@@ -2,6 +2,7 @@
 
 import sys
 
-from avey_b import cli
+from ..settings import niah_parser
+from .cli import run
 
-sys.exit(cli.main(["niah", *sys.argv[1:]]))
+sys.exit(run(niah_parser().parse_args()))
