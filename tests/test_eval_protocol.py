@@ -10,10 +10,11 @@ from transformers import BertConfig, BertForSequenceClassification, RobertaConfi
 
 from avey_b import cli
 from avey_b import testing as toy
+from avey_b.configs import options_of
 from avey_b.evaluation import finetune, sweep
 from avey_b.evaluation.finetune import resolve_steps, train_model
 from avey_b.evaluation.protocol import PAPER_SETTINGS, protocol_settings
-from avey_b.evaluation.settings import FinetuneOptions, SuiteConfig, options_of, suite_from_args
+from avey_b.evaluation.settings import FinetuneOptions, SuiteConfig, suite_from_args
 from avey_b.evaluation.tasks import TASKS, DataFiles, RunConfig, get_task
 from avey_b.evaluation.tasks.base import buffered, end_token, input_limit, load_model
 

@@ -195,3 +195,32 @@ def test_a_cell_whose_data_changed_runs_again(env, tmp_path, capsys):
     assert evaluate(args) == 0
     assert "its data or model changed" in capsys.readouterr().out
     assert json.loads(result.read_text())["metrics"]["n_eval"] == 10  # scored on the new data, not the stale cell
+
+
+def test_the_light_settings_agree_with_the_modules_that_use_them():
+    """settings.py imports no torch, so it names the tasks and precisions itself: they are those of the tasks'
+    registry and of the device module."""
+    from avey_b.evaluation import settings
+    from avey_b.evaluation.tasks import TASKS
+    from avey_b.utils.device import PRECISIONS
+
+    assert settings.TASK_NAMES == tuple(TASKS) and settings.PRECISIONS == PRECISIONS
+
+
+def test_the_help_of_the_evaluation_verbs_imports_no_torch():
+    import subprocess
+    import sys
+
+    script = (
+        "import sys\n"
+        "sys.argv = ['avey-b']\n"  # the console script: the package does not import the model
+        "from avey_b import cli\n"
+        "for argv in (['pretrain'], ['finetune'], ['evaluate'], ['report'], ['niah', 'evaluate'], ['ablation']):\n"
+        "    try:\n"
+        "        cli.main([*argv, '--help'])\n"
+        "    except SystemExit:\n"
+        "        pass\n"
+        "assert 'torch' not in sys.modules, 'a --help imported torch'\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]

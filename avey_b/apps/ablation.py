@@ -38,11 +38,11 @@ from typing import Any
 
 from avey_b import configs
 from avey_b.apps.options import AblationOptions
+from avey_b.configs import options_of
 from avey_b.evaluation.settings import (
     EvaluateOptions,
     evaluate_parser,
     load_suite,
-    options_of,
     suite_from_args,
 )
 from avey_b.evaluation.sweep import evaluate

@@ -249,3 +249,9 @@ def add_arguments(parser, cls, *, exclude=(), include=None, defaults: bool | dic
         parser.add_argument("--" + f.name.replace("_", "-"), dest=f.name, **kw)
         added.append(f.name)
     return added
+
+
+def options_of(cls, args):
+    """The options dataclass ``cls`` from the parsed ``args`` of a parser made with :func:`add_arguments`: the
+    fields ``args`` holds, the others (flags not given, where they have no default there) at their defaults."""
+    return cls(**{f.name: getattr(args, f.name) for f in dataclasses.fields(cls) if hasattr(args, f.name)})

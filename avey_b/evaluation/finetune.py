@@ -30,13 +30,14 @@ from typing import Any
 
 import torch
 
+from avey_b.configs import options_of
 from avey_b.utils.counting import count_parameters
 from avey_b.utils.device import pick_device, use_bf16
 from avey_b.utils.progress import Progress
 from avey_b.utils.records import save_pretrained_atomic, utc_timestamp, write_json_atomic
 
 from .protocol import run_config
-from .settings import DataFiles, FinetuneOptions, RunConfig, given_data, given_settings, options_of
+from .settings import DataFiles, FinetuneOptions, RunConfig, given_data, given_settings
 from .tasks import get_task
 from .tasks.base import (
     Task,

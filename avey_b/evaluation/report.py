@@ -25,9 +25,10 @@ import statistics
 from collections import defaultdict
 from typing import Any
 
+from avey_b.configs import options_of
 from avey_b.utils.records import write_text_atomic
 
-from .settings import ReportOptions, options_of
+from .settings import ReportOptions
 from .tasks import FAMILIES, TASKS
 
 PROTOCOL_LABEL = {

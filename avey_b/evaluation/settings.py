@@ -244,11 +244,6 @@ def finetune_parser() -> argparse.ArgumentParser:
     return p
 
 
-def options_of(cls, args):
-    """The ``cls`` options (a dataclass) held by ``args``; the fields it lacks keep their defaults."""
-    return cls(**{f.name: getattr(args, f.name) for f in fields(cls) if hasattr(args, f.name)})
-
-
 # ------------------------------------------------------------------------------------------ evaluate
 @dataclass
 class SuiteConfig:

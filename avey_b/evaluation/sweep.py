@@ -62,6 +62,7 @@ import traceback
 import uuid
 from typing import Any
 
+from avey_b.configs import options_of
 from avey_b.utils.cluster import check_backend, cluster_gpus, start_ray
 from avey_b.utils.device import set_cpu_threads, usable_cpus
 from avey_b.utils.files import content_hash
@@ -79,7 +80,6 @@ from .settings import (
     SuiteConfig,
     evaluate_parser,
     load_suite,  # noqa: F401 -- part of this module's interface
-    options_of,
     parse_models,
     suite_from_args,
 )
