@@ -211,5 +211,5 @@ def test_every_run_setting_is_a_flag_of_finetune_evaluate_and_niah():
         cli.parse("evaluate", ["--grad-clp", "2"])
     args = niah_evaluate_options(cli.parse("niah", ["evaluate", "--data", "d", "--models", "m", "--out", "o",
                                                     "--grad-clip", "0.5", "--max-steps", "9"]))
-    cfg = RunConfig.from_args(args, lr=args.lr[0], seed=args.seed)
+    cfg = args.settings
     assert (cfg.grad_clip, cfg.max_steps, cfg.batch_size, cfg.eval_batch_size, cfg.epochs) == (0.5, 9, 8, 8, 1.0)

@@ -434,11 +434,12 @@ def test_each_form_has_its_defaults_and_explicit_flags_win():
         return niah_evaluate_options(cli.parse("niah", argv))
 
     qa = resolved()
-    assert (qa.lr, qa.batch_size, qa.weight_decay, qa.micro_batch) == ([5e-5], 8, 0.0, None)
+    assert (qa.lr, qa.settings.batch_size, qa.settings.weight_decay, qa.micro_batch) == ([5e-5], 8, 0.0, None)
     tc = resolved("--form", "token-classification")
-    assert (tc.lr, tc.batch_size, tc.weight_decay, tc.micro_batch, tc.epochs) == ([1e-4, 5e-4], 32, 0.1, 1, 1.0)
+    assert (tc.lr, tc.settings.batch_size, tc.settings.weight_decay, tc.micro_batch, tc.settings.epochs) == (
+        [1e-4, 5e-4], 32, 0.1, 1, 1.0)
     tc = resolved("--form", "token-classification", "--lr", "3e-4", "--batch-size", "8", "--micro-batch", "2")
-    assert (tc.lr, tc.batch_size, tc.micro_batch, tc.weight_decay) == ([3e-4], 8, 2, 0.1)
+    assert (tc.lr, tc.settings.batch_size, tc.micro_batch, tc.settings.weight_decay) == ([3e-4], 8, 2, 0.1)
     with pytest.raises(SystemExit, match="--micro-batch applies to --form token-classification"):
         resolved("--micro-batch", "2")
     with pytest.raises(SystemExit, match="multiple of --micro-batch"):

@@ -413,11 +413,15 @@ NIAH_SETTINGS = ("epochs", "max_steps", "batch_size", "eval_batch_size", "max_tr
                  "trust_remote_code")
 
 
+#: RunConfig's defaults that ``niah evaluate`` changes (before the form's, :data:`FORM_DEFAULTS`)
+NIAH_RUN_DEFAULTS = {"epochs": 1.0, "batch_size": 8, "eval_batch_size": 8}
+
+
 @dataclass
 class NiahEvaluateOptions:
     """``avey-b niah evaluate``: which models, tasks and lengths, the form, and the fine-tuning settings
-    (:data:`NIAH_SETTINGS` of :class:`RunConfig`). What a form changes (:data:`FORM_DEFAULTS`) takes the form's
-    value unless given (:func:`niah_evaluate_options`)."""
+    (``settings``). What a form changes (:data:`FORM_DEFAULTS`) takes the form's value unless given
+    (:func:`niah_evaluate_options`)."""
 
     data: str
     """Directory written by `niah generate` (holds niah-1/, niah-2/)."""
@@ -450,42 +454,36 @@ class NiahEvaluateOptions:
     retrieval: bool = True
     """Record the Avey-B statistic of how often the ranker pairs the needle's split with the question's (from the
     scoring forward passes)."""
-    epochs: float | None = 1.0
-    max_steps: int | None = None
-    batch_size: int = 8
-    eval_batch_size: int = 8
-    max_train_examples: int | None = None
-    max_eval_examples: int | None = None
-    warmup_ratio: float = 0.1
-    weight_decay: float = 0.0
-    grad_clip: float = 1.0
-    max_answer_length: int = 30
-    precision: str = "auto"
-    device: str | None = None
-    trust_remote_code: bool = False
-    # the fields above from epochs on are RunConfig's NIAH_SETTINGS (documented there), with niah's defaults
+    settings: RunConfig = field(default_factory=lambda: RunConfig(**NIAH_RUN_DEFAULTS))
+    """The fine-tuning's settings (the flags of :data:`NIAH_SETTINGS`); its ``lr`` and ``seed`` are set per
+    fine-tuning from ``lr`` and ``seed``."""
 
 
 def add_niah_evaluate_arguments(e: argparse.ArgumentParser) -> None:
     """The flags of ``niah evaluate``: a flag not given is absent from the namespace, so that
     :func:`niah_evaluate_options` can tell the form's values from the user's."""
-    own = [f.name for f in fields(NiahEvaluateOptions) if f.name not in NIAH_SETTINGS]
-    configs.add_arguments(e, NiahEvaluateOptions, include=own, defaults=False,
+    configs.add_arguments(e, NiahEvaluateOptions, exclude=("settings",), defaults=False,
                           choices={"tasks": niah_data.NIAH_TASKS, "form": FORMS})
     RunConfig.add_arguments(e, include=NIAH_SETTINGS, defaults=False)
 
 
 def niah_evaluate_options(args) -> NiahEvaluateOptions:
     """The options of ``niah evaluate`` from the flags given in ``args``: the form's values (:data:`FORM_DEFAULTS`)
-    for what it changes and was not given, the defaults for the rest. Refuses a setting the form does not use."""
-    given = {f.name: getattr(args, f.name) for f in fields(NiahEvaluateOptions) if hasattr(args, f.name)}
-    form = given.get("form", "qa")
-    options = NiahEvaluateOptions(**(FORM_DEFAULTS[form] | given))
+    for what it changes and was not given, niah's and RunConfig's defaults for the rest. Refuses a setting the
+    form does not use."""
+    form = getattr(args, "form", "qa")
+    run_fields = {f.name for f in fields(RunConfig)}
+    form_defaults = FORM_DEFAULTS[form]
+    settings = RunConfig(**(NIAH_RUN_DEFAULTS | {k: v for k, v in form_defaults.items() if k in run_fields and k != "lr"}
+                            | {k: v for k, v in given_settings(args).items() if k in NIAH_SETTINGS}))
+    own = {f.name for f in fields(NiahEvaluateOptions)} - {"settings"}
+    given = {k: v for k, v in form_defaults.items() if k in own} | {k: getattr(args, k) for k in own if hasattr(args, k)}
+    options = NiahEvaluateOptions(**given, settings=settings)
     if form == "qa" and options.micro_batch is not None:
         raise SystemExit("avey-b niah evaluate: --micro-batch applies to --form token-classification (the qa form "
                          "takes --batch-size examples per forward pass)")
-    if options.micro_batch is not None and (options.micro_batch < 1 or options.batch_size % options.micro_batch):
-        raise SystemExit(f"avey-b niah evaluate: --batch-size {options.batch_size} must be a multiple of "
+    if options.micro_batch is not None and (options.micro_batch < 1 or settings.batch_size % options.micro_batch):
+        raise SystemExit(f"avey-b niah evaluate: --batch-size {settings.batch_size} must be a multiple of "
                          f"--micro-batch {options.micro_batch} (>= 1)")
     return options
 
