@@ -36,13 +36,16 @@ retries it.
 
 Precedence of settings: RunConfig defaults < the protocol's table (``paper``: EncodEval's settings per task,
 :mod:`avey_b.evaluation.protocol`) < the suite's ``defaults`` < its ``task_overrides[task]`` < its settings of the
-model (``models: {name: {model: ..., trust_remote_code: true}}``) < command-line flags.
+model (``models: {name: {model: ..., trust_remote_code: true}}``) < its ``settings`` (where the command-line flags
+go).
 The learning rates and seeds come from the first of: ``--lrs``/``--seeds``, ``--grid``, the suite's ``lrs``/``seeds``,
 its ``grid``, the paper's grid (4 x 10; ``--grid encodeval``: the release's configs, 6 x 20).
 
 A suite is a YAML file (a path, or the name of one shipped in ``avey_b/configs/eval/``) read by the package's
-config dialect (:mod:`avey_b.configs`) into ``SuiteConfig``: its keys are that class's fields, and a key it does
-not have is an error listing the valid ones.
+config dialect (:mod:`avey_b.configs`) into :class:`~avey_b.evaluation.settings.SuiteConfig`: its keys are that
+class's fields, and a key it does not have is an error listing the valid ones. The command line is applied over it
+once (:func:`~avey_b.evaluation.settings.suite_from_args`); :func:`build_cells` and :func:`evaluate` take the
+resulting suite, the Python API.
 """
 
 from __future__ import annotations
