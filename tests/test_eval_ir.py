@@ -44,7 +44,7 @@ def env(tmp_path_factory):
 
 
 def _suite(env, tmp_path, model="bert", pairs=None, **defaults) -> list[str]:
-    """A paper-protocol suite over the three IR benchmarks, one lr and one seed; returns sweep.main's argv."""
+    """A paper-protocol suite over the three IR benchmarks, one lr and one seed; returns the argv of `avey-b evaluate`."""
     data = {t: {"eval": env["beir"][t]} for t in IR_TASKS} | {"msmarco_pairs": {"train": pairs or env["pairs"]}}
     settings = {"batch_size": 4, "max_steps": 2, "max_length": 24, "eval_batch_size": 4, "device": "cpu"} | defaults
     suite = tmp_path / "suite.yaml"
