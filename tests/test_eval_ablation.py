@@ -5,8 +5,14 @@ import json
 import pytest
 import yaml
 
+from avey_b import cli
 from avey_b import testing as toy
 from avey_b.apps import ablation
+from avey_b.apps.options import AblationOptions
+
+
+def options(tmp_path, **given):
+    return AblationOptions(variants=str(tmp_path / "variants.yaml"), **given)
 
 
 def test_ablation_pretrains_variants_evaluates_and_isolates_failures(tmp_path):
@@ -24,21 +30,18 @@ def test_ablation_pretrains_variants_evaluates_and_isolates_failures(tmp_path):
     (tmp_path / "pre.yaml").write_text("run_dir: unused\nmodel: {preset: tiny}\ntrain: {max_steps: 1}\n")
     calls = []
 
-    def fake_pretrain(argv):
-        # stands in for avey_b.training.pretrain.main: parse the overrides the way it does, build the model
-        from avey_b.training.config import apply_overrides
-
-        cfg = apply_overrides({}, [a for a in argv if "=" in a])
+    def fake_pretrain(cfg, resume, overwrite):
+        # stands in for avey_b.training.pretrain.train: takes the variant's resolved config, builds the model
         calls.append(cfg)
-        if cfg.get("train", {}).get("seed") == 13:  # a variant that resolves but whose pretraining fails
+        if cfg.train.seed == 13:  # a variant that resolves but whose pretraining fails
             return 3
-        toy.avey_b(cfg["run_dir"] + "/model", tok, **cfg.get("model", {}).get("overrides", {}))
+        toy.avey_b(cfg.run_dir + "/model", tok, **cfg.model.overrides)
         return 0
 
-    rc = ablation.main(["--variants", str(tmp_path / "variants.yaml")], pretrain_main=fake_pretrain)
+    rc = ablation.ablation(options(tmp_path), pretrain_fn=fake_pretrain)
     assert rc == 1  # the broken variant failed ...
-    no_ranker = next(c for c in calls if c["run_dir"].endswith("no-ranker"))
-    assert no_ranker["model"]["overrides"]["ranker"] == "off"  # a string, not YAML's False
+    no_ranker = next(c for c in calls if c.run_dir.endswith("no-ranker"))
+    assert no_ranker.model.overrides["ranker"] == "off"  # a string, not YAML's False
     built = json.loads((tmp_path / "abl" / "pretrain" / "no-ranker" / "model" / "config.json").read_text())
     assert built["ranker"] == "off"
     rep = json.loads((tmp_path / "abl" / "eval" / "report.json").read_text())
@@ -47,8 +50,7 @@ def test_ablation_pretrains_variants_evaluates_and_isolates_failures(tmp_path):
         assert rep["models"][name]["tasks"]["sst2"]["n_seeds"] == 2
 
     calls.clear()  # rerun: finished pretraining and finished cells are skipped
-    assert ablation.main(["--variants", str(tmp_path / "variants.yaml"), "--only", "base", "no-ranker"],
-                         pretrain_main=fake_pretrain) == 0
+    assert ablation.ablation(options(tmp_path, only=["base", "no-ranker"]), pretrain_fn=fake_pretrain) == 0
     assert calls == []
 
 
@@ -64,7 +66,7 @@ def test_every_variant_resolves_before_anything_runs(tmp_path, capsys):
         "variants": variants}))
     calls = []
     with pytest.raises(ValueError) as e:
-        ablation.main(["--variants", str(tmp_path / "variants.yaml")], pretrain_main=calls.append)
+        ablation.ablation(options(tmp_path), pretrain_fn=lambda *a: calls.append(a))
     assert calls == [] and not (tmp_path / "abl").exists()
     message = str(e.value)
     assert "5 of 6 variants do not resolve" in message
@@ -76,7 +78,7 @@ def test_every_variant_resolves_before_anything_runs(tmp_path, capsys):
     assert "variant 'fine'" not in message
 
     # --dry-run: what each variant runs with and where its model goes, nothing written
-    assert ablation.main(["--variants", str(tmp_path / "variants.yaml"), "--only", "fine", "--dry-run"]) == 0
+    assert cli.main(["ablation", "--variants", str(tmp_path / "variants.yaml"), "--only", "fine", "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert "fine: (the recipe as it is)" in out and str(tmp_path / "abl" / "pretrain" / "fine" / "model") in out
     assert not (tmp_path / "abl").exists()

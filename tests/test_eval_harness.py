@@ -104,10 +104,10 @@ def test_slow_tokenizers_are_rejected(monkeypatch):
 def test_finetune_save_model_writes_a_loadable_model_and_tokenizer(env, tmp_path):
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-    from avey_b.evaluation.finetune import main
+    from avey_b.cli import main
 
     out = tmp_path / "ft"
-    assert main(["--model", env["avey"], "--task", "sst2", "--lr", "3e-3", "--output-dir", str(tmp_path / "o"),
+    assert main(["finetune", "--model", env["avey"], "--task", "sst2", "--lr", "3e-3", "--output-dir", str(tmp_path / "o"),
                  "--train-file", env["sst2"].train, "--eval-file", env["sst2"].eval, "--batch-size", "16",
                  "--max-length", "16", "--device", "cpu", "--max-steps", "3", "--save-model", str(out)]) == 0
     model = AutoModelForSequenceClassification.from_pretrained(out).eval()
@@ -123,10 +123,10 @@ def test_finetune_save_model_writes_a_loadable_model_and_tokenizer(env, tmp_path
 
 
 def test_finetune_save_model_of_a_tagger_names_its_tags(env, tmp_path):
-    from avey_b.evaluation.finetune import main
+    from avey_b.cli import main
 
     out = tmp_path / "ft"
-    assert main(["--model", env["avey"], "--task", "conll2003", "--lr", "3e-3", "--output-dir", str(tmp_path / "o"),
+    assert main(["finetune", "--model", env["avey"], "--task", "conll2003", "--lr", "3e-3", "--output-dir", str(tmp_path / "o"),
                  "--train-file", env["conll"].train, "--eval-file", env["conll"].eval, "--batch-size", "8",
                  "--max-length", "20", "--device", "cpu", "--max-steps", "2", "--save-model", str(out)]) == 0
     tags = pipeline("token-classification", model=str(out), ignore_labels=[])("Alice Smith met Bob in Paris")
@@ -179,11 +179,12 @@ def test_every_run_setting_is_a_flag_of_finetune_evaluate_and_niah():
     """The fine-tuning flags are generated from RunConfig: every field (lr and seed aside, which each command takes
     its own way) is a flag of `finetune`, and reaches the RunConfig it builds; `evaluate` sees only the flags given
     (they override the suite); `niah evaluate` takes its subset with its own defaults; a misspelt flag is an error."""
-    import argparse
     import dataclasses
 
+    from avey_b import cli
+    from avey_b.configs import from_args
     from avey_b.evaluation import finetune
-    from avey_b.evaluation.niah import cli as niah_cli
+    from avey_b.evaluation.settings import FinetuneOptions, given_settings, niah_evaluate_options
 
     fields = [f for f in dataclasses.fields(RunConfig) if f.name not in ("lr", "seed")]
     values = {"protocol": "paper", "epochs": 2.5, "max_steps": 7, "batch_size": 3, "eval_batch_size": 5,
@@ -197,17 +198,18 @@ def test_every_run_setting_is_a_flag_of_finetune_evaluate_and_niah():
     for name, value in values.items():
         flag = "--" + name.replace("_", "-")
         argv += [flag] if value is True else [f"--no-{flag[2:]}"] if value is False else [flag, str(value)]
-    p = argparse.ArgumentParser()
-    finetune.add_run_arguments(p)
-    cfg, _ = finetune.config_from_args(p.parse_args(argv), lr=1e-3, seed=4)
-    assert cfg == RunConfig(lr=1e-3, seed=4, **values)
-    assert finetune.config_from_args(p.parse_args([]), lr=1e-3, seed=0)[0] == RunConfig(lr=1e-3)  # the defaults
-    p = argparse.ArgumentParser(argument_default=argparse.SUPPRESS)
-    finetune.add_run_arguments(p, with_defaults=False)
-    assert {k: v for k, v in vars(p.parse_args(["--grad-clip", "2"])).items() if k in values} == {"grad_clip": 2.0}
+    cell = ["--model", "m", "--task", "sst2", "--lr", "1e-3", "--seed", "4", "--output-dir", "o"]
+
+    def finetune_settings(argv):
+        args = cli.parse("finetune", cell + argv)
+        return finetune.cell_settings(from_args(FinetuneOptions, args), args)[0]
+
+    assert finetune_settings(argv) == RunConfig(lr=1e-3, seed=4, **values)
+    assert finetune_settings([]) == RunConfig(lr=1e-3, seed=4)  # the defaults
+    assert given_settings(cli.parse("evaluate", ["--grad-clip", "2"])) == {"grad_clip": 2.0}
     with pytest.raises(SystemExit):
-        p.parse_args(["--grad-clp", "2"])
-    args = niah_cli.build_parser().parse_args(["evaluate", "--data", "d", "--models", "m", "--out", "o",
-                                               "--grad-clip", "0.5", "--max-steps", "9"])
-    cfg = RunConfig.from_args(args, lr=args.lr, seed=args.seed)
+        cli.parse("evaluate", ["--grad-clp", "2"])
+    args = niah_evaluate_options(cli.parse("niah", ["evaluate", "--data", "d", "--models", "m", "--out", "o",
+                                                    "--grad-clip", "0.5", "--max-steps", "9"]))
+    cfg = args.settings
     assert (cfg.grad_clip, cfg.max_steps, cfg.batch_size, cfg.eval_batch_size, cfg.epochs) == (0.5, 9, 8, 8, 1.0)

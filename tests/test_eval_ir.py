@@ -2,21 +2,32 @@
 
 Offline: tiny models, a pairs JSONL and BEIR directories made here."""
 
-import argparse
 import json
 import os
+from dataclasses import replace
 
 import pytest
 import torch
 import yaml
 from safetensors.torch import load_file
 
+from avey_b import cli
 from avey_b import testing as toy
 from avey_b.evaluation import ir_paper, report, sweep
 from avey_b.evaluation.tasks import DataFiles, RunConfig, get_task, ir
 from avey_b.utils.records import save_pretrained_atomic
 
 IR_TASKS = ("mldr", "msmarco", "nq")
+
+
+def evaluate(argv):
+    """``avey-b evaluate ARGV``, its errors raised (``--debug``) so that the tests see their type."""
+    return cli.main(["--debug", "evaluate", *argv])
+
+
+def finetune_main(argv):
+    """``avey-b finetune ARGV``, its errors raised (``--debug``) so that the tests see their type."""
+    return cli.main(["--debug", "finetune", *argv])
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +44,7 @@ def env(tmp_path_factory):
 
 
 def _suite(env, tmp_path, model="bert", pairs=None, **defaults) -> list[str]:
-    """A paper-protocol suite over the three IR benchmarks, one lr and one seed; returns sweep.main's argv."""
+    """A paper-protocol suite over the three IR benchmarks, one lr and one seed; returns the argv of `avey-b evaluate`."""
     data = {t: {"eval": env["beir"][t]} for t in IR_TASKS} | {"msmarco_pairs": {"train": pairs or env["pairs"]}}
     settings = {"batch_size": 4, "max_steps": 2, "max_length": 24, "eval_batch_size": 4, "device": "cpu"} | defaults
     suite = tmp_path / "suite.yaml"
@@ -81,7 +92,7 @@ def spies(monkeypatch):
 
 def test_three_benchmarks_share_one_training_and_a_rerun_trains_nothing(env, tmp_path, spies):
     argv = _suite(env, tmp_path)
-    assert sweep.main(argv) == 0
+    assert evaluate(argv) == 0
     out = tmp_path / "out" / "bert" / "paper"
     model_dir = out / "msmarco_pairs" / "lr0.001_seed0" / "model"
     assert spies["train"] == [str(model_dir)]  # trained once for the three benchmarks
@@ -97,13 +108,13 @@ def test_three_benchmarks_share_one_training_and_a_rerun_trains_nothing(env, tmp
     assert set(rep["models"]["bert"]["tasks"]) == set(IR_TASKS) and not rep["failed"]  # training is no column
 
     mtimes = [os.path.getmtime(out / t / "lr0.001_seed0" / "results.json") for t in IR_TASKS]
-    assert sweep.main(argv) == 0
+    assert evaluate(argv) == 0
     assert len(spies["train"]) == 1 and len(spies["scored"]) == 3  # the rerun neither trains nor scores
     assert [os.path.getmtime(out / t / "lr0.001_seed0" / "results.json") for t in IR_TASKS] == mtimes
 
     # a deleted scoring is scored again from the saved model, still without training
     os.remove(out / "nq" / "lr0.001_seed0" / "results.json")
-    assert sweep.main(argv) == 0
+    assert evaluate(argv) == 0
     assert len(spies["train"]) == 1 and [p for p, _ in spies["scored"][3:]] == [str(model_dir)]
 
 
@@ -111,13 +122,13 @@ def test_a_retrained_model_makes_its_scorings_stale(env, tmp_path, spies):
     pairs = tmp_path / "pairs.jsonl"
     pairs.write_text(open(env["pairs"]).read())
     argv = _suite(env, tmp_path, pairs=str(pairs))
-    assert sweep.main(argv) == 0
+    assert evaluate(argv) == 0
     (tmp_path / "out" / "bert" / "paper" / "msmarco_pairs" / "lr0.001_seed0" / "trained.json").unlink()
-    assert sweep.main(argv) == 0
+    assert evaluate(argv) == 0
     assert len(spies["train"]) == 2 and len(spies["scored"]) == 6  # new model: the three scorings run again
     with pairs.open("a") as f:  # the training data changed: train again, and score the new model
         f.write(json.dumps({"query": "one more", "positive": "pair"}) + "\n")
-    assert sweep.main(argv) == 0
+    assert evaluate(argv) == 0
     assert len(spies["train"]) == 3 and len(spies["scored"]) == 9
 
 
@@ -126,7 +137,7 @@ def test_a_failed_training_fails_its_three_scorings_with_the_reason(env, tmp_pat
         raise RuntimeError("out of pairs")
 
     monkeypatch.setattr(sweep, "train_pairs", broken)
-    assert sweep.main(_suite(env, tmp_path)) == 1
+    assert evaluate(_suite(env, tmp_path)) == 1
     err = capsys.readouterr().err
     assert "4 cell(s) failed" in err
     out = tmp_path / "out" / "bert" / "paper"
@@ -140,7 +151,7 @@ def test_a_failed_training_fails_its_three_scorings_with_the_reason(env, tmp_pat
 
 def test_cells_of_the_paper_protocol_and_the_standard_one(env, tmp_path):
     suite = sweep.load_suite(_suite(env, tmp_path)[1])
-    cells, _, _ = sweep.build_cells(suite | {"lrs": [1e-3, 5e-4], "seeds": 2}, argparse.Namespace())
+    cells, _, _ = sweep.build_cells(replace(suite, lrs=[1e-3, 5e-4], seeds=2))
     trainers = [c for c in cells if c.trains_only]
     assert len(trainers) == 4 and len(cells) == 4 + 3 * 4  # one training per (lr, seed), three scorings each
     assert all(c.files.train == env["pairs"] for c in trainers)
@@ -148,11 +159,11 @@ def test_cells_of_the_paper_protocol_and_the_standard_one(env, tmp_path):
         if not c.trains_only:
             assert c.trained_by == f"bert/paper/msmarco_pairs/lr{c.cfg.lr:g}_seed{c.cfg.seed}" and c.files.train is None
     # under the standard protocol every IR benchmark trains on its own, as before
-    cells, _, _ = sweep.build_cells(suite | {"protocol": "standard"}, argparse.Namespace())
+    cells, _, _ = sweep.build_cells(replace(suite, protocol="standard"))
     assert [c.task for c in cells] == list(IR_TASKS) and not any(c.trained_by or c.trains_only for c in cells)
     # training data given to a zero-shot benchmark is a mistake, named
     with pytest.raises(ValueError, match="data.msmarco_pairs"):
-        sweep.build_cells(suite | {"data": {"nq": {"train": env["pairs"]}}}, argparse.Namespace())
+        sweep.build_cells(replace(suite, data={"nq": {"train": env["pairs"]}}))
 
 
 def test_paper_data_mapping_follows_encodeval(tmp_path):
@@ -248,7 +259,7 @@ def test_sentence_transformers_training_end_to_end(env, tmp_path, monkeypatch):
         return st
 
     monkeypatch.setattr(ir_paper, "load_sentence_transformer", spy_load)
-    assert sweep.main(_suite(env, tmp_path, model="avey", weights_dtype="bfloat16", adam_beta2=0.95,
+    assert evaluate(_suite(env, tmp_path, model="avey", weights_dtype="bfloat16", adam_beta2=0.95,
                              adam_epsilon=1e-5, weight_decay=0.1)) == 0
     cell = tmp_path / "out" / "avey" / "paper" / "msmarco_pairs" / "lr0.001_seed0"
     rec = json.loads((cell / "trained.json").read_text())
@@ -262,7 +273,6 @@ def test_sentence_transformers_training_end_to_end(env, tmp_path, monkeypatch):
 def test_finetune_scores_a_trained_model_zero_shot(env, tmp_path, monkeypatch):
     """`avey-b finetune --task nq --protocol paper --finetuned DIR` scores DIR without training; --finetuned is
     refused where nothing is scored zero-shot."""
-    from avey_b.evaluation import finetune
 
     def no_training(*args, **kwargs):
         raise AssertionError("trained although --finetuned was given")
@@ -270,13 +280,13 @@ def test_finetune_scores_a_trained_model_zero_shot(env, tmp_path, monkeypatch):
     monkeypatch.setattr(ir_paper, "train_pairs", no_training)
     argv = ["--model", env["bert"], "--task", "nq", "--lr", "1e-3", "--output-dir", str(tmp_path), "--device", "cpu",
             "--eval-file", env["beir"]["nq"], "--max-length", "24"]
-    assert finetune.main([*argv, "--protocol", "paper", "--finetuned", env["bert"]]) == 0
+    assert finetune_main([*argv, "--protocol", "paper", "--finetuned", env["bert"]]) == 0
     rec = json.loads((tmp_path / "results.json").read_text())
     assert rec["train"] == {"zero_shot": True, "finetuned": env["bert"], "task": "msmarco_pairs"}
     assert rec["metrics"]["corpus_size"] == len({d for rel in ir.read_qrels(env["beir"]["nq"], "test").values()
                                                  for d in rel})
     with pytest.raises(ValueError, match="--finetuned applies to retrieval under --protocol paper"):
-        finetune.main([*argv, "--finetuned", env["bert"]])
+        finetune_main([*argv, "--finetuned", env["bert"]])
 
 
 def test_mldr_is_read_in_its_own_hub_layout(monkeypatch):

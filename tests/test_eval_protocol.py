@@ -8,10 +8,13 @@ import pytest
 import torch
 from transformers import BertConfig, BertForSequenceClassification, RobertaConfig
 
+from avey_b import cli
 from avey_b import testing as toy
+from avey_b.configs import from_args
 from avey_b.evaluation import finetune, sweep
 from avey_b.evaluation.finetune import resolve_steps, train_model
 from avey_b.evaluation.protocol import PAPER_SETTINGS, protocol_settings
+from avey_b.evaluation.settings import FinetuneOptions, SuiteConfig, suite_from_args
 from avey_b.evaluation.tasks import TASKS, DataFiles, RunConfig, get_task
 from avey_b.evaluation.tasks.base import buffered, end_token, input_limit, load_model
 
@@ -40,7 +43,7 @@ ENCODEVAL_LRS = [2e-5, 6e-5, 1e-4, 5e-4, 1e-3, 2e-3]  # the release's configs
 
 def test_every_paper_cell_resolves_to_encodevals_settings():
     assert set(PER_TASK) == set(TASKS)
-    cells, _, how = sweep.build_cells(sweep.load_suite("paper"), argparse.Namespace())
+    cells, _, how = sweep.build_cells(sweep.load_suite("paper"))
     assert how == "median"
     for task, (batch, accumulation, eval_batch, epochs, steps, head) in PER_TASK.items():
         mine = [c for c in cells if c.task == task]
@@ -62,9 +65,9 @@ def test_every_paper_cell_resolves_to_encodevals_settings():
 
 def test_models_of_table_3_and_neobert_runs_its_own_code():
     suite = sweep.load_suite("paper")
-    assert set(suite["models"]) == {"avey-b-base", "avey-b-large", "bert-base", "bert-large", "roberta-base",
+    assert set(suite.models) == {"avey-b-base", "avey-b-large", "bert-base", "bert-large", "roberta-base",
                                     "roberta-large", "modernbert-base", "modernbert-large", "neobert"}
-    cells, _, _ = sweep.build_cells(suite, argparse.Namespace())
+    cells, _, _ = sweep.build_cells(suite)
     trust = {c.model_name: c.cfg.trust_remote_code for c in cells}
     assert trust.pop("neobert") is True and not any(trust.values())  # the release's Avey-B loads our code
     assert {c.model for c in cells if c.model_name == "neobert"} == {"chandar-lab/NeoBERT"}
@@ -72,22 +75,22 @@ def test_models_of_table_3_and_neobert_runs_its_own_code():
 
 def test_grid_flag_and_explicit_settings_win_over_the_table():
     suite = sweep.load_suite("paper")
-    cells, _, _ = sweep.build_cells(suite, argparse.Namespace(grid="encodeval", tasks=["sst2"], models=["m=x"]))
+    cells, _, _ = sweep.build_cells(suite_from_args(argparse.Namespace(grid="encodeval", tasks=["sst2"], models=["m=x"]), suite))
     assert sorted({c.cfg.lr for c in cells}) == ENCODEVAL_LRS and len(cells) == 6 * 20
-    cells, _, _ = sweep.build_cells(suite, argparse.Namespace(grid="encodeval", seeds=3, tasks=["sst2"], models=["x"]))
+    cells, _, _ = sweep.build_cells(suite_from_args(argparse.Namespace(grid="encodeval", seeds=3, tasks=["sst2"], models=["x"]), suite))
     assert len(cells) == 6 * 3
-    cells, _, _ = sweep.build_cells(suite, argparse.Namespace(tasks=["record"], models=["x"], lrs=[1e-4], seeds=1,
-                                                              batch_size=8, max_length=128))
+    cells, _, _ = sweep.build_cells(suite_from_args(argparse.Namespace(tasks=["record"], models=["x"], lrs=[1e-4], seeds=1,
+                                                              batch_size=8, max_length=128), suite))
     (cfg,) = [c.cfg for c in cells]
     assert (cfg.batch_size, cfg.max_length, cfg.grad_accumulation, cfg.adam_beta2) == (8, 128, 8, 0.95)
     with pytest.raises(ValueError, match="unknown grid 'papr'"):
-        sweep.build_cells(suite, argparse.Namespace(grid="papr"))
+        sweep.build_cells(suite_from_args(argparse.Namespace(grid="papr"), suite))
 
 
 def test_the_standard_protocol_keeps_runconfigs_defaults():
     assert protocol_settings("squad", "standard") == {}
-    suite = {"models": {"m": "x"}, "tasks": list(TASKS), "output_dir": "o"}
-    cells, _, _ = sweep.build_cells(suite, argparse.Namespace(lrs=[1e-4], seeds=1))
+    suite = SuiteConfig(models={"m": "x"}, tasks=list(TASKS), output_dir="o")
+    cells, _, _ = sweep.build_cells(suite_from_args(argparse.Namespace(lrs=[1e-4], seeds=1), suite))
     assert all(c.cfg == RunConfig(lr=1e-4, seed=0) for c in cells)
     default = RunConfig()
     assert (default.adam_beta1, default.adam_beta2, default.adam_epsilon, default.weight_decay,
@@ -98,15 +101,16 @@ def test_the_standard_protocol_keeps_runconfigs_defaults():
 def test_finetune_cli_takes_the_table_under_its_flags():
     argv = ["--model", "m", "--task", "squad", "--lr", "1e-4", "--output-dir", "o", "--protocol", "paper",
             "--batch-size", "8", "--weight-decay", "0.0"]
-    args = finetune.build_parser().parse_args(argv)
-    given = set(vars(finetune.build_parser(with_defaults=False).parse_args(argv)))
-    cfg, _ = finetune.config_from_args(args, args.lr, args.seed, task=args.task, given=given)
+
+    def settings(argv):
+        args = cli.parse("finetune", argv)
+        return finetune.cell_settings(from_args(FinetuneOptions, args), args)
+
+    cfg, _ = settings(argv)
     assert (cfg.batch_size, cfg.weight_decay, cfg.grad_accumulation, cfg.adam_beta2, cfg.max_length) == (
         8, 0.0, 2, 0.95, None)
     argv = argv[:8]  # no --protocol: the standard defaults
-    args = finetune.build_parser().parse_args(argv)
-    given = set(vars(finetune.build_parser(with_defaults=False).parse_args(argv)))
-    assert finetune.config_from_args(args, 1e-4, 0, task="squad", given=given)[0] == RunConfig(lr=1e-4)
+    assert settings(argv)[0] == RunConfig(lr=1e-4)
 
 
 # ------------------------------------------------------------------------------------------ the loop

@@ -6,8 +6,15 @@ import os
 
 import pytest
 
+from avey_b import cli
 from avey_b import testing as toy
 from avey_b.evaluation import finetune, report, sweep
+from avey_b.evaluation.settings import suite_from_args
+
+
+def evaluate(argv):
+    """``avey-b evaluate ARGV``, its errors raised (``--debug``) so that the tests see their type."""
+    return cli.main(["--debug", "evaluate", *argv])
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +37,7 @@ def _args(env, out, models, *extra):
 def test_sweep_end_to_end_resume_and_failure_isolation(env, tmp_path, monkeypatch, capsys):
     out = tmp_path / "eval"
     models = [f"broken={tmp_path / 'no-such-model'}", f"avey-b={env['avey']}", f"bert={env['bert']}"]
-    rc = sweep.main(_args(env, out, models))
+    rc = evaluate(_args(env, out, models))
     assert rc == 1  # one cell failed ...
     err = capsys.readouterr().err
     assert "1 cell(s) failed" in err and "broken/standard/sst2/lr0.001_seed0" in err
@@ -63,19 +70,19 @@ def test_sweep_end_to_end_resume_and_failure_isolation(env, tmp_path, monkeypatc
 
     monkeypatch.setattr(sweep, "run_cell", spy)
     mtime = os.path.getmtime(out / "bert" / "standard" / "sst2" / "lr0.001_seed0" / "results.json")
-    assert sweep.main(_args(env, out, models[1:])) == 0
+    assert evaluate(_args(env, out, models[1:])) == 0
     assert calls == []
     assert os.path.getmtime(out / "bert" / "standard" / "sst2" / "lr0.001_seed0" / "results.json") == mtime
 
     # changing a setting under the same output directory is refused, not mixed in
     with pytest.raises(ValueError, match="other settings than requested"):
-        sweep.main(_args(env, out, models[1:], "--warmup-ratio", "0.2"))
+        evaluate(_args(env, out, models[1:], "--warmup-ratio", "0.2"))
 
 
 @pytest.mark.slow
 def test_isolated_subprocess_cell(env, tmp_path):
     out = tmp_path / "iso"
-    assert sweep.main(_args(env, out, [f"bert={env['bert']}"], "--isolate", "--max-steps", "1")) == 0
+    assert evaluate(_args(env, out, [f"bert={env['bert']}"], "--isolate", "--max-steps", "1")) == 0
     cell = out / "bert" / "standard" / "sst2" / "lr0.001_seed0"
     assert json.loads((cell / "results.json").read_text())["train"]["steps"] == 1
     assert (cell / "log.txt").exists()
@@ -88,10 +95,10 @@ def test_suite_file_expands_the_grid_and_cli_overrides(env, tmp_path):
         f"output_dir: {tmp_path / 'o'}\ndefaults: {{batch_size: 8}}\ntask_overrides: {{conll2003: {{batch_size: 4}}}}\n"
     )
     ns = argparse.Namespace(batch_size=2)
-    cells, out_dir, how = sweep.build_cells(sweep.load_suite(str(suite)), ns)
+    cells, out_dir, how = sweep.build_cells(suite_from_args(ns, sweep.load_suite(str(suite))))
     assert len(cells) == 2 * 2 * 3 and how == "median" and out_dir == str(tmp_path / "o")
     assert {c.cfg.batch_size for c in cells} == {2}  # the command line wins over the suite
-    cells, _, _ = sweep.build_cells(sweep.load_suite(str(suite)), argparse.Namespace())
+    cells, _, _ = sweep.build_cells(sweep.load_suite(str(suite)))
     assert {(c.task, c.cfg.batch_size) for c in cells} == {("sst2", 8), ("conll2003", 4)}
     assert sorted({c.cfg.seed for c in cells}) == [0, 1, 2]
     suite.write_text("modles: {}\n")
@@ -132,24 +139,24 @@ def test_report_compares_variants_of_a_model():
 
 
 def test_help_works():
-    for main in (finetune.main, sweep.main, report.main):
+    for verb in ("finetune", "evaluate", "report"):
         with pytest.raises(SystemExit) as e:
-            main(["--help"])
+            cli.main([verb, "--help"])
         assert e.value.code == 0
 
 
 def test_shipped_suites_expand_by_name():
     paper = sweep.load_suite("paper")  # shipped as package data, found by name from any working directory
-    cells, _, how = sweep.build_cells(paper, argparse.Namespace())
+    cells, _, how = sweep.build_cells(paper)
     # 12 benchmarks x 4 lrs x 10 seeds, and one MS MARCO-pairs fine-tuning per (model, lr, seed) for the 3 IR ones
-    assert how == "median" and len(cells) == len(paper["models"]) * (12 + 1) * 4 * 10
-    assert sum(c.task == "msmarco_pairs" for c in cells) == len(paper["models"]) * 4 * 10
+    assert how == "median" and len(cells) == len(paper.models) * (12 + 1) * 4 * 10
+    assert sum(c.task == "msmarco_pairs" for c in cells) == len(paper.models) * 4 * 10
     pairs = next(c for c in cells if c.task == "msmarco_pairs").cfg
     assert (pairs.batch_size, pairs.max_steps, pairs.adam_beta2, pairs.weights_dtype) == (16, 1000, 0.95, "bfloat16")
     assert {c.cfg.lr for c in cells} == set(sweep.PAPER_LRS)
-    cells, _, how = sweep.build_cells(sweep.load_suite("ablation"), argparse.Namespace())
+    cells, _, how = sweep.build_cells(sweep.load_suite("ablation"))
     assert how == "best" and {c.cfg.lr for c in cells} == {5e-4} and {c.cfg.seed for c in cells} == set(range(5))
-    assert sweep.build_cells(sweep.load_suite("tiny.yaml"), argparse.Namespace())[0]
+    assert sweep.build_cells(sweep.load_suite("tiny.yaml"))[0]
     from avey_b.apps.ablation import load_variants
     from avey_b.configs import resolve
 
@@ -179,12 +186,41 @@ def test_a_cell_whose_data_changed_runs_again(env, tmp_path, capsys):
             "--output-dir", str(out), "--train-file", env["train"], "--eval-file", str(dev), "--batch-size", "16",
             "--max-length", "16", "--device", "cpu"]
     result = out / "avey-b" / "standard" / "sst2" / "lr0.001_seed0" / "results.json"
-    assert sweep.main(args) == 0
+    assert evaluate(args) == 0
     assert json.loads(result.read_text())["metrics"]["n_eval"] == 32
-    assert sweep.main(args) == 0
+    assert evaluate(args) == 0
     assert "1 already done, 0 to run" in capsys.readouterr().out  # same data: not run again
     lines = dev.read_text().splitlines()
     dev.write_text("\n".join(lines[:11]) + "\n")  # the dev file shrinks to 10 examples
-    assert sweep.main(args) == 0
+    assert evaluate(args) == 0
     assert "its data or model changed" in capsys.readouterr().out
     assert json.loads(result.read_text())["metrics"]["n_eval"] == 10  # scored on the new data, not the stale cell
+
+
+def test_the_light_settings_agree_with_the_modules_that_use_them():
+    """settings.py imports no torch, so it names the tasks and precisions itself: they are those of the tasks'
+    registry and of the device module."""
+    from avey_b.evaluation import settings
+    from avey_b.evaluation.tasks import TASKS
+    from avey_b.utils.device import PRECISIONS
+
+    assert settings.TASK_NAMES == tuple(TASKS) and settings.PRECISIONS == PRECISIONS
+
+
+def test_the_help_of_the_evaluation_verbs_imports_no_torch():
+    import subprocess
+    import sys
+
+    script = (
+        "import sys\n"
+        "sys.argv = ['avey-b']\n"  # the console script: the package does not import the model
+        "from avey_b import cli\n"
+        "for argv in (['pretrain'], ['finetune'], ['evaluate'], ['report'], ['niah', 'evaluate'], ['ablation']):\n"
+        "    try:\n"
+        "        cli.main([*argv, '--help'])\n"
+        "    except SystemExit:\n"
+        "        pass\n"
+        "assert 'torch' not in sys.modules, 'a --help imported torch'\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]

@@ -1,7 +1,6 @@
 """``avey-b evaluate --backend ray``: on a local Ray, a sweep writes the cell directories, failures and report of the
 local backend; Ray's options are refused without it; the local backend never imports Ray."""
 
-import argparse
 import json
 import math
 import os
@@ -10,12 +9,19 @@ import sys
 
 import pytest
 
+from avey_b import cli
 from avey_b import testing as toy
 from avey_b.evaluation import sweep
+from avey_b.evaluation.settings import SuiteConfig
 
 #: What differs from run to run whatever the backend: wall-clock times and rates.
 TIMES = {"eval_seconds", "finished"}
 TRAIN_TIMES = {"seconds", "tokens_per_s"}
+
+
+def evaluate(argv):
+    """``avey-b evaluate ARGV``, its errors raised (``--debug``) so that the tests see their type."""
+    return cli.main(["--debug", "evaluate", *argv])
 
 
 @pytest.fixture(scope="module")
@@ -65,8 +71,8 @@ def _close(a, b, rel=1e-5) -> bool:
 @pytest.mark.slow
 def test_a_sweep_on_ray_writes_the_cells_of_the_local_run(env, tmp_path, local_ray, capsys):
     models = [f"avey-b={env['avey']}", f"bert={env['bert']}"]
-    assert sweep.main(_args(env, tmp_path / "local", models)) == 0
-    assert sweep.main(_args(env, tmp_path / "ray", models, "--backend", "ray", "--workers", "2")) == 0
+    assert evaluate(_args(env, tmp_path / "local", models)) == 0
+    assert evaluate(_args(env, tmp_path / "ray", models, "--backend", "ray", "--workers", "2")) == 0
     assert "each cell a task on 1 of a node's 2 CPUs" in capsys.readouterr().out  # two cells at once
 
     assert _files(tmp_path / "ray") == _files(tmp_path / "local") == [
@@ -86,12 +92,12 @@ def test_a_sweep_on_ray_writes_the_cells_of_the_local_run(env, tmp_path, local_r
     assert _close(_read(tmp_path / "ray" / "report.json"), _read(tmp_path / "local" / "report.json"))
 
     # resume on Ray: the finished cells are skipped and Ray is not even started
-    assert sweep.main(_args(env, tmp_path / "ray", models, "--backend", "ray")) == 0
+    assert evaluate(_args(env, tmp_path / "ray", models, "--backend", "ray")) == 0
     out = capsys.readouterr().out
     assert "2 cells, 2 already done, 0 to run" in out and "Ray cluster" not in out
     # ... and other settings in the same directory are refused, as locally
     with pytest.raises(ValueError, match="other settings than requested"):
-        sweep.main(_args(env, tmp_path / "ray", models, "--backend", "ray", "--warmup-ratio", "0.2"))
+        evaluate(_args(env, tmp_path / "ray", models, "--backend", "ray", "--warmup-ratio", "0.2"))
 
 
 @pytest.mark.slow
@@ -99,7 +105,7 @@ def test_a_failing_cell_on_ray_is_reported_as_locally(env, tmp_path, local_ray, 
     models = [f"broken={tmp_path / 'no-such-model'}"]
     errors = {}
     for backend in ("local", "ray"):
-        assert sweep.main(_args(env, tmp_path / backend, models, "--backend", backend)) == 1
+        assert evaluate(_args(env, tmp_path / backend, models, "--backend", backend)) == 1
         out, stderr = capsys.readouterr()
         assert ("Ray cluster: 2 CPUs" in out) == (backend == "ray")
         assert "1 cell(s) failed" in stderr and "broken/standard/sst2/lr0.001_seed0: " in stderr
@@ -116,8 +122,8 @@ def test_a_ray_task_whose_process_dies_is_a_failed_cell(env, tmp_path, local_ray
     def dies(output_dir, cell, threads):  # (a local function: Ray ships it by value)
         os._exit(3)  # a crash that no Python handler sees, as a segfault or an out-of-memory kill
 
-    cells, _, _ = sweep.build_cells({}, argparse.Namespace(**{
-        "models": [f"bert={env['bert']}"], "tasks": ["sst2"], "lrs": [1e-3], "seeds": 1, "output_dir": str(tmp_path)}))
+    cells, _, _ = sweep.build_cells(SuiteConfig(models={"bert": env["bert"]}, tasks=["sst2"], lrs=[1e-3], seeds=1,
+                                                output_dir=str(tmp_path)))
     task = local_ray.remote(max_retries=0, num_cpus=1)(dies)
     [(cell, err, _)] = list(sweep._on_ray(local_ray, cells, str(tmp_path), task, None))
     assert err == "the Ray task ended without a result: WorkerCrashedError"
@@ -128,18 +134,18 @@ def test_a_ray_task_whose_process_dies_is_a_failed_cell(env, tmp_path, local_ray
 
 def test_ray_options_need_the_ray_backend(env, tmp_path):
     with pytest.raises(ValueError, match="--ray-address applies with --backend ray"):
-        sweep.main(_args(env, tmp_path, [f"bert={env['bert']}"], "--ray-address", "auto"))
+        evaluate(_args(env, tmp_path, [f"bert={env['bert']}"], "--ray-address", "auto"))
     with pytest.raises(ValueError, match="--devices and --isolate apply to the local backend"):
-        sweep.main(_args(env, tmp_path, [f"bert={env['bert']}"], "--backend", "ray", "--devices", "0,1"))
+        evaluate(_args(env, tmp_path, [f"bert={env['bert']}"], "--backend", "ray", "--devices", "0,1"))
     with pytest.raises(ValueError, match="--workers must be at least 1, got 0"):
-        sweep.main(_args(env, tmp_path, [f"bert={env['bert']}"], "--backend", "ray", "--workers", "0"))
+        evaluate(_args(env, tmp_path, [f"bert={env['bert']}"], "--backend", "ray", "--workers", "0"))
     assert not os.path.exists(tmp_path / "bert")  # refused before any cell ran
 
 
 def test_without_ray_installed_the_ray_backend_names_the_extra(env, tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)  # what `import ray` meets where Ray is not installed
     with pytest.raises(ImportError, match=r"--backend ray needs Ray: pip install 'avey-b\[ray\]'"):
-        sweep.main(_args(env, tmp_path, [f"bert={env['bert']}"], "--backend", "ray"))
+        evaluate(_args(env, tmp_path, [f"bert={env['bert']}"], "--backend", "ray"))
 
 
 @pytest.mark.slow
@@ -149,7 +155,7 @@ def test_the_local_backend_never_imports_ray(env, tmp_path):
         "import sys\n"
         "from avey_b import cli, embed\n"
         "from avey_b.evaluation import sweep\n"
-        f"assert sweep.main({args!r}) == 1\n"
+        f"assert cli.main(['evaluate', *{args!r}]) == 1\n"
         "assert 'ray' not in sys.modules, 'the local backend imported ray'\n"
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,

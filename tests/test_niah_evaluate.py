@@ -8,11 +8,17 @@ import pytest
 import torch
 from test_niah_generator import bpe_tokenizer
 
+from avey_b import cli
 from avey_b.data import niah as niah_data
 from avey_b.evaluation.niah import answer_tokens, retrieval, runs, scoring, sets, tables
-from avey_b.evaluation.niah import cli as niah_cli
 from avey_b.evaluation.niah.needles import needle_breakdown, needle_token_sets
+from avey_b.evaluation.settings import niah_evaluate_options
 from avey_b.utils.records import read_jsonl
+
+
+def niah(argv):
+    """``avey-b niah ARGV``, its errors raised (``--debug``) so that the tests see their type."""
+    return cli.main(["--debug", "niah", *argv])
 
 
 @pytest.fixture(scope="module")
@@ -20,7 +26,7 @@ def data(tmp_path_factory):
     root = tmp_path_factory.mktemp("niah")
     tok = bpe_tokenizer()
     tok.save_pretrained(root / "tok")
-    niah_cli.main(
+    niah(
         [
             "generate",
             "--tokenizer",
@@ -47,7 +53,7 @@ def data(tmp_path_factory):
 
 
 def _evaluate(data, out, *models, extra=()):
-    return niah_cli.main(
+    return niah(
         [
             "evaluate",
             "--data",
@@ -192,7 +198,7 @@ def test_oom_is_recorded_and_later_lengths_skipped(data, tmp_path, monkeypatch):
 
 def test_config_built_model_needs_a_tokenizer(data, tmp_path):
     with pytest.raises(SystemExit, match="--tokenizer"):
-        niah_cli.main(
+        niah(
             [
                 "evaluate",
                 "--data",
@@ -242,16 +248,16 @@ def test_report_merges_runs_of_separate_seeds_and_refuses_a_duplicate(data, tmp_
     for seed in (0, 1):
         _evaluate(data, tmp_path / f"s{seed}", "avey-b-tiny", extra=("--seed", str(seed), "--no-retrieval"))
     merged = tmp_path / "merged"
-    assert niah_cli.main(["report", str(tmp_path / "s0"), str(tmp_path / "s1" / "results.jsonl"), "--out",
+    assert niah(["report", str(tmp_path / "s0"), str(tmp_path / "s1" / "results.jsonl"), "--out",
                       str(merged)]) == 0
     recs = read_jsonl(str(merged / "results.jsonl"))
     assert sorted(r["seed"] for r in recs) == [0, 1]
     assert "median over 2 fine-tuning seed(s)" in (merged / "table_exact.md").read_text()
     assert (merged / "niah_by_needles.png").stat().st_size > 0
     with pytest.raises(SystemExit, match="lr 0.001 seed 0 is in both"):
-        niah_cli.main(["report", str(tmp_path / "s0"), str(tmp_path / "s0"), "--out", str(tmp_path / "dup")])
+        niah(["report", str(tmp_path / "s0"), str(tmp_path / "s0"), "--out", str(tmp_path / "dup")])
     with pytest.raises(SystemExit, match="no results at"):
-        niah_cli.main(["report", str(tmp_path / "nowhere"), "--out", str(tmp_path / "x")])
+        niah(["report", str(tmp_path / "nowhere"), "--out", str(tmp_path / "x")])
 
 
 # ------------------------------------------------------------------------------ the token-classification form
@@ -351,7 +357,7 @@ def test_bootstrap_interval_on_known_cases():
 
 
 def _tc(data, out, *extra):
-    return niah_cli.main(["evaluate", "--data", str(data / "data"), "--models", "avey-b-tiny", "--tokenizer",
+    return niah(["evaluate", "--data", str(data / "data"), "--models", "avey-b-tiny", "--tokenizer",
                       str(data / "tok"), "--tasks", "niah-2", "--train-length", "128", "--lengths", "128", "256",
                       "--form", "token-classification", "--max-train-examples", "8", "--batch-size", "4",
                       "--max-steps", "2", "--device", "cpu", "--no-retrieval", "--out", str(out), *extra])
@@ -425,14 +431,15 @@ def test_an_interrupted_evaluation_resumes_where_it_stopped_and_refuses_changed_
 def test_each_form_has_its_defaults_and_explicit_flags_win():
     def resolved(*flags):
         argv = ["evaluate", "--data", "d", "--models", "m", "--out", "o", *flags]
-        return niah_cli.resolve_form(niah_cli.build_parser().parse_args(argv), argv[1:])
+        return niah_evaluate_options(cli.parse("niah", argv))
 
     qa = resolved()
-    assert (qa.lr, qa.batch_size, qa.weight_decay, qa.micro_batch) == ([5e-5], 8, 0.0, None)
+    assert (qa.lr, qa.settings.batch_size, qa.settings.weight_decay, qa.micro_batch) == ([5e-5], 8, 0.0, None)
     tc = resolved("--form", "token-classification")
-    assert (tc.lr, tc.batch_size, tc.weight_decay, tc.micro_batch, tc.epochs) == ([1e-4, 5e-4], 32, 0.1, 1, 1.0)
+    assert (tc.lr, tc.settings.batch_size, tc.settings.weight_decay, tc.micro_batch, tc.settings.epochs) == (
+        [1e-4, 5e-4], 32, 0.1, 1, 1.0)
     tc = resolved("--form", "token-classification", "--lr", "3e-4", "--batch-size", "8", "--micro-batch", "2")
-    assert (tc.lr, tc.batch_size, tc.micro_batch, tc.weight_decay) == ([3e-4], 8, 2, 0.1)
+    assert (tc.lr, tc.settings.batch_size, tc.micro_batch, tc.settings.weight_decay) == ([3e-4], 8, 2, 0.1)
     with pytest.raises(SystemExit, match="--micro-batch applies to --form token-classification"):
         resolved("--micro-batch", "2")
     with pytest.raises(SystemExit, match="multiple of --micro-batch"):

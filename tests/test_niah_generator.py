@@ -10,8 +10,8 @@ import pytest
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import PreTrainedTokenizerFast
 
+from avey_b import cli
 from avey_b.data import niah as niah_data
-from avey_b.evaluation.niah import cli as niah_cli
 from avey_b.utils.records import read_jsonl
 
 WORDS = (
@@ -19,6 +19,11 @@ WORDS = (
     "yellow simple number letter value second first question answer"
 ).split()
 ALNUM = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+
+
+def niah(argv):
+    """``avey-b niah ARGV``, its errors raised (``--debug``) so that the tests see their type."""
+    return cli.main(["--debug", "niah", *argv])
 
 
 def _corpus(seed=0, n=400):
@@ -196,7 +201,7 @@ def test_generate_cli_writes_jsonl_hf_and_manifest(bpe, tmp_path):
 
     bpe.save_pretrained(tmp_path / "tok")
     out = tmp_path / "niah"
-    rc = niah_cli.main(
+    rc = niah(
         [
             "generate",
             "--tokenizer",
@@ -228,7 +233,7 @@ def test_generate_cli_writes_jsonl_hf_and_manifest(bpe, tmp_path):
     assert manifest["sets"]["train_300"]["n"] == 5 and manifest["seed"] == 2
     # Same seed, same file: regeneration is byte-identical.
     before = (out / "niah-2" / "test_256.jsonl").read_bytes()
-    niah_cli.main(
+    niah(
         [
             "generate",
             "--tokenizer",
@@ -323,7 +328,7 @@ def test_prompt_unit_counts_the_authors_input(bpe):
 def test_generate_cli_draws_distractors_and_records_the_chance_level(bpe, tmp_path, capsys):
     bpe.save_pretrained(tmp_path / "tok")
     out = tmp_path / "niah"
-    niah_cli.main(["generate", "--tokenizer", str(tmp_path / "tok"), "--out", str(out), "--tasks", "niah-1",
+    niah(["generate", "--tokenizer", str(tmp_path / "tok"), "--out", str(out), "--tasks", "niah-1",
                "--lengths", "200", "--train-lengths", "200", "--n-train", "6", "--n-test", "5",
                "--train-distractors", "authors", "--test-distractors", "0:0.5,2:0.5", "--format", "jsonl"])
     manifest = json.loads((out / "niah-1" / "manifest.json").read_text())
@@ -334,7 +339,7 @@ def test_generate_cli_draws_distractors_and_records_the_chance_level(bpe, tmp_pa
     assert manifest["sets"]["train_200"]["chance_level"] == pytest.approx(0.6)
     assert "chance level 66.7%" in capsys.readouterr().err
     with pytest.raises(SystemExit, match="sum to"):
-        niah_cli.main(["generate", "--tokenizer", str(tmp_path / "tok"), "--out", str(out), "--test-distractors",
+        niah(["generate", "--tokenizer", str(tmp_path / "tok"), "--out", str(out), "--test-distractors",
                    "0:0.5"])
 
 

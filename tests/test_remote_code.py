@@ -88,12 +88,12 @@ def test_where_the_package_is_imported_its_classes_are_used_not_the_saved_code(t
 
 @pytest.mark.slow
 def test_a_finetuned_classifier_and_an_embedding_model_load_without_the_package(tmp_path, ids):
-    from avey_b.evaluation.finetune import main
+    from avey_b.cli import main
 
     tok = toy.tokenizer(str(tmp_path / "tok"))
     base = toy.avey_b(str(tmp_path / "base"), tok)
     train, dev = toy.sst2_tsv(str(tmp_path / "t.tsv"), 64, 0), toy.sst2_tsv(str(tmp_path / "d.tsv"), 16, 1)
-    assert main(["--model", base, "--task", "sst2", "--lr", "3e-3", "--output-dir", str(tmp_path / "o"),
+    assert main(["finetune", "--model", base, "--task", "sst2", "--lr", "3e-3", "--output-dir", str(tmp_path / "o"),
                  "--train-file", train, "--eval-file", dev, "--batch-size", "16", "--max-length", "16",
                  "--device", "cpu", "--max-steps", "2", "--save-model", str(tmp_path / "clf")]) == 0
     from transformers import AutoModelForSequenceClassification

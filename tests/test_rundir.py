@@ -10,6 +10,7 @@ import shutil
 import pytest
 from test_train_loop import corpus, overrides  # noqa: F401  (the module's corpus fixture)
 
+from avey_b import cli
 from avey_b.data.tokenization import train_bpe_tokenizer
 from avey_b.model import presets
 from avey_b.training import rundir
@@ -22,7 +23,11 @@ from avey_b.training.checkpoint import (
     save_checkpoint,
     verify,
 )
-from avey_b.training.pretrain import main
+
+
+def main(argv):
+    """``avey-b pretrain ARGV``, its errors raised (``--debug``) so that the tests see their type."""
+    return cli.main(["--debug", "pretrain", *argv])
 
 
 def history(run_dir):

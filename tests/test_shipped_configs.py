@@ -5,7 +5,7 @@ Pretraining writes its model to ``<run_dir>/model`` (``avey_b/training/pretrain.
 it from there), so that is the path compared below.
 """
 
-import argparse
+import dataclasses
 import re
 from pathlib import Path
 
@@ -16,6 +16,7 @@ from avey_b import AveyBConfig, configs
 from avey_b import testing as toy
 from avey_b.apps import ablation
 from avey_b.evaluation import sweep
+from avey_b.evaluation.settings import SuiteConfig
 from avey_b.evaluation.tasks import TASKS
 from avey_b.training.config import PretrainConfig, load_config
 from avey_b.utils.model_spec import is_registered, parse_spec
@@ -58,12 +59,13 @@ def test_every_suite_resolves(path, tmp_path):
     toy_dir = re.search(r"python -m avey_b\.testing --out (\S+)", text)
     if toy_dir:  # the suite documents the command that makes its models and data: run it into tmp_path
         toy.build_all(str(tmp_path))
-        suite = yaml.safe_load(yaml.safe_dump(suite).replace(toy_dir.group(1), str(tmp_path)))
-    cells, output_dir, aggregate = sweep.build_cells(suite, argparse.Namespace())  # tasks, settings, data keys
+        moved = yaml.safe_dump(dataclasses.asdict(suite)).replace(toy_dir.group(1), str(tmp_path))
+        suite = SuiteConfig(**yaml.safe_load(moved))
+    cells, output_dir, aggregate = sweep.build_cells(suite)  # tasks, settings, data keys
     assert cells and output_dir and aggregate in ("median", "best")
-    assert set(suite["tasks"]) <= set(TASKS)
+    assert set(suite.tasks) <= set(TASKS)
     written = _model_dirs_written_by_pretraining()
-    for name, model in suite["models"].items():
+    for name, model in suite.models.items():
         model = model["model"] if isinstance(model, dict) else model  # per-model settings: {model: ..., key: ...}
         assert slug(name) == name, f"{path.name}: model name {name!r} would be reported as {slug(name)!r}"
         if toy_dir and model.startswith(str(tmp_path)):
@@ -83,7 +85,7 @@ def test_every_suite_resolves(path, tmp_path):
 
 def test_the_ablation_suite_reads_what_the_ablation_recipe_writes():
     suite = sweep.load_suite("ablation")
-    assert set(suite["models"].values()) == {str(Path(load_config("ablation-10b").run_dir) / "model")}
+    assert set(suite.models.values()) == {str(Path(load_config("ablation-10b").run_dir) / "model")}
 
 
 def _variants():
@@ -97,7 +99,7 @@ def test_every_variants_file_names_files_that_exist(path):
     spec = ablation.load_variants(str(path))
     assert ablation._beside(path, spec.pretrain_config, "pretrain").is_file()
     suite = ablation._beside(path, spec.suite, "eval")
-    assert suite.is_file() and sweep.load_suite(str(suite))["tasks"]
+    assert suite.is_file() and sweep.load_suite(str(suite)).tasks
     for name in spec.variants:
         assert slug(name) == name, f"{path.name}: variant {name!r} would be reported as {slug(name)!r}"
 

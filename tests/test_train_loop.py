@@ -16,15 +16,21 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from avey_b import cli
 from avey_b.data.tokenization import train_bpe_tokenizer
 from avey_b.training.checkpoint import list_checkpoints, load_train_state
 from avey_b.training.config import load_config
-from avey_b.training.pretrain import main, train
+from avey_b.training.pretrain import train
 
 SUBJECTS = ["the cat", "a dog", "the bird", "my friend", "the teacher", "a child"]
 VERBS = ["reads", "writes", "sees", "likes", "finds", "carries"]
 OBJECTS = ["a book", "the letter", "a red ball", "the old map", "a green leaf", "the small box"]
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def main(argv):
+    """``avey-b pretrain ARGV``, its errors raised (``--debug``) so that the tests see their type."""
+    return cli.main(["--debug", "pretrain", *argv])
 
 
 def sentences(n, seed=0):

@@ -4,7 +4,7 @@ falls far below its own after warm-up says once that the CPU looks shared."""
 
 import pytest
 import torch
-from test_train_loop import corpus, overrides  # noqa: F401  (the module's corpus fixture)
+from test_train_loop import corpus, main, overrides  # noqa: F401  (the module's corpus fixture)
 
 from avey_b.training.monitor import shared_cpu_message, shared_cpu_slowdown
 from avey_b.utils import device
@@ -110,9 +110,9 @@ def test_the_training_loop_says_it_once_on_a_cpu_run_with_several_threads(corpus
     monkeypatch.setattr(pretrain, "shared_cpu_slowdown", slowdown_after_the_second_window)
     # a run on two threads, as far as the loop knows (two busy threads on this shared test machine would be slow)
     monkeypatch.setattr(pretrain, "set_cpu_threads", lambda requested: torch.set_num_threads(requested) or 2)
-    assert pretrain.main(overrides(corpus, tmp_path / "two", steps=4)) == 0
+    assert main(overrides(corpus, tmp_path / "two", steps=4)) == 0
     assert capsys.readouterr().out.count("the CPU looks shared") == 1
     assert len(seen) == 2 and all(r > 0 for r in seen[-1])  # one rate per logging window, until it was said
     monkeypatch.setattr(pretrain, "set_cpu_threads", lambda requested: torch.set_num_threads(requested) or 1)
-    assert pretrain.main(overrides(corpus, tmp_path / "one", steps=4)) == 0  # one thread: nothing to suggest
+    assert main(overrides(corpus, tmp_path / "one", steps=4)) == 0  # one thread: nothing to suggest
     assert "the CPU looks shared" not in capsys.readouterr().out

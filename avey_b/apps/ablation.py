@@ -28,6 +28,7 @@ and left out; the others go on. Exit code 1 when anything failed.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -36,6 +37,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from avey_b import configs
+from avey_b.apps.options import AblationOptions
+from avey_b.configs import from_args
+from avey_b.evaluation.settings import (
+    EvaluateOptions,
+    evaluate_parser,
+    load_suite,
+    suite_from_args,
+)
+from avey_b.evaluation.sweep import evaluate
+from avey_b.training.build import model_config
+from avey_b.training.config import load_config
+from avey_b.training.pretrain import train
 
 
 @dataclass
@@ -109,16 +122,12 @@ def model_config_of(cfg) -> Any:
     """The config ``avey-b pretrain`` builds its model from (:func:`avey_b.training.build.model_config`: the model
     spec with ``model.overrides``, the vocabulary the tokenizer recipe gives), without a tokenizer or weights;
     ``None`` when the model starts from saved weights (``model.init_from``)."""
-    from avey_b.training.build import model_config
-
     return None if cfg.model.init_from else model_config(cfg)
 
 
 def plan_variant(name: str, overrides: dict[str, Any] | None, pretrain_config: str, root: str) -> VariantPlan:
     """Resolve variant ``name``: the pretraining config it runs with (every key checked, values validated), its
     model config, and the model directory its evaluation reads. A bad variant is an error naming it."""
-    from avey_b.training.config import load_config
-
     run_dir = variant_run_dir(root, name)
     argv = [*override_args(overrides), f"run_dir={json.dumps(run_dir)}"]
     try:
@@ -144,8 +153,6 @@ def plan(variants_file: str, only: list[str] | None = None, output_dir: str | No
         variants = {k: v for k, v in variants.items() if k in only}
     pretrain_config = str(_beside(path, spec.pretrain_config, "pretrain"))
     suite = str(_beside(path, spec.suite, "eval"))
-    from avey_b.evaluation.sweep import load_suite
-
     load_suite(suite)  # the suite must read strictly too
     root = output_dir or spec.output_dir
     plans, errors = {}, []
@@ -159,21 +166,23 @@ def plan(variants_file: str, only: list[str] | None = None, output_dir: str | No
     return spec, pretrain_config, suite, plans
 
 
-def pretrain_variant(variant: VariantPlan, pretrain_config: str, pretrain_main=None) -> str:
-    """Pretrain one variant unless done; returns its model directory. Raises on failure."""
+def pretrain(cfg, resume: str | None, overwrite: bool) -> int:
+    """``avey-b pretrain`` of a resolved config (:func:`avey_b.training.pretrain.train`); returns its exit code."""
+    return int(train(cfg, resume=resume, overwrite=overwrite).get("exit_code", 0))
+
+
+def pretrain_variant(variant: VariantPlan, pretrain_fn=pretrain) -> str:
+    """Pretrain one variant unless done (resumed from its latest checkpoint when it has one); returns its model
+    directory. Raises on failure. ``pretrain_fn(cfg, resume, overwrite)``: :func:`pretrain`."""
     name, model_dir = variant.name, variant.model_dir
     run_dir = os.path.dirname(model_dir)
     if os.path.isfile(os.path.join(model_dir, "config.json")):
         return model_dir
-    if pretrain_main is None:
-        from avey_b.training.pretrain import main as pretrain_main
-    argv = ["--config", pretrain_config, *variant.overrides]
     ckpt_dir = os.path.join(run_dir, "checkpoints")
-    if os.path.isdir(ckpt_dir) and os.listdir(ckpt_dir):
-        argv.append("--resume")  # last: its optional value would otherwise swallow the next override
-    elif os.path.isdir(run_dir) and os.listdir(run_dir):
-        argv.append("--overwrite")  # a start that failed before its first checkpoint: moved aside, not deleted
-    rc = pretrain_main(argv)
+    resume = "auto" if os.path.isdir(ckpt_dir) and os.listdir(ckpt_dir) else None
+    # a start that failed before its first checkpoint: moved aside, not deleted
+    overwrite = resume is None and os.path.isdir(run_dir) and bool(os.listdir(run_dir))
+    rc = pretrain_fn(variant.config, resume, overwrite)
     if rc:
         raise RuntimeError(f"pretraining of variant {name!r} exited with code {rc}")
     if not os.path.isfile(os.path.join(model_dir, "config.json")):
@@ -194,50 +203,39 @@ def describe_plan(plans: dict[str, VariantPlan]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None, pretrain_main=None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    extra: list[str] = []
-    if "--" in argv:
-        i = argv.index("--")
-        argv, extra = argv[:i], argv[i + 1:]
-    p = argparse.ArgumentParser(prog="avey-b ablation", description=__doc__.split("\n\n")[0])
-    p.add_argument("--variants", required=True,
-                   help="variants YAML, or a shipped one's name: ablation_variants, nsk_variants, "
-                        "masking_base_variants, masking_large_variants")
-    p.add_argument("--only", nargs="+", help="run only these variants")
-    p.add_argument("--output-dir", help="overrides the file's output_dir")
-    p.add_argument("--skip-pretrain", action="store_true", help="evaluate only variants already pretrained")
-    p.add_argument("--dry-run", action="store_true", help="resolve every variant (configs, no weights), print them, exit")
-    args = p.parse_args(argv)
-    spec, pretrain_config, suite, plans = plan(args.variants, args.only, args.output_dir)
-    root = args.output_dir or spec.output_dir
-    if args.dry_run:
-        print(f"pretrain_config: {pretrain_config}\nsuite: {suite}\n{describe_plan(plans)}")
+def ablation(options: AblationOptions, pretrain_fn=pretrain) -> int:
+    """Resolve every selected variant, pretrain each (``pretrain_fn``, :func:`pretrain`), then evaluate the
+    finished ones in one sweep of the suite (with ``options.evaluate``'s flags over it); 1 when anything failed."""
+    spec, pretrain_config, suite_path, plans = plan(options.variants, options.only, options.output_dir)
+    root = options.output_dir or spec.output_dir
+    if options.dry_run:
+        print(f"pretrain_config: {pretrain_config}\nsuite: {suite_path}\n{describe_plan(plans)}")
         return 0
 
     models, failed = {}, {}
     for name, variant in plans.items():
-        if args.skip_pretrain:
+        if options.skip_pretrain:
             if os.path.isfile(os.path.join(variant.model_dir, "config.json")):
                 models[name] = variant.model_dir
             else:
                 failed[name] = "not pretrained (--skip-pretrain)"
             continue
         try:
-            models[name] = pretrain_variant(variant, pretrain_config, pretrain_main)
+            models[name] = pretrain_variant(variant, pretrain_fn)
         except Exception as e:  # one variant's failure must not cost the others their run
             failed[name] = f"{type(e).__name__}: {e}"
             traceback.print_exc()
     rc = 0
     if models:
-        from avey_b.evaluation.sweep import main as sweep_main
-
-        rc = sweep_main(["--config", suite, "--models", *[f"{k}={v}" for k, v in models.items()],
-                         "--output-dir", os.path.join(root, "eval"), "--aggregate", "best", *extra])
+        args = evaluate_parser().parse_args(options.evaluate or [])
+        suite = dataclasses.replace(load_suite(suite_path), models=models, output_dir=os.path.join(root, "eval"),
+                                    aggregate="best")
+        rc = evaluate(suite_from_args(args, suite), from_args(EvaluateOptions, args))
     for name, why in failed.items():
         print(f"variant {name}: FAILED ({why})", file=sys.stderr)
     return 1 if failed or rc else 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def run(args: argparse.Namespace) -> int:
+    """``avey-b ablation`` (the arguments of :func:`avey_b.apps.options.ablation_parser`)."""
+    return ablation(from_args(AblationOptions, args))

@@ -24,22 +24,22 @@ import json
 import math
 import os
 import platform
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from avey_b.configs import from_args
 from avey_b.utils.counting import count_parameters
 from avey_b.utils.device import pick_device, use_bf16
 from avey_b.utils.progress import Progress
 from avey_b.utils.records import save_pretrained_atomic, utc_timestamp, write_json_atomic
 
-from .tasks import TASKS, get_task
+from .protocol import run_config
+from .settings import DataFiles, FinetuneOptions, RunConfig, given_data, given_settings
+from .tasks import get_task
 from .tasks.base import (
-    DataFiles,
-    RunConfig,
     Task,
     autocast_ctx,
     check_model_source,
@@ -249,69 +249,24 @@ def _mean(xs: list[float]) -> float:
 # ------------------------------------------------------------------------------------------ CLI
 
 
-def add_run_arguments(p: argparse.ArgumentParser, with_defaults: bool = True) -> None:
-    """Options shared by ``finetune`` and ``evaluate`` (everything but model/task/lr/seed): the data files, and one
-    flag per :class:`RunConfig` field, generated from it. Without defaults (``evaluate``), only flags given
-    explicitly appear in the namespace, so they override the suite file and everything else comes from the suite
-    or from RunConfig."""
-    g = p.add_argument_group("data (default: the task's Hugging Face datasets)")
-    g.add_argument("--train-file", help="local training data (GLUE TSV/JSONL, CoNLL, SQuAD JSON, pairs or BEIR dir)")
-    g.add_argument("--eval-file", help="local evaluation data (same formats; a BEIR directory for IR)")
-    g.add_argument("--train-split", help="Hub / BEIR split to train on (default per task)")
-    g.add_argument("--eval-split", help="Hub / BEIR split to score on (default per task)")
-    g.add_argument("--holdout", type=float, help="score on this fraction of the training data, held out")
-    subset = ("max_train_examples", "max_eval_examples")
-    RunConfig.add_arguments(g, include=subset, defaults=with_defaults)
-    t = p.add_argument_group("training and scoring (RunConfig)")
-    RunConfig.add_arguments(t, exclude=("lr", "seed", *subset), defaults=with_defaults)
-    t.add_argument("--tokenizer", help="tokenizer name/path when the model directory has none")
+def cell_settings(options: FinetuneOptions, args) -> tuple[RunConfig, DataFiles]:
+    """The cell's settings and data: the ``RunConfig`` flags given in ``args`` over the protocol's table for the
+    task (:func:`avey_b.evaluation.protocol.run_config`), and its data files."""
+    cfg = run_config(options.task, given_settings(args) | {"lr": options.lr, "seed": options.seed})
+    return cfg, DataFiles(**given_data(args))
 
 
-def config_from_args(args: argparse.Namespace, lr: float, seed: int, task: str | None = None,
-                     given: set[str] | None = None) -> tuple[RunConfig, DataFiles]:
-    """The cell's settings and data. With ``task``, the ``paper`` protocol's table for it lies under the flags;
-    ``given`` names the flags set explicitly (the others keep RunConfig's or the table's values)."""
-    from .protocol import run_config
-
-    names = {f.name for f in dataclasses.fields(RunConfig)}
-    settings = {k: v for k, v in vars(args).items() if k in names and (given is None or k in given)}
-    settings |= {"lr": lr, "seed": seed}
-    if task is not None:
-        settings.setdefault("protocol", getattr(args, "protocol", "standard"))
-        cfg = run_config(task, settings)
-    else:
-        cfg = RunConfig(**settings)
-    files = DataFiles(train=args.train_file, eval=args.eval_file, train_split=args.train_split,
-                      eval_split=args.eval_split, holdout=args.holdout)
-    return cfg, files
+def finetune(options: FinetuneOptions, cfg: RunConfig, files: DataFiles) -> dict[str, Any]:
+    """Fine-tune and score one cell (:func:`run_cell`) and write its record to ``options.output_dir/results.json``."""
+    record = run_cell(options.model, options.task, cfg, files, options.tokenizer, save_model=options.save_model,
+                      finetuned=options.finetuned)
+    write_json_atomic(os.path.join(options.output_dir, "results.json"), record)
+    return record
 
 
-def build_parser(with_defaults: bool = True) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="avey-b finetune", description=__doc__.split("\n\n")[0],
-                                argument_default=None if with_defaults else argparse.SUPPRESS)
-    p.add_argument("--model", required=True, help="Hub id or local directory of any encoder (Avey-B, BERT, ...)")
-    p.add_argument("--task", required=True, choices=list(TASKS))
-    p.add_argument("--lr", type=float, required=True)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--output-dir", required=True, help="results.json is written here")
-    p.add_argument("--save-model", metavar="DIR", help="also save the fine-tuned model + tokenizer to DIR")
-    p.add_argument("--finetuned", metavar="DIR", help="retrieval under --protocol paper: score this model, trained "
-                   "on MS MARCO pairs before (--save-model of such a run), zero-shot instead of training one")
-    add_run_arguments(p, with_defaults=with_defaults)
-    return p
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    given = set(vars(build_parser(with_defaults=False).parse_args(argv)))  # the flags set explicitly
-    cfg, files = config_from_args(args, args.lr, args.seed, task=args.task, given=given)
-    record = run_cell(args.model, args.task, cfg, files, args.tokenizer, save_model=args.save_model,
-                      finetuned=args.finetuned)
-    path = os.path.join(args.output_dir, "results.json")
-    write_json_atomic(path, record)
+def run(args: argparse.Namespace) -> int:
+    """``avey-b finetune`` (the arguments of :func:`avey_b.evaluation.settings.finetune_parser`)."""
+    options = from_args(FinetuneOptions, args)
+    record = finetune(options, *cell_settings(options, args))
     print(json.dumps({k: record[k] for k in ("model", "task", "protocol", "lr", "seed", "metric", "score")}))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -27,15 +27,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from .settings import GRIDS, RunConfig
 from .tasks import TASKS
-from .tasks.base import RunConfig
 from .tasks.ir import MSMARCOPairs
-
-#: Learning rates x number of seeds (0 .. N-1) of a sweep.
-GRIDS: dict[str, tuple[tuple[float, ...], int]] = {
-    "paper": ((2e-5, 6e-5, 1e-4, 5e-4), 10),  # the paper's text (§5.1)
-    "encodeval": ((2e-5, 6e-5, 1e-4, 5e-4, 1e-3, 2e-3), 20),  # the release's EncodEval configs
-}
 
 _EVERY_TASK: dict[str, Any] = {
     "adam_beta1": 0.9, "adam_beta2": 0.95, "adam_epsilon": 1e-5, "weight_decay": 0.1,

@@ -22,12 +22,13 @@ import argparse
 import json
 import os
 import statistics
-import sys
 from collections import defaultdict
 from typing import Any
 
+from avey_b.configs import from_args
 from avey_b.utils.records import write_text_atomic
 
+from .settings import ReportOptions
 from .tasks import FAMILIES, TASKS
 
 PROTOCOL_LABEL = {
@@ -193,18 +194,11 @@ def write_report(output_dir: str, aggregate: str = "median", protocol: str | Non
 aggregate_fn = aggregate
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="avey-b report", description=__doc__.split("\n\n")[0])
-    p.add_argument("output_dir", help="the sweep's output directory")
-    p.add_argument("--aggregate", choices=("median", "best"), default="median")
-    p.add_argument("--protocol", choices=("standard", "paper"), help="needed when the directory holds both")
-    args = p.parse_args(argv)
-    md_path, json_path = write_report(args.output_dir, args.aggregate, args.protocol)
+def run(args: argparse.Namespace) -> int:
+    """``avey-b report`` (the arguments of :func:`avey_b.evaluation.settings.report_parser`)."""
+    options = from_args(ReportOptions, args)
+    md_path, json_path = write_report(options.output_dir, options.aggregate, options.protocol)
     with open(md_path, encoding="utf-8") as f:
         print(f.read())
     print(f"written: {md_path}, {json_path}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

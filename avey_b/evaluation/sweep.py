@@ -36,13 +36,16 @@ retries it.
 
 Precedence of settings: RunConfig defaults < the protocol's table (``paper``: EncodEval's settings per task,
 :mod:`avey_b.evaluation.protocol`) < the suite's ``defaults`` < its ``task_overrides[task]`` < its settings of the
-model (``models: {name: {model: ..., trust_remote_code: true}}``) < command-line flags.
+model (``models: {name: {model: ..., trust_remote_code: true}}``) < its ``settings`` (where the command-line flags
+go).
 The learning rates and seeds come from the first of: ``--lrs``/``--seeds``, ``--grid``, the suite's ``lrs``/``seeds``,
 its ``grid``, the paper's grid (4 x 10; ``--grid encodeval``: the release's configs, 6 x 20).
 
 A suite is a YAML file (a path, or the name of one shipped in ``avey_b/configs/eval/``) read by the package's
-config dialect (:mod:`avey_b.configs`) into ``SuiteConfig``: its keys are that class's fields, and a key it does
-not have is an error listing the valid ones.
+config dialect (:mod:`avey_b.configs`) into :class:`~avey_b.evaluation.settings.SuiteConfig`: its keys are that
+class's fields, and a key it does not have is an error listing the valid ones. The command line is applied over it
+once (:func:`~avey_b.evaluation.settings.suite_from_args`); :func:`build_cells` and :func:`evaluate` take the
+resulting suite, the Python API.
 """
 
 from __future__ import annotations
@@ -62,25 +65,30 @@ import traceback
 import uuid
 from typing import Any
 
-from avey_b.utils.cluster import BACKENDS, check_backend, cluster_gpus, start_ray
+from avey_b.configs import from_args
+from avey_b.utils.cluster import check_backend, cluster_gpus, start_ray
 from avey_b.utils.device import set_cpu_threads, usable_cpus
 from avey_b.utils.files import content_hash
 from avey_b.utils.progress import Progress
 from avey_b.utils.records import slug, write_json_atomic
 
-from .. import configs
-from .finetune import add_run_arguments, run_cell
+from .finetune import run_cell
 from .ir_paper import MODEL_DIR, PAIRS_TASK, TRAINED_FILE, is_zero_shot, train_pairs
 from .protocol import GRIDS, grid, run_config
+from .report import write_report
+from .settings import (
+    DataFiles,
+    EvaluateOptions,
+    RunConfig,
+    SuiteConfig,
+    evaluate_parser,
+    load_suite,  # noqa: F401 -- part of this module's interface
+    parse_models,
+    suite_from_args,
+)
 from .tasks import TASKS
-from .tasks.base import DataFiles, RunConfig
 
 PAPER_LRS = GRIDS["paper"][0]
-
-# CLI dest -> DataFiles field (the RunConfig flags are named after their fields)
-_DATA_FLAGS = {"train_file": "train", "eval_file": "eval", "train_split": "train_split",
-               "eval_split": "eval_split", "holdout": "holdout"}
-
 
 @dataclasses.dataclass
 class Cell:
@@ -131,21 +139,6 @@ class Cell:
         return spec | ({"trained_by": self.trained_by} if self.trained_by else {})
 
 
-def parse_models(items: list[str] | dict[str, Any]) -> dict[str, str]:
-    """``name=path`` or a bare path/Hub id (named after its last component); a suite's mapping name -> path, or
-    name -> {model: path, <RunConfig field>: value, ...} (see :func:`model_settings`)."""
-    if isinstance(items, dict):
-        return {slug(str(k)): str(v["model"] if isinstance(v, dict) else v) for k, v in items.items()}
-    out: dict[str, str] = {}
-    for item in items:
-        name, _, path = item.partition("=") if "=" in item else (os.path.basename(item.rstrip("/")), "", item)
-        name = slug(name)
-        if name in out:
-            raise ValueError(f"two models named {name!r}; name them explicitly with NAME=PATH")
-        out[name] = path
-    return out
-
-
 def model_settings(items: list[str] | dict[str, Any]) -> dict[str, dict[str, Any]]:
     """The RunConfig fields a suite sets for one model (``neobert: {model: chandar-lab/NeoBERT,
     trust_remote_code: true}``): over the suite's defaults and task overrides, under the command line."""
@@ -160,12 +153,12 @@ def model_settings(items: list[str] | dict[str, Any]) -> dict[str, dict[str, Any
     return out
 
 
-def build_cells(suite: dict[str, Any], args: argparse.Namespace) -> tuple[list[Cell], str, str]:
-    """Expand the lr x seed grid (never one file per point). Returns (cells, output_dir, aggregate)."""
-    given = vars(args)
-    models = parse_models(given.get("models") or suite.get("models") or [])
-    per_model = model_settings(given.get("models") or suite.get("models") or [])
-    tasks = given.get("tasks") or suite.get("tasks") or []
+def build_cells(suite: SuiteConfig) -> tuple[list[Cell], str, str]:
+    """Expand the suite's lr x seed grid (never one file per point); the command line's flags are already in
+    ``suite`` (:func:`~avey_b.evaluation.settings.suite_from_args`). Returns (cells, output_dir, aggregate)."""
+    models = parse_models(suite.models)
+    per_model = model_settings(suite.models)
+    tasks = suite.tasks
     if not models:
         raise ValueError("no models: pass --models or set 'models' in the suite")
     if not tasks:
@@ -173,39 +166,40 @@ def build_cells(suite: dict[str, Any], args: argparse.Namespace) -> tuple[list[C
     unknown = [t for t in tasks if t not in TASKS]
     if unknown:
         raise ValueError(f"unknown tasks {unknown}; known: {', '.join(TASKS)}")
-    cli_grid = grid(given["grid"]) if given.get("grid") else None
-    suite_grid = grid(suite.get("grid") or "paper")
-    lrs = given.get("lrs") or (cli_grid[0] if cli_grid else None) or suite.get("lrs") or suite_grid[0]
-    lrs = [float(x) for x in lrs]
-    seeds = given.get("seeds", cli_grid[1] if cli_grid else suite.get("seeds", suite_grid[1]))
+    default_lrs, default_seeds = grid(suite.grid or "paper")
+    lrs = [float(x) for x in (suite.lrs or default_lrs)]
+    seeds = default_seeds if suite.seeds is None else suite.seeds
     seeds = list(range(int(seeds))) if isinstance(seeds, (int, str)) else [int(s) for s in seeds]
     if not seeds:
         raise ValueError("no seeds")
-    aggregate = given.get("aggregate") or suite.get("aggregate", "median")
-    output_dir = given.get("output_dir") or suite.get("output_dir")
+    aggregate = suite.aggregate
+    output_dir = suite.output_dir
     if not output_dir:
         raise ValueError("no output directory: pass --output-dir or set 'output_dir' in the suite")
 
-    defaults = dict(suite.get("defaults") or {})
-    if "protocol" in suite:
-        defaults["protocol"] = suite["protocol"]
+    defaults = dict(suite.defaults)
+    if suite.protocol is not None:
+        defaults["protocol"] = suite.protocol
     known_fields = {f.name for f in dataclasses.fields(RunConfig)}
-    cli_cfg = {k: given[k] for k in known_fields - {"lr", "seed"} if k in given}
-    cli_data = {v: given[k] for k, v in _DATA_FLAGS.items() if k in given}
+    cli_cfg = dict(suite.settings)
+    cli_data = dict(suite.files)
+    bad = sorted(set(cli_data) - {f.name for f in dataclasses.fields(DataFiles)})
+    if bad:
+        raise ValueError(f"unknown data keys {bad} in 'files'")
     if cli_data and len(tasks) > 1:
         raise ValueError("--train-file/--eval-file/--holdout/... apply to one task; use the suite's 'data' for several")
-    tokenizer = given.get("tokenizer") or suite.get("tokenizer")
-    for where, values in [(f"model {m}", v) for m, v in per_model.items()]:
+    tokenizer = suite.tokenizer
+    for where, values in [(f"model {m}", v) for m, v in per_model.items()] + [("'settings'", cli_cfg)]:
         bad = sorted(set(values) - known_fields)
         if bad:
             raise ValueError(f"unknown settings {bad} for {where}; valid: {sorted(known_fields)}")
 
     def task_settings(task: str) -> tuple[dict[str, Any], dict[str, Any]]:
-        settings = defaults | dict((suite.get("task_overrides") or {}).get(task) or {})
+        settings = defaults | dict(suite.task_overrides.get(task) or {})
         bad = sorted(set(settings) - known_fields)
         if bad:
             raise ValueError(f"unknown settings {bad} for task {task}; valid: {sorted(known_fields)}")
-        data = dict((suite.get("data") or {}).get(task) or {})
+        data = dict(suite.data.get(task) or {})
         bad = sorted(set(data) - {f.name for f in dataclasses.fields(DataFiles)})
         if bad:
             raise ValueError(f"unknown data keys {bad} for task {task}")
@@ -523,103 +517,33 @@ def _run_cell_file(spec_path: str, output_dir: str) -> int:
 # ------------------------------------------------------------------------------------------ CLI
 
 
-@dataclasses.dataclass
-class SuiteConfig:
-    """An evaluation suite (``avey_b/configs/eval/*.yaml``); command-line flags override its values."""
-
-    description: str = ""
-    """What the suite is for and how to run it (free text)."""
-    models: dict = dataclasses.field(default_factory=dict)
-    """Report name -> local directory or Hub id, or -> {model: directory or Hub id, <RunConfig field>: value}
-    for settings of that model only (``trust_remote_code: true`` for NeoBERT)."""
-    tasks: list = dataclasses.field(default_factory=list)
-    """Task names (``mnli``, ``sst2``, ``conll2003``, ``squad``, ``msmarco``, ...)."""
-    lrs: list | None = None
-    """Learning rates; null: the paper's 2e-5, 6e-5, 1e-4, 5e-4."""
-    seeds: Any = None
-    """A number of seeds (0 .. N-1) or a list of seeds; null: the grid's."""
-    grid: str | None = None
-    """Learning rates and seeds unless ``lrs``/``seeds`` are set: ``paper`` (the paper's text: 4 x 10, the default)
-    or ``encodeval`` (the authors' EncodEval configs: 6 x 20)."""
-    protocol: str | None = None
-    """``standard`` (default: the benchmarks' own metrics, RunConfig's defaults) or ``paper`` (EncodEval's
-    settings and scoring, :mod:`avey_b.evaluation.protocol`)."""
-    aggregate: str = "median"
-    """``median`` over seeds at the best learning rate (the paper) or ``best`` single run (ablations)."""
-    output_dir: str | None = None
-    """Root of the per-cell directories and the report."""
-    defaults: dict = dataclasses.field(default_factory=dict)
-    """``RunConfig`` fields for every task (batch_size, max_length, epochs, ...)."""
-    task_overrides: dict = dataclasses.field(default_factory=dict)
-    """Task -> ``RunConfig`` fields for that task only (``msmarco_pairs``: the paper protocol's IR training)."""
-    data: dict = dataclasses.field(default_factory=dict)
-    """Task -> local data (``train``, ``eval``, ``train_split``, ``eval_split``, ``holdout``); under the paper
-    protocol the IR benchmarks take only ``eval``/``eval_split`` and ``msmarco_pairs`` only ``train``/``train_split``."""
-    tokenizer: str | None = None
-    """A tokenizer for every model (default: each model's own)."""
-
-
-def load_suite(path: str | None) -> dict[str, Any]:
-    """A suite's settings as a mapping (unset values left out), read strictly through ``SuiteConfig``."""
-    if path is None:
-        return {}
-    suite = configs.load(SuiteConfig, path, kind="eval")
-    return {k: v for k, v in dataclasses.asdict(suite).items() if v not in (None, "", {}, [])}
-
-
-def main(argv: list[str] | None = None) -> int:
-    on_ray = next(part for part in __doc__.split("\n\n") if part.startswith("On a Ray cluster"))
-    p = argparse.ArgumentParser(prog="avey-b evaluate", description=__doc__.split("\n\n")[0], epilog=on_ray,
-                                argument_default=argparse.SUPPRESS)
-    p.add_argument("--config", help=f"suite YAML, or a shipped suite: {', '.join(configs.shipped('eval'))}")
-    p.add_argument("--models", nargs="+", help="NAME=PATH_OR_HUB_ID (or a bare path/id) ...")
-    p.add_argument("--tasks", nargs="+", help=f"task names: {', '.join(TASKS)}")
-    p.add_argument("--lrs", nargs="+", type=float, help="learning rates (default: 2e-5 6e-5 1e-4 5e-4)")
-    p.add_argument("--seeds", type=int, help="number of seeds 0..N-1 (default 10)")
-    p.add_argument("--grid", choices=list(GRIDS),
-                   help="learning rates x seeds unless --lrs/--seeds: paper (the paper's text, 2e-5 6e-5 1e-4 5e-4 x 10 "
-                        "seeds; default) or encodeval (the authors' configs, also 1e-3 2e-3, x 20 seeds)")
-    p.add_argument("--aggregate", choices=("median", "best"),
-                   help="median over seeds at the best lr (paper, default) or best single run (ablations)")
-    p.add_argument("--output-dir", help="root of the per-cell directories and the report")
-    p.add_argument("--workers", type=int, help="cells run at once, each in its own process (default: 1, or one per "
-                   "--devices entry); on Ray without GPUs: cells at once per node")
-    p.add_argument("--devices", help="comma-separated CUDA device ids to spread the workers over")
-    p.add_argument("--isolate", action="store_true", help="run every cell in a subprocess even with 1 worker")
-    p.add_argument("--backend", choices=BACKENDS,
-                   help="local (default): on this machine; ray: each cell a Ray task, one GPU each where the cluster "
-                        "has GPUs, else 1/--workers of a node's CPUs; --output-dir on a filesystem every node sees "
-                        "(pip install 'avey-b[ray]')")
-    p.add_argument("--ray-address",
-                   help="ray: the cluster to join (auto: the one this machine belongs to, or host:port); default: a "
-                        "local Ray started for the sweep")
-    p.add_argument("--dry-run", action="store_true", help="list the cells and exit")
-    p.add_argument("--report-only", action="store_true", help="only aggregate the existing results")
-    p.add_argument("--run-cell", help=argparse.SUPPRESS)  # internal: one cell from its cell.json
-    add_run_arguments(p, with_defaults=False)
-    args = p.parse_args(argv)
-    given = vars(args)
-    if "run_cell" in given:
+def run(args: argparse.Namespace) -> int:
+    """``avey-b evaluate`` (the arguments of :func:`avey_b.evaluation.settings.evaluate_parser`): the suite with the
+    command line over it, its cells run (or listed: ``--dry-run``), then the report."""
+    if hasattr(args, "run_cell"):
         return _run_cell_file(args.run_cell, args.output_dir)
+    return evaluate(suite_from_args(args), from_args(EvaluateOptions, args))
 
-    check_backend(given.get("backend", "local"), {"--ray-address": "ray_address" in given})
+
+def evaluate(suite: SuiteConfig, options: EvaluateOptions) -> int:
+    """Run the suite's cells as ``options`` say (its suite fields are already in ``suite``), then write and print
+    the report; 1 when a cell failed."""
+    check_backend(options.backend, {"--ray-address": options.ray_address is not None})
     _quiet_transformers()
-    suite = load_suite(given.get("config"))
-    cells, output_dir, aggregate = build_cells(suite, args)
-    if given.get("dry_run"):
+    cells, output_dir, aggregate = build_cells(suite)
+    if options.dry_run:
         for c in cells:
             print(c.key, "(done)" if is_done(output_dir, c) else "")
         return 0
     failures: dict[str, str] = {}
-    if not given.get("report_only"):
-        devices = given["devices"].split(",") if given.get("devices") else None
-        backend = given.get("backend", "local")
+    if not options.report_only:
+        devices = options.devices.split(",") if options.devices else None
         # default: one worker per device; on Ray, one cell per GPU, or per CPU-only node
-        workers = given.get("workers", None if backend == "ray" else len(devices) if devices else 1)
-        failures = run_sweep(cells, output_dir, workers, devices, given.get("isolate", False),
-                             backend=backend, ray_address=given.get("ray_address"))
-
-    from .report import write_report
+        workers = options.workers
+        if workers is None and options.backend != "ray":
+            workers = len(devices) if devices else 1
+        failures = run_sweep(cells, output_dir, workers, devices, options.isolate, backend=options.backend,
+                             ray_address=options.ray_address)
 
     md_path, _ = write_report(output_dir, aggregate=aggregate, protocol=cells[0].cfg.protocol,
                               models=list(dict.fromkeys(c.model_name for c in cells)),
@@ -634,5 +558,5 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+if __name__ == "__main__":  # the cells of --isolate / --workers > 1: `python -m avey_b.evaluation.sweep --run-cell`
+    sys.exit(run(evaluate_parser().parse_args()))

@@ -39,7 +39,7 @@ from avey_b.utils.records import MANIFEST_FILE, save_pretrained_atomic
 
 from . import distributed as dist_utils
 from . import rundir
-from .config import to_dict
+from .config import TRUST_FLAG, to_dict
 
 if TYPE_CHECKING:
     from .config import PretrainConfig
@@ -47,10 +47,6 @@ if TYPE_CHECKING:
 STEP_RE = re.compile(r"^step_(\d+)$")
 STATE_FILE = "train_state.pt"
 RUN_ID_FILE = "RUN_ID"
-
-
-#: The command-line flag that accepts a checkpoint or model directory without SHA256SUMS.
-TRUST_FLAG = "--trust-unverified"
 
 
 class DamagedCheckpoint(OSError):

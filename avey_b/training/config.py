@@ -5,11 +5,17 @@ through the package's one config dialect (:mod:`avey_b.configs`) and builds a ``
 does not exist is an error naming the key and the valid keys; ``model.overrides`` is the one free-form mapping
 (architecture fields, checked by the model's own config class). Each field's docstring (the string literal
 under it) is its documentation, printed by ``describe()`` as the ``--help`` of ``avey-b pretrain``.
+
+This module imports no torch: :func:`build_parser` is the command line of ``avey-b pretrain`` (and of ``torchrun -m
+avey_b.training.pretrain``), whose runner is :func:`avey_b.training.pretrain.run`.
 """
 
 from __future__ import annotations
 
+import argparse
+import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from .. import configs
@@ -242,3 +248,48 @@ def load_config(path: str | None = None, overrides: list[str] | None = None) -> 
 
 def describe() -> str:
     return configs.describe(PretrainConfig())
+
+
+# ------------------------------------------------------------------------------------------ command line
+#: The command-line flag that accepts a checkpoint or model directory without SHA256SUMS.
+TRUST_FLAG = "--trust-unverified"
+
+
+class _PretrainParser(argparse.ArgumentParser):
+    """``--resume`` takes an optional value, so in ``--resume train.threads=1`` argparse gives the override to it:
+    such a value (``key=value`` naming no file) goes back among the overrides, where it stood, and ``--resume``
+    means the run dir's latest checkpoint."""
+
+    def parse_known_args(self, args=None, namespace=None):
+        argv = list(sys.argv[1:] if args is None else args)
+        parsed, extras = super().parse_known_args(argv, namespace)
+        resume = getattr(parsed, "resume", None)
+        if resume not in (None, "auto") and "=" in resume and not Path(resume).exists():
+            before = argv[:argv.index(resume)]
+            parsed.overrides.insert(sum(a in parsed.overrides for a in before), resume)
+            parsed.resume = "auto"
+        return parsed, extras
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line of ``avey-b pretrain``: a run config (``--config``), ``key=value`` overrides of it, and how
+    to start (afresh, ``--resume``, ``--overwrite``); ``--help`` lists every key of :class:`PretrainConfig`."""
+    parser = _PretrainParser(
+        prog="avey-b pretrain",
+        description="Masked-LM pretraining of Avey-B (or an HF encoder built from config) from a YAML config.",
+        epilog=describe(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--config", help="YAML file, or a shipped recipe (quickstart, quickstart-long, base, large, "
+                        "ablation-10b, debug); omitted: the defaults")
+    parser.add_argument("--resume", nargs="?", const="auto", default=None, metavar="CKPT",
+                        help="continue from CKPT, or (no value) from the run dir's latest checkpoint; overrides may "
+                             "come before or after it (a key=value right after --resume is an override, not CKPT)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="start afresh in a run_dir that holds a run, after moving that run aside (never deleted)")
+    parser.add_argument(TRUST_FLAG, action="store_true",
+                        help="start from a checkpoint (--resume) or model.init_from directory that has no SHA256SUMS, "
+                             "whose files therefore cannot be checked (every directory avey-b writes has one)")
+    parser.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
+    parser.add_argument("overrides", nargs="*", help="key=value overrides, e.g. optim.lr=1e-3 data.train=my_dir/")
+    return parser

@@ -50,7 +50,6 @@ from . import rundir
 from .build import build_model, build_optimizer, build_tokenizer, check_inputs, data_specs
 from .checkpoint import (
     MANIFEST_FILE,
-    TRUST_FLAG,
     CheckpointParts,
     TrainState,
     full_state_dict,
@@ -60,7 +59,7 @@ from .checkpoint import (
     save_pretrained_atomic,
     save_training,
 )
-from .config import PretrainConfig, describe, dump_yaml, load_config, to_dict
+from .config import PretrainConfig, build_parser, dump_yaml, load_config, to_dict
 from .mlm_eval import evaluate, fill_mask, masked_batch, mlm_sums
 from .monitor import MetricsLogger, peak_flops, shared_cpu_message, shared_cpu_slowdown
 from .schedule import build_scheduler
@@ -449,31 +448,9 @@ def _report(results: dict, cfg, run_dir: Path, seconds: float) -> None:
 
 
 # --------------------------------------------------------------------------------------------------- CLI
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="avey-b pretrain",
-        description="Masked-LM pretraining of Avey-B (or an HF encoder built from config) from a YAML config.",
-        epilog=describe(),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("--config", help="YAML file, or a shipped recipe (quickstart, quickstart-long, base, large, ablation-10b, debug); omitted: the defaults")
-    parser.add_argument("--resume", nargs="?", const="auto", default=None, metavar="CKPT",
-                        help="continue from CKPT, or (no value) from the run dir's latest checkpoint; overrides may "
-                             "come before or after it (a key=value right after --resume is an override, not CKPT)")
-    parser.add_argument("--overwrite", action="store_true",
-                        help="start afresh in a run_dir that holds a run, after moving that run aside (never deleted)")
-    parser.add_argument(TRUST_FLAG, action="store_true",
-                        help="start from a checkpoint (--resume) or model.init_from directory that has no SHA256SUMS, "
-                             "whose files therefore cannot be checked (every directory avey-b writes has one)")
-    parser.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
-    parser.add_argument("overrides", nargs="*", help="key=value overrides, e.g. optim.lr=1e-3 data.train=my_dir/")
-    args = parser.parse_args(argv)
-    if args.resume not in (None, "auto") and "=" in args.resume and not Path(args.resume).exists():
-        # `--resume train.threads=1`: argparse gave the override to --resume's optional value
-        argv = list(sys.argv[1:] if argv is None else argv)
-        before = argv[:argv.index(args.resume)]
-        args.overrides.insert(sum(a in args.overrides for a in before), args.resume)
-        args.resume = "auto"
+def run(args: argparse.Namespace) -> int:
+    """``avey-b pretrain`` (the arguments of :func:`avey_b.training.config.build_parser`): the run config from
+    ``--config`` and the overrides, then :func:`train`; ``--print-config`` prints it instead."""
     cfg = load_config(args.config, args.overrides)
     if args.print_config:
         import yaml
@@ -481,10 +458,10 @@ def main(argv: list[str] | None = None) -> int:
         print(yaml.safe_dump(to_dict(cfg), sort_keys=False))
         return 0
     if args.resume and args.overwrite:
-        parser.error("--resume continues the run in run_dir; --overwrite moves it aside: choose one")
+        raise ValueError("--resume continues the run in run_dir; --overwrite moves it aside: choose one")
     results = train(cfg, resume=args.resume, overwrite=args.overwrite, trust_unverified=args.trust_unverified)
     return int(results.get("exit_code", 0))
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+if __name__ == "__main__":  # torchrun ... -m avey_b.training.pretrain ARGS: the same program as `avey-b pretrain`
+    sys.exit(run(build_parser().parse_args()))

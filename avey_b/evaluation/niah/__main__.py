@@ -2,6 +2,7 @@
 
 import sys
 
-from .cli import main
+from ..settings import niah_parser
+from .cli import run
 
-sys.exit(main())
+sys.exit(run(niah_parser().parse_args()))

@@ -3,7 +3,6 @@ test length, resumable from its run directory."""
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import os
 import time
@@ -69,11 +68,9 @@ def run_directory(out: str, name: str, task: str, form: str, lr: float, seed: in
 def planned_run(name: str, task: str, lr: float, args) -> tuple[Any, list[int], dict[str, Any]]:
     """(the fine-tuning's :class:`~avey_b.evaluation.tasks.base.RunConfig`, the test lengths to score, its
     :func:`run_settings`) for ``name`` on ``task`` at ``lr``, as ``args`` ask."""
-    from ..tasks.base import RunConfig
-
     task_dir = os.path.join(args.data, task)
     lengths = available_lengths(task_dir, parse_lengths(args.lengths) if args.lengths else None)
-    cfg = RunConfig.from_args(args, lr=lr, seed=args.seed)
+    cfg = dataclasses.replace(args.settings, lr=lr, seed=args.seed)
     return cfg, lengths, run_settings(name, task, lr, args, cfg, lengths)
 
 
@@ -83,7 +80,7 @@ class FineTuning:
 
     name: str
     task: str
-    args: argparse.Namespace
+    args: Any  # the NiahEvaluateOptions of the evaluation
     cfg: Any  # the fine-tuning's RunConfig (the qa form's window set from the training inputs)
     run_dir: str
     model: Any
@@ -106,8 +103,8 @@ def evaluate_model(name: str, task: str, args, lr: float | None = None, log=prin
 
     lr = args.lr[0] if lr is None else lr
     train_rows = read_set(set_path(os.path.join(args.data, task), "train", parse_lengths([args.train_length])[0]))
-    if args.max_train_examples:
-        train_rows = train_rows[: args.max_train_examples]
+    if args.settings.max_train_examples:
+        train_rows = train_rows[: args.settings.max_train_examples]
     cfg, lengths, settings = planned_run(name, task, lr, args)
     run_dir = run_directory(args.out, name, task, args.form, lr, args.seed)
     settings_path = os.path.join(run_dir, "settings.json")

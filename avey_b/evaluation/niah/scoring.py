@@ -28,8 +28,8 @@ def score_length(model, tok, task_dir: str, length: int, args, cfg, limit, train
     from ..tasks.qa import QuestionAnsweringTask
 
     rows = read_set(set_path(task_dir, "test", length))
-    if args.max_eval_examples:
-        rows = rows[: args.max_eval_examples]
+    if args.settings.max_eval_examples:
+        rows = rows[: args.settings.max_eval_examples]
     examples = squad_examples(rows)
     need = longest_input(tok, examples, args.form)
     # the chance level as the authors compute it (from the stated distribution), and that of these very examples
@@ -40,7 +40,7 @@ def score_length(model, tok, task_dir: str, length: int, args, cfg, limit, train
         return res | {"status": "max_length"}
     if stop is not None:
         return res | {"status": "oom", "inferred": True}
-    bs = max(1, args.eval_batch_size * train_len // need)
+    bs = max(1, args.settings.eval_batch_size * train_len // need)
     try:
         t1 = time.perf_counter()
         with RankerChoices(model) if retrieval else contextlib.nullcontext() as rc:

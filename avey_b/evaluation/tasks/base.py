@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass, fields
 from types import SimpleNamespace
 from typing import Any
 
@@ -22,7 +21,7 @@ from avey_b.model.heads import (
     sentence_embedding,  # importing the package registers Avey-B with the Auto classes
 )
 from avey_b.model.loading import honour_umask
-from avey_b.utils.device import PRECISIONS, autocast, use_bf16
+from avey_b.utils.device import autocast, use_bf16
 from avey_b.utils.files import (
     DataFileError,
     check_model_source,  # noqa: F401 -- finetune and niah import it from here
@@ -31,11 +30,10 @@ from avey_b.utils.files import (
     read_rows,
 )
 
+from ..settings import DataFiles, RunConfig  # noqa: F401 -- declared in the light settings module (no torch)
+
 #: A model config that names no eos token (BERT's, Avey-B's): what :meth:`Task.end` assumes outside a run.
 CONFIG_WITHOUT_EOS = SimpleNamespace(eos_token_id=None)
-
-PROTOCOLS = ("standard", "paper")
-WEIGHTS_DTYPES = ("float32", "bfloat16")
 
 # head name -> transformers Auto class name
 HEADS = {
@@ -44,127 +42,6 @@ HEADS = {
     "question-answering": "AutoModelForQuestionAnswering",
     "embedding": "AutoModel",
 }
-
-
-@dataclass
-class RunConfig:
-    """Settings of one fine-tuning cell (one model x one task x one lr x one seed)."""
-
-    lr: float = 5e-5
-    """Peak learning rate (AdamW); linear warm-up over ``warmup_ratio`` of the steps, then linear decay to 0."""
-    seed: int = 0
-    """Seeds the head initialisation, the data order and dropout."""
-    protocol: str = "standard"
-    """``standard`` (the benchmarks' own metrics, this dataclass's defaults) or ``paper``: the protocol the paper
-    adopted (§5.1, EncodEval), its training settings (:mod:`avey_b.evaluation.protocol`) and scoring (metrics.py)."""
-    epochs: float | None = None
-    """Training epochs; None takes the task family's default (SC/TC 1, QA 4)."""
-    max_steps: int | None = None
-    """Optimizer steps; overrides epochs. None takes the family default for step-based tasks (IR 1000)."""
-    batch_size: int = 32
-    """Training examples per optimizer step (with accumulation: all its micro-batches together)."""
-    grad_accumulation: int = 1
-    """Micro-batches per optimizer step: each step's ``batch_size`` examples go through the model in this many
-    forward/backward passes (at most one example each), their gradients summed with weights that make the step
-    equal to one pass over the whole batch. Saves memory; EncodEval's QA runs 32 as 16 x 2 (ReCoRD 4 x 8)."""
-    eval_batch_size: int = 64
-    """Examples per forward pass when scoring."""
-    max_length: int | None = 512
-    """Tokens per input (documents for IR; question + context window for QA). None: no truncation beyond the
-    model's own limit, computed as EncodEval's ``max_length: null`` does (0.99 x the position table: BERT 507,
-    RoBERTa 509, ModernBERT 8,110, NeoBERT 4,055 tokens; no limit for Avey-B)."""
-    query_max_length: int | None = 64
-    """IR only: tokens per query. None: as ``max_length: None``."""
-    doc_stride: int = 128
-    """QA only: tokens shared by two consecutive windows of a long context."""
-    max_answer_length: int = 30
-    """QA only: longest answer span, in tokens."""
-    warmup_ratio: float = 0.1
-    """Share of the steps spent warming the learning rate up from 0."""
-    weight_decay: float = 0.0
-    """AdamW weight decay (decoupled), as transformers' Trainer applies it: not on biases and normalization weights."""
-    adam_beta1: float = 0.9
-    """AdamW β1."""
-    adam_beta2: float = 0.999
-    """AdamW β2."""
-    adam_epsilon: float = 1e-8
-    """AdamW ε."""
-    weights_dtype: str = "float32"
-    """``float32`` or ``bfloat16``: the dtype the model's weights are loaded in (``from_pretrained(dtype=...)``)
-    and trained in. ``bfloat16`` is EncodEval's ``dtype: bfloat16``: weights, gradients and AdamW's moments all in
-    bf16."""
-    grad_clip: float = 1.0
-    """Clip the gradient norm to this value (0: no clipping)."""
-    precision: str = "auto"
-    """``auto``: bf16 autocast on CUDA and on CPUs that multiply bf16 natively (AMX / AVX512-BF16), float32
-    elsewhere — the policy of pretraining's ``precision: auto``; ``bf16`` or ``fp32`` force one."""
-    normalize_embeddings: bool = True
-    """IR only: L2-normalise the mean-pooled embeddings (retrieval by cosine)."""
-    ir_scale: float = 20.0
-    """IR only: InfoNCE logit scale on cosine similarities (sentence-transformers' default)."""
-    max_train_examples: int | None = None
-    """Use only the first N training examples."""
-    max_eval_examples: int | None = None
-    """Score only the first N examples (IR: queries)."""
-    device: str | None = None
-    """``cpu``, ``cuda``, ``cuda:1``...; None picks CUDA when available."""
-    trust_remote_code: bool = False
-    """Run a Hub model's own code (NeoBERT)."""
-    corpus_chunk: int = 65536
-    """IR only: corpus documents encoded and scored per chunk (bounds the memory of retrieval)."""
-
-    def __post_init__(self) -> None:
-        if self.precision not in PRECISIONS:
-            raise ValueError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
-        if self.weights_dtype not in WEIGHTS_DTYPES:
-            raise ValueError(f"weights_dtype must be one of {WEIGHTS_DTYPES}, got {self.weights_dtype!r}")
-        if self.protocol not in PROTOCOLS:
-            raise ValueError(f"protocol must be one of {PROTOCOLS}, got {self.protocol!r}")
-        if self.corpus_chunk < 1:
-            raise ValueError(f"corpus_chunk must be >= 1, got {self.corpus_chunk}")
-        if not self.lr > 0:
-            raise ValueError(f"lr must be > 0, got {self.lr}")
-        if self.max_steps is not None and self.max_steps < 1:
-            raise ValueError(f"max_steps must be >= 1, got {self.max_steps}")
-        if self.epochs is not None and not self.epochs > 0:
-            raise ValueError(f"epochs must be > 0, got {self.epochs}")
-        if not 0 <= self.warmup_ratio < 1:
-            raise ValueError(f"warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
-        for name in ("batch_size", "grad_accumulation", "eval_batch_size", "max_length", "query_max_length",
-                     "max_answer_length"):
-            value = getattr(self, name)
-            if value is None and name in ("max_length", "query_max_length"):
-                continue
-            if value < 1:
-                raise ValueError(f"{name} must be >= 1, got {value}")
-        if not (0 <= self.adam_beta1 < 1 and 0 <= self.adam_beta2 < 1):
-            raise ValueError(f"adam_beta1 and adam_beta2 must be in [0, 1), got {self.adam_beta1}, {self.adam_beta2}")
-        if not self.adam_epsilon > 0:
-            raise ValueError(f"adam_epsilon must be > 0, got {self.adam_epsilon}")
-        if self.weight_decay < 0:
-            raise ValueError(f"weight_decay must be >= 0, got {self.weight_decay}")
-        if self.doc_stride < 0:
-            raise ValueError(f"doc_stride must be >= 0, got {self.doc_stride}")
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def add_arguments(cls, parser, *, exclude=("lr", "seed"), include=None, defaults: bool | dict = True) -> list[str]:
-        """One flag per field (``--max-length``, ...; :func:`avey_b.configs.add_arguments`), for ``finetune``,
-        ``evaluate`` and ``niah evaluate``. ``lr`` and ``seed`` are left to each command (one value, or a list)."""
-        from ... import configs
-
-        return configs.add_arguments(parser, cls, exclude=exclude, include=include, defaults=defaults,
-                                     choices={"precision": PRECISIONS, "protocol": PROTOCOLS,
-                                              "weights_dtype": WEIGHTS_DTYPES})
-
-    @classmethod
-    def from_args(cls, args, **given) -> RunConfig:
-        """The settings of a namespace made with :meth:`add_arguments` (fields it lacks keep their defaults),
-        then ``given``."""
-        names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in vars(args).items() if k in names} | given)
 
 
 def resolve_steps(task: Task, cfg: RunConfig, batches_per_epoch: int) -> int:
@@ -177,22 +54,6 @@ def resolve_steps(task: Task, cfg: RunConfig, batches_per_epoch: int) -> int:
     if task.default_steps is not None:
         return task.default_steps
     return max(1, math.ceil(task.default_epochs * batches_per_epoch))
-
-
-@dataclass
-class DataFiles:
-    """Where a task's data comes from. Unset paths fall back to the Hugging Face Hub ids of the task."""
-
-    train: str | None = None
-    """Local training file (GLUE TSV / JSONL, CoNLL columns, SQuAD JSON, BEIR dir or pairs JSONL/TSV)."""
-    eval: str | None = None
-    """Local evaluation file (same formats; for IR a BEIR directory)."""
-    train_split: str | None = None
-    eval_split: str | None = None
-    """Hub split names; None takes the task's defaults."""
-    holdout: float | None = None
-    """Without an evaluation source: score on this fraction of the training data, held out (fixed seed 0,
-    the same for every cell) and never trained on."""
 
 
 class Task:
