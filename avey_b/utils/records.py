@@ -4,7 +4,7 @@ for paths, and the one Markdown table with a column per sequence length (efficie
 
 What an efficiency-benchmark record means (its curve, its latency) is :mod:`avey_b.benchmarking.results`. Of the
 package, this module imports only :mod:`avey_b.utils.files` (to read JSON lines strictly) and the model's
-:func:`~avey_b.model.loading.honour_umask` (every file it writes gets the mode the umask gives, 0644 under 022).
+:func:`~avey_b.model.file_modes.honour_umask` (every file it writes gets the mode the umask gives, 0644 under 022).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from avey_b.model.loading import honour_umask
+from avey_b.model.file_modes import honour_umask
 from avey_b.utils.files import iter_jsonl, sha256_of_file
 
 

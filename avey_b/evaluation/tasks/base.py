@@ -17,10 +17,10 @@ from typing import Any
 import torch
 
 from avey_b.data.tokenization import load_tokenizer
+from avey_b.model.file_modes import honour_umask
 from avey_b.model.heads import (
     sentence_embedding,  # importing the package registers Avey-B with the Auto classes
 )
-from avey_b.model.loading import honour_umask
 from avey_b.utils.device import autocast, use_bf16
 from avey_b.utils.files import (
     DataFileError,
