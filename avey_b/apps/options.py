@@ -33,12 +33,11 @@ class LoadOptions:
     (the empty string in Python); MODEL gives the config and tokenizer"""
 
 
-PRECISIONS = ("auto", "bf16", "fp32")  # avey_b.utils.device.PRECISIONS, which imports torch
 
 
 def add_load_arguments(parser: argparse.ArgumentParser) -> None:
     """The :class:`LoadOptions` flags: one per field; ``--onnx`` takes its FILE optionally."""
-    configs.add_arguments(parser, LoadOptions, exclude=("onnx",), choices={"precision": PRECISIONS})
+    configs.add_arguments(parser, LoadOptions, exclude=("onnx",), choices={"precision": configs.PRECISIONS})
     parser.add_argument("--onnx", nargs="?", const="", default=None, metavar="FILE",
                         help=configs.field_docs(LoadOptions)["onnx"])
 
@@ -89,7 +88,6 @@ def serve_parser() -> argparse.ArgumentParser:
 CHUNKINGS = ("none", "late")
 #: The stored vectors' types.
 VECTOR_DTYPES = ("float32", "float16")
-PRECISIONS = ("auto", "bf16", "fp32")
 
 
 @dataclass(frozen=True)
@@ -152,8 +150,8 @@ class EmbedOptions:
             raise ValueError(f"--chunk-tokens must be at least 1, got {self.chunk_tokens}")
         if self.dtype not in VECTOR_DTYPES:
             raise ValueError(f"dtype must be one of {VECTOR_DTYPES}, got {self.dtype!r}")
-        if self.precision not in PRECISIONS:
-            raise ValueError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
+        if self.precision not in configs.PRECISIONS:
+            raise ValueError(f"precision must be one of {configs.PRECISIONS}, got {self.precision!r}")
         check_backend(self.backend, {"--ray-address": self.ray_address is not None, "--concurrency":
                                      self.concurrency != 1, "--num-gpus": self.num_gpus is not None})
         for name in ("shard_size", "max_batch_tokens", "max_tokens", "concurrency", "ray_wave"):
@@ -173,7 +171,7 @@ def embed_parser() -> argparse.ArgumentParser:
     parser.add_argument("input", help="a .txt/.jsonl/.parquet file, a directory of them, or hf:NAME")
     parser.add_argument("output", help="the directory of Parquet shards and _manifest.json (new, or the one to resume)")
     configs.add_arguments(parser, EmbedOptions, choices={"chunking": CHUNKINGS, "dtype": VECTOR_DTYPES,
-                                                         "precision": PRECISIONS, "backend": BACKENDS})
+                                                         "precision": configs.PRECISIONS, "backend": BACKENDS})
     return parser
 
 

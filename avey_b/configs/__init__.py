@@ -32,6 +32,9 @@ from avey_b.model.config_keys import UnknownConfigKey, unknown_key  # noqa: F401
 
 CONFIG_DIR = Path(__file__).resolve().parent
 KINDS = ("pretrain", "eval")
+#: The precision policies every verb that runs a model takes (:func:`avey_b.utils.device.use_bf16` applies them):
+#: ``auto``, bf16 autocast where the device multiplies bf16 natively, float32 elsewhere; ``bf16``; ``fp32``.
+PRECISIONS = ("auto", "bf16", "fp32")
 
 
 def dotted_keys(cls, prefix: str = "") -> list[str]:

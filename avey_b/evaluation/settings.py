@@ -30,7 +30,6 @@ TASK_NAMES = ("mnli", "qqp", "sst2", "conll2003", "ontonotes", "uner", "record",
               "msmarco", "nq")
 PROTOCOLS = ("standard", "paper")
 WEIGHTS_DTYPES = ("float32", "bfloat16")
-PRECISIONS = ("auto", "bf16", "fp32")  # those of avey_b.utils.device (which imports torch)
 AGGREGATES = ("median", "best")
 
 #: Learning rates x number of seeds (0 .. N-1) of a sweep (:mod:`avey_b.evaluation.protocol`).
@@ -109,8 +108,8 @@ class RunConfig:
     """IR only: corpus documents encoded and scored per chunk (bounds the memory of retrieval)."""
 
     def __post_init__(self) -> None:
-        if self.precision not in PRECISIONS:
-            raise ValueError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
+        if self.precision not in configs.PRECISIONS:
+            raise ValueError(f"precision must be one of {configs.PRECISIONS}, got {self.precision!r}")
         if self.weights_dtype not in WEIGHTS_DTYPES:
             raise ValueError(f"weights_dtype must be one of {WEIGHTS_DTYPES}, got {self.weights_dtype!r}")
         if self.protocol not in PROTOCOLS:
@@ -149,7 +148,7 @@ class RunConfig:
         """One flag per field (``--max-length``, ...; :func:`avey_b.configs.add_arguments`), for ``finetune``,
         ``evaluate`` and ``niah evaluate``. ``lr`` and ``seed`` are left to each command (one value, or a list)."""
         return configs.add_arguments(parser, cls, exclude=exclude, include=include, defaults=defaults,
-                                     choices={"precision": PRECISIONS, "protocol": PROTOCOLS,
+                                     choices={"precision": configs.PRECISIONS, "protocol": PROTOCOLS,
                                               "weights_dtype": WEIGHTS_DTYPES})
 
     @classmethod

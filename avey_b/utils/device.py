@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-PRECISIONS = ("auto", "bf16", "fp32")
+from avey_b.configs import PRECISIONS
 
 
 def pick_device(name: str | torch.device | None = "auto") -> torch.device:
