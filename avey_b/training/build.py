@@ -11,8 +11,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
+from transformers import AutoModelForMaskedLM
 
 from avey_b.data.tokenization import load_tokenizer, pad_to_multiple, train_bpe_tokenizer
+from avey_b.model import auto  # noqa: F401  (AutoModelForMaskedLM builds and loads Avey-B)
 from avey_b.utils import model_spec
 from avey_b.utils.files import check_model_source, model_source
 
@@ -110,10 +112,6 @@ def model_config(cfg: PretrainConfig, tokenizer=None):
 def build_model(cfg: PretrainConfig, tokenizer, resume_dir: Path | None = None):
     """A fresh model from the config (vocab sized from the tokenizer), or weights from a checkpoint (checked
     before, by ``load_train_state``) or from ``model.init_from`` (checked by :func:`check_inputs`)."""
-    from transformers import AutoModelForMaskedLM
-
-    import avey_b  # noqa: F401  (registers Avey-B with the Auto classes)
-
     m = cfg.model
     if resume_dir is not None or m.init_from:
         with model_source(str(resume_dir or m.init_from), "model.init_from" if resume_dir is None else "checkpoint"):

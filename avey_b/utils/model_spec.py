@@ -46,7 +46,7 @@ from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM, AutoModelF
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
 from avey_b.configs import check_keys
-from avey_b.model import presets  # importing the package registers Avey-B with the Auto classes
+from avey_b.model import auto, presets  # noqa: F401  (auto: AutoConfig reads Avey-B directories)
 from avey_b.model.configuration import is_avey_b
 from avey_b.utils.files import model_source
 

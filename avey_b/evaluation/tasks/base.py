@@ -2,8 +2,8 @@
 
 A task owns its data loading (Hugging Face ``datasets`` by name *or* local files), its preprocessing, the
 head it needs, its loss and its metric. The fine-tuning loop (:mod:`avey_b.evaluation.finetune`) is the
-same for every task and every model: models come only through the ``AutoModelFor*`` classes (after
-``import avey_b`` registers Avey-B with them), so BERT, RoBERTa, ModernBERT, NeoBERT and Avey-B run the
+same for every task and every model: models come only through the ``AutoModelFor*`` classes (which
+:mod:`avey_b.model.auto` makes read Avey-B), so BERT, RoBERTa, ModernBERT, NeoBERT and Avey-B run the
 exact same code.
 """
 
@@ -17,10 +17,9 @@ from typing import Any
 import torch
 
 from avey_b.data.tokenization import load_tokenizer
+from avey_b.model import auto  # noqa: F401  (the Auto classes below load Avey-B)
 from avey_b.model.file_modes import honour_umask
-from avey_b.model.heads import (
-    sentence_embedding,  # importing the package registers Avey-B with the Auto classes
-)
+from avey_b.model.heads import sentence_embedding
 from avey_b.utils.device import autocast, use_bf16
 from avey_b.utils.files import (
     DataFileError,
