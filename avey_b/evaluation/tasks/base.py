@@ -16,8 +16,8 @@ from typing import Any
 
 import torch
 
+import avey_b.model.auto  # noqa: F401  (registers Avey-B: the Auto classes below load it)
 from avey_b.data.tokenization import load_tokenizer
-from avey_b.model import auto  # noqa: F401  (the Auto classes below load Avey-B)
 from avey_b.model.file_modes import honour_umask
 from avey_b.model.heads import sentence_embedding
 from avey_b.utils.device import autocast, use_bf16
