@@ -247,7 +247,8 @@ def test_every_endpoint_takes_input_and_accepts_inputs_as_an_alias_but_not_both(
 def test_serve_onnx_answers_with_the_exported_models_vectors(tmp_path):
     """``--onnx``: the fp32 export's embeddings over HTTP equal onnxruntime's own (and the eager model's); the int8
     file's equal its own for a request alone, and in a batch to the noise of dynamic quantization, whose activation
-    scale spans the whole batch."""
+    scale spans the whole batch: the same direction (cosine >= 0.995), elements within a few hundredths, however the
+    CPU's int8 kernels round."""
     import numpy as np
     import onnxruntime as ort
 
@@ -260,7 +261,7 @@ def test_serve_onnx_answers_with_the_exported_models_vectors(tmp_path):
     assert cli.main(["export", str(tmp_path / "ckpt"), str(directory), "--head", "embedding", "--quantize",
                      "int8"]) == 0
     texts = ["a good film", "the plot was awful and the cast was weak", "bob met alice in paris " * 60]
-    for file, atol in ((None, 1e-5), (directory / "onnx" / "model.int8.onnx", 2e-2)):
+    for file, atol, cosine in ((None, 1e-5, 1 - 1e-6), (directory / "onnx" / "model.int8.onnx", 5e-2, 0.995)):
         session = ort.InferenceSession(str(file or directory / "onnx" / "model.onnx"))
         own = [session.run(["sentence_embedding"], {k: v.numpy() for k, v in tok([t], return_tensors="pt").items()
                                                     if k in ("input_ids", "attention_mask")})[0][0] for t in texts]
@@ -279,7 +280,9 @@ def test_serve_onnx_answers_with_the_exported_models_vectors(tmp_path):
             np.testing.assert_allclose(np.array(alone[i].json()["data"][0]["embedding"], dtype=np.float32), want,
                                        rtol=0, atol=1e-5)
             for got in (answers[i].json()["data"][0]["embedding"], answers[3].json()["data"][i]["embedding"]):
-                np.testing.assert_allclose(np.array(got, dtype=np.float32), want, rtol=0, atol=atol)
+                got = np.array(got, dtype=np.float32)
+                np.testing.assert_allclose(got, want, rtol=0, atol=atol)
+                assert float(got @ want / np.linalg.norm(got) / np.linalg.norm(want)) >= cosine
         if file is None:  # fp32: also the eager model's
             with torch.no_grad():
                 eager = model(**tok([texts[1]], return_tensors="pt")).pooler_output[0].numpy()
