@@ -11,7 +11,8 @@ import torch.nn.functional as F
 
 from avey_b import AveyBModel
 from avey_b.model import presets
-from avey_b.model.ranker import _PAIR_BYTES, Choice, Compressor, Ranker
+from avey_b.model.ranker import Choice, Compressor, Ranker
+from avey_b.model.ranker_fast import _PAIR_BYTES
 
 PATHS = ["dense", "vocabulary", "export", "export-vocabulary"]
 
@@ -87,8 +88,8 @@ def retrieve(ranker, x, keep, idx, ok):
     """X_cat (B, n, (k+1)S, d) and its keep mask for a choice, built as the model builds it."""
     B, n, S, d = x.shape
     xn = F.normalize(x, dim=-1, eps=1e-12)
-    choice = Choice(x=x, keep=keep, unit=xn, idx=idx, filled=ok, weighting=ranker.weighting, eps=ranker.eps)
-    x_cat, keep_cat = choice.rows(slice(None))
+    choice = Choice(x=x, keep=keep, unit=xn, idx=idx, filled=ok)
+    x_cat, keep_cat = ranker.weighted_selective_split(choice, slice(None))
     return x_cat.view(B, n, -1, d), keep_cat.view(B, n, -1)
 
 
