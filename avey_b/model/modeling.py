@@ -4,8 +4,8 @@ Paper: "Avey-B" (Acharya & Hammoud, ICLR 2026): §3 (ranker, neural processor) a
 contextualization, decoupled parametrization, neural compression).
 
 Notation (the paper's): ``B`` batch, ``N`` sequence length, ``S`` split size, ``n = ceil(N/S)`` splits, ``k`` retrieved
-splits, ``d`` width, ``L`` layers, ``V`` vocabulary, ``C`` tokens per processor row (``S``; ``(k+1)S`` without the
-compressor).
+splits, ``d`` width, ``L`` layers, ``V`` vocabulary, ``C`` tokens per processor row (``config.context_size``: ``S``;
+``(k+1)S`` without the compressor).
 
 Notable choices:
 - Any ``N >= 1``: the sequence is zero-padded to ``n·S`` after embedding and the padding dropped at the end.
@@ -16,7 +16,8 @@ Notable choices:
   those of the unpadded sequence. Splits with no real token skip the processor; rows of different lengths are
   ranked each over its own splits. This bookkeeping lives in :mod:`avey_b.model.splits` (cut, then restore).
 - The ranker runs once, on the embedding output; the processor sees ``(B·n, C, d)`` rows, independent of ``N``,
-  which is why the processor's cost is linear in ``N``. The ablation ``ranker_placement="every_layer"`` (appendix
+  which is why the processor's cost is linear in ``N``; it runs them in chunks, eager and compiled alike, so its
+  memory is linear in ``N`` too. The ablation ``ranker_placement="every_layer"`` (appendix
   "Ablation Study") ranks, concatenates and compresses again before every layer, on that layer's input.
 - Every variant of the paper's ablations (§5.2 and appendix) is a config switch on this one code path.
 - What ``from_pretrained`` and ``save_pretrained`` add to transformers' (the authors' release checkpoints, the code
@@ -103,7 +104,9 @@ class AveyBModel(AveyBPreTrainedModel):
         self.embed_dropout = nn.Dropout(config.embedding_dropout)
         self.ranker = Ranker(config) if config.ranker != "off" else None
         # The ablation "ranker at every layer" (appendix "Ablation Study"): the choice and the rows are made again
-        # before each layer, each with its own compressor P_ℓ (``AveyBConfig.ranker_placement`` says why).
+        # before each layer, each with its own compressor P_ℓ. The paper places the compressor "within the ranker"
+        # (§4.3); a ranker invoked before every layer compresses states of a different depth each time, so one
+        # learned P per invocation is our reading (one shared P would tie them together).
         self.every_layer = self.ranker is not None and config.ranker_placement == "every_layer"
         compress = self.ranker is not None and config.compressor
         self.compressor = Compressor(config) if compress and not self.every_layer else None

@@ -79,7 +79,7 @@ def reference_choice(unit: torch.Tensor, keep: torch.Tensor, k: int, bidirection
     by_nearness = (2 * (i - j).abs() - (j < i).long()).argsort(-1).expand(B, n, n)
     score = score.masked_fill(~allowed, float("-inf")).gather(-1, by_nearness)
     score = F.pad(score, (0, k), value=float("-inf"))  # k impossible candidates more: top-k exists for any n
-    val, rank = score.sort(-1, descending=True, stable=True)
+    val, rank = score.sort(dim=-1, descending=True, stable=True)
     idx = F.pad(by_nearness, (0, k)).gather(-1, rank[..., :k])
     return layout(val[..., :k], idx)
 
