@@ -136,8 +136,8 @@ class AveyBModel(AveyBPreTrainedModel):
         **kwargs,  # what the ecosystem passes along (PEFT, Trainer): nothing here changes the computation
     ) -> BaseModelOutput | tuple:
         config = self.config
-        _check_inputs(config, input_ids, inputs_embeds, attention_mask)
         _refuse_tracing()
+        _check_inputs(config, input_ids, inputs_embeds, attention_mask)
         output_hidden_states = config.output_hidden_states if output_hidden_states is None else output_hidden_states
         return_dict = config.return_dict if return_dict is None else return_dict
 
