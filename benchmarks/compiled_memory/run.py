@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-TEXT = "/work/shared/data/valid.tokens.txt"
+TEXT = "/work/shared/data/wikitext-2/valid.tokens.txt"  # the project's shared data; any plain-text file works
 
 
 def _status_mb(key: str) -> float:
@@ -82,7 +82,7 @@ def parent(args) -> None:
                 stdout = proc.stdout.read()
                 _, status, usage = os.wait4(proc.pid, 0)
                 if status != 0:
-                    raise SystemExit(f"{mode} at {tokens} tokens failed (status {status})")
+                    raise SystemExit(f"{mode} at {tokens} tokens failed (exit code {os.waitstatus_to_exitcode(status)})")
                 row = json.loads(stdout.strip().splitlines()[-1])
                 row["process_mb"] = round(usage.ru_maxrss / 1024, 1)  # kilobytes on Linux
                 outs[mode] = torch.load(save)
