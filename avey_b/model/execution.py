@@ -63,7 +63,7 @@ class ExecutionSettings:
             ``benchmarks/vocabulary_ranker/``). Only near-ties can be chosen differently: the weights of the chosen
             splits are always recomputed at full precision.
         chunk_tokens (`int`, defaults to `None`: 4096 on CPU, 65536 on other devices): after the ranker's choice,
-            processor rows are built and run through the layers in chunks of at most this many tokens, eager and
+            processor rows are built and run through the layers in chunks of about this many tokens, eager and
             compiled alike, so activation memory is linear in the input length (exported graphs, and
             ``output_hidden_states``, take all rows at once); a number applies on every device. The rule for the
             size: small enough that a chunk's activations stay in cache between a layer's passes on CPU, large
