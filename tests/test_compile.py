@@ -1,4 +1,5 @@
-"""torch.compile serves every length with a bounded number of graphs, and equals eager.
+"""torch.compile serves every length with a bounded number of graphs, runs the processor in chunks as the eager
+forward does (memory linear in the length), and equals eager.
 
 How the bound comes about: the ranker's selection (a loop over blocks of splits, whose trip count depends on
 the length) runs eagerly outside the graph (``torch.compiler.disable``), and the model takes no branch on
@@ -44,6 +45,42 @@ def test_twenty_random_lengths_compile_nothing_new_and_equal_eager():
     for length in [rng.randint(1, 20_000) for _ in range(20)]:
         run(length)
     assert counters["stats"]["unique_graphs"] == warm  # no new graph for any length
+
+
+def test_a_compiled_forward_over_many_chunks_equals_eager_with_one_graph_for_every_chunk(monkeypatch):
+    """The processor runs in chunks of rows under torch.compile too (the chunk loop outside the graph, each chunk
+    one compiled graph): with chunks of two rows, 25 to 50 chunks a batch, the outputs equal eager, with and without
+    padding, and a length with another number of chunks compiles nothing new."""
+    torch._dynamo.reset()
+    counters.clear()
+    torch.manual_seed(0)
+    model = AveyBModel(presets.tiny(chunk_tokens=8)).eval()  # two rows of S = 4 tokens a chunk
+    compiled = torch.compile(model, dynamic=True)
+    chunk_sizes = []
+    real_rows = AveyBModel._process_rows
+
+    @torch.compiler.disable(recursive=False)  # the spy runs as Python; the chunk step it calls is compiled
+    def spy(self, sp, choice, sel):
+        chunk_sizes.append(sel.numel())
+        return real_rows(self, sp, choice, sel)
+
+    monkeypatch.setattr(AveyBModel, "_process_rows", spy)
+
+    g = torch.Generator().manual_seed(0)
+    for length in (97, 100, 183, 200):  # with and without a partial last split (two length classes), then others
+        x = torch.randn(2, length, 32, generator=g)  # continuous inputs: no exact MaxSim ties to round apart
+        mask = torch.ones(2, length, dtype=torch.long)
+        mask[1, length // 2:] = 0
+        for kwargs in ({}, {"attention_mask": mask}):
+            with torch.no_grad():
+                want = model(inputs_embeds=x, **kwargs).last_hidden_state
+                chunk_sizes.clear()
+                got = compiled(inputs_embeds=x, **kwargs).last_hidden_state
+            assert len(chunk_sizes) >= 25 and max(chunk_sizes) <= 2  # chunked while compiled
+            torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+        if length == 100:
+            warm = counters["stats"]["unique_graphs"]
+    assert counters["stats"]["unique_graphs"] == warm  # other numbers of chunks: no new graph
 
 
 def test_torchscript_tracing_fails_loudly_and_export_at_a_fixed_length_equals_eager():

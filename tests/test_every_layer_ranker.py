@@ -31,7 +31,7 @@ def loop_oracle(model: AveyBModel, ids: torch.Tensor):
     """The model's output restated as loops: for every layer, for every split, MaxSim against every candidate split
     on the layer's input, token by token, the top-k (ties: the nearer split, at equal distance the preceding one),
     weights = score / (largest selected score + eps) and ``[w_1 X_j1 | … | w_k X_jk | X_i]`` with missing slots as
-    zeros on the left (the ranker's own loop oracle, ``test_ranker.oracle``); the layer's own compressor ``P_ℓ X_cat (+ X_i)``; the layer; the split's own S outputs as its new
+    zeros on the left (the ranker's reference, ``test_ranker.oracle``: checked against loops there); the layer's own compressor ``P_ℓ X_cat (+ X_i)``; the layer; the split's own S outputs as its new
     state. Uses the model's embedding, compressors, layers and final norm (each tested elsewhere), not its ranker.
     Returns the final states (B, N, d) and the choice of every layer: {(layer, row, split): [chosen splits]}."""
     cfg = model.config
@@ -49,7 +49,7 @@ def loop_oracle(model: AveyBModel, ids: torch.Tensor):
     chosen = {}
     for ell, layer in enumerate(model.layers):
         new = torch.zeros_like(states)
-        # the ranker's loop oracle (test_ranker.oracle), on this layer's input: X_cat and the top-k of every split
+        # the ranker's reference (test_ranker.oracle), on this layer's input: X_cat and the top-k of every split
         x_cat_all, top_all = ranker_oracle(states, keep, k, bidirectional, cfg.ranker_weighting, eps)
         for b in range(B):
             for i in range(n):

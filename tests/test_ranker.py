@@ -1,6 +1,7 @@
-"""The ranker against a slow, obviously-correct loop written here from the paper's §3.1 (MaxSim ranker), on every
-path that computes the choice (dense tiles, the vocabulary factoring, and the loop-free formulas of both that exported
-graphs run), and the paths against each other on heavily repeated token ids, where exact ties are common."""
+"""The ranker's reference (:func:`maxsim`, :func:`reference_choice` and the weighted selective split, paper §3.1)
+against slow loops written here from the paper, then every path that computes the choice (dense tiles, the
+vocabulary factoring, and the loop-free formulas of both that exported graphs run) against the reference, on random
+inputs and on heavily repeated token ids, where exact ties are common."""
 
 import copy
 import math
@@ -11,7 +12,9 @@ import torch.nn.functional as F
 
 from avey_b import AveyBModel
 from avey_b.model import presets
-from avey_b.model.ranker import _PAIR_BYTES, Choice, Compressor, Ranker
+from avey_b.model.ranker import Choice, Compressor, Ranker, maxsim, reference_choice
+from avey_b.model.ranker_fast import _PAIR_BYTES
+from avey_b.model.similarity import unit_vectors
 
 PATHS = ["dense", "vocabulary", "export", "export-vocabulary"]
 
@@ -35,38 +38,36 @@ def cosine(a, b):
     return (a @ b) / (na * nb)
 
 
-def oracle(x, keep, k, bidirectional, weighting, eps):
-    """Loop over batch, splits, candidates and tokens; returns X_cat (B, n, (k+1)S, d) and the chosen ids.
+def loop_maxsim(x, keep, b, i, j):
+    """MaxSim(i, j) of row b as §3.1 writes it, token by token: Σ over the real tokens t of split i of the best
+    cosine with a real token u of split j."""
+    S = x.shape[2]
+    return sum(max(cosine(x[b, i, t], x[b, j, u]).item() for u in range(S) if keep[b, j, u])
+               for t in range(S) if keep[b, i, t])
 
-    Tie rule: on equal scores the nearer split wins; at equal distance, the preceding one."""
-    B, n, S, d = x.shape
-    out = torch.zeros(B, n, (k + 1) * S, d, dtype=x.dtype)
-    chosen = {}
+
+def loop_choice(x, keep, k, bidirectional):
+    """The top-k of every split, by loops: {(b, i): [chosen splits, best first]} and the scores. Tie rule: on equal
+    scores the nearer split wins; at equal distance, the preceding one. A split of padding only is no candidate."""
+    B, n = x.shape[:2]
+    chosen, scores = {}, {}
     for b in range(B):
         for i in range(n):
-            scores = {}
-            for j in range(n):
-                if j == i or (not bidirectional and j > i):
-                    continue
-                if not keep[b, j].any():  # an all-padding split is no candidate
-                    continue
-                total = 0.0
-                for t in range(S):
-                    if not keep[b, i, t]:
-                        continue
-                    total += max(cosine(x[b, i, t], x[b, j, u]).item() for u in range(S) if keep[b, j, u])
-                scores[j] = total
-            top = sorted(scores, key=lambda j: (-scores[j], abs(i - j), j > i))[:k]
-            chosen[b, i] = top
-            if top:
-                vals = [scores[j] for j in top]
-                den = (max(vals) if weighting == "max" else min(vals)) + eps
-                # descending score order, missing slots on the left, current split last
-                slot0 = k - len(top)
-                for p, j in enumerate(top):
-                    out[b, i, (slot0 + p) * S:(slot0 + p + 1) * S] = x[b, j] * (scores[j] / den)
-            out[b, i, k * S:] = x[b, i]
-    return out, chosen
+            allowed = [j for j in range(n) if j != i and (bidirectional or j < i) and keep[b, j].any()]
+            for j in allowed:
+                scores[b, i, j] = loop_maxsim(x, keep, b, i, j)
+            chosen[b, i] = sorted(allowed, key=lambda j: (-scores[b, i, j], abs(i - j), j > i))[:k]
+    return chosen, scores
+
+
+def oracle(x, keep, k, bidirectional, weighting, eps):
+    """The model's reference: X_cat (B, n, (k+1)S, d) of :func:`reference_choice` through the weighted selective
+    split, and the chosen ids {(b, i): [splits, best first]} (each checked against the loops above)."""
+    cfg = presets.tiny(split_size=x.shape[2], num_retrieved_splits=k, ranker_weighting=weighting, ranker_eps=eps,
+                       ranker="bidirectional" if bidirectional else "unidirectional")
+    idx, ok = reference_choice(unit_vectors(x), keep, k, bidirectional)
+    x_cat, _ = retrieve(Ranker(cfg), x, keep, idx, ok)
+    return x_cat, {(b, i): idx[b, i][ok[b, i]].tolist() for b in range(x.shape[0]) for i in range(x.shape[1])}
 
 
 def choose(ranker, x, keep, ids, path):
@@ -87,8 +88,8 @@ def retrieve(ranker, x, keep, idx, ok):
     """X_cat (B, n, (k+1)S, d) and its keep mask for a choice, built as the model builds it."""
     B, n, S, d = x.shape
     xn = F.normalize(x, dim=-1, eps=1e-12)
-    choice = Choice(x=x, keep=keep, unit=xn, idx=idx, filled=ok, weighting=ranker.weighting, eps=ranker.eps)
-    x_cat, keep_cat = choice.rows(slice(None))
+    choice = Choice(x=x, keep=keep, unit=xn, idx=idx, filled=ok)
+    x_cat, keep_cat = ranker.weighted_selective_split(choice, slice(None))
     return x_cat.view(B, n, -1, d), keep_cat.view(B, n, -1)
 
 
@@ -103,11 +104,56 @@ def make_inputs(B=2, n=5, S=3, d=6, seed=0, pad_last=2, V=None):
     return table[ids] * keep.unsqueeze(-1), keep, ids
 
 
+# -- the reference against the paper, written as loops ----------------------------------------------------------
+def test_maxsim_is_the_sum_of_each_tokens_best_cosine():
+    x, keep, _ = make_inputs(S=3, pad_last=4, V=7)
+    xn = unit_vectors(x)
+    got = maxsim(xn, xn, keep, keep)  # (B, n, n)
+    for b in range(2):
+        for i in range(5):
+            for j in range(5):
+                if keep[b, j].any() or not keep[b, i].any():
+                    assert got[b, i, j].item() == pytest.approx(loop_maxsim(x, keep, b, i, j), abs=1e-12)
+                else:  # a split of padding only is never the best match of a real token
+                    assert got[b, i, j] == float("-inf")
+
+
+@pytest.mark.parametrize("bidirectional", [False, True])
+@pytest.mark.parametrize("k", [1, 2, 4])
+def test_reference_choice_is_the_top_k_under_the_tie_rule(bidirectional, k):
+    x, keep, _ = make_inputs(S=3, pad_last=4, V=7)  # 7 ids: exact ties (test_the_oracle_inputs_have_exact_ties)
+    want, _ = loop_choice(x, keep, k, bidirectional)
+    idx, ok = reference_choice(unit_vectors(x), keep, k, bidirectional)
+    for (b, i), top in want.items():
+        assert idx[b, i][ok[b, i]].tolist() == top  # best first
+        assert ok[b, i].tolist() == [False] * (k - len(top)) + [True] * len(top)  # empty slots on the left
+
+
+@pytest.mark.parametrize("weighting", ["max", "min"])
+def test_weighted_selective_split_weights_each_split_by_its_normalized_score(weighting):
+    """X_cat = [w_1 X_j1 | ... | w_k X_jk | X_i], w = MaxSim / (the largest (paper; release: smallest) selected
+    MaxSim + eps), missing slots as zeros on the left."""
+    k, eps = 2, 1e-6
+    x, keep, _ = make_inputs(S=3, pad_last=4, V=7)
+    chosen, scores = loop_choice(x, keep, k, bidirectional=False)
+    got, _ = oracle(x, keep, k, False, weighting, eps)
+    for (b, i), top in chosen.items():
+        want = torch.zeros(k + 1, 3, x.shape[-1], dtype=x.dtype)
+        if top:
+            vals = [scores[b, i, j] for j in top]
+            den = (max(vals) if weighting == "max" else min(vals)) + eps
+            for p, j in enumerate(top):
+                want[k - len(top) + p] = x[b, j] * (scores[b, i, j] / den)
+        want[k] = x[b, i]
+        torch.testing.assert_close(got[b, i], want.flatten(0, 1), rtol=1e-9, atol=1e-9)
+
+
+# -- every path against the reference ----------------------------------------------------------------------------
 @pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("bidirectional", [False, True])
 @pytest.mark.parametrize("weighting", ["max", "min"])
 @pytest.mark.parametrize("block", [1, 2, 1000])  # query splits per block: many blocks, uneven blocks, one block
-def test_ranker_matches_loop_oracle(path, bidirectional, weighting, block):
+def test_every_path_matches_the_reference(path, bidirectional, weighting, block):
     S, k = 3, 2
     cfg = presets.tiny(split_size=S, num_retrieved_splits=k, ranker="bidirectional" if bidirectional else "unidirectional",
                        ranker_weighting=weighting, ranker_block_size=block * S)
@@ -117,6 +163,8 @@ def test_ranker_matches_loop_oracle(path, bidirectional, weighting, block):
     idx, ok = choose(ranker, x, keep, ids, path)
     got, keep_cat = retrieve(ranker, x, keep, idx, ok)
     real = keep.any(-1)  # all-padding query splits: every score is 0; their outputs are dropped by the model
+    want_idx, want_ok = reference_choice(unit_vectors(x), keep, k, bidirectional)
+    assert torch.equal(idx[real], want_idx[real]) and torch.equal(ok[real], want_ok[real])
     torch.testing.assert_close(got[real], expected[real], rtol=1e-9, atol=1e-9)
     # selection: the first split never retrieves (unidirectional); a short candidate list leaves zero slots on the left
     if not bidirectional:
@@ -135,7 +183,7 @@ def test_ranker_matches_loop_oracle(path, bidirectional, weighting, block):
 
 
 def test_the_oracle_inputs_have_exact_ties():
-    """The oracle test above exercises the tie rule: its inputs hold exactly tied MaxSim scores."""
+    """The tests above exercise the tie rule: their inputs hold exactly tied MaxSim scores."""
     x, keep, _ = make_inputs(S=3, pad_last=4, V=7)
     xn = F.normalize(x, dim=-1)
     scores = torch.einsum("isd,jtd->ijst", xn[0], xn[0]).amax(-1).sum(-1)
@@ -331,6 +379,24 @@ def test_vocabulary_path_chooses_what_the_dense_path_chooses(bidirectional, k):
         assert torch.equal(idx_d[real], idx_v[real])
         for idx_e, ok_e in (vocab.select_for_export_vocabulary(xn, keep, ids), dense.select_for_export(xn, keep)):
             assert torch.equal(idx_e[real], idx_d[real]) and torch.equal(ok_e[real], ok_d[real])
+
+
+@pytest.mark.parametrize("bidirectional", [False, True])
+@pytest.mark.parametrize("path", PATHS)
+def test_every_path_chooses_what_the_reference_chooses_on_repeated_text(path, bidirectional):
+    """Real-text-like input (a 50-id vocabulary, a repeated passage: exact ties), rows of mixed lengths, small tiles
+    and blocks (many of each): every path makes the reference's choice."""
+    S, k = 4, 3
+    config = with_execution(presets.tiny(split_size=S, num_retrieved_splits=k,
+                                         ranker="bidirectional" if bidirectional else "unidirectional"),
+                            ranker_block_size=8, ranker_memory_mb=memory_mb(256))
+    for seed in range(2):
+        x, keep, ids = repeated_batch(seed, B=3, N=157, S=S)
+        x = x.double()
+        want_idx, want_ok = reference_choice(unit_vectors(x), keep, k, bidirectional)
+        idx, ok = choose(Ranker(config), x, keep, ids, path)
+        real = keep.any(-1)
+        assert torch.equal(ok[real], want_ok[real]) and torch.equal(idx[real], want_idx[real])
 
 
 def test_repeated_text_has_exact_ties_that_the_tie_rule_breaks():

@@ -125,17 +125,11 @@ class AveyBConfig(PretrainedConfig):
             "w/o ranker" ablation does).
         ranker_placement (`str`, defaults to `"embeddings"`): where the ranker runs. `"embeddings"`: once, on the
             embedding output, before the first layer (§3.1; Avey-B as published). `"every_layer"`: the ablation of
-            the paper's appendix "Ablation Study" ("we incorporated the ranker at every layer such that it operates
-            on contextualized embeddings": −27.28% on average, 5.9× slower): before each layer, MaxSim is recomputed
-            on that layer's input (each split's current states), the top-``k`` splits are chosen again, and the
-            weighted retrieved splits are concatenated before the split and compressed back to ``S`` tokens. Each
-            layer has its own compressor ``P_ℓ``: the paper does not say; it places the compressor "within the
-            ranker" (§4.3), and a ranker invoked before every layer compresses states of a different depth each
-            time, so one learned ``P`` per invocation is our reading (one shared ``P`` would tie them together).
-            Without the compressor each layer sees ``(k+1)S`` tokens and keeps its current split's outputs, which
-            the next layer's ranker then retrieves from. The choice always takes the dense path from the second
-            layer on (MaxSim factors through token ids only on the embedding output), so `"vocabulary"` is refused,
-            and the layers run over all rows at once (``chunk_tokens`` does not apply). Needs a ranker (not `"off"`).
+            the paper's appendix "Ablation Study": before each layer the top-``k`` splits are chosen again on that
+            layer's input and the rows rebuilt from it, each layer with its own compressor ``P_ℓ`` (our reading; the
+            paper does not say); the layers then take all rows at once (``chunk_tokens`` does not apply) and
+            `"vocabulary"` is refused (MaxSim factors through token ids only on the embeddings). Needs a ranker.
+            Details: ``AveyBModel._rank_every_layer``; cost: ``benchmarks/ranker_every_layer/``.
         ranker_weighting (`str`, defaults to `"max"`): the selected MaxSim scores are divided by the largest
             (`"max"`, paper) or the smallest (`"min"`, release, weights ≥ 1) selected score.
         execution (`ExecutionSettings`, *optional*): how the forward pass runs — the ranker's algorithm, blocks,

@@ -59,18 +59,17 @@ class ExecutionSettings:
             every query split's scores against it.
         ranker_selection_precision (`str`, defaults to `"exact"`): `"exact"` scores candidates at the input's
             precision; `"bfloat16"` runs the selection GEMM (the ``O(N²d)`` part) in bf16 for float32 inputs, which
-            made the choice 1.2–1.5× faster on this project's AVX512-BF16 CPU (more where bf16 GEMMs outrun float32
-            further: AMX, GPUs). Only near-ties can be chosen differently: the weights of the chosen splits are
-            always recomputed at full precision.
+            is faster wherever bf16 GEMMs outrun float32 ones (AVX512-BF16 or AMX CPUs, GPUs;
+            ``benchmarks/vocabulary_ranker/``). Only near-ties can be chosen differently: the weights of the chosen
+            splits are always recomputed at full precision.
         chunk_tokens (`int`, defaults to `None`: 4096 on CPU, 65536 on other devices): after the ranker's choice,
-            processor rows are built and run through the layers in chunks of about this many tokens (eager; compiled
-            and exported graphs, and ``output_hidden_states``, take all rows at once); a number applies on every
-            device. On CPU small chunks keep each layer's activations in cache between its passes (1.35x faster in
-            fp32 at 16K tokens than one 64K-token chunk, ``benchmarks/roofline/``) and bound activation memory for
-            long inputs. On a GPU a 4,096-token chunk makes small kernels: at 2K tokens × 8 on an H100 the eager
-            forward in such chunks ran at 16% of a GEMM's rate where the compiled forward (all rows at once, and its
-            elementwise steps fused) ran at 90% (``benchmarks/efficiency_gpu/``), so other devices take 64K-token
-            chunks, which still bound activation memory at long inputs (not yet timed on their own).
+            processor rows are built and run through the layers in chunks of about this many tokens, eager and
+            compiled alike, so activation memory is linear in the input length (exported graphs, and
+            ``output_hidden_states``, take all rows at once); a number applies on every device. The rule for the
+            size: small enough that a chunk's activations stay in cache between a layer's passes on CPU, large
+            enough that each kernel keeps a GPU busy; the timings behind the defaults are in
+            ``benchmarks/roofline/`` (CPU) and ``benchmarks/efficiency_gpu/`` (GPU), the memory in
+            ``benchmarks/compiled_memory/``.
         tile_bytes (`dict`, defaults to 2 MB on CPU and 64 MB on CUDA): bytes of similarities per tile, by
             ``(device type, element size)`` (64 MB for any other): small enough to stay in cache on CPU (the max is
             taken while the tile is hot, instead of writing and re-reading a block × N matrix), large enough that
@@ -80,9 +79,8 @@ class ExecutionSettings:
             after it (``benchmarks/vocabulary_ranker/``).
         auto_overhead (`float`, defaults to 1.25) and auto_min_splits (`int`, defaults to 16): `"auto"` takes the
             vocabulary path when its estimated work times ``auto_overhead`` is below the dense path's, from
-            ``auto_min_splits`` splits on. Measured on random ids (``U`` close to ``N``), its time is the estimate's
-            ratio times 1.05–1.2 at 16K–64K tokens and more below that, where both paths take milliseconds
-            (``benchmarks/vocabulary_ranker/``).
+            ``auto_min_splits`` splits on (below that both paths take milliseconds). The overhead is the measured
+            time ratio over the estimated work ratio (``benchmarks/vocabulary_ranker/``).
     """
 
     ranker_algorithm: str = "auto"

@@ -4,8 +4,8 @@ Paper: "Avey-B" (Acharya & Hammoud, ICLR 2026): §3 (ranker, neural processor) a
 contextualization, decoupled parametrization, neural compression).
 
 Notation (the paper's): ``B`` batch, ``N`` sequence length, ``S`` split size, ``n = ceil(N/S)`` splits, ``k`` retrieved
-splits, ``d`` width, ``L`` layers, ``V`` vocabulary, ``C`` tokens per processor row (``S``; ``(k+1)S`` without the
-compressor).
+splits, ``d`` width, ``L`` layers, ``V`` vocabulary, ``C`` tokens per processor row (``config.context_size``: ``S``;
+``(k+1)S`` without the compressor).
 
 Notable choices:
 - Any ``N >= 1``: the sequence is zero-padded to ``n·S`` after embedding and the padding dropped at the end.
@@ -16,7 +16,8 @@ Notable choices:
   those of the unpadded sequence. Splits with no real token skip the processor; rows of different lengths are
   ranked each over its own splits. This bookkeeping lives in :mod:`avey_b.model.splits` (cut, then restore).
 - The ranker runs once, on the embedding output; the processor sees ``(B·n, C, d)`` rows, independent of ``N``,
-  which is why the processor's cost is linear in ``N``. The ablation ``ranker_placement="every_layer"`` (appendix
+  which is why the processor's cost is linear in ``N``; it runs them in chunks, eager and compiled alike, so its
+  memory is linear in ``N`` too. The ablation ``ranker_placement="every_layer"`` (appendix
   "Ablation Study") ranks, concatenates and compresses again before every layer, on that layer's input.
 - Every variant of the paper's ablations (§5.2 and appendix) is a config switch on this one code path.
 - What ``from_pretrained`` and ``save_pretrained`` add to transformers' (the authors' release checkpoints, the code
@@ -103,7 +104,9 @@ class AveyBModel(AveyBPreTrainedModel):
         self.embed_dropout = nn.Dropout(config.embedding_dropout)
         self.ranker = Ranker(config) if config.ranker != "off" else None
         # The ablation "ranker at every layer" (appendix "Ablation Study"): the choice and the rows are made again
-        # before each layer, each with its own compressor P_ℓ (``AveyBConfig.ranker_placement`` says why).
+        # before each layer, each with its own compressor P_ℓ. The paper places the compressor "within the ranker"
+        # (§4.3); a ranker invoked before every layer compresses states of a different depth each time, so one
+        # learned P per invocation is our reading (one shared P would tie them together).
         self.every_layer = self.ranker is not None and config.ranker_placement == "every_layer"
         compress = self.ranker is not None and config.compressor
         self.compressor = Compressor(config) if compress and not self.every_layer else None
@@ -133,81 +136,97 @@ class AveyBModel(AveyBPreTrainedModel):
         **kwargs,  # what the ecosystem passes along (PEFT, Trainer): nothing here changes the computation
     ) -> BaseModelOutput | tuple:
         config = self.config
+        _refuse_tracing()
         _check_inputs(config, input_ids, inputs_embeds, attention_mask)
         output_hidden_states = config.output_hidden_states if output_hidden_states is None else output_hidden_states
         return_dict = config.return_dict if return_dict is None else return_dict
 
-        if torch.jit.is_tracing():
-            raise NotImplementedError(
-                "Avey-B does not support TorchScript tracing (torch.onnx.export(..., dynamo=False) or torch.jit.trace): "
-                "its split count and retrieval depend on the input length, which a trace would freeze. Use "
-                "torch.export.export or torch.onnx.export(..., dynamo=True) (dynamic batch and length: avey_b.apps.export), or "
-                "torch.compile(model, dynamic=True) for every length."
-            )
-        # Under torch.compile or torch.export the graph must not branch on values: every bookkeeping step is taken.
-        compiling = torch.compiler.is_compiling()
-        S = config.split_size
-
-        # 1. Embed. The ranker's vocabulary path factors MaxSim through the token ids: exact when x is their embedding.
+        # 1. Embed and cut into splits of S tokens (§3.1). The ranker's vocabulary path factors MaxSim through the
+        # token ids: exact when x is their embedding. Under torch.compile or torch.export the graph must not branch
+        # on values: every bookkeeping step of the cut is taken.
         x = self.embed_dropout(self.embed_tokens(input_ids) if inputs_embeds is None else inputs_embeds)  # (B, N, d)
         ids = input_ids if inputs_embeds is None and not (self.training and self.embed_dropout.p > 0) else None
         all_hidden = [x] if output_hidden_states else None
-        sp = splits.cut(x, attention_mask, ids, S, general=compiling)  # sp.x: (B, n, S, d), sp.keep: (B, n, S) or None
+        sp = splits.cut(x, attention_mask, ids, config.split_size, general=torch.compiler.is_compiling())
 
-        # 2. Rank (§3, Eq. MaxSim): the top-k splits of every split, chosen once, on the embeddings.
-        choice = None
-        if self.ranker is not None and not self.every_layer:
-            choice = self.ranker(sp.x, sp.keep, sp.ids)  # choice.idx, choice.filled: (B, n, k)
-
-        # 3-4. Contextualize each split with its retrieved splits, compress (§4.3), run the L layers (§3). Rows are
-        # independent after the choice: they are built and processed in chunks of about `chunk_tokens` tokens, so
-        # activation memory stays bounded for long inputs.
-        C = (config.num_retrieved_splits + 1) * S if self.ranker is not None and self.compressor is None else S
-        R = sp.num_rows
-        chunk = max(1, config.execution.chunk_tokens_for(x.device.type) // C)
         if self.every_layer:  # the ablation: a new choice, new rows, before every layer
             h = self._rank_every_layer(sp, all_hidden)  # (R, S, d)
-        elif compiling or output_hidden_states or R <= chunk:  # one pass over all rows
-            h, h_keep = self._processor_rows(sp, choice, slice(None) if sp.rows is None else sp.rows,
-                                             self.compressor)  # (R, C, d)
-            for layer in self.layers:
-                h = layer(h, h_keep)
-                if output_hidden_states:
-                    all_hidden.append(sp.restore(h))
-                    if C == S:  # rows are the splits: continue from the returned tensor (on the gradient path)
-                        h = sp.recut(all_hidden[-1])
         else:
-            out = None  # filled chunk by chunk: no list of chunks to concatenate (a second copy of every output)
-            for start in range(0, R, chunk):
-                sel = slice(start, start + chunk) if sp.rows is None else sp.rows[start:start + chunk]
-                h, h_keep = self._processor_rows(sp, choice, sel, self.compressor)
-                for layer in self.layers:
-                    h = layer(h, h_keep)
-                if out is None:
-                    out = h.new_empty(R, S, h.shape[-1])
-                out[start:start + h.shape[0]] = h[:, -S:]  # only the current split's outputs are kept
-            h = out
+            # 2. Rank (§3.1): the top-k splits of every split, chosen once, on the embeddings.
+            choice = None if self.ranker is None else self.ranker(sp.x, sp.keep, sp.ids)  # idx, filled: (B, n, k)
+            # 3-4. Each split with its weighted retrieved splits, compressed (§4.3), through the L layers (§3.2).
+            h = self._process(sp, choice, all_hidden)  # (R, S, d)
 
         # 5. Reassemble: each split's own outputs, back in the input's order, without split padding.
         out = sp.restore(h)  # (B, N, d)
         if self.norm is not None:
             out = self.norm(out)
-
         hidden_states = tuple(all_hidden) if output_hidden_states else None
         if not return_dict:
             return tuple(v for v in (out, hidden_states) if v is not None)
         return BaseModelOutput(last_hidden_state=out, hidden_states=hidden_states)
 
-    def _processor_rows(self, sp: splits.Splits, choice: Choice | None, sel, compressor: Compressor | None
-                        ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def _process(self, sp: splits.Splits, choice: Choice | None, all_hidden: list | None) -> torch.Tensor:
+        """The neural processor (§3.2) on every split's row: (R, S, d), each split's own outputs.
+
+        Rows are independent after the choice: they run in chunks (:meth:`_process_in_chunks`), so activation memory
+        is bounded whatever the length, eager and compiled alike. Two cases take all rows in one pass: with
+        ``all_hidden`` (every layer's states of every split are returned, appended to it) and under
+        ``torch.export``, whose graph must hold for every length (a number of chunks would freeze it)."""
+        S = sp.x.shape[2]
+        rows = torch.arange(sp.num_rows, device=sp.x.device) if sp.rows is None else sp.rows
+        if all_hidden is None and not torch.compiler.is_exporting():
+            return self._process_in_chunks(sp, choice, rows)
+        if all_hidden is None:
+            return self._process_rows(sp, choice, rows)
+        h, keep = self._rows(sp, choice, rows, self.compressor)  # (R, C, d)
+        for layer in self.layers:
+            h = layer(h, keep)
+            all_hidden.append(sp.restore(h))
+            if self.config.context_size == S:  # rows are the splits: continue from the returned tensor (on the
+                h = sp.recut(all_hidden[-1])  # gradient path)
+        return h[:, -S:]
+
+    @torch.compiler.disable(recursive=False)
+    def _process_in_chunks(self, sp: splits.Splits, choice: Choice | None, rows: torch.Tensor) -> torch.Tensor:
+        """:meth:`_process_rows` over ``rows`` in chunks of equal size (within a row) and at most ``chunk_tokens``
+        tokens: (R, S, d).
+
+        Under ``torch.compile`` this loop runs outside the graph (``recursive=False``: only this frame), since the
+        number of chunks depends on the length, and each chunk, :meth:`_process_rows`, is compiled: one graph
+        serves every chunk, and a compiled forward holds one chunk's activations at a time, as an eager one does."""
+        per_chunk = max(1, self.config.execution.chunk_tokens_for(sp.x.device.type) // self.config.context_size)
+        chunks = rows.tensor_split(-(-rows.numel() // per_chunk))
+        if len(chunks) == 1:
+            return self._process_rows(sp, choice, rows)
+        out, start = None, 0  # filled chunk by chunk: no list of chunks to concatenate (a second copy of every output)
+        for sel in chunks:
+            h = self._process_rows(sp, choice, sel)
+            if out is None:
+                out = h.new_empty(rows.numel(), *h.shape[1:])
+            out[start:start + h.shape[0]] = h
+            start += h.shape[0]
+        return out
+
+    def _process_rows(self, sp: splits.Splits, choice: Choice | None, sel: torch.Tensor) -> torch.Tensor:
+        """The processor step of the splits ``sel`` (indices into the ``B·n`` splits): their rows (:meth:`_rows`)
+        through the ``L`` layers. Returns (R, S, d), each split's own outputs."""
+        h, keep = self._rows(sp, choice, sel, self.compressor)  # (R, C, d)
+        for layer in self.layers:
+            h = layer(h, keep)
+        return h[:, -sp.x.shape[2]:]
+
+    def _rows(self, sp: splits.Splits, choice: Choice | None, sel, compressor: Compressor | None
+              ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The processor's input rows ``(R, C, d)`` and their keep mask for the splits ``sel`` (a slice or indices
-        into the ``B·n`` splits) of ``sp.x``: each split after its retrieved ones, weighted (§3), compressed to ``S``
-        tokens by ``compressor`` (§4.3); without the ranker (ablation) each split alone; without the compressor
-        (ablation, ``compressor=None``) ``(k+1)S``. ``choice`` is the ranker's choice on ``sp.x``."""
+        into the ``B·n`` splits) of ``sp.x``: each split after its retrieved ones, weighted (the ranker's weighted
+        selective split, §3.1), compressed to ``S`` tokens by ``compressor`` (§4.3); without the ranker (ablation)
+        each split alone; without the compressor (ablation, ``compressor=None``) ``(k+1)S`` tokens (``C`` is
+        ``config.context_size``). ``choice`` is the ranker's choice on ``sp.x``."""
         x, keep = sp.flat_x, sp.flat_keep
         if choice is None:
             return x[sel], None if keep is None else keep[sel]
-        x_cat, keep_cat = choice.rows(sel)
+        x_cat, keep_cat = self.ranker.weighted_selective_split(choice, sel)
         if compressor is None:
             return x_cat, keep_cat
         return compressor(x_cat, x[sel]), None if keep is None else keep[sel]
@@ -230,7 +249,7 @@ class AveyBModel(AveyBPreTrainedModel):
             # longer have equal vectors — so the choice there takes the dense path (no ids).
             choice = self.ranker(states.x, sp.keep, sp.ids if i == 0 else None)
             compressor = None if self.compressors is None else self.compressors[i]
-            h, h_keep = self._processor_rows(states, choice, rows, compressor)  # (R, C, d)
+            h, h_keep = self._rows(states, choice, rows, compressor)  # (R, C, d)
             h = layer(h, h_keep)[:, -S:]  # (R, S, d): each split's own outputs
             if all_hidden is not None:
                 all_hidden.append(sp.restore(h))
@@ -248,6 +267,16 @@ class AveyBModel(AveyBPreTrainedModel):
             h = h.new_zeros(B * n, S, d).index_copy(0, sp.rows, h)
         x = h.reshape(B, n, S, d)
         return x if sp.keep is None else x * sp.keep.unsqueeze(-1).to(x.dtype)
+
+
+def _refuse_tracing() -> None:
+    if torch.jit.is_tracing():
+        raise NotImplementedError(
+            "Avey-B does not support TorchScript tracing (torch.onnx.export(..., dynamo=False) or torch.jit.trace): "
+            "its split count and retrieval depend on the input length, which a trace would freeze. Use "
+            "torch.export.export or torch.onnx.export(..., dynamo=True) (dynamic batch and length: avey_b.apps.export), or "
+            "torch.compile(model, dynamic=True) for every length."
+        )
 
 
 def _check_inputs(

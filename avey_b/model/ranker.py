@@ -1,35 +1,27 @@
-"""The ranker (weighted-selective-split retrieval, paper §3.1 and §4.1) and the neural compressor (§4.3).
+"""The ranker (weighted-selective-split retrieval, paper §3.1 and §4.1) and the neural compressor (§4.3), as the
+paper states them.
 
-Notation: ``B`` batch, ``n`` splits, ``S`` split size, ``k`` retrieved splits, ``d`` width, ``J`` candidate splits,
-``U`` distinct token ids of a row.
+Notation: ``B`` batch, ``n`` splits, ``S`` split size, ``k`` retrieved splits, ``d`` width, ``J`` candidate splits.
 
-The ranker scores every split against its candidates with MaxSim,
-``MaxSim(i, j) = Σ_{t∈i} max_{u∈j} cos(x_t, x_u)``, keeps the top-``k`` and returns, per split,
-``X_cat = [w_1 X_{j1} | … | w_k X_{jk} | X_i]`` with missing slots as zeros on the left (so the current split
-always occupies the last ``S`` rows). :class:`Ranker` makes the choice and returns it as a :class:`Choice`, which
-builds ``X_cat`` for any set of splits (the model builds them in chunks).
+The ranker runs once per forward pass, on the embedding output (§3.1), in the paper's steps:
 
-One MaxSim, two steps, used by every path below: :func:`best_match` (the best cosine of each query vector in each
-candidate split, padding never matching) and a vote that sums those maxima over a query split's real tokens.
-The choice is computed one of three ways, all choosing the same splits:
+1. **MaxSim** (:func:`maxsim`, ColBERT's late interaction): the relevance of a candidate split ``j`` to a current
+   split ``i`` is ``MaxSim(i, j) = Σ_{t∈i} max_{u∈j} cos(x_t, x_u)`` over real tokens (padding never matches and
+   never votes).
+2. **Top-k** (:func:`reference_choice`): the ``k`` allowed candidates with the highest MaxSim — unidirectionally
+   the preceding splits, bidirectionally (§4.1) every other split, never a split with no real token. Repeated text
+   makes exact ties common: the nearer split wins, at equal distance the preceding one.
+3. **Weighted selective split** (:meth:`Ranker.weighted_selective_split`): the selected scores are divided by the
+   largest of them (the release: the smallest), each selected split is weighted by its normalized score and
+   concatenated before the current split, ``X_cat = [w_1 X_{j1} | … | w_k X_{jk} | X_i]``, empty slots as zeros on
+   the left (so the current split always occupies the last ``S`` rows).
+4. **Neural compression** (:class:`Compressor`, §4.3): ``X̂ = P·X_cat + X_i``.
 
-* **dense** (tiled): the query tokens of a block against cache-sized tiles of candidate tokens — one GEMM per
-  block and tile, the max taken while the tile is hot; ``O(N²·d)``.
-* **vocabulary**: the ranker runs on the embedding output (§3.1), so with token-id input the cosine of two tokens
-  depends only on their ids. With ``U`` distinct ids in a row, ``M[v, j] = max_{u∈j} cos(E_v, x_u)`` is one
-  ``(U × d)·(d × N)`` product, and ``MaxSim(i, j) = Σ_{t∈i} M[id_t, j]`` a sum of looked-up rows (an embedding-bag
-  sum); ``O(U·N·d + N²/S)`` instead of ``O(N²·d)``, exact, the same choice. Candidates are taken in tiles of ``M``
-  columns with a running top-``k`` per query split, so neither ``M`` nor the ``n × n`` scores are held whole.
-  Unidirectionally an id is compared only with the splits before the last split it occurs in (ids are ordered by
-  that split, so each candidate tile multiplies a suffix of them).
-* **export**: under ``torch.export`` / ONNX, one loop-free computation over all splits, so the graph holds at every
-  length: the vocabulary factoring over the batch's distinct ids when the model got token ids (``U × N``
-  similarities), else the dense formula (``N²``).
-
-**Tie rule.** Repeated text makes exactly tied MaxSim scores common, and the paths sum in different orders. Every
-path ranks candidates by the key (score, then the nearer split; at equal distance, the preceding one), built by
-:func:`_ranking_keys` so that distinct scores keep their order exactly: ties are broken the same way everywhere.
-(A runtime with other kernels, such as onnxruntime, may round two exactly tied scores apart; no rule can undo that.)
+:func:`maxsim` over all pairs and :func:`reference_choice` are the reference: they hold ``n²·S²`` similarities.
+The ranker makes the same choice in memory linear in ``N`` with the fast paths of :mod:`avey_b.model.ranker_fast`
+(tiles, the vocabulary factoring, planners, tie keys: its base class :class:`~avey_b.model.ranker_fast.FastRanker`),
+each tested against the reference. Under ``torch.export`` / ONNX it runs :func:`maxsim` over all pairs, one
+loop-free computation whose graph holds at every length (or, given token ids, the vocabulary factoring).
 
 Gradients flow through the weights (the cosine scores), not through the discrete choice. The choice is made
 under ``no_grad`` (with a bf16 GEMM under bf16 autocast or ``ranker_selection_precision="bfloat16"``); the weights
@@ -46,95 +38,57 @@ import torch.nn.functional as F
 from torch import nn
 
 from .configuration import AveyBConfig
-from .execution import ExecutionSettings
+from .ranker_fast import FastRanker, layout
 from .similarity import unit_vectors
 
-# Bytes per (query split, candidate split) pair the vocabulary path holds for one tile of M columns at its peak:
-# the fp32 scores and the allowed mask, and while the ranking keys are built, the fp64 keys, their step and the
-# nearness (fp64; bidirectionally also an int64 distance).
-_PAIR_BYTES = 37
 
+def maxsim(q: torch.Tensor, c: torch.Tensor, q_keep: torch.Tensor | None = None,
+           c_keep: torch.Tensor | None = None) -> torch.Tensor:
+    """MaxSim of query splits against candidate splits (§3.1): ``MaxSim(i, j) = Σ_{t∈i} max_{u∈j} cos(x_t, x_u)``.
 
-# --------------------------------------------------------------------------------------------------------------
-# One MaxSim
-# --------------------------------------------------------------------------------------------------------------
-def best_match(c: torch.Tensor, q: torch.Tensor, c_keep: torch.Tensor | None, S: int,
-               buffers: dict | None = None) -> torch.Tensor:
-    """The best cosine of each query vector in each candidate split (``max_{u∈j} cos(q, x_u)``).
-
-    c: (..., J·S, d) the candidates' unit vectors (zero at padding); q: (..., d, Q) the query unit vectors as
-    columns; c_keep: (..., J·S) bool or None — a padded candidate token is never the best match (an all-padding
-    split gives ``-inf``). Returns (..., J, Q). The max runs over the middle axis of the (..., J, S, Q) similarities
-    (whole vectors at a time, in the input's precision: exact, so the choice is the same).
-
-    With ``buffers`` (a dict; no autograd) the similarities go into a reused tile buffer per shape and dtype, which
-    stays in cache, and are masked in place; without, the computation is out of place and differentiable.
-    """
-    J = c.shape[-2] // S
-    if buffers is None:
-        sim = c @ q
-    else:
-        shape = (*c.shape[:-1], q.shape[-1])
-        if (shape, c.dtype) not in buffers:
-            buffers[shape, c.dtype] = torch.empty(shape, dtype=c.dtype, device=c.device)
-        sim = torch.matmul(c, q, out=buffers[shape, c.dtype])
-    sim = sim.unflatten(-2, (J, S))  # (..., J, S, Q)
+    q: (..., nq, S, d) and c: (..., J, S, d) unit vectors (zero at padding); q_keep: (..., nq, S) and c_keep:
+    (..., J, S) real-token masks, or None when every token is real. A padded candidate token is never the max (a
+    split of padding only scores ``-inf``) and a padded query token does not vote. Returns (..., nq, J), summed in
+    float32 (float64 for float64 input)."""
+    nq, S = q.shape[-3:-1]
+    J = c.shape[-3]
+    cos = c.flatten(-3, -2) @ q.flatten(-3, -2).transpose(-1, -2)  # (..., J·S, nq·S): cos(x_u, x_t)
+    cos = cos.unflatten(-2, (J, S))  # (..., J, S, nq·S)
     if c_keep is not None:
-        pad = ~c_keep.unflatten(-1, (J, S)).unsqueeze(-1)
-        sim = sim.masked_fill_(pad, float("-inf")) if buffers is not None else sim.masked_fill(pad, float("-inf"))
-    return sim.amax(-2)
-
-
-def vote(best: torch.Tensor, q_keep: torch.Tensor | None) -> torch.Tensor:
-    """MaxSim from :func:`best_match`: best (..., J, nq, S) per query token -> (..., nq, J), summed over each query
-    split's real tokens (q_keep: (..., nq, S); padded query tokens do not vote), in float32 (float64 for float64
-    input)."""
+        cos = cos.masked_fill(~c_keep.unsqueeze(-1), float("-inf"))
+    best = cos.amax(-2).unflatten(-1, (nq, S))  # (..., J, nq, S): max_{u∈j} cos(x_t, x_u)
     if q_keep is not None:
         best = best.masked_fill(~q_keep.unsqueeze(-3), 0.0)
     return best.sum(-1, dtype=torch.promote_types(best.dtype, torch.float32)).transpose(-1, -2)
 
 
-def _ranking_keys(score: torch.Tensor, i: torch.Tensor, j: torch.Tensor, n: int, bidirectional: bool
-                  ) -> torch.Tensor:
-    """Float64 keys that order candidates by MaxSim, then by nearness: on equal scores the nearer split ranks
-    first, and at equal distance the preceding split (``j < i``).
+def reference_choice(unit: torch.Tensor, keep: torch.Tensor, k: int, bidirectional: bool
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ranker's choice as §3.1 states it, over all pairs at once: the top-``k`` candidates of every split by
+    :func:`maxsim`; on equal scores the nearer split, at equal distance the preceding one.
 
-    ``score`` (..., Q, J) float32, ``-inf`` where not allowed; ``i`` (Q, 1) and ``j`` (1, J) split ids; ``n`` bounds
-    the distance. The key adds to the score a bonus in (0, 2^-26·(|s| + 2^-134)) that grows with nearness: less than
-    a quarter of a float32 ulp of the score (the absolute term breaks ties at 0 too), so distinct float32 scores keep
-    their order exactly and the keys of one query split are all distinct."""
-    r = 1.0 / (2 * n + 2)
-    # nearness in (0, 1): 1 - r·(2|i - j| - [j < i]); unidirectionally j < i, which makes it a sum of a column and a
-    # row (one pass); entries that are not allowed get no bonus whatever their nearness.
-    if bidirectional:
-        near = 1.0 - r * (2 * (i - j).abs() - (j < i).long()).double()
-    else:
-        near = (1.0 + r - 2 * r * i.double()) + 2 * r * j.double()
-    s = score.double()
-    # float64 constants as tensors (an exporter may store a Python float as float32: 1e300 -> inf, 2^-134 -> 0)
-    big, tiny = (torch.tensor(v, dtype=torch.float64, device=s.device) for v in (1e300, 2.0**-134))
-    step = s.abs().clamp_(max=big).add_(tiny).mul_(near).mul_(2.0**-26)  # finite: -inf keys stay -inf
-    return s.add_(step)
-
-
-def _allowed(i: torch.Tensor, j: torch.Tensor, bidirectional: bool) -> torch.Tensor:
-    return (j != i) if bidirectional else (j < i)
-
-
-def _layout(val: torch.Tensor, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Top-``k`` keys (descending, impossible ``-inf`` ones last) and their split ids -> the ``X_cat`` layout:
-    the ``m`` valid entries moved to the right end (slot ``p`` holds entry ``p - (k - m)``), empty slots 0/False."""
-    k = val.shape[-1]
-    m = torch.isfinite(val).sum(-1, keepdim=True)
-    src = torch.arange(k, device=val.device) - (k - m)
-    ok = src >= 0
-    return idx.gather(-1, src.clamp_min(0)).masked_fill(~ok, 0), ok
+    unit: (B, n, S, d) unit vectors (zero at padding); keep: (B, n, S). Returns ``(idx, filled)``, (B, n, k) each, in
+    ``X_cat`` order: descending score, empty slots first. Holds ``n²·S²`` similarities: the reference that the
+    ranker's fast paths (:mod:`avey_b.model.ranker_fast`) are tested against, not a path for long inputs."""
+    B, n = unit.shape[:2]
+    score = maxsim(unit, unit, keep, keep)  # (B, n, n)
+    i = torch.arange(n, device=unit.device)[:, None]
+    j = torch.arange(n, device=unit.device)[None, :]
+    allowed = ((j != i) if bidirectional else (j < i)) & keep.any(-1)[:, None, :]
+    # the tie rule: candidates ordered by nearness (j = i-1, i+1, i-2, i+2, ...), then a stable sort by score
+    by_nearness = (2 * (i - j).abs() - (j < i).long()).argsort(-1).expand(B, n, n)
+    score = score.masked_fill(~allowed, float("-inf")).gather(-1, by_nearness)
+    score = F.pad(score, (0, k), value=float("-inf"))  # k impossible candidates more: top-k exists for any n
+    val, rank = score.sort(dim=-1, descending=True, stable=True)
+    idx = F.pad(by_nearness, (0, k)).gather(-1, rank[..., :k])
+    return layout(val[..., :k], idx)
 
 
 @dataclass
 class Choice:
-    """The ranker's result: the top-``k`` splits chosen for every split of a batch, and the processor rows ``X_cat``
-    they give (:meth:`rows`). Tensors over splits are ``(B, n, ...)``, as in :class:`avey_b.model.splits.Splits`."""
+    """The ranker's result: the top-``k`` splits chosen for every split of a batch, with what the weighted selective
+    split (:meth:`Ranker.weighted_selective_split`) needs to build ``X_cat``. Tensors over splits are
+    ``(B, n, ...)``, as in :class:`avey_b.model.splits.Splits`."""
 
     x: torch.Tensor
     """(B, n, S, d) the ranked states, zero at padding: what ``X_cat`` concatenates."""
@@ -146,69 +100,18 @@ class Choice:
     """(B, n, k) the chosen splits (ids within the row) in ``X_cat`` order: descending score, empty slots first."""
     filled: torch.Tensor
     """(B, n, k) whether a slot holds a split."""
-    weighting: str
-    """``"max"`` (paper) or ``"min"`` (release): the selected score each weight is divided by."""
-    eps: float
-    """Added to that denominator."""
 
     @property
     def retrieved(self) -> torch.Tensor:
         """(B, n, k) the chosen split ids, ``-1`` in empty slots."""
         return self.idx.masked_fill(~self.filled, -1)
 
-    def rows(self, sel) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """``X_cat`` (R, (k+1)S, d) and its keep mask (None when every token is real) for the splits ``sel``, a
-        slice or an index tensor into the ``B·n`` splits. Rows are independent, so they can be built in chunks.
 
-        The weights are MaxSim of the ``k`` selected pairs, recomputed here at the model's precision and under
-        autograd when it is on (``O(N·k·S·d)``: cheap next to the choice, and the only part gradients flow
-        through), divided by the largest (paper) or smallest (release) selected score."""
-        B, n = self.x.shape[:2]
-        x, unit = self.x.flatten(0, 1), self.unit.flatten(0, 1)  # (B·n, S, d)
-        keep = None if self.keep is None else self.keep.flatten(0, 1)
-        xs = x[sel]
-        ks = None if keep is None else keep[sel]
-        if self.idx.shape[-1] == 0:  # k = 0: each split alone
-            return xs, ks
-        # the chosen splits as ids into the B·n splits: a row's ids plus the offset of its row
-        first = torch.arange(B * n, device=x.device)[sel] // n * n  # (R,)
-        sel_idx = self.idx.flatten(0, 1)[sel] + first[:, None]  # (R, k)
-        filled = self.filled.flatten(0, 1)[sel]
-        keep_sel = None if keep is None else keep[sel_idx]  # (R, k, S)
-        S = xs.shape[1]
-        best = best_match(unit[sel_idx].flatten(1, 2), unit[sel].transpose(1, 2),
-                          None if keep_sel is None else keep_sel.flatten(1, 2), S)  # (R, k, S)
-        score = vote(best.unsqueeze(-2), None if ks is None else ks.unsqueeze(-2))[:, 0]  # (R, k)
-        if self.weighting == "max":
-            den = score.masked_fill(~filled, float("-inf")).amax(-1, keepdim=True)
-        else:
-            den = score.masked_fill(~filled, float("inf")).amin(-1, keepdim=True)
-        w = torch.where(filled, score / (den + self.eps), torch.zeros_like(score))  # (R, k); 0 for empty slots
-        retrieved = x[sel_idx] * w[..., None, None].to(x.dtype)  # (R, k, S, d)
-        x_cat = torch.cat([retrieved.flatten(1, 2), xs], dim=1)  # (R, (k+1)S, d)
-        if ks is None:
-            ks = torch.ones(xs.shape[:2], dtype=torch.bool, device=x.device)
-        slot = (filled[..., None] if keep_sel is None else keep_sel & filled[..., None]).expand(-1, -1, S)
-        return x_cat, torch.cat([slot.flatten(1, 2), ks], dim=1)
-
-
-class Ranker(nn.Module):
-    """Chooses the top-``k`` candidate splits of every split: ``forward`` returns a :class:`Choice`, which builds
-    ``X_cat`` for the chosen ones. No parameters.
-
-    Work and memory:
-
-    * ``ranker_algorithm`` picks the dense or the vocabulary path (``"auto"``: the vocabulary path where it is exact
-      — token ids given, equal ids with equal embeddings — and its estimated work is lower), per row;
-    * a batch of mixed lengths is ranked row by row, each row over its own splits only (up to its last real
-      split), so a short row costs what it would cost alone;
-    * dense: the similarity working set of one step is one cache-sized tile (``tile_bytes``), reused, and
-      never above ``ranker_memory_mb``; vocabulary: the same tiles for ``M``, and the scores of one tile of ``M``
-      columns (all query splits × ``J`` candidates) within ``ranker_memory_mb``; beyond that both hold the
-      candidates and a few values per token — linear in ``N``;
-    * under ``torch.export`` / ONNX export the choice is one loop-free computation over all splits, and in
-      ``torch.compile`` the choice runs eagerly, outside the graph, so compiled graphs do not depend on ``n``.
-    """
+class Ranker(FastRanker):
+    """The ranker: :meth:`forward` chooses the top-``k`` candidate splits of every split (a :class:`Choice`), and
+    :meth:`weighted_selective_split` builds ``X_cat`` for any set of chosen splits (the model builds them chunk by
+    chunk). No parameters. How the choice is computed, and in how much memory, is its base class's
+    (:class:`avey_b.model.ranker_fast.FastRanker`)."""
 
     def __init__(self, config: AveyBConfig):
         super().__init__()
@@ -218,55 +121,6 @@ class Ranker(nn.Module):
         self.weighting = config.ranker_weighting
         self.eps = config.ranker_eps
 
-    @property
-    def execution(self) -> ExecutionSettings:
-        """How the choice is computed (algorithm, blocks, tiles, memory cap): the config's, read at every call, so
-        that setting ``config.execution`` takes effect at once."""
-        return self.config.execution
-
-    @property
-    def memory_elements(self) -> int:
-        """``ranker_memory_mb`` in units of 8 bytes: a similarity takes 4 (fp32) or 2 (bf16), the rest is headroom
-        for the masks."""
-        return int(self.execution.ranker_memory_mb * 2**20) // 8
-
-    # -- plans ---------------------------------------------------------------------------------------------------
-    def plan(self, B: int, n: int, S: int, element_size: int = 4, device: str = "cpu") -> tuple[int, int]:
-        """Dense path: (query splits per block, candidate splits per tile) for ``B`` rows of ``n`` splits.
-
-        A block has ``ranker_block_size`` query tokens; its candidates are taken in tiles of ``tile_bytes``
-        similarities (a cache-sized working set), and never more than the memory cap allows."""
-        per_pair = B * S * S  # similarities of one query split against one candidate split
-        memory = self.memory_elements
-        blk = max(1, min(max(1, self.execution.ranker_block_size // S), n, memory // per_pair))
-        tile_bytes = self.execution.tile_bytes_for(device, element_size)
-        tile = max(1, min(n, tile_bytes // (element_size * per_pair * blk), memory // (per_pair * blk)))
-        return blk, tile
-
-    def plan_vocabulary(self, U: int, n: int, S: int, element_size: int = 4, device: str = "cpu"
-                        ) -> tuple[int, int, int]:
-        """Vocabulary path: (ids per GEMM block, candidate splits per similarity tile, candidate splits per tile
-        of ``M`` columns) for a row of ``n`` splits with ``U`` distinct ids.
-
-        The similarity tiles are the dense path's (``ranker_block_size`` ids against ``tile_bytes``); a tile of
-        ``M`` columns (``(U + 1) × J`` float32) and the scores of every query split against it (``n × J`` pairs at
-        :data:`_PAIR_BYTES`) stay within ``ranker_memory_mb``."""
-        ids, tile = self.plan(1, max(1, -(-U // S)), S, element_size, device)
-        ids = min(U, ids * S)
-        budget = self.memory_elements * 8 - ids * tile * S * 8  # bytes beside the similarity tile
-        cols = budget // ((U + 1) * 4 + n * _PAIR_BYTES)
-        cols = max(tile, cols // tile * tile)
-        return ids, tile, min(cols, max(n, 1))
-
-    def vocabulary_cost(self, last_split: torch.Tensor, n: int, S: int, d: int) -> tuple[float, float]:
-        """(vocabulary, dense) multiply-adds of a row's choice, from the last split each distinct id occurs in."""
-        U = last_split.numel()
-        if self.bidirectional:
-            return float(U * n * S * d + n * n * S), float(n * n * S * S * d)
-        gemm = (last_split.sum().item() + U) * S * d if self.execution.order_by_last_split else U * n * S * d
-        return float(gemm + n * n * S / 2), float(n * (n + 1) / 2 * S * S * d)
-
-    # -- the choice ------------------------------------------------------------------------------------------------
     def forward(self, x: torch.Tensor, keep: torch.Tensor | None, ids: torch.Tensor | None = None) -> Choice:
         """The choice for every split.
 
@@ -278,7 +132,7 @@ class Ranker(nn.Module):
         algorithm = self.execution.ranker_algorithm
         if self.k == 0:
             empty = torch.zeros(B, n, 0, dtype=torch.long, device=x.device)
-            return self._choice(x, keep, xn, empty, empty.bool())
+            return Choice(x=x, keep=keep, unit=xn, idx=empty, filled=empty.bool())
         if algorithm == "vocabulary" and ids is None:
             raise ValueError(
                 "ranker_algorithm='vocabulary' needs token ids whose embeddings are the ranker's input: pass input_ids "
@@ -293,187 +147,50 @@ class Ranker(nn.Module):
                 idx, ok = self.select_for_export(xn, keep_all)
         else:
             idx, ok = self.select(xn, keep, None if algorithm == "dense" else ids)
-        return self._choice(x, keep, xn, idx, ok)
+        return Choice(x=x, keep=keep, unit=xn, idx=idx, filled=ok)
 
-    def _choice(self, x, keep, xn, idx, ok) -> Choice:
-        return Choice(x=x, keep=keep, unit=xn, idx=idx, filled=ok, weighting=self.weighting, eps=self.eps)
 
-    @torch.compiler.disable
-    @torch.no_grad()
-    def select(self, xn: torch.Tensor, keep: torch.Tensor | None, ids: torch.Tensor | None = None
-               ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Top-``k`` candidates of every split: ``(idx, ok)``, the :class:`Choice`'s ``idx`` and ``filled``.
+    def weighted_selective_split(self, choice: Choice, sel) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The weighted selective split (§3.1) of the splits ``sel`` (a slice or an index tensor into the ``B·n``
+        splits): ``X_cat = [w_1 X_{j1} | … | w_k X_{jk} | X_i]`` (R, (k+1)S, d) and its keep mask (None when every
+        token is real). Rows are independent, so they can be built in chunks.
 
-        xn: (B, n, S, d) unit vectors (zero at padding); keep: (B, n, S) or None; ids: (B, n, S) or None (then the
-        dense path)."""
-        B, n, S, d = xn.shape
-        if xn.dtype == torch.float32:  # the choice only; the weights are recomputed at full precision in Choice.rows()
-            if torch.is_autocast_enabled(xn.device.type):  # cast once, not once per tile (the products are the same)
-                xn = xn.to(torch.get_autocast_dtype(xn.device.type))
-            elif self.execution.ranker_selection_precision == "bfloat16":
-                xn = xn.to(torch.bfloat16)
-        if keep is None:
-            ends = [n] * B
-        else:  # each row over its splits up to its last real one
-            ends = (keep.any(-1) * torch.arange(1, n + 1, device=xn.device)).amax(1).tolist()
-        idx = torch.zeros(B, n, self.k, dtype=torch.long, device=xn.device)
-        ok = torch.zeros(B, n, self.k, dtype=torch.bool, device=xn.device)
-        dense = []
-        for b, m in enumerate(ends):
-            got = None
-            if m and ids is not None:
-                got = self._select_vocabulary(xn[b, :m], None if keep is None else keep[b, :m], ids[b, :m])
-            if got is not None:
-                idx[b, :m], ok[b, :m] = got
-            elif m:
-                dense.append(b)
-        if len(dense) == B and all(m == n for m in ends):  # one batched call for rows of full length
-            return self._select_dense(xn, keep)
-        for b in dense:
-            m = ends[b]
-            i, o = self._select_dense(xn[b:b + 1, :m], None if keep is None else keep[b:b + 1, :m])
-            idx[b, :m], ok[b, :m] = i[0], o[0]
-        return idx, ok
-
-    def _select_dense(self, xn: torch.Tensor, keep: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-        B, n, S, d = xn.shape
-        blk, tile = self.plan(B, n, S, xn.element_size(), xn.device.type)
-        # Candidate tokens as rows, a block's query tokens as columns: both operands row-major, the fast GEMM layout
-        # for bf16 on CPU (a transposed operand is about 2x slower there), with no copy of the candidates.
-        cand = xn.reshape(B, n * S, d)
-        c_keep = None if keep is None else keep.reshape(B, n * S)
-        split_ok = None if keep is None else keep.any(-1)  # (B, n): a split with no real token is no candidate
-        buffers: dict = {}  # one similarity tile per (shape, dtype), reused: stays in cache
-        ids, oks = [], []
-        for q0 in range(0, n, blk):
-            q1 = min(n, q0 + blk)
-            J = n if self.bidirectional else q1  # unidirectional: only splits before the block's last one
-            q = xn[:, q0:q1].reshape(B, (q1 - q0) * S, d).transpose(1, 2).contiguous()  # (B, d, nq·S)
-            q_keep = None if keep is None else keep[:, q0:q1]
-            score = torch.empty(B, q1 - q0, J, dtype=torch.float32, device=xn.device)
-            for j0 in range(0, J, tile):  # a candidate split never straddles two tiles: no running max needed
-                j1 = min(J, j0 + tile)
-                best = best_match(cand[:, j0 * S:j1 * S], q, None if c_keep is None else c_keep[:, j0 * S:j1 * S],
-                                  S, buffers)  # (B, jt, nq·S)
-                score[:, :, j0:j1] = vote(best.view(B, j1 - j0, q1 - q0, S), q_keep)
-            i, o = self._top_k(score, q0, split_ok)
-            ids.append(i)
-            oks.append(o)
-        return torch.cat(ids, 1), torch.cat(oks, 1)
-
-    def _top_k(self, score: torch.Tensor, q0: int, split_ok: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-        """From MaxSim scores (B, nq, J) of query splits ``q0 …``: the ``k`` best allowed candidates under the tie
-        rule, laid out as in ``X_cat``. Loop-free (also what the export path runs)."""
-        k, (nq, J), device = self.k, score.shape[-2:], score.device
-        i = torch.arange(nq, device=device)[:, None] + q0
-        j = torch.arange(J, device=device)[None, :]
-        allowed = _allowed(i, j, self.bidirectional)  # (nq, J)
-        if split_ok is not None:
-            allowed = allowed & split_ok[:, None, :J]
-        key = _ranking_keys(score.masked_fill(~allowed, float("-inf")), i, j, J, self.bidirectional)
-        # k impossible columns more: topk(k) is defined at every number of candidates (also in exported graphs)
-        val, idx = F.pad(key, (0, k), value=float("-inf")).topk(k, dim=-1)
-        return _layout(val, idx)
-
-    def _select_vocabulary(self, xn: torch.Tensor, keep: torch.Tensor | None, ids: torch.Tensor):
-        """The vocabulary path for one row: xn (n, S, d), keep (n, S) or None, ids (n, S). Returns ``(idx, ok)`` of
-        shape (n, k), or None when the factoring is not exact (equal ids with different vectors: a hook or noise on
-        the embeddings) or, under ``"auto"``, not cheaper."""
-        n, S, d = xn.shape
-        execution = self.execution
-        algorithm = execution.ranker_algorithm
-        if algorithm == "auto" and n < execution.auto_min_splits:
-            return None
-        device = xn.device
-        flat = xn.reshape(n * S, d)
-        pos = torch.arange(n * S, device=device)
-        if keep is not None:
-            pos = pos[keep.reshape(-1)]
-        vocab, inv = torch.unique(ids.reshape(-1)[pos], return_inverse=True)  # inv: each real token's distinct id
-        U = vocab.numel()
-        first = torch.full((U,), n * S, device=device).scatter_reduce_(0, inv, pos, "amin")
-        last = torch.zeros(U, dtype=torch.long, device=device).scatter_reduce_(0, inv, pos // S, "amax")
-        if algorithm == "auto":
-            vocabulary, dense = self.vocabulary_cost(last, n, S, d)
-            if not execution.auto_overhead * vocabulary < dense:
-                return None
-        q = flat[first]  # (U, d): the unit vector of each distinct id (where it first occurs)
-        step = 4096  # tokens per comparison: a few MB at a time
-        for c0 in range(0, pos.numel(), step):  # exact only if every occurrence of an id has the same vector
-            real = flat[c0:c0 + step] if keep is None else flat[pos[c0:c0 + step]]
-            if not torch.equal(real, q[inv[c0:c0 + step]]):
-                if algorithm == "vocabulary":
-                    raise ValueError(
-                        "ranker_algorithm='vocabulary': tokens with the same id have different embeddings (a hook or "
-                        "noise on the embedding output), so MaxSim does not factor through the ids; use 'auto' or "
-                        "'dense'"
-                    )
-                return None
-        ordered = not self.bidirectional and execution.order_by_last_split
-        if ordered:  # ids ordered by the last split they occur in
-            last, perm = last.sort(stable=True)
-            q = q[perm]
-            inv = torch.empty_like(perm).scatter_(0, perm, torch.arange(U, device=device))[inv]
-        # each token's row of M (U for padding: a row that embedding_bag skips)
-        rows = torch.full((n * S,), U, dtype=torch.long, device=device).index_put_((pos,), inv).view(n, S)
-        c_keep = None if keep is None else keep.reshape(n * S)
-        split_ok = None if keep is None else keep.any(-1)
-        q = q.t().contiguous()  # (d, U): ids as columns
-        ub, tile, cols = self.plan_vocabulary(U, n, S, xn.element_size(), device.type)
-        k = self.k
-        best_key = torch.full((n, k), float("-inf"), dtype=torch.float64, device=device)
-        best_idx = torch.zeros(n, k, dtype=torch.long, device=device)
-        buffers: dict = {}
-        J = n if self.bidirectional else n - 1  # unidirectional: the last split is nobody's candidate
-        for j0 in range(0, J, cols):
-            j1 = min(J, j0 + cols)
-            # the ids still needed: unidirectionally, those occurring after split j0 (a suffix once ordered)
-            a = int(torch.searchsorted(last, j0, right=True)) if ordered else 0
-            M = torch.empty(U + 1 - a, j1 - j0, dtype=torch.float32, device=device)  # M[v, j]; last row: padding
-            for g0 in range(j0, j1, tile):
-                g1 = min(j1, g0 + tile)
-                ga = int(torch.searchsorted(last, g0, right=True)) if ordered else 0
-                c = flat[g0 * S:g1 * S]
-                ck = None if c_keep is None else c_keep[g0 * S:g1 * S]
-                for u0 in range(ga, U, ub):
-                    u1 = min(U, u0 + ub)
-                    M[u0 - a:u1 - a, g0 - j0:g1 - j0] = best_match(c, q[:, u0:u1], ck, S, buffers).t()
-            i0 = 0 if self.bidirectional else j0 + 1  # unidirectional: only later splits vote for these candidates
-            score = F.embedding_bag(rows[i0:] - a, M, mode="sum", padding_idx=U - a)  # (n - i0, jt) MaxSim
-            i = torch.arange(i0, n, device=device)[:, None]
-            j = torch.arange(j0, j1, device=device)[None, :]
-            allowed = _allowed(i, j, self.bidirectional)
-            if split_ok is not None:
-                allowed = allowed & split_ok[None, j0:j1]
-            key = _ranking_keys(score.masked_fill_(~allowed, float("-inf")), i, j, n, self.bidirectional)
-            val, top = key.topk(min(k, j1 - j0), dim=-1)  # the tile's best, then merged with the running best
-            val = torch.cat([best_key[i0:], val], 1)
-            cand_idx = torch.cat([best_idx[i0:], j.expand(n - i0, -1).gather(1, top)], 1)
-            val, p = val.topk(k, dim=-1)
-            best_key[i0:], best_idx[i0:] = val, cand_idx.gather(1, p)
-        return _layout(best_key, best_idx)
+        ``w_p = MaxSim(i, j_p) / (max_q MaxSim(i, j_q) + eps)`` over the selected splits (``ranker_weighting="min"``,
+        the release: the smallest selected score), 0 for an empty slot. The scores are recomputed here for the
+        ``k`` selected pairs, at the model's precision and under autograd when it is on (``O(N·k·S·d)``: cheap next
+        to the choice, and the only part gradients flow through)."""
+        B, n = choice.x.shape[:2]
+        x, unit = choice.x.flatten(0, 1), choice.unit.flatten(0, 1)  # (B·n, S, d)
+        keep = None if choice.keep is None else choice.keep.flatten(0, 1)
+        xs = x[sel]
+        ks = None if keep is None else keep[sel]
+        if self.k == 0:  # each split alone
+            return xs, ks
+        # the chosen splits as ids into the B·n splits: a row's ids plus the offset of its row
+        first = torch.arange(B * n, device=x.device)[sel] // n * n  # (R,)
+        sel_idx = choice.idx.flatten(0, 1)[sel] + first[:, None]  # (R, k)
+        filled = choice.filled.flatten(0, 1)[sel]
+        keep_sel = None if keep is None else keep[sel_idx]  # (R, k, S)
+        score = maxsim(unit[sel].unsqueeze(1), unit[sel_idx], None if ks is None else ks.unsqueeze(1),
+                       keep_sel)[:, 0]  # (R, k)
+        if self.weighting == "max":
+            den = score.masked_fill(~filled, float("-inf")).amax(-1, keepdim=True)
+        else:
+            den = score.masked_fill(~filled, float("inf")).amin(-1, keepdim=True)
+        w = torch.where(filled, score / (den + self.eps), torch.zeros_like(score))  # (R, k)
+        retrieved = x[sel_idx] * w[..., None, None].to(x.dtype)  # (R, k, S, d)
+        x_cat = torch.cat([retrieved.flatten(1, 2), xs], dim=1)  # (R, (k+1)S, d)
+        if ks is None:
+            ks = torch.ones(xs.shape[:2], dtype=torch.bool, device=x.device)
+        S = xs.shape[1]
+        slot = (filled[..., None] if keep_sel is None else keep_sel & filled[..., None]).expand(-1, -1, S)
+        return x_cat, torch.cat([slot.flatten(1, 2), ks], dim=1)
 
     def select_for_export(self, xn: torch.Tensor, keep: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The same choice as :meth:`select`, as one loop-free computation over all ``n`` splits (what
-        ``torch.export`` and ONNX can capture for every ``n``)."""
-        B, n, S, d = xn.shape
-        q = xn.reshape(B, n * S, d)
-        best = best_match(q, q.transpose(1, 2), keep.reshape(B, n * S), S)  # (B, n, n·S)
-        return self._top_k(vote(best.view(B, n, n, S), keep), 0, keep.any(-1))
-
-    def select_for_export_vocabulary(self, xn: torch.Tensor, keep: torch.Tensor, ids: torch.Tensor
-                                     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """The vocabulary factoring as one loop-free computation (what exported graphs run when they get token ids):
-        the batch's ``U`` distinct ids (``torch.unique``, ONNX ``Unique``), each one's best cosine in every candidate
-        split of each row, and MaxSim as a gather-and-sum of those maxima — ``U × N`` similarities and ``n × N``
-        maxima per row instead of ``N²`` similarities. Same choice as :meth:`select`."""
-        B, n, S, d = xn.shape
-        flat = xn.reshape(B, n * S, d)
-        vocab, inv = torch.unique(torch.where(keep, ids, -1).reshape(-1), return_inverse=True)  # padding: id -1
-        q = flat.new_zeros(vocab.shape[0], d).index_put_((inv,), flat.reshape(-1, d))  # equal ids, equal vectors
-        best = best_match(flat, q.t(), keep.reshape(B, n * S), S)  # (B, n, U): M[v, j] of every row
-        votes = best.gather(-1, inv.view(B, 1, n * S).expand(-1, n, -1))  # (B, n, n·S): M[id_t, j]
-        return self._top_k(vote(votes.view(B, n, n, S), keep), 0, keep.any(-1))
+        """The choice as one loop-free computation over all ``n`` splits (what ``torch.export`` and ONNX capture
+        for every ``n``): :func:`maxsim` over all pairs, ranked with the fast paths' tie keys. The same choice as
+        :func:`reference_choice` and :meth:`select`."""
+        return self._top_k(maxsim(xn, xn, keep, keep), 0, keep.any(-1))
 
 
 class Compressor(nn.Module):
