@@ -15,9 +15,15 @@ import argparse
 import json
 import os
 import random
+import string
 import sys
 
 import torch
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
+from transformers import BertConfig, BertForMaskedLM, PreTrainedTokenizerFast
+
+from avey_b.model import presets
+from avey_b.model.auto import AveyBForMaskedLM  # (and registers Avey-B with the Auto classes)
 
 _POS = ["good", "great", "lovely", "superb", "fine"]
 _NEG = ["bad", "awful", "poor", "dreadful", "weak"]
@@ -32,11 +38,6 @@ def tokenizer(directory: str):
     (whole toy words, single letters and ``##`` letter pieces, so unseen words split into sub-tokens);
     saved as a ``transformers`` fast tokenizer in ``directory`` and returned. The vocabulary is written
     out rather than trained so that tests see the same splits on every run."""
-    import string
-
-    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
-    from transformers import PreTrainedTokenizerFast
-
     specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
     words = sorted({w.lower() for w in " ".join(_POS + _NEG + _NOUNS + _FILLER + _PEOPLE + _PLACES).split()})
     pieces = list(string.ascii_lowercase) + ["##" + c for c in string.ascii_lowercase] + list("0123456789?.,!-")
@@ -58,8 +59,6 @@ def tokenizer(directory: str):
 def bert(directory: str, tok, hidden: int = 32, layers: int = 2, seed: int = 0) -> str:
     """A randomly initialised tiny BERT (masked-LM) with the toy tokenizer, saved to ``directory``; the same
     weights for the same ``seed`` in every process (the global RNG is left as it was)."""
-    from transformers import BertConfig, BertForMaskedLM
-
     cfg = BertConfig(vocab_size=len(tok), hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=2,
                      intermediate_size=4 * hidden, max_position_embeddings=512, pad_token_id=tok.pad_token_id)
     with torch.random.fork_rng(devices=[]):
@@ -73,9 +72,6 @@ def bert(directory: str, tok, hidden: int = 32, layers: int = 2, seed: int = 0) 
 def avey_b(directory: str, tok, seed: int = 0, **overrides) -> str:
     """A randomly initialised tiny Avey-B (``presets.tiny()``, vocabulary resized to the tokenizer); the same
     weights for the same ``seed`` in every process (the global RNG is left as it was)."""
-    from avey_b import AveyBForMaskedLM
-    from avey_b.model import presets
-
     cfg = presets.tiny(vocab_size=len(tok), pad_token_id=tok.pad_token_id, **overrides)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)

@@ -34,11 +34,14 @@ import logging
 import warnings
 from pathlib import Path
 
+import numpy as np
 import torch
+import torch.export
 
 from avey_b import configs
 from avey_b.apps.encoder import Encoder
 from avey_b.apps.options import ExportOptions, LoadOptions
+from avey_b.apps.quantize import MIN_MEAN_COSINE, compare_quantized, quantize_onnx
 
 #: --head (avey_b.apps.options.EXPORT_HEADS) -> (the class that loads the checkpoint, {graph output name: model
 #: output field})
@@ -122,9 +125,7 @@ def _example(model) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def _dynamic():
-    from torch.export import Dim
-
-    batch, length = Dim("batch", min=1), Dim("length", min=1)
+    batch, length = torch.export.Dim("batch", min=1), torch.export.Dim("length", min=1)
     return {"input_ids": {0: batch, 1: length}, "attention_mask": {0: batch, 1: length}}
 
 
@@ -143,7 +144,6 @@ def fold_weight_layouts(model) -> int:
     run-time ops; onnxruntime's quantizer only quantizes a MatMul whose ``B`` is an initializer. ``model``: an
     ``onnx_ir`` model (``ONNXProgram.model``), changed in place. Returns the number of nodes folded. A weight also
     read as it is (the masked-LM decoder tied to the embedding table) is then stored in both layouts."""
-    import numpy as np
     import onnx_ir as ir
     from onnx_ir.passes.common import RemoveUnusedNodesPass
 
@@ -216,7 +216,6 @@ def verify_onnx(path: str | Path, model: torch.nn.Module, output: str | dict[str
     """Largest |ONNX - eager| over every output (per-token outputs: real tokens only) at ``lengths`` (batch 2, one
     row half padding); raises past ``atol``. Inputs use distinct token ids, so that no two splits tie exactly in
     the ranker."""
-    import numpy as np
     import onnxruntime as ort
 
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
@@ -255,8 +254,6 @@ def check_quantized(quantized: str | Path, reference: str | Path, model, output)
     """:func:`avey_b.apps.quantize.compare_quantized` on the inputs :func:`verify_onnx` runs; raises when a ranker choice
     differs from the fp32 model's (the ranker must stay fp32) or the mean cosine is below
     :data:`avey_b.apps.quantize.MIN_MEAN_COSINE`."""
-    from avey_b.apps.quantize import MIN_MEAN_COSINE, compare_quantized
-
     check = compare_quantized(quantized, reference, Exportable(model, output), verification_inputs(model))
     if check["identical_choices"] < 1.0:
         raise AssertionError(f"{quantized}: {1 - check['identical_choices']:.2%} of the ranker choices differ from "
@@ -287,8 +284,6 @@ def export(model: str, out: str, options: ExportOptions) -> Path:
         err = verify_onnx(path, module, output)
         print(f"onnxruntime matches the eager model at lengths {verifiable_lengths(module)}: max |diff| {err:.1e}")
     if options.quantize:
-        from avey_b.apps.quantize import quantize_onnx
-
         quantized = quantize_onnx(path, module.config)
         print(f"wrote {quantized} (int8 weight MatMuls but the fuser's mixed-context block; embedding and ranker "
               "in fp32)")

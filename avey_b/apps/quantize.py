@@ -28,6 +28,7 @@ missing shape. The quantizer does not need it: :func:`quantize_onnx` quantizes t
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -71,8 +72,6 @@ def matmul_groups(model, config) -> dict[str, set[str]]:
     ``Z_h``, ``Z_tl``, ``Z_tr``), ``fuser.bypass`` / ``fuser.mix`` (the fuser's column blocks reading ``Z_h`` and
     the mixed ``c``), each over every layer; ``layer<i>`` (all of layer ``i``'s); ``static`` / ``dynamic`` (the
     layers of that mixer); ``head`` (every other weight MatMul)."""
-    import re
-
     layout = getattr(config, "enricher_layout", "paper")
     weight_of = {n.name: n.input[1] for n in model.graph.node if n.op_type == "MatMul"}
     groups: dict[str, set[str]] = {}

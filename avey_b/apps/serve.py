@@ -43,6 +43,7 @@ import queue
 import threading
 import time
 from concurrent.futures import Future
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
 from avey_b import configs
@@ -272,8 +273,6 @@ def _add_routes(app, encoder: Encoder, answer, options: ServeOptions, max_tokens
 
 def build_app(encoder: Encoder, options: ServeOptions):
     """The FastAPI application serving ``encoder`` (its batcher starts with the app and stops at shutdown)."""
-    from contextlib import asynccontextmanager
-
     from fastapi import FastAPI
 
     max_tokens = options.max_tokens or default_max_tokens(encoder.config.hidden_size)

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import get_type_hints
 
 from avey_b.model.config_keys import UnknownConfigKey, unknown_key  # noqa: F401  (the error of every config; re-exported)
+from avey_b.utils.records import write_text_atomic
 
 CONFIG_DIR = Path(__file__).resolve().parent
 KINDS = ("pretrain", "eval")
@@ -174,8 +175,6 @@ def to_dict(cfg) -> dict:
 def dump_yaml(cfg, path: str | Path) -> None:
     """Write ``cfg`` as YAML, atomically."""
     import yaml
-
-    from avey_b.utils.records import write_text_atomic
 
     write_text_atomic(path, yaml.safe_dump(to_dict(cfg), sort_keys=False))
 

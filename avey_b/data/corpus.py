@@ -29,6 +29,9 @@ import sysconfig
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from pydoc_data.topics import topics
+
+import torch
 
 from avey_b.utils.files import iter_jsonl, iter_lines, read_text
 
@@ -108,8 +111,6 @@ def iter_documents(spec: SourceSpec, start: int = 0, epoch: int = 0) -> Iterator
     else:
         it = _iter_local(spec)
     if spec.shuffle_seed is not None and kind != "hf":
-        import torch
-
         docs = list(it)
         g = torch.Generator().manual_seed(int(spec.shuffle_seed) * 1_000_003 + int(epoch))
         it = (docs[i] for i in torch.randperm(len(docs), generator=g).tolist())
@@ -256,8 +257,6 @@ def python_docs_corpus(min_chars: int = 200) -> list[str]:
     global _CACHE
     if _CACHE is not None:
         return _CACHE
-    from pydoc_data.topics import topics
-
     seen: set[str] = set()
     docs: list[str] = []
 

@@ -21,6 +21,9 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 
+from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
 from avey_b.utils.files import model_source
 
 RELEASE_TOKENIZER = "avey-ai/avey1-tokenizer-base"
@@ -55,8 +58,6 @@ def load_tokenizer(
       id has an embedding row and no ``resize_token_embeddings`` is needed; a larger tokenizer is an error.
     - ``require_fast``: refuse a slow (Python) tokenizer; token classification, QA and NIAH need offsets.
     """
-    from transformers import AutoTokenizer
-
     with model_source(name_or_path, "tokenizer", local_files_only=kwargs.get("local_files_only", False)):
         tok = AutoTokenizer.from_pretrained(name_or_path, trust_remote_code=trust_remote_code, **kwargs)
     if require_fast and not getattr(tok, "is_fast", False):
@@ -82,9 +83,6 @@ def load_tokenizer(
 
 def train_bpe_tokenizer(texts: Iterable[str], vocab_size: int = 8192, min_frequency: int = 2, multiple: int = 64):
     """Train a byte-level BPE on ``texts``; the returned tokenizer's length is a multiple of ``multiple``."""
-    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-    from transformers import PreTrainedTokenizerFast
-
     if vocab_size < 256 + len(SPECIALS):
         raise ValueError(f"vocab_size {vocab_size} is too small for a byte-level BPE (needs >= {256 + len(SPECIALS)})")
     target = pad_to_multiple(vocab_size, multiple)

@@ -29,6 +29,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import transformers
+from transformers import get_linear_schedule_with_warmup
+from transformers.trainer_pt_utils import get_parameter_names
 
 from avey_b.configs import from_args
 from avey_b.utils.counting import count_parameters
@@ -36,6 +39,7 @@ from avey_b.utils.device import pick_device, use_bf16
 from avey_b.utils.progress import Progress
 from avey_b.utils.records import save_pretrained_atomic, utc_timestamp, write_json_atomic
 
+from .ir_paper import is_zero_shot, run_zero_shot_cell
 from .protocol import run_config
 from .settings import DataFiles, FinetuneOptions, RunConfig, given_data, given_settings
 from .tasks import get_task
@@ -117,8 +121,6 @@ NO_DECAY_PATTERNS = [r"bias", r"layernorm", r"rmsnorm", r"(?:^|\.)norm(?:$|\.)",
 def finetune_optimizer(model, cfg: RunConfig) -> torch.optim.Optimizer:
     """AdamW with the cell's β, ε and decoupled weight decay, the decay on the parameters transformers' Trainer
     decays (EncodEval trains with the Trainer): not on biases and norm weights."""
-    from transformers.trainer_pt_utils import get_parameter_names
-
     decayed = set(get_parameter_names(model, [torch.nn.LayerNorm], NO_DECAY_PATTERNS))
     params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     groups = [{"params": [p for n, p in params if n in decayed], "weight_decay": cfg.weight_decay},
@@ -129,8 +131,6 @@ def finetune_optimizer(model, cfg: RunConfig) -> torch.optim.Optimizer:
 
 def train_model(model, task: Task, features: list[dict[str, Any]], cfg: RunConfig, pad_id: int,
                 device: torch.device) -> dict[str, Any]:
-    from transformers import get_linear_schedule_with_warmup
-
     if cfg.grad_accumulation > 1 and task.family == "IR":
         raise ValueError("grad_accumulation > 1 would change the in-batch negatives of the IR loss; use 1")
     generator = torch.Generator().manual_seed(cfg.seed)
@@ -196,10 +196,6 @@ def run_cell(model_name: str, task_name: str, cfg: RunConfig, files: DataFiles,
     write the fine-tuned model and its tokenizer there (``from_pretrained`` loads them, head included).
     Retrieval under the paper protocol trains on MS MARCO pairs and scores zero-shot
     (:mod:`avey_b.evaluation.ir_paper`); ``finetuned`` then names a model trained so before, to score only."""
-    import transformers
-
-    from .ir_paper import is_zero_shot, run_zero_shot_cell
-
     if is_zero_shot(task_name, cfg):
         return run_zero_shot_cell(model_name, task_name, cfg, files, tokenizer_name, save_model, finetuned)
     if finetuned is not None:

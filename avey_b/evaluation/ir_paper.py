@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import transformers
 
 from avey_b.model.heads import SENTENCE_TRANSFORMERS_MAX_LENGTH
 from avey_b.utils.counting import count_parameters
@@ -128,7 +129,6 @@ def train_pairs(model_name: str, cfg: RunConfig, files: DataFiles, dest: str | o
     ``hgissbkh/msmarco-pairs``, EncodEval's) with sentence-transformers (module docstring), save the model to
     ``dest`` through a temporary directory and a rename, and return the training record."""
     import datasets
-    import transformers
 
     trainer_cls, args_cls, collator_cls, loss_cls = _st_modules()
     task = MSMARCOPairs()
@@ -202,8 +202,6 @@ def run_zero_shot_cell(model_name: str, task_name: str, cfg: RunConfig, files: D
     """One paper-protocol IR cell: score ``finetuned`` (a model :func:`train_pairs` saved), or train one first on
     ``files.train`` (MS MARCO pairs; saved to ``save_model`` when given); returns the results record of
     :func:`avey_b.evaluation.finetune.run_cell`."""
-    import transformers
-
     task = get_task(task_name)
     training: dict[str, Any]
     with tempfile.TemporaryDirectory(prefix="ir-model-") as tmp:

@@ -65,6 +65,8 @@ import traceback
 import uuid
 from typing import Any
 
+import transformers
+
 from avey_b.configs import from_args
 from avey_b.utils.cluster import check_backend, cluster_gpus, start_ray
 from avey_b.utils.device import set_cpu_threads, usable_cpus
@@ -500,8 +502,6 @@ def _log_cell(log, i: int, n: int, cell: Cell, err: str | None, seconds: float, 
 
 def _quiet_transformers() -> None:
     """Every cell loads a model: one identical load report and progress bar per cell drowns the sweep's own log."""
-    import transformers
-
     transformers.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
 

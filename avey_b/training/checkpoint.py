@@ -33,6 +33,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_optimizer_state_dict,
+    set_optimizer_state_dict,
+)
 
 from avey_b.utils.files import sha256_of_file
 from avey_b.utils.records import MANIFEST_FILE, save_pretrained_atomic
@@ -204,8 +210,6 @@ def set_rng_state(state: dict) -> None:
 
 def full_state_dict(model) -> dict:
     """The unsharded model state on CPU (FSDP2: a collective every rank must call)."""
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-
     sd = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
     # save_pretrained drops tied copies only when it builds the state dict itself; do the same here
     tied = getattr(model, "_tied_weights_keys", None) or {}
@@ -246,8 +250,6 @@ def restore_training(saved: dict | None, parts: CheckpointParts, cfg: PretrainCo
         torch.manual_seed(cfg.train.seed + 1000 * info.rank)  # dropout differs per rank
         return TrainState()
     if dist_utils.uses_fsdp(info, cfg.distributed.strategy):
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
-
         set_optimizer_state_dict(parts.raw_model, parts.optimizer, saved["optimizer"],
                                  options=StateDictOptions(full_state_dict=True))
     else:
@@ -287,8 +289,6 @@ def save_training(run_dir: Path, state: TrainState, parts: CheckpointParts, cfg:
     fsdp, sd, optim_sd = dist_utils.uses_fsdp(info, cfg.distributed.strategy), None, None
     if fsdp:
         # FSDP2: every rank takes part in gathering the full (unsharded) model and optimizer state
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
-
         sd = full_state_dict(parts.raw_model)
         optim_sd = get_optimizer_state_dict(parts.raw_model, parts.optimizer,
                                             options=StateDictOptions(full_state_dict=True, cpu_offload=True))

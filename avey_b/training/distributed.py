@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
+from torch.distributed.fsdp import fully_shard
+from torch.nn.parallel import DistributedDataParallel as DDP
 
 
 @dataclass
@@ -98,12 +100,8 @@ def parallelize(model: torch.nn.Module, info: DistInfo, strategy: str = "ddp", c
     if not info.enabled:
         return model
     if strategy == "ddp":
-        from torch.nn.parallel import DistributedDataParallel as DDP
-
         return DDP(model, device_ids=[info.local_rank] if info.device.type == "cuda" else None)
     if strategy == "fsdp":
-        from torch.distributed.fsdp import fully_shard
-
         # shard each processor layer, then the rest (embedding / head) at the root
         for name in getattr(model, "_no_split_modules", None) or []:
             for m in model.modules():

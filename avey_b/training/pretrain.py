@@ -36,6 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from transformers import AutoTokenizer
+from transformers.utils import logging as hf_logging
 
 from avey_b.data.tokenization import eot_id
 from avey_b.utils.counting import count_flops, count_parameters
@@ -240,9 +242,6 @@ def build_run(cfg: PretrainConfig, info, resume: str | None, overwrite: bool, tr
     the model's config and the starting weights. Only then is the run dir made (or the old run moved aside), so a
     typo leaves it as it was. Then tokenizer, model, optimizer, schedule, data; and the run's start on the record."""
     t_start = time.time()
-    from transformers import AutoTokenizer
-    from transformers.utils import logging as hf_logging
-
     hf_logging.disable_progress_bar()  # no per-save "Writing model shards" bars inside our own progress bar
     threads = set_cpu_threads(cfg.train.threads)
     run_dir = Path(cfg.run_dir)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import hashlib
 import json
 import os
 import re
@@ -47,8 +48,6 @@ _HASHES: dict[tuple, str] = {}
 def content_hash(path: str | os.PathLike) -> str:
     """SHA-256 of a file's bytes, or of a directory's files (relative names and bytes, in sorted order).
     Cached per process by (path, size, modification time), so many cells over the same data hash it once."""
-    import hashlib
-
     root = os.fspath(path)
     paths = [root] if os.path.isfile(root) else sorted(
         os.path.join(d, f) for d, _, names in os.walk(root) for f in names)
@@ -64,8 +63,6 @@ def content_hash(path: str | os.PathLike) -> str:
 
 def sha256_of_file(path: str | os.PathLike) -> str:
     """SHA-256 of a file's bytes (hex, as ``sha256sum`` prints it), never cached: for integrity checks."""
-    import hashlib
-
     return _feed(hashlib.sha256(), path).hexdigest()
 
 

@@ -105,7 +105,7 @@ def save_pretrained_atomic(dest: Path, model, tokenizer, state_dict=None, extra:
     """Write model (+ tokenizer, + ``extra`` files as torch.save, + ``texts`` files) to ``dest`` through a temp
     dir and a rename, with ``SHA256SUMS`` (:func:`write_manifest`): readers see the old directory or the new one,
     never half of one. ``model`` is anything with ``save_pretrained(dir, state_dict=...)``."""
-    import torch
+    import torch  # here, not at the top: the light option modules (--help) import this module
 
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)

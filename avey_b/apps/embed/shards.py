@@ -11,6 +11,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from avey_b.apps.embed.chunks import chunk_ranges
 from avey_b.apps.embed.documents import Document
 from avey_b.apps.embed.embedder import embed_ids
@@ -86,7 +88,6 @@ def shard_info(path: Path) -> dict:
 
 
 def _table(rows: list[dict], late: bool, dim: int, dtype: str, info: dict):
-    import numpy as np
     import pyarrow as pa
 
     vectors = np.stack([r["vector"] for r in rows]) if rows else np.zeros((0, dim))

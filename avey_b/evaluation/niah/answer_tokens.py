@@ -10,7 +10,9 @@ from typing import Any
 import torch
 
 from ...data import niah as niah_data
-from ..tasks.base import Task
+from ..finetune import train_model
+from ..metrics import token_set_f1
+from ..tasks.base import Task, autocast_ctx, model_inputs, pad_batch
 from .forms import OPTIMIZER
 
 
@@ -38,8 +40,6 @@ def token_classification_features(tok, rows: list[dict[str, Any]], max_length: i
 def authors_token_score(predicted, gold) -> float:
     """EncodEval's per-example QA score: the F1 between the positions predicted 1 and the positions labelled 1,
     over the whole input (question and end token included); an empty set counts as ``{0}`` (position 0)."""
-    from ..metrics import token_set_f1
-
     return token_set_f1(set(predicted) or {0}, set(gold) or {0})
 
 
@@ -60,8 +60,6 @@ def train_token_classifier(model, features: list[dict[str, Any]], cfg, micro_bat
     the authors' beta and epsilon (:data:`OPTIMIZER`) and ``cfg.weight_decay`` (not on biases and norms, as the
     Trainer does); linear warm-up over ``cfg.warmup_ratio`` of the steps, then linear decay; clipping at
     ``cfg.grad_clip``; ``cfg.epochs`` (default 1) epochs in a seeded random order, or ``cfg.max_steps`` steps."""
-    from ..finetune import train_model
-
     opt = OPTIMIZER["token-classification"]
     cfg = dataclasses.replace(cfg, adam_beta1=opt["betas"][0], adam_beta2=opt["betas"][1], adam_epsilon=opt["eps"],
                               grad_accumulation=math.ceil(cfg.batch_size / micro_batch))
@@ -73,8 +71,6 @@ def train_token_classifier(model, features: list[dict[str, Any]], cfg, micro_bat
 def predict_answer_tokens(model, feats: list[dict[str, Any]], batch_size: int, pad_id: int, precision: str
                           ) -> list[set[int]]:
     """Per input, the positions the token classifier labels 1 (padding never counts)."""
-    from ..tasks.base import autocast_ctx, model_inputs, pad_batch
-
     device = next(model.parameters()).device
     out = []
     for i in range(0, len(feats), batch_size):

@@ -3,7 +3,11 @@ the form's head, its tokenizer and its maximum input length."""
 
 from __future__ import annotations
 
+import transformers
+
 from avey_b.utils import model_spec
+
+from ..tasks.base import check_model_source, load_model, load_task_tokenizer
 
 HEAD_CLASS = {"qa": "AutoModelForQuestionAnswering", "token-classification": "AutoModelForTokenClassification"}
 
@@ -11,10 +15,6 @@ HEAD_CLASS = {"qa": "AutoModelForQuestionAnswering", "token-classification": "Au
 def load_model_and_tokenizer(name: str, args, cfg, weights: str | None = None):
     """(model with the form's head, tokenizer, max input length or None, how it was built). ``weights``: a
     fine-tuned model saved by an earlier, interrupted run of this cell, loaded instead."""
-    import transformers
-
-    from ..tasks.base import check_model_source, load_model, load_task_tokenizer
-
     head = HEAD_CLASS[args.form]
     spec = model_spec.parse_spec(name)
     if model_spec.is_registered(spec.name):

@@ -7,6 +7,7 @@ from typing import Any
 
 from ...data import niah as niah_data
 from ...data.niah import needle_prefix
+from ..metrics import squad_exact
 from .answer_tokens import answer_labels
 
 #: the score by number of needles (:func:`needle_breakdown`, :func:`answer_token_breakdown`)
@@ -19,8 +20,6 @@ def needle_breakdown(rows: list[dict[str, Any]], predictions: dict[str, str]) ->
     A value is the passage's only span with digits, so a model can find *a* needle without reading the key; a
     two-needle question also needs the occurrence asked for. ``other_value``: the fraction of two-needle examples
     answered with the other needle's value (the right kind of span, the wrong occurrence)."""
-    from ..metrics import squad_exact
-
     one = [r for r in rows if r["num_needles"] == 1]
     two = [r for r in rows if r["num_needles"] == 2]
 

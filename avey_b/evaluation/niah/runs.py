@@ -10,13 +10,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import transformers
+
 from avey_b.utils import model_spec
 from avey_b.utils.device import pick_device
 from avey_b.utils.files import content_hash, load_json
 from avey_b.utils.progress import Progress
-from avey_b.utils.records import slug, write_json_atomic
+from avey_b.utils.records import save_pretrained_atomic, slug, write_json_atomic
 
 from ...data.niah import parse_lengths
+from ..finetune import train_model
+from ..tasks.base import pad_id_of
+from ..tasks.qa import QuestionAnsweringTask
 from .answer_tokens import token_classification_features, train_token_classifier
 from .forms import HEADLINE, OPTIMIZER, longest_input
 from .models import load_model_and_tokenizer
@@ -99,8 +104,6 @@ def evaluate_model(name: str, task: str, args, lr: float | None = None, log=prin
     Resumable: the run directory (:func:`run_directory`) holds ``settings.json``, the fine-tuned model and
     ``train.json`` once training finished, and one ``length_<L>.json`` per scored length, each written atomically;
     a rerun reuses them (a run with other settings is refused). The model is deleted once every length is done."""
-    import transformers
-
     lr = args.lr[0] if lr is None else lr
     train_rows = read_set(set_path(os.path.join(args.data, task), "train", parse_lengths([args.train_length])[0]))
     if args.settings.max_train_examples:
@@ -135,12 +138,6 @@ def fine_tune(run: FineTuning, train_rows: list[dict[str, Any]], log) -> dict[st
     """Fine-tune the run's model on ``train_rows`` in its form and return the training record; or, when an
     earlier run of this fine-tuning finished training (its model was loaded), read that record back. The model is saved
     first, then the record (``train.json``): the record marks a finished training."""
-    from avey_b.utils.records import save_pretrained_atomic
-
-    from ..finetune import train_model
-    from ..tasks.base import pad_id_of
-    from ..tasks.qa import QuestionAnsweringTask
-
     args, cfg, tok = run.args, run.cfg, run.tok
     train_path = os.path.join(run.run_dir, "train.json")
     if os.path.exists(train_path):

@@ -13,6 +13,9 @@ import torch
 from avey_b.utils.device import is_oom
 
 from ...data import niah as niah_data
+from ..metrics import squad_exact, squad_f1, squad_scores
+from ..tasks.base import pad_id_of
+from ..tasks.qa import QuestionAnsweringTask
 from .answer_tokens import authors_token_score, predict_answer_tokens, token_classification_features
 from .forms import longest_input
 from .needles import answer_token_breakdown, needle_breakdown, needle_token_sets
@@ -24,9 +27,6 @@ def score_length(model, tok, task_dir: str, length: int, args, cfg, limit, train
                  retrieval: bool) -> dict[str, Any]:
     """One test length's result: the form's scores with the chance level, "max_length" past the model's window,
     or "oom" (``stop``: an earlier length ran out of memory, so this one is not tried)."""
-    from ..metrics import squad_exact, squad_f1, squad_scores
-    from ..tasks.qa import QuestionAnsweringTask
-
     rows = read_set(set_path(task_dir, "test", length))
     if args.settings.max_eval_examples:
         rows = rows[: args.settings.max_eval_examples]
@@ -70,8 +70,6 @@ def score_length(model, tok, task_dir: str, length: int, args, cfg, limit, train
 def score_token_classification(model, tok, rows: list[dict[str, Any]], cfg, batch_size: int) -> dict[str, Any]:
     """The authors' score of one test set (mean of :func:`authors_token_score`, in %), per example, and the
     breakdown by number of needles (``other_value``: a multi-needle example labelled exactly as another needle)."""
-    from ..tasks.base import pad_id_of
-
     feats = token_classification_features(tok, rows)
     predicted = predict_answer_tokens(model, feats, batch_size, pad_id_of(tok), cfg.precision)
     scores = [authors_token_score(p, {i for i, y in enumerate(f["labels"]) if y == 1})

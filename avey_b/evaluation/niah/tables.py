@@ -4,8 +4,11 @@ rate per length with 95% bootstrap intervals over the test examples, beside the 
 from __future__ import annotations
 
 import os
+import statistics
 import sys
 from typing import Any
+
+import numpy as np
 
 from avey_b.utils.records import length_table, write_text_atomic
 
@@ -58,8 +61,6 @@ def bootstrap_interval(per_seed: list[list[float]], level: float = 0.95, resampl
     """Percentile bootstrap interval of the median over seeds of the mean score, resampling the test examples
     (the same examples for every seed, so one resample draws the same indices for all): ``per_seed`` holds one
     list of per-example scores per seed. In the scores' unit."""
-    import numpy as np
-
     scores = np.asarray(per_seed, dtype=float)  # (seeds, examples)
     idx = np.random.default_rng(seed).integers(0, scores.shape[1], size=(resamples, scores.shape[1]))
     stats = np.median(scores[:, idx].mean(-1), axis=0)  # (resamples,)
@@ -73,8 +74,6 @@ def summarize(runs: list[dict[str, Any]], metric: str = "exact") -> dict[int, di
     at that rate ``value`` (the median over seeds of ``metric``), ``n`` seeds, ``lr``, ``chance`` and, when the
     records hold per-example scores, ``lo``/``hi`` (:func:`bootstrap_interval`); or ``status`` when no record has
     a score there ("—" past the window, "OOM")."""
-    import statistics
-
     out: dict[int, dict[str, Any]] = {}
     headline = HEADLINE[form_of(runs[0])]
     for n in sorted({int(k) for r in runs for k in r["results"]}):

@@ -11,10 +11,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import torch
+import transformers
+from safetensors.torch import load_file, save_file
+from transformers import MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING, AutoConfig, AutoModel
+from transformers.modeling_outputs import TokenClassifierOutput
 
 import avey_b.model.auto  # noqa: F401  (registers Avey-B: the Auto classes below load it)
 from avey_b.data.tokenization import load_tokenizer
@@ -28,6 +33,7 @@ from avey_b.utils.files import (
     model_source,
     read_rows,
 )
+from avey_b.utils.model_spec import is_avey_b
 
 from ..settings import DataFiles, RunConfig  # noqa: F401 -- declared in the light settings module (no torch)
 
@@ -134,8 +140,6 @@ def load_model(name_or_path: str, head: str, cfg: RunConfig, **kwargs):
     """Any encoder by Hub name or local path, through the Auto class of ``head``. A token-classification head
     for an encoder whose code has none (NeoBERT's Hub code ships masked-LM and sequence-classification heads
     only) is :class:`EncoderTokenClassifier` on its ``AutoModel``, as the paper's evaluation adds one for NeoBERT."""
-    import transformers
-
     if head not in HEADS:
         raise ValueError(f"unknown head {head!r}; expected one of {sorted(HEADS)}")
     auto = getattr(transformers, HEADS[head])
@@ -150,8 +154,6 @@ def load_model(name_or_path: str, head: str, cfg: RunConfig, **kwargs):
 def _has_token_classifier(name_or_path: str, trust_remote_code: bool) -> bool:
     """Whether ``AutoModelForTokenClassification`` can build this model: transformers (or a registration) maps its
     config class to one, or its own code (``auto_map``) provides one."""
-    from transformers import MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING, AutoConfig
-
     config = AutoConfig.from_pretrained(name_or_path, trust_remote_code=trust_remote_code)
     return (type(config) in MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING
             or "AutoModelForTokenClassification" in (getattr(config, "auto_map", None) or {}))
@@ -186,11 +188,6 @@ class EncoderTokenClassifier(torch.nn.Module):
     @classmethod
     def from_pretrained(cls, name_or_path: str, *, num_labels: int = 2, id2label=None, label2id=None,
                         trust_remote_code: bool = False, dtype=None) -> EncoderTokenClassifier:
-        from pathlib import Path
-
-        from safetensors.torch import load_file
-        from transformers import AutoModel
-
         encoder = AutoModel.from_pretrained(name_or_path, trust_remote_code=trust_remote_code, dtype=dtype)
         saved = Path(name_or_path) / cls.HEAD_FILE
         if saved.is_file():
@@ -207,10 +204,6 @@ class EncoderTokenClassifier(torch.nn.Module):
         return model
 
     def save_pretrained(self, directory, state_dict=None) -> None:
-        from pathlib import Path
-
-        from safetensors.torch import save_file
-
         if state_dict is not None:
             raise ValueError("EncoderTokenClassifier.save_pretrained saves its own weights; state_dict is not supported")
 
@@ -221,8 +214,6 @@ class EncoderTokenClassifier(torch.nn.Module):
         honour_umask(Path(directory) / self.HEAD_FILE)  # safetensors writes 0600
 
     def forward(self, input_ids=None, attention_mask=None, labels=None, **kwargs):
-        from transformers.modeling_outputs import TokenClassifierOutput
-
         hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask, **kwargs)[0]
         x = torch.tanh(self.dense(self.dropout(hidden)))
         logits = self.classifier(self.dropout(x))
@@ -241,8 +232,6 @@ def input_limit(model_config, tokenizer) -> int | None:
     """The longest input of a cell whose ``max_length`` is None, as EncodEval computes it for ``max_length: null``:
     the model's ``max_position_embeddings`` less the 1% buffer (:func:`buffered`), whatever the positions (learned
     or RoPE); None (no truncation) for a model without a position limit (Avey-B), unless its tokenizer states one."""
-    from avey_b.utils.model_spec import is_avey_b
-
     limit = None if is_avey_b(model_config) else getattr(model_config, "max_position_embeddings", None)
     if limit:
         return buffered(limit)

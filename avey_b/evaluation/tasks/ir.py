@@ -39,6 +39,7 @@ import torch
 from avey_b.model.heads import mean_pool
 from avey_b.utils.files import DataFileError, iter_jsonl, read_rows
 
+from ..metrics import mean_ndcg_at_k
 from . import base
 
 _Q_COLS = ("query", "anchor", "question", "sentence1")
@@ -282,8 +283,6 @@ class RetrievalTask(base.Task):
         """NDCG@10 of every query of ``examples`` against its whole corpus, ranked by the dot product of
         ``embed(texts, query: bool)`` embeddings (cosine when they are normalised); the corpus is embedded
         ``cfg.corpus_chunk`` documents at a time. ``paper`` protocol: ideal DCG over the retrieved top 10."""
-        from ..metrics import mean_ndcg_at_k
-
         doc_ids = list(examples.corpus)
         qids = sorted(examples.qrels)
         q_emb = embed([examples.queries[q] for q in qids], True)

@@ -31,6 +31,7 @@ import torch
 
 from avey_b.utils.files import DataFileError, load_json
 
+from ..metrics import squad_scores, token_set_f1
 from . import base
 
 
@@ -245,8 +246,6 @@ class QuestionAnsweringTask(base.Task):
                 yield start, model(**batch)
 
     def evaluate(self, model, tokenizer, examples, cfg) -> dict[str, float]:
-        from ..metrics import squad_scores, token_set_f1
-
         if cfg.protocol == "paper":  # EncodEval: F1 of predicted vs gold answer-token positions, per question
             feats = self._paper_features(examples, tokenizer, cfg)
             inputs = [{k: v for k, v in f.items() if k != "labels"} for f in feats]

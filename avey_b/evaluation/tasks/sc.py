@@ -19,6 +19,7 @@ import torch
 
 from avey_b.utils.files import DataFileError
 
+from ..metrics import accuracy
 from . import base
 
 # text column candidates (first match wins): original GLUE TSV names and Hub names
@@ -102,8 +103,6 @@ class SequenceClassificationTask(base.Task):
         return preds
 
     def evaluate(self, model, tokenizer, examples, cfg) -> dict[str, float]:
-        from ..metrics import accuracy
-
         preds = self.predict(model, tokenizer, examples, cfg)
         return {"accuracy": 100 * accuracy(preds, [e["label"] for e in examples]), "n_eval": len(examples)}
 

@@ -28,6 +28,7 @@ import torch
 
 from avey_b.utils.files import DataFileError, iter_lines
 
+from ..metrics import entity_f1, iob1_to_iob2, per_sentence_macro_f1
 from . import base
 
 _TAG = re.compile(r"^(O|[BIESLU]-\S+)$")  # IOB1/IOB2/IOBES entity tags
@@ -147,8 +148,6 @@ class TokenClassificationTask(base.Task):
                         raise ValueError(f"{self.hub_name}: integer tags without class names")
                     tags = [names[t] for t in tags]
                 sents.append({"tokens": list(row["tokens"]), "tags": list(tags)})
-        from ..metrics import iob1_to_iob2
-
         return [{"tokens": s["tokens"], "tags": iob1_to_iob2(s["tags"]), "source_tags": list(s["tags"])}
                 for s in sents if s["tokens"]]
 
@@ -222,8 +221,6 @@ class TokenClassificationTask(base.Task):
         return out
 
     def evaluate(self, model, tokenizer, examples, cfg) -> dict[str, float]:
-        from ..metrics import entity_f1, per_sentence_macro_f1
-
         gold = [self._tags(e, cfg) for e in examples]
         pred = self.predict(model, tokenizer, examples, cfg)
         if cfg.protocol == "paper":  # the words that reached the model
