@@ -31,6 +31,8 @@ import re
 from pathlib import Path
 
 import torch
+from safetensors.torch import load_file
+from transformers.utils import cached_file
 
 logger = logging.getLogger(__name__)
 
@@ -183,8 +185,6 @@ def check_weights(ours: dict[str, torch.Tensor], expected: dict[str, torch.Size]
 
 def load_release_weights(directory: Path) -> dict[str, torch.Tensor]:
     """Every tensor of the ``*.safetensors`` files in a release directory."""
-    from safetensors.torch import load_file
-
     files = sorted(Path(directory).glob("*.safetensors"))
     if not files:
         raise ReleaseConversionError(f"no *.safetensors weights in {directory}")
@@ -207,8 +207,6 @@ def resolve_release_directory(name_or_path: str | os.PathLike, **hub_kwargs) -> 
         if not cfg.exists():
             return None
         return path if is_release_config(json.loads(cfg.read_text())) else None
-    from transformers.utils import cached_file
-
     keep = {k: hub_kwargs[k] for k in HUB_OPTIONS if k in hub_kwargs}
     cfg_file = cached_file(str(name_or_path), "config.json", _raise_exceptions_for_missing_entries=False, **keep)
     if cfg_file is None or not is_release_config(json.loads(Path(cfg_file).read_text())):
