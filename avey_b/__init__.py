@@ -15,21 +15,7 @@ import sys as _sys
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "AveyBConfig",
-    "ExecutionSettings",
-    "AveyBModel",
-    "AveyBPreTrainedModel",
-    "AveyBForMaskedLM",
-    "AveyBForSequenceClassification",
-    "AveyBForTokenClassification",
-    "AveyBForQuestionAnswering",
-    "AveyBForMultipleChoice",
-    "AveyBForSentenceEmbedding",
-    "mean_pool",
-    "presets",
-    "remote_code",  # `from avey_b import remote_code`: the loading code saved beside 0.1.0 checkpoints imports it
-]
+from .model import PUBLIC as __all__  # noqa: E402  (the model's folder imports nothing)
 
 
 def __getattr__(name: str):
@@ -46,18 +32,4 @@ def _imported_by_the_command_line() -> bool:
 
 
 if not _imported_by_the_command_line():
-    from .model.auto import (  # noqa: E402  (registers Avey-B with the Auto classes)
-        AveyBConfig,
-        AveyBForMaskedLM,
-        AveyBForMultipleChoice,
-        AveyBForQuestionAnswering,
-        AveyBForSentenceEmbedding,
-        AveyBForSequenceClassification,
-        AveyBForTokenClassification,
-        AveyBModel,
-        AveyBPreTrainedModel,
-        ExecutionSettings,
-        mean_pool,
-        presets,
-        remote_code,
-    )
+    from .model.auto import *  # noqa: E402, F403  (registers Avey-B with the Auto classes)

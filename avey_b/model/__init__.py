@@ -6,3 +6,21 @@ It imports only the standard library, torch, transformers and itself (``tests/te
 what lets ``save_pretrained`` write these modules beside the weights for ``trust_remote_code=True``. Importing this
 folder imports nothing: :mod:`avey_b.model.auto` registers the model with the transformers Auto classes.
 """
+
+#: The names ``avey_b`` exports, all defined or imported by :mod:`avey_b.model.auto` (declared here, where importing
+#: costs nothing, so that the package can name them without importing torch).
+PUBLIC = (
+    "AveyBConfig",
+    "ExecutionSettings",
+    "AveyBModel",
+    "AveyBPreTrainedModel",
+    "AveyBForMaskedLM",
+    "AveyBForSequenceClassification",
+    "AveyBForTokenClassification",
+    "AveyBForQuestionAnswering",
+    "AveyBForMultipleChoice",
+    "AveyBForSentenceEmbedding",
+    "mean_pool",
+    "presets",
+    "remote_code",  # `from avey_b import remote_code`: the loading code saved beside 0.1.0 checkpoints imports it
+)

@@ -2,7 +2,7 @@
 ``AutoModel``, ``AutoModelForMaskedLM``, ...), so that they load a saved Avey-B with this package's classes; ``import
 avey_b`` imports it. It is not saved beside the weights: there, the config's ``auto_map`` does the same."""
 
-
+# ruff: noqa: F401  (this module re-exports the public names: __all__ is avey_b.model.PUBLIC)
 from transformers import (
     AutoConfig,
     AutoModel,
@@ -13,7 +13,7 @@ from transformers import (
     AutoModelForTokenClassification,
 )
 
-from . import presets, remote_code  # noqa: F401  (remote_code: re-exported by avey_b)
+from . import PUBLIC, presets, remote_code  # noqa: F401  (remote_code: re-exported by avey_b)
 from .configuration import AveyBConfig
 from .execution import ExecutionSettings
 from .heads import (
@@ -38,17 +38,4 @@ for _auto, _cls in (
 ):
     _auto.register(AveyBConfig, _cls, exist_ok=True)
 
-__all__ = [
-    "AveyBConfig",
-    "ExecutionSettings",
-    "AveyBModel",
-    "AveyBPreTrainedModel",
-    "AveyBForMaskedLM",
-    "AveyBForSequenceClassification",
-    "AveyBForTokenClassification",
-    "AveyBForQuestionAnswering",
-    "AveyBForMultipleChoice",
-    "AveyBForSentenceEmbedding",
-    "mean_pool",
-    "presets",
-]
+__all__ = list(PUBLIC)
