@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import get_type_hints
 
 from avey_b.model.config_keys import UnknownConfigKey, unknown_key  # noqa: F401  (the error of every config; re-exported)
-from avey_b.utils.records import write_text_atomic
 
 CONFIG_DIR = Path(__file__).resolve().parent
 KINDS = ("pretrain", "eval")
@@ -170,13 +169,6 @@ def apply_overrides(data: dict, overrides: list[str]) -> dict:
 
 def to_dict(cfg) -> dict:
     return dataclasses.asdict(cfg)
-
-
-def dump_yaml(cfg, path: str | Path) -> None:
-    """Write ``cfg`` as YAML, atomically."""
-    import yaml
-
-    write_text_atomic(path, yaml.safe_dump(to_dict(cfg), sort_keys=False))
 
 
 # ------------------------------------------------------------------------------------------ help text

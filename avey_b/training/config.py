@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import configs
-from ..configs import apply_overrides, dump_yaml, to_dict  # noqa: F401  (part of this module's interface)
+from ..configs import apply_overrides, to_dict  # noqa: F401  (part of this module's interface)
 
 
 @dataclass

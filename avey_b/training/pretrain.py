@@ -44,6 +44,7 @@ from avey_b.utils.counting import count_flops, count_parameters
 from avey_b.utils.device import autocast as device_autocast
 from avey_b.utils.device import set_cpu_threads, use_bf16
 from avey_b.utils.progress import Progress
+from avey_b.utils.records import write_yaml_atomic
 
 from ..data.mlm import IGNORE_INDEX
 from ..data.packing import PackedSequences
@@ -61,7 +62,7 @@ from .checkpoint import (
     save_pretrained_atomic,
     save_training,
 )
-from .config import PretrainConfig, build_parser, dump_yaml, load_config, to_dict
+from .config import PretrainConfig, build_parser, load_config, to_dict
 from .mlm_eval import evaluate, fill_mask, masked_batch, mlm_sums
 from .monitor import MetricsLogger, peak_flops, shared_cpu_message, shared_cpu_slowdown
 from .schedule import build_scheduler
@@ -279,7 +280,7 @@ def build_run(cfg: PretrainConfig, info, resume: str | None, overwrite: bool, tr
     parts = CheckpointParts(raw_model, tokenizer, optimizer, scheduler, stream)
     state = restore_training(saved, parts, cfg, info)
     if info.is_main:  # the inputs are validated: now the run's config and history are written
-        dump_yaml(cfg, run_dir / "config.yaml")
+        write_yaml_atomic(run_dir / "config.yaml", to_dict(cfg))
         _record_start(run_dir, cfg, state, resume_dir, saved is not None, changes, moved)
     logger = MetricsLogger(run_dir, info.is_main, tensorboard=cfg.logging.tensorboard, wandb=cfg.logging.wandb,
                            wandb_project=cfg.logging.wandb_project, config=to_dict(cfg), resume=saved is not None)

@@ -88,6 +88,13 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> None:
     _atomic_write(path, lambda f: f.write(text))
 
 
+def write_yaml_atomic(path: str | os.PathLike, data: dict) -> None:
+    """Write ``data`` as YAML (keys in their order), atomically (PyYAML, imported here: the training extra's)."""
+    import yaml
+
+    write_text_atomic(path, yaml.safe_dump(data, sort_keys=False))
+
+
 def write_bytes_atomic(path: str | os.PathLike, write: Callable[[Any], None]) -> None:
     """Call ``write(f)`` on a binary file that becomes ``path`` only once complete (flushed, fsynced, renamed):
     readers see the old file or the new one, never half of one (e.g. ``pyarrow.parquet.write_table(table, f)``)."""
