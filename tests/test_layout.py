@@ -10,11 +10,12 @@ from avey_b.cli import COMMANDS, main
 
 PACKAGE = Path(__file__).resolve().parents[1] / "avey_b"
 #: Layers, lowest first. A module may import its own layer and the ones below, never one above. ``model`` is the
-#: model and only the model; ``utils`` and ``configs`` are what the rest shares; ``apps`` are the verbs built on
-#: the model (serve, embed, export, ...); ``cli`` dispatches to every verb.
+#: model and only the model; ``configs`` (configs as data) and ``utils`` are what the rest shares; ``apps`` are the
+#: verbs built on the model (serve, embed, export, ...); ``cli`` dispatches to every verb.
 LAYERS = [
     {"model", "__init__"},
-    {"utils", "configs"},
+    {"configs"},
+    {"utils"},
     {"data", "training", "evaluation", "benchmarking", "testing"},
     {"apps"},
     {"cli"},
