@@ -153,7 +153,8 @@ def test_the_local_backend_never_imports_ray(env, tmp_path):
     args = _args(env, tmp_path, [f"broken={tmp_path / 'no-such-model'}"])  # a cell that fails fast: no model to load
     script = (
         "import sys\n"
-        "from avey_b import cli, embed\n"
+        "from avey_b import cli\n"
+        "from avey_b.apps import embed  # noqa: F401  (imported, as a user would, without Ray)\n"
         "from avey_b.evaluation import sweep\n"
         f"assert cli.main(['evaluate', *{args!r}]) == 1\n"
         "assert 'ray' not in sys.modules, 'the local backend imported ray'\n"
