@@ -15,8 +15,8 @@ from avey_b import configs
 from avey_b.apps import embed
 from avey_b.utils.cluster import BACKENDS, check_backend
 
-# ------------------------------------------------------------------------------------------ serve
 
+# ------------------------------------------------------------------------------------------ serve
 @dataclass
 class LoadOptions:
     """How a saved Avey-B is loaded for inference (:class:`avey_b.apps.encoder.Encoder`): where and how it runs."""
@@ -173,8 +173,6 @@ def embed_parser() -> argparse.ArgumentParser:
     configs.add_arguments(parser, EmbedOptions, choices={"chunking": CHUNKINGS, "dtype": VECTOR_DTYPES,
                                                          "precision": configs.PRECISIONS, "backend": BACKENDS})
     return parser
-
-
 
 
 # ------------------------------------------------------------------------------------------ export
