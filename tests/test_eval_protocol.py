@@ -238,8 +238,8 @@ def test_paper_inputs_follow_encodeval(env):
     assert tok.convert_ids_to_tokens(f["input_ids"]) == ["[CLS]", "the", "film", "[SEP]", "a", "plot", "[SEP]"]
     qa = get_task("squad")
     qa.end_token = "[UNK]"
-    ex = {"id": "1", "question": " who met bob ? ", "context": "  alice met bob in paris",
-          "answers": [{"text": "alice", "start": 2}, {"text": "alice met", "start": 2}]}
+    ex = {"id": "1", "question": " who met bob ? ", "context": "alice met bob in paris \n",
+          "answers": [{"text": "alice", "start": 0}, {"text": "alice met", "start": 0}]}
     f = qa.train_features([ex], tok, cfg)[0]
     tokens = tok.convert_ids_to_tokens(f["input_ids"])
     prompt = tok.tokenize("Question: who met bob ?\nContext: ")
