@@ -117,3 +117,43 @@ def test_heat_maps_subsample_uniformly_like_the_paper():
 
     assert subsample(list(range(30)), 15) == [0, 2, 4, 6, 8, 10, 12, 14, 17, 19, 21, 23, 25, 27, 29]
     assert subsample(list(range(5)), 15) == list(range(5)) and subsample(list(range(5)), None) == list(range(5))
+
+
+def test_paper_table_shows_15_uniformly_subsampled_coupled_layers_and_their_average(tmp_path):
+    """`--paper-table`: the appendix's table "Layer statistics for coupled vs. decoupled settings" shows 15 of the
+    coupled model's 30 static layers, numbered 1-15, and "Avg." over those 15 (not over all 30); a decoupled model's
+    15 static layers are all shown."""
+    import json
+
+    from avey_b import AveyBForMaskedLM, cli
+
+    coupled = seeded(AveyBForMaskedLM, presets.tiny(num_hidden_layers=30, parameterization="coupled"))
+    coupled.save_pretrained(tmp_path / "coupled")
+    out = tmp_path / "out"
+    assert cli.main(["analyze", "weights", str(tmp_path / "coupled"), "--output", str(out), "--paper-table",
+                     "--no-heatmaps"]) == 0
+    record = json.loads((out / "static_layers.json").read_text())
+    rows = record["rows"]
+    assert record["static_layers"] == 30 and record["paper_table"] is True
+    assert [r["table_row"] for r in rows] == list(range(1, 16))
+    assert [r["layer"] for r in rows] == [0, 2, 4, 6, 8, 10, 12, 14, 17, 19, 21, 23, 25, 27, 29]  # first to last
+    every = static_matrix_stats(coupled)
+    shown = [every[r["layer"]] for r in rows]
+    for key in ("mean", "l1", "frac_positive"):
+        assert record["average"][key] == pytest.approx(sum(r[key] for r in shown) / 15)
+        assert record["average"][key] != pytest.approx(sum(r[key] for r in every) / 30)  # not the 30-layer mean
+    markdown = (out / "static_layers.md").read_text()
+    assert "| Layer | Static layer | Model layer | Mean |" in markdown
+    assert markdown.count("\n| ") == 1 + 15 + 1
+    assert f"| 9 | 18 | 17 | {shown[8]['mean']:.4f} |" in markdown
+    assert f"| **Avg.** | | | {record['average']['mean']:.4f} |" in markdown
+    # without the flag: all 30 rows, as before
+    assert cli.main(["analyze", "weights", str(tmp_path / "coupled"), "--output", str(tmp_path / "all"),
+                     "--no-heatmaps"]) == 0
+    assert len(json.loads((tmp_path / "all" / "static_layers.json").read_text())["rows"]) == 30
+    decoupled = seeded(AveyBForMaskedLM, presets.tiny(num_hidden_layers=30))  # interleaved: 15 static layers
+    decoupled.save_pretrained(tmp_path / "decoupled")
+    assert cli.main(["analyze", "weights", str(tmp_path / "decoupled"), "--output", str(tmp_path / "d"),
+                     "--paper-table", "--no-heatmaps"]) == 0
+    rows = json.loads((tmp_path / "d" / "static_layers.json").read_text())["rows"]
+    assert [r["layer"] for r in rows] == list(range(0, 30, 2)) and rows[-1]["table_row"] == 15

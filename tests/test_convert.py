@@ -153,6 +153,41 @@ def test_convert_then_save_then_load_round_trip(tmp_path, ids):
         torch.testing.assert_close(backbone(ids).last_hidden_state @ direct.model.embed_tokens.weight.T, ref)
 
 
+def test_the_releases_stated_length_and_retrieval_pooling_are_kept_and_cut_nothing(tmp_path, ids):
+    """The release's config.json states an input length (``max_position_embeddings``, its ``AveyConfig``'s
+    ``context_len``, 512 when absent) and may set ``retrieval_pooling``: both are kept (as ``context_len`` and
+    ``retrieval_pooling``) through conversion and a save, for the paper's evaluation protocol to read, while the
+    model itself runs past that length exactly as the release computes and no ``max_position_embeddings`` attribute
+    exists for generic code to cut it with."""
+    weights = release_weights()
+    src = write_release(tmp_path / "short", weights, extra_config={"max_position_embeddings": 8,
+                                                                   "retrieval_pooling": "eos"})
+    model = AveyBForMaskedLM.from_pretrained(src).double().eval()
+    assert model.config.context_len == 8 and model.config.retrieval_pooling == "eos"
+    assert not hasattr(model.config, "max_position_embeddings")
+    assert ids.shape[1] > 8  # past the stated length: the release's own forward pass, uncut
+    with torch.no_grad():
+        logits = model(ids).logits
+    hidden, w = release_hidden(weights, ids[0])
+    torch.testing.assert_close(logits[0], hidden @ w["embed.weight"].T, rtol=1e-9, atol=1e-9)
+    assert cli.main(["convert", str(src), str(tmp_path / "ours")]) == 0
+    saved = json.loads((tmp_path / "ours" / "config.json").read_text())
+    assert saved["context_len"] == 8 and saved["retrieval_pooling"] == "eos" and "max_position_embeddings" not in saved
+    plain = write_release(tmp_path / "plain", weights, extra_config={"retrieval_pooling": "cls"})
+    config = json.loads((plain / "config.json").read_text())
+    del config["max_position_embeddings"]
+    (plain / "config.json").write_text(json.dumps(config))
+    loaded = AutoConfig.from_pretrained(plain)
+    assert loaded.context_len == 512  # AveyConfig's default context_len, what EncodEval read
+    assert loaded.retrieval_pooling == "mean"  # EncodEval pools the last token only for "eos"
+    from avey_b import AveyBConfig
+
+    with pytest.raises(ValueError, match="no max_position_embeddings.*context_len"):
+        AveyBConfig(max_position_embeddings=2048)
+    with pytest.raises(ValueError, match="retrieval_pooling='cls' is not one of"):
+        AveyBConfig(retrieval_pooling="cls")
+
+
 def test_unknown_key_is_named(tmp_path):
     weights = release_weights()
     weights["layers.0.extra_gate"] = torch.zeros(3)

@@ -38,8 +38,9 @@ def test_ner_class_label_names(hub):
     # the paper protocol (EncodEval) keeps the dataset's class ids: its class list, in its order
     assert task.labels(examples, [], RunConfig(protocol="paper")) == ["B-PER", "I-PER", "O"]
     assert task.labels(examples, [], RunConfig()) == ["O", "B-PER", "I-PER"]
-    hub[("hgissbkh/uner_en", None, "test")] = datasets.Dataset.from_dict({"words": [["x"]], "labels": [["O"]]})
-    with pytest.raises(ValueError, match="expected columns tokens"):
+    # a split with neither words nor tags columns is refused, naming the columns it looked for
+    hub[("hgissbkh/uner_en", None, "test")] = datasets.Dataset.from_dict({"sentence": ["x"], "entities": [["O"]]})
+    with pytest.raises(ValueError, match=r"expected a words column \(one of \['tokens', 'words'\]\)"):
         get_task("uner").load("eval", DataFiles())
 
 

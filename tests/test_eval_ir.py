@@ -303,3 +303,30 @@ def test_mldr_is_read_in_its_own_hub_layout(monkeypatch):
     rs = get_task("mldr").load("eval", DataFiles(), protocol="paper")
     assert rs.qrels == {"q1": {"d1": 1.0}} and rs.corpus == {"d1": "Document: text 1", "d2": "Document: text 2"}
     assert rs.queries == {"q1": "Query: first"}
+
+
+def test_the_release_config_sets_the_length_and_the_pooling_of_the_paper_protocols_retrieval(env, tmp_path):
+    """EncodEval's SentenceTransformer of a release Avey-B is cut at the length the release states (its config's
+    ``max_position_embeddings``, our ``context_len``) and, when the config says ``retrieval_pooling: eos``, pools
+    the last token; every model is loaded with ``attn_implementation="eager"``. Outside the protocol, a
+    SentenceTransformer of the same directory is not cut."""
+    from sentence_transformers import SentenceTransformer
+    from transformers import AutoModel
+
+    tok = toy.tokenizer(str(tmp_path / "tok"))
+    path = toy.avey_b(str(tmp_path / "avey"), tok, context_len=20, retrieval_pooling="eos")
+    cfg = RunConfig(device="cpu", max_length=None)
+    st = ir_paper.load_sentence_transformer(path, cfg, torch.device("cpu")).eval()
+    assert st.max_seq_length == 20 and ir_paper._pooling_mode(st) == "lasttoken"
+    text = "the movie is good and the plot is great"
+    emb = st.encode([text], convert_to_tensor=True)[0]
+    enc = tok([text], return_tensors="pt")
+    with torch.no_grad():
+        hidden = AutoModel.from_pretrained(path).eval()(**enc).last_hidden_state[0]
+    torch.testing.assert_close(emb, hidden[-1], rtol=1e-4, atol=1e-5)  # the last token's state, not the mean
+    assert not torch.allclose(emb, hidden.mean(0), atol=1e-3)
+    mean = ir_paper.load_sentence_transformer(env["avey"], cfg, torch.device("cpu"))
+    assert ir_paper._pooling_mode(mean) == "mean" and mean.max_seq_length > 10**6  # no stated length: uncut
+    bert = ir_paper.load_sentence_transformer(env["bert"], cfg, torch.device("cpu"))
+    assert bert[0].auto_model.config._attn_implementation == "eager"
+    assert SentenceTransformer(path, device="cpu").max_seq_length != 20  # a user's own SentenceTransformer

@@ -213,6 +213,44 @@ def test_no_truncation_means_the_models_own_limit_and_end_token(env):
     assert end_token(tok, AveyBConfig()) == "[UNK]"
 
 
+def test_the_paper_protocol_cuts_avey_b_where_its_release_states_and_the_standard_one_does_not(env, tmp_path):
+    """EncodEval truncates every model that is not a SentenceTransformer at round(0.99 x max_position_embeddings),
+    the release's Avey-B included (its config states context_len there); under the paper protocol a cell does the
+    same and records the limit and its rule; the standard protocol keeps Avey-B uncut."""
+    from avey_b import AveyBConfig
+
+    tok = env["tok"]
+    assert input_limit(AveyBConfig(context_len=512), tok, "paper") == 507
+    assert input_limit(AveyBConfig(context_len=512), tok, "standard") is None
+    assert input_limit(AveyBConfig(), tok, "paper") is None  # our own checkpoints state no length
+    assert input_limit(BertConfig(), tok, "paper") == input_limit(BertConfig(), tok) == 507
+    path = toy.avey_b(str(tmp_path / "avey"), tok, context_len=12)
+    settings = {"lr": 1e-3, "max_steps": 1, "batch_size": 4, "max_length": None, "device": "cpu"}
+    paper = finetune.run_cell(path, "conll2003", RunConfig(protocol="paper", **settings), DataFiles(
+        train=env["conll"], eval=env["conll"]))
+    assert paper["input_limit"]["max_length"] == 12 and "context_len 12" in paper["input_limit"]["rule"]
+    standard = finetune.run_cell(path, "conll2003", RunConfig(**settings), DataFiles(train=env["conll"],
+                                                                                      eval=env["conll"]))
+    assert standard["input_limit"]["max_length"] is None and "no position table" in standard["input_limit"]["rule"]
+    task = get_task("conll2003")
+    long = [{"tokens": ["alice", "met", "bob"] * 10, "tags": ["O"] * 30}]
+    task.model_kwargs(long, [], RunConfig(protocol="paper"))
+    cut = task.train_features(long, tok, RunConfig(protocol="paper", max_length=paper["input_limit"]["max_length"]))
+    assert len(cut[0]["input_ids"]) == 12
+
+
+def test_baselines_run_eager_attention_under_the_paper_protocol(env, tmp_path):
+    """Every EncodEval config loads its model with attn_implementation="eager"."""
+    tok = env["tok"]
+    path = toy.bert(str(tmp_path / "bert"), tok)
+    paper = load_model(path, "token-classification", RunConfig(protocol="paper"), num_labels=3)
+    standard = load_model(path, "token-classification", RunConfig(), num_labels=3)
+    assert paper.config._attn_implementation == "eager"
+    assert standard.config._attn_implementation != "eager"  # transformers' default (sdpa) outside the protocol
+    avey = load_model(env["avey"], "token-classification", RunConfig(protocol="paper"), num_labels=3)
+    assert type(avey).__name__ == "AveyBForTokenClassification"  # Avey-B has no attention to set: unaffected
+
+
 def test_one_end_token_rule_with_or_without_a_model_config(env):
     """EncodEval's rule: the eos the tokenizer holds once the model is loaded, else the unknown token. A
     transformers model's config sets it; a SentenceTransformer (the IR protocol) leaves the tokenizer's own."""
@@ -238,8 +276,8 @@ def test_paper_inputs_follow_encodeval(env):
     assert tok.convert_ids_to_tokens(f["input_ids"]) == ["[CLS]", "the", "film", "[SEP]", "a", "plot", "[SEP]"]
     qa = get_task("squad")
     qa.end_token = "[UNK]"
-    ex = {"id": "1", "question": " who met bob ? ", "context": "  alice met bob in paris",
-          "answers": [{"text": "alice", "start": 2}, {"text": "alice met", "start": 2}]}
+    ex = {"id": "1", "question": " who met bob ? ", "context": "alice met bob in paris \n",
+          "answers": [{"text": "alice", "start": 0}, {"text": "alice met", "start": 0}]}
     f = qa.train_features([ex], tok, cfg)[0]
     tokens = tok.convert_ids_to_tokens(f["input_ids"])
     prompt = tok.tokenize("Question: who met bob ?\nContext: ")

@@ -228,6 +228,8 @@ def test_a_checkpoint_saved_before_the_model_had_its_folder_loads_with_the_packa
     ids, expected = _fixture_expected()
     model = AutoModelForMaskedLM.from_pretrained(FIXTURE, trust_remote_code=True).eval()
     assert type(model) is AveyBForMaskedLM
+    # it states no input length: nothing (the paper protocol included) cuts it, and no generic code can either
+    assert model.config.context_len is None and not hasattr(model.config, "max_position_embeddings")
     with torch.no_grad():
         logits = model(input_ids=ids).logits
     torch.testing.assert_close(logits[0, 0], torch.tensor(expected["logits_first_token"]), rtol=0, atol=2e-5)

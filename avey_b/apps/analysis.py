@@ -8,7 +8,11 @@ The appendix's study is also a command, for any saved Avey-B (a local directory 
     avey-b analyze weights runs/ablation/pretrain/avey-b/model --output runs/analysis/decoupled
 
 It writes the per-static-layer statistics table (``static_layers.md``, ``.json``, ``.csv``) and the heat maps of
-every static layer's ``V`` (``static_matrices.png``; matplotlib, the ``analysis`` extra).
+every static layer's ``V`` (``static_matrices.png``; matplotlib, the ``analysis`` extra). ``--paper-table`` lays the
+table out as the appendix's table "Layer statistics for coupled vs. decoupled settings": 15 static layers,
+uniformly subsampled (every one of a 15-static-layer decoupled model; 15 of the coupled model's 30), numbered 1-15,
+with "Avg." over those 15. The paper does not say which 15 of the 30 it kept; the table records the model layer
+of each row.
 """
 
 from __future__ import annotations
@@ -115,33 +119,50 @@ STAT_COLUMNS = {"mean": "Mean", "std": "Std", "min": "Min", "median": "Median", 
                 "l1": "L1 Norm", "l2": "L2 Norm", "frac_positive": "Frac. Pos.", "frac_negative": "Frac. Neg."}
 
 
-def static_layer_table(model: nn.Module) -> tuple[list[dict[str, float]], dict[str, float]]:
+#: The paper's table shows this many static layers per model ("we uniformly subsampled 15 layers from 30 static
+#: layers" for the coupled model; all 15 of the decoupled one).
+PAPER_TABLE_LAYERS = 15
+
+
+def static_layer_table(model: nn.Module, max_layers: int | None = None) -> tuple[list[dict[str, float]],
+                                                                                  dict[str, float]]:
     """The appendix's table for ``model``: one row per static layer (:func:`static_matrix_stats`, plus
     ``static_layer``, its 1-based rank among the static layers, which is how the paper numbers them; ``layer`` is
-    its 0-based index in the model), and the "Avg." row (the mean of each column over the rows)."""
+    its 0-based index in the model), and the "Avg." row (the mean of each column over the rows). With
+    ``max_layers``, at most that many static layers spread uniformly from the first to the last (:func:`subsample`,
+    the rule of the heat maps), each with ``table_row``, its 1-based row in the table, and the average over those
+    rows only (the paper's table: 15 of the coupled model's 30, "Avg." over the 15)."""
     rows = [{"static_layer": i + 1, **row} for i, row in enumerate(static_matrix_stats(model))]
     if not rows:
         raise ValueError("the model has no static layers (every layer is dynamic): nothing to analyze")
+    if max_layers is not None:
+        rows = [{"table_row": i + 1, **row} for i, row in enumerate(subsample(rows, max_layers))]
     average = {key: sum(r[key] for r in rows) / len(rows) for key in STAT_COLUMNS}
     return rows, average
 
 
 def markdown_table(rows: list[dict[str, float]], average: dict[str, float], title: str) -> str:
-    """The table laid out as the paper's: 4 decimals, the norms with 2, an "Avg." row last."""
+    """The table laid out as the paper's: 4 decimals, the norms with 2, an "Avg." row last (and the paper's
+    "Layer" numbering first when the rows are a subsample)."""
     def cells(r):
         return [f"{r[k]:.2f}" if k in ("l1", "l2") else f"{r[k]:.4f}" for k in STAT_COLUMNS]
 
-    lines = [f"## {title}", "", "| Static layer | Model layer | " + " | ".join(STAT_COLUMNS.values()) + " |",
-             "|" + "---|" * (len(STAT_COLUMNS) + 2)]
-    lines += [f"| {r['static_layer']} | {r['layer']} | " + " | ".join(cells(r)) + " |" for r in rows]
-    lines.append("| **Avg.** | | " + " | ".join(cells(average)) + " |")
+    numbered = "table_row" in rows[0]
+    lead = ["Layer"] if numbered else []
+    lines = [f"## {title}", "", "| " + " | ".join([*lead, "Static layer", "Model layer", *STAT_COLUMNS.values()])
+             + " |", "|" + "---|" * (len(STAT_COLUMNS) + 2 + len(lead))]
+    for r in rows:
+        first = [str(r["table_row"])] if numbered else []
+        lines.append("| " + " | ".join([*first, str(r["static_layer"]), str(r["layer"]), *cells(r)]) + " |")
+    lines.append("| **Avg.** | " + "| " * (1 + len(lead)) + " | ".join(cells(average)) + " |")
     return "\n".join(lines) + "\n"
 
 
 def csv_table(rows: list[dict[str, float]]) -> str:
     """One line per static layer (no average line: every line is a layer)."""
     buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=["static_layer", "layer", *STAT_COLUMNS], lineterminator="\n")
+    lead = ["table_row"] if rows and "table_row" in rows[0] else []
+    writer = csv.DictWriter(buffer, fieldnames=[*lead, "static_layer", "layer", *STAT_COLUMNS], lineterminator="\n")
     writer.writeheader()
     writer.writerows(rows)
     return buffer.getvalue()
@@ -154,23 +175,29 @@ def analyze_weights(name_or_path: str, options: AnalyzeOptions) -> dict:
     if options.heatmaps:
         _import_pyplot()  # before loading a large model: a missing extra is an error at once
     model = Encoder(name_or_path, LoadOptions(device="cpu", precision="fp32"), architecture="AveyBModel").model
-    rows, average = static_layer_table(model)
+    shown = PAPER_TABLE_LAYERS if options.paper_table else None
+    rows, average = static_layer_table(model, shown)
+    n_static = len(static_matrices(model))
     output = options.output or os.path.join("analysis", slug(os.path.normpath(name_or_path)))
     os.makedirs(output, exist_ok=True)
     paths = {"markdown": os.path.join(output, "static_layers.md"), "json": os.path.join(output, "static_layers.json"),
              "csv": os.path.join(output, "static_layers.csv")}
     kind = model.config.parameterization
-    title = f"Static-layer statistics of {name_or_path} ({kind}, {len(rows)} static layers of " \
+    title = f"Static-layer statistics of {name_or_path} ({kind}, {n_static} static layers of " \
             f"{model.config.num_hidden_layers})"
+    if options.paper_table:
+        title += (f"; the paper's table: {len(rows)} of them, uniformly subsampled, and their average"
+                  if len(rows) < n_static else f"; the paper's table: all {len(rows)} and their average")
     write_text_atomic(paths["markdown"], markdown_table(rows, average, title))
     write_json_atomic(paths["json"], {"model": name_or_path, "parameterization": kind,
                                       "static_weights": model.config.static_weights,
                                       "num_hidden_layers": model.config.num_hidden_layers,
+                                      "static_layers": n_static, "paper_table": options.paper_table,
                                       "rows": rows, "average": average})
     write_text_atomic(paths["csv"], csv_table(rows))
     if options.heatmaps:
         paths["heatmaps"] = plot_static_matrices(model, os.path.join(output, "static_matrices.png"),
-                                                 options.max_layers)
+                                                 shown if options.max_layers is None else options.max_layers)
     return paths
 
 

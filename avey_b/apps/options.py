@@ -221,6 +221,10 @@ class AnalyzeOptions:
     coupled model's 30); default: all"""
     heatmaps: bool = True
     """draw the heat maps (matplotlib, the analysis extra); --no-heatmaps: only the table"""
+    paper_table: bool = False
+    """the paper's table (appendix "Layer statistics for coupled vs. decoupled settings"): 15 static layers
+    uniformly subsampled from the first to the last (all of them when there are 15 or fewer), numbered 1-15, and
+    their average"""
 
 
 def analyze_parser() -> argparse.ArgumentParser:

@@ -49,6 +49,7 @@ from .tasks.base import (
     check_model_source,
     end_token,
     input_limit,
+    input_limit_rule,
     load_model,
     load_task_tokenizer,
     pad_id_of,
@@ -57,13 +58,13 @@ from .tasks.base import (
 
 
 def load_data(task: Task, files: DataFiles, cfg: RunConfig) -> tuple[Any, Any]:
-    train = task.load("train", files)
+    train = task.load("train", files, protocol=cfg.protocol)
     if files.holdout is not None:
         if files.eval is not None:
             raise ValueError("give either an evaluation file or --holdout, not both")
         train, evaluation = task.split_holdout(train, files.holdout)
     else:
-        evaluation = task.load("eval", files)
+        evaluation = task.load("eval", files, protocol=cfg.protocol)
         if cfg.protocol == "paper":
             train = paper_train_part(task, train)
     train = task.subsample(train, cfg.max_train_examples)
@@ -209,8 +210,10 @@ def run_cell(model_name: str, task_name: str, cfg: RunConfig, files: DataFiles,
     transformers.set_seed(cfg.seed)  # head initialisation and dropout
     model = load_model(model_name, task.head(cfg), cfg, **task.model_kwargs(train, evaluation, cfg)).to(device)
     given = cfg
+    limit_rule = "max_length given"
     if cfg.max_length is None or cfg.query_max_length is None:  # the model's own limit (see RunConfig.max_length)
-        limit = input_limit(model.config, tokenizer)
+        limit = input_limit(model.config, tokenizer, cfg.protocol)
+        limit_rule = input_limit_rule(model.config, cfg.protocol)
         cfg = dataclasses.replace(cfg, max_length=limit if cfg.max_length is None else cfg.max_length,
                                   query_max_length=limit if cfg.query_max_length is None else cfg.query_max_length)
     if cfg.protocol == "paper":
@@ -230,7 +233,8 @@ def run_cell(model_name: str, task_name: str, cfg: RunConfig, files: DataFiles,
         "lr": cfg.lr, "seed": cfg.seed, "metric": task.metric, "score": metrics[task.metric],
         "metrics": metrics, "train": training | {"examples": task.num_examples(train), "seconds": t1 - t0},
         "eval_seconds": t2 - t1, "n_parameters": count_parameters(model),
-        "config": given.to_dict(), "input_limit": {"max_length": cfg.max_length, "query_max_length": cfg.query_max_length},
+        "config": given.to_dict(), "input_limit": {"max_length": cfg.max_length, "query_max_length": cfg.query_max_length,
+                                                   "rule": limit_rule},
         "data": vars(files), "device": str(device),
         "versions": {"python": platform.python_version(), "torch": torch.__version__,
                      "transformers": transformers.__version__},

@@ -45,13 +45,22 @@ from typing import Any
 import torch
 import transformers
 
+from avey_b.model.configuration import is_avey_b
 from avey_b.model.heads import SENTENCE_TRANSFORMERS_MAX_LENGTH
 from avey_b.utils.counting import count_parameters
 from avey_b.utils.device import pick_device, use_bf16
 from avey_b.utils.records import save_pretrained_atomic, utc_timestamp
 
 from .tasks import TASKS, get_task
-from .tasks.base import DataFiles, RunConfig, buffered, check_model_source, end_token, resolve_steps
+from .tasks.base import (
+    EVAL_ATTENTION,
+    DataFiles,
+    RunConfig,
+    buffered,
+    check_model_source,
+    end_token,
+    resolve_steps,
+)
 from .tasks.ir import MSMARCOPairs
 
 PAIRS_TASK = MSMARCOPairs.name
@@ -85,9 +94,13 @@ def _st_modules():
 def load_sentence_transformer(name_or_path: str, cfg: RunConfig, device: torch.device,
                               tokenizer_name: str | None = None):
     """``SentenceTransformer(name_or_path)`` as EncodEval builds it: a plain encoder gets masked mean pooling, a
-    sentence-transformers directory its own modules; weights in ``cfg.weights_dtype``; the length limit is
-    sentence-transformers' own (the smaller of ``max_position_embeddings`` and the tokenizer's), capped by
-    ``cfg.max_length``; a tokenizer without an end or padding token gets EncodEval's stand-ins (unknown, end)."""
+    sentence-transformers directory its own modules; ``attn_implementation="eager"`` (every EncodEval config sets
+    it); weights in ``cfg.weights_dtype``; the length limit is sentence-transformers' own (the smaller of
+    ``max_position_embeddings`` and the tokenizer's; for Avey-B the length its release states,
+    ``AveyBConfig.context_len``, which the authors' config exposes as ``max_position_embeddings``), capped by
+    ``cfg.max_length``; a model whose config sets ``retrieval_pooling: eos`` pools the last token instead of the
+    mean (EncodEval's switch); a tokenizer without an end or padding token gets EncodEval's stand-ins (unknown,
+    end)."""
     try:
         from sentence_transformers import SentenceTransformer
     except ImportError as e:  # pragma: no cover - the eval extra installs it
@@ -96,21 +109,41 @@ def load_sentence_transformer(name_or_path: str, cfg: RunConfig, device: torch.d
     if tokenizer_name is not None and tokenizer_name != name_or_path:
         raise ValueError("the paper's IR protocol builds a SentenceTransformer from the model directory and uses "
                          f"the tokenizer saved there; a separate tokenizer ({tokenizer_name}) is not supported")
-    st = SentenceTransformer(str(name_or_path), device=str(device), trust_remote_code=cfg.trust_remote_code)
+    st = SentenceTransformer(str(name_or_path), device=str(device), trust_remote_code=cfg.trust_remote_code,
+                             model_kwargs={"attn_implementation": EVAL_ATTENTION})
     if cfg.weights_dtype == "bfloat16":
         st.to(torch.bfloat16)
+    config = st[0].auto_model.config
     limit = st.max_seq_length
     if limit is None or limit > SENTENCE_TRANSFORMERS_MAX_LENGTH:  # no limit (Avey-B): the tokenizer's sentinel
         limit = SENTENCE_TRANSFORMERS_MAX_LENGTH
+    if is_avey_b(config) and getattr(config, "context_len", None):  # what the authors' config states
+        limit = min(limit, config.context_len)
     if cfg.max_length is not None:
         limit = min(limit, cfg.max_length)
     st.max_seq_length = limit
+    if getattr(config, "retrieval_pooling", None) == "eos":
+        pool_last_token(st)
     tok = st.tokenizer
     if tok.eos_token is None:  # EncodEval's stand-in: the unknown token (end_token without a model config)
         tok.eos_token = end_token(tok)
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     return st
+
+
+def pool_last_token(st) -> None:
+    """Switch a SentenceTransformer's pooling from the masked mean to the last (non-padding) token, as EncodEval
+    does for a model whose config sets ``retrieval_pooling: eos`` (its inputs end with the end token, so this pools
+    that token). sentence-transformers 6 names the mode (``pooling_mode``); earlier releases hold one flag each."""
+    pooling = next((m for m in st if type(m).__name__ == "Pooling"), None)
+    if pooling is None:
+        raise ValueError("retrieval_pooling 'eos': the SentenceTransformer has no Pooling module to switch")
+    if isinstance(getattr(pooling, "pooling_mode", None), (str, tuple)):
+        pooling.pooling_mode = "lasttoken"
+    else:  # sentence-transformers < 6
+        pooling.pooling_mode_mean_tokens = False
+        pooling.pooling_mode_lasttoken = True
 
 
 class _AsPretrained:
@@ -175,7 +208,7 @@ def train_pairs(model_name: str, cfg: RunConfig, files: DataFiles, dest: str | o
             "loss_last": _mean(losses[-tenth:]), "losses": [round(x, 5) for x in losses],
             "autocast": "bf16" if bf16 else "fp32", "weights_dtype": cfg.weights_dtype,
             "loss": f"CachedMultipleNegativesRankingLoss(scale={cfg.ir_scale:g}, mini_batch_size={CACHE_MINI_BATCH})",
-            "max_length": limit}
+            "max_length": limit, "pooling": _pooling_mode(st)}
 
 
 def score_zero_shot(task_name: str, finetuned: str, cfg: RunConfig, files: DataFiles) -> dict[str, Any]:
@@ -227,6 +260,17 @@ def run_zero_shot_cell(model_name: str, task_name: str, cfg: RunConfig, files: D
                      "transformers": transformers.__version__, "sentence_transformers": _st_version()},
         "finished": utc_timestamp(),
     }
+
+
+def _pooling_mode(st) -> str:
+    """The pooling a SentenceTransformer applies, in words (recorded with the training)."""
+    pooling = next((m for m in st if type(m).__name__ == "Pooling"), None)
+    if pooling is None:
+        return "none"
+    mode = getattr(pooling, "pooling_mode", None)
+    if isinstance(mode, (str, tuple)):
+        return str(mode)
+    return "lasttoken" if getattr(pooling, "pooling_mode_lasttoken", False) else "mean"
 
 
 def _st_version() -> str:

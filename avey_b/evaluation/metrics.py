@@ -16,7 +16,8 @@ so numbers can be set next to the paper's tables:
 - TC: per sentence, the macro F1 over the *word labels* (``O`` included), averaged over sentences
   (:func:`per_sentence_macro_f1`).
 - QA: a 2-label token classifier; per question, the F1 between the set of token positions predicted
-  inside the answer (anywhere in the input) and the gold set of the first gold answer (:func:`token_set_f1`).
+  inside the answer (anywhere in the input, and at the padding positions of its scoring batch:
+  :func:`padded_answer_positions`) and the gold set of the first gold answer (:func:`token_set_f1`).
 - IR: the ideal DCG is computed from the relevances of the *retrieved* top-10 only
   (:func:`ndcg_at_k` with ``ideal="retrieved"``); a query with a relevant document anywhere in its top 10
   can therefore reach 1.0 even when other relevant documents were missed.
@@ -169,6 +170,14 @@ def token_set_f1(predicted: Iterable[int], gold: Iterable[int]) -> float:
     answer), so both empty (a correct "no answer") scores 1 and exactly one empty scores 0."""
     p, g = set(predicted) or {0}, set(gold) or {0}
     return 2 * len(p & g) / (len(p) + len(g))
+
+
+def padded_answer_positions(predicted_labels: Sequence[int], length: int | None) -> list[int]:
+    """The positions labelled 1 in one row of a batch's token predictions. EncodEval reads the whole row: its
+    batches are padded to the longest input, so a 1 predicted at a padding position counts as an answer token
+    (``length=None``); ``length`` restricts the reading to the input's own first ``length`` tokens."""
+    row = predicted_labels if length is None else predicted_labels[:length]
+    return [i for i, y in enumerate(row) if y == 1]
 
 
 # --------------------------------------------------------------------------------------------- IR

@@ -19,6 +19,40 @@ The paper's text and the configs disagree on the sweep: the text reports learnin
 x 10 seeds (the default, ``GRIDS["paper"]``), the configs hold {2e-5, 6e-5, 1e-4, 5e-4, 1e-3, 2e-3} x 20 seeds
 (``GRIDS["encodeval"]``, ``avey-b evaluate --grid encodeval``).
 
+Beyond the optimizer settings, a ``paper`` cell follows EncodEval in what it reads and how it scores:
+
+* inputs cut at ``round(0.99 x max_position_embeddings)`` for every model (EncodEval's 1% buffer), Avey-B included:
+  the authors' release states a length in its config (``AveyConfig(context_len=512)``, saved as
+  ``max_position_embeddings``), kept as ``AveyBConfig.context_len`` (a checkpoint of ours states none and is not
+  cut); each ``results.json`` records the limit and its rule (``input_limit``). The standard protocol and
+  ``avey-b finetune`` without ``--protocol paper`` never cut Avey-B;
+* every model loaded with ``attn_implementation="eager"``; retrieval pools the last token when the model's config
+  sets ``retrieval_pooling: eos`` (:mod:`.ir_paper`);
+* Table 3's data as the Hub holds it: CoNLL-2003's ``words``/``ner`` and UNER's ``ner_tags`` columns, ClassLabel
+  names, integer tags without names as EncodEval's ids; QA rows without ``id`` or answer kept, SQuAD's white space
+  stripped without moving the answer offsets, misplaced offsets counted, not refused (:mod:`.tasks.tc`,
+  :mod:`.tasks.qa`);
+* QA scored as EncodEval's code computes it: predictions at the padding of its scoring batches (16, ReCoRD 4)
+  counted (``f1``; ``f1_real_tokens`` beside it; :meth:`.tasks.qa.QuestionAnsweringTask._paper_scores`).
+
+What only the authors' data or checkpoints could settle, and what was done:
+
+=====================================================  ==============================================================
+open point                                             what the library does
+=====================================================  ==============================================================
+the feature type of ``hgissbkh/conll2003-en``'s        ClassLabel names are read in their order; plain integers are
+``ner`` (and its class order)                          used as ids with EncodEval's ``num_labels`` (9, 37, 7), as
+                                                       EncodEval does; the standard protocol refuses unnamed ids
+whether the released ``config.json`` holds             read when present; absent, ``context_len`` is 512 (AveyConfig's
+``max_position_embeddings`` and ``retrieval_pooling``  default, what EncodEval read) and the pooling is the mean
+the padding side of the scoring batches                always right; EncodEval pads on the tokenizer's side, which is
+                                                       the right for every model of Table 3
+an explicit ``max_length`` (a shrunk run)              used as given; EncodEval takes 99% of ``min(model limit,
+                                                       max_length)``, but every one of its configs sets ``null``
+which 15 of the coupled model's 30 static layers the   ``avey-b analyze weights --paper-table`` spreads 15 from the
+paper's weight-statistics table shows                  first to the last and records each row's model layer
+=====================================================  ==============================================================
+
 The ``standard`` protocol has no table: its cells take :class:`RunConfig`'s defaults. In both, what a suite or the
 command line sets explicitly wins over the table (:func:`run_config`), so a run can be shrunk.
 """

@@ -34,7 +34,8 @@ from .tasks import FAMILIES, TASKS
 PROTOCOL_LABEL = {
     "standard": "standard metrics (accuracy; seqeval entity F1; official SQuAD F1; NDCG@10 over the full corpus)",
     "paper": ("the PAPER's protocol (EncodEval, as the paper adopted it): its training settings and input formats; "
-              "per-sentence macro F1 for NER, token-position-set F1 for QA, NDCG@10 with ideal DCG over retrieved "
+              "per-sentence macro F1 for NER, token-position-set F1 for QA (predictions at the padding of its scoring "
+              "batches counted), NDCG@10 with ideal DCG over retrieved "
               "docs and a qrels-only corpus; not comparable with standard numbers"),
 }
 

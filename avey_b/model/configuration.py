@@ -39,6 +39,7 @@ ACTIVATIONS = ("relu2", "relu", "gelu", "gelu_tanh", "silu", "identity")
 DYNAMIC_NORMALIZATIONS = ("sum", "l1", "rms", "softmax", "scaled_softmax", "none")
 RANKER_MODES = ("unidirectional", "bidirectional", "off")
 RANKER_PLACEMENTS = ("embeddings", "every_layer")
+RETRIEVAL_POOLINGS = ("mean", "eos")
 
 
 def _generation_keys() -> frozenset[str]:
@@ -164,6 +165,16 @@ class AveyBConfig(PretrainedConfig):
         normalize_embeddings (`bool`, defaults to `True`): L2-normalize sentence embeddings.
         contrastive_scale (`float`, defaults to 20.0): logit scale of the sentence-embedding head's in-batch
             contrastive loss on cosine similarities (sentence-transformers' default for the same loss).
+        context_len (`int`, *optional*): the input length the authors' release states (its ``AveyConfig``'s
+            ``context_len``, 512 by default there, which its ``config.json`` holds as ``max_position_embeddings``
+            "for compatibility with the eval lib"). Informational: the model has no position table and takes inputs
+            of any length, and nothing truncates at this value except the paper's evaluation protocol, where
+            EncodEval's rule cuts every model's inputs at ``round(0.99 x`` this ``)``. Kept under its own name
+            because generic code (sentence-transformers, for one) reads ``max_position_embeddings`` as a hard
+            limit and would cut Avey-B everywhere. None (our own checkpoints): no stated length.
+        retrieval_pooling (`str`, *optional*): the release's switch for retrieval embeddings: `"eos"` pools the
+            last token (the end token EncodEval appends) instead of the masked mean, and the paper protocol's
+            retrieval honours it as EncodEval does; `"mean"` or None: the masked mean.
     """
 
     model_type = "avey-b"
@@ -212,6 +223,8 @@ class AveyBConfig(PretrainedConfig):
         sparse_prediction: bool = False,
         normalize_embeddings: bool = True,
         contrastive_scale: float = 20.0,
+        context_len: int | None = None,
+        retrieval_pooling: str | None = None,
         pad_token_id: int | None = None,
         tie_word_embeddings: bool = True,
         **kwargs,
@@ -257,7 +270,13 @@ class AveyBConfig(PretrainedConfig):
         self.sparse_prediction = sparse_prediction
         self.normalize_embeddings = normalize_embeddings
         self.contrastive_scale = contrastive_scale
+        self.context_len = context_len
+        self.retrieval_pooling = retrieval_pooling
         self.mixer_types = mixer_types
+        if "max_position_embeddings" in kwargs:
+            raise ValueError("AveyBConfig has no max_position_embeddings: Avey-B has no position table and takes inputs "
+                             "of any length (generic code would read that name as a hard limit); a length the "
+                             f"authors' release states is context_len (given {kwargs['max_position_embeddings']!r})")
         unknown = [k for k in kwargs if not k.startswith("_") and k not in TRANSFORMERS_KEYS]
         if unknown:  # a typo would otherwise be saved into config.json and silently ignored by the model
             fields = [p for p in inspect.signature(AveyBConfig.__init__).parameters if p not in ("self", "kwargs")]
@@ -363,6 +382,11 @@ class AveyBConfig(PretrainedConfig):
         _choice("classifier_head", self.classifier_head, ("linear", "avey-b1"))
         if not self.contrastive_scale > 0:
             raise ValueError(f"AveyBConfig.contrastive_scale must be > 0, got {self.contrastive_scale!r}")
+        if self.context_len is not None and (isinstance(self.context_len, bool) or not isinstance(self.context_len, int)
+                                             or self.context_len < 1):
+            raise ValueError(f"AveyBConfig.context_len must be None or an integer >= 1, got {self.context_len!r}")
+        if self.retrieval_pooling is not None:
+            _choice("retrieval_pooling", self.retrieval_pooling, RETRIEVAL_POOLINGS)
         if not self.dynamic_temperature > 0:
             raise ValueError(f"AveyBConfig.dynamic_temperature must be > 0, got {self.dynamic_temperature!r}")
         for field in ("norm_eps", "dynamic_eps", "ranker_eps"):

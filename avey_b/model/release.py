@@ -46,7 +46,17 @@ RELEASE_CONFIG_FIELDS = {
     "k": "num_retrieved_splits",
 }
 #: Release fields that are copies of mapped ones, or informational (checked, then dropped).
-RELEASE_REDUNDANT_FIELDS = {"hidden_size", "max_position_embeddings", "eps"}
+RELEASE_REDUNDANT_FIELDS = {"hidden_size", "eps"}
+#: Release fields that only the paper's evaluation protocol reads, and the ``AveyBConfig`` fields that keep them:
+#: the stated input length (``AveyConfig(context_len=...)``, saved as ``max_position_embeddings``; EncodEval cuts
+#: inputs at 99% of it) and the retrieval pooling switch (EncodEval pools the last token when it is ``"eos"``).
+#: Not in ``attribute_map``: ``max_position_embeddings`` must stay absent from our configs (see
+#: ``AveyBConfig.context_len``).
+RELEASE_EVALUATION_FIELDS = {"max_position_embeddings": "context_len", "context_len": "context_len",
+                             "retrieval_pooling": "retrieval_pooling"}
+#: ``AveyConfig``'s default ``context_len``: what the authors' code (and so EncodEval) reads from a release
+#: ``config.json`` that states no length.
+RELEASE_DEFAULT_CONTEXT_LEN = 512
 #: Standard transformers fields passed through unchanged.
 HF_STANDARD_FIELDS = {
     "model_type", "architectures", "auto_map", "transformers_version", "torch_dtype", "dtype", "id2label",
@@ -108,9 +118,15 @@ def release_config_to_ours(config_dict: dict) -> dict:
     ours.update(AVEY_B1_ARCHITECTURE)
     ours.update({"norm_eps": eps, "ranker_eps": eps, "dynamic_eps": 1e-12})
     ours.update({k: v for k, v in config_dict.items() if k in HF_STANDARD_FIELDS and k != "auto_map"})
+    # AveyConfig sets max_position_embeddings = context_len, then a saved max_position_embeddings overrides it
+    ours["context_len"] = int(config_dict.get("max_position_embeddings",
+                                              config_dict.get("context_len", RELEASE_DEFAULT_CONTEXT_LEN)))
+    if "retrieval_pooling" in config_dict:  # EncodEval: "eos" pools the last token, any other value the mean
+        ours["retrieval_pooling"] = "eos" if config_dict["retrieval_pooling"] == "eos" else "mean"
     ours["model_type"] = "avey-b"
     ours.pop("architectures", None)  # the release's class names are not ours; save_pretrained writes ours
-    unknown = sorted(set(config_dict) - set(RELEASE_CONFIG_FIELDS) - RELEASE_REDUNDANT_FIELDS - HF_STANDARD_FIELDS)
+    unknown = sorted(set(config_dict) - set(RELEASE_CONFIG_FIELDS) - RELEASE_REDUNDANT_FIELDS - HF_STANDARD_FIELDS
+                     - set(RELEASE_EVALUATION_FIELDS))
     if unknown:
         logger.warning("release config.json fields not used by this library (no effect on the model): %s",
                        ", ".join(unknown))

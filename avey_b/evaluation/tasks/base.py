@@ -81,8 +81,9 @@ class Task:
         return self.end_token or end_token(tokenizer, CONFIG_WITHOUT_EOS)
 
     # -- data ------------------------------------------------------------------------------------------
-    def load(self, which: str, files: DataFiles) -> Any:
-        """Return the raw examples of ``which`` in {"train", "eval"} (a list, or a task-specific object)."""
+    def load(self, which: str, files: DataFiles, protocol: str = "standard") -> Any:
+        """Return the raw examples of ``which`` in {"train", "eval"} (a list, or a task-specific object), as
+        ``protocol`` reads them (QA and IR read some rows differently under ``paper``)."""
         raise NotImplementedError
 
     def hub_split(self, which: str, files: DataFiles) -> str:
@@ -136,14 +137,22 @@ class Task:
 # ------------------------------------------------------------------------------------------ models
 
 
+#: The attention implementation every EncodEval config asks for (``attn_implementation: eager``): the paper
+#: protocol's baselines run their attention so.
+EVAL_ATTENTION = "eager"
+
+
 def load_model(name_or_path: str, head: str, cfg: RunConfig, **kwargs):
-    """Any encoder by Hub name or local path, through the Auto class of ``head``. A token-classification head
+    """Any encoder by Hub name or local path, through the Auto class of ``head``; under the paper protocol with
+    ``attn_implementation="eager"`` (:data:`EVAL_ATTENTION`), as EncodEval loads every model. A token-classification head
     for an encoder whose code has none (NeoBERT's Hub code ships masked-LM and sequence-classification heads
     only) is :class:`EncoderTokenClassifier` on its ``AutoModel``, as the paper's evaluation adds one for NeoBERT."""
     if head not in HEADS:
         raise ValueError(f"unknown head {head!r}; expected one of {sorted(HEADS)}")
     auto = getattr(transformers, HEADS[head])
     dtype = getattr(torch, cfg.weights_dtype)
+    if cfg.protocol == "paper":  # every EncodEval config loads its model so (Avey-B has no attention: ignored)
+        kwargs.setdefault("attn_implementation", EVAL_ATTENTION)
     with model_source(name_or_path):
         if head == "token-classification" and not _has_token_classifier(name_or_path, cfg.trust_remote_code):
             return EncoderTokenClassifier.from_pretrained(name_or_path, trust_remote_code=cfg.trust_remote_code,
@@ -187,8 +196,9 @@ class EncoderTokenClassifier(torch.nn.Module):
 
     @classmethod
     def from_pretrained(cls, name_or_path: str, *, num_labels: int = 2, id2label=None, label2id=None,
-                        trust_remote_code: bool = False, dtype=None) -> EncoderTokenClassifier:
-        encoder = AutoModel.from_pretrained(name_or_path, trust_remote_code=trust_remote_code, dtype=dtype)
+                        trust_remote_code: bool = False, dtype=None, **encoder_kwargs) -> EncoderTokenClassifier:
+        encoder = AutoModel.from_pretrained(name_or_path, trust_remote_code=trust_remote_code, dtype=dtype,
+                                            **encoder_kwargs)
         saved = Path(name_or_path) / cls.HEAD_FILE
         if saved.is_file():
             head = load_file(saved)
@@ -228,15 +238,37 @@ def buffered(limit: int) -> int:
     return max(1, round(0.99 * limit))
 
 
-def input_limit(model_config, tokenizer) -> int | None:
+def input_limit(model_config, tokenizer, protocol: str = "standard") -> int | None:
     """The longest input of a cell whose ``max_length`` is None, as EncodEval computes it for ``max_length: null``:
-    the model's ``max_position_embeddings`` less the 1% buffer (:func:`buffered`), whatever the positions (learned
-    or RoPE); None (no truncation) for a model without a position limit (Avey-B), unless its tokenizer states one."""
-    limit = None if is_avey_b(model_config) else getattr(model_config, "max_position_embeddings", None)
+    the model's stated length less the 1% buffer (:func:`buffered`), whatever the positions (learned or RoPE). The
+    stated length is ``max_position_embeddings``; for Avey-B, which has no position table, it is the length the
+    authors' release states (``AveyBConfig.context_len``, its config's ``max_position_embeddings``) under the paper
+    protocol only: EncodEval cut every model that is not a SentenceTransformer there, Avey-B included; the standard
+    protocol keeps Avey-B uncut. A model with no stated length: its tokenizer's ``model_max_length`` if it states
+    one, else None (no truncation)."""
+    if is_avey_b(model_config):
+        limit = getattr(model_config, "context_len", None) if protocol == "paper" else None
+    else:
+        limit = getattr(model_config, "max_position_embeddings", None)
     if limit:
         return buffered(limit)
     stated = getattr(tokenizer, "model_max_length", None)
     return stated if stated is not None and stated < 10**8 else None  # transformers' "no limit" is 1e30
+
+
+def input_limit_rule(model_config, protocol: str = "standard") -> str:
+    """In words, where :func:`input_limit` took a cell's limit from (recorded with it in ``results.json``)."""
+    if is_avey_b(model_config):
+        stated = getattr(model_config, "context_len", None)
+        if protocol != "paper":
+            return "none: Avey-B has no position table (standard protocol)"
+        if stated is None:
+            return "none: the Avey-B checkpoint states no context_len"
+        return f"round(0.99 x context_len {stated}) (EncodEval's rule; the release's max_position_embeddings)"
+    stated = getattr(model_config, "max_position_embeddings", None)
+    if stated:
+        return f"round(0.99 x max_position_embeddings {stated}) (EncodEval's rule)"
+    return "the tokenizer's model_max_length, if it states one"
 
 
 def end_token(tokenizer, model_config=None) -> str:

@@ -16,23 +16,34 @@ standard protocol (default):
 paper protocol (EncodEval):
   a 2-label token classifier (answer token or not) on one input, ``Question: {q}\nContext: `` paired with the
   context followed by the end token (:func:`base.end_token`), no special tokens added, only the context truncated
-  (at ``max_length``; none: the model's limit). Question and context are stripped of surrounding white space.
-  Labels: 1 on the tokens of the first gold answer, 0 on every other token (question tokens included). Score: per
-  question, the F1 between the predicted and gold sets of answer-token positions (:func:`metrics.token_set_f1`),
-  against the first gold answer only. Like EncodEval, it trains on 95% of the training split (the rest is its
-  validation set) and scores on the official validation split.
+  (at ``max_length``; none: the model's limit). SQuAD and SQuAD v2: question and context stripped of surrounding
+  white space, the answer offsets left as the data gives them (EncodEval's ``strip_whitespace``); ReCoRD: as given.
+  Labels: 1 on the tokens of the first gold answer, 0 on every other token (question tokens included); a question
+  without an answer is kept and labels every token 0; a row needs no ``id``, and an answer not at its offset is
+  counted, not refused (:func:`paper_answer_labels`). Score: per question, the F1 between the predicted and gold
+  sets of answer-token positions (:func:`metrics.token_set_f1`), against the first gold answer only, the
+  predictions read over the padded width of EncodEval's scoring batches (``eval_batch_size``: 16, ReCoRD 4);
+  ``f1_real_tokens`` beside it reads each question's own tokens only. Like EncodEval, it trains on 95% of the
+  training split (the rest is its validation set) and scores on the official validation split.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import torch
 
 from avey_b.utils.files import DataFileError, load_json
 
-from ..metrics import squad_scores, token_set_f1
+from ..metrics import padded_answer_positions, squad_scores, token_set_f1
 from . import base
+
+logger = logging.getLogger(__name__)
+
+#: How the paper protocol's QA ``f1`` was computed (written into each cell's metrics).
+PAPER_QA_SCORING = ("EncodEval token-set F1: answer predictions at the padding positions of its scoring batches "
+                    "({batch} questions, padded to the longest) counted")
 
 
 def read_squad_json(path: str) -> list[dict[str, Any]]:
@@ -57,28 +68,44 @@ def read_squad_json(path: str) -> list[dict[str, Any]]:
     return out
 
 
-def _from_hub_row(row: dict[str, Any]) -> dict[str, Any]:
+def _from_hub_row(row: dict[str, Any], index: int, source: str, protocol: str = "standard") -> dict[str, Any]:
+    """One Hub row as an example. ``id`` names a question in the standard protocol's SQuAD scores; the paper
+    protocol (EncodEval, which drops the column) needs none, and a row without it is numbered by its position."""
     if "context" in row:  # SQuAD schema
         ans = row["answers"]
         answers = [{"text": t, "start": int(s)} for t, s in zip(ans["text"], ans["answer_start"], strict=False)]
-        return {"id": str(row["id"]), "question": row["question"], "context": row["context"], "answers": answers}
+        if "id" in row:
+            qid = str(row["id"])
+        elif protocol == "paper":
+            qid = f"{source}#{index}"
+        else:
+            raise ValueError(f"{source}: row {index} has no 'id' column (columns {sorted(row)}); the standard "
+                             "protocol's SQuAD scores name each question by it (--protocol paper needs none)")
+        return {"id": qid, "question": row["question"], "context": row["context"], "answers": answers}
     if "passage" in row:  # SuperGLUE ReCoRD schema: answers are entity strings
         ctx = row["passage"]
         answers = [{"text": t, "start": ctx.find(t)} for t in row["answers"] if ctx.find(t) >= 0]
         qid = row.get("idx", {})
         qid = f"{qid.get('passage')}-{qid.get('query')}" if isinstance(qid, dict) else str(qid)
         return {"id": qid, "question": row["query"], "context": ctx, "answers": answers}
-    raise ValueError(f"unrecognised QA row with columns {sorted(row)}")
+    raise ValueError(f"{source}: row {index}: unrecognised QA row with columns {sorted(row)}")
 
 
-def validate_answers(examples: list[dict[str, Any]], source: str) -> None:
+def validate_answers(examples: list[dict[str, Any]], source: str, strict: bool = True) -> int:
+    """Check that every answer's text sits at its character offset in its context. ``strict``: raise at the first
+    mismatch (the standard protocol); otherwise return how many answers are misplaced (the paper protocol carries
+    on, as EncodEval does, labelling whatever tokens the offset points at)."""
+    misplaced = 0
     for ex in examples:
         for a in ex["answers"]:
             if ex["context"][a["start"]:a["start"] + len(a["text"])] != a["text"]:
-                raise ValueError(
-                    f"{source}: question {ex['id']}: answer {a['text']!r} is not at character {a['start']} "
-                    "of its context"
-                )
+                if strict:
+                    raise ValueError(
+                        f"{source}: question {ex['id']}: answer {a['text']!r} is not at character {a['start']} "
+                        "of its context"
+                    )
+                misplaced += 1
+    return misplaced
 
 
 def windows(examples: list[dict[str, Any]], tokenizer, cfg: base.RunConfig, train: bool) -> list[dict[str, Any]]:
@@ -145,10 +172,12 @@ def best_answer(context: str, features: list[dict[str, Any]], start_logits: list
 
 
 def paper_answer_labels(offsets: list, sequence_ids: list, answer: dict[str, Any] | None) -> list[int]:
-    """Paper protocol (EncodEval's labels): 1 on the tokens from the one holding the answer's first character to
-    the first one reaching its end, 0 everywhere else (question tokens included). No answer, or an answer outside
-    the (truncated) context, labels every token 0. ``offsets`` are character offsets into the context for tokens
-    of the second sequence (``sequence_ids`` 1)."""
+    """Paper protocol (EncodEval's labels, its loops step for step): 1 from the last context token starting at or
+    before the answer's first character to the first context token from which every later one ends at or after
+    the answer's end, 0 everywhere else (question tokens included). No answer, or an answer outside the
+    (truncated) context, labels every token 0. ``offsets`` are character offsets into the context for tokens of the
+    second sequence (``sequence_ids`` 1). As in EncodEval, an offset before the context's first token puts the start
+    on the token before it (the prompt's last), and offsets are taken as given (not checked against the text)."""
     labels = [0] * len(offsets)
     context = [i for i, s in enumerate(sequence_ids) if s == 1]
     if answer is None or not context:
@@ -157,28 +186,34 @@ def paper_answer_labels(offsets: list, sequence_ids: list, answer: dict[str, Any
     first, last = context[0], context[-1]
     if offsets[first][0] > end_char or offsets[last][1] < start_char:
         return labels
-    start = first
-    while start + 1 <= last and offsets[start + 1][0] <= start_char:
-        start += 1
-    end = last
-    while end - 1 >= first and offsets[end - 1][1] >= end_char:
-        end -= 1
-    for i in range(start, max(start, end) + 1):
+    idx = first
+    while idx <= last and offsets[idx][0] <= start_char:
+        idx += 1
+    start = idx - 1
+    idx = last
+    while idx >= first and offsets[idx][1] >= end_char:
+        idx -= 1
+    end = idx + 1
+    if (start, end) == (0, 0):  # EncodEval's "no answer" marker
+        return labels
+    for i in range(max(start, 0), end + 1):
         labels[i] = 1
     return labels
 
 
-def paper_example(example: dict[str, Any]) -> tuple[str, str, dict[str, Any] | None]:
-    """(question, context, first answer) as EncodEval reads a QA row: question and context stripped of
-    surrounding white space (the answer's offset moved with the context's start), only the first gold answer."""
-    context = example["context"].lstrip()
-    shift = len(example["context"]) - len(context)
-    context = context.rstrip()
+def paper_example(example: dict[str, Any], strip: bool) -> tuple[str, str, dict[str, Any] | None]:
+    """(question, context, first answer) as EncodEval reads a QA row: with ``strip`` (its SQuAD and SQuAD v2
+    loaders), question and context stripped of surrounding white space and the answer's offset left as the data
+    gives it (EncodEval does not move it, so an answer in a context that started with white space is labelled that
+    many characters further on); without (its ReCoRD loader), both as they are. Only the first gold answer."""
+    question, context = example["question"], example["context"]
+    if strip:
+        question, context = question.strip(), context.strip()
     answer = None
     if example["answers"]:
         a = example["answers"][0]
-        answer = {"text": a["text"], "start": a["start"] - shift}
-    return example["question"].strip(), context, answer
+        answer = {"text": a["text"], "start": a["start"]}
+    return question, context, answer
 
 
 class QuestionAnsweringTask(base.Task):
@@ -187,17 +222,35 @@ class QuestionAnsweringTask(base.Task):
     default_epochs = 4.0
     hub_name = ""
     allow_null = False
+    paper_strip = True
+    """Paper protocol: strip question and context of surrounding white space (EncodEval's SQuAD loaders; not its
+    ReCoRD one)."""
 
-    def load(self, which: str, files: base.DataFiles) -> list[dict[str, Any]]:
+    def __init__(self) -> None:
+        self.misplaced_answers: dict[str, int] = {}
+        """Paper protocol: answers whose text is not at their offset, per ``which`` ("train", "eval")."""
+
+    def load(self, which: str, files: base.DataFiles, protocol: str = "standard") -> list[dict[str, Any]]:
+        """The examples of ``which``. Standard protocol: every answer checked against its context (a misplaced one
+        is an error), questions without an answer dropped from training unless the task has them (SQuAD v2).
+        Paper protocol (EncodEval): every row kept, in the split's order (its 95% training part is drawn from the
+        whole split), answerless ones trained to label no token; misplaced answers counted
+        (:attr:`misplaced_answers`), not refused."""
         path = files.train if which == "train" else files.eval
         if path is not None:
             examples, source = read_squad_json(path), path
         else:
             split = self.hub_split(which, files)
-            examples = [_from_hub_row(r) for r in base.load_hub(self.hub_name, None, split)]
             source = f"{self.hub_name}:{split}"
-        validate_answers(examples, source)
-        if not self.allow_null and which == "train":
+            examples = [_from_hub_row(r, i, source, protocol)
+                        for i, r in enumerate(base.load_hub(self.hub_name, None, split))]
+        paper = protocol == "paper"
+        misplaced = validate_answers(examples, source, strict=not paper)
+        if misplaced:
+            self.misplaced_answers[which] = misplaced
+            logger.warning("%s: %d answer(s) not at their character offset; labelled where the offset points, as "
+                           "EncodEval does", source, misplaced)
+        if not self.allow_null and which == "train" and not paper:
             examples = [e for e in examples if e["answers"]]  # nothing to learn from
         return examples
 
@@ -212,7 +265,7 @@ class QuestionAnsweringTask(base.Task):
         """EncodEval's input: ``Question: {q}\\nContext: `` paired with the context followed by the end token, no
         special tokens added, only the context truncated; ``labels`` from the first gold answer (0/1 per token)."""
         end = self.end(tokenizer)
-        rows = [paper_example(e) for e in examples]
+        rows = [paper_example(e, self.paper_strip) for e in examples]
         try:
             enc = tokenizer([f"Question: {q}\nContext: " for q, _, _ in rows], [c + end for _, c, _ in rows],
                             add_special_tokens=False, return_offsets_mapping=True,
@@ -246,24 +299,33 @@ class QuestionAnsweringTask(base.Task):
                 yield start, model(**batch)
 
     def evaluate(self, model, tokenizer, examples, cfg) -> dict[str, float]:
-        if cfg.protocol == "paper":  # EncodEval: F1 of predicted vs gold answer-token positions, per question
-            feats = self._paper_features(examples, tokenizer, cfg)
-            inputs = [{k: v for k, v in f.items() if k != "labels"} for f in feats]
-            scores = []
-            for start, out in self._logits(model, inputs, tokenizer, cfg):
-                preds = out.logits.float().argmax(-1).tolist()
-                for j, p in enumerate(preds):
-                    f = feats[start + j]
-                    n = len(f["input_ids"])  # the real tokens, not the batch's padding
-                    predicted = [i for i in range(n) if p[i] == 1]
-                    gold = [i for i, y in enumerate(f["labels"]) if y == 1]
-                    scores.append(token_set_f1(predicted, gold))
-            return {"f1": 100 * sum(scores) / len(scores), "n_eval": len(examples)}
+        if cfg.protocol == "paper":
+            return self._paper_scores(model, tokenizer, examples, cfg)
 
         predictions = self.predict(model, tokenizer, examples, cfg)
         golds = {ex["id"]: [a["text"] for a in ex["answers"]] for ex in examples}
         scores = squad_scores(predictions, golds)
         return {k: (100 * v if k != "total" else v) for k, v in scores.items()} | {"n_eval": len(examples)}
+
+    def _paper_scores(self, model, tokenizer, examples, cfg) -> dict[str, Any]:
+        """EncodEval's QA score: per question, the F1 between the positions predicted 1 and those labelled 1
+        (:func:`metrics.token_set_f1`), averaged. Its batches are ``eval_batch_size`` consecutive questions (16;
+        ReCoRD 4) padded to the longest, and the predictions are read over the padded width: a 1 predicted at a
+        padding position counts (:func:`metrics.padded_answer_positions`). ``f1`` is that score; ``f1_real_tokens``
+        the same over each question's own tokens only (never lower)."""
+        feats = self._paper_features(examples, tokenizer, cfg)
+        inputs = [{k: v for k, v in f.items() if k != "labels"} for f in feats]
+        padded, real = [], []
+        for start, out in self._logits(model, inputs, tokenizer, cfg):
+            preds = out.logits.float().argmax(-1).tolist()
+            for j, p in enumerate(preds):
+                f = feats[start + j]
+                gold = [i for i, y in enumerate(f["labels"]) if y == 1]
+                padded.append(token_set_f1(padded_answer_positions(p, None), gold))
+                real.append(token_set_f1(padded_answer_positions(p, len(f["input_ids"])), gold))
+        return {"f1": 100 * sum(padded) / len(padded), "f1_real_tokens": 100 * sum(real) / len(real),
+                "scoring": PAPER_QA_SCORING.format(batch=cfg.eval_batch_size), "n_eval": len(examples),
+                "misplaced_answers": dict(self.misplaced_answers)}
 
     def predict(self, model, tokenizer, examples, cfg) -> dict[str, str]:
         """The predicted answer text per example id (windows with ``cfg.doc_stride``, the best span over them)."""
@@ -295,3 +357,4 @@ class SQuADv2(QuestionAnsweringTask):
 
 class ReCoRD(QuestionAnsweringTask):
     name, display, hub_name = "record", "ReCoRD", "hgissbkh/record"
+    paper_strip = False  # EncodEval's ReCoRD loader maps no stripping

@@ -40,7 +40,7 @@ class SequenceClassificationTask(base.Task):
     ``LABEL_1``."""
     pair = False
 
-    def load(self, which: str, files: base.DataFiles) -> list[dict[str, Any]]:
+    def load(self, which: str, files: base.DataFiles, protocol: str = "standard") -> list[dict[str, Any]]:
         path = files.train if which == "train" else files.eval
         if path is not None:
             rows, source = base.read_table(path), path

@@ -1,7 +1,8 @@
 """Token classification (TC): CoNLL-2003, OntoNotes 5, UNER (English) — 1 epoch (paper §5.1).
 
-Data: ``hgissbkh/conll2003-en``, ``hgissbkh/ontonotes5``, ``hgissbkh/uner_en`` (columns ``tokens`` and
-``tags``/``ner_tags``, class-label features) or local CoNLL column files (one ``word ... tag`` line per
+Data: ``hgissbkh/conll2003-en`` (columns ``words`` and ``ner``), ``hgissbkh/ontonotes5`` (``tokens``, ``tags``),
+``hgissbkh/uner_en`` (``tokens``, ``ner_tags``) — the columns EncodEval renames to ``tokens``/``tags`` —, tags as
+``ClassLabel`` ids or strings (ids without names: the paper protocol only, as EncodEval reads them), or local CoNLL column files (one ``word ... tag`` line per
 word, the tag in the last column, blank lines between sentences, ``-DOCSTART-`` lines skipped). Tags are
 normalised to IOB2 (the original CoNLL-2003 files are IOB1).
 
@@ -32,6 +33,19 @@ from ..metrics import entity_f1, iob1_to_iob2, per_sentence_macro_f1
 from . import base
 
 _TAG = re.compile(r"^(O|[BIESLU]-\S+)$")  # IOB1/IOB2/IOBES entity tags
+
+#: Hub columns holding a sentence's words, in order of preference (``words``: ``hgissbkh/conll2003-en``, which
+#: EncodEval renames to ``tokens``).
+WORD_COLUMNS = ("tokens", "words")
+#: Hub columns holding its entity tags (``ner``: ``hgissbkh/conll2003-en``; ``ner_tags``: ``hgissbkh/uner_en``;
+#: EncodEval renames both to ``tags``). Part-of-speech and chunk columns are never read.
+TAG_COLUMNS = ("tags", "ner_tags", "ner", "labels")
+
+
+def _integer_feature(feature) -> bool:
+    """Whether a ``datasets`` feature holds integers (a ``ClassLabel`` or an integer ``Value``)."""
+    dtype = getattr(feature, "dtype", None)
+    return getattr(feature, "names", None) is not None or (isinstance(dtype, str) and "int" in dtype)
 
 
 def read_conll(path: str) -> list[dict[str, list[str]]]:
@@ -125,31 +139,60 @@ class TokenClassificationTask(base.Task):
     default_epochs = 1.0
     hub_name = ""
     eval_split = "test"
+    paper_num_labels = 0
+    """EncodEval's ``num_labels`` for the task (its TC configs): the label ids of a Hub column without class names."""
 
-    def load(self, which: str, files: base.DataFiles) -> list[dict[str, Any]]:
+    def load(self, which: str, files: base.DataFiles, protocol: str = "standard") -> list[dict[str, Any]]:
         path = files.train if which == "train" else files.eval
         if path is not None:
             sents = read_conll(path)
         else:
             split = self.hub_split(which, files)
-            ds = base.load_hub(self.hub_name, None, split)
-            tag_col = next((c for c in ("tags", "ner_tags", "labels") if c in ds.column_names), None)
-            if "tokens" not in ds.column_names or tag_col is None:
-                raise ValueError(f"{self.hub_name}:{split}: expected columns tokens + tags/ner_tags, got {ds.column_names}")
-            feature = ds.features[tag_col]
-            names = getattr(getattr(feature, "feature", None), "names", None)
-            if names:
-                self._class_names = list(names)
-            sents = []
-            for row in ds:
-                tags = row[tag_col]
-                if tags and isinstance(tags[0], int):
-                    if names is None:
-                        raise ValueError(f"{self.hub_name}: integer tags without class names")
-                    tags = [names[t] for t in tags]
-                sents.append({"tokens": list(row["tokens"]), "tags": list(tags)})
+            sents = self._hub_sentences(base.load_hub(self.hub_name, None, split), f"{self.hub_name}:{split}",
+                                        protocol)
         return [{"tokens": s["tokens"], "tags": iob1_to_iob2(s["tags"]), "source_tags": list(s["tags"])}
                 for s in sents if s["tokens"]]
+
+    def _hub_sentences(self, ds, source: str, protocol: str) -> list[dict[str, list[str]]]:
+        """The sentences of a Hub split, read from the columns the Hub's datasets hold (:data:`WORD_COLUMNS`,
+        :data:`TAG_COLUMNS`: EncodEval renames CoNLL-2003's ``words``/``ner`` and UNER's ``ner_tags``). Integer tags
+        take the names of their ``ClassLabel`` feature; without names, the paper protocol uses the ids as labels
+        (as EncodEval does, with its ``num_labels``: :attr:`paper_num_labels`), the standard protocol stops (its
+        entity F1 needs the tags' names)."""
+        columns = ds.column_names
+        word_col = next((c for c in WORD_COLUMNS if c in columns), None)
+        tag_col = next((c for c in TAG_COLUMNS if c in columns), None)
+        if word_col is None or tag_col is None:
+            raise ValueError(f"{source}: expected a words column (one of {list(WORD_COLUMNS)}) and a tags column "
+                             f"(one of {list(TAG_COLUMNS)}), got {columns}")
+        feature = ds.features[tag_col]
+        names = getattr(getattr(feature, "feature", None), "names", None)
+        integer = _integer_feature(getattr(feature, "feature", None))
+        if names is None and integer:
+            if protocol != "paper":
+                raise ValueError(
+                    f"{source}: column {tag_col!r} holds integer tags without class names (not a ClassLabel "
+                    "feature), and the standard protocol's entity F1 needs the tags' names (B-PER, I-PER, O, ...): "
+                    "give the column ClassLabel names or string tags, or use --protocol paper, which scores the ids "
+                    f"as EncodEval does ({self.paper_num_labels} labels for {self.name})")
+            names = [str(i) for i in range(self.paper_num_labels)]
+        if names:
+            self._class_names = list(names)
+        sents = []
+        for i, row in enumerate(ds):
+            tags = row[tag_col]
+            if tags and isinstance(tags[0], int):
+                if names is None:  # an untyped column of integers (e.g. built from Python lists)
+                    raise ValueError(f"{source}: row {i}: integer tags without class names in column {tag_col!r}")
+                bad = [t for t in tags if not 0 <= t < len(names)]
+                if bad:
+                    raise ValueError(f"{source}: row {i}: tag id {bad[0]} outside the {len(names)} labels of column "
+                                     f"{tag_col!r}")
+                tags = [names[t] for t in tags]
+            if len(tags) != len(row[word_col]):
+                raise ValueError(f"{source}: row {i} has {len(row[word_col])} words but {len(tags)} tags")
+            sents.append({"tokens": list(row[word_col]), "tags": list(tags)})
+        return sents
 
     @staticmethod
     def _tags(example: dict[str, Any], cfg) -> list[str]:
@@ -233,11 +276,14 @@ class TokenClassificationTask(base.Task):
 
 class CoNLL2003(TokenClassificationTask):
     name, display, hub_name = "conll2003", "CoNLL", "hgissbkh/conll2003-en"
+    paper_num_labels = 9
 
 
 class OntoNotes(TokenClassificationTask):
     name, display, hub_name = "ontonotes", "Onto.", "hgissbkh/ontonotes5"
+    paper_num_labels = 37
 
 
 class UNER(TokenClassificationTask):
     name, display, hub_name = "uner", "UNER", "hgissbkh/uner_en"
+    paper_num_labels = 7
