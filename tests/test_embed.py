@@ -375,11 +375,13 @@ def test_the_ray_backend_gives_the_local_vectors_and_manifest(tmp_path, model_di
     waves, pipeline = [], job.run_on_ray
     monkeypatch.setattr(job, "run_on_ray", lambda pending, *a: (waves.append(len(pending)), pipeline(pending, *a))[1])
     docs = corpus(14)
-    write_jsonl(tmp_path / "d.jsonl", [{"text": d} for d in docs])
-    local = run(model_dir, tmp_path / "d.jsonl", tmp_path / "local", max_tokens=60)
+    write_jsonl(tmp_path / "d.jsonl", [{"text": d, "meta": {"i": i, "tags": ["x"] * (i % 3)}}
+                                       for i, d in enumerate(docs)])
+    kept = {"keep_columns": ("meta",), "with_text": True}  # the kept columns travel to the actors with their types
+    local = run(model_dir, tmp_path / "d.jsonl", tmp_path / "local", max_tokens=60, **kept)
     os.environ.setdefault("OMP_NUM_THREADS", "1")  # inherited by the local Ray's workers
     on_ray = run(model_dir, tmp_path / "d.jsonl", tmp_path / "ray", max_tokens=60, backend="ray", concurrency=2,
-                ray_wave=1)  # two waves of two shards
+                 ray_wave=1, **kept)  # two waves of two shards
     assert on_ray["settings"] == local["settings"] and on_ray["counts"] | {"seconds": 0} == local["counts"] | {"seconds": 0}
     assert on_ray["skipped"] == local["skipped"] != [] and on_ray["shards"] == local["shards"]
     assert on_ray["runs"][-1] | {"started": 0, "finished": 0, "seconds": 0} == {

@@ -123,7 +123,8 @@ def shard_groups(docs: Iterator[Document], count_tokens, settings: Settings) -> 
     the same shards, which is what lets a rerun find the finished ones."""
     group, tokens = [], 0
     for batch in iter(lambda: list(itertools.islice(docs, 256)), []):
-        for doc, n in zip(batch, count_tokens([d.text for d in batch]), strict=True):
+        lengths = count_tokens([d.text for d in batch]) if settings.shard_tokens is not None else [0] * len(batch)
+        for doc, n in zip(batch, lengths, strict=True):
             full = (settings.shard_tokens is not None and tokens + n > settings.shard_tokens) or (
                 settings.shard_size is not None and len(group) == settings.shard_size)
             if group and full:
