@@ -90,9 +90,10 @@ CHUNKINGS = ("none", "late")
 VECTOR_DTYPES = ("float32", "float16")
 #: The columns embed writes (``--keep-columns`` may not name them).
 OUTPUT_COLUMNS = ("id", "chunk", "char_start", "char_end", "n_tokens", "text", "vector")
-#: Tokens per shard when ``--shard-tokens`` is not given: about a minute of a base-size Avey-B on a CPU
-#: (benchmarks/embed/README.md), so that a kill loses little; a few seconds on a GPU.
-DEFAULT_SHARD_TOKENS = 100_000
+#: Tokens per shard when ``--shard-tokens`` is not given, and so the work a kill can lose: one full batch of the
+#: default ``--max-batch-tokens`` (smaller shards would make smaller batches), about a minute of a base-size Avey-B on
+#: a quiet 2-core CPU (benchmarks/embed/README.md, "Shard size").
+DEFAULT_SHARD_TOKENS = 32_768
 
 
 @dataclass(frozen=True)
@@ -108,7 +109,7 @@ class EmbedOptions:
     id_column: str | None = None
     """the id field (default: the field `id` where the rows have one, else ids made up from file and line); ids must
     be unique"""
-    keep_columns: tuple[str, ...] = ()
+    keep_columns: tuple[str, ...] | None = None
     """.jsonl/.parquet/hf: input fields stored beside the vectors, with their types (`--keep-columns source,meta`
     or `--keep-columns source meta`)"""
     with_text: bool = False
@@ -128,8 +129,9 @@ class EmbedOptions:
     dtype: str = "float32"
     """the stored vectors' type"""
     shard_tokens: int | None = None
-    """tokens per Parquet shard at most (a longer document is a shard alone); default: 100,000 (DEFAULT_SHARD_TOKENS,
-    about a minute of a base-size model on a CPU), or what the run being resumed used"""
+    """tokens per Parquet shard at most, the work a kill can lose (a longer document is a shard alone); default:
+    32,768 (about a minute of a base-size model on a 2-core CPU; on a faster device, more, e.g. 1,000,000, makes
+    fewer files), or what the run being resumed used"""
     shard_size: int | None = None
     """documents per Parquet shard at most, besides --shard-tokens (default: no such cap, or what the run being
     resumed used)"""
@@ -171,6 +173,8 @@ class EmbedOptions:
         if self.chunk_tokens is not None and not 0 <= self.chunk_overlap < self.chunk_tokens:
             raise ValueError(f"--chunk-overlap must be at least 0 and less than --chunk-tokens "
                              f"({self.chunk_tokens}), got {self.chunk_overlap}")
+        if self.keep_columns is None:
+            object.__setattr__(self, "keep_columns", ())
         if isinstance(self.keep_columns, str):
             raise TypeError(f"keep_columns is a tuple of column names, got the string {self.keep_columns!r}")
         keep = tuple(c.strip() for item in self.keep_columns for c in item.split(","))  # a,b,c or a b c
