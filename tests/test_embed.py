@@ -204,7 +204,9 @@ def test_a_manifest_of_the_first_format_resumes(tmp_path, model_dir):
     write_jsonl(tmp_path / "d.jsonl", [{"text": d} for d in docs])
     whole = run(model_dir, tmp_path / "d.jsonl", tmp_path / "whole", max_tokens=100)
     old = first_format_manifest(model_dir, tmp_path / "d.jsonl", 100)
-    assert list(whole["settings"].items()) == list(old["settings"].items())  # the same record, key for key
+    first = len(old["settings"])  # the same record, key for key, then the settings added since
+    assert list(whole["settings"].items())[:first] == list(old["settings"].items())
+    assert list(whole["settings"])[first:] == list(shards.FIRST_FORMAT)
     assert list(whole) == [*old, "counts", "shards", "skipped"] and whole["model"].keys() == old["model"].keys()
 
     out = tmp_path / "out"
@@ -373,11 +375,13 @@ def test_the_ray_backend_gives_the_local_vectors_and_manifest(tmp_path, model_di
     waves, pipeline = [], job.run_on_ray
     monkeypatch.setattr(job, "run_on_ray", lambda pending, *a: (waves.append(len(pending)), pipeline(pending, *a))[1])
     docs = corpus(14)
-    write_jsonl(tmp_path / "d.jsonl", [{"text": d} for d in docs])
-    local = run(model_dir, tmp_path / "d.jsonl", tmp_path / "local", max_tokens=60)
+    write_jsonl(tmp_path / "d.jsonl", [{"text": d, "meta": {"i": i, "tags": ["x"] * (i % 3)}}
+                                       for i, d in enumerate(docs)])
+    kept = {"keep_columns": ("meta",), "with_text": True}  # the kept columns travel to the actors with their types
+    local = run(model_dir, tmp_path / "d.jsonl", tmp_path / "local", max_tokens=60, **kept)
     os.environ.setdefault("OMP_NUM_THREADS", "1")  # inherited by the local Ray's workers
     on_ray = run(model_dir, tmp_path / "d.jsonl", tmp_path / "ray", max_tokens=60, backend="ray", concurrency=2,
-                ray_wave=1)  # two waves of two shards
+                 ray_wave=1, **kept)  # two waves of two shards
     assert on_ray["settings"] == local["settings"] and on_ray["counts"] | {"seconds": 0} == local["counts"] | {"seconds": 0}
     assert on_ray["skipped"] == local["skipped"] != [] and on_ray["shards"] == local["shards"]
     assert on_ray["runs"][-1] | {"started": 0, "finished": 0, "seconds": 0} == {
@@ -386,3 +390,142 @@ def test_the_ray_backend_gives_the_local_vectors_and_manifest(tmp_path, model_di
     assert waves == [2, 2]
     assert sorted(os.listdir(tmp_path / "ray")) == sorted(os.listdir(tmp_path / "local"))
     assert pq.read_table(tmp_path / "ray").equals(pq.read_table(tmp_path / "local"))
+
+
+# ------------------------------------------------------------------------------------- output for a vector database
+def test_embed_uses_the_id_field_and_keeps_the_named_columns_with_their_types(tmp_path, model_dir, head):
+    docs = corpus(9)
+    rows = [{"id": f"doc-{i}", "text": d, "source": f"s{i % 2}", "offsets": [i, i + len(d)],
+             "meta": {"page": i, "tags": ["a"] * (i % 3)}, "score": i if i < 5 else i + 0.5,  # ints, then floats
+             "note": None if i < 6 else "late"} for i, d in enumerate(docs)]  # nulls for two shards, then strings
+    write_jsonl(tmp_path / "d.jsonl", rows)
+    keep = ("source", "offsets", "meta", "score", "note")
+    manifest = run(model_dir, tmp_path / "d.jsonl", tmp_path / "out", keep_columns=("source,offsets", "meta", "score",
+                                                                                    "note"))
+    assert manifest["settings"]["keep_columns"] == list(keep) and manifest["input"]["ids"].startswith("column 'id'")
+    assert len(list((tmp_path / "out").glob("part-*"))) == 3  # one type per column across the shards
+    table = pq.read_table(tmp_path / "out")
+    assert table.column_names == ["id", "n_tokens", *keep, "vector"]
+    assert table.schema.field("score").type == pa.float64() and table.schema.field("note").type == pa.string()
+    assert table.schema.field("offsets").type == pa.list_(pa.int64())
+    got = table.drop(["vector", "n_tokens"]).to_pylist()
+    assert got == [{k: r[k] for k in ("id", *keep)} for r in rows]  # the id field by default, the values as given
+    for r in rows:
+        torch.testing.assert_close(vectors(tmp_path / "out")[r["id"]], alone(head, r["text"]), rtol=0, atol=1e-5)
+
+    # Parquet keeps its own types; --id-column still names another field
+    when = pa.array([1_700_000_000_000_000 + i for i in range(4)], pa.timestamp("us", tz="UTC"))
+    pq.write_table(pa.table({"text": docs[:4], "id": ["x"] * 4, "key": ["k0", "k1", "k2", "k3"],
+                             "n": pa.array(range(4), pa.int16()), "when": when}), tmp_path / "d.parquet")
+    run(model_dir, tmp_path / "d.parquet", tmp_path / "pq", id_column="key", keep_columns=("n", "when"), shard_size=3)
+    table = pq.read_table(tmp_path / "pq")
+    assert table["id"].to_pylist() == ["k0", "k1", "k2", "k3"] and table["n"].type == pa.int16()
+    assert table["when"].equals(pa.chunked_array([when]))
+
+    write_jsonl(tmp_path / "gap.jsonl", rows[:2] + [{k: v for k, v in rows[2].items() if k != "meta"}])
+    with pytest.raises(KeyError, match=r"gap.jsonl, line 3: no column 'meta' to keep"):
+        run(model_dir, tmp_path / "gap.jsonl", tmp_path / "gap", keep_columns=("meta",))
+    assert not (tmp_path / "gap").exists()  # the input is checked whole before anything is written
+    with pytest.raises(KeyError, match=r"d.parquet: no column 'meta'"):
+        run(model_dir, tmp_path / "d.parquet", tmp_path / "gap", keep_columns=("meta",))
+    write_jsonl(tmp_path / "mixed.jsonl", [{"text": "a film"}, {"text": "a plot", "id": "p"}])
+    with pytest.raises(ValueError, match=r"mixed.jsonl, line 2: the row has an 'id' field but the first row"):
+        run(model_dir, tmp_path / "mixed.jsonl", tmp_path / "mixed")
+    write_jsonl(tmp_path / "types.jsonl", [{"text": "a film", "x": 1}, {"text": "a plot", "x": "one"}])
+    with pytest.raises(ValueError, match=r"types.jsonl, line 2: a kept column's value fits no one type"):
+        run(model_dir, tmp_path / "types.jsonl", tmp_path / "types", keep_columns=("x",))
+    with pytest.raises(ValueError, match="'vector' is a column embed writes itself"):
+        EmbedOptions(keep_columns=("source", "vector"))
+
+
+def test_a_duplicate_id_is_an_error_naming_both_places_before_anything_is_written(tmp_path, model_dir):
+    write_jsonl(tmp_path / "d.jsonl", [{"id": f"doc-{i % 4}", "text": d} for i, d in enumerate(corpus(6))])
+    with pytest.raises(ValueError, match=r"d.jsonl, line 5: duplicate id 'doc-0' \(first at .*d.jsonl, line 1\)"):
+        run(model_dir, tmp_path / "d.jsonl", tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+    pq.write_table(pa.table({"text": ["a", "b", "c"], "id": [7, 8, 7]}), tmp_path / "d.parquet")
+    with pytest.raises(ValueError, match=r"d.parquet, row 2: duplicate id '7' \(first at .*d.parquet, row 0\)"):
+        run(model_dir, tmp_path / "d.parquet", tmp_path / "out")
+
+
+def test_with_text_stores_each_documents_or_chunks_text(tmp_path, model_dir):
+    docs = corpus(6)
+    write_jsonl(tmp_path / "d.jsonl", [{"text": d} for d in docs])
+    run(model_dir, tmp_path / "d.jsonl", tmp_path / "docs", with_text=True)
+    assert pq.read_table(tmp_path / "docs")["text"].to_pylist() == docs
+    run(model_dir, tmp_path / "d.jsonl", tmp_path / "late", with_text=True, chunking="late", chunk_tokens=4,
+        chunk_overlap=1)
+    rows = pq.read_table(tmp_path / "late").to_pylist()
+    assert len(rows) > len(docs) and {r["id"] for r in rows} == {f"d.jsonl:{i + 1}" for i in range(len(docs))}
+    for r in rows:
+        assert r["text"] == docs[int(r["id"].split(":")[1]) - 1][r["char_start"]:r["char_end"]] != ""
+
+
+def test_chunk_overlap_shares_tokens_between_consecutive_chunks_of_one_forward(tmp_path, model_dir, head):
+    tok = head[1]
+    docs = corpus(6)
+    write_jsonl(tmp_path / "d.jsonl", [{"text": d} for d in docs])
+    run(model_dir, tmp_path / "d.jsonl", tmp_path / "out", chunking="late", chunk_tokens=5, chunk_overlap=2)
+    table = pq.read_table(tmp_path / "out").to_pylist()
+    for i, doc in enumerate(docs):
+        rows = [r for r in table if r["id"] == f"d.jsonl:{i + 1}"]
+        enc = tok(doc, return_offsets_mapping=True)
+        n, offsets = len(enc["input_ids"]), enc["offset_mapping"]  # text tokens 1 .. n-2: [CLS] ... [SEP]
+        ranges = [(1, min(6, n - 1))]
+        while ranges[-1][1] < n - 1:  # each chunk starts 5 - 2 = 3 tokens after the previous, until the last token
+            start = ranges[-1][0] + 3
+            ranges.append((start, min(start + 5, n - 1)))
+        assert [(r["char_start"], r["char_end"]) for r in rows] == [(offsets[a][0], offsets[b - 1][1])
+                                                                      for a, b in ranges]
+        assert [r["n_tokens"] for r in rows] == [b - a for a, b in ranges]
+        torch.testing.assert_close(torch.tensor([r["vector"] for r in rows]), by_hand(head, doc, ranges),
+                                   rtol=0, atol=1e-5)
+    for bad in ({"chunk_overlap": 5}, {"chunk_overlap": -1}):
+        with pytest.raises(ValueError, match=r"--chunk-overlap must be at least 0 and less than --chunk-tokens \(5\)"):
+            EmbedOptions(chunking="late", chunk_tokens=5, **bad)
+    with pytest.raises(ValueError, match="--chunk-overlap applies with --chunking late --chunk-tokens"):
+        EmbedOptions(chunking="late", chunk_spans_column="spans", chunk_overlap=1)
+
+
+def test_shards_are_cut_by_tokens_and_a_killed_job_resumes_them(tmp_path, model_dir, monkeypatch):
+    from avey_b.apps.options import DEFAULT_SHARD_TOKENS, embed_parser
+
+    docs = corpus(14)
+    write_jsonl(tmp_path / "d.jsonl", [{"text": d} for d in docs])
+    lengths = [len(ids) for ids in head_lengths(model_dir, docs)]
+    expected, tokens = [[]], 0  # consecutive documents of at most 50 tokens in all; a longer one alone
+    for n in lengths:
+        if expected[-1] and tokens + n > 50:
+            expected.append([])
+            tokens = 0
+        expected[-1].append(n)
+        tokens += n
+    assert max(lengths) > 50 and len(expected) >= 4 and {1, 3} <= {len(g) for g in expected}
+
+    whole = run(model_dir, tmp_path / "d.jsonl", tmp_path / "whole", shard_size=None, shard_tokens=50)
+    assert [s["tokens"] for s in whole["shards"]] == [sum(g) for g in expected]
+    assert [s["documents"] for s in whole["shards"]] == [len(g) for g in expected]
+
+    write, written = shards.write_shard, []
+
+    def killed_after_two(path, table):
+        if len(written) == 2:
+            raise Killed
+        written.append(path.name)
+        write(path, table)
+
+    monkeypatch.setattr(shards, "write_shard", killed_after_two)
+    with pytest.raises(Killed):
+        run(model_dir, tmp_path / "d.jsonl", tmp_path / "out", shard_size=None, shard_tokens=50)
+    monkeypatch.setattr(shards, "write_shard", write)
+    resumed = run(model_dir, tmp_path / "d.jsonl", tmp_path / "out", shard_size=None)  # the recorded 50 is kept
+    assert [(r["shards_found"], r["shards_written"]) for r in resumed["runs"]] == [(0, 2), (2, len(expected) - 2)]
+    assert pq.read_table(tmp_path / "out").equals(pq.read_table(tmp_path / "whole"))
+    with pytest.raises(ValueError, match="shard_tokens: 50 then, 100 now"):
+        run(model_dir, tmp_path / "d.jsonl", tmp_path / "out", shard_size=None, shard_tokens=100)
+
+    default = run(model_dir, tmp_path / "d.jsonl", tmp_path / "default", shard_size=None)
+    assert default["settings"]["shard_tokens"] == DEFAULT_SHARD_TOKENS and default["settings"]["shard_size"] is None
+    args = embed_parser().parse_args(["m", "i", "o", "--keep-columns", "a,b", "c", "--shard-tokens", "5000"])
+    assert (args.keep_columns, args.shard_tokens, args.shard_size) == (("a,b", "c"), 5000, None)
+    assert EmbedOptions(keep_columns=args.keep_columns).keep_columns == ("a", "b", "c")  # a,b,c or a b c

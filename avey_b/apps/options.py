@@ -88,6 +88,12 @@ def serve_parser() -> argparse.ArgumentParser:
 CHUNKINGS = ("none", "late")
 #: The stored vectors' types.
 VECTOR_DTYPES = ("float32", "float16")
+#: The columns embed writes (``--keep-columns`` may not name them).
+OUTPUT_COLUMNS = ("id", "chunk", "char_start", "char_end", "n_tokens", "text", "vector")
+#: Tokens per shard when ``--shard-tokens`` is not given, and so the work a kill can lose: one full batch of the
+#: default ``--max-batch-tokens`` (smaller shards would make smaller batches), about a minute of a base-size Avey-B on
+#: a quiet 2-core CPU (benchmarks/embed/README.md, "Shard size").
+DEFAULT_SHARD_TOKENS = 32_768
 
 
 @dataclass(frozen=True)
@@ -101,7 +107,13 @@ class EmbedOptions:
     text_column: str = "text"
     """the text field of .jsonl/.parquet/hf: rows"""
     id_column: str | None = None
-    """the id field (default: ids made up from file and line)"""
+    """the id field (default: the field `id` where the rows have one, else ids made up from file and line); ids must
+    be unique"""
+    keep_columns: tuple[str, ...] | None = None
+    """.jsonl/.parquet/hf: input fields stored beside the vectors, with their types (`--keep-columns source,meta`
+    or `--keep-columns source meta`)"""
+    with_text: bool = False
+    """store each row's text: the document's, or with late chunking the chunk's (`text`)"""
     hf_config: str | None = None
     """hf: input: the dataset's configuration"""
     hf_split: str = "train"
@@ -110,12 +122,19 @@ class EmbedOptions:
     """late: one forward per document, one vector per chunk"""
     chunk_tokens: int | None = None
     """late chunking: text tokens per chunk"""
+    chunk_overlap: int = 0
+    """late chunking with --chunk-tokens: tokens that consecutive chunks share (less than --chunk-tokens)"""
     chunk_spans_column: str | None = None
     """late chunking: a column of [start, end) character spans per document"""
     dtype: str = "float32"
     """the stored vectors' type"""
-    shard_size: int = 1000
-    """documents per Parquet shard"""
+    shard_tokens: int | None = None
+    """tokens per Parquet shard at most, the work a kill can lose (a longer document is a shard alone); default:
+    32,768 (about a minute of a base-size model on a 2-core CPU; on a faster device, more, e.g. 1,000,000, makes
+    fewer files), or what the run being resumed used"""
+    shard_size: int | None = None
+    """documents per Parquet shard at most, besides --shard-tokens (default: no such cap, or what the run being
+    resumed used)"""
     max_tokens: int | None = None
     """longest document embedded (longer: skipped and listed, never cut); default: what memory allows, as avey-b
     serve computes it (half the available memory), kept from the first run on a resume"""
@@ -148,13 +167,31 @@ class EmbedOptions:
             raise ValueError("--chunk-tokens and --chunk-spans-column apply with --chunking late")
         if self.chunk_tokens is not None and self.chunk_tokens < 1:
             raise ValueError(f"--chunk-tokens must be at least 1, got {self.chunk_tokens}")
+        if self.chunk_overlap and self.chunk_tokens is None:
+            raise ValueError("--chunk-overlap applies with --chunking late --chunk-tokens N (character spans overlap "
+                             "as they are given)")
+        if self.chunk_tokens is not None and not 0 <= self.chunk_overlap < self.chunk_tokens:
+            raise ValueError(f"--chunk-overlap must be at least 0 and less than --chunk-tokens "
+                             f"({self.chunk_tokens}), got {self.chunk_overlap}")
+        if self.keep_columns is None:
+            object.__setattr__(self, "keep_columns", ())
+        if isinstance(self.keep_columns, str):
+            raise TypeError(f"keep_columns is a tuple of column names, got the string {self.keep_columns!r}")
+        keep = tuple(c.strip() for item in self.keep_columns for c in item.split(","))  # a,b,c or a b c
+        if "" in keep or len(set(keep)) != len(keep):
+            raise ValueError(f"--keep-columns: empty or repeated column names in {','.join(self.keep_columns)!r}")
+        taken = [c for c in keep if c in OUTPUT_COLUMNS]
+        if taken:
+            raise ValueError(f"--keep-columns: {taken[0]!r} is a column embed writes itself ({', '.join(OUTPUT_COLUMNS)}"
+                             "); the document's text is stored by --with-text, its id by --id-column")
+        object.__setattr__(self, "keep_columns", keep)
         if self.dtype not in VECTOR_DTYPES:
             raise ValueError(f"dtype must be one of {VECTOR_DTYPES}, got {self.dtype!r}")
         if self.precision not in configs.PRECISIONS:
             raise ValueError(f"precision must be one of {configs.PRECISIONS}, got {self.precision!r}")
         check_backend(self.backend, {"--ray-address": self.ray_address is not None, "--concurrency":
                                      self.concurrency != 1, "--num-gpus": self.num_gpus is not None})
-        for name in ("shard_size", "max_batch_tokens", "max_tokens", "concurrency", "ray_wave"):
+        for name in ("shard_size", "shard_tokens", "max_batch_tokens", "max_tokens", "concurrency", "ray_wave"):
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ValueError(f"{name} must be at least 1, got {value}")

@@ -6,21 +6,29 @@ from collections.abc import Sequence
 
 
 def chunk_ranges(offsets: Sequence[tuple[int, int]], special: Sequence[int], *, chunk_tokens: int | None = None,
-                 char_spans: Sequence[tuple[int, int]] | None = None) -> list[tuple[int, int, int, int]]:
+                 char_spans: Sequence[tuple[int, int]] | None = None, overlap: int = 0
+                 ) -> list[tuple[int, int, int, int]]:
     """The chunks of one tokenized document as ``(token start, token end, char start, char end)``, ends exclusive,
     token positions counted over the document's tokens (what :func:`avey_b.model.heads.chunk_embeddings` takes).
 
     ``offsets`` are the tokenizer's character offsets (Python string indices, i.e. Unicode code points) and
-    ``special`` its special-tokens mask (1 for [CLS]..., which belong to no chunk). Either ``chunk_tokens`` consecutive text tokens per chunk (the last may be
-    shorter; its character span runs from its first token's start to its last token's end), or ``char_spans``:
-    each span takes the text tokens whose first character lies in it, and keeps its own characters. A span with
-    no token is a ``ValueError``."""
+    ``special`` its special-tokens mask (1 for [CLS]..., which belong to no chunk). Either ``chunk_tokens`` consecutive
+    text tokens per chunk, each chunk starting ``chunk_tokens - overlap`` text tokens after the previous one (so
+    consecutive chunks share ``overlap`` tokens) until one reaches the last token (the last may be shorter; a chunk's
+    character span runs from its first token's start to its last token's end), or ``char_spans``: each span takes
+    the text tokens whose first character lies in it, and keeps its own characters. A span with no token is a
+    ``ValueError``."""
     text_tokens = [i for i, s in enumerate(special) if not s]
     if chunk_tokens is not None:
+        if not 0 <= overlap < chunk_tokens:
+            raise ValueError(f"the overlap ({overlap}) must be at least 0 and less than chunk_tokens ({chunk_tokens})")
         out = []
-        for start in range(0, len(text_tokens), chunk_tokens):
-            first, last = text_tokens[start], text_tokens[min(start + chunk_tokens, len(text_tokens)) - 1]
+        for start in range(0, len(text_tokens), chunk_tokens - overlap):
+            end = min(start + chunk_tokens, len(text_tokens))
+            first, last = text_tokens[start], text_tokens[end - 1]
             out.append((first, last + 1, offsets[first][0], offsets[last][1]))
+            if end == len(text_tokens):
+                break
         return out
     out = []
     for a, b in char_spans or ():

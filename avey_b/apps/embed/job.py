@@ -14,7 +14,14 @@ from pathlib import Path
 
 import torch
 
-from avey_b.apps.embed.documents import Document, check_columns, count_documents, read_documents
+from avey_b.apps.embed.documents import (
+    Document,
+    check_columns,
+    count_documents,
+    file_documents,
+    input_files,
+    read_documents,
+)
 from avey_b.apps.embed.embedder import encoder_for, local_model_dir
 from avey_b.apps.embed.ray import RayBackend, run_on_ray
 from avey_b.apps.embed.shards import (
@@ -25,12 +32,16 @@ from avey_b.apps.embed.shards import (
     documents_done,
     finish_manifest,
     found_shard,
+    infer_types,
+    parquet_types,
     previous_manifest,
     run_shard,
+    shard_schema,
     start_manifest,
 )
 from avey_b.apps.encoder import Encoder
-from avey_b.apps.options import EmbedOptions
+from avey_b.apps.options import DEFAULT_SHARD_TOKENS, EmbedOptions
+from avey_b.data import corpus
 from avey_b.utils.batching import default_max_tokens
 from avey_b.utils.device import pick_device, use_bf16
 from avey_b.utils.files import content_hash, sha256_of_file
@@ -52,10 +63,16 @@ def record_settings(encoder: Encoder, source: str, options: EmbedOptions, previo
     """What the vectors depend on, from the options: the model's and tokenizer's files, the input, and the options
     that change a vector or the layout, resolved (``max_tokens``, precision)."""
     hf = source.startswith("hf:")
+    before = (previous or {}).get("settings", {})
     max_tokens = options.max_tokens
     if max_tokens is None:  # what memory allows; on a rerun, what the first run used (memory differs run to run)
-        max_tokens = (previous or {}).get("settings", {}).get("max_tokens") or default_max_tokens(
-            encoder.config.hidden_size)
+        max_tokens = before.get("max_tokens") or default_max_tokens(encoder.config.hidden_size)
+    # the shard caps left out: on a rerun, the first run's (the first format's: shard_size only), else the defaults
+    shard_size, shard_tokens = options.shard_size, options.shard_tokens
+    if shard_size is None and previous:
+        shard_size = before.get("shard_size")
+    if shard_tokens is None:
+        shard_tokens = before.get("shard_tokens") if previous else DEFAULT_SHARD_TOKENS
     return Settings(
         model_sha256=file_hashes(encoder.path, MODEL_FILES),
         tokenizer_sha256=file_hashes(encoder.path, TOKENIZER_FILES),
@@ -63,8 +80,9 @@ def record_settings(encoder: Encoder, source: str, options: EmbedOptions, previo
         hf_dataset={"name": source[3:], "config": options.hf_config, "split": options.hf_split} if hf else None,
         lines=options.lines, text_column=options.text_column, id_column=options.id_column,
         chunking=options.chunking, chunk_tokens=options.chunk_tokens, chunk_spans_column=options.chunk_spans_column,
-        dtype=options.dtype, shard_size=options.shard_size, max_tokens=max_tokens,
-        precision="bf16" if encoder.bf16 else "fp32")
+        dtype=options.dtype, shard_size=shard_size, max_tokens=max_tokens,
+        precision="bf16" if encoder.bf16 else "fp32", shard_tokens=shard_tokens, chunk_overlap=options.chunk_overlap,
+        keep_columns=list(options.keep_columns), with_text=options.with_text)
 
 
 def _check_new_ids(group: list[Document], seen: dict[str, str]) -> None:
@@ -75,11 +93,55 @@ def _check_new_ids(group: list[Document], seen: dict[str, str]) -> None:
         seen[d.id] = d.where
 
 
+def scan_input(source: str, options: EmbedOptions) -> tuple[int | None, object]:
+    """Read local input with columns (.jsonl, .parquet) once whole before anything is embedded: every row checked
+    (text, id, chunk spans, kept columns) and every id unique, so that bad input stops the job before its first
+    shard; and fix the kept columns' Arrow types for every shard (:func:`~avey_b.apps.embed.shards.infer_types` over
+    the JSON values, the Parquet files' own types, unified). Return the number of documents (the progress line's
+    total) and those types (None: no kept column, or ``hf:`` input, whose first shard fixes them)."""
+    if source.startswith("hf:"):
+        return None, None
+    files = list(input_files(source))
+    if all(f.suffix.lower() in corpus.TEXT_SUFFIXES for f, _ in files):
+        return count_documents(source, options), None
+    seen, schema, columns = {}, None, list(options.keep_columns)
+    for f, name in files:
+        docs = file_documents(f, name, options)
+        for batch in iter(lambda: list(itertools.islice(docs, 1024)), []):  # noqa: B023 (used at once)
+            _check_new_ids(batch, seen)
+            if columns and f.suffix.lower() not in corpus.PARQUET_SUFFIXES:
+                schema = infer_types(batch, columns, schema)
+        if columns and f.suffix.lower() in corpus.PARQUET_SUFFIXES:
+            schema = parquet_types(f, columns, schema)
+    return len(seen), schema
+
+
+def shard_groups(docs: Iterator[Document], count_tokens, settings: Settings) -> Iterator[list[Document]]:
+    """``docs`` cut into shards, in order: consecutive documents of at most ``settings.shard_tokens`` tokens in all
+    (a longer document is a shard alone) and at most ``settings.shard_size`` documents; ``count_tokens`` gives the
+    tokens of a list of texts (the model's tokenizer, special tokens included). The same input and settings give
+    the same shards, which is what lets a rerun find the finished ones."""
+    group, tokens = [], 0
+    for batch in iter(lambda: list(itertools.islice(docs, 256)), []):
+        lengths = count_tokens([d.text for d in batch]) if settings.shard_tokens is not None else [0] * len(batch)
+        for doc, n in zip(batch, lengths, strict=True):
+            full = (settings.shard_tokens is not None and tokens + n > settings.shard_tokens) or (
+                settings.shard_size is not None and len(group) == settings.shard_size)
+            if group and full:
+                yield group
+                group, tokens = [], 0
+            group.append(doc)
+            tokens += n
+    if group:
+        yield group
+
+
 def _embed_shards(docs: Iterator[Document], out: Path, encoder: Encoder, settings: Settings, manifest: dict,
-                  run: dict, bar: Progress, options: EmbedOptions, ray: RayBackend | None) -> tuple[dict[int, dict], int]:
+                  run: dict, bar: Progress, options: EmbedOptions, ray: RayBackend | None, kept_schema
+                  ) -> tuple[dict[int, dict], int]:
     """Cut ``docs`` into shards and embed those not written yet — here, or on Ray in waves of ``ray_wave *
     concurrency`` shards — recording each written shard in the manifest; return every shard's metadata (by number)
-    and how many documents were read."""
+    and how many documents were read. ``kept_schema``: the kept columns' types (None: fixed by the first shard)."""
     seen, infos, pending, tokens, started = {}, {}, [], 0, time.monotonic()
 
     def written(info: dict) -> None:
@@ -92,21 +154,24 @@ def _embed_shards(docs: Iterator[Document], out: Path, encoder: Encoder, setting
         bar.update(info["documents"], **{"tokens/s": tokens / elapsed if elapsed > 0 else 0.0})
 
     def flush() -> None:  # the Ray backend's shards read so far: one Ray Data pipeline
-        for info in run_on_ray(pending, encoder.path, out, settings, options.max_batch_tokens, ray):
+        for info in run_on_ray(pending, encoder.path, out, settings, options.max_batch_tokens, ray, kept_schema):
             written(info)
         pending.clear()
 
-    for k in itertools.count():
-        group = list(itertools.islice(docs, settings.shard_size))
-        if not group:
-            break
+    def count_tokens(texts: list[str]) -> list[int]:
+        return [len(ids) for ids in encoder.tokenize(texts)["input_ids"]]
+
+    for k, group in enumerate(shard_groups(docs, count_tokens, settings)):
         _check_new_ids(group, seen)
         path = out / SHARD.format(k)
+        if settings.keep_columns and kept_schema is None:  # hf: input: the first shard's types, as written
+            kept_schema = (shard_schema(path, settings.keep_columns) if path.exists()
+                           else infer_types(group, settings.keep_columns))
         if path.exists():
             infos[k] = found_shard(path, group)
             run["shards_found"] += 1
         elif ray is None:
-            written(run_shard(encoder, k, group, out, settings, options.max_batch_tokens))
+            written(run_shard(encoder, k, group, out, settings, options.max_batch_tokens, kept_schema))
         else:
             pending.append((k, group))
         if ray is not None and len(pending) == ray.shards_per_pipeline:
@@ -125,6 +190,7 @@ def embed_corpus(model: str, source: str, output: str | os.PathLike, options: Em
     except ImportError:
         raise ImportError("avey-b embed writes Parquet with pyarrow: pip install 'avey-b[embed]'") from None
     check_columns(source, options)
+    total, kept_schema = scan_input(source, options)  # bad input stops here, before anything is written
     out = Path(output)
     previous = previous_manifest(out)
 
@@ -143,11 +209,10 @@ def embed_corpus(model: str, source: str, output: str | os.PathLike, options: Em
         manifest = start_manifest(out, model, source, encoder, recorded, previous, run)
 
         started = time.monotonic()
-        total = count_documents(source, options)
         with Progress(total, f"embed {Path(source).name}", unit="doc", initial=documents_done(out),
                       enabled=options.progress) as bar:
             infos, documents = _embed_shards(read_documents(source, options), out, encoder, recorded, manifest,
-                                             run, bar, options, ray)
+                                             run, bar, options, ray, kept_schema)
         finish_manifest(out, source, manifest, run, infos, documents, started)
         return manifest
 

@@ -5,8 +5,8 @@ actors, laid out, recorded and resumed exactly as by the local backend. Ray is a
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
+import pickle
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,34 +49,40 @@ class RayShardWriter:
     shards with :func:`~avey_b.apps.embed.shards.run_shard`, as the local backend does, into OUTPUT (a filesystem
     every node sees)."""
 
-    def __init__(self, model_dir: str, out: str, settings: Settings, max_batch_tokens: int, device: str):
+    def __init__(self, model_dir: str, out: str, settings: Settings, max_batch_tokens: int, device: str,
+                 kept_schema=None):
         self.encoder = encoder_for(model_dir, device=device, precision=settings.precision)
         self.out, self.settings, self.max_batch_tokens = Path(out), settings, max_batch_tokens
+        self.kept_schema = kept_schema
 
     def __call__(self, batch: dict) -> dict:
         infos = []
         for k, docs in zip(batch["shard"], batch["docs"], strict=True):
-            group = [Document(**d) for d in json.loads(docs)]
-            info = run_shard(self.encoder, int(k), group, self.out, self.settings, self.max_batch_tokens)
+            group: list[Document] = pickle.loads(docs)  # noqa: S301 (the driver's own documents)
+            info = run_shard(self.encoder, int(k), group, self.out, self.settings, self.max_batch_tokens,
+                             self.kept_schema)
             infos.append(json.dumps(info))
         return {"info": infos}
 
 
 def run_on_ray(pending: list[tuple[int, list[Document]]], model_dir: Path, out: Path, settings: Settings,
-               max_batch_tokens: int, backend: RayBackend) -> Iterator[dict]:
+               max_batch_tokens: int, backend: RayBackend, kept_schema=None) -> Iterator[dict]:
     """Run pending shards (a wave) as a Ray Data pipeline — the shards' documents, read in order by the driver →
     ``map_batches`` over ``backend.concurrency`` :class:`RayShardWriter` actors (the model loaded once per actor,
-    ``backend.num_gpus`` each) → one Parquet shard each, written by the actor — and yield each shard's metadata as
+    ``backend.num_gpus`` each) → one Parquet shard each (``kept_schema``: the kept columns' types, the driver's),
+    written by the actor — and yield each shard's metadata as
     it finishes. The actors write the shards themselves (not ``Dataset.write_parquet``, whose files are named by
     Ray's blocks) so that OUTPUT is laid out, and resumes, exactly as with the local backend."""
     import ray
 
     ray.data.DataContext.get_current().enable_progress_bars = False  # the job's own progress line reports
-    items = [{"shard": k, "docs": json.dumps([dataclasses.asdict(d) for d in group])} for k, group in pending]
+    # the documents travel pickled: kept columns hold any value pyarrow reads (dates, bytes, nested rows)
+    items = [{"shard": k, "docs": pickle.dumps(group)} for k, group in pending]
     results = ray.data.from_items(items).map_batches(
         RayShardWriter, batch_size=1, concurrency=backend.concurrency, num_gpus=backend.num_gpus,
         num_cpus=0 if backend.num_gpus else 1,
         fn_constructor_kwargs={"model_dir": str(model_dir), "out": str(out), "settings": settings,
-                               "max_batch_tokens": max_batch_tokens, "device": backend.device})
+                               "max_batch_tokens": max_batch_tokens, "device": backend.device,
+                               "kept_schema": kept_schema})
     for row in results.iter_rows():
         yield json.loads(row["info"])

@@ -34,7 +34,9 @@ class Settings:
     """What the vectors depend on — the model's and tokenizer's files, the input, the options that change a vector
     or the layout — recorded as the manifest's ``settings``; a rerun into the same OUTPUT must match them, field by
     field. Built by :func:`avey_b.apps.embed.job.record_settings` from the options; the shards read ``chunking``,
-    ``chunk_tokens``, ``max_tokens`` and ``dtype``."""
+    ``chunk_tokens``, ``chunk_overlap``, ``max_tokens``, ``dtype``, ``keep_columns`` and ``with_text``. The fields
+    after ``precision`` came after the first format: a manifest without them reads them as what that format did
+    (:data:`FIRST_FORMAT`)."""
 
     model_sha256: dict[str, str] = field(default_factory=dict)
     """SHA-256 of the model's files (config, weights), by name."""
@@ -50,16 +52,23 @@ class Settings:
     chunk_tokens: int | None = None
     chunk_spans_column: str | None = None
     dtype: str = "float32"
-    shard_size: int = 1000
+    shard_size: int | None = None
+    """Documents per shard at most (None: no such cap)."""
     max_tokens: int | None = None
     """Resolved: the option, or what memory allowed the first run."""
     precision: str = "fp32"
     """Resolved: ``bf16`` or ``fp32``."""
+    shard_tokens: int | None = None
+    """Tokens per shard at most (None: no such cap; a longer document is a shard alone)."""
+    chunk_overlap: int = 0
+    keep_columns: list[str] = field(default_factory=list)
+    with_text: bool = False
 
     @classmethod
     def from_json(cls, data: dict) -> Settings:
-        """The settings of a manifest (a field it lacks reads as None, and is a difference)."""
-        return cls(**{f.name: data.get(f.name) for f in dataclasses.fields(cls)})
+        """The settings of a manifest (a field it lacks reads as None, and is a difference; one added after the
+        first format reads as that format's behaviour, :data:`FIRST_FORMAT`)."""
+        return cls(**{f.name: data.get(f.name, FIRST_FORMAT.get(f.name)) for f in dataclasses.fields(cls)})
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
@@ -70,6 +79,81 @@ class Settings:
         names = sorted(f.name for f in dataclasses.fields(self))
         return [f"{k}: {short(getattr(self, k))!r} then, {short(getattr(now, k))!r} now" for k in names
                 if getattr(self, k) != getattr(now, k)]
+
+
+#: The settings added after the first format, with the values that give what that format did.
+FIRST_FORMAT = {"shard_tokens": None, "chunk_overlap": 0, "keep_columns": [], "with_text": False}
+
+
+# ------------------------------------------------------------------------------------------------ kept columns
+def infer_types(docs: list[Document], columns: list[str], schema=None):
+    """The Arrow schema of ``columns`` (``--keep-columns``) over ``docs``' values, as pyarrow infers them, unified
+    with ``schema`` (the types so far: an int column with a float becomes double, a null one takes the other's type,
+    structs gather their fields); values that fit no common type are an error naming the column and the row."""
+    import pyarrow as pa
+
+    def unify(schemas):
+        return pa.unify_schemas([s for s in schemas if s is not None], promote_options="permissive")
+
+    def of(rows):
+        return pa.schema([pa.field(c, pa.array([d.kept[c] for d in rows]).type) for c in columns])
+
+    try:
+        return unify([schema, of(docs)])
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        for d in docs:  # find the first row that does not fit
+            try:
+                schema = unify([schema, of([d])])
+            except (pa.ArrowInvalid, pa.ArrowTypeError) as error:
+                raise ValueError(f"{d.where}: a kept column's value fits no one type with the rows before it "
+                                 f"({error}); --keep-columns stores each column with one type") from None
+        raise
+
+
+def parquet_types(path: Path, columns: list[str], schema=None):
+    """The types of ``columns`` in the Parquet file ``path``, as stored there, unified with ``schema`` (the types
+    so far, :func:`infer_types`)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    own = pq.read_schema(path)
+    try:
+        return pa.unify_schemas([s for s in (schema, pa.schema([own.field(c) for c in columns])) if s is not None],
+                                promote_options="permissive")
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as error:
+        raise ValueError(f"{path}: a kept column's type fits no one type with the files before it ({error}); "
+                         "--keep-columns stores each column with one type") from None
+
+
+def shard_schema(path: Path, columns: list[str]):
+    """The types of the kept ``columns`` in a written shard."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    own = pq.read_schema(path)
+    return pa.schema([own.field(c) for c in columns])
+
+
+def _kept_array(docs: list[Document], repeats: list[int], column: str, typ):
+    import pyarrow as pa
+
+    values = [d.kept[column] for d, n in zip(docs, repeats, strict=True) for _ in range(n)]
+    try:
+        return pa.array(values, type=typ)
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as error:
+        where = next((d.where for d in docs if not _fits(d.kept[column], typ)), docs[0].where if docs else "?")
+        raise ValueError(f"{where}: the value of kept column {column!r} is not a {typ} like the rows before it "
+                         f"({error})") from None
+
+
+def _fits(value, typ) -> bool:
+    import pyarrow as pa
+
+    try:
+        pa.array([value], type=typ)
+        return True
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        return False
 
 
 # ------------------------------------------------------------------------------------------------------ shards
@@ -87,17 +171,31 @@ def shard_info(path: Path) -> dict:
     return json.loads(pq.read_schema(path).metadata[METADATA_KEY])
 
 
-def _table(rows: list[dict], late: bool, dim: int, dtype: str, info: dict):
+def _table(rows: list[dict], settings: Settings, dim: int, info: dict, kept_schema):
+    """The shard's table: ``id``, with late chunking ``chunk``, ``char_start``, ``char_end``, then ``n_tokens``,
+    ``text`` (``--with-text``), the kept columns (typed by ``kept_schema``) and ``vector``."""
     import pyarrow as pa
 
     vectors = np.stack([r["vector"] for r in rows]) if rows else np.zeros((0, dim))
-    flat = pa.array(vectors.astype(dtype).reshape(-1))
+    flat = pa.array(vectors.astype(settings.dtype).reshape(-1))
     columns = {"id": pa.array([r["id"] for r in rows], pa.string())}
-    if late:
+    if settings.chunking == "late":
         columns["chunk"] = pa.array([r["chunk"] for r in rows], pa.int32())
         columns["char_start"] = pa.array([r["char_start"] for r in rows], pa.int64())
         columns["char_end"] = pa.array([r["char_end"] for r in rows], pa.int64())
     columns["n_tokens"] = pa.array([r["n_tokens"] for r in rows], pa.int32())
+    if settings.with_text:
+        columns["text"] = pa.array([r["text"] for r in rows], pa.string())
+    if settings.keep_columns:
+        docs, repeats = [], []  # each document once, with its rows (its chunks)
+        for r in rows:
+            if docs and docs[-1] is r["doc"]:
+                repeats[-1] += 1
+            else:
+                docs.append(r["doc"])
+                repeats.append(1)
+        for c in settings.keep_columns:
+            columns[c] = _kept_array(docs, repeats, c, kept_schema.field(c).type)
     columns["vector"] = pa.FixedSizeListArray.from_arrays(flat, dim)
     table = pa.table(columns)
     return table.replace_schema_metadata({METADATA_KEY: json.dumps(info).encode()})
@@ -119,7 +217,8 @@ def _embed_shard(encoder: Encoder, docs: list[Document], settings: Settings, max
         if late:
             try:
                 ranges = chunk_ranges(enc["offset_mapping"][i], enc["special_tokens_mask"][i],
-                                      chunk_tokens=settings.chunk_tokens, char_spans=doc.spans)
+                                      chunk_tokens=settings.chunk_tokens, char_spans=doc.spans,
+                                      overlap=settings.chunk_overlap or 0)
             except ValueError as error:
                 raise ValueError(f"{doc.where}: {error}") from None
             if not ranges:
@@ -131,21 +230,22 @@ def _embed_shard(encoder: Encoder, docs: list[Document], settings: Settings, max
     rows = []
     for (doc, ids, ranges), v in zip(work, vectors, strict=True):
         if not late:
-            rows.append({"id": doc.id, "n_tokens": len(ids), "vector": v.numpy()})
+            rows.append({"id": doc.id, "n_tokens": len(ids), "text": doc.text, "doc": doc, "vector": v.numpy()})
             continue
         for c, (t0, t1, c0, c1) in enumerate(ranges):
             rows.append({"id": doc.id, "chunk": c, "char_start": c0, "char_end": c1, "n_tokens": t1 - t0,
-                         "vector": v[c].numpy()})
+                         "text": doc.text[c0:c1], "doc": doc, "vector": v[c].numpy()})
     return rows, skipped, sum(len(ids) for _, ids, _ in work)
 
 
 def run_shard(encoder: Encoder, k: int, group: list[Document], out: Path, settings: Settings,
-              max_batch_tokens: int) -> dict:
-    """Embed shard ``k`` (documents ``group``), write it atomically, and return what its metadata records."""
+              max_batch_tokens: int, kept_schema=None) -> dict:
+    """Embed shard ``k`` (documents ``group``), write it atomically, and return what its metadata records;
+    ``kept_schema``: the Arrow types of the kept columns (:func:`infer_types`), the same for every shard."""
     rows, skipped, tokens = _embed_shard(encoder, group, settings, max_batch_tokens)
     info = {"shard": k, "documents": len(group), "first_id": group[0].id, "last_id": group[-1].id,
             "rows": len(rows), "tokens": tokens, "skipped": skipped}
-    table = _table(rows, settings.chunking == "late", encoder.config.hidden_size, settings.dtype, info)
+    table = _table(rows, settings, encoder.config.hidden_size, info, kept_schema)
     write_shard(out / SHARD.format(k), table)
     return info
 
@@ -200,10 +300,11 @@ def start_manifest(out: Path, model: str, source: str, encoder: Encoder, setting
     if settings.id_column:
         ids = f"column {settings.id_column!r}"
     elif settings.hf_dataset:
-        ids = f"made up: {settings.hf_dataset['split']}:<row>"
+        ids = f"column 'id' where the rows have one, else made up: {settings.hf_dataset['split']}:<row>"
     else:
-        ids = ("made up: <file>:<line> (.jsonl; .txt with --lines), <file>:<row> (.parquet, from 0), <file> (a whole "
-               ".txt), <file> relative to the input directory")
+        ids = ("column 'id' in the files whose rows have one, else made up: <file>:<line> (.jsonl; .txt with "
+               "--lines), <file>:<row> (.parquet, from 0), <file> (a whole .txt), <file> relative to the input "
+               "directory")
     manifest = {
         "format": FORMAT, "status": "running",
         "model": {"path": str(model), "architecture": encoder.architecture, "pooling": POOLING,
