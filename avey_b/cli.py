@@ -51,7 +51,7 @@ COMMANDS: dict[str, Verb] = {
     "export": Verb("avey_b.apps.options:export_parser", "avey_b.apps.export:run",
                    "an Avey-B checkpoint as ONNX / torch.export, for every length"),
     "serve": Verb("avey_b.apps.options:serve_parser", "avey_b.apps.serve:run",
-                  "an HTTP server: OpenAI-compatible embeddings, fill-mask, classification"),
+                  "an HTTP server: OpenAI, TEI and Cohere-style routes (embeddings, rerank, classify, ...)"),
     "embed": Verb("avey_b.apps.options:embed_parser", "avey_b.apps.embed.job:run",
                   "embed a corpus into Parquet shards, resumably (whole documents or late chunks)"),
 }

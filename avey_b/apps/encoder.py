@@ -172,11 +172,15 @@ class Encoder:
 
     @functools.cached_property
     def kinds(self) -> list[str]:
-        """What this checkpoint answers in this runtime: ``embed``, ``fill``, ``classify`` (in that order)."""
+        """What this checkpoint answers in this runtime: ``embed``, ``fill``, ``classify`` (in that order), and
+        ``rerank`` for a sequence classifier with one label (``num_labels=1``), which scores (query, document) pairs
+        as a cross-encoder."""
         outputs = self.runtime.outputs
         kinds = ["embed"] if {"sentence_embedding", "last_hidden_state"} & set(outputs) else []
         if "logits" in outputs and self.architecture in LOGIT_KINDS:
             kinds.append(LOGIT_KINDS[self.architecture])
+            if kinds[-1] == "classify" and self.config.num_labels == 1:
+                kinds.append("rerank")  # one score per input: a cross-encoder (sentence-transformers' CrossEncoder)
         if not kinds:
             raise ValueError(f"{self.onnx_file}: outputs {outputs} answer nothing for a {self.architecture}: export "
                              "it with --head embedding (embeddings), masked-lm or sequence-classification")
@@ -222,13 +226,20 @@ class Encoder:
                              "embedding")
         return self.runtime.run("last_hidden_state", batch.to(self.device), mask.to(self.device))
 
-    def embed(self, batch: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """(B, d) float32 embeddings of a padded batch, on ``device`` (see the module docstring)."""
+    def embed(self, batch: torch.Tensor, mask: torch.Tensor, normalize: bool | None = None) -> torch.Tensor:
+        """(B, d) float32 embeddings of a padded batch, on ``device`` (see the module docstring). ``normalize``:
+        L2-normalize or not, whatever the config says (None: as the config says)."""
         mask = mask.to(self.device)
-        if "sentence_embedding" in self.runtime.outputs:
+        configured = bool(getattr(self.config, "normalize_embeddings", True))
+        normalize = configured if normalize is None else normalize
+        outputs = self.runtime.outputs
+        if "sentence_embedding" in outputs and (normalize == configured or "last_hidden_state" not in outputs):
+            if normalize != configured:
+                raise ValueError(f"{self.onnx_file} gives only sentence_embedding, "
+                                 f"{'' if configured else 'not '}normalized: export it with --head embedding")
             return self.runtime.run("sentence_embedding", batch, mask).float()
         hidden = self.hidden_states(batch, mask)
-        return sentence_embedding(hidden.float(), mask, bool(getattr(self.config, "normalize_embeddings", True)))
+        return sentence_embedding(hidden.float(), mask, normalize)
 
     def logits(self, batch: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """The head's float32 logits of a padded batch, on the CPU."""

@@ -42,26 +42,58 @@ def add_load_arguments(parser: argparse.ArgumentParser) -> None:
                         help=configs.field_docs(LoadOptions)["onnx"])
 
 
+#: ``--log-level``: the server's log (the access log is at info).
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
 @dataclass
 class ServeOptions:
-    """What ``avey-b serve`` serves on and how it batches (:func:`avey_b.apps.serve.build_app`)."""
+    """What ``avey-b serve`` serves on, its limits, and how it batches (:func:`avey_b.apps.serve.build_app`). Each
+    limit's refusal names the flag that sets it."""
 
     host: str = "127.0.0.1"
     """the address to listen on"""
     port: int = 8000
     """the port to listen on"""
+    served_model_name: str | None = None
+    """the model's name in every response and in /v1/models, and the only `model` a request may name (another:
+    404); default: the model directory's name (a Hub id as given); a server path is never shown"""
+    api_key: str | None = None
+    """require `Authorization: Bearer KEY` on every route but /health (without it: 401); default: the environment
+    variable AVEY_B_API_KEY, if set (safer: a flag shows in the process list); none: no key asked"""
+    log_level: str = "info"
+    """the log on stderr: one access line per request at info (method, path, status, inputs, tokens, ms)"""
     max_tokens: int | None = None
-    """longest input accepted (longer: 413, never cut); default: what the memory allows (half the available memory,
-    at avey_b.utils.batching's bytes per token of the model's width)"""
+    """longest input in tokens (longer: 413, never cut unless a TEI request asks truncate=true); default: what the
+    memory allows (half the available memory, at avey_b.utils.batching's bytes per token of the model's width)"""
+    max_input_chars: int = 2_000_000
+    """longest input in characters, checked before tokenizing (longer: 413)"""
+    max_body_bytes: int = 16 * 1024 * 1024
+    """largest request body in bytes, checked before it is read (Content-Length) and while it is read (larger:
+    413)"""
+    max_request_inputs: int = 2048
+    """inputs (texts, token-id lists, rerank documents) in one request at most (more: 413); a request's inputs are
+    split across batches whatever their number"""
     max_batch_tokens: int = 32_768
     """padded tokens per batch (a single longer input runs alone)"""
     queue_size: int = 256
-    """inputs waiting at most; past it: 503"""
+    """inputs waiting for the model at most, to bound the work in flight: a request that would pass it waits for
+    no one and gets 503 (retry later), unless the queue is empty: a request that comes to an idle server is always
+    taken, whatever its number of inputs (up to --max-request-inputs)"""
     batch_wait_ms: float = 0.0
     """how long the batcher waits for more inputs after the first before it runs what it holds (0: it takes what
     queued while the previous batch ran, and waits for nothing more): a wait can merge the requests of
     concurrent clients into fewer batches, and delays every request by up to that long; measurements:
     benchmarks/serve/README.md"""
+
+    def __post_init__(self):
+        for name in ("max_input_chars", "max_body_bytes", "max_request_inputs", "max_batch_tokens", "queue_size",
+                     "max_tokens"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"{name} must be at least 1, got {value}")
+        if self.log_level not in LOG_LEVELS:
+            raise ValueError(f"log_level must be one of {LOG_LEVELS}, got {self.log_level!r}")
 
 
 def verb_parser(prog: str, module: str) -> argparse.ArgumentParser:
@@ -78,7 +110,7 @@ def verb_parser(prog: str, module: str) -> argparse.ArgumentParser:
 def serve_parser() -> argparse.ArgumentParser:
     p = verb_parser("avey-b serve", "avey_b.apps.serve")
     p.add_argument("model", help="a saved Avey-B (local directory or Hub id) with its tokenizer")
-    configs.add_arguments(p, ServeOptions)
+    configs.add_arguments(p, ServeOptions, choices={"log_level": LOG_LEVELS})
     add_load_arguments(p)
     return p
 

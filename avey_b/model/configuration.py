@@ -163,6 +163,9 @@ class AveyBConfig(PretrainedConfig):
         sparse_prediction (`bool`, defaults to `False`): the MLM head computes logits only at positions whose
             label is not -100 (saves most of the vocabulary projection in pretraining).
         normalize_embeddings (`bool`, defaults to `True`): L2-normalize sentence embeddings.
+        matryoshka_dimensions (`list[int]`, *optional*): the shorter embedding sizes this model was trained to give
+            (Matryoshka representation learning, Kusupati et al., 2022): the first ``n`` values of its pooled vector,
+            re-normalized, for each ``n`` listed. Servers answer ``dimensions=n`` for these sizes only.
         contrastive_scale (`float`, defaults to 20.0): logit scale of the sentence-embedding head's in-batch
             contrastive loss on cosine similarities (sentence-transformers' default for the same loss).
         context_len (`int`, *optional*): the input length the authors' release states (its ``AveyConfig``'s
@@ -222,6 +225,7 @@ class AveyBConfig(PretrainedConfig):
         classifier_head: str = "linear",
         sparse_prediction: bool = False,
         normalize_embeddings: bool = True,
+        matryoshka_dimensions: list[int] | None = None,
         contrastive_scale: float = 20.0,
         context_len: int | None = None,
         retrieval_pooling: str | None = None,
@@ -269,6 +273,7 @@ class AveyBConfig(PretrainedConfig):
         self.classifier_head = classifier_head
         self.sparse_prediction = sparse_prediction
         self.normalize_embeddings = normalize_embeddings
+        self.matryoshka_dimensions = None if matryoshka_dimensions is None else list(matryoshka_dimensions)
         self.contrastive_scale = contrastive_scale
         self.context_len = context_len
         self.retrieval_pooling = retrieval_pooling
@@ -348,6 +353,10 @@ class AveyBConfig(PretrainedConfig):
             value = getattr(self, field)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"AveyBConfig.{field} must be an integer >= 1, got {value!r}")
+        dims = self.matryoshka_dimensions
+        if dims is not None and not all(type(n) is int and 1 <= n <= self.hidden_size for n in dims):
+            raise ValueError(f"AveyBConfig.matryoshka_dimensions must list integers from 1 to hidden_size "
+                             f"({self.hidden_size}), got {dims!r}")
         k = self.num_retrieved_splits
         if isinstance(k, bool) or not isinstance(k, int) or k < 0:
             raise ValueError(f"AveyBConfig.num_retrieved_splits (k) must be an integer >= 0, got {k!r}")

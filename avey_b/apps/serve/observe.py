@@ -1,0 +1,119 @@
+"""What wraps every request: the API key, the cap on body bytes, one access-log line, and the Prometheus metrics
+(``prometheus-client``, a registry of the app's own, served at ``GET /metrics``)."""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import time
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+#: the access log (one line per request at info) and the server's messages
+log = logging.getLogger("avey_b.serve")
+
+#: routes reachable without the API key
+OPEN_PATHS = ("/health",)
+
+
+class Metrics:
+    """The server's Prometheus metrics: requests by method, route and status; latency by route; inputs and tokens
+    by route; inputs waiting for the model (read from ``depth()`` at each scrape)."""
+
+    def __init__(self, depth):
+        self.registry = CollectorRegistry()
+        self.requests = Counter("avey_b_requests", "HTTP requests answered", ["method", "route", "status"],
+                                registry=self.registry)
+        self.latency = Histogram("avey_b_request_duration_seconds", "time from a request's start to its answer",
+                                 ["route"], registry=self.registry,
+                                 buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120))
+        self.inputs = Counter("avey_b_inputs", "inputs received (texts, token-id lists, documents)", ["route"],
+                              registry=self.registry)
+        self.tokens = Counter("avey_b_tokens", "tokens run through the model", ["route"], registry=self.registry)
+        self.queue = Gauge("avey_b_queue_inputs", "inputs waiting for the model", registry=self.registry)
+        self.queue.set_function(depth)
+
+
+def error_body(status: int, message: str, detail=None) -> dict:
+    """FastAPI's ``detail`` beside the OpenAI API's ``error`` object, whose message the openai SDK shows."""
+    kind = {401: "authentication_error", 404: "not_found_error"}.get(status, "invalid_request_error" if status < 500
+                                                                    else "server_error")
+    return {"detail": message if detail is None else detail,
+            "error": {"message": message, "type": kind, "param": None, "code": None}}
+
+
+class BodyTooLarge(Exception):
+    pass
+
+
+class Gate:
+    """ASGI middleware, outermost but for the server-error handler: refuses a request without the API key (401)
+    or with a body over ``max_body_bytes`` (413: by its Content-Length before reading it, else while reading it),
+    then writes the access-log line and the metrics of every answer."""
+
+    def __init__(self, app, *, api_key: str | None, max_body_bytes: int, metrics: Metrics):
+        self.app, self.api_key, self.max_body_bytes, self.metrics = app, api_key, max_body_bytes, metrics
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        started, status = time.perf_counter(), [500]
+        headers = dict(scope["headers"])
+        state = scope.setdefault("state", {})
+
+        async def send_status(message):
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+            await send(message)
+
+        async def refuse(code: int, message: str, extra: dict | None = None):
+            body = json.dumps(error_body(code, message)).encode()
+            await send_status({"type": "http.response.start", "status": code, "headers": [
+                (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                *((k.encode(), v.encode()) for k, v in (extra or {}).items())]})
+            await send({"type": "http.response.body", "body": body})
+
+        try:
+            length = headers.get(b"content-length")
+            if self.api_key and scope["path"] not in OPEN_PATHS and not self.authorized(headers):
+                await refuse(401, "this server needs an API key: send the header `Authorization: Bearer KEY`",
+                             {"www-authenticate": "Bearer"})
+            elif length is not None and length.isdigit() and int(length) > self.max_body_bytes:
+                await refuse(413, self.too_large(f"{int(length):,} bytes"))
+            else:
+                read = 0
+
+                async def counted():
+                    nonlocal read
+                    message = await receive()
+                    read += len(message.get("body", b""))
+                    if read > self.max_body_bytes:
+                        raise BodyTooLarge
+                    return message
+
+                try:
+                    await self.app(scope, counted, send_status)
+                except BodyTooLarge:
+                    await refuse(413, self.too_large(f"more than {self.max_body_bytes:,} bytes"))
+        finally:
+            self.record(scope, state, status[0], time.perf_counter() - started)
+
+    def too_large(self, size: str) -> str:
+        return (f"the request body has {size}, more than this server's --max-body-bytes {self.max_body_bytes:,}: "
+                "send fewer or shorter inputs per request, or raise the limit")
+
+    def authorized(self, headers: dict) -> bool:
+        scheme, _, key = headers.get(b"authorization", b"").decode("latin-1").partition(" ")
+        return scheme.lower() == "bearer" and hmac.compare_digest(key.strip().encode(), self.api_key.encode())
+
+    def record(self, scope, state: dict, status: int, seconds: float) -> None:
+        route = getattr(scope.get("route"), "path", None) or "unmatched"  # a path template: bounded label values
+        inputs, tokens = state.get("inputs"), state.get("tokens")
+        self.metrics.requests.labels(scope["method"], route, str(status)).inc()
+        self.metrics.latency.labels(route).observe(seconds)
+        if inputs is not None:
+            self.metrics.inputs.labels(route).inc(inputs)
+            self.metrics.tokens.labels(route).inc(tokens)
+        log.info("%s %s %d inputs=%s tokens=%s %.1f ms", scope["method"], scope["path"], status,
+                 "-" if inputs is None else inputs, "-" if tokens is None else tokens, seconds * 1000)

@@ -1,0 +1,69 @@
+"""The model's side of the server: what one batch of inputs of one kind computes (run on the batcher's thread), and
+the small numeric steps the routes apply to it (normalization, Matryoshka truncation, scores)."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from avey_b.apps.encoder import Encoder
+from avey_b.apps.serve.batcher import Job
+from avey_b.model.heads import chunk_embeddings
+
+#: the most tokens a fill-mask answer lists per [MASK] (the request's top_k is at most this)
+FILL_TOP = 50
+
+
+@torch.no_grad()
+def answer_batch(encoder: Encoder, kind: str, jobs: list[Job]) -> list:
+    """The answers to one batch of jobs of one ``kind``, float32 numpy arrays unless said:
+
+    * ``embed``: (d,) masked mean of the backbone's last hidden state, not normalized (the route normalizes);
+    * ``tokens``: (n, d) the last hidden state of each of the input's n tokens;
+    * ``chunks``: (C, d) late chunking, the mean of each chunk's token states (``job.extra``: token ranges);
+    * ``logits``: (num_labels,) the classifier's logits;
+    * ``fill``: per [MASK] of the input, its top tokens ``[{"token", "score"}]`` (Python lists)."""
+    ids = [j.ids for j in jobs]
+    batch, mask = encoder.pad(ids)
+    if kind == "embed":
+        return list(encoder.embed(batch, mask, normalize=False).cpu().numpy())
+    if kind in ("tokens", "chunks"):
+        hidden = encoder.hidden_states(batch, mask).float()
+        if kind == "chunks":
+            return [c.cpu().numpy() for c in chunk_embeddings(hidden, mask.to(hidden.device),
+                                                              [j.extra for j in jobs], normalize=False)]
+        hidden = hidden.cpu().numpy()
+        return [hidden[i, :len(row)] for i, row in enumerate(ids)]
+    logits = encoder.logits(batch, mask)
+    if kind == "logits":
+        return list(logits.numpy())
+    tokenizer, out = encoder.tokenizer, []  # fill: the top tokens at each [MASK] of each input
+    for i, row in enumerate(ids):
+        per_mask = []
+        for position in (p for p, token in enumerate(row) if token == tokenizer.mask_token_id):
+            scores, tokens = logits[i, position].softmax(-1).topk(min(FILL_TOP, logits.shape[-1]))
+            per_mask.append([{"token": tokenizer.decode([int(t)]).strip(), "score": float(v)}
+                             for v, t in zip(scores, tokens, strict=True)])
+        out.append(per_mask)
+    return out
+
+
+def finish_vector(vector: np.ndarray, dimensions: int | None, normalize: bool) -> np.ndarray:
+    """A pooled vector cut to its first ``dimensions`` values (Matryoshka; None: all), then L2-normalized (as
+    ``torch.nn.functional.normalize``: divided by max(norm, 1e-12)) when ``normalize``."""
+    vector = vector[:dimensions].astype(np.float32)
+    if normalize:
+        vector = vector / max(float(np.linalg.norm(vector)), 1e-12)
+    return vector
+
+
+def scores(logits: np.ndarray, raw: bool) -> np.ndarray:
+    """Scores of one input's logits: the logits themselves when ``raw``; else the sigmoid of a single logit (what
+    sentence-transformers' ``CrossEncoder.predict`` returns for one label) or the softmax over several."""
+    logits = logits.astype(np.float64)
+    if raw:
+        return logits
+    if logits.shape[-1] == 1:
+        return 1 / (1 + np.exp(-logits))
+    e = np.exp(logits - logits.max())
+    return e / e.sum()
