@@ -97,11 +97,9 @@ class Service:
     def needs(self, kind: str, route: str) -> None:
         """Refuse (400) a route this checkpoint cannot answer, saying what it needs."""
         if kind not in self.encoder.kinds:
-            raise HTTPException(400, f"{route} needs {NEEDS[kind]}; this server's model {self.name!r} is a "
-                                     f"{self.encoder.architecture}"
-                                     + (f" with {self.encoder.config.num_labels} labels" if kind == "rerank" and
-                                        "classify" in self.encoder.kinds else "")
-                                     + f" (it serves: {', '.join(self.encoder.kinds)})")
+            labels = f", {self.encoder.config.num_labels} labels" if "classify" in self.encoder.kinds else ""
+            raise HTTPException(400, f"{route} needs {NEEDS[kind]}; this server's model {self.name!r} "
+                                     f"({self.encoder.architecture}{labels}) serves: {', '.join(self.encoder.kinds)}")
 
     def check_model(self, model: str | None) -> None:
         """A request that names a model must name this one (OpenAI-compatible servers answer 404 otherwise)."""
