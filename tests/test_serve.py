@@ -6,7 +6,6 @@ grouping."""
 
 import json
 import os
-import queue
 import signal
 import socket
 import subprocess
@@ -65,7 +64,7 @@ def embedding_server(tmp_path_factory):
     tok = toy.tokenizer(str(directory))
     model = seeded(AveyBForSentenceEmbedding, presets.tiny(vocab_size=len(tok)))
     model.save_pretrained(directory)
-    proc, url = start(directory, "--max-tokens", "25000", "--max-batch-tokens", "4096")
+    proc, url = start(directory, "--max-tokens", "25000", "--max-batch-tokens", "4096", "--served-model-name", "avey-b")
     yield model, tok, url
     stop(proc)
 
@@ -176,7 +175,8 @@ def test_a_masked_lm_checkpoint_also_serves_fill_mask(tmp_path):
         results = answer.json()["results"]
         assert len(results) == 2 and all(len(r) == 1 and len(r[0]) == 3 for r in results)
         assert httpx.post(url + "/v1/fill-mask", json={"inputs": "no mask here"}).status_code == 400
-        assert httpx.post(url + "/v1/classify", json={"inputs": "x"}).status_code == 404  # not a classifier
+        refused = httpx.post(url + "/v1/classify", json={"inputs": "x"})  # not a classifier: says so
+        assert refused.status_code == 400 and "needs a sequence-classification checkpoint" in refused.text
     finally:
         stop(proc)
 
@@ -184,13 +184,11 @@ def test_a_masked_lm_checkpoint_also_serves_fill_mask(tmp_path):
 def test_the_batcher_groups_by_kind_sorts_by_length_and_bounds_padded_tokens():
     from avey_b.apps.serve import Batcher, Job
 
-    batcher = Batcher(lambda kind, ids: [len(i) for i in ids], max_batch_tokens=100, queue_size=8, wait_s=0.0)
+    batcher = Batcher(lambda kind, jobs: [len(j.ids) for j in jobs], max_batch_tokens=100, queue_size=8, wait_s=0.0)
     jobs = [Job("embed", [0] * n) for n in (30, 5, 60, 10, 200)] + [Job("fill", [0] * 7)]
     batches = batcher.batches(jobs)
     assert [[len(j.ids) for j in b] for b in batches] == [[5, 10, 30], [60], [200], [7]]
     assert all(len(b) * max(len(j.ids) for j in b) <= 100 or len(b) == 1 for b in batches)
-    with pytest.raises(queue.Full):  # a full queue refuses at once (the server answers 503)
-        batcher.submit([Job("embed", [1]) for _ in range(9)])
     batcher.submit([Job("embed", [1, 2, 3])])
     batcher.close()
 
@@ -214,7 +212,8 @@ def test_a_classifier_checkpoint_serves_named_labels(tmp_path):
         assert [set(r["scores"]) for r in results] == [{"negative", "positive"}] * 2
         assert all(abs(sum(r["scores"].values()) - 1) < 1e-5 and r["label"] == max(r["scores"], key=r["scores"].get)
                    for r in results)
-        assert client.post("/v1/fill-mask", json={"inputs": "a [MASK]"}).status_code == 404  # not a masked-LM
+        refused = client.post("/v1/fill-mask", json={"inputs": "a [MASK]"})  # not a masked-LM: says so
+        assert refused.status_code == 400 and "needs a masked-LM checkpoint" in refused.text
 
 
 def test_every_endpoint_takes_input_and_accepts_inputs_as_an_alias_but_not_both(tmp_path):
