@@ -296,3 +296,40 @@ def test_serve_onnx_names_a_missing_model_file(tmp_path):
     seeded(AveyBForSentenceEmbedding, presets.tiny(vocab_size=len(tok))).save_pretrained(tmp_path)
     with pytest.raises(FileNotFoundError, match="no ONNX model at .*model.onnx .*avey-b export"):
         Encoder(str(tmp_path), LoadOptions(onnx=""))
+
+
+@pytest.mark.slow
+def test_sigterm_answers_the_requests_in_flight_and_refuses_new_ones(tmp_path):
+    """A 3 s batch wait holds a request in flight (the queue gauge says it waits); SIGTERM then: the server stops
+    taking connections at once, answers that request, and exits."""
+    import threading
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    tok = toy.tokenizer(str(tmp_path))
+    seeded(AveyBForSentenceEmbedding, presets.tiny(vocab_size=len(tok))).save_pretrained(tmp_path)
+    proc, url = start(tmp_path, "--batch-wait-ms", "3000")
+    answers = {}
+    thread = threading.Thread(target=lambda: answers.update(
+        late=httpx.post(url + "/v1/embeddings", json={"input": "a good film"}, timeout=60)))
+    thread.start()
+
+    def waiting() -> float:
+        families = text_string_to_metric_families(httpx.get(url + "/metrics").text)
+        return next(f for f in families if f.name == "avey_b_queue_inputs").samples[0].value
+
+    deadline = time.time() + 30
+    while waiting() != 1:
+        assert time.time() < deadline, "the request never reached the queue"
+    proc.send_signal(signal.SIGTERM)
+    refused = False
+    while not refused and thread.is_alive():
+        try:
+            httpx.get(url + "/health", timeout=1)
+        except httpx.TransportError:
+            refused = True
+    thread.join()
+    out, _ = proc.communicate(timeout=60)
+    assert refused, out[-2000:]
+    assert answers["late"].status_code == 200 and len(answers["late"].json()["data"]) == 1
+    assert "avey-b serve: shut down" in out
