@@ -246,6 +246,17 @@ def test_both_rerank_shapes_rank_as_sentence_transformers_cross_encoder_does(rer
     assert [x.label for x in labels] == ["LABEL_0"] and 0 < labels[0].score < 1
     assert httpx.post(url + "/v1/rerank", json={"query": query, "documents": documents,
                                                 "max_chunks_per_doc": 2}).status_code == 422
+    ids = httpx.post(url + "/tokenize", json={"inputs": "a good film"}).json()[0]
+    by_text, by_ids = (httpx.post(url + "/v1/classify", json={"input": given}).json()["results"][0]["scores"]
+                       for given in ("a good film", [p["id"] for p in ids]))  # token ids wherever texts go
+    assert by_text == pytest.approx(by_ids, abs=1e-6) and labels[0].score == pytest.approx(by_text["LABEL_0"])
+
+
+def test_the_config_declares_matryoshka_sizes_within_the_width():
+    assert presets.tiny(matryoshka_dimensions=[8, 16]).matryoshka_dimensions == [8, 16]
+    for bad in ([0], [33], [8.0]):
+        with pytest.raises(ValueError, match="matryoshka_dimensions must list integers from 1 to hidden_size"):
+            presets.tiny(matryoshka_dimensions=bad)
 
 
 def test_metrics_and_the_access_log_count_every_request(embedder, caplog):
