@@ -333,3 +333,4 @@ def test_sigterm_answers_the_requests_in_flight_and_refuses_new_ones(tmp_path):
     assert refused, out[-2000:]
     assert answers["late"].status_code == 200 and len(answers["late"].json()["data"]) == 1
     assert "avey-b serve: shut down" in out
+    assert "avey_b.serve: POST /v1/embeddings 200 inputs=1 tokens=5 " in out  # the access log, on stderr

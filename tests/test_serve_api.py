@@ -180,11 +180,11 @@ def test_tei_routes_and_the_hugging_face_client(embedder):
     np.testing.assert_allclose(prompted, own(model, tok, ["query: bob"])[0].numpy(), rtol=0, atol=1e-5)
     assert "its prompts are ['query']" in post("/embed", {"inputs": "bob", "prompt_name": "doc"}).text
     assert len(post("/embed", {"inputs": "bob", "dimensions": 16}).json()[0]) == 16
-    long = "bob " * 2500  # 2,502 tokens > --max-tokens 2000
+    long = "alice " + "bob " * 2500 + "paris"  # 2,504 tokens > --max-tokens 2000
     assert post("/embed", {"inputs": long}).status_code == 413
-    for direction, kept in (("Right", ["bob"] * 1998), ("left", ["bob"] * 1998)):
+    for direction, kept in (("Right", "alice " + "bob " * 1997), ("left", "bob " * 1997 + "paris")):
         cut = post("/embed", {"inputs": long, "truncate": True, "truncation_direction": direction})
-        np.testing.assert_allclose(cut.json()[0], own(model, tok, [" ".join(kept)])[0].numpy(), rtol=0, atol=1e-5)
+        np.testing.assert_allclose(cut.json()[0], own(model, tok, [kept])[0].numpy(), rtol=0, atol=1e-5)
     tokens = post("/embed_all", {"inputs": ["a film", "bob"]}).json()
     assert [len(t) for t in tokens] == [4, 3] and len(tokens[0][0]) == model.config.hidden_size
     with torch.no_grad():
