@@ -4,6 +4,7 @@ TEI, OpenAI and Cohere request shapes; an API key; a cross-encoder ranking as ``
 ranks; the limits that refuse a request before tokenizing it, without holding the event loop; the access log and
 the Prometheus metrics."""
 
+import json
 import logging
 import queue
 import socket
@@ -124,13 +125,14 @@ def test_an_api_key_guards_every_route_but_health(embedder):
 
 def test_health_answers_at_once_while_a_10_mb_request_is_refused(embedder):
     """The 10 MB input is refused (413) by its character count before it is tokenized, and parsing it holds no
-    event loop: /health answers meanwhile (generous bound: tokenizing it on the loop took seconds)."""
+    event loop: /health answers meanwhile (tokenizing it on the event loop, as the server once did, held /health
+    for 10 s on an idle 2-core machine and 63 s on a loaded one)."""
     _, _, url = embedder
-    answers = {}
+    answers, body = {}, json.dumps({"input": "bob " * 2_500_000}).encode()  # encoded here, not while timing
 
     def big():
-        answers["big"] = httpx.post(url + "/v1/embeddings", json={"input": "bob " * 2_500_000}, headers=AUTH,
-                                    timeout=120)
+        answers["big"] = httpx.post(url + "/v1/embeddings", content=body, timeout=120,
+                                    headers={**AUTH, "content-type": "application/json"})
 
     thread = threading.Thread(target=big)
     thread.start()
@@ -141,7 +143,7 @@ def test_health_answers_at_once_while_a_10_mb_request_is_refused(embedder):
         waits.append(time.perf_counter() - started)
     thread.join()
     assert answers["big"].status_code == 413 and "--max-input-chars 2,000,000" in answers["big"].text
-    assert max(waits) < 1.0, waits
+    assert max(waits) < 2.0, waits  # generous for a shared CPU: on the event loop, tokenizing it took 10-60 s
 
 
 def test_the_body_cap_refuses_before_reading_and_while_reading(tmp_path):
