@@ -168,7 +168,7 @@ def train(options: OwnDataOptions) -> dict[str, Any]:
         "baseline_name": baseline_name, "n_train": len(train_set), "n_validation": len(val_set),
         "max_length": limit, "inputs_cut": {"train": train_cut, "validation": val_cut} if cut else None,
         "train_loss": common.rounded(result.training_loss, 4), "train_seconds": round(clock.seconds, 1),
-        "steps": result.global_step, "output_dir": options.output_dir}
+        "steps": result.global_step, "resumed_from": resume_from, "output_dir": options.output_dir}
     if train_cut or val_cut:
         print(f"note: {train_cut + val_cut} sentence(s) longer than {limit} tokens were cut (--max-length); their "
               "cut words count as predicted O", flush=True)
