@@ -257,3 +257,12 @@ def test_parquet_and_a_local_hf_dataset_read_the_named_columns(tmp_path):
 
     with pytest.raises(DataFileError, match=r"r\.parquet, row 3: empty text in column 'body'"):
         texts_of(read_table(str(tmp_path / "r.parquet"), {"text": "body"}, task="text-classification"), "body")
+
+
+def test_a_validation_only_tag_joins_the_tag_set_after_the_training_tags():
+    from avey_b.finetuning.data import Table
+    from avey_b.finetuning.tagging import tag_set
+
+    train = Table("t", [{"tokens": ["EU", "rejects"], "tags": ["I-ORG", "O"]}], ["line 1"])
+    dev = Table("d", [{"tokens": ["Peter", "EU"], "tags": ["B-ORG", "I-ORG"]}], ["line 1"])
+    assert tag_set(train, dev) == (["O", "I-ORG", "B-ORG"], ["B-ORG"])
