@@ -25,24 +25,8 @@ from typing import Any
 from avey_b.utils.files import DataFileError
 
 from . import common
-from .data import Table, hold_out, read_table
+from .data import Table, read_split
 from .options import OwnDataOptions
-
-
-def read_split(options: OwnDataOptions, columns: dict[str, str | None], read=None) -> tuple[Table, Table]:
-    """(training rows, validation rows): ``--validation-file``, else ``--validation-fraction`` of the training
-    rows held out (seed 0); then ``--max-train-examples``. ``read(source) -> Table`` defaults to
-    :func:`avey_b.finetuning.data.read_table` of ``columns``."""
-    read = read or (lambda source: read_table(source, columns, task=options.task))
-    train = read(options.train_file)
-    if options.validation_file is not None:
-        validation = read(options.validation_file)
-    else:
-        train, validation = hold_out(train, options.validation_fraction)
-    if options.max_train_examples is not None:
-        train = train.select(list(range(min(options.max_train_examples, len(train)))))
-    return train, validation
-
 
 # ------------------------------------------------------------------------------------------ labels
 

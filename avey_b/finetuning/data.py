@@ -6,7 +6,8 @@ of a Parquet file or a Hugging Face dataset).
   when the name is a local path) -> a :class:`Table` holding the columns asked for, with where each row came from.
 * :func:`read_conll` — CoNLL column files (one ``word ... tag`` line per word, blank lines between sentences,
   ``-DOCSTART-`` lines skipped) -> a :class:`Table` of ``tokens`` and ``tags``.
-* :func:`hold_out` — the training rows split into training and held-out rows with a fixed seed.
+* :func:`hold_out` — the training rows split into training and held-out rows with a fixed seed;
+  :func:`read_split` — a run's training and validation rows (``--validation-file`` or that split).
 
 The task modules check the values (an empty text, a label that is not a class); :meth:`Table.where` words where a
 row came from for their errors. :meth:`Table.to_dataset` gives the ``datasets.Dataset`` a trainer takes.
@@ -191,3 +192,19 @@ def hold_out(table: Table, fraction: float, seed: int = 0) -> tuple[Table, Table
     held = sorted(order[:n_held])
     kept = sorted(order[n_held:])
     return table.select(kept), table.select(held)
+
+
+def read_split(options, columns: dict[str, str | None], read=None) -> tuple[Table, Table]:
+    """(training rows, validation rows) of ``options`` (an :class:`~avey_b.finetuning.options.OwnDataOptions`):
+    ``--validation-file``, else ``--validation-fraction`` of the training rows held out (seed 0); then
+    ``--max-train-examples``. ``read(source) -> Table`` defaults to
+    :func:`avey_b.finetuning.data.read_table` of ``columns``."""
+    read = read or (lambda source: read_table(source, columns, task=options.task))
+    train = read(options.train_file)
+    if options.validation_file is not None:
+        validation = read(options.validation_file)
+    else:
+        train, validation = hold_out(train, options.validation_fraction)
+    if options.max_train_examples is not None:
+        train = train.select(list(range(min(options.max_train_examples, len(train)))))
+    return train, validation

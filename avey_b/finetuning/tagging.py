@@ -27,8 +27,7 @@ from typing import Any
 from avey_b.utils.files import DataFileError
 
 from . import common
-from .classification import read_split
-from .data import Table, is_conll, read_conll, read_table
+from .data import Table, is_conll, read_conll, read_split, read_table
 from .options import OwnDataOptions
 
 _ENTITY_TAG = re.compile(r"^(O|[BIESLU]-\S+)$")
