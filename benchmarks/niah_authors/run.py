@@ -14,8 +14,8 @@ Steps (a finished tokenizer or data set is reused; ``niah evaluate`` resumes an 
    the token-classification form, bf16 weights, EncodEval's end token (the model's eos, else unknown), 32
    examples a step as micro-batches of 1, AdamW (0.9, 0.95), epsilon 1e-5, weight decay 0.1, 1 epoch.
 
-The models are built from config with **random weights**: pretraining them (about 10 minutes each here) does not fit
-the time this record was given; ``--models`` takes pretrained directories instead. The command, the machine and the
+The models are built from config with **random weights**: pretraining them (30 minutes for three such models on a
+quiet machine, ``benchmarks/learning/``) did not fit the time this record was given; ``--models`` takes pretrained directories instead. The command, the machine and the
 load average before and after go to ``OUT/run.json``.
 """
 
