@@ -3,6 +3,7 @@ lengths past a model's maximum recorded as "—" and OOM recorded as data. Tiny 
 steps: the scores are not meaningful, the bookkeeping is) and a tokenizer built in the test."""
 
 import json
+import random
 
 import pytest
 import torch
@@ -444,3 +445,87 @@ def test_each_form_has_its_defaults_and_explicit_flags_win():
         resolved("--micro-batch", "2")
     with pytest.raises(SystemExit, match="multiple of --micro-batch"):
         resolved("--form", "token-classification", "--batch-size", "5", "--micro-batch", "2")
+
+
+# ----------------------------------------------------------------------------------------- the paper protocol
+@pytest.fixture(scope="module")
+def authors_data(tmp_path_factory):
+    """The authors' sets (NIAH-2 at 24 and 40 words, train and test at each) and a tokenizer with both an eos and
+    an unknown token (the library's BPE), so that the end-token rule shows."""
+    from avey_b.data.niah_authors import HAYSTACK_WORDS
+    from avey_b.data.tokenization import train_bpe_tokenizer
+
+    root = tmp_path_factory.mktemp("niah-authors")
+    rng = random.Random(0)
+    texts = [" ".join(rng.choice(HAYSTACK_WORDS) for _ in range(30)) + f" {rng.randint(10**6, 10**7 - 1)}"
+             for _ in range(200)]
+    tok = train_bpe_tokenizer(texts, vocab_size=320)
+    assert tok.eos_token and tok.unk_token and tok.eos_token != tok.unk_token
+    tok.save_pretrained(root / "tok")
+    niah(["generate", "--protocol", "paper", "--out", str(root / "data"), "--tasks", "niah-2", "--lengths", "24",
+          "40", "--n-train", "4", "--n-test", "3", "--format", "jsonl"])
+    return root, tok
+
+
+def _paper(root, out, *extra):
+    return niah(["evaluate", "--data", str(root / "data"), "--models", "bert-tiny", "--tokenizer", str(root / "tok"),
+                 "--tasks", "niah-2", "--lr", "1e-3", "--max-steps", "1", "--batch-size", "2", "--device", "cpu",
+                 "--no-retrieval", "--out", str(out), *extra])
+
+
+def test_paper_protocol_fine_tunes_at_each_test_length_in_bf16_ending_inputs_as_encodeval(authors_data, tmp_path,
+                                                                                         monkeypatch):
+    """EncodEval's NIAH: one fine-tuning per test length on the train set of that length, scored at that length
+    alone; bf16 weights; the authors' inputs ended by the model's eos, else the unknown token (BERT's config names
+    no eos: the unknown token). The standard protocol keeps the tokenizer's eos, float32 and one train length."""
+    root, tok = authors_data
+    seen = []
+    real = runs.train_token_classifier
+
+    def spy(model, features, cfg, *a, **k):
+        seen.append({"dtype": next(model.parameters()).dtype, "last": {f["input_ids"][-1] for f in features},
+                     "tokens": max(len(f["input_ids"]) for f in features)})
+        return real(model, features, cfg, *a, **k)
+
+    monkeypatch.setattr(runs, "train_token_classifier", spy)
+    assert _paper(root, tmp_path / "paper", "--protocol", "paper") == 0
+    recs = sorted(read_jsonl(str(tmp_path / "paper" / "results.jsonl")), key=lambda r: r["settings"]["train"]["length"])
+    assert [(r["settings"]["train"]["length"], list(r["results"])) for r in recs] == [(24, ["24"]), (40, ["40"])]
+    for r in recs:
+        assert (r["form"], r["protocol"], r["weights_dtype"], r["end_token"]) == (
+            "token-classification", "paper", "bfloat16", tok.unk_token)
+        assert r["settings"]["run_config"]["precision"] == "bf16" and r["results"][next(iter(r["results"]))]["n"] == 3
+    assert [s["dtype"] for s in seen] == [torch.bfloat16] * 2
+    assert [s["last"] for s in seen] == [{tok.unk_token_id}] * 2
+    assert seen[0]["tokens"] < seen[1]["tokens"]  # trained on 24 words, then on 40
+    assert "| niah-2 | bert-tiny | token-classification | 70.0 |" in (tmp_path / "paper" / "table_score.md").read_text()
+
+    seen.clear()
+    assert _paper(root, tmp_path / "standard", "--form", "token-classification", "--train-length", "24") == 0
+    (rec,) = read_jsonl(str(tmp_path / "standard" / "results.jsonl"))
+    assert (sorted(rec["results"]), rec["weights_dtype"], rec["end_token"]) == (["24", "40"], "float32", None)
+    assert [s["last"] for s in seen] == [{tok.eos_token_id}] and seen[0]["dtype"] == torch.float32
+
+
+def test_paper_protocol_defaults_and_explicit_flags_win():
+    def resolved(*flags):
+        return niah_evaluate_options(cli.parse("niah", ["evaluate", "--data", "d", "--models", "m", "--out", "o",
+                                                        *flags]))
+
+    paper = resolved("--protocol", "paper")
+    assert (paper.form, paper.train_length, paper.each_length, paper.lr) == (
+        "token-classification", "each", True, [2e-5, 6e-5, 1e-4, 5e-4])
+    s = paper.settings
+    assert (s.protocol, s.weights_dtype, s.precision, s.batch_size, s.weight_decay, paper.micro_batch) == (
+        "paper", "bfloat16", "bf16", 32, 0.1, 1)
+    mine = resolved("--protocol", "paper", "--train-length", "2048", "--weights-dtype", "float32", "--lr", "1e-4")
+    assert (mine.each_length, mine.settings.weights_dtype, mine.lr) == (False, "float32", [1e-4])
+    assert resolved("--protocol", "paper", "--form", "qa").form == "qa"
+    standard = resolved()
+    assert (standard.form, standard.each_length, standard.settings.weights_dtype) == ("qa", False, "float32")
+
+
+def test_each_length_needs_a_train_set_at_every_test_length(data, tmp_path):
+    """The library's sets of the module fixture hold a train set at 128 tokens only."""
+    with pytest.raises(FileNotFoundError, match=r"none at \[256, 640\]"):
+        _evaluate(data, tmp_path / "each", "bert-tiny", extra=("--train-length", "each"))

@@ -352,3 +352,128 @@ def test_python_dash_m_runs_the_niah_command(monkeypatch, capsys):
     with pytest.raises(SystemExit) as e:
         runpy.run_module("avey_b.evaluation.niah", run_name="__main__", alter_sys=True)
     assert e.value.code == 0 and "usage: avey-b niah generate" in capsys.readouterr().out
+
+
+# ----------------------------------------------------------------------------------------- the authors' generator
+from avey_b.data import niah_authors as authors  # noqa: E402
+from avey_b.evaluation.settings import niah_generate_options  # noqa: E402
+
+#: the question as the authors' generator writes it
+AUTHORS_QUESTION = re.compile(r"^What is the (\w+) special (word|number) in this passage\?$")
+
+
+def _split(task="niah-1", split="test", length=120, n=200, seed=0):
+    return authors.authors_split(task=task, split=split, length=length, n=n, seed=seed)
+
+
+def test_authors_haystack_is_their_131_word_list():
+    """The list is a fact of their script: 131 distinct lowercase words, in their order."""
+    assert len(authors.HAYSTACK_WORDS) == len(set(authors.HAYSTACK_WORDS)) == 131
+    assert authors.HAYSTACK_WORDS[:4] == ("the", "and", "or", "but")
+    assert authors.HAYSTACK_WORDS[-3:] == ("toward", "forward", "backward")
+    assert all(re.fullmatch(r"[a-z]+", w) for w in authors.HAYSTACK_WORDS)
+
+
+@pytest.mark.parametrize(("task", "kind", "needle_re"), [("niah-1", "word", r"[a-z0-9]{8,12}"),
+                                                          ("niah-2", "number", r"[1-9][0-9]{6}")])
+def test_authors_examples_follow_every_rule(task, kind, needle_re):
+    """Lengths in words (exactly), haystack words from their list, needles of their alphabet and length, the
+    answer at its offset, and the question naming the asked needle by its place in the drawn order."""
+    haystack = set(authors.HAYSTACK_WORDS)
+    rows = _split(task=task, length=97, n=150)
+    lengths = set()
+    for r in rows:
+        words = r["context"].split(" ")
+        assert len(words) == len(r["context"].split()) == 97 == r["target_length"]
+        needles = [w for w in words if w not in haystack]
+        assert sorted(needles) == sorted(r["needles"]) and len(needles) == r["num_needles"] in (1, 2)
+        assert all(re.fullmatch(needle_re, x) for x in needles)
+        lengths.update(len(x) for x in needles)
+        answer, start = r["answers"]["text"][0], r["answers"]["answer_start"][0]
+        assert r["context"][start:start + len(answer)] == answer == r["needles"][r["ordinal"] - 1]
+        m = AUTHORS_QUESTION.match(r["question"])
+        assert m and m.group(2) == kind and m.group(1) == niah_data.ORDINALS[r["ordinal"] - 1]
+        assert r["title"] == f"haystack_{kind}_97"
+        for x, s in zip(r["needles"], r["needle_char_starts"], strict=True):
+            assert r["context"][s:s + len(x)] == x
+    if task == "niah-1":
+        assert lengths == set(range(8, 13))  # every length of 8..12 drawn
+    else:
+        assert lengths == {7}
+
+
+def test_authors_ordinal_counts_the_drawn_order_not_the_text_order():
+    """Their ordinal names a needle by its place in the order drawn, and the needles' places are shuffled: among
+    two-needle examples asking for the "first", the answer comes first in the text about half the time (so
+    beyond one needle a model can only guess, the authors' expected score)."""
+    rows = [r for r in _split(length=60, n=600) if r["num_needles"] == 2]
+    first = [r for r in rows if r["ordinal"] == 1]
+    in_text_first = [r["answers"]["answer_start"][0] == min(r["needle_char_starts"]) for r in first]
+    assert len(first) > 100 and 0.35 < sum(in_text_first) / len(first) < 0.65
+    assert {r["ordinal"] for r in rows} == {1, 2}
+    assert authors.authors_question("number", 16) == "What is the 16th special number in this passage?"
+
+
+def test_authors_needles_keep_their_minimum_gap():
+    """Depths sorted, each at least 0.05 past the one before (rescaled when the last passes 1), so two needles of
+    a passage are at least about 4.7% of the haystack apart."""
+    for r in _split(length=400, n=200):
+        if r["num_needles"] == 2:
+            words = r["context"].split(" ")
+            at = sorted(i for i, w in enumerate(words) if w in r["needles"])
+            assert at[1] - at[0] >= int(0.05 / 1.05 * 398) - 1
+    depths = authors.needle_depths(random.Random(0), 5)
+    ordered = sorted(depths)
+    assert max(ordered) <= 1.0 and all(b - a >= 0.05 / 1.25 - 1e-12 for a, b in zip(ordered[:-1], ordered[1:], strict=True))
+
+
+@pytest.mark.parametrize(("split", "two"), [("train", 0.8), ("test", 0.6)])
+def test_authors_distractor_proportions(split, two):
+    """Distractors 0:0.2 / 1:0.8 in training and 0:0.4 / 1:0.6 in test, over a seeded sample of 2,000."""
+    rows = _split(split=split, length=12, n=2000, seed=3)
+    share = sum(r["num_needles"] == 2 for r in rows) / len(rows)
+    assert abs(share - two) < 0.04  # 4+ standard deviations
+    assert {r["num_needles"] for r in rows} == {1, 2}
+    assert {r["distractors"] for r in rows} == {niah_data.format_distribution(niah_data.AUTHORS_DISTRACTORS[split])}
+
+
+def test_authors_sets_are_deterministic_by_seed_and_independent_of_other_sets():
+    assert _split(n=20, seed=5) == _split(n=20, seed=5)
+    assert _split(n=20, seed=5) != _split(n=20, seed=6)
+    assert _split(split="train", n=20) != _split(split="test", n=20)
+
+
+def test_authors_lengths_past_32000_words_follow_the_same_rules():
+    (r,) = authors.authors_split(task="niah-2", split="test", length=40_000, n=1, seed=0)
+    assert len(r["context"].split(" ")) == 40_000
+    assert r["context"][r["answers"]["answer_start"][0]:].startswith(r["answers"]["text"][0])
+
+
+def test_generate_defaults_follow_the_protocol_and_the_generator():
+    """Under the paper protocol the authors' generator with their sizes, lengths and distributions (train sets at
+    every test length); the library's stays the standard default and needs a tokenizer."""
+    opts = niah_generate_options(cli.parse("niah", ["generate", "--out", "o", "--protocol", "paper"]))
+    assert opts.generator == "authors"
+    assert opts.lengths == opts.train_lengths == ["1000", "2000", "3800", "4000", "8000", "16000", "32000"]
+    assert (opts.n_train, opts.n_test) == (10_000, 1_000)
+    assert (opts.train_distractors, opts.test_distractors) == ("authors", "authors")
+    lib = niah_generate_options(cli.parse("niah", ["generate", "--out", "o", "--tokenizer", "t"]))
+    assert (lib.generator, lib.train_lengths, lib.n_train) == ("library", ["2048"], 1000)
+    with pytest.raises(SystemExit, match="pass --tokenizer"):
+        niah_generate_options(cli.parse("niah", ["generate", "--out", "o"]))
+    mixed = niah_generate_options(cli.parse("niah", ["generate", "--out", "o", "--protocol", "paper",
+                                                     "--generator", "library", "--tokenizer", "t"]))
+    assert mixed.generator == "library"
+
+
+def test_generate_cli_writes_the_authors_sets(tmp_path):
+    assert niah(["generate", "--protocol", "paper", "--out", str(tmp_path), "--tasks", "niah-2", "--lengths", "30",
+                 "45", "--n-train", "6", "--n-test", "4", "--format", "jsonl"]) == 0
+    for split, n in (("train", 6), ("test", 4)):
+        for length in (30, 45):
+            rows = read_jsonl(str(tmp_path / "niah-2" / f"{split}_{length}.jsonl"))
+            assert len(rows) == n and all(len(r["context"].split()) == length for r in rows)
+            assert len({r["id"] for r in rows}) == n
+    manifest = json.loads((tmp_path / "niah-2" / "manifest.json").read_text())
+    assert manifest["generator"] == "authors" and manifest["length_unit"] == "words"
+    assert manifest["sets"]["test_30"]["chance_level"] == pytest.approx(0.7)

@@ -1,5 +1,8 @@
 """Needle-in-a-haystack (NIAH) extractive-QA sets, as in the paper's appendix "Long-Range Benchmark Results"
-(``avey-b niah generate``; the evaluation protocol is :mod:`avey_b.evaluation.niah`).
+(``avey-b niah generate``; the evaluation protocol is :mod:`avey_b.evaluation.niah`). This is the library's
+generator (``--generator library``, the standard protocol's default); the authors' own, rule for rule (fixed
+haystack words, lengths in words, their needles and questions), is :mod:`avey_b.data.niah_authors`
+(``--generator authors``, the default under ``--protocol paper``).
 
 Each example is a passage of random distractor words with one or two *needles* ``"The value of KEY is
 VALUE ."`` inserted at random word positions, and a question holding only the key; the answer is the
@@ -89,10 +92,10 @@ def default_n_test(length: int) -> int:
     return N_TEST_SHORT if length <= LONG_FROM else N_TEST_LONG
 
 
-def parse_distribution(text: str, split: str = "test") -> dict[int, float]:
+def parse_distribution(text: str, split: str = "test", max_needles: int | None = len(ORDINALS)) -> dict[int, float]:
     """``"0:0.4,1:0.6"`` -> ``{0: 0.4, 1: 0.6}`` (number of distractor needles: probability); ``"authors"`` ->
     the authors' generator's distribution for ``split``. Keys must be distinct integers >= 0, probabilities in
-    (0, 1] summing to 1."""
+    (0, 1] summing to 1; ``max_needles``: the most needles an example may hold (None: no limit)."""
     if text.strip() == "authors":
         return dict(AUTHORS_DISTRACTORS[split])
     out: dict[int, float] = {}
@@ -109,8 +112,8 @@ def parse_distribution(text: str, split: str = "test") -> dict[int, float]:
             raise ValueError(f"bad distractor distribution {text!r}: {k_int} is negative or repeated")
         if not 0 < p <= 1:
             raise ValueError(f"bad distractor distribution {text!r}: probability {v} not in (0, 1]")
-        if k_int + 1 > len(ORDINALS):
-            raise ValueError(f"bad distractor distribution {text!r}: at most {len(ORDINALS) - 1} distractors")
+        if max_needles is not None and k_int + 1 > max_needles:
+            raise ValueError(f"bad distractor distribution {text!r}: at most {max_needles - 1} distractors")
         out[k_int] = p
     if abs(sum(out.values()) - 1) > 1e-6:
         raise ValueError(f"bad distractor distribution {text!r}: probabilities sum to {sum(out.values()):g}, not 1")
@@ -138,10 +141,12 @@ def set_chance_level(rows: list[dict[str, Any]]) -> float:
     return sum(1 / r["num_needles"] for r in rows) / len(rows)
 
 
-def prompt_encoding(tokenizer, question: str, context: str, **kwargs):
+def prompt_encoding(tokenizer, question: str, context: str, end: str | None = None, **kwargs):
     """The authors' token-classification input: ``Question: {question}\\nContext: `` paired with the passage and
-    the tokenizer's end token (eos, else sep), no other special tokens (the release's EncodEval QA task)."""
-    end = tokenizer.eos_token or tokenizer.sep_token
+    an end token, no other special tokens (the release's EncodEval QA task). ``end``: that token (the paper
+    protocol passes EncodEval's, :func:`avey_b.evaluation.tasks.base.end_token`: the model's eos, else unk);
+    None: the tokenizer's eos, else its sep."""
+    end = end or tokenizer.eos_token or tokenizer.sep_token
     if end is None:
         raise ValueError(f"tokenizer {getattr(tokenizer, 'name_or_path', '')!r} has neither an eos nor a sep token "
                          "to end the authors' input with")

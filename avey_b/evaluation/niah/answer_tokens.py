@@ -23,13 +23,13 @@ def answer_labels(offsets, sequence_ids, start: int, end: int) -> list[int]:
                                                                                       strict=True)]
 
 
-def token_classification_features(tok, rows: list[dict[str, Any]], max_length: int | None = None
-                                  ) -> list[dict[str, Any]]:
-    """The authors' inputs (:func:`avey_b.data.niah.prompt_encoding`) with their labels; the passage truncated to
-    ``max_length`` tokens when given (the answer then possibly cut, as EncodEval does)."""
+def token_classification_features(tok, rows: list[dict[str, Any]], max_length: int | None = None,
+                                  end: str | None = None) -> list[dict[str, Any]]:
+    """The authors' inputs (:func:`avey_b.data.niah.prompt_encoding`, ended by ``end``) with their labels; the
+    passage truncated to ``max_length`` tokens when given (the answer then possibly cut, as EncodEval does)."""
     feats = []
     for r in rows:
-        enc = niah_data.prompt_encoding(tok, r["question"], r["context"], return_offsets_mapping=True,
+        enc = niah_data.prompt_encoding(tok, r["question"], r["context"], end, return_offsets_mapping=True,
                                         truncation="only_second" if max_length else False, max_length=max_length)
         start = r["answers"]["answer_start"][0]
         labels = answer_labels(enc["offset_mapping"], enc.sequence_ids(), start, start + len(r["answers"]["text"][0]))

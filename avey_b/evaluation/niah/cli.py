@@ -16,10 +16,24 @@ from avey_b.data.tokenization import load_tokenizer
 from avey_b.utils.records import append_jsonl, read_jsonl, write_jsonl_atomic
 
 from ...data import niah as niah_data
+from ...data import niah_authors
 from ...data.niah import parse_lengths
-from ..settings import NiahEvaluateOptions, niah_evaluate_options, niah_parser
+from ..settings import (
+    NiahEvaluateOptions,
+    NiahGenerateOptions,
+    niah_evaluate_options,
+    niah_generate_options,
+    niah_parser,
+)
 from .forms import HEADLINE, form_of
-from .runs import evaluate_model, planned_run, refuse_changed, run_directory
+from .runs import (
+    evaluate_model,
+    planned_run,
+    record_train_length,
+    refuse_changed,
+    run_directory,
+    training_plan,
+)
 from .tables import cell_text, chance_text, write_tables_and_plots
 
 
@@ -33,30 +47,41 @@ def run(args: argparse.Namespace) -> int:
     return evaluate(niah_evaluate_options(args))
 
 
-def generate(args: argparse.Namespace) -> int:
-    """``avey-b niah generate``: the sets of :func:`avey_b.data.niah.generate`."""
-    if args.n_train < 0 or (args.n_test is not None and args.n_test < 0):
-        raise SystemExit("avey-b niah generate: --n-train and --n-test must be >= 0")
+def generate(args: argparse.Namespace | NiahGenerateOptions) -> int:
+    """``avey-b niah generate``: the sets of the library's generator (:func:`avey_b.data.niah.generate`) or of the
+    authors' (:func:`avey_b.data.niah_authors.generate_authors`), as :class:`NiahGenerateOptions` ask."""
+    opts = args if isinstance(args, NiahGenerateOptions) else niah_generate_options(args)
+    log = lambda s: print(s, file=sys.stderr)  # noqa: E731
+    authors = opts.generator == "authors"
     try:
-        distractors = {split: niah_data.parse_distribution(text, split) for split in ("train", "test")
-                       if (text := getattr(args, f"{split}_distractors")) is not None}
+        distractors = {split: niah_data.parse_distribution(text, split, max_needles=None if authors else
+                                                          len(niah_data.ORDINALS))
+                       for split in ("train", "test") if (text := getattr(opts, f"{split}_distractors")) is not None}
+        test_lengths, train_lengths = parse_lengths(opts.lengths), parse_lengths(opts.train_lengths)
     except ValueError as exc:
         raise SystemExit(f"avey-b niah generate: {exc}") from None
-    tok = load_tokenizer(args.tokenizer, complete=False, require_fast=True)
+    if authors:
+        if opts.tokenizer is not None:
+            log("avey-b niah generate: --tokenizer has no effect on the authors' generator (lengths in words)")
+        niah_authors.generate_authors(opts.out, tasks=opts.tasks, test_lengths=test_lengths,
+                                      train_lengths=train_lengths, n_train=opts.n_train, n_test=opts.n_test,
+                                      seed=opts.seed, distributions=distractors, fmt=opts.format, log=log)
+        return 0
+    tok = load_tokenizer(opts.tokenizer, complete=False, require_fast=True)
     niah_data.generate(
         tok,
-        args.out,
-        tasks=args.tasks,
-        test_lengths=parse_lengths(args.lengths),
-        train_lengths=parse_lengths(args.train_lengths),
-        n_train=args.n_train,
-        n_test=args.n_test,
-        seed=args.seed,
-        unit=args.length_unit,
-        fmt=args.format,
-        tokenizer_name=args.tokenizer,
+        opts.out,
+        tasks=opts.tasks,
+        test_lengths=test_lengths,
+        train_lengths=train_lengths,
+        n_train=opts.n_train,
+        n_test=opts.n_test,
+        seed=opts.seed,
+        unit=opts.length_unit,
+        fmt=opts.format,
+        tokenizer_name=opts.tokenizer,
         distractors=distractors,
-        log=lambda s: print(s, file=sys.stderr),
+        log=log,
     )
     return 0
 
@@ -66,27 +91,31 @@ def evaluate(args: NiahEvaluateOptions) -> int:
     test length, resumably (:data:`avey_b.evaluation.settings.NIAH_EVALUATE_DESCRIPTION`, its ``--help``)."""
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, "results.jsonl")
-    done = {(r["model"], r["task"], form_of(r), r["lr"], r["seed"]): r
+    done = {(r["model"], r["task"], form_of(r), r["lr"], r["seed"], record_train_length(r)): r
             for r in (read_jsonl(path) if os.path.exists(path) else [])}
     for name in args.models:
         for task in args.tasks:
+            plans = training_plan(args, task)
             for lr in args.lr:
-                key = (name, task, args.form, lr, args.seed)
-                if key in done:
-                    _, _, settings = planned_run(name, task, lr, args)
-                    refuse_changed(f"{path} ({name} {task} {args.form} lr {lr:g} seed {args.seed})",
-                                    done[key].get("settings"), settings)
-                    print(f"{name} {task} {args.form} lr {lr:g} seed {args.seed}: already in {path}, skipped",
-                          file=sys.stderr)
-                    continue
-                rec = evaluate_model(name, task, args, lr, log=lambda s: print(s, file=sys.stderr))
-                append_jsonl(path, rec)
-                shutil.rmtree(os.path.join(run_directory(args.out, name, task, args.form, lr, args.seed), "model"),
-                              ignore_errors=True)  # the record holds everything; the fine-tuned weights go
-                metric = HEADLINE[args.form]
-                append_jsonl(None, {"model": name, "task": task, "form": args.form, "lr": lr, "seed": args.seed,
-                                    metric: {k: cell_text(v, metric) for k, v in rec["results"].items()},
-                                    "chance": {k: chance_text(v) for k, v in rec["results"].items()}}, echo=True)
+                for train_length, lengths in plans:
+                    key = (name, task, args.form, lr, args.seed, train_length)
+                    what = f"{name} {task} {args.form} lr {lr:g} seed {args.seed} train length {train_length}"
+                    if key in done:
+                        _, settings = planned_run(name, task, lr, args, train_length, lengths)
+                        refuse_changed(f"{path} ({what})", done[key].get("settings"), settings)
+                        print(f"{what}: already in {path}, skipped", file=sys.stderr)
+                        continue
+                    rec = evaluate_model(name, task, args, lr, log=lambda s: print(s, file=sys.stderr),
+                                         plan=(train_length, lengths))
+                    append_jsonl(path, rec)
+                    run_dir = run_directory(args.out, name, task, args.form, lr, args.seed,
+                                            train_length if args.each_length else None)
+                    shutil.rmtree(os.path.join(run_dir, "model"), ignore_errors=True)  # the record holds everything
+                    metric = HEADLINE[args.form]
+                    append_jsonl(None, {"model": name, "task": task, "form": args.form, "lr": lr, "seed": args.seed,
+                                        "train_length": train_length,
+                                        metric: {k: cell_text(v, metric) for k, v in rec["results"].items()},
+                                        "chance": {k: chance_text(v) for k, v in rec["results"].items()}}, echo=True)
     write_tables_and_plots(read_jsonl(path), args.out)
     return 0
 
@@ -100,10 +129,10 @@ def report(results: list[str], out: str) -> int:
         if not os.path.isfile(path):
             raise SystemExit(f"avey-b niah report: no results at {path} (written by `avey-b niah evaluate --out`)")
         for rec in read_jsonl(path):
-            key = (rec["model"], rec["task"], form_of(rec), rec["lr"], rec["seed"])
+            key = (rec["model"], rec["task"], form_of(rec), rec["lr"], rec["seed"], record_train_length(rec))
             if key in seen:
-                raise SystemExit(f"avey-b niah report: {key[0]} {key[1]} {key[2]} lr {key[3]:g} seed {key[4]} is in "
-                                 f"both {seen[key]} and {path}")
+                raise SystemExit(f"avey-b niah report: {key[0]} {key[1]} {key[2]} train length {key[5]} lr "
+                                 f"{key[3]:g} seed {key[4]} is in both {seen[key]} and {path}")
             seen[key] = path
             records.append(rec)
     os.makedirs(out, exist_ok=True)

@@ -31,9 +31,9 @@ def form_of(rec: dict[str, Any]) -> str:
     return rec.get("form", "qa")  # records written before the forms existed are the qa form's
 
 
-def longest_input(tok, examples: list[dict[str, Any]], form: str) -> int:
+def longest_input(tok, examples: list[dict[str, Any]], form: str, end: str | None = None) -> int:
     """The longest model input among ``examples`` (QA-harness format) in tokens: question and passage as a pair
     (``qa``), or the authors' prompt (``token-classification``, :func:`avey_b.data.niah.prompt_encoding`)."""
     if form == "qa":
         return max(len(tok(e["question"], e["context"])["input_ids"]) for e in examples)
-    return max(len(prompt_encoding(tok, e["question"], e["context"])["input_ids"]) for e in examples)
+    return max(len(prompt_encoding(tok, e["question"], e["context"], end)["input_ids"]) for e in examples)

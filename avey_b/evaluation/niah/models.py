@@ -3,6 +3,7 @@ the form's head, its tokenizer and its maximum input length."""
 
 from __future__ import annotations
 
+import torch
 import transformers
 
 from avey_b.utils import model_spec
@@ -13,9 +14,11 @@ HEAD_CLASS = {"qa": "AutoModelForQuestionAnswering", "token-classification": "Au
 
 
 def load_model_and_tokenizer(name: str, args, cfg, weights: str | None = None):
-    """(model with the form's head, tokenizer, max input length or None, how it was built). ``weights``: a
-    fine-tuned model saved by an earlier, interrupted run of this cell, loaded instead."""
+    """(model with the form's head, tokenizer, max input length or None, how it was built), its weights in
+    ``cfg.weights_dtype`` (the paper protocol: bf16, EncodEval's ``dtype: bfloat16``). ``weights``: a fine-tuned
+    model saved by an earlier, interrupted run of this cell, loaded instead."""
     head = HEAD_CLASS[args.form]
+    dtype = getattr(torch, cfg.weights_dtype)
     spec = model_spec.parse_spec(name)
     if model_spec.is_registered(spec.name):
         if args.tokenizer is None:
@@ -23,20 +26,21 @@ def load_model_and_tokenizer(name: str, args, cfg, weights: str | None = None):
         tok = load_task_tokenizer(args.tokenizer, cfg)
         how = "from config, random weights"
         if weights:
-            model = getattr(transformers, head).from_pretrained(weights)
+            model = getattr(transformers, head).from_pretrained(weights, dtype=dtype)
         else:
             config = model_spec.build_config(spec)
             config.vocab_size = max(config.vocab_size, len(tok))  # ids of the given tokenizer must fit
             if tok.pad_token_id is not None and hasattr(config, "pad_token_id"):
                 config.pad_token_id = tok.pad_token_id
             config.num_labels = 2
-            model = getattr(transformers, head).from_config(config)
+            model = getattr(transformers, head).from_config(config).to(dtype)
     else:
         check_model_source(name)  # a missing model is named as the model, not as its tokenizer
         tok = load_task_tokenizer(args.tokenizer or name, cfg)
         how = "pretrained"
         if weights:
-            model = getattr(transformers, head).from_pretrained(weights, trust_remote_code=cfg.trust_remote_code)
+            model = getattr(transformers, head).from_pretrained(weights, trust_remote_code=cfg.trust_remote_code,
+                                                                dtype=dtype)
         else:
             model = (load_model(name, "question-answering", cfg) if args.form == "qa"
                      else load_model(name, "token-classification", cfg, num_labels=2))

@@ -27,8 +27,8 @@ def needle_breakdown(rows: list[dict[str, Any]], predictions: dict[str, str]) ->
         return None if not group else sum(squad_exact(predictions[r["id"]], r["answers"]["text"][0])
                                           for r in group) / len(group)
 
-    def other(r):  # the value of the needle not asked for ("The value of KEY is VALUE .")
-        prefix = len(needle_prefix(r["key"]))
+    def other(r):  # the value of the needle not asked for ("The value of KEY is VALUE ." or the bare needle)
+        prefix = value_offset(r)
         asked = r["answers"]["answer_start"][0] - prefix
         start = next(s for s in r["needle_char_starts"] if s != asked) + prefix
         return r["context"][start:].split(" ", 1)[0]
@@ -38,14 +38,23 @@ def needle_breakdown(rows: list[dict[str, Any]], predictions: dict[str, str]) ->
             "n_one": len(one), "n_two": len(two)}
 
 
-def needle_token_sets(rows: list[dict[str, Any]], feats: list[dict[str, Any]], tok) -> list[list[set[int]]]:
-    """Per example, the token positions of every needle's value in the authors' input, in text order."""
+def value_offset(row: dict[str, Any]) -> int:
+    """Characters from a needle's start to its value's: the library's needles begin "The value of KEY is ", the
+    authors' are the value alone (their rows have no ``key``)."""
+    return len(needle_prefix(row["key"])) if row.get("key") else 0
+
+
+def needle_token_sets(rows: list[dict[str, Any]], feats: list[dict[str, Any]], tok, end: str | None = None
+                      ) -> list[list[set[int]]]:
+    """Per example, the token positions of every needle's value in the authors' input (ended by ``end``), in the
+    order of ``needle_char_starts`` (the library's sets: text order; the authors': the order drawn, which their
+    ordinal counts)."""
     out = []
     for r, f in zip(rows, feats, strict=True):
-        enc = niah_data.prompt_encoding(tok, r["question"], r["context"], return_offsets_mapping=True)
+        enc = niah_data.prompt_encoding(tok, r["question"], r["context"], end, return_offsets_mapping=True)
         if len(enc["input_ids"]) != len(f["input_ids"]):
             raise ValueError(f"{r['id']}: truncated input; needle positions need the whole passage")
-        prefix = len(needle_prefix(r["key"]))
+        prefix = value_offset(r)
         sets = []
         for s in r["needle_char_starts"]:
             a = s + prefix

@@ -1,5 +1,7 @@
-"""One fine-tuning of ``niah evaluate`` (a model x task x form x learning rate x seed) and its scores at every
-test length, resumable from its run directory."""
+"""One fine-tuning of ``niah evaluate`` (a model x task x form x learning rate x seed x train length) and its
+scores at its test lengths, resumable from its run directory. The fine-tunings of a model on a task
+(:func:`training_plan`): one at the train length scored at every test length, or, as the paper's authors ran
+NIAH (``--train-length each``), one per test length trained on the train set of that length."""
 
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ from avey_b.utils.records import save_pretrained_atomic, slug, write_json_atomic
 
 from ...data.niah import parse_lengths
 from ..finetune import train_model
-from ..tasks.base import pad_id_of
+from ..tasks.base import end_token, pad_id_of
 from ..tasks.qa import QuestionAnsweringTask
 from .answer_tokens import token_classification_features, train_token_classifier
 from .forms import HEADLINE, OPTIMIZER, longest_input
@@ -30,11 +32,27 @@ from .sets import available_lengths, read_set, set_path, squad_examples
 from .tables import cell_text, chance_text
 
 
-def run_settings(name: str, task: str, lr: float, args, cfg, lengths: list[int]) -> dict[str, Any]:
+def training_plan(args, task: str) -> list[tuple[int, list[int]]]:
+    """The fine-tunings of one model on ``task``: (train length, the test lengths it is scored at) each — one at
+    ``args.train_length`` scored at every test length, or with ``--train-length each`` one per test length L,
+    trained on ``train_L.jsonl`` and scored on ``test_L.jsonl`` (EncodEval's NIAH: train and test files of one
+    length). A missing train set is named."""
+    task_dir = os.path.join(args.data, task)
+    lengths = available_lengths(task_dir, parse_lengths(args.lengths) if args.lengths else None)
+    if not args.each_length:
+        return [(parse_lengths([args.train_length])[0], lengths)]
+    missing = [n for n in lengths if not os.path.isfile(set_path(task_dir, "train", n))]
+    if missing:
+        raise FileNotFoundError(f"{task_dir}: --train-length each needs a train set at every test length; none at "
+                                f"{missing} (`avey-b niah generate --protocol paper` writes them)")
+    return [(n, [n]) for n in lengths]
+
+
+def run_settings(name: str, task: str, lr: float, args, cfg, lengths: list[int], train_length: int
+                 ) -> dict[str, Any]:
     """What defines one fine-tuning and its scores: a rerun must match it to reuse them (the device, the scoring
     batch and whether the ranker statistic is recorded do not change a score and are left out)."""
     task_dir = os.path.join(args.data, task)
-    train_length = parse_lengths([args.train_length])[0]
     run = {k: v for k, v in cfg.to_dict().items() if k not in ("device", "eval_batch_size", "lr", "seed")}
     return {"model": name, "task": task, "form": args.form, "lr": lr, "seed": args.seed,
             "tokenizer": args.tokenizer, "run_config": run, "micro_batch": args.micro_batch,
@@ -66,17 +84,24 @@ def refuse_changed(where: str, old: dict[str, Any] | None, new: dict[str, Any]) 
                          "another --out, or the same settings to resume, rather than mix them")
 
 
-def run_directory(out: str, name: str, task: str, form: str, lr: float, seed: int) -> str:
-    return os.path.join(out, "runs", slug(name), task, form, f"lr{lr:g}-seed{seed}")
+def run_directory(out: str, name: str, task: str, form: str, lr: float, seed: int, train_length: int | None = None
+                  ) -> str:
+    """A fine-tuning's directory; ``train_length`` names it when each length has its own (``--train-length each``)."""
+    leaf = f"lr{lr:g}-seed{seed}" + ("" if train_length is None else f"-train{train_length}")
+    return os.path.join(out, "runs", slug(name), task, form, leaf)
 
 
-def planned_run(name: str, task: str, lr: float, args) -> tuple[Any, list[int], dict[str, Any]]:
-    """(the fine-tuning's :class:`~avey_b.evaluation.tasks.base.RunConfig`, the test lengths to score, its
-    :func:`run_settings`) for ``name`` on ``task`` at ``lr``, as ``args`` ask."""
-    task_dir = os.path.join(args.data, task)
-    lengths = available_lengths(task_dir, parse_lengths(args.lengths) if args.lengths else None)
+def planned_run(name: str, task: str, lr: float, args, train_length: int, lengths: list[int]
+                ) -> tuple[Any, dict[str, Any]]:
+    """(the fine-tuning's :class:`~avey_b.evaluation.tasks.base.RunConfig`, its :func:`run_settings`) for ``name``
+    on ``task`` at ``lr``, trained at ``train_length`` and scored at ``lengths`` (one of :func:`training_plan`)."""
     cfg = dataclasses.replace(args.settings, lr=lr, seed=args.seed)
-    return cfg, lengths, run_settings(name, task, lr, args, cfg, lengths)
+    return cfg, run_settings(name, task, lr, args, cfg, lengths, train_length)
+
+
+def record_train_length(rec: dict[str, Any]) -> int | None:
+    """The train length of a record of :func:`evaluate_model` (in its settings)."""
+    return (rec.get("settings") or {}).get("train", {}).get("length")
 
 
 @dataclass
@@ -92,24 +117,33 @@ class FineTuning:
     tok: Any
     limit: int | None  # the model's maximum input length (None: no limit)
     train_len: int  # the longest training input, in tokens
+    end: str | None = None  # the authors' inputs' end token (paper protocol: EncodEval's); None: the form's own
 
     @property
     def task_dir(self) -> str:
         return os.path.join(self.args.data, self.task)
 
 
-def evaluate_model(name: str, task: str, args, lr: float | None = None, log=print) -> dict[str, Any]:
-    """Fine-tune ``name`` on ``task``'s train split in ``args.form``, then score every test length (or "—"/"OOM").
+def evaluate_model(name: str, task: str, args, lr: float | None = None, log=print,
+                   plan: tuple[int, list[int]] | None = None) -> dict[str, Any]:
+    """Fine-tune ``name`` on ``task``'s train split in ``args.form``, then score every test length (or "—"/"OOM");
+    ``plan``: (train length, test lengths), one of :func:`training_plan` (default: its first).
+
+    Under the paper protocol the authors' inputs end with EncodEval's token (:func:`~avey_b.evaluation.tasks.base.
+    end_token` of the model's config: its eos, else the unknown token) and the weights are bf16 (``weights_dtype``);
+    the record holds both (``end_token``, ``weights_dtype``).
 
     Resumable: the run directory (:func:`run_directory`) holds ``settings.json``, the fine-tuned model and
     ``train.json`` once training finished, and one ``length_<L>.json`` per scored length, each written atomically;
     a rerun reuses them (a run with other settings is refused). The model is deleted once every length is done."""
     lr = args.lr[0] if lr is None else lr
-    train_rows = read_set(set_path(os.path.join(args.data, task), "train", parse_lengths([args.train_length])[0]))
+    train_length, lengths = plan or training_plan(args, task)[0]
+    train_rows = read_set(set_path(os.path.join(args.data, task), "train", train_length))
     if args.settings.max_train_examples:
         train_rows = train_rows[: args.settings.max_train_examples]
-    cfg, lengths, settings = planned_run(name, task, lr, args)
-    run_dir = run_directory(args.out, name, task, args.form, lr, args.seed)
+    cfg, settings = planned_run(name, task, lr, args, train_length, lengths)
+    run_dir = run_directory(args.out, name, task, args.form, lr, args.seed,
+                            train_length if args.each_length else None)
     settings_path = os.path.join(run_dir, "settings.json")
     if os.path.exists(settings_path):
         refuse_changed(run_dir, load_json(settings_path), settings)
@@ -122,15 +156,18 @@ def evaluate_model(name: str, task: str, args, lr: float | None = None, log=prin
     model, tok, limit, how = load_model_and_tokenizer(name, args, cfg,
                                                       weights=os.path.join(run_dir, "model") if trained else None)
     model.to(device)
-    train_len = longest_input(tok, squad_examples(train_rows), args.form)
+    paper = cfg.protocol == "paper" and args.form == "token-classification"
+    end = end_token(tok, model.config) if paper else None
+    train_len = longest_input(tok, squad_examples(train_rows), args.form, end)
     if args.form == "qa":  # train on whole examples (one window each) unless the model cannot take the train length
         cfg = dataclasses.replace(cfg, max_length=min(train_len, limit) if limit else train_len,
                                   doc_stride=min(128, max(0, (min(train_len, limit or train_len)) // 4)))
-    run = FineTuning(name, task, args, cfg, run_dir, model, tok, limit, train_len)
+    run = FineTuning(name, task, args, cfg, run_dir, model, tok, limit, train_len, end)
     training = fine_tune(run, train_rows, log)
     retrieval = getattr(args, "retrieval", True) and model_spec.is_avey_b(model.config)
     return {"model": name, "built": how, "task": task, "form": args.form, "max_length": limit, "train": training,
-            "lr": lr, "seed": args.seed, "device": str(device), "settings": settings,
+            "lr": lr, "seed": args.seed, "device": str(device), "settings": settings, "protocol": cfg.protocol,
+            "end_token": end, "weights_dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
             "results": score_lengths(run, lengths, retrieval, log)}
 
 
@@ -151,7 +188,7 @@ def fine_tune(run: FineTuning, train_rows: list[dict[str, Any]], log) -> dict[st
         features = qa.train_features(squad_examples(train_rows), tok, cfg)
         training = train_model(run.model, qa, features, cfg, pad_id_of(tok), device)
     else:
-        features = token_classification_features(tok, train_rows, max_length=run.limit)
+        features = token_classification_features(tok, train_rows, max_length=run.limit, end=run.end)
         training = train_token_classifier(run.model, features, cfg, args.micro_batch, pad_id_of(tok), device)
     training |= {"examples": len(train_rows), "input_tokens": run.train_len, "seconds": time.perf_counter() - t0}
     save_pretrained_atomic(Path(run.run_dir) / "model", run.model, None)
@@ -173,7 +210,7 @@ def score_lengths(run: FineTuning, lengths: list[int], retrieval: bool, log) -> 
             res = load_json(path)
         else:
             res = score_length(run.model, run.tok, run.task_dir, length, run.args, run.cfg, run.limit,
-                               run.train_len, stop, retrieval)
+                               run.train_len, stop, retrieval, run.end)
             write_json_atomic(path, res)
         if res["status"] == "oom" and stop is None:
             stop = length

@@ -24,14 +24,15 @@ from .sets import read_set, set_path, squad_examples
 
 
 def score_length(model, tok, task_dir: str, length: int, args, cfg, limit, train_len: int, stop,
-                 retrieval: bool) -> dict[str, Any]:
+                 retrieval: bool, end: str | None = None) -> dict[str, Any]:
     """One test length's result: the form's scores with the chance level, "max_length" past the model's window,
-    or "oom" (``stop``: an earlier length ran out of memory, so this one is not tried)."""
+    or "oom" (``stop``: an earlier length ran out of memory, so this one is not tried). ``end``: the authors'
+    inputs' end token (None: :func:`avey_b.data.niah.prompt_encoding`'s own)."""
     rows = read_set(set_path(task_dir, "test", length))
     if args.settings.max_eval_examples:
         rows = rows[: args.settings.max_eval_examples]
     examples = squad_examples(rows)
-    need = longest_input(tok, examples, args.form)
+    need = longest_input(tok, examples, args.form, end)
     # the chance level as the authors compute it (from the stated distribution), and that of these very examples
     res: dict[str, Any] = {"input_tokens_max": need, "n": len(examples),
                            "chance": 100 * niah_data.set_chance_level(rows),
@@ -54,10 +55,10 @@ def score_length(model, tok, task_dir: str, length: int, args, cfg, limit, train
                                             for e in examples] for m, fn in (("exact", squad_exact), ("f1", squad_f1))},
                            needles=needle_breakdown(rows, predictions))
             else:
-                res.update(status="ok", **score_token_classification(model, tok, rows, cfg, bs))
+                res.update(status="ok", **score_token_classification(model, tok, rows, cfg, bs, end))
         res["seconds"] = time.perf_counter() - t1
         if retrieval:  # the ranker's choice in those same forward passes
-            encode = None if args.form == "qa" else (lambda q, c: niah_data.prompt_encoding(tok, q, c))
+            encode = None if args.form == "qa" else (lambda q, c: niah_data.prompt_encoding(tok, q, c, end))
             res["retrieval"] = retrieval_stats(tok, examples, rc.rows, model.config.split_size,
                                                model.config.num_retrieved_splits, encode=encode)
     except Exception as exc:  # OOM is data; other errors are bugs
@@ -67,14 +68,15 @@ def score_length(model, tok, task_dir: str, length: int, args, cfg, limit, train
     return res
 
 
-def score_token_classification(model, tok, rows: list[dict[str, Any]], cfg, batch_size: int) -> dict[str, Any]:
+def score_token_classification(model, tok, rows: list[dict[str, Any]], cfg, batch_size: int, end: str | None = None
+                               ) -> dict[str, Any]:
     """The authors' score of one test set (mean of :func:`authors_token_score`, in %), per example, and the
     breakdown by number of needles (``other_value``: a multi-needle example labelled exactly as another needle)."""
-    feats = token_classification_features(tok, rows)
+    feats = token_classification_features(tok, rows, end=end)
     predicted = predict_answer_tokens(model, feats, batch_size, pad_id_of(tok), cfg.precision)
     scores = [authors_token_score(p, {i for i, y in enumerate(f["labels"]) if y == 1})
               for p, f in zip(predicted, feats, strict=True)]
-    needles = needle_token_sets(rows, feats, tok)
+    needles = needle_token_sets(rows, feats, tok, end)
     # what labelling every needle scores: the token F1 gives it partial credit (2/3 with two needles), above chance
     every = [authors_token_score(set().union(*n), {i for i, y in enumerate(f["labels"]) if y == 1})
              for n, f in zip(needles, feats, strict=True)]
