@@ -40,6 +40,7 @@ import asyncio
 import base64
 import functools
 import queue
+import sys
 import threading
 import time
 from concurrent.futures import Future
@@ -235,7 +236,7 @@ def _add_routes(app, encoder: Encoder, answer, options: ServeOptions, max_tokens
     def health():
         return {"status": "ok", "model": encoder.name, "architecture": encoder.architecture,
                 "serves": encoder.kinds, "max_tokens": max_tokens, "max_batch_tokens": options.max_batch_tokens,
-                "device": str(encoder.device), "bf16": encoder.bf16,
+                "device": str(encoder.device), "bf16": encoder.bf16, "threads": encoder.threads,
                 "onnx": str(encoder.onnx_file) if encoder.onnx_file else None}
 
     encodings = {"float": lambda v: v.tolist(),  # float32 values, as JSON numbers
@@ -306,6 +307,8 @@ def run(args: argparse.Namespace) -> int:
     app = build_app(encoder, options)
     print(f"serving {args.model} ({encoder.runtime_name if encoder.onnx_file else encoder.architecture}: "
           f"{', '.join(encoder.kinds)}) on http://{options.host}:{options.port}; inputs up to "
-          f"{app.state.max_tokens:,} tokens", flush=True)
+          f"{app.state.max_tokens:,} tokens\n{encoder.describe()}", flush=True)
+    encoder.watch_shared_cpu(lambda message: print(message, file=sys.stderr, flush=True),
+                             "restart the server with --threads 1 (or one per idle core)")
     uvicorn.run(app, host=options.host, port=options.port, log_level="warning")
     return 0
