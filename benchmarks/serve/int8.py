@@ -68,6 +68,7 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--max-batch-tokens", type=int, default=32_768, help="largest B x N timed (the server's default)")
     p.add_argument("--out", default=str(HERE / "int8.jsonl"))
+    p.add_argument("--workdir", help="keep the model and its ONNX files here (reused when already exported)")
     args = p.parse_args()
 
     from run import build
@@ -83,17 +84,18 @@ def main() -> None:
     text = text_ids([str(data / "wikitext-2" / "valid.tokens.txt")], "cl100k_base")
     bf16 = cpu_has_native_bf16()
     with tempfile.TemporaryDirectory() as tmp:
-        directory = Path(tmp)
-        build(directory, data)
-        t0 = time.perf_counter()
-        export(str(directory), str(directory), ExportOptions(head="embedding", quantize="int8"))
-        export_s = time.perf_counter() - t0
+        directory, export_s = Path(args.workdir or tmp), None
+        if not (directory / "onnx" / "model.int8.onnx").is_file():
+            build(directory, data)
+            t0 = time.perf_counter()
+            export(str(directory), str(directory), ExportOptions(head="embedding", quantize="int8"))
+            export_s = round(time.perf_counter() - t0, 1)
         encoders = variants(directory, args.threads, bf16)
         vocab = next(iter(encoders.values())).config.vocab_size
         common = {"model": "small (d=256, L=8, S=64, k=3), random weights (seed 0), embedding head, BPE 8,192",
                   "inputs": f"WikiText-2 valid, {text.source}, renumbered into the model's vocabulary",
                   "machine": f"{platform.node()}: {_cpu()}", "native_bf16": bf16, "torch": torch.__version__,
-                  "export_and_quantize_s": round(export_s, 1), "rounds": args.rounds,
+                  "export_and_quantize_s": export_s, "rounds": args.rounds,
                   "command": "python " + " ".join(sys.argv)}
 
         def prepare(name: str) -> None:  # the eager variants share PyTorch's one thread pool
