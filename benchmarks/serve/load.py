@@ -35,6 +35,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -190,17 +191,26 @@ def main() -> None:
     p.add_argument("--out", default=str(HERE / "load.jsonl"))
     args = p.parse_args()
 
-    from run import build, free_port
-    from transformers import AutoTokenizer
+    from run import build
 
     from avey_b.apps.export import export
     from avey_b.apps.options import ExportOptions
+
+    with tempfile.TemporaryDirectory() as tmp:
+        directory = Path(args.workdir or tmp)
+        if not (directory / "onnx" / "model.int8.onnx").is_file():
+            build(directory, Path(args.data))
+            export(str(directory), str(directory), ExportOptions(head="embedding", quantize="int8"))
+        run_settings(args, directory)
+
+
+def run_settings(args, directory: Path) -> None:
+    """Every setting of ``args`` on the model in ``directory``, then the SIGTERM run; one JSON line each."""
+    from run import free_port
+    from transformers import AutoTokenizer
+
     from avey_b.utils.records import append_jsonl
 
-    directory = Path(args.workdir or HERE / ".load-model")
-    if not (directory / "onnx" / "model.int8.onnx").is_file():
-        build(directory, Path(args.data))
-        export(str(directory), str(directory), ExportOptions(head="embedding", quantize="int8"))
     tok = AutoTokenizer.from_pretrained(directory)
     text = (Path(args.data) / "wikitext-2" / "valid.tokens.txt").read_text(encoding="utf-8")
     texts = make_requests(tok, text, args.requests, args.longest)
