@@ -142,7 +142,7 @@ def test_finetune_threads_take_effect_and_are_not_a_cells_setting(tmp_path, caps
     torch.set_num_threads(2)
     cfg = RunConfig(lr=1e-3, max_steps=1, batch_size=8, max_length=16, device="cpu", threads=1)
     run_cell(models["avey"], "sst2", cfg, files)
-    assert torch.get_num_threads() == 1 and "1 CPU thread " in capsys.readouterr().out
+    assert torch.get_num_threads() == 1 and "1 CPU thread " in capsys.readouterr().err  # stdout: the results
     args = cli.parse("finetune", ["--model", "M", "--task", "sst2", "--lr", "1e-4", "--output-dir", "O", "--threads",
                                   "3"])
     assert args.threads == 3

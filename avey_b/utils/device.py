@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import sys
 from pathlib import Path
 
 import torch
@@ -177,10 +178,11 @@ def runtime_line(device: torch.device | str, precision: str, threads: int | None
 def start_runtime(device: str | torch.device | None, precision: str, threads: int | None, *,
                   flag: str = "--threads") -> tuple[torch.device, bool, int]:
     """What a verb that runs a PyTorch model does first: pick the device (:func:`pick_device`), the precision
-    (:func:`use_bf16`) and the CPU threads (:func:`set_cpu_threads`), and print its start line
-    (:func:`runtime_line`; ``flag`` is the option that sets the threads). Returns ``(device, bf16, threads)``."""
+    (:func:`use_bf16`) and the CPU threads (:func:`set_cpu_threads`), and print its start line on stderr
+    (:func:`runtime_line`; ``flag`` is the option that sets the threads; stdout stays the verb's results). Returns
+    ``(device, bf16, threads)``."""
     device = pick_device(device)
     bf16 = use_bf16(precision, device)
     threads = set_cpu_threads(threads)
-    print(runtime_line(device, "bf16 autocast" if bf16 else "fp32", threads, flag=flag), flush=True)
+    print(runtime_line(device, "bf16 autocast" if bf16 else "fp32", threads, flag=flag), file=sys.stderr, flush=True)
     return device, bf16, threads
