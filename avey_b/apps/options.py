@@ -34,7 +34,7 @@ class LoadOptions:
     """run an exported ONNX model with onnxruntime (CPU) instead of the eager model: FILE (e.g.
     MODEL/onnx/model.int8.onnx from `avey-b export --quantize int8`), or MODEL/onnx/model.onnx when FILE is left out
     (the empty string in Python); MODEL gives the config and tokenizer. int8 pays most on short inputs: on a shared
-    2-core AVX2 CPU it ran 2-3x faster than the eager model up to 4K tokens and 1.15-1.2x at 8K-30K, at 2-3x the
+    2-core AVX2 CPU it ran 1.9-3.1x faster than the eager model up to 4K tokens and 1.15-1.2x at 8K-30K, at 2-3x the
     memory (benchmarks/serve/README.md)"""
 
     def __post_init__(self):

@@ -24,7 +24,7 @@ the model). Endpoints:
 MODEL MODEL --head embedding`` writes ``MODEL/onnx/model.onnx``, the default FILE; ``--quantize int8`` adds
 ``model.int8.onnx``): same batching, limits and errors; the directory gives the config and the tokenizer. Either
 runtime is loaded once, at start, by :class:`avey_b.apps.encoder.Encoder`, which also decides what is served.
-The int8 model pays most on short inputs: on a shared 2-core AVX2 CPU (1 thread) it ran 2–3x faster than the eager
+The int8 model pays most on short inputs: on a shared 2-core AVX2 CPU (1 thread) it ran 1.9–3.1x faster than the eager
 model up to 4K tokens, only 1.15–1.2x at 8K–30K, and served a mixed load of 1–20K-token requests at 1.35x the eager
 server's tokens/s, at 2–3x its memory (benchmarks/serve/README.md).
 
