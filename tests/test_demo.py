@@ -9,6 +9,7 @@ from avey_b import cli
 def test_demo_encodes_a_padded_batch_and_times_each_length(capsys):
     assert cli.main(["demo", "--lengths", "64", "300", "--threads", "1"]) == 0
     out = capsys.readouterr().out
+    assert out.startswith("PyTorch on cpu, fp32, 1 CPU thread ")  # --threads took effect, and it says so
     assert "tokenizer: byte-level BPE, 4096 tokens" in out and "model: Avey-B small" in out
     assert "(padding-invariant)" in out
     rows = [line.split() for line in out.splitlines()[-2:]]

@@ -196,7 +196,7 @@ def test_every_run_setting_is_a_flag_of_finetune_evaluate_and_niah():
               "warmup_ratio": 0.25, "weight_decay": 0.01, "adam_beta1": 0.8, "adam_beta2": 0.9, "adam_epsilon": 1e-6,
               "weights_dtype": "bfloat16", "grad_accumulation": 2, "grad_clip": 0.5, "precision": "fp32",
               "normalize_embeddings": False, "ir_scale": 10.0, "max_train_examples": 19, "max_eval_examples": 23,
-              "device": "cpu", "trust_remote_code": True, "corpus_chunk": 29}
+              "device": "cpu", "threads": 2, "trust_remote_code": True, "corpus_chunk": 29}
     assert sorted(values) == sorted(f.name for f in fields), "a new RunConfig field: give it a value here"
     argv = []
     for name, value in values.items():

@@ -1,12 +1,11 @@
 """CPU threads on a shared machine: the default thread count follows the CPUs this process may use (its affinity
 mask and its cgroup's CPU quota, v1 and v2, read from fake cgroup trees here), and a run whose training rate
-falls far below its own after warm-up says once that the CPU looks shared."""
+falls far below its own after warm-up says once that the CPU looks shared (the rule: tests/test_threads.py)."""
 
 import pytest
 import torch
 from test_train_loop import corpus, main, overrides  # noqa: F401  (the module's corpus fixture)
 
-from avey_b.training.monitor import shared_cpu_message, shared_cpu_slowdown
 from avey_b.utils import device
 
 
@@ -85,34 +84,24 @@ def test_the_default_thread_count_is_capped_at_the_usable_cpus(monkeypatch):
         torch.set_num_threads(before)
 
 
-def test_a_rate_that_stays_under_half_of_the_post_warmup_rate_is_a_shared_cpu():
-    warm = [3000.0, 9000.0]  # first windows: one-off costs, never the reference
-    assert shared_cpu_slowdown(warm + [20000, 19500, 20100, 6000, 5800]) == (20100, 5800)
-    assert shared_cpu_slowdown(warm + [20000, 19500, 20100, 6000]) is None  # one slow window is noise
-    assert shared_cpu_slowdown(warm + [20000, 6000, 19000, 5800]) is None  # it recovered in between
-    assert shared_cpu_slowdown(warm + [20000, 12000, 11000]) is None  # slower, not under half
-    assert shared_cpu_slowdown(warm + [6000, 5900]) is None  # nothing to compare with yet
-    assert shared_cpu_slowdown([20000, 20000, 9000, 9000, 9000]) is None  # the slow start is the warm-up ...
-    assert shared_cpu_slowdown([20000, 20000, 19000, 9000, 9000]) == (19000, 9000)  # ... not the reference
-    message = shared_cpu_message(20100, 5800, threads=2)
-    assert "5,800 tokens/s, 29% of the 20,100" in message and "train.threads=1" in message
-
-
 def test_the_training_loop_says_it_once_on_a_cpu_run_with_several_threads(corpus, tmp_path, monkeypatch, capsys):  # noqa: F811
     from avey_b.training import pretrain
+    from avey_b.utils.shared_cpu import SharedCpuWatch
 
     seen = []
 
-    def slowdown_after_the_second_window(rates):
-        seen.append(list(rates))
-        return (1000.0, 100.0) if len(rates) >= 2 else None
+    class SlowAfterTwoSteps(SharedCpuWatch):  # the rule itself: tests/test_threads.py
+        def add(self, work, seconds, shape=None):
+            seen.append((work, seconds))
+            return (1000.0, 100.0) if len(seen) == 2 else None
 
-    monkeypatch.setattr(pretrain, "shared_cpu_slowdown", slowdown_after_the_second_window)
+    monkeypatch.setattr(pretrain, "SharedCpuWatch", SlowAfterTwoSteps)
     # a run on two threads, as far as the loop knows (two busy threads on this shared test machine would be slow)
     monkeypatch.setattr(pretrain, "set_cpu_threads", lambda requested: torch.set_num_threads(requested) or 2)
     assert main(overrides(corpus, tmp_path / "two", steps=4)) == 0
-    assert capsys.readouterr().out.count("the CPU looks shared") == 1
-    assert len(seen) == 2 and all(r > 0 for r in seen[-1])  # one rate per logging window, until it was said
+    out = capsys.readouterr().out
+    assert out.count("the CPU looks shared") == 1 and "--resume train.threads=1" in out
+    assert len(seen) == 4 and all(w > 0 and s > 0 for w, s in seen)  # every step's tokens and time, not log lines
     monkeypatch.setattr(pretrain, "set_cpu_threads", lambda requested: torch.set_num_threads(requested) or 1)
     assert main(overrides(corpus, tmp_path / "one", steps=4)) == 0  # one thread: nothing to suggest
     assert "the CPU looks shared" not in capsys.readouterr().out

@@ -14,14 +14,14 @@ from avey_b.data.tokenization import train_bpe_tokenizer
 from avey_b.model import presets
 from avey_b.model.heads import AveyBForSentenceEmbedding
 from avey_b.utils.counting import parameter_counts
+from avey_b.utils.device import runtime_line, set_cpu_threads
 
 from .options import DemoOptions
 
 
 def demo(options: DemoOptions) -> None:
     """The tour (module docstring), printed."""
-    if options.threads:
-        torch.set_num_threads(options.threads)
+    print(runtime_line("cpu", "fp32", set_cpu_threads(options.threads)))
     texts = python_docs_corpus()
     t0 = time.perf_counter()
     tok = train_bpe_tokenizer(texts, vocab_size=4096)

@@ -23,6 +23,8 @@ only the config and checks it: a job can check its settings before paying for th
 from __future__ import annotations
 
 import functools
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -33,8 +35,9 @@ from avey_b.model import auto
 from avey_b.model.configuration import is_avey_b
 from avey_b.model.heads import sentence_embedding
 from avey_b.utils.batching import pad_right
-from avey_b.utils.device import autocast, pick_device, set_cpu_threads, use_bf16
+from avey_b.utils.device import autocast, pick_device, runtime_line, set_cpu_threads, usable_cpus, use_bf16
 from avey_b.utils.files import model_source
+from avey_b.utils.shared_cpu import SharedCpuWatch, shared_cpu_message
 
 #: What a head answers besides embeddings (every checkpoint embeds), from its logits.
 LOGIT_KINDS = {"AveyBForMaskedLM": "fill", "AveyBForSequenceClassification": "classify"}
@@ -69,7 +72,7 @@ class OnnxRuntime:
     """An exported ONNX model (``avey-b export``, fp32 or ``--quantize int8``) run by onnxruntime on the CPU, in its
     own precision. Outputs: the graph's (``last_hidden_state``, ``sentence_embedding``, ``logits``)."""
 
-    def __init__(self, path: str, file: str, threads: int | None):
+    def __init__(self, path: str, file: str, threads: int):
         self.file = Path(file) if file else Path(path) / "onnx" / "model.onnx"
         if not self.file.is_file():
             raise FileNotFoundError(f"no ONNX model at {self.file}" + ("" if file else
@@ -83,8 +86,7 @@ class OnnxRuntime:
         if self.session is not None:
             return
         options = ort.SessionOptions()
-        if self.threads:
-            options.intra_op_num_threads = self.threads
+        options.intra_op_num_threads = self.threads
         session = ort.InferenceSession(str(self.file), options, providers=["CPUExecutionProvider"])
         inputs = [i.name for i in session.get_inputs()]
         if inputs != ONNX_INPUTS:
@@ -137,13 +139,14 @@ class Encoder:
                 raise ValueError("an ONNX model runs on the CPU in its own precision (onnxruntime): drop the device "
                                  "and bf16 precision")
             self.device, self.bf16 = torch.device("cpu"), False
-            self.runtime = OnnxRuntime(self.name, options.onnx, options.threads)
+            self.threads = options.threads or usable_cpus()
+            self.runtime = OnnxRuntime(self.name, options.onnx, self.threads)
         else:
             self.device = pick_device(options.device)
             self.bf16 = use_bf16(options.precision, self.device)
-            if options.threads:
-                set_cpu_threads(options.threads)
+            self.threads = set_cpu_threads(options.threads)  # PyTorch's CPU threads (for its CPU work on a GPU too)
             self.runtime = EagerRuntime(self.name, cls, self.device, self.bf16)
+        self._watch: tuple[SharedCpuWatch, Callable[[str], None], str] | None = None
 
     def __repr__(self) -> str:
         return f"Encoder({self.name!r}, {self.architecture}, {self.runtime_name}, kinds={self.kinds})"
@@ -169,6 +172,34 @@ class Encoder:
     @property
     def onnx_file(self) -> Path | None:
         return self.runtime.file if isinstance(self.runtime, OnnxRuntime) else None
+
+    def describe(self) -> str:
+        """The start line of a verb that runs this encoder (:func:`avey_b.utils.device.runtime_line`): runtime,
+        device, precision and CPU threads."""
+        if self.onnx_file:
+            precision = "int8" if ".int8." in self.onnx_file.name else "the ONNX model's precision"
+            return runtime_line("cpu", precision, self.threads, runtime=f"onnxruntime ({self.onnx_file.name})")
+        return runtime_line(self.device, "bf16 autocast" if self.bf16 else "fp32", self.threads)
+
+    def watch_shared_cpu(self, report: Callable[[str], None], advice: str) -> None:
+        """From now on, time every forward and say once, through ``report``, when they run far slower than the same
+        work ran earlier (:class:`avey_b.utils.shared_cpu.SharedCpuWatch`: a CPU shared with other processes);
+        ``advice``: how the verb changes its threads. Only on the CPU with several threads (one has nothing to
+        change)."""
+        if self.device.type == "cpu" and self.threads > 1:
+            self._watch = (SharedCpuWatch(), report, advice)
+
+    def _run(self, output: str, batch: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """The runtime's ``output`` for a padded batch, timed for the shared-CPU watch when one is on."""
+        if self._watch is None:
+            return self.runtime.run(output, batch, mask)
+        t0 = time.perf_counter()
+        result = self.runtime.run(output, batch, mask)
+        watch, report, advice = self._watch
+        rows, length = batch.shape
+        if found := watch.add(float(mask.sum()), time.perf_counter() - t0, (rows.bit_length(), length.bit_length())):
+            report(shared_cpu_message(*found, self.threads, "the model", advice))
+        return result
 
     @functools.cached_property
     def kinds(self) -> list[str]:
@@ -224,7 +255,7 @@ class Encoder:
         if "last_hidden_state" not in self.runtime.outputs:
             raise ValueError(f"{self.onnx_file} has no last_hidden_state output: export it with --head base or "
                              "embedding")
-        return self.runtime.run("last_hidden_state", batch.to(self.device), mask.to(self.device))
+        return self._run("last_hidden_state", batch.to(self.device), mask.to(self.device))
 
     def embed(self, batch: torch.Tensor, mask: torch.Tensor, normalize: bool | None = None) -> torch.Tensor:
         """(B, d) float32 embeddings of a padded batch, on ``device`` (see the module docstring). ``normalize``:
@@ -237,7 +268,7 @@ class Encoder:
             if normalize != configured:
                 raise ValueError(f"{self.onnx_file} gives only sentence_embedding, "
                                  f"{'' if configured else 'not '}normalized: export it with --head embedding")
-            return self.runtime.run("sentence_embedding", batch, mask).float()
+            return self._run("sentence_embedding", batch, mask).float()
         hidden = self.hidden_states(batch, mask)
         return sentence_embedding(hidden.float(), mask, normalize)
 
@@ -246,4 +277,4 @@ class Encoder:
         if "logits" not in self.runtime.outputs:
             raise ValueError(f"{self.onnx_file} has no logits output: export it with --head masked-lm or "
                              "sequence-classification")
-        return self.runtime.run("logits", batch.to(self.device), mask.to(self.device)).float().cpu()
+        return self._run("logits", batch.to(self.device), mask.to(self.device)).float().cpu()

@@ -26,11 +26,20 @@ class LoadOptions:
     precision: str = "auto"
     """auto (bf16 autocast where the device multiplies bf16 natively, float32 elsewhere), bf16 or fp32"""
     threads: int | None = None
-    """CPU threads: onnxruntime's with an ONNX model, PyTorch's otherwise (default: each one's own)"""
+    """CPU threads of the model, eager (PyTorch's) or ONNX (onnxruntime's); default: one per CPU this process may
+    use (its affinity mask and cgroup CPU quota), or OMP_NUM_THREADS for the eager model. On a CPU that other busy
+    processes share, 1 (or one per idle core) is often several times faster: the start line says the count, and a
+    note says when the rate falls (benchmarks/serve/README.md)"""
     onnx: str | None = None
     """run an exported ONNX model with onnxruntime (CPU) instead of the eager model: FILE (e.g.
     MODEL/onnx/model.int8.onnx from `avey-b export --quantize int8`), or MODEL/onnx/model.onnx when FILE is left out
-    (the empty string in Python); MODEL gives the config and tokenizer"""
+    (the empty string in Python); MODEL gives the config and tokenizer. int8 pays most on short inputs: on a shared
+    2-core AVX2 CPU it ran 1.9-3.1x faster than the eager model up to 4K tokens and 1.15-1.2x at 8K-30K, at 2-3x the
+    memory (benchmarks/serve/README.md)"""
+
+    def __post_init__(self):
+        if self.threads is not None and self.threads < 1:
+            raise ValueError(f"threads must be at least 1, got {self.threads}")
 
 
 
@@ -176,6 +185,10 @@ class EmbedOptions:
     """where the forwards run (auto: CUDA, then MPS, then the CPU)"""
     precision: str = "auto"
     """auto: bf16 autocast where the device multiplies bf16 natively, float32 elsewhere"""
+    threads: int | None = None
+    """CPU threads (PyTorch's) of the forwards; default: one per CPU this process may use (its affinity mask and
+    cgroup CPU quota), or OMP_NUM_THREADS. On a CPU that other busy processes share, 1 (or one per idle core) is
+    often several times faster; ray: each actor's"""
     backend: str = "local"
     """ray: the same job as a Ray Data pipeline of model-holding actors (pip install 'avey-b[ray]')"""
     ray_address: str | None = None
@@ -223,7 +236,8 @@ class EmbedOptions:
             raise ValueError(f"precision must be one of {configs.PRECISIONS}, got {self.precision!r}")
         check_backend(self.backend, {"--ray-address": self.ray_address is not None, "--concurrency":
                                      self.concurrency != 1, "--num-gpus": self.num_gpus is not None})
-        for name in ("shard_size", "shard_tokens", "max_batch_tokens", "max_tokens", "concurrency", "ray_wave"):
+        for name in ("shard_size", "shard_tokens", "max_batch_tokens", "max_tokens", "concurrency", "ray_wave",
+                     "threads"):
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ValueError(f"{name} must be at least 1, got {value}")
@@ -337,11 +351,14 @@ class DemoOptions:
     lengths: list[int] = field(default_factory=lambda: [1024, 4096, 16384])
     "sequence lengths to time (tokens)"
     threads: int | None = None
-    "torch CPU threads (default: torch's choice)"
+    """CPU threads (PyTorch's); default: one per CPU this process may use, or OMP_NUM_THREADS (on a CPU that other
+    busy processes share, 1 is often several times faster)"""
 
     def __post_init__(self):
         if any(n < 1 for n in self.lengths):
             raise ValueError(f"--lengths must be positive, got {self.lengths}")
+        if self.threads is not None and self.threads < 1:
+            raise ValueError(f"--threads must be at least 1, got {self.threads}")
 
 
 def demo_parser() -> argparse.ArgumentParser:

@@ -65,7 +65,7 @@ import torch
 
 from avey_b import configs
 from avey_b.utils.counting import count_flops, count_parameters
-from avey_b.utils.device import autocast, is_oom, pick_device
+from avey_b.utils.device import autocast, is_oom, pick_device, runtime_line, set_cpu_threads
 from avey_b.utils.model_spec import (
     build_config,
     is_avey_b,
@@ -206,8 +206,9 @@ def run_benchmark(options: BenchOptions) -> list[dict[str, Any]]:
     then ``results.csv`` and the throughput table of the whole results file; ``OUT/options.jsonl`` gets one line per
     invocation (the options, the environment). Returns the records of this invocation."""
     device = pick_device(options.device)
-    if options.threads:
-        torch.set_num_threads(options.threads)
+    set_cpu_threads(options.threads)
+    print(runtime_line(device, ", ".join(options.dtype or (["bfloat16"] if device.type == "cuda" else ["float32"])),
+                       options.threads), file=sys.stderr, flush=True)
     dtypes = options.dtype or (["bfloat16"] if device.type == "cuda" else ["float32"])
     for d in dtypes:
         _dtype_setup(d, device)  # validate early

@@ -35,7 +35,7 @@ from transformers.trainer_pt_utils import get_parameter_names
 
 from avey_b.configs import from_args
 from avey_b.utils.counting import count_parameters
-from avey_b.utils.device import pick_device, use_bf16
+from avey_b.utils.device import pick_device, start_runtime, use_bf16
 from avey_b.utils.progress import Progress
 from avey_b.utils.records import save_pretrained_atomic, utc_timestamp, write_json_atomic
 
@@ -197,6 +197,7 @@ def run_cell(model_name: str, task_name: str, cfg: RunConfig, files: DataFiles,
     write the fine-tuned model and its tokenizer there (``from_pretrained`` loads them, head included).
     Retrieval under the paper protocol trains on MS MARCO pairs and scores zero-shot
     (:mod:`avey_b.evaluation.ir_paper`); ``finetuned`` then names a model trained so before, to score only."""
+    start_runtime(cfg.device, cfg.precision, cfg.threads)
     if is_zero_shot(task_name, cfg):
         return run_zero_shot_cell(model_name, task_name, cfg, files, tokenizer_name, save_model, finetuned)
     if finetuned is not None:

@@ -103,6 +103,10 @@ class RunConfig:
     """Score only the first N examples (IR: queries)."""
     device: str | None = None
     """``cpu``, ``cuda``, ``cuda:1``...; None picks CUDA when available."""
+    threads: int | None = None
+    """CPU threads (PyTorch's); None: one per CPU this process may use (its affinity mask and cgroup CPU quota), or
+    OMP_NUM_THREADS, or a sweep worker's share. On a CPU that other busy processes share, 1 is often several times
+    faster. Like the device, it is not part of a cell's settings (it changes no score)."""
     trust_remote_code: bool = False
     """Run a Hub model's own code (NeoBERT)."""
     corpus_chunk: int = 65536
@@ -115,6 +119,8 @@ class RunConfig:
             raise ValueError(f"weights_dtype must be one of {WEIGHTS_DTYPES}, got {self.weights_dtype!r}")
         if self.protocol not in PROTOCOLS:
             raise ValueError(f"protocol must be one of {PROTOCOLS}, got {self.protocol!r}")
+        if self.threads is not None and self.threads < 1:
+            raise ValueError(f"threads must be >= 1, got {self.threads}")
         if self.corpus_chunk < 1:
             raise ValueError(f"corpus_chunk must be >= 1, got {self.corpus_chunk}")
         if not self.lr > 0:
@@ -411,7 +417,7 @@ def report_parser() -> argparse.ArgumentParser:
 #: ``doc_stride``) follows from each input's length.
 NIAH_SETTINGS = ("protocol", "epochs", "max_steps", "batch_size", "eval_batch_size", "max_train_examples",
                  "max_eval_examples", "warmup_ratio", "weight_decay", "grad_clip", "max_answer_length", "precision",
-                 "weights_dtype", "device", "trust_remote_code")
+                 "weights_dtype", "device", "threads", "trust_remote_code")
 
 
 #: RunConfig's defaults that ``niah evaluate`` changes (before the form's, :data:`FORM_DEFAULTS`)

@@ -133,9 +133,11 @@ class Cell:
         return out
 
     def spec(self) -> dict[str, Any]:
-        """What identifies the cell's settings (compared on resume); the device is not part of it."""
+        """What identifies the cell's settings (compared on resume); the device and the CPU threads are not part of
+        it."""
         cfg = self.cfg.to_dict()
         cfg.pop("device")
+        cfg.pop("threads")
         spec = {"model_name": self.model_name, "model": self.model, "task": self.task, "tokenizer": self.tokenizer,
                 "cfg": cfg, "files": dataclasses.asdict(self.files)}
         return spec | ({"trained_by": self.trained_by} if self.trained_by else {})
@@ -275,7 +277,7 @@ def is_done(output_dir: str, cell: Cell, log=None) -> bool:
     recorded = record.get("cell")
     if recorded is not None and isinstance(recorded.get("cfg"), dict):
         # a cell recorded before a RunConfig field existed ran with that field's default
-        defaults = {k: v for k, v in RunConfig().to_dict().items() if k != "device"}
+        defaults = {k: v for k, v in RunConfig().to_dict().items() if k not in ("device", "threads")}
         recorded = recorded | {"cfg": defaults | recorded["cfg"]}
     if record.get("fingerprint") != cell.fingerprint(output_dir):
         if log is not None:

@@ -1,7 +1,7 @@
 """Watching a pretraining run (the task scores of fine-tuning are :mod:`avey_b.evaluation.metrics`): metrics sinks
 for a run (rank 0 only): ``metrics.jsonl`` (every record), ``metrics.csv`` (fixed columns),
-and TensorBoard / Weights & Biases when installed and asked for; the peak FLOP/s behind MFU; and the watch on the
-training rate that says when a CPU run looks shared (:func:`shared_cpu_slowdown`)."""
+and TensorBoard / Weights & Biases when installed and asked for; and the peak FLOP/s behind MFU. (The watch on the
+training rate that says when a CPU run looks shared is :mod:`avey_b.utils.shared_cpu`, shared with the servers.)"""
 
 from __future__ import annotations
 
@@ -28,33 +28,6 @@ def peak_flops(device: torch.device, override: float | None) -> float | None:
             if key in name:
                 return value
     return None
-
-
-def shared_cpu_slowdown(rates: list[float], warmup: int = 2, patience: int = 2,
-                        threshold: float = 0.5) -> tuple[float, float] | None:
-    """``(reference, now)`` when the training rate has fallen far below what this run reached, else None.
-
-    ``rates`` are the tokens/s of successive logging windows, counting only the time spent fetching batches and
-    stepping (evaluations and checkpoints excluded). The first ``warmup`` windows are skipped (first-step costs);
-    the reference is the best later window before the last ``patience``; the rate has fallen when each of the last
-    ``patience`` windows is under ``threshold`` times the reference (one slow window is noise, not a neighbour)."""
-    if len(rates) < warmup + 1 + patience:
-        return None
-    reference = max(rates[warmup:-patience])
-    recent = rates[-patience:]
-    if all(r < threshold * reference for r in recent):
-        return reference, recent[-1]
-    return None
-
-
-def shared_cpu_message(reference: float, now: float, threads: int) -> str:
-    """What :func:`shared_cpu_slowdown`'s finding means for a run on ``threads`` CPU threads, and what to do."""
-    return (f"note: training runs at {now:,.0f} tokens/s, {now / reference:.0%} of the {reference:,.0f} it reached "
-            "after warm-up: "
-            f"the CPU looks shared with other processes. With {threads} threads every step waits for the slowest "
-            "one, and a thread on a busy core is slow; on a shared machine train.threads=1 (or one per idle core) "
-            "is often faster. It may change on resume: stop (Ctrl-C saves a checkpoint), then "
-            "`avey-b pretrain --config ... --resume train.threads=1`.")
 
 
 class MetricsLogger:

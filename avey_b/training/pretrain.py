@@ -42,9 +42,10 @@ from transformers.utils import logging as hf_logging
 from avey_b.data.tokenization import eot_id
 from avey_b.utils.counting import count_flops, count_parameters
 from avey_b.utils.device import autocast as device_autocast
-from avey_b.utils.device import set_cpu_threads, use_bf16
+from avey_b.utils.device import runtime_line, set_cpu_threads, use_bf16
 from avey_b.utils.progress import Progress
 from avey_b.utils.records import write_yaml_atomic
+from avey_b.utils.shared_cpu import SharedCpuWatch, shared_cpu_message
 
 from ..data.mlm import IGNORE_INDEX
 from ..data.packing import PackedSequences
@@ -64,7 +65,7 @@ from .checkpoint import (
 )
 from .config import PretrainConfig, build_parser, load_config, to_dict
 from .mlm_eval import evaluate, fill_mask, masked_batch, mlm_sums
-from .monitor import MetricsLogger, peak_flops, shared_cpu_message, shared_cpu_slowdown
+from .monitor import MetricsLogger, peak_flops
 from .schedule import build_scheduler
 
 
@@ -284,9 +285,10 @@ def build_run(cfg: PretrainConfig, info, resume: str | None, overwrite: bool, tr
         _record_start(run_dir, cfg, state, resume_dir, saved is not None, changes, moved)
     logger = MetricsLogger(run_dir, info.is_main, tensorboard=cfg.logging.tensorboard, wandb=cfg.logging.wandb,
                            wandb_project=cfg.logging.wandb_project, config=to_dict(cfg), resume=saved is not None)
+    dist_utils.print0(runtime_line(info.device, "bf16 autocast" if bf16 else "fp32", threads, flag="train.threads"))
     dist_utils.print0(
         f"model {cfg.model.arch} ({n_params / 1e6:.2f}M parameters, vocab {len(tokenizer)}), "
-        f"{info.world_size} rank(s) on {info.device}, {'bf16 autocast' if bf16 else 'fp32'}; global batch "
+        f"{info.world_size} rank(s); global batch "
         f"{geometry.global_seqs} x {cfg.data.seq_len} tokens = {geometry.micro_batch} seq x {geometry.accumulation} "
         f"accumulation x {info.world_size} rank(s); {cfg.steps} steps")
     return Run(cfg, info, run_dir, parts, model, state, geometry, autocast, logger, threads, fpt,
@@ -311,16 +313,24 @@ def _record_start(run_dir: Path, cfg: PretrainConfig, state: TrainState, resume_
 
 
 class LogWindow:
-    """The steps since the last log line: their mean loss, tokens per second and MFU; on a CPU run with several
-    threads, the rate of the steps alone, to say once if it drops (a shared machine, :func:`shared_cpu_slowdown`)."""
+    """The steps since the last log line: their mean loss, tokens per second and MFU. On a CPU run with several
+    threads, every step's time also goes to a :class:`~avey_b.utils.shared_cpu.SharedCpuWatch`, which says once
+    when the steps run far slower than they did earlier (a shared machine), within about half a minute whatever the
+    logging interval."""
 
     def __init__(self, run: Run):
         self.run, self.loss, self.count = run, 0.0, 0
-        self.t0, self.step0, self.step_seconds, self.rates = time.time(), run.state.step, 0.0, []
-        self.watch_cpu = run.info.is_main and run.info.device.type == "cpu" and run.threads > 1
+        self.t0, self.step0 = time.time(), run.state.step
+        watch = run.info.is_main and run.info.device.type == "cpu" and run.threads > 1
+        self.watch = SharedCpuWatch() if watch else None
 
-    def add(self, loss: float, seconds: float) -> None:
-        self.loss, self.count, self.step_seconds = self.loss + loss, self.count + 1, self.step_seconds + seconds
+    def add(self, loss: float, seconds: float, write) -> None:
+        """One step's loss and its time (fetching the batch and stepping: evaluations and checkpoints excluded)."""
+        self.loss, self.count = self.loss + loss, self.count + 1
+        if self.watch is not None and (found := self.watch.add(self.run.tokens_per_step, seconds)):
+            write(shared_cpu_message(*found, self.run.threads, "training", "it may change on resume: stop (Ctrl-C "
+                                     "saves a checkpoint), then `avey-b pretrain --config ... --resume "
+                                     "train.threads=1`"))
 
     def close(self, lr: float, grad_norm: float, write) -> None:
         """Log the window (metrics file and a line) and start the next one."""
@@ -335,12 +345,7 @@ class LogWindow:
         run.log(rec)
         write(f"step {step:>6} | loss {rec['loss']:.4f} | lr {lr:.2e} | grad {grad_norm:.3f} | "
               f"{tps:,.0f} tok/s" + (f" | MFU {rec['mfu']:.1%}" if "mfu" in rec else ""))
-        if self.watch_cpu:
-            self.rates.append(tokens / max(self.step_seconds, 1e-9))
-            if slowdown := shared_cpu_slowdown(self.rates):
-                write(shared_cpu_message(*slowdown, run.threads))
-                self.watch_cpu = False  # once
-        self.loss, self.count, self.step_seconds = 0.0, 0, 0.0
+        self.loss, self.count = 0.0, 0
         self.t0, self.step0 = time.time(), step
 
 
@@ -370,7 +375,7 @@ def run_loop(run: Run) -> dict:
                                                  run.autocast)
                 state.step += 1
                 step = state.step
-                window.add(loss, time.perf_counter() - t_step)
+                window.add(loss, time.perf_counter() - t_step, write)
                 bar.update(1, loss=round(loss, 3), lr=f"{lr:.2e}")
 
                 if step % cfg.logging.every == 0 or step == total_steps:

@@ -8,6 +8,9 @@
 * ``usable_cpus()`` — the CPUs this process may run on: its affinity mask, capped by its cgroup's CPU quota
   (a container's ``--cpus``, a systemd ``CPUQuota``), which ``os.cpu_count()`` and PyTorch's default ignore.
 * ``set_cpu_threads(n)`` — PyTorch's intra-op threads: ``n``, else its default capped at ``usable_cpus()``.
+* ``start_runtime(device, precision, threads)`` — the three choices at once, and the start line printed.
+* ``runtime_line(device, precision, threads)`` — the one line every verb that runs a model prints at its start:
+  device, precision, CPU threads, and a note when other processes already keep the CPUs busy.
 
 This module imports nothing else from the package.
 """
@@ -17,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import sys
 from pathlib import Path
 
 import torch
@@ -145,3 +149,40 @@ def set_cpu_threads(requested: int | None = None) -> int:
         if usable < torch.get_num_threads():
             torch.set_num_threads(usable)
     return torch.get_num_threads()
+
+
+def runtime_line(device: torch.device | str, precision: str, threads: int | None = None, *, runtime: str = "PyTorch",
+                 flag: str = "--threads") -> str:
+    """The one line every verb that runs a model prints at its start: ``runtime`` on ``device`` in ``precision``
+    (``"fp32"``, ``"bf16 autocast"``, ``"int8"``) and, on the CPU, ``threads`` (default: PyTorch's) of the CPUs this
+    process may use (:func:`usable_cpus`) — the setting that decides the speed on a shared machine. When the load
+    average already says that other processes keep the CPUs busy and several threads run, a second line says what
+    ``flag`` to try (:mod:`avey_b.utils.shared_cpu` watches the rate later on)."""
+    device = torch.device(device)
+    where = f"{device} ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else str(device)
+    line = f"{runtime} on {where}, {precision}"
+    if device.type != "cpu":
+        return line
+    threads = threads or torch.get_num_threads()
+    cpus = usable_cpus()
+    line += f", {threads} CPU thread{'s' if threads != 1 else ''} ({cpus} usable CPU{'s' if cpus != 1 else ''}; {flag})"
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    idle = max(1, cpus - math.floor(load + 0.25))  # a core counts as busy from a load of 0.75
+    if threads > 1 and threads > idle:
+        line += (f"\nnote: the load average is {load:.1f} on {cpus} CPUs: other processes keep them busy, and each "
+                 f"operation waits for the slowest of the {threads} threads; {flag} {idle} (one per idle core) is "
+                 "often several times faster")
+    return line
+
+
+def start_runtime(device: str | torch.device | None, precision: str, threads: int | None, *,
+                  flag: str = "--threads") -> tuple[torch.device, bool, int]:
+    """What a verb that runs a PyTorch model does first: pick the device (:func:`pick_device`), the precision
+    (:func:`use_bf16`) and the CPU threads (:func:`set_cpu_threads`), and print its start line on stderr
+    (:func:`runtime_line`; ``flag`` is the option that sets the threads; stdout stays the verb's results). Returns
+    ``(device, bf16, threads)``."""
+    device = pick_device(device)
+    bf16 = use_bf16(precision, device)
+    threads = set_cpu_threads(threads)
+    print(runtime_line(device, "bf16 autocast" if bf16 else "fp32", threads, flag=flag), file=sys.stderr, flush=True)
+    return device, bf16, threads

@@ -23,9 +23,10 @@ def local_model_dir(model: str) -> Path:
     return Path(snapshot_download(model, allow_patterns=["*.json", "*.safetensors", "*.txt", "*.model"]))
 
 
-def encoder_for(model_dir: str | Path, *, device: str, precision: str) -> Encoder:
-    """The encoder embed runs: any head's checkpoint or a bare backbone, embedding with its backbone."""
-    return Encoder(model_dir, LoadOptions(device=device, precision=precision))
+def encoder_for(model_dir: str | Path, *, device: str, precision: str, threads: int | None = None) -> Encoder:
+    """The encoder embed runs: any head's checkpoint or a bare backbone, embedding with its backbone, on
+    ``threads`` CPU threads (None: :func:`avey_b.utils.device.set_cpu_threads`'s default)."""
+    return Encoder(model_dir, LoadOptions(device=device, precision=precision, threads=threads))
 
 
 @torch.no_grad()

@@ -8,6 +8,7 @@ import contextlib
 import dataclasses
 import itertools
 import os
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -199,11 +200,15 @@ def embed_corpus(model: str, source: str, output: str | os.PathLike, options: Em
         ray = RayBackend.start(options, cleanup) if options.backend == "ray" else None
         target = torch.device(ray.device) if ray else pick_device(options.device)  # where the forwards run
         resolved = "bf16" if use_bf16(options.precision, target) else "fp32"
-        encoder = encoder_for(model_dir, device="cpu" if ray else options.device, precision=resolved)
+        encoder = encoder_for(model_dir, device="cpu" if ray else options.device, precision=resolved,
+                              threads=options.threads)
         recorded = record_settings(encoder, source, options, previous)
         check_rerun(out, previous, recorded)
         run = {"started": utc_timestamp(), "device": str(target), "max_batch_tokens": options.max_batch_tokens,
                "backend": options.backend, "shards_found": 0, "shards_written": 0}
+        if ray is None:
+            run["threads"] = encoder.threads if target.type == "cpu" else None
+            print(encoder.describe(), file=sys.stderr, flush=True)
         if ray:
             run.update(ray_address=options.ray_address, concurrency=ray.concurrency, num_gpus=ray.num_gpus)
         manifest = start_manifest(out, model, source, encoder, recorded, previous, run)
@@ -211,6 +216,8 @@ def embed_corpus(model: str, source: str, output: str | os.PathLike, options: Em
         started = time.monotonic()
         with Progress(total, f"embed {Path(source).name}", unit="doc", initial=documents_done(out),
                       enabled=options.progress) as bar:
+            encoder.watch_shared_cpu(bar.write, "stop the job and run it again with --threads 1 (or one per idle "
+                                                "core): it resumes where it stopped")
             infos, documents = _embed_shards(read_documents(source, options), out, encoder, recorded, manifest,
                                              run, bar, options, ray, kept_schema)
         finish_manifest(out, source, manifest, run, infos, documents, started)

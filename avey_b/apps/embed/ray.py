@@ -20,12 +20,14 @@ from avey_b.utils.cluster import cluster_gpus, start_ray
 
 @dataclass(frozen=True)
 class RayBackend:
-    """The job's Ray: the actors' device, GPUs per actor and number, and the wave (shards per actor read at once)."""
+    """The job's Ray: the actors' device, GPUs per actor and number, the wave (shards per actor read at once), and
+    each actor's CPU threads (None: the default of :func:`avey_b.utils.device.set_cpu_threads`)."""
 
     device: str
     num_gpus: float
     concurrency: int
     wave: int
+    threads: int | None = None
 
     @classmethod
     def start(cls, options: EmbedOptions, cleanup: contextlib.ExitStack) -> RayBackend:
@@ -37,7 +39,7 @@ class RayBackend:
         if num_gpus is None:
             num_gpus = 1 if cluster_gpus(ray) >= 1 else 0
         device = options.device if options.device != "auto" else ("cuda" if num_gpus else "cpu")
-        return cls(device, num_gpus, options.concurrency, options.ray_wave)
+        return cls(device, num_gpus, options.concurrency, options.ray_wave, options.threads)
 
     @property
     def shards_per_pipeline(self) -> int:
@@ -50,8 +52,8 @@ class RayShardWriter:
     every node sees)."""
 
     def __init__(self, model_dir: str, out: str, settings: Settings, max_batch_tokens: int, device: str,
-                 kept_schema=None):
-        self.encoder = encoder_for(model_dir, device=device, precision=settings.precision)
+                 kept_schema=None, threads: int | None = None):
+        self.encoder = encoder_for(model_dir, device=device, precision=settings.precision, threads=threads)
         self.out, self.settings, self.max_batch_tokens = Path(out), settings, max_batch_tokens
         self.kept_schema = kept_schema
 
@@ -83,6 +85,6 @@ def run_on_ray(pending: list[tuple[int, list[Document]]], model_dir: Path, out: 
         num_cpus=0 if backend.num_gpus else 1,
         fn_constructor_kwargs={"model_dir": str(model_dir), "out": str(out), "settings": settings,
                                "max_batch_tokens": max_batch_tokens, "device": backend.device,
-                               "kept_schema": kept_schema})
+                               "kept_schema": kept_schema, "threads": backend.threads})
     for row in results.iter_rows():
         yield json.loads(row["info"])

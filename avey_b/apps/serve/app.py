@@ -82,7 +82,7 @@ def build_app(encoder: Encoder, options: ServeOptions):
                 "max_batch_tokens": options.max_batch_tokens, "queue_size": options.queue_size}
 
     def threads() -> int | None:
-        return encoder.options.threads if encoder.onnx_file else torch.get_num_threads()
+        return encoder.threads if encoder.onnx_file else torch.get_num_threads()
 
     @app.get("/health")
     def health():
@@ -136,6 +136,8 @@ def run(args: argparse.Namespace) -> int:
     service = app.state.service
     print(f"serving {args.model} as {service.name!r} ({encoder.runtime_name if encoder.onnx_file else encoder.architecture}: "
           f"{', '.join(encoder.kinds)}) on http://{options.host}:{options.port}; inputs up to "
-          f"{app.state.max_tokens:,} tokens", flush=True)
+          f"{app.state.max_tokens:,} tokens\n{encoder.describe()}", flush=True)
+    encoder.watch_shared_cpu(lambda message: print(message, file=sys.stderr, flush=True),
+                             "restart the server with --threads 1 (or one per idle core)")
     uvicorn.run(app, host=options.host, port=options.port, log_level=options.log_level, access_log=False)
     return 0

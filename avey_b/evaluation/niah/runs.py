@@ -15,7 +15,7 @@ from typing import Any
 import transformers
 
 from avey_b.utils import model_spec
-from avey_b.utils.device import pick_device
+from avey_b.utils.device import start_runtime
 from avey_b.utils.files import content_hash, load_json
 from avey_b.utils.progress import Progress
 from avey_b.utils.records import save_pretrained_atomic, slug, write_json_atomic
@@ -51,9 +51,9 @@ def training_plan(args, task: str) -> list[tuple[int, list[int]]]:
 def run_settings(name: str, task: str, lr: float, args, cfg, lengths: list[int], train_length: int
                  ) -> dict[str, Any]:
     """What defines one fine-tuning and its scores: a rerun must match it to reuse them (the device, the scoring
-    batch and whether the ranker statistic is recorded do not change a score and are left out)."""
+    batch, the CPU threads and whether the ranker statistic is recorded do not change a score and are left out)."""
     task_dir = os.path.join(args.data, task)
-    run = {k: v for k, v in cfg.to_dict().items() if k not in ("device", "eval_batch_size", "lr", "seed")}
+    run = {k: v for k, v in cfg.to_dict().items() if k not in ("device", "threads", "eval_batch_size", "lr", "seed")}
     return {"model": name, "task": task, "form": args.form, "lr": lr, "seed": args.seed,
             "tokenizer": args.tokenizer, "run_config": run, "micro_batch": args.micro_batch,
             "optimizer": {k: list(v) if isinstance(v, tuple) else v for k, v in OPTIMIZER[args.form].items()},
@@ -151,7 +151,7 @@ def evaluate_model(name: str, task: str, args, lr: float | None = None, log=prin
         write_json_atomic(settings_path, settings)
     trained = os.path.exists(os.path.join(run_dir, "train.json"))
 
-    device = pick_device(cfg.device)
+    device, _, _ = start_runtime(cfg.device, cfg.precision, cfg.threads)
     transformers.set_seed(args.seed)
     model, tok, limit, how = load_model_and_tokenizer(name, args, cfg,
                                                       weights=os.path.join(run_dir, "model") if trained else None)

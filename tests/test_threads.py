@@ -1,0 +1,169 @@
+"""CPU threads wherever a model runs: ``--threads`` takes effect in the process of ``serve`` (reported by /health),
+``embed`` (recorded in the manifest's run) and ``finetune``; every verb prints one start line with device,
+precision and threads; and the shared-CPU watch (avey_b.utils.shared_cpu) finds a sustained slowdown within about
+half a minute of work, whatever the step time, and not a slow window, a mild slowdown or a mix of cheap and dear
+work. The torch thread count is restored after each test."""
+
+import json
+
+import pytest
+import torch
+from conftest import seeded
+
+from avey_b import AveyBForSentenceEmbedding, cli
+from avey_b import testing as toy
+from avey_b.apps.encoder import Encoder
+from avey_b.apps.options import EmbedOptions, LoadOptions
+from avey_b.model import presets
+from avey_b.utils import device, shared_cpu
+from avey_b.utils.shared_cpu import SharedCpuWatch, shared_cpu_message
+
+
+@pytest.fixture(autouse=True)
+def keep_threads():
+    before = torch.get_num_threads()
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("model")
+    tok = toy.tokenizer(str(directory))
+    seeded(AveyBForSentenceEmbedding, presets.tiny(vocab_size=len(tok))).save_pretrained(directory)
+    return directory
+
+
+# ------------------------------------------------------------------------------------------ the watch's rule
+def feed(watch, rate: float, seconds: float, step_s: float, shape=None):
+    """``seconds`` of work at ``rate`` tokens/s in steps of ``step_s``; the seconds of work when the watch fired
+    (counted from this call's start) and what it said, or None."""
+    done = 0.0
+    while done < seconds - 1e-9:
+        done += step_s
+        if found := watch.add(rate * step_s, step_s, shape):
+            return done, found
+    return None
+
+
+@pytest.mark.parametrize("step_s", [0.05, 1.0, 3.3])  # 3.3 s: the report's 0.3 steps/s
+def test_a_sustained_slowdown_is_said_within_about_half_a_minute_whatever_the_step_time(step_s):
+    watch = SharedCpuWatch()
+    assert feed(watch, 20_000, 60, step_s) is None  # warm-up, then the reference
+    seconds, (reference, now) = feed(watch, 6_000, 120, step_s)
+    assert seconds <= 30 + 5 + 2 * step_s  # patience + one window + step granularity, not minutes
+    assert reference == pytest.approx(20_000) and now == pytest.approx(6_000)
+    assert feed(watch, 6_000, 120, step_s) is None  # once
+
+
+def test_noise_a_mild_slowdown_a_recovery_or_a_slow_start_say_nothing():
+    watch = SharedCpuWatch()
+    feed(watch, 20_000, 30, 0.5)
+    for _ in range(10):  # one slow window in every three: noise, not a neighbour
+        assert feed(watch, 6_000, 5, 0.5) is None
+        assert feed(watch, 20_000, 10, 0.5) is None
+    assert feed(watch, 12_000, 120, 0.5) is None  # slower, never under half
+    watch = SharedCpuWatch()
+    feed(watch, 20_000, 30, 0.5)
+    assert feed(watch, 6_000, 25, 0.5) is None and feed(watch, 20_000, 6, 0.5) is None  # it recovered in time
+    assert feed(watch, 6_000, 25, 0.5) is None  # ... so the slow spell starts again
+    watch = SharedCpuWatch()
+    assert feed(watch, 6_000, 300, 0.5) is None  # shared from the start: no fast reference (the start line's job)
+
+
+def test_the_first_sample_of_each_shape_is_warm_up_and_shapes_are_compared_with_themselves():
+    watch = SharedCpuWatch()
+    assert watch.add(1.0, 30.0, "long") is None  # a very slow first call (allocation) sets no reference
+    for _ in range(20):  # cheap short batches run at a tenth of the long ones' rate on an idle CPU: no finding
+        assert feed(watch, 50_000, 3, 0.5, "long") is None
+        assert feed(watch, 5_000, 3, 0.5, "short") is None
+    found = None
+    for _ in range(10):  # then both run at a quarter of their own rates
+        found = found or feed(watch, 12_500, 3, 0.5, "long") or feed(watch, 1_250, 3, 0.5, "short")
+    assert found is not None and found[1][1] / found[1][0] == pytest.approx(0.25)
+
+
+def test_the_message_says_what_it_measured_and_what_to_do(monkeypatch):
+    monkeypatch.setattr(device, "usable_cpus", lambda: 2)
+    monkeypatch.setattr(shared_cpu.os, "getloadavg", lambda: (3.2, 2.0, 1.0))
+    text = shared_cpu_message(20_100, 5_800, 2, "the model", "restart the server with --threads 1")
+    assert "the model runs at 5,800 tokens/s, 29% of the 20,100" in text
+    assert "load average 3.2 on 2 CPUs; 2 threads here" in text and "restart the server with --threads 1" in text
+
+
+# ------------------------------------------------------------------------------------------ the start line
+def test_the_start_line_names_device_precision_threads_and_a_busy_machine(monkeypatch):
+    monkeypatch.setattr(device, "usable_cpus", lambda: 2)
+    monkeypatch.setattr(device.os, "getloadavg", lambda: (0.3, 0.3, 0.3))
+    assert device.runtime_line("cpu", "fp32", 2) == "PyTorch on cpu, fp32, 2 CPU threads (2 usable CPUs; --threads)"
+    monkeypatch.setattr(device.os, "getloadavg", lambda: (2.6, 2.0, 1.0))  # others keep both cores busy
+    busy = device.runtime_line("cpu", "fp32", 2, flag="train.threads")
+    assert busy.splitlines()[1].startswith("note: the load average is 2.6 on 2 CPUs") and "train.threads 1" in busy
+    assert "\n" not in device.runtime_line("cpu", "fp32", 1)  # one thread: nothing to suggest
+
+
+# ------------------------------------------------------------------------------------------ the verbs
+def test_serve_threads_take_effect_in_the_server_process_and_health_reports_them(model_dir, monkeypatch, capsys):
+    pytest.importorskip("fastapi")
+    import uvicorn
+    from fastapi.testclient import TestClient
+
+    served = {}
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: served.setdefault("app", app))
+    torch.set_num_threads(1)
+    assert cli.main(["serve", str(model_dir), "--threads", "3", "--precision", "fp32"]) == 0
+    assert torch.get_num_threads() == 3
+    assert "PyTorch on cpu, fp32, 3 CPU threads" in capsys.readouterr().out
+    with TestClient(served["app"]) as client:
+        assert client.get("/health").json()["threads"] == 3
+
+
+def test_embed_threads_take_effect_and_are_recorded(model_dir, tmp_path, capsys):
+    pytest.importorskip("pyarrow")
+    (tmp_path / "docs.txt").write_text("a good film\nthe plot was awful\n")
+    torch.set_num_threads(2)
+    assert cli.main(["embed", str(model_dir), str(tmp_path / "docs.txt"), str(tmp_path / "out"), "--lines",
+                     "--threads", "1", "--precision", "fp32", "--no-progress"]) == 0
+    assert torch.get_num_threads() == 1
+    assert "PyTorch on cpu, fp32, 1 CPU thread " in capsys.readouterr().err
+    assert json.loads((tmp_path / "out" / "_manifest.json").read_text())["runs"][-1]["threads"] == 1
+    with pytest.raises(ValueError, match="threads must be at least 1"):
+        EmbedOptions(threads=0)
+
+
+def test_finetune_threads_take_effect_and_are_not_a_cells_setting(tmp_path, capsys):
+    from avey_b.evaluation.finetune import run_cell
+    from avey_b.evaluation.settings import RunConfig
+    from avey_b.evaluation.sweep import Cell
+    from avey_b.evaluation.tasks import DataFiles
+
+    models = toy.encoders(tmp_path)
+    files = DataFiles(train=toy.sst2_tsv(str(tmp_path / "s.tsv"), 16, 0), eval=toy.sst2_tsv(str(tmp_path / "d.tsv"), 8, 1))
+    torch.set_num_threads(2)
+    cfg = RunConfig(lr=1e-3, max_steps=1, batch_size=8, max_length=16, device="cpu", threads=1)
+    run_cell(models["avey"], "sst2", cfg, files)
+    assert torch.get_num_threads() == 1 and "1 CPU thread " in capsys.readouterr().err  # stdout: the results
+    args = cli.parse("finetune", ["--model", "M", "--task", "sst2", "--lr", "1e-4", "--output-dir", "O", "--threads",
+                                  "3"])
+    assert args.threads == 3
+    cell = Cell("m", "M", "sst2", cfg, files)
+    assert "threads" not in cell.spec()["cfg"]  # a resume with other threads is the same cell
+
+
+def test_the_encoder_reports_a_slowdown_through_the_verbs_channel(model_dir, monkeypatch):
+    encoder = Encoder(str(model_dir), LoadOptions(precision="fp32", threads=2))
+    said = []
+
+    class Slowed(SharedCpuWatch):
+        def add(self, work, seconds, shape=None):
+            return (1000.0, 100.0) if len(said) == 0 and shape == (1, 3) else None  # a batch of 1 row of 4-7
+
+    monkeypatch.setattr("avey_b.apps.encoder.SharedCpuWatch", Slowed)
+    encoder.watch_shared_cpu(said.append, "restart the server with --threads 1")
+    batch, mask = encoder.pad([[5, 6, 7, 8, 9]])
+    encoder.embed(batch, mask)
+    encoder.embed(batch, mask)
+    assert len(said) == 1 and "10% of the 1,000" in said[0] and "--threads 1" in said[0]
+    one = Encoder(str(model_dir), LoadOptions(precision="fp32", threads=1))
+    one.watch_shared_cpu(said.append, "-")
+    assert one._watch is None  # one thread: nothing to change
