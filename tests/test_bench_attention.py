@@ -25,6 +25,7 @@ def test_models_built_from_one_config_keep_their_own_attention():
     assert flex.config._attn_implementation == "flex_attention"
 
 
+@pytest.mark.slow  # compiles FlexAttention's CPU kernels: 30-120 s from a cold inductor cache, seconds from a warm one
 def test_modernbert_flex_attention_matches_sdpa():
     """The same weights give the same hidden states with either attention, with and without padding, in a window
     layer and a global one, at a length past the window and off FlexAttention's 128-token block size."""

@@ -9,7 +9,7 @@
 # PART (default: versus):
 #   versus     ONE CALL OF AT MOST 5 MINUTES: Avey-B base eager and compiled against ModernBERT-base with
 #              flex_attention (compiled for each length, static shapes) and sdpa (and FlashAttention-2 where
-#              flash-attn is installed), alternated in one process at 2K, 8K, 32K and 96K tokens x 8, with the peak
+#              flash-attn is installed), alternated in one process at 2K, 8K and 96K tokens x 8 (LENGTHS), with the peak
 #              memory of each (versus.py; RESULTS/versus.jsonl). It stops before a length that would pass
 #              BUDGET_S (default 270) seconds.
 #   avey       Avey-B base, eager, every length (default chunks of rows and 4,096-token chunks)
@@ -46,9 +46,9 @@ COMMON="--text $WORK/english.txt --batch-size 8 --dtype bfloat16 --warmup 3 --re
 for part in $PARTS; do
   case $part in
     versus) $PY benchmarks/efficiency_gpu/versus.py --text "$WORK/english.txt" --out "$RESULTS/versus.jsonl" \
-              --budget-s "${BUDGET_S:-270}" ;;
+              --budget-s "${BUDGET_S:-270}" --lengths ${LENGTHS:-2048 8192 98304} ;;
     dry-run) $PY benchmarks/efficiency_gpu/versus.py --text "$WORK/english.txt" --out "$RESULTS/versus-dry-run.jsonl" \
-              --dry-run ;;
+              --budget-s 100000 --dry-run ;;
     # the default (64K-token chunks of rows on a GPU) and the CPU's 4,096-token chunks, which the first record used
     avey) avey_b bench run --models avey-b-base avey-b-base:chunk_tokens=4096 --modes eager $COMMON ;;
     compile) avey_b bench run --models avey-b-base --modes compile --lengths 512 2048 8192 32768 98304 $COMMON ;;

@@ -5,12 +5,13 @@
     PYTHONPATH=. python benchmarks/efficiency_gpu/versus.py --text ... --out /tmp/v.jsonl --dry-run   # CPU, tiny
 
 The paper's efficiency setting (§5.4): batch 8, bf16 weights, real English text (cl100k ids renumbered into each
-model's vocabulary, :mod:`avey_b.benchmarking.inputs`), 2K to 96K tokens. At each length, in one process and on the
+model's vocabulary, :mod:`avey_b.benchmarking.inputs`), 2K, 8K and 96K tokens by default (the compilations at
+each length take most of a 5-minute call). At each length, in one process and on the
 same ids, it times in turns (A, B, C, D, A, B, ...):
 
 * ``avey-b-base eager``;
-* ``avey-b-base compiled``: ``torch.compile(model, dynamic=True)``, compiled once, its chunk graph serving every
-  length (a kernel per length would be at least as fast: this is the conservative side for Avey-B);
+* ``avey-b-base compiled``: ``torch.compile(model, dynamic=True)``, built once (the graph after the split count's
+  ``.item()`` break is still specialised per length, so each length's first call compiles);
 * ``modernbert-base flex_attention``: FlexAttention's kernel compiled for this length alone, with static shapes
   (:func:`avey_b.benchmarking.attention.static_shapes`; a dynamic-shape recompile was measured 1.7× slower at 8K);
 * ``modernbert-base sdpa`` (and ``flash_attention_2`` where flash-attn is installed; recorded unavailable otherwise).
@@ -23,7 +24,7 @@ and the agreement of outputs (flex vs sdpa, compiled vs eager: max absolute diff
 last hidden states, in bf16). A line is appended to ``--out`` as soon as its length is done, so a run cut short
 keeps what it measured; ``--budget-s`` stops before a length that would not finish in time (recorded as such).
 
-``--dry-run``: the same code path on the CPU with tiny models (avey-b-tiny, modernbert-tiny), short lengths, batch 2,
+``--dry-run``: the same code path on the CPU with tiny models (avey-b-tiny, modernbert-tiny), short lengths, batch 1,
 float32 and the ``eager`` compile backend for Avey-B — a check of the script, not a measurement.
 """
 
@@ -80,11 +81,25 @@ def agreement(a: torch.Tensor, b: torch.Tensor) -> dict[str, float]:
             "cosine": float(torch.nn.functional.cosine_similarity(a, b, dim=0))}
 
 
+def next_length_seconds(previous: dict, n: int, rounds: int, avey: str) -> float:
+    """A generous estimate of the seconds length ``n`` will take, from the last length's record: each model's
+    ``rounds + 1`` calls scaled by the length ratio (squared for the Transformers, whose global attention is
+    quadratic; linear for Avey-B), plus the per-length compilation seen there (first call minus a call)."""
+    scale = n / previous["length"]
+    total = 0.0
+    for name, median in previous["median_s"].items():
+        total += (rounds + 1) * median * (scale if name.startswith(avey) else scale**2)
+        if "flex_attention" in name or "compiled" in name:  # compiled anew for every length (Avey-B: its
+            total += max(0.0, previous["first_call_s"][name] - median)  # graph after the split count's break)
+    return total
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--text", nargs="+", required=True, help="text files (see benchmarks/english_text.py)")
     p.add_argument("--out", required=True, help="JSONL file the lines are appended to")
-    p.add_argument("--lengths", type=int, nargs="+", default=[2048, 8192, 32768, 98304])
+    p.add_argument("--lengths", type=int, nargs="+", default=[2048, 8192, 98304],
+                   help="increasing; 32768 fits a second call (--lengths 32768) if the first leaves no time")
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--budget-s", type=float, default=270.0,
@@ -95,7 +110,7 @@ def main() -> None:
     if args.dry_run:
         device, dtype, backend = torch.device("cpu"), torch.float32, "eager"
         avey, baseline = "avey-b-tiny", "modernbert-tiny"
-        lengths, batch = [64, 128], 2
+        lengths, batch = [128, 256], 1
     else:
         if not torch.cuda.is_available():
             raise SystemExit("no CUDA device: this is the GPU benchmark (--dry-run checks it on the CPU)")
@@ -110,16 +125,15 @@ def main() -> None:
              "dry_run": args.dry_run, "unavailable": skipped}
     print(facts, flush=True)
     stopped: dict[str, str] = {}  # model -> why its longer lengths are not run
-    previous: tuple[int, float] | None = None  # (length, seconds it took)
+    previous: dict | None = None  # the last length's record
     for n in lengths:
         elapsed = time.perf_counter() - start
-        estimate = previous[1] * n / previous[0] if previous else 0.0
+        estimate = next_length_seconds(previous, n, args.rounds, avey) if previous else 0.0
         if elapsed + estimate > args.budget_s:
             append_jsonl(args.out, {**facts, "length": n, "status": "not run",
                                     "reason": f"budget: {elapsed:.0f} s spent, about {estimate:.0f} s more needed, "
                                               f"--budget-s {args.budget_s:.0f}"}, echo=True)
             continue
-        t_length = time.perf_counter()
         first_call, peak, outputs, status, calls = {}, {}, {}, {}, {}
         with static_shapes(reset=False):  # flex_attention gets a kernel for this length; Avey-B keeps its graph
             for name, (config, model) in models.items():
@@ -162,7 +176,7 @@ def main() -> None:
                "load_average": os.getloadavg()}
         append_jsonl(args.out, rec, echo=True)
         del outputs
-        previous = (n, time.perf_counter() - t_length)
+        previous = rec
 
 
 if __name__ == "__main__":
