@@ -139,12 +139,12 @@ def test_max_latency_skips_longer_lengths_and_resume_retries_them(tmp_path):
 
 
 def test_unavailable_attention_is_recorded(tmp_path):
-    out = _run(tmp_path, "--attn", "no_such_attention", models_=("bert-tiny",))
+    out = _run(tmp_path, "--attn", "flash_attention_2", models_=("bert-tiny",))  # CUDA only
     assert {r["status"] for r in results.read_records(str(out / "results.jsonl"))} == {"unavailable"}
     # the run records the options it was given, one line per invocation
     (line,) = read_jsonl(out / "options.jsonl")
     asked = options.BenchOptions(out=str(out), models=["bert-tiny"], lengths=[16, 40, 600], batch_size=2, repeats=2,
-                                 warmup=1, device="cpu", attn=["no_such_attention"])
+                                 warmup=1, device="cpu", attn=["flash_attention_2"])
     assert line["options"] == dataclasses.asdict(asked) and line["dtypes"] == ["float32"] and line["device"] == "cpu"
 
 

@@ -21,8 +21,12 @@ and any Hugging Face encoder built from its config with random weights (:mod:`av
 * ``--modes``: ``eager`` and/or ``compile`` (``torch.compile``; dynamo is reset and the model recompiled
   for every length so no point falls back to eager after the recompile limit; the first warm-up call,
   which includes compilation, is recorded as ``first_call_s``).
-* ``--attn``: attention implementations for HF models (``sdpa``, ``eager``, ``flash_attention_2``);
-  an unavailable one is recorded as status ``unavailable``. Avey-B has no attention: one series.
+* ``--attn``: attention implementations of the Transformer baselines (:mod:`.attention`): by default ``sdpa``,
+  ``flex_attention`` and ``flash_attention_2``, so that Avey-B is compared with each baseline at its fastest;
+  ``flex_attention``'s kernel is compiled for each length with static shapes (:func:`.attention.static_shapes`,
+  its compile time in ``first_call_s``). One that cannot run here (FlashAttention-2 on a CPU or without
+  flash-attn) is recorded as status ``unavailable`` with the reason. ``bench table`` adds a row per baseline
+  with its fastest attention at each length. Avey-B has no attention: one series.
 * ``--text FILE ...``: time on real text's token ids (cl100k_base by default, renumbered into each model's
   vocabulary; :mod:`.inputs`) instead of random ids, which have as many distinct ids as tokens and hide the ranker's
   vocabulary path. Every record names its ids (``ids``, ``distinct_ids``).
@@ -77,6 +81,7 @@ from avey_b.utils.model_spec import (
 from avey_b.utils.progress import Progress
 from avey_b.utils.records import append_jsonl, length_table, utc_timestamp, write_text_atomic
 
+from .attention import is_compiled, static_shapes, unavailable_reason
 from .fit import fit_table_from_file
 from .inputs import TextIds, text_ids
 from .options import DTYPES, BenchOptions, FitOptions, PlotOptions, TableOptions
@@ -264,11 +269,15 @@ def _run_series(spec_str: str, attn: str | None, mode: str, dtype: str, options:
     todo = [n for n in lengths if (spec.label, attn, mode, dtype, batch_size, n) not in done]
     if not todo:
         return
+    reason = unavailable_reason(attn, device) if attn else None
     try:
-        model = random_model(config, attn_implementation=attn).to(device=device, dtype=weight_dtype)
-    except (ValueError, ImportError) as e:  # attention implementation not available here
+        if reason is None:
+            model = random_model(config, attn_implementation=attn).to(device=device, dtype=weight_dtype)
+    except (ValueError, ImportError) as e:  # the model class does not support this attention implementation
+        reason = str(e)
+    if reason is not None:
         for n in todo:
-            emit({**base, "seq_len": n, "status": "unavailable", "error": str(e)[:300]})
+            emit({**base, "seq_len": n, "status": "unavailable", "error": reason[:300]})
         return
     n_params = count_parameters(model)
     stop: tuple[str, str] | None = None  # (status, reason) for the remaining lengths
@@ -281,7 +290,7 @@ def _run_series(spec_str: str, attn: str | None, mode: str, dtype: str, options:
             emit({**rec, "status": stop[0], "inferred": True, "error": stop[1]})
             continue
         rec.update(_time_length(model, config, n, mode, dtype, options, device=device, text=text,
-                                autocast_ctx=autocast_ctx))
+                                autocast_ctx=autocast_ctx, attn=attn))
         if rec["status"] == "oom":
             stop = ("oom", f"OOM at length {n}")
         emit(rec)
@@ -290,25 +299,27 @@ def _run_series(spec_str: str, attn: str | None, mode: str, dtype: str, options:
 
 
 def _time_length(model, config, n: int, mode: str, dtype: str, options: BenchOptions, *, device: torch.device,
-                 text: TextIds | None, autocast_ctx) -> dict[str, Any]:
-    """:func:`run_point` at length ``n`` (recompiled for it under ``--modes compile``); out of memory is recorded
-    as status ``oom``, any other error is raised."""
+                 text: TextIds | None, autocast_ctx, attn: str | None = None) -> dict[str, Any]:
+    """:func:`run_point` at length ``n``, compiled for it with static shapes under ``--modes compile`` or with a
+    compiled attention kernel (``flex_attention``); out of memory is recorded as status ``oom``, any other error is
+    raised."""
+    compiled = mode == "compile" or is_compiled(attn)
     fwd = model
-    if mode == "compile":
-        torch._dynamo.reset()
-        fwd = torch.compile(model, backend=options.compile_backend, dynamic=False)
-    try:
-        return run_point(fwd, config, length=n, options=options, device=device, autocast=autocast_ctx,
-                         flop_model=model, gemm_dtype=torch.float32 if dtype == "float32" else torch.bfloat16,
-                         text=text)
-    except Exception as e:  # OOM is data; anything else is a bug and is re-raised
-        if not is_oom(e):
-            raise
-        return {"status": "oom", "error": str(e).splitlines()[0][:300]}
-    finally:
-        del fwd
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
+    with static_shapes() if compiled else contextlib.nullcontext():
+        if mode == "compile":
+            fwd = torch.compile(model, backend=options.compile_backend, dynamic=False)
+        try:
+            return run_point(fwd, config, length=n, options=options, device=device, autocast=autocast_ctx,
+                             flop_model=model, gemm_dtype=torch.float32 if dtype == "float32" else torch.bfloat16,
+                             text=text)
+        except Exception as e:  # OOM is data; anything else is a bug and is re-raised
+            if not is_oom(e):
+                raise
+            return {"status": "oom", "error": str(e).splitlines()[0][:300]}
+        finally:
+            del fwd
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
 
 
 def _emit(path: str, rec: dict[str, Any]) -> dict[str, Any]:
@@ -338,13 +349,33 @@ def cell(rec: dict[str, Any] | None, what: str = "throughput", stat: str = "medi
     return {"max_length": "—", "oom": "OOM", "skipped_time": "skip", "unavailable": "n/a"}.get(status, status)
 
 
+def fastest_attention(records: list[dict[str, Any]], stat: str = "median") -> dict[tuple, dict[int, dict]]:
+    """Each Transformer baseline's fastest attention at each length: ``{(model, mode, dtype, batch): {length:
+    record}}`` over the ``ok`` points of its attention series, for the baselines timed with more than one."""
+    groups: dict[tuple, dict[int, list[dict]]] = {}
+    for r in records:
+        if r.get("attn") and r["status"] == "ok":
+            key = (r["model"], r["mode"], r["dtype"], r["batch_size"])
+            groups.setdefault(key, {}).setdefault(r["seq_len"], []).append(r)
+    out = {}
+    for key, by_length in groups.items():
+        if len({r["attn"] for recs in by_length.values() for r in recs}) > 1:
+            out[key] = {n: min(recs, key=lambda r: latency_of(r, stat)) for n, recs in by_length.items()}
+    return out
+
+
 def format_table(records: list[dict[str, Any]], what: str = "throughput", stat: str = "median") -> str:
-    """Markdown table: one row per series, one column per length (``what``: throughput or latency)."""
+    """Markdown table: one row per series, one column per length (``what``: throughput or latency), then, for each
+    baseline timed with several attention implementations, a row of its fastest one at each length (the cell names
+    it: ``1,234 (flex_attention)``)."""
     if what not in ("throughput", "latency"):
         raise ValueError(f"what must be 'throughput' or 'latency', got {what!r}")
     rows: dict[str, dict[int, str]] = {}
     for r in records:
         rows.setdefault(series_key(r), {})[r["seq_len"]] = cell(r, what, stat)
+    for (model, mode, dtype, _), best in fastest_attention(records, stat).items():
+        rows[f"{model} [{mode}, fastest attention, {dtype}]"] = {
+            n: f"{cell(r, what, stat)} ({r['attn']})" for n, r in best.items()}
     unit = "CPU-s" if stat == "cpu" else "s"
     title = (
         f"throughput (tokens/{unit}, {stat})" if what == "throughput" else f"latency ({unit}/forward, {stat})"

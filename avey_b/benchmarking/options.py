@@ -17,6 +17,11 @@ from .results import STATS
 PAPER_LENGTHS = [128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 98304]
 DTYPES = ("float32", "bfloat16", "autocast-bf16")
 MODES = ("eager", "compile")
+#: Attention implementations of the Transformer baselines (:mod:`.attention` says what each is).
+ATTENTIONS = ("sdpa", "flex_attention", "flash_attention_2", "eager")
+#: What ``bench run`` times a baseline with by default: every fast one; one that cannot run here (FlashAttention-2 on
+#: a CPU or without flash-attn) is recorded as ``unavailable`` with the reason.
+DEFAULT_ATTENTIONS = ("sdpa", "flex_attention", "flash_attention_2")
 
 
 @dataclass
@@ -37,8 +42,10 @@ class BenchOptions:
     precision). Default: bfloat16 on GPU, float32 on CPU"""
     modes: list[str] = field(default_factory=lambda: ["eager"])
     "eager and/or compile (torch.compile, recompiled for every length)"
-    attn: list[str] = field(default_factory=lambda: ["sdpa"])
-    "attention implementations of HF models (sdpa, eager, flash_attention_2)"
+    attn: list[str] = field(default_factory=lambda: list(DEFAULT_ATTENTIONS))
+    """attention implementations of the Transformer baselines: sdpa, flex_attention (compiled for each length with
+    static shapes), flash_attention_2 (CUDA with flash-attn; recorded unavailable elsewhere), eager. Tables add
+    each baseline's fastest attention per length"""
     no_compressor: bool = False
     "also run each Avey-B model with compressor=False (the compressor ablation)"
     compile_backend: str = "inductor"
@@ -71,7 +78,7 @@ class BenchOptions:
     def __post_init__(self):
         if self.batch_size < 1 or any(n < 1 for n in self.lengths):
             raise ValueError(f"--batch-size and --lengths must be positive, got {self.batch_size} and {self.lengths}")
-        for name, allowed in (("dtype", DTYPES), ("modes", MODES)):
+        for name, allowed in (("dtype", DTYPES), ("modes", MODES), ("attn", ATTENTIONS)):
             bad = [v for v in getattr(self, name) or () if v not in allowed]
             if bad:
                 raise ValueError(f"--{name} {bad[0]!r} is not one of {allowed}")
@@ -126,7 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = p.add_subparsers(dest="command", required=True)
     r = sub.add_parser("run", help="time forward passes vs sequence length")
-    configs.add_arguments(r, BenchOptions, choices={"dtype": DTYPES, "modes": MODES})
+    configs.add_arguments(r, BenchOptions, choices={"dtype": DTYPES, "modes": MODES, "attn": ATTENTIONS})
     for name, cls, help_ in (("fit", FitOptions, "power-law fits of throughput and latency"),
                              ("table", TableOptions, "markdown tables of throughput and latency per length"),
                              ("plot", PlotOptions, "log-log throughput and latency plots")):

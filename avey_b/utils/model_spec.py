@@ -36,6 +36,7 @@ study (quality is irrelevant there), so :func:`max_length` returns ``None`` for 
 from __future__ import annotations
 
 import ast
+import copy
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -205,12 +206,18 @@ def max_length(config, *, respect_rope_window: bool = False) -> int | None:
 def random_model(config, *, attn_implementation: str | None = None, head: str = "base") -> nn.Module:
     """Random-weight model from ``config``. ``head``: ``"base"`` (AutoModel) or ``"qa"``.
 
+    ``attn_implementation``: a Transformer's attention (``sdpa``, ``flex_attention``, ``flash_attention_2``,
+    ``eager``; :mod:`avey_b.benchmarking.attention`); ignored for Avey-B, which has none. The model gets its own
+    copy of ``config`` (transformers writes the attention choice into the config it is given, so models built
+    from one config object would otherwise all run the last one's attention).
+
     Raises ``ValueError``/``ImportError`` when the attention implementation is unavailable.
     """
     cls = {"base": AutoModel, "qa": AutoModelForQuestionAnswering}[head]
     kwargs = {}
     if attn_implementation and not is_avey_b(config):
         kwargs["attn_implementation"] = attn_implementation
+        config = copy.deepcopy(config)
     model = cls.from_config(config, **kwargs)
     return model.eval()
 

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Efficiency on this CPU, on real text: Avey-B small and base against BERT-base, ModernBERT-base and the
-# NeoBERT-shaped model, fp32 and bf16, batch 1 latency and batch 8 throughput, eager and torch.compile.
+# NeoBERT-shaped model, fp32 and bf16, batch 1 latency and batch 8 throughput, eager and torch.compile. The
+# Transformers run with sdpa and flex_attention (its kernel compiled for each length, static shapes; FlashAttention-2
+# has no CPU kernels), and the tables add each one's fastest attention per length.
 # On a CPU without native bf16 (no AMX, no AVX512-BF16) bf16 is emulated and far slower than fp32 (see README.md):
 # there every step runs in fp32 (FAST below).
 # See README.md beside this file for what was recorded and what it shows.
@@ -16,7 +18,7 @@ mkdir -p "$WORK"
 # The text: WikiText-2 valid + tiny-shakespeare + CoNLL-2003 + SST-2 sentences (1.67M cl100k tokens, 33,725
 # distinct), tokenized by `bench run` with cl100k_base and renumbered into each model's vocabulary.
 [ -f "$WORK/english.txt" ] || python benchmarks/english_text.py --data "$DATA" --out "$WORK/english.txt"
-BENCH="avey-b bench run --text $WORK/english.txt --device cpu --threads 2 --attn sdpa --resume"
+BENCH="avey-b bench run --text $WORK/english.txt --device cpu --threads 2 --attn sdpa flex_attention --resume"
 PEERS="avey-b-small avey-b-base bert-base modernbert-base neobert"
 # The precision the long, batched and compiled steps use: bf16 where the CPU multiplies it in hardware.
 if python -c "import sys; from avey_b.utils.device import cpu_has_native_bf16; sys.exit(0 if cpu_has_native_bf16() else 1)"
@@ -41,6 +43,11 @@ $BENCH --models $PEERS --dtype $FAST --batch-size 8 --lengths 512 1024 2048 4096
 #    15 s a forward (ModernBERT-base compiled at 16K ran over 19 minutes without finishing one point, on fp32).
 $BENCH --models avey-b-small modernbert-base --dtype $FAST --modes compile --batch-size 1 \
     --lengths 1024 4096 16384 --warmup 1 --repeats 3 --max-point-seconds 10 --max-latency 15 --out "$OUT/compile"
+
+# 4b. The ratio the READMEs quote: Avey-B base against ModernBERT-base with flex_attention and with sdpa, alternated
+#     in one process on the same ids (alternated.py; 3 rounds a length).
+python benchmarks/efficiency_cpu/alternated.py --text "$WORK/english.txt" --lengths 512 2048 4096 8192 \
+    --out "$OUT/alternated.jsonl"
 
 # 5. Tables, fits (N >= 1K, next to the paper's alpha/beta), plots.
 for d in latency throughput compile; do
