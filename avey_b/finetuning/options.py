@@ -82,7 +82,8 @@ class OwnDataOptions:
     """text-classification | token-classification | embedding | rerank."""
     train_file: str
     """Training data: a CSV, TSV, JSONL or Parquet file (token-classification also: CoNLL columns), or
-    hf:NAME[:CONFIG][@SPLIT], a Hugging Face dataset by name or local directory (split default train)."""
+    hf:NAME (also hf:NAME:CONFIG, hf:NAME@SPLIT, hf:NAME:CONFIG@SPLIT), a Hugging Face dataset by name or local
+    directory (split default train)."""
     output_dir: str
     """Where the trained model, its tokenizer and results.json go (a new or empty directory; see --overwrite,
     --resume)."""
