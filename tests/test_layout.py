@@ -16,7 +16,7 @@ LAYERS = [
     {"model", "__init__"},
     {"configs"},
     {"utils"},
-    {"data", "training", "evaluation", "benchmarking", "testing"},
+    {"data", "training", "evaluation", "finetuning", "benchmarking", "testing"},
     {"apps"},
     {"cli"},
 ]

@@ -86,18 +86,20 @@ def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def _mutable(key: str) -> bool:
-    return any(key == m or (m.endswith(".") and key.startswith(m)) for m in MUTABLE)
+def _mutable(key: str, mutable: tuple[str, ...] = MUTABLE) -> bool:
+    return any(key == m or (m.endswith(".") and key.startswith(m)) for m in mutable)
 
 
-def check_resume(saved: dict[str, Any] | None, requested: dict[str, Any]) -> dict[str, list]:
+def check_resume(saved: dict[str, Any] | None, requested: dict[str, Any],
+                 mutable: tuple[str, ...] = MUTABLE) -> dict[str, list]:
     """The changed settings of a resumed run (``{key: [checkpoint value, requested value]}``), all of them ones
-    that may change; a change to any other setting raises :class:`RunDirError` listing every such field."""
+    that may change (``mutable``: dotted keys, or prefixes ending in "."; pretraining's :data:`MUTABLE` by
+    default); a change to any other setting raises :class:`RunDirError` listing every such field."""
     if saved is None:  # a checkpoint from before configs were stored in it: nothing to compare
         return {}
     old, new = flatten(saved), flatten(requested)
     changed = {k: [old.get(k), new.get(k)] for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)}
-    frozen = {k: v for k, v in changed.items() if not _mutable(k)}
+    frozen = {k: v for k, v in changed.items() if not _mutable(k, mutable)}
     if frozen:
         diff = "\n".join(f"  {k}: {a!r} (checkpoint) -> {b!r} (requested)" for k, (a, b) in frozen.items())
         raise RunDirError("--resume with settings that cannot change in the middle of a run:\n" + diff +

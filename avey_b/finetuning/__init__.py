@@ -1,0 +1,32 @@
+"""Fine-tuning on your own data: a classifier with your labels, a tagger with your tags, an embedding model, a
+reranker, each from your files in one call.
+
+    from avey_b.finetuning import OwnDataOptions, finetune
+
+    record = finetune(OwnDataOptions(model="runs/quickstart/model", task="text-classification",
+                                     train_file="reviews.csv", label_column="sentiment", output_dir="runs/sentiment"))
+    print(record["metrics"], record["baseline"])    # held-out accuracy and macro-F1, and the majority class's
+
+The same as ``avey-b finetune --task text-classification ...`` (:mod:`avey_b.finetuning.options` declares the
+options once, for both). The output directory holds the model with its tokenizer, loadable by transformers'
+``pipeline`` and Auto classes and by ``avey-b serve``. Modules: ``options`` (the options and the task table, no
+torch), ``data`` (your files), ``common`` (the output directory, lengths, trainer settings), ``run`` (the verb),
+and one module per task (``classification``, ``tagging``, ...).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .options import DEFAULT_LR, OWN_TASKS, OwnDataOptions
+
+
+def finetune(options: OwnDataOptions) -> dict[str, Any]:
+    """Train ``options.task`` on ``options.train_file`` and score it on held-out rows; returns the results record
+    (also ``<output_dir>/results.json``). See :func:`avey_b.finetuning.run.finetune`."""
+    from .run import finetune as run_finetune
+
+    return run_finetune(options)
+
+
+__all__ = ["DEFAULT_LR", "OWN_TASKS", "OwnDataOptions", "finetune"]

@@ -1,0 +1,218 @@
+"""What every own-data task shares: the output directory's life, the input-length rule, the trainer's settings,
+the tokenizer, and the results record.
+
+The output directory (:func:`check_output_dir`, :func:`begin`, :func:`finish`) follows the run-directory rule of
+pretraining (:mod:`avey_b.training.rundir`):
+
+* a directory that holds anything is refused unless ``--overwrite`` (the old one is *moved* to
+  ``<dir>.old-<time>``, nothing is deleted) or ``--resume``;
+* ``--resume`` continues from the last trainer checkpoint (``<dir>/checkpoints/``), refusing options that differ
+  from the ones recorded in ``<dir>/finetune.json`` (only ``device``, ``threads`` and the two flags may change); a
+  finished directory is answered with its ``results.json`` and nothing is trained;
+* the finished directory is written whole through a temporary directory and a rename
+  (:func:`avey_b.utils.records.save_pretrained_atomic`): the model, its tokenizer, ``finetune.json``,
+  ``results.json`` and ``SHA256SUMS`` appear together, so ``results.json`` means "finished".
+
+A task module (``train(options) -> dict``) calls :func:`begin` once its inputs are read and checked, trains with
+checkpoints under :func:`checkpoint_dir` (resuming from what :func:`begin` returned), and ends with :func:`finish`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import time
+from pathlib import Path
+from typing import Any
+
+from avey_b.training import rundir
+from avey_b.utils.files import DataFileError
+from avey_b.utils.records import save_pretrained_atomic, utc_timestamp, write_json_atomic
+
+from .options import OwnDataOptions
+
+RESULTS = "results.json"
+OPTIONS = "finetune.json"
+CHECKPOINTS = "checkpoints"
+#: Options a resumed run may change.
+RESUMABLE_CHANGES = ("device", "threads", "overwrite", "resume")
+
+
+def checkpoint_dir(options: OwnDataOptions) -> Path:
+    return Path(options.output_dir) / CHECKPOINTS
+
+
+def finished_record(options: OwnDataOptions) -> dict[str, Any] | None:
+    """The results of a finished output directory, else None."""
+    path = Path(options.output_dir) / RESULTS
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def check_output_dir(options: OwnDataOptions) -> None:
+    """Refuse, before anything is loaded, an output directory that holds something, unless ``--overwrite`` or
+    ``--resume`` (:func:`avey_b.training.rundir.prepare` without acting)."""
+    out = Path(options.output_dir)
+    if out.exists() and not out.is_dir():
+        raise NotADirectoryError(f"--output-dir {out} is a file")
+    try:
+        rundir.prepare(out, resuming=options.resume, overwrite=options.overwrite, act=False)
+    except rundir.RunDirError as e:
+        finished = " (a finished fine-tuning run: results.json)" if (out / RESULTS).is_file() else ""
+        raise rundir.RunDirError(str(e).replace("already holds a run", f"already holds a run{finished}", 1)) from None
+
+
+def begin(options: OwnDataOptions) -> str | None:
+    """Make the output directory the run's, once the inputs are checked: move an old run aside (``--overwrite``),
+    record the options (``finetune.json``), and return the trainer checkpoint to resume from (``--resume``), if
+    any."""
+    out = Path(options.output_dir)
+    moved = rundir.prepare(out, resuming=options.resume, overwrite=options.overwrite)
+    if moved is not None:
+        print(f"--overwrite: the old run in {out} was moved to {moved}", flush=True)
+    saved = out / OPTIONS
+    if options.resume and saved.is_file():
+        rundir.check_resume(json.loads(saved.read_text()), options.to_dict(), mutable=RESUMABLE_CHANGES)
+    else:
+        write_json_atomic(saved, options.to_dict())
+    if not options.resume:
+        return None
+    from transformers.trainer_utils import get_last_checkpoint
+
+    return get_last_checkpoint(str(checkpoint_dir(options))) if checkpoint_dir(options).is_dir() else None
+
+
+def finish(options: OwnDataOptions, model, tokenizer, record: dict[str, Any]) -> dict[str, Any]:
+    """Write the finished output directory atomically (model, tokenizer, options, results; the checkpoints go) and
+    return ``record`` with the time it finished. ``model`` is anything with ``save_pretrained(dir, state_dict=...)``."""
+    record = record | {"finished": utc_timestamp()}
+    texts = {OPTIONS: json.dumps(options.to_dict(), indent=2, sort_keys=True),
+             RESULTS: json.dumps(record, indent=2, sort_keys=True)}
+    save_pretrained_atomic(Path(options.output_dir), model, tokenizer, texts=texts)
+    return record
+
+
+# ------------------------------------------------------------------------------------------ inputs
+
+
+def load_tokenizer(options: OwnDataOptions, *, fast: bool = False):
+    """The model's tokenizer (or ``--tokenizer``), as it is; a tokenizer without a pad token pads with its end
+    or unknown token (padding is masked out, so any id works). ``fast``: refuse a slow one (offsets needed)."""
+    from avey_b.data.tokenization import load_tokenizer as load
+
+    tok = load(options.tokenizer or options.model, complete=False, require_fast=fast)
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token or tok.unk_token
+    if tok.pad_token is None:
+        raise ValueError(f"the tokenizer of {options.tokenizer or options.model} has no pad, end or unknown token "
+                         "to pad batches with")
+    return tok
+
+
+def length_rule(options: OwnDataOptions, model_config) -> tuple[int | None, bool]:
+    """``(longest input, cut)``: ``--max-length`` cuts longer inputs; without it Avey-B cuts nothing and an input
+    longer than memory allows (:func:`avey_b.utils.batching.default_max_tokens`, as ``avey-b embed`` computes it)
+    is an error; a model with a position limit (BERT's 512) is cut at that limit."""
+    from avey_b.utils.batching import default_max_tokens
+    from avey_b.utils.model_spec import is_avey_b, max_length
+
+    if options.max_length is not None:
+        return options.max_length, True
+    if is_avey_b(model_config):
+        return default_max_tokens(model_config.hidden_size), False
+    return max_length(model_config, respect_rope_window=True), True
+
+
+def check_lengths(table, lengths: list[int], limit: int | None, cut: bool) -> int:
+    """How many inputs ``limit`` cuts (``cut``), or the error that names the first input longer than ``limit``
+    (not ``cut``): its file and line, and its length."""
+    if limit is None:
+        return 0
+    if cut:
+        return sum(n > limit for n in lengths)
+    for i, n in enumerate(lengths):
+        if n > limit:
+            raise DataFileError(f"{table.where(i)}: input of {n:,} tokens, longer than the {limit:,} tokens this "
+                                "machine's memory allows for this model (half the available memory at 24 bytes per "
+                                "token and unit of width); give --max-length to cut long inputs, or shorten it")
+    return 0
+
+
+# ------------------------------------------------------------------------------------------ training
+
+
+def training_arguments(options: OwnDataOptions, lr: float, n_train: int, **extra):
+    """transformers ``TrainingArguments`` of a run: AdamW at ``lr`` with linear warm-up and decay, ``--epochs``,
+    ``--batch-size``, the seed, bf16 per ``--precision``, a checkpoint per epoch under :func:`checkpoint_dir` (the
+    last one kept, for ``--resume``), no scoring during training, no reporting to outside services."""
+    from transformers import TrainingArguments
+
+    from avey_b.utils.device import pick_device, use_bf16
+
+    device = pick_device(options.device)
+    steps = max(1, math.ceil(options.epochs * math.ceil(n_train / options.batch_size)))
+    return TrainingArguments(
+        output_dir=str(checkpoint_dir(options)), learning_rate=lr, num_train_epochs=options.epochs,
+        per_device_train_batch_size=options.batch_size, per_device_eval_batch_size=options.batch_size,
+        warmup_steps=options.warmup_ratio, weight_decay=options.weight_decay, lr_scheduler_type="linear",
+        seed=options.seed, data_seed=options.seed, save_strategy="epoch", save_total_limit=1, eval_strategy="no",
+        logging_strategy="steps", logging_steps=max(1, steps // 20), report_to="none",
+        use_cpu=device.type == "cpu", bf16=use_bf16(options.precision, device), disable_tqdm=True, **extra)
+
+
+def set_threads(options: OwnDataOptions) -> int:
+    from avey_b.utils.device import set_cpu_threads
+
+    return set_cpu_threads(options.threads)
+
+
+# ------------------------------------------------------------------------------------------ the record
+
+
+def rounded(value: Any, digits: int = 2) -> Any:
+    """``value`` with every float rounded to ``digits`` decimals (dicts and lists followed)."""
+    if isinstance(value, float):
+        return value if math.isnan(value) else round(value, digits)
+    if isinstance(value, dict):
+        return {k: rounded(v, digits) for k, v in value.items()}
+    if isinstance(value, list):
+        return [rounded(v, digits) for v in value]
+    return value
+
+
+def base_record(options: OwnDataOptions, lr: float, lr_source: str) -> dict[str, Any]:
+    """The fields every task's results record starts with."""
+    import torch
+    import transformers
+
+    return {"task": options.task, "model": options.model, "train_file": options.train_file,
+            "validation": options.validation_file or f"{options.validation_fraction:g} of the training rows",
+            "lr": lr, "lr_source": lr_source, "epochs": options.epochs, "batch_size": options.batch_size,
+            "seed": options.seed,
+            "versions": {"python": platform.python_version(), "torch": torch.__version__,
+                         "transformers": transformers.__version__}}
+
+
+def summary_line(record: dict[str, Any]) -> str:
+    """One line for a person: ``accuracy 91.3 (majority class 55.8); macro_f1 90.9 (majority class 35.8)``."""
+    base = record.get("baseline", {})
+    name = record.get("baseline_name", "baseline")
+    parts = []
+    for key, value in record.get("metrics", {}).items():
+        if key in base:
+            parts.append(f"{key} {value} ({name} {base[key]})")
+    return f"{record['task']}: " + "; ".join(parts) + f" on {record.get('n_validation', '?')} held-out examples"
+
+
+class Timer:
+    def __enter__(self):
+        self.t0 = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc):
+        self.seconds = time.perf_counter() - self.t0
+
+
+def environment() -> dict[str, Any]:
+    return {"cpus": os.cpu_count()}

@@ -1,0 +1,254 @@
+"""The options of ``avey-b finetune`` on your own data, declared once: :class:`OwnDataOptions`, whose documented
+fields build the command line (:func:`avey_b.configs.add_arguments`), the Python API
+(:func:`avey_b.finetuning.finetune`) and the run's record (``finetune.json`` in the output directory).
+
+``avey-b finetune`` is one verb for two families, told apart by ``--task``:
+
+* your own data — ``text-classification``, ``token-classification``, ``embedding``, ``rerank``
+  (:data:`OWN_TASKS`: the task -> the ``"module:function"`` that trains it, each ``train(options) -> dict``);
+* the paper's 12 benchmarks — ``sst2``, ``conll2003``, ``msmarco``, ... (:mod:`avey_b.evaluation.settings`,
+  unchanged: one fine-tuning cell of the paper's protocol).
+
+:func:`finetune_parser` reads ``--task`` first and parses the rest with that family's options; ``avey-b finetune
+--help`` shows both. Standard library only, so that ``--help`` imports no torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from avey_b import configs
+from avey_b.evaluation import settings as benchmark_settings
+
+#: Own-data task -> the ``"module:function"`` that trains it: ``train(options: OwnDataOptions) -> dict`` (the
+#: results record). Adding a task is adding a module here.
+OWN_TASKS: dict[str, str] = {
+    "text-classification": "avey_b.finetuning.classification:train",
+    "token-classification": "avey_b.finetuning.tagging:train",
+    "embedding": "avey_b.finetuning.embedding:train",
+    "rerank": "avey_b.finetuning.rerank:train",
+}
+
+#: The default peak learning rate of each own-data task, and where it comes from (``--lr`` overrides it).
+DEFAULT_LR: dict[str, tuple[float, str]] = {
+    "text-classification": (5e-5, "BERT (Devlin et al. 2019, App. A.3) recommends 5e-5, 3e-5 or 2e-5 for fine-tuning; "
+                                  "5e-5 is also transformers' TrainingArguments default"),
+    "token-classification": (5e-5, "BERT (Devlin et al. 2019, App. A.3), as for text classification; the learning "
+                                   "rate of transformers' token-classification example"),
+    "embedding": (5e-5, "sentence-transformers' SentenceTransformerTrainingArguments default"),
+    "rerank": (5e-5, "sentence-transformers' CrossEncoderTrainingArguments default"),
+}
+
+#: ``problem_type`` values of a text classifier (transformers' names, saved in the model's config).
+PROBLEM_TYPES = ("auto", "single_label_classification", "multi_label_classification", "regression")
+
+EXAMPLES = """\
+examples (one per task; every option below has a default but the model, the task, the data and the output):
+
+  # a classifier with your labels (string labels become the class names a pipeline answers with)
+  avey-b finetune --task text-classification --model runs/quickstart/model \\
+      --train-file reviews.csv --text-column review --label-column sentiment --output-dir runs/sentiment
+
+  # a tagger with your tags, from CoNLL columns (word first, tag last) or JSONL {"tokens": [...], "tags": [...]}
+  avey-b finetune --task token-classification --model runs/quickstart/model \\
+      --train-file ner.train --validation-file ner.dev --output-dir runs/ner
+
+  # an embedding model from (anchor, positive[, negative]) pairs
+  avey-b finetune --task embedding --model runs/quickstart/model --train-file pairs.jsonl --output-dir runs/emb
+
+  # a reranker from (query, document, label) rows or (query, positive[, negatives])
+  avey-b finetune --task rerank --model runs/quickstart/model --train-file qd.jsonl --output-dir runs/rerank
+
+  # one cell of the paper's benchmark protocol (the benchmark's own data and metric)
+  avey-b finetune --task sst2 --model runs/quickstart/model --lr 6e-5 --output-dir runs/sst2-cell
+
+Data files: CSV, TSV (header line), JSONL, Parquet, or hf:NAME[:CONFIG][@SPLIT] (a Hugging Face dataset by name or
+local path; split default train). The output directory holds the model and its tokenizer (load it with
+transformers' pipeline / Auto classes, or serve it) and results.json: the held-out scores beside their baseline.
+A finished output directory is refused unless --overwrite (the old one is moved aside) or --resume."""
+
+
+@dataclass
+class OwnDataOptions:
+    """``avey-b finetune`` on your own data: the model, the task, the data and where the trained model goes; the
+    Python form is :func:`avey_b.finetuning.finetune`."""
+
+    model: str
+    """Hub id or local directory of the encoder to start from (Avey-B, BERT, ModernBERT, ...)."""
+    task: str
+    """text-classification | token-classification | embedding | rerank."""
+    train_file: str
+    """Training data: a CSV, TSV, JSONL or Parquet file (token-classification also: CoNLL columns), or
+    hf:NAME[:CONFIG][@SPLIT], a Hugging Face dataset by name or local directory (split default train)."""
+    output_dir: str
+    """Where the trained model, its tokenizer and results.json go (a new or empty directory; see --overwrite,
+    --resume)."""
+    validation_file: str | None = None
+    """Held-out data to score on (same formats). None: hold out --validation-fraction of the training data."""
+    validation_fraction: float = 0.1
+    """Without --validation-file: this fraction of the training rows is held out (never trained on) and scored;
+    drawn with a fixed seed (0), the same rows for every --seed."""
+    text_column: str = "text"
+    """text-classification: the column of the text."""
+    text_pair_column: str | None = None
+    """text-classification: the column of a second text (sentence pairs: NLI, paraphrase), encoded as a pair."""
+    label_column: str = "label"
+    """text-classification: the column of the label: a class name (string) or id, a list of them (multi-label),
+    or a number (regression)."""
+    problem_type: str = "auto"
+    """text-classification: single_label_classification, multi_label_classification (a list of labels per row;
+    in CSV/TSV the labels joined by --label-separator) or regression (a number per row); auto: a list is
+    multi-label, numbers that are not all whole are regression, anything else single-label."""
+    label_separator: str = ","
+    """text-classification, multi-label in CSV/TSV: the character between a row's labels."""
+    tokens_column: str = "tokens"
+    """token-classification, JSONL/Parquet/hf: the column of the word list; CoNLL files: a column number
+    (0 = the first; default: the first column)."""
+    tags_column: str = "tags"
+    """token-classification, JSONL/Parquet/hf: the column of the tag list (one string tag per word); CoNLL files:
+    a column number (default: the last column)."""
+    lr: float | None = None
+    """Peak learning rate (AdamW, linear warm-up then linear decay). None: the task's default, 5e-5 for every task
+    (BERT's fine-tuning recommendation, Devlin et al. 2019 App. A.3; transformers' and sentence-transformers'
+    trainer default); results.json records which and why."""
+    epochs: float = 3.0
+    """Passes over the training data (BERT's fine-tuning recommendation is 2 to 4)."""
+    batch_size: int = 32
+    """Training examples per optimizer step (also the scoring batch)."""
+    warmup_ratio: float = 0.1
+    """Share of the steps spent warming the learning rate up from 0."""
+    weight_decay: float = 0.01
+    """AdamW decoupled weight decay (not on biases and norm weights), BERT's 0.01."""
+    max_length: int | None = None
+    """Tokens per input, longer ones cut. None: nothing is cut for Avey-B (no position limit): the longest input
+    may be as long as memory allows (half the available memory at 24 bytes per token and unit of width, as
+    avey-b embed computes it) and a longer one is an error naming its file and line; for a model with a
+    position limit (BERT: 512), that limit, and results.json counts the inputs cut."""
+    max_train_examples: int | None = None
+    """Train on only the first N training rows (after the validation rows are held out)."""
+    seed: int = 0
+    """Seeds the head initialisation, the data order and dropout."""
+    overwrite: bool = False
+    """Start afresh in an output directory that holds a run: the old one is moved aside to
+    <output-dir>.old-<time> (nothing is deleted)."""
+    resume: bool = False
+    """Continue an interrupted run in the output directory from its last checkpoint (the options must be the
+    same); a finished one is answered with its results."""
+    precision: str = "auto"
+    """auto: bf16 autocast on CUDA and on CPUs that multiply bf16 natively, float32 elsewhere; bf16 or fp32 force
+    one."""
+    device: str | None = None
+    """cpu, cuda, cuda:1...; None: CUDA when available."""
+    threads: int | None = None
+    """CPU threads for PyTorch; None: its default, capped at the CPUs this process may use."""
+    tokenizer: str | None = None
+    """Tokenizer name or path when the model directory has none; it is saved with the trained model."""
+
+    def __post_init__(self) -> None:
+        if self.task not in OWN_TASKS:
+            raise ValueError(f"task must be one of {sorted(OWN_TASKS)} (or a benchmark: "
+                             f"{', '.join(benchmark_settings.TASK_NAMES)}), got {self.task!r}")
+        if not 0 < self.validation_fraction < 1:
+            raise ValueError(f"validation_fraction must be in (0, 1), got {self.validation_fraction}")
+        if self.problem_type not in PROBLEM_TYPES:
+            raise ValueError(f"problem_type must be one of {PROBLEM_TYPES}, got {self.problem_type!r}")
+        if self.precision not in configs.PRECISIONS:
+            raise ValueError(f"precision must be one of {configs.PRECISIONS}, got {self.precision!r}")
+        if self.overwrite and self.resume:
+            raise ValueError("give --overwrite (start afresh) or --resume (continue), not both")
+        if self.lr is not None and not self.lr > 0:
+            raise ValueError(f"lr must be > 0, got {self.lr}")
+        if not self.epochs > 0:
+            raise ValueError(f"epochs must be > 0, got {self.epochs}")
+        if not 0 <= self.warmup_ratio < 1:
+            raise ValueError(f"warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
+        if self.weight_decay < 0:
+            raise ValueError(f"weight_decay must be >= 0, got {self.weight_decay}")
+        for name in ("batch_size", "max_length", "max_train_examples", "threads"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"{name} must be >= 1, got {value}")
+        if len(self.label_separator) != 1:
+            raise ValueError(f"label_separator must be one character, got {self.label_separator!r}")
+
+    def learning_rate(self) -> tuple[float, str]:
+        """The peak learning rate and where it comes from (``--lr``, or the task's default and its source)."""
+        if self.lr is not None:
+            return self.lr, "--lr"
+        lr, source = DEFAULT_LR[self.task]
+        return lr, f"default for {self.task}: {source}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+#: Groups of --help, in order: title -> fields (fields not named fall in the last group).
+_GROUPS = {
+    "what to train": ("model", "task", "tokenizer"),
+    "data": ("train_file", "validation_file", "validation_fraction", "max_train_examples", "text_column",
+             "text_pair_column", "label_column", "problem_type", "label_separator", "tokens_column", "tags_column"),
+    "output": ("output_dir", "overwrite", "resume"),
+}
+
+
+def own_data_parser() -> argparse.ArgumentParser:
+    """The parser of ``avey-b finetune --task <own-data task>`` (one flag per :class:`OwnDataOptions` field)."""
+    p = argparse.ArgumentParser(prog="avey-b finetune --task {" + ",".join(OWN_TASKS) + "}", add_help=True,
+                                description="Fine-tune an encoder on your own data and score it on held-out rows.")
+    placed: set[str] = set()
+    for title, names in _GROUPS.items():
+        configs.add_arguments(p.add_argument_group(title), OwnDataOptions, include=names,
+                              choices={"task": tuple(OWN_TASKS), "problem_type": PROBLEM_TYPES})
+        placed |= set(names)
+    configs.add_arguments(p.add_argument_group("training"), OwnDataOptions, exclude=placed,
+                          choices={"precision": configs.PRECISIONS})
+    return p
+
+
+class FinetuneParser(argparse.ArgumentParser):
+    """``avey-b finetune``: reads ``--task``, then parses the arguments with the options of that task's family
+    (:func:`own_data_parser`, or the benchmark cell's :func:`avey_b.evaluation.settings.finetune_parser`)."""
+
+    def __init__(self) -> None:
+        super().__init__(prog="avey-b finetune", formatter_class=argparse.RawDescriptionHelpFormatter,
+                         description="Fine-tune an encoder on your own data (a classifier, a tagger, an embedding "
+                         "model, a reranker), or run one cell of the paper's benchmark protocol.\n\n" + EXAMPLES)
+        self.add_argument("--task", required=True, choices=[*OWN_TASKS, *benchmark_settings.TASK_NAMES],
+                          help="what to train: one of your own data's tasks, or a benchmark (then the benchmark "
+                          "options below apply)")
+
+    def families(self) -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
+        bench = benchmark_settings.finetune_parser()
+        bench.prog = "avey-b finetune --task {" + ",".join(benchmark_settings.TASK_NAMES) + "}"
+        return own_data_parser(), bench
+
+    def format_help(self) -> str:
+        own, bench = self.families()
+        rule = "-" * 100
+        return (super().format_help() + f"\n{rule}\nYOUR OWN DATA (--task {' | '.join(OWN_TASKS)})\n{rule}\n"
+                + own.format_help() + f"\n{rule}\nTHE PAPER'S BENCHMARKS (--task "
+                + " | ".join(benchmark_settings.TASK_NAMES) + f")\n{rule}\n" + bench.format_help())
+
+    def parse_args(self, args=None, namespace=None):
+        argv = list(sys.argv[1:] if args is None else args)
+        peek = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+        peek.add_argument("--task")
+        task = peek.parse_known_args(argv)[0].task
+        own, bench = self.families()
+        if task in OWN_TASKS:
+            return own.parse_args(argv, namespace)
+        if task in benchmark_settings.TASK_NAMES:
+            return bench.parse_args(argv, namespace)
+        return super().parse_args(argv, namespace)  # --help, or the error that names the tasks
+
+
+def finetune_parser() -> argparse.ArgumentParser:
+    """The parser of ``avey-b finetune`` (both families, chosen by ``--task``)."""
+    return FinetuneParser()
+
+
+def is_own_task(task: str) -> bool:
+    return task in OWN_TASKS

@@ -1,0 +1,175 @@
+"""``--task token-classification``: a tagger on your tagged words — named entities, parts of speech, any tag set —
+trained with transformers' ``Trainer`` on ``AutoModelForTokenClassification`` and scored on held-out sentences.
+
+* Data: CoNLL column files (one ``word ... tag`` line per word, a blank line between sentences; the word in the
+  first column and the tag in the last, or the columns ``--tokens-column`` / ``--tags-column`` number), or JSONL /
+  Parquet / ``hf:`` rows with a word list (``--tokens-column``, default ``tokens``) and a tag list (``--tags-column``,
+  default ``tags``) of the same length.
+* The tag set is the training data's string tags as written (``O`` first, then sorted), saved as the model's
+  ``id2label``, so ``pipeline("token-classification", model=dir)`` answers with your tags. A validation tag the
+  training data never shows is an error naming its file and line.
+* Words are joined by single spaces and tokenized; each word's tag sits on its first sub-token (the others are
+  left out of the loss), and a word's prediction is its first sub-token's; a word cut off by ``--max-length`` is
+  predicted ``O`` (a miss, so cutting cannot raise the score).
+* Scores: when the tags are entity tags (``O`` and ``B-``/``I-``/``E-``/``S-`` prefixes: IOB1, IOB2, IOBES) the entity
+  F1, precision and recall of seqeval (CoNLL's conlleval rules) and the word accuracy, beside tagging every word
+  ``O``; for other tag sets the word accuracy and macro-F1 over tags, beside tagging every word with the most
+  frequent training tag.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from typing import Any
+
+from avey_b.utils.files import DataFileError
+
+from . import common
+from .classification import read_split
+from .data import Table, is_conll, read_conll, read_table
+from .options import OwnDataOptions
+
+_ENTITY_TAG = re.compile(r"^(O|[BIESLU]-\S+)$")
+
+
+def read_tagged(source: str, options: OwnDataOptions) -> Table:
+    """The sentences of ``source`` as a :class:`Table` of ``tokens`` and ``tags`` (lists of strings of one length)."""
+    if is_conll(source):
+        return read_conll(source, options.tokens_column, options.tags_column)
+    table = read_table(source, {"tokens": options.tokens_column, "tags": options.tags_column}, task=options.task)
+    rows = []
+    for i, row in enumerate(table.rows):
+        words, tags = row[options.tokens_column], row[options.tags_column]
+        for what, column, value in (("words", options.tokens_column, words), ("tags", options.tags_column, tags)):
+            if not isinstance(value, (list, tuple)) or not value:
+                raise DataFileError(f"{table.where(i)}: column {column!r} must hold a non-empty list of {what}, "
+                                    f"got {value!r}")
+        if len(words) != len(tags):
+            raise DataFileError(f"{table.where(i)}: {len(words)} words but {len(tags)} tags")
+        rows.append({"tokens": [str(w) for w in words], "tags": [str(t) for t in tags]})
+    return Table(table.source, rows, table.places)
+
+
+def check_sentences(table: Table) -> None:
+    for i, row in enumerate(table.rows):
+        for w, (word, tag) in enumerate(zip(row["tokens"], row["tags"], strict=True)):
+            if not word.strip() or any(c.isspace() for c in word):
+                raise DataFileError(f"{table.where(i)}: word {w + 1} is {word!r}: a word must be non-empty and hold "
+                                    "no white space")
+            if not tag.strip():
+                raise DataFileError(f"{table.where(i)}: word {w + 1} ({word!r}) has an empty tag")
+
+
+def tag_set(train: Table, validation: Table) -> list[str]:
+    """The training tags, ``O`` first then sorted; a validation tag not among them is an error naming its place."""
+    tags = {t for row in train.rows for t in row["tags"]}
+    names = (["O"] if "O" in tags else []) + sorted(tags - {"O"})
+    if len(names) < 2:
+        raise DataFileError(f"{train.source}: the training sentences have a single tag ({names}); a tagger needs two "
+                            "or more")
+    for i, row in enumerate(validation.rows):
+        unknown = [t for t in row["tags"] if t not in tags]
+        if unknown:
+            raise DataFileError(f"{validation.where(i)}: tag {unknown[0]!r} never occurs in the training sentences "
+                                f"(their tags: {names})")
+    return names
+
+
+def is_entity_tagging(names: list[str]) -> bool:
+    return all(_ENTITY_TAG.match(t) for t in names) and any(t != "O" for t in names)
+
+
+def scores(gold: list[list[str]], pred: list[list[str]], entity: bool) -> dict[str, float]:
+    """Entity F1 / precision / recall (seqeval) and word accuracy, or word accuracy and macro-F1, in percent."""
+    from sklearn.metrics import f1_score
+
+    flat_gold = [t for s in gold for t in s]
+    flat_pred = [t for s in pred for t in s]
+    accuracy = 100 * sum(g == p for g, p in zip(flat_gold, flat_pred, strict=True)) / len(flat_gold)
+    if not entity:
+        return {"accuracy": accuracy, "macro_f1": 100 * f1_score(flat_gold, flat_pred, average="macro",
+                                                                  zero_division=0)}
+    from seqeval.metrics import f1_score as entity_f1
+    from seqeval.metrics import precision_score, recall_score
+
+    return {"f1": 100 * entity_f1(gold, pred, zero_division=0),
+            "precision": 100 * precision_score(gold, pred, zero_division=0),
+            "recall": 100 * recall_score(gold, pred, zero_division=0), "accuracy": accuracy}
+
+
+def train(options: OwnDataOptions) -> dict[str, Any]:
+    """Fine-tune a tagger on ``options`` (see the module docstring); returns the results record."""
+    import numpy as np
+    import torch
+    import transformers
+    from transformers import AutoModelForTokenClassification, DataCollatorForTokenClassification, Trainer
+
+    from avey_b.evaluation.tasks.tc import align_labels, word_index_of_tokens, word_predictions
+    from avey_b.utils.files import model_source
+
+    common.set_threads(options)
+    lr, lr_source = options.learning_rate()
+    train_rows, val_rows = read_split(options, {}, read=lambda source: read_tagged(source, options))
+    check_sentences(train_rows)
+    check_sentences(val_rows)
+    names = tag_set(train_rows, val_rows)
+    label2id = {n: i for i, n in enumerate(names)}
+    tokenizer = common.load_tokenizer(options, fast=True)
+
+    transformers.set_seed(options.seed)  # the head's initialisation
+    with model_source(options.model):
+        model = AutoModelForTokenClassification.from_pretrained(
+            options.model, num_labels=len(names), id2label=dict(enumerate(names)), label2id=label2id)
+    limit, cut = common.length_rule(options, model.config)
+
+    def encode(rows: Table) -> tuple[Any, list[list[int | None]], int]:
+        texts = [" ".join(r["tokens"]) for r in rows.rows]
+        enc = tokenizer(texts, truncation=False, verbose=False)
+        n_cut = common.check_lengths(rows, [len(ids) for ids in enc["input_ids"]], limit, cut)
+        enc = tokenizer(texts, return_offsets_mapping=True,
+                        **({"truncation": True, "max_length": limit} if n_cut else {"truncation": False}))
+        word_ids = [word_index_of_tokens(r["tokens"], offsets) for r, offsets in zip(rows.rows, enc["offset_mapping"],
+                                                                                       strict=True)]
+        labels = [align_labels(w, [label2id[t] for t in r["tags"]], every_subtoken=False)
+                  for w, r in zip(word_ids, rows.rows, strict=True)]
+        columns = {k: enc[k] for k in ("input_ids", "attention_mask", "token_type_ids") if k in enc}
+        return rows.to_dataset(columns | {"labels": labels}), word_ids, n_cut
+
+    train_set, _, train_cut = encode(train_rows)
+    val_set, val_words, val_cut = encode(val_rows)
+    resume_from = common.begin(options)
+    with common.Timer() as clock:
+        trainer = Trainer(model=model, args=common.training_arguments(options, lr, len(train_set)),
+                          train_dataset=train_set, data_collator=DataCollatorForTokenClassification(tokenizer),
+                          processing_class=tokenizer)
+        result = trainer.train(resume_from_checkpoint=resume_from)
+    with torch.no_grad():
+        logits = trainer.predict(val_set).predictions
+    gold, pred = [], []
+    for i, row in enumerate(val_rows.rows):
+        n_tokens = len(val_set[i]["input_ids"])
+        token_preds = np.asarray(logits[i][:n_tokens]).argmax(-1).tolist()
+        words = word_predictions(val_words[i], token_preds, len(row["tokens"]), label2id.get("O", 0), vote=False)
+        gold.append(row["tags"])
+        pred.append([names[p] for p in words])
+    entity = is_entity_tagging(names)
+    if entity:
+        baseline_tag, baseline_name = "O", "all O"
+    else:
+        baseline_tag = Counter(t for r in train_rows.rows for t in r["tags"]).most_common(1)[0][0]
+        baseline_name = f"all {baseline_tag!r} (the most frequent tag)"
+    got = scores(gold, pred, entity)
+    base = scores(gold, [[baseline_tag] * len(s) for s in gold], entity)
+    metric = "f1" if entity else "accuracy"
+    record = common.base_record(options, lr, lr_source) | {
+        "tags": names, "entity_tags": entity, "metric": metric, "score": common.rounded(got[metric]),
+        "baseline_score": common.rounded(base[metric]), "metrics": common.rounded(got), "baseline": common.rounded(base),
+        "baseline_name": baseline_name, "n_train": len(train_set), "n_validation": len(val_set),
+        "max_length": limit, "inputs_cut": {"train": train_cut, "validation": val_cut} if cut else None,
+        "train_loss": common.rounded(result.training_loss, 4), "train_seconds": round(clock.seconds, 1),
+        "steps": result.global_step, "output_dir": options.output_dir}
+    if train_cut or val_cut:
+        print(f"note: {train_cut + val_cut} sentence(s) longer than {limit} tokens were cut (--max-length); their "
+              "cut words count as predicted O", flush=True)
+    return common.finish(options, trainer.model, tokenizer, record)

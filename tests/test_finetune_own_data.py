@@ -1,0 +1,203 @@
+"""``avey-b finetune`` on your own data: classifiers with your labels (any number of classes, multi-label,
+regression), taggers with your tags (JSONL or CoNLL columns), the output directory rule and errors that name the file
+and line. Tiny Avey-B built in the test, a few optimizer steps each."""
+
+import json
+import random
+
+import pytest
+from transformers import AutoConfig, pipeline
+
+from avey_b import testing as toy
+from avey_b.cli import main
+from avey_b.finetuning import OwnDataOptions, finetune
+from avey_b.utils.files import DataFileError
+
+ADJ = {"pos": ["good", "great", "lovely"], "neg": ["bad", "awful", "poor"], "meh": ["fine", "weak"]}
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    return toy.encoders(tmp_path_factory.mktemp("own"))
+
+
+def reviews_csv(path, n=48, seed=0, classes=("pos", "neg", "meh")):
+    rng = random.Random(seed)
+    with open(path, "w") as f:
+        f.write("review,sentiment\n")
+        for _ in range(n):
+            c = rng.choice(classes)
+            f.write(f"the {rng.choice(toy._NOUNS)} was very {rng.choice(ADJ[c])},{c}\n")
+    return str(path)
+
+
+def common_flags(model, out):
+    return ["--model", model, "--output-dir", str(out), "--lr", "3e-3", "--batch-size", "16", "--epochs", "1",
+            "--device", "cpu"]
+
+
+@pytest.fixture(scope="module")
+def three_class(models, tmp_path_factory):
+    """A three-class classifier with string labels, trained through the command line."""
+    root = tmp_path_factory.mktemp("three")
+    out = root / "out"
+    train = reviews_csv(root / "train.csv", 48, 0)
+    assert main(["finetune", "--task", "text-classification", "--train-file", train, "--text-column", "review",
+                 "--label-column", "sentiment", *common_flags(models["avey"], out)]) == 0
+    return {"out": out, "train": train, "root": root}
+
+
+def test_string_labels_are_the_class_names_a_pipeline_answers_with(three_class):
+    out = three_class["out"]
+    config = AutoConfig.from_pretrained(out)
+    assert config.id2label == {0: "meh", 1: "neg", 2: "pos"} and config.label2id == {"meh": 0, "neg": 1, "pos": 2}
+    answers = pipeline("text-classification", model=str(out), top_k=None)(["the film was very good"])[0]
+    assert sorted(a["label"] for a in answers) == ["meh", "neg", "pos"]
+
+
+def test_results_hold_rounded_scores_beside_the_majority_class_baseline(three_class):
+    record = json.loads((three_class["out"] / "results.json").read_text())
+    assert record["labels"] == ["meh", "neg", "pos"] and record["problem_type"] == "single_label_classification"
+    assert record["n_validation"] == 5 and record["n_train"] == 43  # 10% of 48 held out
+    assert set(record["metrics"]) == set(record["baseline"]) == {"accuracy", "macro_f1"}
+    assert record["baseline_name"] == "majority class"
+    for value in [*record["metrics"].values(), *record["baseline"].values()]:
+        assert value == round(value, 2)
+    assert record["lr"] == 3e-3 and record["lr_source"] == "--lr"
+    assert (three_class["out"] / "tokenizer.json").is_file() and (three_class["out"] / "SHA256SUMS").is_file()
+    assert not (three_class["out"] / "checkpoints").exists()
+
+
+def test_a_finished_output_directory_is_refused_and_overwrite_moves_it_aside(three_class, models, capsys):
+    out, train = three_class["out"], three_class["train"]
+    argv = ["finetune", "--task", "text-classification", "--train-file", train, "--text-column", "review",
+            "--label-column", "sentiment", *common_flags(models["avey"], out), "--max-train-examples", "8"]
+    before = (out / "results.json").read_text()
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert "already holds a run (a finished fine-tuning run: results.json)" in err and "--overwrite" in err
+    assert (out / "results.json").read_text() == before
+    # --resume on a finished run answers with its results and trains nothing
+    options = OwnDataOptions(model=models["avey"], task="text-classification", train_file=train, output_dir=str(out),
+                             text_column="review", label_column="sentiment", resume=True)
+    assert finetune(options)["score"] == json.loads(before)["score"]
+    assert main([*argv, "--overwrite"]) == 0
+    aside = [p for p in out.parent.iterdir() if p.name.startswith("out.old-")]
+    assert len(aside) == 1 and (aside[0] / "results.json").read_text() == before
+    assert json.loads((out / "results.json").read_text())["n_train"] == 8
+
+
+def test_multi_label_from_jsonl_lists(models, tmp_path):
+    rng = random.Random(1)
+    path = tmp_path / "tags.jsonl"
+    with open(path, "w") as f:
+        for _ in range(40):
+            labels = sorted(rng.sample(["plot", "cast", "music"], rng.randint(0, 2)))
+            text = " and ".join(f"the {w} was good" for w in labels) or "the film was fine"
+            f.write(json.dumps({"text": text, "topics": labels}) + "\n")
+    out = tmp_path / "out"
+    record = finetune(OwnDataOptions(model=models["avey"], task="text-classification", train_file=str(path),
+                                     label_column="topics", output_dir=str(out), lr=3e-3, batch_size=16, epochs=1,
+                                     device="cpu"))
+    assert record["problem_type"] == "multi_label_classification" and record["labels"] == ["cast", "music", "plot"]
+    assert set(record["metrics"]) == {"micro_f1", "macro_f1", "exact_match"} == set(record["baseline"])
+    config = AutoConfig.from_pretrained(out)
+    assert config.problem_type == "multi_label_classification" and config.id2label[2] == "plot"
+
+
+def test_regression_scores_beside_the_training_mean(models, tmp_path):
+    rng = random.Random(2)
+    path = tmp_path / "scores.tsv"
+    with open(path, "w") as f:
+        f.write("text\tscore\n")
+        for _ in range(40):
+            adj = rng.choice(ADJ["pos"] + ADJ["neg"])
+            f.write(f"the film was {adj}\t{(4.5 if adj in ADJ['pos'] else 0.5) + rng.random() / 10:.2f}\n")
+    record = finetune(OwnDataOptions(model=models["avey"], task="text-classification", train_file=str(path),
+                                     label_column="score", output_dir=str(tmp_path / "out"), lr=3e-3, batch_size=16,
+                                     epochs=1, device="cpu"))
+    assert record["problem_type"] == "regression" and record["labels"] == []
+    assert set(record["metrics"]) == {"mse", "pearson", "spearman"}
+    assert record["baseline_name"] == "training mean" and record["baseline"]["pearson"] is None
+    assert AutoConfig.from_pretrained(tmp_path / "out").num_labels == 1
+
+
+def tagged_sentences(n, seed):
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        person, place = rng.choice(toy._PEOPLE).split(), rng.choice(toy._PLACES).split()
+        words = person + ["met", "Bob", "in"] + place + ["today"]
+        tags = (["B-PER"] + ["I-PER"] * (len(person) - 1) + ["O", "B-PER", "O", "B-LOC"]
+                + ["I-LOC"] * (len(place) - 1) + ["O"])
+        out.append((words, tags))
+    return out
+
+
+@pytest.mark.parametrize("form", ["jsonl", "conll"])
+def test_a_tagger_names_its_tags_from_jsonl_and_from_conll_columns(models, tmp_path, form):
+    train, dev = tagged_sentences(24, 0), tagged_sentences(6, 1)
+    paths = []
+    for name, sentences in (("train", train), ("dev", dev)):
+        if form == "jsonl":
+            path = tmp_path / f"{name}.jsonl"
+            path.write_text("".join(json.dumps({"words": w, "ner": t}) + "\n" for w, t in sentences))
+        else:  # word, part of speech, tag: the tag is the last column
+            path = tmp_path / f"{name}.conll"
+            path.write_text("-DOCSTART- X O\n\n" + "\n\n".join(
+                "\n".join(f"{w} NN {t}" for w, t in zip(words, tags, strict=True)) for words, tags in sentences) + "\n")
+        paths.append(str(path))
+    out = tmp_path / "out"
+    columns = ["--tokens-column", "words", "--tags-column", "ner"] if form == "jsonl" else []
+    assert main(["finetune", "--task", "token-classification", "--train-file", paths[0], "--validation-file",
+                 paths[1], *columns, *common_flags(models["avey"], out)]) == 0
+    record = json.loads((out / "results.json").read_text())
+    assert record["tags"] == ["O", "B-LOC", "B-PER", "I-LOC", "I-PER"] and record["metric"] == "f1"
+    assert record["baseline"]["f1"] == 0.0 and record["baseline_name"] == "all O" and record["n_validation"] == 6
+    found = pipeline("token-classification", model=str(out), ignore_labels=[])("Alice Smith met Bob in Paris")
+    assert found and {t["entity"] for t in found} <= set(record["tags"])
+
+
+def test_a_bad_line_is_named_with_its_file(models, tmp_path):
+    path = tmp_path / "bad.csv"
+    path.write_text("text,label\nthe film was good,pos\nthe plot was bad,neg\n  ,pos\nthe cast was fine,neg\n")
+    options = dict(model=models["avey"], task="text-classification", output_dir=str(tmp_path / "out"), device="cpu")
+    with pytest.raises(DataFileError, match=r"bad\.csv, line 4: empty text in column 'text'"):
+        finetune(OwnDataOptions(train_file=str(path), **options))
+    with pytest.raises(DataFileError, match=r"bad\.csv, line 2: no text column 'review'.*'label', 'text'"):
+        finetune(OwnDataOptions(train_file=str(path), text_column="review", **options))
+    dev = tmp_path / "dev.jsonl"
+    dev.write_text('{"review": "a good film", "sentiment": "pos"}\n{"review": "a film", "sentiment": "nuetral"}\n')
+    train = reviews_csv(tmp_path / "ok.csv", 12, 0, ("pos", "neg"))
+    with pytest.raises(DataFileError, match=r"dev\.jsonl, line 2: label 'nuetral' never occurs in the training rows"):
+        finetune(OwnDataOptions(train_file=train, validation_file=str(dev), text_column="review",
+                                label_column="sentiment", **options))
+    assert not (tmp_path / "out").exists()  # nothing written before the inputs are checked
+
+
+def test_an_input_longer_than_memory_allows_is_named_not_cut(models, tmp_path, monkeypatch):
+    import avey_b.utils.batching as batching
+
+    monkeypatch.setattr(batching, "default_max_tokens", lambda hidden_size: 12)  # "memory" for 12 tokens
+    path = tmp_path / "long.csv"
+    path.write_text("text,label\nthe film was good,pos\nthe film was bad and the plot was very very awful,neg\n")
+    with pytest.raises(DataFileError, match=r"long\.csv, line 3: input of 1[0-9] tokens, longer than the 12 tokens"):
+        finetune(OwnDataOptions(model=models["avey"], task="text-classification", train_file=str(path),
+                                validation_file=str(path), output_dir=str(tmp_path / "out"), device="cpu"))
+
+
+def test_help_shows_one_example_per_task_and_both_families(capsys):
+    with pytest.raises(SystemExit):
+        main(["finetune", "--help"])
+    text = capsys.readouterr().out
+    for task in ("text-classification", "token-classification", "embedding", "rerank", "sst2"):
+        assert f"avey-b finetune --task {task} " in text
+    assert "--label-column" in text and "--text-pair-column" in text and "--protocol" in text
+
+
+def test_default_learning_rate_is_recorded_with_its_source():
+    lr, source = OwnDataOptions(model="m", task="token-classification", train_file="t", output_dir="o").learning_rate()
+    assert lr == 5e-5 and "Devlin" in source
+    with pytest.raises(ValueError, match="not both"):
+        OwnDataOptions(model="m", task="text-classification", train_file="t", output_dir="o", overwrite=True,
+                       resume=True)
