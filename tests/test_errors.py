@@ -157,6 +157,8 @@ MODEL_VERBS = {
     "export": ["export", "MODEL", "OUT/model.onnx"],
     "convert": ["convert", "MODEL", "OUT/converted"],
     "finetune": ["finetune", "--model", "MODEL", "--task", "sst2", "--lr", "1e-4", "--output-dir", "OUT/ft"],
+    "finetune (own data)": ["finetune", "--task", "text-classification", "--model", "MODEL", "--train-file",
+                            "OUT/t.csv", "--output-dir", "OUT/own"],
     "bench": ["bench", "run", "--models", "MODEL", "--lengths", "16", "--out", "OUT/bench.jsonl"],
     "niah generate (tokenizer)": ["niah", "generate", "--tokenizer", "MODEL", "--out", "OUT/niah"],
     "pretrain (model.init_from)": ["pretrain", "--config", "debug", "run_dir=OUT/run", "model.init_from=MODEL"],

@@ -53,6 +53,15 @@ def test_string_labels_are_the_class_names_a_pipeline_answers_with(three_class):
     assert config.id2label == {0: "meh", 1: "neg", 2: "pos"} and config.label2id == {"meh": 0, "neg": 1, "pos": 2}
     answers = pipeline("text-classification", model=str(out), top_k=None)(["the film was very good"])[0]
     assert sorted(a["label"] for a in answers) == ["meh", "neg", "pos"]
+    from fastapi.testclient import TestClient
+
+    from avey_b.apps.encoder import Encoder
+    from avey_b.apps.options import LoadOptions, ServeOptions
+    from avey_b.apps.serve import build_app
+
+    with TestClient(build_app(Encoder(str(out), LoadOptions(precision="fp32")), ServeOptions(max_tokens=1000))) as c:
+        result = c.post("/v1/classify", json={"input": ["the film was very good"]}).json()["results"][0]
+    assert set(result["scores"]) == {"meh", "neg", "pos"} and result["label"] in result["scores"]
 
 
 def test_results_hold_rounded_scores_beside_the_majority_class_baseline(three_class):
@@ -87,6 +96,33 @@ def test_a_finished_output_directory_is_refused_and_overwrite_moves_it_aside(thr
     assert json.loads((out / "results.json").read_text())["n_train"] == 8
 
 
+def test_an_interrupted_run_resumes_from_its_checkpoint_with_the_same_options_only(models, tmp_path, monkeypatch):
+    import avey_b.finetuning.common as common
+    from avey_b.training.rundir import RunDirError
+
+    out = tmp_path / "out"
+    options = dict(model=models["avey"], task="text-classification", train_file=reviews_csv(tmp_path / "r.csv", 40),
+                   text_column="review", label_column="sentiment", output_dir=str(out), lr=3e-3, batch_size=16,
+                   epochs=1, device="cpu")
+    finish = common.finish
+
+    def crash(*args, **kwargs):
+        raise KeyboardInterrupt  # killed after training, before the finished directory was written
+
+    monkeypatch.setattr(common, "finish", crash)
+    with pytest.raises(KeyboardInterrupt):
+        finetune(OwnDataOptions(**options))
+    assert not (out / "results.json").exists() and (out / "checkpoints" / "checkpoint-3").is_dir()
+    with pytest.raises(RunDirError, match="already holds a run"):
+        finetune(OwnDataOptions(**options))
+    with pytest.raises(RunDirError, match=r"lr: 0.003 \(checkpoint\) -> 0.001 \(requested\)"):
+        finetune(OwnDataOptions(**options | {"lr": 1e-3}, resume=True))
+    monkeypatch.setattr(common, "finish", finish)
+    record = finetune(OwnDataOptions(**options, resume=True))
+    assert record["resumed_from"].endswith("checkpoint-3") and record["steps"] == 3
+    assert (out / "results.json").is_file() and not (out / "checkpoints").exists()
+
+
 def test_multi_label_from_jsonl_lists(models, tmp_path):
     rng = random.Random(1)
     path = tmp_path / "tags.jsonl"
@@ -96,10 +132,11 @@ def test_multi_label_from_jsonl_lists(models, tmp_path):
             text = " and ".join(f"the {w} was good" for w in labels) or "the film was fine"
             f.write(json.dumps({"text": text, "topics": labels}) + "\n")
     out = tmp_path / "out"
-    record = finetune(OwnDataOptions(model=models["avey"], task="text-classification", train_file=str(path),
+    record = finetune(OwnDataOptions(model=models["bert"], task="text-classification", train_file=str(path),
                                      label_column="topics", output_dir=str(out), lr=3e-3, batch_size=16, epochs=1,
-                                     device="cpu"))
+                                     device="cpu", max_length=8))
     assert record["problem_type"] == "multi_label_classification" and record["labels"] == ["cast", "music", "plot"]
+    assert record["max_length"] == 8 and record["inputs_cut"]["train"] > 0  # --max-length cuts, and says how many
     assert set(record["metrics"]) == {"micro_f1", "macro_f1", "exact_match"} == set(record["baseline"])
     config = AutoConfig.from_pretrained(out)
     assert config.problem_type == "multi_label_classification" and config.id2label[2] == "plot"
@@ -201,3 +238,31 @@ def test_default_learning_rate_is_recorded_with_its_source():
     with pytest.raises(ValueError, match="not both"):
         OwnDataOptions(model="m", task="text-classification", train_file="t", output_dir="o", overwrite=True,
                        resume=True)
+
+
+def test_parquet_and_a_local_hf_dataset_read_the_named_columns(tmp_path):
+    import datasets
+
+    from avey_b.finetuning.data import read_table
+
+    rows = {"body": ["a good film", "a bad film", ""], "stars": ["5", "1", "3"]}
+    datasets.Dataset.from_dict(rows).to_parquet(str(tmp_path / "r.parquet"))
+    datasets.DatasetDict({"test": datasets.Dataset.from_dict(rows)}).save_to_disk(str(tmp_path / "ds"))
+    for source in (str(tmp_path / "r.parquet"), f"hf:{tmp_path / 'ds'}@test"):
+        table = read_table(source, {"text": "body", "label": "stars"}, task="text-classification")
+        assert table.rows[1] == {"body": "a bad film", "stars": "1"} and table.where(2) == f"{source}, row 3"
+    with pytest.raises(DataFileError, match=r"ds: no split 'train' \(the dataset has \['test'\]"):
+        read_table(f"hf:{tmp_path / 'ds'}", {"text": "body"}, task="text-classification")
+    from avey_b.finetuning.classification import texts_of
+
+    with pytest.raises(DataFileError, match=r"r\.parquet, row 3: empty text in column 'body'"):
+        texts_of(read_table(str(tmp_path / "r.parquet"), {"text": "body"}, task="text-classification"), "body")
+
+
+def test_a_validation_only_tag_joins_the_tag_set_after_the_training_tags():
+    from avey_b.finetuning.data import Table
+    from avey_b.finetuning.tagging import tag_set
+
+    train = Table("t", [{"tokens": ["EU", "rejects"], "tags": ["I-ORG", "O"]}], ["line 1"])
+    dev = Table("d", [{"tokens": ["Peter", "EU"], "tags": ["B-ORG", "I-ORG"]}], ["line 1"])
+    assert tag_set(train, dev) == (["O", "I-ORG", "B-ORG"], ["B-ORG"])

@@ -264,5 +264,7 @@ def run(args: argparse.Namespace) -> int:
     """``avey-b finetune`` (the arguments of :func:`avey_b.evaluation.settings.finetune_parser`)."""
     options = from_args(FinetuneOptions, args)
     record = finetune(options, *cell_settings(options, args))
-    print(json.dumps({k: record[k] for k in ("model", "task", "protocol", "lr", "seed", "metric", "score")}))
+    line = {k: record[k] for k in ("model", "task", "protocol", "lr", "seed", "metric", "score")}
+    line["score"] = round(line["score"], 2)  # results.json keeps the full value
+    print(json.dumps(line))
     return 0

@@ -220,7 +220,8 @@ class FinetuneOptions:
     task: str
     """The benchmark to fine-tune on and score."""
     lr: float
-    """Peak learning rate."""
+    """Peak learning rate (required: a benchmark cell is one point of the paper's grid, 2e-5, 6e-5, 1e-4 or 5e-4
+    (§5.1); avey-b evaluate sweeps the grid and reports the best)."""
     output_dir: str
     """results.json is written here."""
     seed: int = 0

@@ -226,6 +226,12 @@ def regression_scores(pred: list[float], gold: list[float], train: list[float]) 
     return scores(pred), scores([float(np.mean(train))] * len(gold))
 
 
+def rounded(scores: dict[str, float | None]) -> dict[str, float | None]:
+    """Percentages to 2 decimals; the MSE, in the label's own unit, to 4 significant digits."""
+    return {k: (float(f"{v:.4g}") if k == "mse" else common.rounded(v)) if v is not None else None
+            for k, v in scores.items()}
+
+
 HEADLINE = {"single_label_classification": ("accuracy", "majority class"),
             "multi_label_classification": ("micro_f1", "per-label majority"),
             "regression": ("mse", "training mean")}
@@ -293,15 +299,14 @@ def train(options: OwnDataOptions) -> dict[str, Any]:
     else:
         scores, baseline = regression_scores(logits.reshape(-1).tolist(), val_y, train_y)
     metric, baseline_name = HEADLINE[problem]
-    digits = 4 if problem == "regression" else 2
+    scores, baseline = rounded(scores), rounded(baseline)
     record = common.base_record(options, lr, lr_source) | {
-        "problem_type": problem, "labels": names, "metric": metric,
-        "score": common.rounded(scores[metric], digits), "baseline_score": common.rounded(baseline[metric], digits),
-        "metrics": common.rounded(scores, digits), "baseline": common.rounded(baseline, digits),
+        "problem_type": problem, "labels": names, "metric": metric, "score": scores[metric],
+        "baseline_score": baseline[metric], "metrics": scores, "baseline": baseline,
         "baseline_name": baseline_name, "n_train": len(train_set), "n_validation": len(val_set),
         "max_length": limit, "inputs_cut": {"train": train_cut, "validation": val_cut} if cut else None,
         "train_loss": common.rounded(result.training_loss, 4), "train_seconds": round(clock.seconds, 1),
-        "steps": result.global_step, "output_dir": options.output_dir}
+        "steps": result.global_step, "resumed_from": resume_from, "output_dir": options.output_dir}
     if train_cut or val_cut:
         print(f"note: {train_cut + val_cut} input(s) longer than {limit} tokens were cut (--max-length)", flush=True)
     return common.finish(options, trainer.model, tokenizer, record)

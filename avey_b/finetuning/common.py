@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import platform
 import time
 from pathlib import Path
@@ -196,7 +195,8 @@ def base_record(options: OwnDataOptions, lr: float, lr_source: str) -> dict[str,
 
 
 def summary_line(record: dict[str, Any]) -> str:
-    """One line for a person: ``accuracy 91.3 (majority class 55.8); macro_f1 90.9 (majority class 35.8)``."""
+    """One line for a person: each score beside its baseline (``accuracy A (majority class B); macro_f1 C
+    (majority class D) on N held-out examples``)."""
     base = record.get("baseline", {})
     name = record.get("baseline_name", "baseline")
     parts = []
@@ -207,13 +207,11 @@ def summary_line(record: dict[str, Any]) -> str:
 
 
 class Timer:
+    """``with Timer() as t: ...``, then ``t.seconds``."""
+
     def __enter__(self):
         self.t0 = time.perf_counter()
         return self
 
     def __exit__(self, *exc):
         self.seconds = time.perf_counter() - self.t0
-
-
-def environment() -> dict[str, Any]:
-    return {"cpus": os.cpu_count()}

@@ -109,7 +109,8 @@ def _load_hf(source: str):
         loaded = datasets.load_from_disk(name)  # a Dataset or DatasetDict written by save_to_disk
         if isinstance(loaded, datasets.DatasetDict):
             if split not in loaded:
-                raise DataFileError(f"{source}: no split {split!r} (the dataset has {sorted(loaded)})")
+                raise DataFileError(f"{source}: no split {split!r} (the dataset has {sorted(loaded)}; name one as "
+                                    "hf:NAME@SPLIT)")
             loaded = loaded[split]
         return loaded
     try:

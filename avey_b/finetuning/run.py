@@ -9,6 +9,7 @@ import json
 from typing import Any
 
 from avey_b.configs import from_args
+from avey_b.utils.files import check_model_source, model_source
 
 from .common import check_output_dir, finished_record, summary_line
 from .options import OWN_TASKS, OwnDataOptions
@@ -30,6 +31,12 @@ def finetune(options: OwnDataOptions) -> dict[str, Any]:
     ``<output_dir>/results.json`` with the model. An output directory that holds a run is refused unless
     ``overwrite`` (moved aside) or ``resume``; resuming a finished run returns its record and trains nothing."""
     check_output_dir(options)
+    from transformers import AutoConfig
+
+    with model_source(options.model):  # a missing model is named as the model, before the data are read
+        AutoConfig.from_pretrained(options.model)
+    if options.tokenizer is not None:
+        check_model_source(options.tokenizer, "tokenizer")
     if options.resume and (record := finished_record(options)) is not None:
         print(f"{options.output_dir} is finished (results.json); nothing to resume", flush=True)
         return record

@@ -7,7 +7,8 @@ trained with transformers' ``Trainer`` on ``AutoModelForTokenClassification`` an
   default ``tags``) of the same length.
 * The tag set is the training data's string tags as written (``O`` first, then sorted), saved as the model's
   ``id2label``, so ``pipeline("token-classification", model=dir)`` answers with your tags. A validation tag the
-  training data never shows is an error naming its file and line.
+  training data never shows is added after them (so it can be scored, as a miss) and named in a note and in
+  ``results.json`` (``validation_only_tags``).
 * Words are joined by single spaces and tokenized; each word's tag sits on its first sub-token (the others are
   left out of the loss), and a word's prediction is its first sub-token's; a word cut off by ``--max-length`` is
   predicted ``O`` (a miss, so cutting cannot raise the score).
@@ -61,19 +62,17 @@ def check_sentences(table: Table) -> None:
                 raise DataFileError(f"{table.where(i)}: word {w + 1} ({word!r}) has an empty tag")
 
 
-def tag_set(train: Table, validation: Table) -> list[str]:
-    """The training tags, ``O`` first then sorted; a validation tag not among them is an error naming its place."""
+def tag_set(train: Table, validation: Table) -> tuple[list[str], list[str]]:
+    """(the tag set, the validation tags the training sentences never show): ``O`` first, then the training tags
+    sorted, then the validation-only ones (kept so the held-out sentences can be scored: a rare ``B-ORG`` of an
+    IOB1 file is a miss, not an error)."""
     tags = {t for row in train.rows for t in row["tags"]}
     names = (["O"] if "O" in tags else []) + sorted(tags - {"O"})
     if len(names) < 2:
         raise DataFileError(f"{train.source}: the training sentences have a single tag ({names}); a tagger needs two "
                             "or more")
-    for i, row in enumerate(validation.rows):
-        unknown = [t for t in row["tags"] if t not in tags]
-        if unknown:
-            raise DataFileError(f"{validation.where(i)}: tag {unknown[0]!r} never occurs in the training sentences "
-                                f"(their tags: {names})")
-    return names
+    unseen = sorted({t for row in validation.rows for t in row["tags"]} - tags)
+    return names + unseen, unseen
 
 
 def is_entity_tagging(names: list[str]) -> bool:
@@ -113,7 +112,10 @@ def train(options: OwnDataOptions) -> dict[str, Any]:
     train_rows, val_rows = read_split(options, {}, read=lambda source: read_tagged(source, options))
     check_sentences(train_rows)
     check_sentences(val_rows)
-    names = tag_set(train_rows, val_rows)
+    names, unseen = tag_set(train_rows, val_rows)
+    if unseen:
+        print(f"note: validation tag(s) {unseen} never occur in the training sentences; the tagger cannot learn "
+              "them", flush=True)
     label2id = {n: i for i, n in enumerate(names)}
     tokenizer = common.load_tokenizer(options, fast=True)
 
@@ -163,12 +165,13 @@ def train(options: OwnDataOptions) -> dict[str, Any]:
     base = scores(gold, [[baseline_tag] * len(s) for s in gold], entity)
     metric = "f1" if entity else "accuracy"
     record = common.base_record(options, lr, lr_source) | {
-        "tags": names, "entity_tags": entity, "metric": metric, "score": common.rounded(got[metric]),
+        "tags": names, "validation_only_tags": unseen, "entity_tags": entity, "metric": metric,
+        "score": common.rounded(got[metric]),
         "baseline_score": common.rounded(base[metric]), "metrics": common.rounded(got), "baseline": common.rounded(base),
         "baseline_name": baseline_name, "n_train": len(train_set), "n_validation": len(val_set),
         "max_length": limit, "inputs_cut": {"train": train_cut, "validation": val_cut} if cut else None,
         "train_loss": common.rounded(result.training_loss, 4), "train_seconds": round(clock.seconds, 1),
-        "steps": result.global_step, "output_dir": options.output_dir}
+        "steps": result.global_step, "resumed_from": resume_from, "output_dir": options.output_dir}
     if train_cut or val_cut:
         print(f"note: {train_cut + val_cut} sentence(s) longer than {limit} tokens were cut (--max-length); their "
               "cut words count as predicted O", flush=True)
