@@ -117,14 +117,15 @@ def split_queries(options: OwnDataOptions) -> tuple[Table, dict, dict]:
 
 
 def sample_negatives(queries: dict[str, dict], count: int, seed: int) -> dict[str, list[str]]:
-    """Per query, ``count`` documents of the other queries (not among its own), drawn with ``seed``."""
+    """Per query, up to ``count`` documents of the other queries (never one of its own), drawn with ``seed``: a
+    draw of ``count`` plus as many as the query has documents, its own left out."""
     pool = list(dict.fromkeys(d for e in queries.values() for d in e["positive"] + e["negative"]))
     rng = random.Random(seed)
     drawn = {}
     for query, entry in queries.items():
-        own = set(entry["labels"])
-        candidates = [d for d in pool if d not in own]
-        drawn[query] = rng.sample(candidates, min(count, len(candidates)))
+        own = entry["labels"]
+        draw = rng.sample(pool, min(len(pool), count + len(own)))
+        drawn[query] = [d for d in draw if d not in own][:count]
     return drawn
 
 
