@@ -154,7 +154,8 @@ class OwnDataOptions:
     avey-b embed computes it) and a longer one is an error naming its file and line; for a model with a
     position limit (BERT: 512), that limit, and results.json counts the inputs cut."""
     max_train_examples: int | None = None
-    """Train on only the first N training rows (after the validation rows are held out)."""
+    """Train on only the first N training rows (after the validation rows are held out); rerank: the first N
+    training queries, with all their documents."""
     seed: int = 0
     """Seeds the head initialisation, the data order and dropout."""
     overwrite: bool = False
