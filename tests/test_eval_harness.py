@@ -101,7 +101,7 @@ def test_slow_tokenizers_are_rejected(monkeypatch):
         load_task_tokenizer("some/model", RunConfig())
 
 
-def test_finetune_save_model_writes_a_loadable_model_and_tokenizer(env, tmp_path):
+def test_finetune_save_model_writes_a_loadable_model_and_tokenizer(env, tmp_path, capsys):
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     from avey_b.cli import main
@@ -110,6 +110,10 @@ def test_finetune_save_model_writes_a_loadable_model_and_tokenizer(env, tmp_path
     assert main(["finetune", "--model", env["avey"], "--task", "sst2", "--lr", "3e-3", "--output-dir", str(tmp_path / "o"),
                  "--train-file", env["sst2"].train, "--eval-file", env["sst2"].eval, "--batch-size", "16",
                  "--max-length", "16", "--device", "cpu", "--max-steps", "3", "--save-model", str(out)]) == 0
+    import json
+
+    printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert printed["score"] == round(printed["score"], 2)  # rounded on screen (results.json keeps the full value)
     model = AutoModelForSequenceClassification.from_pretrained(out).eval()
     tok = AutoTokenizer.from_pretrained(out)
     fresh = AutoModelForSequenceClassification.from_pretrained(env["avey"], num_labels=2)

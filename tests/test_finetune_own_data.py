@@ -235,6 +235,8 @@ def test_help_shows_one_example_per_task_and_both_families(capsys):
 def test_default_learning_rate_is_recorded_with_its_source():
     lr, source = OwnDataOptions(model="m", task="token-classification", train_file="t", output_dir="o").learning_rate()
     assert lr == 5e-5 and "Devlin" in source
+    with pytest.raises(ValueError, match="CUDA_VISIBLE_DEVICES=1 and --device cuda"):  # not silently GPU 0
+        OwnDataOptions(model="m", task="text-classification", train_file="t", output_dir="o", device="cuda:1")
     with pytest.raises(ValueError, match="not both"):
         OwnDataOptions(model="m", task="text-classification", train_file="t", output_dir="o", overwrite=True,
                        resume=True)

@@ -168,7 +168,8 @@ class OwnDataOptions:
     """auto: bf16 autocast on CUDA and on CPUs that multiply bf16 natively, float32 elsewhere; bf16 or fp32 force
     one."""
     device: str | None = None
-    """cpu, cuda, cuda:1...; None: CUDA when available."""
+    """cpu, cuda or mps; None: CUDA when available (transformers' Trainer takes the first visible GPU: choose another with
+    CUDA_VISIBLE_DEVICES)."""
     threads: int | None = None
     """CPU threads for PyTorch; None: its default, capped at the CPUs this process may use."""
     tokenizer: str | None = None
@@ -184,6 +185,11 @@ class OwnDataOptions:
             raise ValueError(f"problem_type must be one of {PROBLEM_TYPES}, got {self.problem_type!r}")
         if self.precision not in configs.PRECISIONS:
             raise ValueError(f"precision must be one of {configs.PRECISIONS}, got {self.precision!r}")
+        if self.device is not None and self.device.split(":")[0] not in ("cpu", "cuda", "mps", "auto"):
+            raise ValueError(f"device must be cpu, cuda or mps, got {self.device!r}")
+        if self.device is not None and self.device.startswith("cuda:") and self.device != "cuda:0":
+            raise ValueError(f"device {self.device!r}: the trainer runs on the first visible GPU; choose it with "
+                             f"CUDA_VISIBLE_DEVICES={self.device.split(':')[1]} and --device cuda")
         if self.overwrite and self.resume:
             raise ValueError("give --overwrite (start afresh) or --resume (continue), not both")
         if self.lr is not None and not self.lr > 0:

@@ -88,7 +88,8 @@ def main() -> None:
     p.add_argument("--conll-train", type=int, default=800, help="CoNLL training sentences (--max-train-examples)")
     p.add_argument("--conll-dev", type=int, default=400, help="CoNLL eng.testa sentences scored")
     p.add_argument("--epochs", type=float, default=1)
-    p.add_argument("--lr", type=float, default=2e-3)
+    p.add_argument("--lrs", type=float, nargs="+", default=[2e-3, 5e-4],
+                   help="learning rates, each with every seed; the table reports each and marks the better")
     p.add_argument("--smoke", action="store_true", help="tiny sizes, results under --work only")
     args = p.parse_args()
     if args.smoke:
@@ -136,15 +137,14 @@ def main() -> None:
                                              "--validation-file", str(conll_dev),
                                              "--max-train-examples", str(args.conll_train)],
     }
-    common = ["--epochs", f"{args.epochs:g}", "--lr", f"{args.lr:g}", "--batch-size", "32", "--device", "cpu",
-              "--threads", str(args.threads)]
+    common = ["--epochs", f"{args.epochs:g}", "--batch-size", "32", "--device", "cpu", "--threads", str(args.threads)]
     records = []
     for task, flags in tasks.items():
         for name, model in models.items():
-            for seed in range(args.seeds):
-                out = work / "runs" / f"{task.split()[0]}-{name}-seed{seed}"
+            for lr, seed in ((lr, seed) for lr in args.lrs for seed in range(args.seeds)):
+                out = work / "runs" / f"{task.split()[0]}-{name}-lr{lr:g}-seed{seed}"
                 argv = ["finetune", *flags, "--model", str(model), "--output-dir", str(out), "--seed", str(seed),
-                        "--overwrite", *common]
+                        "--lr", f"{lr:g}", "--overwrite", *common]
                 if not (out / "results.json").exists():
                     print("$ avey-b", " ".join(argv), flush=True)
                     finetune(from_args(OwnDataOptions, finetune_parser().parse_args(argv[1:])))
@@ -171,16 +171,26 @@ def report(records: list[dict], sizes: dict[str, int], args, seconds: float) -> 
              f"the whole benchmark took {seconds / 60:.1f} min.", "",
              "Models from scratch (no pretraining), one shared BPE tokenizer trained on the training texts: "
              + ", ".join(f"{k} {v / 1e6:.2f}M parameters" for k, v in sizes.items())
-             + f" (masked-LM model). Same flags for both: --epochs {args.epochs:g} --lr {args.lr:g} --batch-size 32.",
-             "", "| task | model | score (median of seeds) | spread [min, max] | seeds | baseline | held-out | trained on |",
-             "|---|---|---:|---|---|---:|---:|---:|"]
-    groups: dict[tuple[str, str], list[dict]] = {}
+             + f" (masked-LM model). Same flags for both: --epochs {args.epochs:g} --batch-size 32, --lr "
+             + " and ".join(f"{lr:g}" for lr in args.lrs) + " (each with every seed; **bold**: the model's better "
+             "learning rate on that task by median).",
+             "", "| task | model | lr | score (median of seeds) | spread: sd [min, max] | seeds | baseline | held-out | "
+             "trained on |", "|---|---|---|---:|---|---|---:|---:|---:|"]
+    groups: dict[tuple[str, str, float], list[dict]] = {}
     for r in records:
-        groups.setdefault((r["task"], r["model"]), []).append(r)
-    for (task, model), rs in groups.items():
+        groups.setdefault((r["task"], r["model"], r["lr"]), []).append(r)
+    best = {}
+    for (task, model, lr), rs in groups.items():
+        median = statistics.median(r["score"] for r in rs)
+        if median > best.get((task, model), (None, -1.0))[1]:
+            best[(task, model)] = (lr, median)
+    for (task, model, lr), rs in groups.items():
         scores = [r["score"] for r in rs]
-        spread = f"{statistics.stdev(scores):.2f} sd [{min(scores):.2f}, {max(scores):.2f}]" if len(scores) > 1 else "-"
-        lines.append(f"| {task} | {model} | {rs[0]['metric']} {statistics.median(scores):.2f} | {spread} | "
+        spread = f"{statistics.stdev(scores):.2f} [{min(scores):.2f}, {max(scores):.2f}]" if len(scores) > 1 else "-"
+        median = f"{rs[0]['metric']} {statistics.median(scores):.2f}"
+        if best[(task, model)][0] == lr:
+            median = f"**{median}**"
+        lines.append(f"| {task} | {model} | {lr:g} | {median} | {spread} | "
                      f"{', '.join(f'{s:.2f}' for s in scores)} | {rs[0]['baseline_name']} {rs[0]['baseline_score']:.2f} | "
                      f"{rs[0]['n_validation']} | {rs[0]['n_train']} |")
     return "\n".join(lines) + "\n"
