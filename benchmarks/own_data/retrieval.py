@@ -26,9 +26,11 @@ both), sharing one byte-level BPE (4,096 tokens) trained on the training article
 (``avey_b.utils.model_spec.matched_width``, as ``benchmarks/learning`` does). BERT has 512 positions, so its inputs
 would be cut there (``inputs_cut`` in each results.json); at 64 words none is.
 
-Each cell is ``avey-b finetune`` with the task's default learning rate, ``--epochs``, ``--batch-size 32`` and
-``--seed`` 0, 1, 2, ``--workers`` cells at once; a finished cell (its results.json) is not redone. Writes ``results.md`` here (the table:
-median over seeds, min and max) and every cell's ``results.json`` under ``--work``.
+Each cell is ``avey-b finetune`` with the task's default learning rate (and, for the embedding, 2e-3: the default
+is meant for pretrained models), ``--epochs``, ``--batch-size 32`` and
+``--seed`` 0, 1, 2, ``--workers`` cells at once; a finished cell (its results.json) is not redone. Writes
+``retrieval.md`` here (the table: median over seeds, min and max) and ``retrieval.jsonl`` (every cell's
+results.json).
 """
 
 from __future__ import annotations
@@ -56,6 +58,9 @@ MAX_WORDS = 64  # a document is its section's first 64 words: the CPU budget (th
 SAME_ARTICLE_NEGATIVES = 2
 SAMPLED_NEGATIVES = 1
 RERANK_TRAIN_QUERIES = 100  # of the 413: the CPU budget (four pairs each)
+#: Learning rates per task: None is the task's default (5e-5, meant for pretrained models); 2e-3 is one for models
+#: trained from scratch (benchmarks/learning, the classifier part of this folder).
+LRS = {"embedding": [None, "2e-3"], "rerank": [None]}
 HEADING = re.compile(r"((?:= )+)(.*?)((?: =)+)")
 
 
@@ -155,11 +160,14 @@ def main() -> None:
     dirs, sizes = models(work, files.pop("text"))
     t0 = time.time()
     cells = []
-    for seed in range(args.seeds):  # seed-major: every (task, model) gets seed 0 first
-        for task, (name, model) in ((t, m) for t in ("embedding", "rerank") for m in dirs.items()):
+    for seed in range(args.seeds):  # seed-major: every (task, model, lr) gets seed 0 first
+        for task, lr, (name, model) in ((t, lr, m) for t in ("embedding", "rerank") for lr in LRS[t]
+                                         for m in dirs.items()):
             extra = (["--negative-column", "negatives", "--sampled-negatives", str(SAMPLED_NEGATIVES),
                       "--max-train-examples", str(RERANK_TRAIN_QUERIES)] if task == "rerank" else [])
-            out = work / "cells" / f"{task}-{name}-seed{seed}"
+            if lr is not None:
+                extra += ["--lr", lr]
+            out = work / "cells" / f"{task}-{name}{'' if lr is None else f'-lr{lr}'}-seed{seed}"
             cmd = [AVEY_B, "finetune", "--task", task, "--model", model, "--train-file", files[f"{task}-train"],
                    "--validation-file", files[f"{task}-held"], "--output-dir", str(out), "--seed", str(seed),
                    "--epochs", str(args.epochs), "--batch-size", "32", "--threads", str(args.threads),
@@ -178,11 +186,11 @@ def main() -> None:
     if not args.report_only:
         with ThreadPoolExecutor(args.workers) as pool:
             list(pool.map(run, cells))
-    rows = [{**key, **json.loads((out / "results.json").read_text())} for key, out, _ in cells
+    rows = [{**json.loads((out / "results.json").read_text()), **key} for key, out, _ in cells
             if (out / "results.json").exists()]
-    with open(work / "cells.jsonl", "w") as f:
+    with open(HERE / "retrieval.jsonl", "w") as f:  # every cell's results.json, one per line
         f.writelines(json.dumps(r) + "\n" for r in rows)
-    (HERE / "retrieval.md").write_text(report(rows, sizes, args, time.time() - t0))
+    (HERE / "retrieval.md").write_text(report(rows, sizes, args, None if args.report_only else time.time() - t0))
     print((HERE / "retrieval.md").read_text())
 
 
@@ -190,14 +198,15 @@ def spread(values: list[float]) -> str:
     return f"{statistics.median(values):.1f} [{min(values):.1f}, {max(values):.1f}]"
 
 
-def report(rows: list[dict], sizes: dict[str, int], args, seconds: float) -> str:
+def report(rows: list[dict], sizes: dict[str, int], args, seconds: float | None) -> str:
     first = rows[0]
     lines = [
         "# Own data, retrieval: an embedding model and a reranker from WikiText-2 (heading, section) pairs", "",
         "```", f"python benchmarks/own_data/retrieval.py {' '.join(sys.argv[1:])}", "```", "",
         f"Machine: {platform.node()}, {cpu_name()}, {args.workers} cells at once on {args.threads} thread(s) each; load average at the end "
         f"{tuple(round(x, 1) for x in os.getloadavg())} (other engineers' jobs shared the 2 cores); "
-        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; the {len(rows)} cells took {seconds / 60:.0f} min.",
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
+        + ("." if seconds is None else f"; the {len(rows)} cells took {seconds / 60:.0f} min."),
         "", "Parameters (masked-LM model, tied embeddings counted once): "
         + ", ".join(f"{k} {v / 1e6:.2f}M" for k, v in sizes.items()) + f"; versions {first['versions']}.", "",
         "Scores in percent on the held-out articles, before training (the freshly initialized model with its "
@@ -206,19 +215,21 @@ def report(rows: list[dict], sizes: dict[str, int], args, seconds: float) -> str
     ]
     for task in ("embedding", "rerank"):
         cells = [r for r in rows if r["task"] == task]
+        if not cells:
+            continue
         metrics = list(cells[0]["metrics"])
         c0 = cells[0]
         size = (f"{c0['n_train']} training pairs, {c0['n_queries']} held-out queries over {c0['n_documents']} "
                 "documents" if task == "embedding" else
                 f"{c0['n_train_queries']} training queries ({c0['n_train_pairs']} pairs with the sampled negatives),"
                 f" {c0['n_validation']} held-out queries")
-        lines += [f"## {task} ({size}; loss {c0['loss']}, lr {c0['lr']:g}, {c0['epochs']:g} epochs, batch "
-                  f"{c0['batch_size']})", "",
-                  "| model | " + " | ".join(f"{m} before | {m} after" for m in metrics) + " | inputs cut | train s |",
-                  "|---|" + "---:|---:|" * len(metrics) + "---:|---:|"]
-        for name in dict.fromkeys(r["model"] for r in cells):
-            mine = [r for r in cells if r["model"] == name]
-            lines.append(f"| {name} | " + " | ".join(
+        lines += [f"## {task} ({size}; loss {c0['loss']}, {c0['epochs']:g} epoch(s), batch {c0['batch_size']})", "",
+                  "| model | lr | seeds | " + " | ".join(f"{m} before | {m} after" for m in metrics)
+                  + " | inputs cut | train s (wall) |",
+                  "|---|---:|---:|" + "---:|---:|" * len(metrics) + "---:|---:|"]
+        for name, lr in dict.fromkeys((r["model"], r["lr"]) for r in cells):
+            mine = [r for r in cells if (r["model"], r["lr"]) == (name, lr)]
+            lines.append(f"| {name} | {lr:g} | {len(mine)} | " + " | ".join(
                 f"{spread([r['baseline'][m] for r in mine])} | {spread([r['metrics'][m] for r in mine])}"
                 for m in metrics) + f" | {mine[0]['inputs_cut']} | {spread([r['train_seconds'] for r in mine])} |")
         lines.append("")
