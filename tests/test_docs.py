@@ -5,7 +5,8 @@ page or an API reference to a name that does not exist fails it), and every Pyth
 Each block runs in its own process, in a scratch directory, with what it names made small and local:
 
 * Hub ids (the authors' checkpoint and tokenizer) and ``runs/quickstart/model`` become a tiny Avey-B saved here
-  (random weights, the toy tokenizer), so no block downloads anything;
+  (random weights, the toy tokenizer), so no block downloads anything; ``reviews.csv``, a small CSV of labelled
+  sentences;
 * ``presets.base(`` becomes ``presets.tiny(`` (the same code path at test size);
 * ``http://127.0.0.1:8000`` becomes a server started here on a free port (``avey-b serve`` on the tiny model).
 
@@ -34,6 +35,7 @@ SMALL = {
     '"avey-ai/avey-b1-base-exp"': '"{model}"',
     '"avey-ai/avey1-tokenizer-base", vocab_size=50368': '"{tokenizer}"',
     '"runs/quickstart/model"': '"{model}"',
+    '"reviews.csv"': '"{reviews}"',
     "presets.base(": "presets.tiny(",
     "http://127.0.0.1:8000": "{url}",
 }
@@ -64,7 +66,10 @@ def small(tmp_path_factory):
     model = root / "model"
     tok = toy.tokenizer(str(model))
     toy.avey_b(str(model), tok)
-    values = {"model": str(model), "tokenizer": str(model)}
+    reviews = root / "reviews.csv"  # a CSV with string labels, as the fine-tuning page's example reads
+    reviews.write_text("review,sentiment\n" + "".join(f"the film was {word},{label}\n" for _ in range(20) for word, label
+                                                        in (("lovely", "positive"), ("awful", "negative"))))
+    values = {"model": str(model), "tokenizer": str(model), "reviews": str(reviews)}
     server = {}
 
     def url() -> str:

@@ -96,9 +96,10 @@ def test_sentence_transformers_wraps_the_backbone(tmp_path):
     model = seeded(AveyBModel, presets.tiny(vocab_size=len(tok), pad_token_id=tok.pad_token_id))
     model.save_pretrained(tmp_path)
     tok.save_pretrained(tmp_path)
-    encoder = st.SentenceTransformer(str(tmp_path), device="cpu")  # a plain HF directory: Transformer + mean pooling
+    # the saved directory says: Transformer, mean pooling, L2 normalization (what `avey-b serve` and `embed` give)
+    encoder = st.SentenceTransformer(str(tmp_path), device="cpu")
     emb = encoder.encode(["the cat sat", "a big red dog ran under the log"], convert_to_tensor=True)
     with torch.no_grad():
         enc = tok(["the cat sat"], return_tensors="pt")
-        expected = model(**enc).last_hidden_state.mean(1)[0]
+        expected = torch.nn.functional.normalize(model(**enc).last_hidden_state.mean(1)[0], dim=-1)
     torch.testing.assert_close(emb[0], expected, rtol=1e-4, atol=1e-5)

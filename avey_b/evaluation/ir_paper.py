@@ -46,7 +46,7 @@ import torch
 import transformers
 
 from avey_b.model.configuration import is_avey_b
-from avey_b.model.heads import SENTENCE_TRANSFORMERS_MAX_LENGTH
+from avey_b.model.loading import SENTENCE_TRANSFORMERS_MAX_LENGTH
 from avey_b.utils.counting import count_parameters
 from avey_b.utils.device import pick_device, use_bf16
 from avey_b.utils.records import save_pretrained_atomic, utc_timestamp

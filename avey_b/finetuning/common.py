@@ -141,17 +141,18 @@ def check_lengths(table, lengths: list[int], limit: int | None, cut: bool) -> in
 # ------------------------------------------------------------------------------------------ training
 
 
-def training_arguments(options: OwnDataOptions, lr: float, n_train: int, **extra):
+def training_arguments(options: OwnDataOptions, lr: float, n_train: int, arguments_class=None, **extra):
     """transformers ``TrainingArguments`` of a run: AdamW at ``lr`` with linear warm-up and decay, ``--epochs``,
     ``--batch-size``, the seed, bf16 per ``--precision``, a checkpoint per epoch under :func:`checkpoint_dir` (the
-    last one kept, for ``--resume``), no scoring during training, no reporting to outside services."""
+    last one kept, for ``--resume``), no scoring during training, no reporting to outside services.
+    ``arguments_class``: a subclass to build instead (sentence-transformers' trainers take their own)."""
     from transformers import TrainingArguments
 
     from avey_b.utils.device import pick_device, use_bf16
 
     device = pick_device(options.device)
     steps = max(1, math.ceil(options.epochs * math.ceil(n_train / options.batch_size)))
-    return TrainingArguments(
+    return (arguments_class or TrainingArguments)(
         output_dir=str(checkpoint_dir(options)), learning_rate=lr, num_train_epochs=options.epochs,
         per_device_train_batch_size=options.batch_size, per_device_eval_batch_size=options.batch_size,
         warmup_steps=options.warmup_ratio, weight_decay=options.weight_decay, lr_scheduler_type="linear",

@@ -120,14 +120,16 @@ def _load_hf(source: str):
         raise DataFileError(f"{source}: {e}") from e
 
 
-def read_table(source: str, columns: dict[str, str | None], *, task: str) -> Table:
+def read_table(source: str, columns: dict[str, str | None], *, task: str,
+               optional: dict[str, str | None] | None = None) -> Table:
     """The rows of ``source`` with the columns ``columns`` names (role -> column name; None: not used), each row
     holding the columns under their names. A missing column is an error naming the source, the row and the
-    columns that are there."""
+    columns that are there. ``optional`` names columns used when the first row has them (then every row must)."""
     rows, places = _raw_rows(source)
     if not rows:
         raise DataFileError(f"{source}: no rows")
-    wanted = {role: name for role, name in columns.items() if name is not None}
+    present = {role: name for role, name in (optional or {}).items() if name is not None and name in rows[0]}
+    wanted = {role: name for role, name in {**columns, **present}.items() if name is not None}
     for i, row in enumerate(rows):
         missing = [f"{role} column {name!r} (--{role.replace('_', '-')}-column)" for role, name in wanted.items()
                    if name not in row]

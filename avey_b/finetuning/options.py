@@ -42,6 +42,9 @@ DEFAULT_LR: dict[str, tuple[float, str]] = {
     "rerank": (5e-5, "sentence-transformers' CrossEncoderTrainingArguments default"),
 }
 
+#: The losses of the retrieval tasks, the default first (``--loss``; sentence-transformers' names in the modules).
+LOSSES: dict[str, tuple[str, ...]] = {"embedding": ("mnrl", "cached-mnrl"), "rerank": ("bce", "lambda")}
+
 #: ``problem_type`` values of a text classifier (transformers' names, saved in the model's config).
 PROBLEM_TYPES = ("auto", "single_label_classification", "multi_label_classification", "regression")
 
@@ -98,7 +101,8 @@ class OwnDataOptions:
     """text-classification: the column of a second text (sentence pairs: NLI, paraphrase), encoded as a pair."""
     label_column: str = "label"
     """text-classification: the column of the label: a class name (string) or id, a list of them (multi-label),
-    or a number (regression)."""
+    or a number (regression). rerank, (query, document, label) rows: the relevance, 1 relevant, 0 not (graded
+    numbers >= 0 with --loss lambda)."""
     problem_type: str = "auto"
     """text-classification: single_label_classification, multi_label_classification (a list of labels per row;
     in CSV/TSV the labels joined by --label-separator) or regression (a number per row); auto: a list is
@@ -111,6 +115,28 @@ class OwnDataOptions:
     tags_column: str = "tags"
     """token-classification, JSONL/Parquet/hf: the column of the tag list (one string tag per word); CoNLL files:
     a column number (default: the last column)."""
+    anchor_column: str = "anchor"
+    """embedding: the column of the anchor (a query, a title, a question)."""
+    positive_column: str = "positive"
+    """embedding: the column of the text that should embed near the anchor; rerank, (query, positive[, negative])
+    rows: the relevant document."""
+    negative_column: str = "negative"
+    """embedding and rerank: the column of a text that should not match (a hard negative), used when the rows
+    have it; for rerank also a list of texts (JSONL, Parquet)."""
+    query_column: str = "query"
+    """rerank: the column of the query."""
+    document_column: str = "document"
+    """rerank: the column of the document of (query, document, label) rows; rows without it are read as (query,
+    positive[, negative])."""
+    loss: str | None = None
+    """embedding: mnrl (MultipleNegativesRankingLoss, the default: in-batch negatives) or cached-mnrl (its
+    GradCache form, for a batch larger than memory holds); rerank: bce (BinaryCrossEntropyLoss on each pair, the
+    default) or lambda (LambdaLoss on each query's list of documents, listwise)."""
+    mini_batch_size: int = 32
+    """embedding with --loss cached-mnrl: rows per forward pass (memory), whatever --batch-size (the negatives)."""
+    sampled_negatives: int = 3
+    """rerank: documents of other queries drawn (with --seed) as extra negatives for each training query; the
+    held-out queries get as many, drawn with seed 0, so every run reranks the same candidates."""
     lr: float | None = None
     """Peak learning rate (AdamW, linear warm-up then linear decay). None: the task's default, 5e-5 for every task
     (BERT's fine-tuning recommendation, Devlin et al. 2019 App. A.3; transformers' and sentence-transformers'
@@ -129,7 +155,8 @@ class OwnDataOptions:
     avey-b embed computes it) and a longer one is an error naming its file and line; for a model with a
     position limit (BERT: 512), that limit, and results.json counts the inputs cut."""
     max_train_examples: int | None = None
-    """Train on only the first N training rows (after the validation rows are held out)."""
+    """Train on only the first N training rows (after the validation rows are held out); rerank: the first N
+    training queries, with all their documents."""
     seed: int = 0
     """Seeds the head initialisation, the data order and dropout."""
     overwrite: bool = False
@@ -180,6 +207,17 @@ class OwnDataOptions:
                 raise ValueError(f"{name} must be >= 1, got {value}")
         if len(self.label_separator) != 1:
             raise ValueError(f"label_separator must be one character, got {self.label_separator!r}")
+        if self.loss is not None and self.loss not in LOSSES.get(self.task, ()):
+            known = f"one of {LOSSES[self.task]}" if self.task in LOSSES else "not taken: leave it out"
+            raise ValueError(f"loss for {self.task} is {known}, got {self.loss!r}")
+        if self.mini_batch_size < 1:
+            raise ValueError(f"mini_batch_size must be >= 1, got {self.mini_batch_size}")
+        if self.sampled_negatives < 0:
+            raise ValueError(f"sampled_negatives must be >= 0, got {self.sampled_negatives}")
+
+    def loss_name(self) -> str | None:
+        """The loss of an embedding or rerank run: ``loss``, or the task's default (the first of :data:`LOSSES`)."""
+        return self.loss or (LOSSES[self.task][0] if self.task in LOSSES else None)
 
     def learning_rate(self) -> tuple[float, str]:
         """The peak learning rate and where it comes from (``--lr``, or the task's default and its source)."""
@@ -196,7 +234,9 @@ class OwnDataOptions:
 _GROUPS = {
     "what to train": ("model", "task", "tokenizer"),
     "data": ("train_file", "validation_file", "validation_fraction", "max_train_examples", "text_column",
-             "text_pair_column", "label_column", "problem_type", "label_separator", "tokens_column", "tags_column"),
+             "text_pair_column", "label_column", "problem_type", "label_separator", "tokens_column", "tags_column",
+             "anchor_column", "positive_column", "negative_column", "query_column", "document_column",
+             "sampled_negatives"),
     "output": ("output_dir", "overwrite", "resume"),
 }
 

@@ -6,10 +6,8 @@ transformers output class (``loss`` when labels are given), and honours ``return
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -346,51 +344,22 @@ def in_batch_contrastive_loss(embeddings: torch.Tensor, labels: torch.Tensor, sc
     return per_anchor[has_positive].mean()
 
 
-#: sentence-transformers truncates inputs to its ``max_seq_length``; Avey-B has no length limit, so the saved
-#: directory says one billion tokens (its ``null`` would fall back to the tokenizer's, often 512).
-SENTENCE_TRANSFORMERS_MAX_LENGTH = 1_000_000_000
-
-
 class AveyBForSentenceEmbedding(AveyBPreTrainedModel):
     """Sentence embeddings for retrieval: masked mean pooling, L2-normalized if ``config.normalize_embeddings``.
 
     ``pooler_output`` holds the (B, d) embeddings; no parameters beyond the backbone, so any Avey-B checkpoint
     (e.g. a masked-LM one) loads into it. With ``labels`` (B,), ``loss`` is :func:`in_batch_contrastive_loss`
     (inputs sharing a label are pulled together, the others pushed apart; scale ``config.contrastive_scale``).
+
+    Its saved directory (like every Avey-B directory but a reranker's) is also a sentence-transformers one:
+    ``SentenceTransformer(directory)`` returns exactly ``pooler_output``, with no length limit
+    (:func:`avey_b.model.loading.sentence_transformers_files`).
     """
 
     def __init__(self, config: AveyBConfig):
         super().__init__(config)
         self.model = AveyBModel(config)
         self.post_init()
-
-    def save_pretrained(self, save_directory, *args, **kwargs):
-        """Also a sentence-transformers directory: ``SentenceTransformer(directory)`` builds the backbone, this
-        head's masked mean pooling and (if ``config.normalize_embeddings``) its L2 normalization, and returns
-        exactly ``pooler_output``, with no length limit. Written in the format sentence-transformers has read
-        since its 2.x releases (``modules.json``, ``1_Pooling/``, ``2_Normalize/``, ``sentence_bert_config.json``)."""
-        super().save_pretrained(save_directory, *args, **kwargs)
-        if not kwargs.get("is_main_process", True):
-            return
-        directory = Path(save_directory)
-        modules = [("", "Transformer"), ("1_Pooling", "Pooling")]
-        if self.config.normalize_embeddings:
-            modules.append(("2_Normalize", "Normalize"))
-        files = {
-            "modules.json": [{"idx": i, "name": str(i), "path": path, "type": f"sentence_transformers.models.{kind}"}
-                             for i, (path, kind) in enumerate(modules)],
-            "sentence_bert_config.json": {"max_seq_length": SENTENCE_TRANSFORMERS_MAX_LENGTH, "do_lower_case": False},
-            "1_Pooling/config.json": {"word_embedding_dimension": self.config.hidden_size,
-                                      "pooling_mode_mean_tokens": True, "pooling_mode_cls_token": False,
-                                      "pooling_mode_max_tokens": False, "pooling_mode_mean_sqrt_len_tokens": False,
-                                      "pooling_mode_weightedmean_tokens": False, "pooling_mode_lasttoken": False,
-                                      "include_prompt": True},
-        }
-        if self.config.normalize_embeddings:
-            files["2_Normalize/config.json"] = {}
-        for name, content in files.items():
-            (directory / name).parent.mkdir(parents=True, exist_ok=True)
-            (directory / name).write_text(json.dumps(content, indent=2) + "\n")
 
     def forward(
         self,

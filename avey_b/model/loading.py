@@ -17,10 +17,28 @@ Loading (:func:`from_pretrained`):
 Saving (:func:`save_pretrained`): the model's code goes beside its weights (``avey_b_*.py``, recorded in the config's
 ``auto_map``; :mod:`avey_b.model.remote_code`), so that the directory loads with ``trust_remote_code=True`` where this
 package is not installed. This module is saved there too: without the package, it copies the saved code along.
+
+The saving rule for sentence-transformers (:func:`sentence_transformers_files`), one for every directory the library
+writes (pretraining, checkpoints, fine-tuning, ``avey-b export``, a user's ``save_pretrained``): the directory is
+also a sentence-transformers model of the kind its head is for, tokenizer included.
+
+* A one-label sequence classifier (``AveyBForSequenceClassification``, ``num_labels=1``: a reranker) is a
+  ``CrossEncoder``: pairs encoded whole with the tokenizer's pair encoding, one score each (the logit; ``CrossEncoder``
+  applies its sigmoid, which keeps the order).
+* Every other head, and the bare backbone, is a ``SentenceTransformer`` whose vectors are the ones ``avey-b serve``
+  and ``avey-b embed`` give for the directory: the backbone's last hidden state, mean-pooled over the real tokens,
+  L2-normalized when ``config.normalize_embeddings`` (True by default) -- ``heads.sentence_embedding``,
+  ``AveyBForSentenceEmbedding``'s ``pooler_output``.
+* Neither cuts inputs: the saved ``max_seq_length`` is one billion tokens.
+* The tokenizer: a model loaded from a local directory that holds one, saved where none is, takes a copy of it
+  (``AveyBForSentenceEmbedding.from_pretrained(pretrained).save_pretrained(d)`` gives a directory that loads
+  everywhere). A model built from a config has no tokenizer to copy: save yours beside it
+  (``tokenizer.save_pretrained(d)``), as transformers asks of every model.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from collections.abc import Callable
@@ -114,11 +132,15 @@ def save_pretrained(model, save: Callable, save_directory, *args, **kwargs) -> N
     except ImportError:  # this file as saved beside a model, run without the package
         save(save_directory, *args, **kwargs)
         _copy_saved_code(model.config, save_directory)
+        if kwargs.get("is_main_process", True):
+            write_sentence_transformers_files(model, save_directory)
         return
     model.config.auto_map = remote_code.auto_map()
     save(save_directory, *args, **kwargs)
     if kwargs.get("is_main_process", True):
         remote_code.write(save_directory)
+        write_sentence_transformers_files(model, save_directory)
+        _copy_tokenizer(model.config, save_directory)
         honour_umask(*Path(save_directory).glob("*.safetensors"))
 
 
@@ -131,3 +153,79 @@ def _copy_saved_code(config, directory) -> None:
             target = os.path.join(str(directory), name)
             if name.startswith("avey_b_") and name.endswith(".py") and not os.path.exists(target):
                 shutil.copyfile(os.path.join(source, name), target)
+
+
+#: sentence-transformers truncates inputs to its ``max_seq_length``; Avey-B has no length limit, so a saved directory
+#: says one billion tokens (its ``null`` would fall back to the tokenizer's, often 512).
+SENTENCE_TRANSFORMERS_MAX_LENGTH = 1_000_000_000
+#: Files that say a directory holds a tokenizer (transformers writes ``tokenizer_config.json`` for every one).
+TOKENIZER_FILES = ("tokenizer_config.json", "tokenizer.json")
+
+
+def is_cross_encoder(model) -> bool:
+    """Whether ``model`` (a saved head) is a reranker: a sequence classifier with one label."""
+    return type(model).__name__ == "AveyBForSequenceClassification" and model.config.num_labels == 1
+
+
+def sentence_transformers_files(model) -> dict[str, object]:
+    """The sentence-transformers files (name -> JSON content) that make ``model``'s saved directory load in the
+    class of its kind, with what ``serve`` and ``embed`` compute (the module docstring states the rule).
+
+    A ``SentenceTransformer`` is written in the format sentence-transformers has read since its 2.x releases
+    (``modules.json``, ``1_Pooling/``, ``2_Normalize/``, ``sentence_bert_config.json``); a ``CrossEncoder`` as
+    sentence-transformers 6 writes one (``model_type`` in ``config_sentence_transformers.json``, the transformer's
+    task in ``sentence_bert_config.json``; earlier versions load a cross-encoder from ``config.json`` alone)."""
+    if is_cross_encoder(model):
+        return {
+            "modules.json": [{"idx": 0, "name": "0", "path": "",
+                              "type": "sentence_transformers.base.modules.transformer.Transformer"}],
+            "sentence_bert_config.json": {
+                "transformer_task": "sequence-classification",
+                "modality_config": {"text": {"method": "forward", "method_output_name": "logits"}},
+                "module_output_name": "scores", "max_seq_length": SENTENCE_TRANSFORMERS_MAX_LENGTH},
+            "config_sentence_transformers.json": {"model_type": "CrossEncoder",
+                                                  "activation_fn": "torch.nn.modules.activation.Sigmoid"},
+        }
+    normalize = bool(getattr(model.config, "normalize_embeddings", True))
+    modules = [("", "Transformer"), ("1_Pooling", "Pooling")] + ([("2_Normalize", "Normalize")] if normalize else [])
+    files = {
+        "modules.json": [{"idx": i, "name": str(i), "path": path, "type": f"sentence_transformers.models.{kind}"}
+                         for i, (path, kind) in enumerate(modules)],
+        "sentence_bert_config.json": {"max_seq_length": SENTENCE_TRANSFORMERS_MAX_LENGTH, "do_lower_case": False},
+        "config_sentence_transformers.json": {"model_type": "SentenceTransformer", "similarity_fn_name": "cosine"},
+        "1_Pooling/config.json": {"word_embedding_dimension": model.config.hidden_size,
+                                  "pooling_mode_mean_tokens": True, "pooling_mode_cls_token": False,
+                                  "pooling_mode_max_tokens": False, "pooling_mode_mean_sqrt_len_tokens": False,
+                                  "pooling_mode_weightedmean_tokens": False, "pooling_mode_lasttoken": False,
+                                  "include_prompt": True},
+    }
+    if normalize:
+        files["2_Normalize/config.json"] = {}
+    return files
+
+
+def write_sentence_transformers_files(model, directory) -> None:
+    """Write :func:`sentence_transformers_files` into ``directory`` (a model directory ``save_pretrained`` filled).
+    Files of the other kind, left by an earlier save of another head into the same directory, are removed."""
+    directory = Path(directory)
+    files = sentence_transformers_files(model)
+    for stale in ("1_Pooling/config.json", "2_Normalize/config.json"):
+        if stale not in files and (directory / stale).is_file():
+            (directory / stale).unlink()
+    for name, content in files.items():
+        (directory / name).parent.mkdir(parents=True, exist_ok=True)
+        (directory / name).write_text(json.dumps(content, indent=2) + "\n")
+
+
+def _copy_tokenizer(config, directory) -> None:
+    """Save the tokenizer of the local directory the model was loaded from into ``directory`` when ``directory``
+    holds none (see the module docstring)."""
+    source = str(getattr(config, "_name_or_path", "") or "")
+    directory = Path(directory)
+    if (not source or not os.path.isdir(source) or Path(source).resolve() == directory.resolve()
+            or any((directory / f).is_file() for f in TOKENIZER_FILES)
+            or not any(os.path.isfile(os.path.join(source, f)) for f in TOKENIZER_FILES)):
+        return
+    from transformers import AutoTokenizer
+
+    AutoTokenizer.from_pretrained(source).save_pretrained(directory)
