@@ -40,6 +40,8 @@ def _run(tmp_path, *extra, models_=("bert-tiny", "avey-b-tiny")):
         "1",
         "--device",
         "cpu",
+        "--attn",  # the Transformer with its default attention (flex_attention has its own tests)
+        "sdpa",
         "--out",
         str(out),
         *extra,

@@ -155,8 +155,12 @@ def run_point(model, config, *, length: int, options: BenchOptions, device: torc
     if gemm_dtype is not None:
         g = (g0 + gemm_rate(gemm_dtype, device=device)) / 2
         extra = {"gemm_flop_s": g}
-        if options.flops_up_to is None or length <= options.flops_up_to:
-            flops = count_flops(lambda: forward(flop_model or model))
+        counted = flop_model or model
+        # FlopCounterMode cannot run flex_attention's operator (a higher-order op outside torch.compile): such points
+        # carry no FLOP count, as points past --flops-up-to do not.
+        flex = getattr(getattr(counted, "config", None), "_attn_implementation", None) == "flex_attention"
+        if not flex and (options.flops_up_to is None or length <= options.flops_up_to):
+            flops = count_flops(lambda: forward(counted))
             extra.update(flops=flops, utilization=flops / t.min_s / g)
     return {**extra, **facts,
         "status": "ok",
