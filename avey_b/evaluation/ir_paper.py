@@ -99,7 +99,8 @@ def load_sentence_transformer(name_or_path: str, cfg: RunConfig, device: torch.d
     ``max_position_embeddings`` and the tokenizer's; for Avey-B the length its release states,
     ``AveyBConfig.context_len``, which the authors' config exposes as ``max_position_embeddings``), capped by
     ``cfg.max_length``; a model whose config sets ``retrieval_pooling: eos`` pools the last token instead of the
-    mean (EncodEval's switch); a tokenizer without an end or padding token gets EncodEval's stand-ins (unknown,
+    mean (EncodEval's switch); a ``Normalize`` module is dropped, as EncodEval's plain encoders have none (cosine
+    similarity ranks the same either way); a tokenizer without an end or padding token gets EncodEval's stand-ins (unknown,
     end)."""
     try:
         from sentence_transformers import SentenceTransformer
@@ -122,6 +123,9 @@ def load_sentence_transformer(name_or_path: str, cfg: RunConfig, device: torch.d
     if cfg.max_length is not None:
         limit = min(limit, cfg.max_length)
     st.max_seq_length = limit
+    for i in reversed(range(len(st))):  # EncodEval's SentenceTransformer of a plain encoder has no Normalize module
+        if type(st[i]).__name__ == "Normalize":  # (every directory this library saves adds one: cosine ranks alike)
+            del st[i]
     if getattr(config, "retrieval_pooling", None) == "eos":
         pool_last_token(st)
     tok = st.tokenizer
