@@ -35,7 +35,8 @@ class LoadOptions:
     MODEL/onnx/model.int8.onnx from `avey-b export --quantize int8`), or MODEL/onnx/model.onnx when FILE is left out
     (the empty string in Python); MODEL gives the config and tokenizer. int8 pays most on short inputs: on a shared
     2-core AVX2 CPU it ran 1.9-3.1x faster than the eager model up to 4K tokens and 1.15-1.2x at 8K-30K, at 2-3x the
-    memory (benchmarks/serve/README.md)"""
+    memory; under a mixed load of 1-20K-token requests on a quiet machine the eager server was 1.25x faster
+    (benchmarks/serve/README.md)"""
 
     def __post_init__(self):
         if self.threads is not None and self.threads < 1:

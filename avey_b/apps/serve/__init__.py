@@ -55,9 +55,9 @@ waits (--batch-wait-ms waits for more) sorted by length in batches of at most --
 Precision follows the library's policy: bf16 autocast where the device multiplies bf16 natively, float32 elsewhere.
 `--onnx [FILE]` answers the same API from an exported ONNX model run by onnxruntime on the CPU (`avey-b export MODEL
 MODEL --head embedding` writes MODEL/onnx/model.onnx, the default FILE; `--quantize int8` adds model.int8.onnx).
-The int8 model pays most on short inputs: on a shared 2-core AVX2 CPU (1 thread) it ran 1.9-3.1x faster than the eager
-model up to 4K tokens, only 1.15-1.2x at 8K-30K, and served a mixed load of 1-20K-token requests at 1.35x the eager
-server's tokens/s, at 2-3x its memory (benchmarks/serve/README.md).
+The int8 model pays on short inputs: alone on a 2-core AVX2 CPU (1 thread) it ran 1.9-3.1x faster than the eager
+model up to 4K tokens, only 1.15-1.2x at 8K-30K; under a mixed load of 1-20K-token requests on a quiet machine the
+eager server answered 1.25x int8's tokens/s, in half its memory or less (benchmarks/serve/README.md).
 Logs on stderr (--log-level): one access line per request (method, path, status, inputs, tokens, ms). SIGTERM:
 the requests in flight are answered, new connections refused, then the server exits.
 """
