@@ -181,6 +181,13 @@ def rounded(value: Any, digits: int = 2) -> Any:
     return value
 
 
+def percent_scores(model, evaluate, names: dict[str, str]) -> dict[str, float]:
+    """The scores of ``model`` by a sentence-transformers evaluator ``evaluate`` (fractions), in percent, rounded,
+    under our names (``names``: the evaluator's key -> ours)."""
+    raw = evaluate(model)
+    return rounded({ours: 100 * raw[key] for key, ours in names.items()})
+
+
 def base_record(options: OwnDataOptions, lr: float, lr_source: str) -> dict[str, Any]:
     """The fields every task's results record starts with."""
     import torch

@@ -149,11 +149,6 @@ def evaluator(held: Table, columns: dict[str, str], batch_size: int):
                                          write_csv=False, accuracy_at_k=[1, 10], precision_recall_at_k=[1, 10])
 
 
-def score(model, evaluate) -> dict[str, float]:
-    """The retrieval scores of ``model``, in percent, rounded."""
-    raw = evaluate(model)
-    return common.rounded({ours: 100 * raw[key] for key, ours in METRICS.items()})
-
 
 def train(options: OwnDataOptions) -> dict[str, Any]:
     """Train and score an embedding model as the module docstring says; returns the results record (also
@@ -173,7 +168,7 @@ def train(options: OwnDataOptions) -> dict[str, Any]:
     evaluate = evaluator(held, columns, options.batch_size)
 
     resume_from = common.begin(options)
-    before = score(model, evaluate)
+    before = common.percent_scores(model, evaluate, METRICS)
     dataset = train_rows.to_dataset({role: train_rows.column(name) for role, name in columns.items()})
     if options.loss_name() == "cached-mnrl":
         loss = losses.CachedMultipleNegativesRankingLoss(model, mini_batch_size=options.mini_batch_size)
@@ -184,7 +179,7 @@ def train(options: OwnDataOptions) -> dict[str, Any]:
     trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=dataset, loss=loss)
     with common.Timer() as timer:
         trainer.train(resume_from_checkpoint=resume_from)
-    after = score(model, evaluate)
+    after = common.percent_scores(model, evaluate, METRICS)
 
     record = common.base_record(options, lr, lr_source) | {
         "loss": options.loss_name(), "columns": columns, "n_train": len(train_rows), "n_validation": len(held),

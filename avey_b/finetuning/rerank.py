@@ -193,10 +193,6 @@ def set_length(model, options: OwnDataOptions, table: Table, queries: dict[str, 
     return common.check_lengths(where, lengths, limit, cut)
 
 
-def score(model, evaluate) -> dict[str, float]:
-    raw = evaluate(model)
-    return common.rounded({ours: 100 * raw[key] for key, ours in METRICS.items()})
-
 
 def train(options: OwnDataOptions) -> dict[str, Any]:
     """Train and score a reranker as the module docstring says; returns the results record (also
@@ -218,13 +214,13 @@ def train(options: OwnDataOptions) -> dict[str, Any]:
     dataset = table.to_dataset(columns)
 
     resume_from = common.begin(options)
-    before = score(model, evaluate)
+    before = common.percent_scores(model, evaluate, METRICS)
     loss = losses.LambdaLoss(model) if listwise else losses.BinaryCrossEntropyLoss(model)
     args = common.training_arguments(options, lr, len(dataset), arguments_class=CrossEncoderTrainingArguments)
     trainer = CrossEncoderTrainer(model=model, args=args, train_dataset=dataset, loss=loss)
     with common.Timer() as timer:
         trainer.train(resume_from_checkpoint=resume_from)
-    after = score(model, evaluate)
+    after = common.percent_scores(model, evaluate, METRICS)
 
     record = common.base_record(options, lr, lr_source) | {
         "loss": options.loss_name(), "n_train_queries": len(queries), "n_train_pairs": n_pairs,
