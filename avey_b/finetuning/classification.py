@@ -240,7 +240,7 @@ def train(options: OwnDataOptions) -> dict[str, Any]:
     import numpy as np
     import torch
     import transformers
-    from transformers import AutoModelForSequenceClassification, DataCollatorWithPadding, Trainer
+    from transformers import AutoModelForSequenceClassification, DataCollatorWithPadding
 
     from avey_b.utils.files import model_source
 
@@ -268,12 +268,7 @@ def train(options: OwnDataOptions) -> dict[str, Any]:
 
     train_set, train_cut = dataset(train_rows, train_y)
     val_set, val_cut = dataset(val_rows, val_y)
-    resume_from = common.begin(options)
-    with common.Timer() as clock:
-        trainer = Trainer(model=model, args=common.training_arguments(options, lr, len(train_set)),
-                          train_dataset=train_set, data_collator=DataCollatorWithPadding(tokenizer),
-                          processing_class=tokenizer)
-        result = trainer.train(resume_from_checkpoint=resume_from)
+    trainer, trained = common.train_with_trainer(options, model, tokenizer, lr, train_set, DataCollatorWithPadding(tokenizer))
     with torch.no_grad():
         logits = np.asarray(trainer.predict(val_set.remove_columns("labels")).predictions)
     if problem == "single_label_classification":
@@ -288,9 +283,7 @@ def train(options: OwnDataOptions) -> dict[str, Any]:
         "problem_type": problem, "labels": names, "metric": metric, "score": scores[metric],
         "baseline_score": baseline[metric], "metrics": scores, "baseline": baseline,
         "baseline_name": baseline_name, "n_train": len(train_set), "n_validation": len(val_set),
-        "max_length": limit, "inputs_cut": {"train": train_cut, "validation": val_cut} if cut else None,
-        "train_loss": common.rounded(result.training_loss, 4), "train_seconds": round(clock.seconds, 1),
-        "steps": result.global_step, "resumed_from": resume_from, "output_dir": options.output_dir}
+        "max_length": limit, "inputs_cut": {"train": train_cut, "validation": val_cut} if cut else None} | trained
     if train_cut or val_cut:
         print(f"note: {train_cut + val_cut} input(s) longer than {limit} tokens were cut (--max-length)", flush=True)
     return common.finish(options, trainer.model, tokenizer, record)

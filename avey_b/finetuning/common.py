@@ -213,6 +213,21 @@ def summary_line(record: dict[str, Any]) -> str:
     return f"{record['task']}: " + "; ".join(parts) + f" on {record.get('n_validation', '?')} held-out examples"
 
 
+def train_with_trainer(options: OwnDataOptions, model, tokenizer, lr: float, train_set, collator):
+    """Train ``model`` on ``train_set`` with transformers' ``Trainer`` (:func:`training_arguments`), resuming from
+    the output directory's last checkpoint when ``--resume`` finds one; ``(trainer, facts)``, ``facts`` being the
+    results record's training fields (loss, seconds, steps, where it resumed from, the output directory)."""
+    from transformers import Trainer
+
+    resume_from = begin(options)
+    with Timer() as clock:
+        trainer = Trainer(model=model, args=training_arguments(options, lr, len(train_set)), train_dataset=train_set,
+                          data_collator=collator, processing_class=tokenizer)
+        result = trainer.train(resume_from_checkpoint=resume_from)
+    return trainer, {"train_loss": rounded(result.training_loss, 4), "train_seconds": round(clock.seconds, 1),
+                     "steps": result.global_step, "resumed_from": resume_from, "output_dir": options.output_dir}
+
+
 class Timer:
     """``with Timer() as t: ...``, then ``t.seconds``."""
 

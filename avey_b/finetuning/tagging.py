@@ -101,7 +101,7 @@ def train(options: OwnDataOptions) -> dict[str, Any]:
     import numpy as np
     import torch
     import transformers
-    from transformers import AutoModelForTokenClassification, DataCollatorForTokenClassification, Trainer
+    from transformers import AutoModelForTokenClassification, DataCollatorForTokenClassification
 
     from avey_b.evaluation.tasks.tc import align_labels, word_index_of_tokens, word_predictions
     from avey_b.utils.files import model_source
@@ -139,12 +139,7 @@ def train(options: OwnDataOptions) -> dict[str, Any]:
 
     train_set, _, train_cut = encode(train_rows)
     val_set, val_words, val_cut = encode(val_rows)
-    resume_from = common.begin(options)
-    with common.Timer() as clock:
-        trainer = Trainer(model=model, args=common.training_arguments(options, lr, len(train_set)),
-                          train_dataset=train_set, data_collator=DataCollatorForTokenClassification(tokenizer),
-                          processing_class=tokenizer)
-        result = trainer.train(resume_from_checkpoint=resume_from)
+    trainer, trained = common.train_with_trainer(options, model, tokenizer, lr, train_set, DataCollatorForTokenClassification(tokenizer))
     with torch.no_grad():
         logits = trainer.predict(val_set).predictions
     gold, pred = [], []
@@ -168,9 +163,7 @@ def train(options: OwnDataOptions) -> dict[str, Any]:
         "score": common.rounded(got[metric]),
         "baseline_score": common.rounded(base[metric]), "metrics": common.rounded(got), "baseline": common.rounded(base),
         "baseline_name": baseline_name, "n_train": len(train_set), "n_validation": len(val_set),
-        "max_length": limit, "inputs_cut": {"train": train_cut, "validation": val_cut} if cut else None,
-        "train_loss": common.rounded(result.training_loss, 4), "train_seconds": round(clock.seconds, 1),
-        "steps": result.global_step, "resumed_from": resume_from, "output_dir": options.output_dir}
+        "max_length": limit, "inputs_cut": {"train": train_cut, "validation": val_cut} if cut else None} | trained
     if train_cut or val_cut:
         print(f"note: {train_cut + val_cut} sentence(s) longer than {limit} tokens were cut (--max-length); their "
               "cut words count as predicted O", flush=True)
