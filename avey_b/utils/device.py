@@ -151,6 +151,16 @@ def set_cpu_threads(requested: int | None = None) -> int:
     return torch.get_num_threads()
 
 
+def cpu_model() -> str:
+    """This machine's CPU as benchmark records name it: ``/proc/cpuinfo``'s model name and the CPU count."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            name = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "unknown CPU")
+    except OSError:
+        name = "unknown CPU"
+    return f"{name}, {os.cpu_count()} CPUs"
+
+
 def runtime_line(device: torch.device | str, precision: str, threads: int | None = None, *, runtime: str = "PyTorch",
                  flag: str = "--threads") -> str:
     """The one line every verb that runs a model prints at its start: ``runtime`` on ``device`` in ``precision``

@@ -77,7 +77,7 @@ def main() -> None:
     from avey_b.apps.options import ExportOptions
     from avey_b.benchmarking.inputs import text_ids
     from avey_b.benchmarking.timing import alternate
-    from avey_b.utils.device import cpu_has_native_bf16
+    from avey_b.utils.device import cpu_has_native_bf16, cpu_model
     from avey_b.utils.records import append_jsonl
 
     data = Path(args.data)
@@ -94,7 +94,7 @@ def main() -> None:
         vocab = next(iter(encoders.values())).config.vocab_size
         common = {"model": "small (d=256, L=8, S=64, k=3), random weights (seed 0), embedding head, BPE 8,192",
                   "inputs": f"WikiText-2 valid, {text.source}, renumbered into the model's vocabulary",
-                  "machine": f"{platform.node()}: {_cpu()}", "native_bf16": bf16, "torch": torch.__version__,
+                  "machine": f"{platform.node()}: {cpu_model()}", "native_bf16": bf16, "torch": torch.__version__,
                   "export_and_quantize_s": export_s, "rounds": args.rounds,
                   "command": "python " + " ".join(sys.argv)}
 
@@ -120,12 +120,6 @@ def main() -> None:
                        "load_average_after": [round(x, 2) for x in os.getloadavg()],
                        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
                 append_jsonl(args.out, rec, echo=True)
-
-
-def _cpu() -> str:
-    name = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
-                "unknown CPU")
-    return f"{name}, {os.cpu_count()} CPUs"
 
 
 if __name__ == "__main__":

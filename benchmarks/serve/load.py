@@ -209,6 +209,7 @@ def run_settings(args, directory: Path) -> None:
     from run import free_port
     from transformers import AutoTokenizer
 
+    from avey_b.utils.device import cpu_model
     from avey_b.utils.records import append_jsonl
 
     tok = AutoTokenizer.from_pretrained(directory)
@@ -217,10 +218,9 @@ def run_settings(args, directory: Path) -> None:
     warm = make_requests(tok, text, 8, 2000, seed=1)
     onnx = {"eager": None, "onnx": str(directory / "onnx" / "model.onnx"),
             "int8": str(directory / "onnx" / "model.int8.onnx")}
-    cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), "?")
     common = {"model": "small (d=256, L=8, S=64, k=3), random weights (seed 0), embedding head, BPE 8,192",
               "requests": f"{args.requests} of 1-{args.longest:,} tokens (log-uniform, seed 0), WikiText-2 valid",
-              "clients": args.clients, "machine": f"{platform.node()}: {cpu}, {os.cpu_count()} CPUs",
+              "clients": args.clients, "machine": f"{platform.node()}: {cpu_model()}",
               "command": "python " + " ".join(sys.argv)}
     for runtime in args.runtimes:
         for threads in args.threads:
