@@ -48,6 +48,9 @@ $BENCH --models avey-b-small modernbert-base --dtype $FAST --modes compile --bat
 #     in one process on the same ids (alternated.py; 3 rounds a length).
 python benchmarks/efficiency_cpu/alternated.py --text "$WORK/english.txt" --lengths 512 2048 4096 8192 \
     --out "$OUT/alternated.jsonl"
+#     At 16K, against flex_attention alone (the faster from 2K on; sdpa's 3 rounds there would take 15 minutes more).
+python benchmarks/efficiency_cpu/alternated.py --text "$WORK/english.txt" --lengths 16384 \
+    --models avey-b-base modernbert-base@flex_attention --out "$OUT/alternated.jsonl"
 
 # 5. Tables, fits (N >= 1K, next to the paper's alpha/beta), plots.
 for d in latency throughput compile; do

@@ -14,9 +14,11 @@ Steps (a finished tokenizer or data set is reused; ``niah evaluate`` resumes an 
    the token-classification form, bf16 weights, EncodEval's end token (the model's eos, else unknown), 32
    examples a step as micro-batches of 1, AdamW (0.9, 0.95), epsilon 1e-5, weight decay 0.1, 1 epoch.
 
-The models are built from config with **random weights**: pretraining them (30 minutes for three such models on a
-quiet machine, ``benchmarks/learning/``) did not fit the time this record was given; ``--models`` takes pretrained directories instead. The command, the machine and the
-load average before and after go to ``OUT/run.json``.
+By default the models are built from config with **random weights**. ``--pretrain`` first pretrains the pair as
+the NIAH CPU benchmark does (``benchmarks/niah_cpu/run.py``'s step 1: the learning benchmark's masked-LM recipe,
+4.9M tokens, ModernBERT at learning rate 5e-4 and given ModernBERT-base's 8,192-token window) and evaluates those,
+with their own tokenizer; ``--models`` takes other pretrained directories. The command, the machine and the load
+average before and after go to ``OUT/run.json``.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "learning"))
-import run as learning  # noqa: E402  (the learning benchmark's corpus, reused as is)
+import run as learning  # noqa: E402  (the learning benchmark's corpus and pretraining, reused as is)
 
 AVEY_B = learning.AVEY_B
 AVEY = learning.AVEY  # d=256, 4 layers, S=16, k=3
@@ -67,12 +69,35 @@ def model_specs(tok_dir: Path) -> list[str]:
     return [avey, "modernbert:" + ",".join(f"{k}={v}" for k, v in modernbert.items())]
 
 
+def pretrained_pair(shared: Path, work: Path, threads: int) -> tuple[list[str], Path]:
+    """The NIAH CPU benchmark's pretrained pair (its step 1, reused as is; a finished run is not redone): the model
+    directories (Avey-B, ModernBERT) and the tokenizer they share."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("niah_cpu_run", HERE.parent / "niah_cpu" / "run.py")
+    niah_cpu = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(niah_cpu)
+    files = learning.corpus_files(shared, work)
+    common = [f"data.train=[{','.join(files)}]", f"train.threads={threads}", "train.max_minutes=null",
+              "logging.progress=false", "checkpoint.every=0"]
+    runs, _, _ = learning.pretrain(files, work, common, work / "log.txt", archs=("modernbert",),
+                                   lrs={"modernbert": [5e-4]})
+    models = work / "models"
+    models.mkdir(exist_ok=True)
+    for name, run_dir in runs.items():
+        if not (models / name / "config.json").exists():
+            niah_cpu.copy_model(run_dir / "model", models / name,
+                                niah_cpu.MODERNBERT_WINDOW if name == "modernbert" else None)
+    return [str(models / "avey-b"), str(models / "modernbert")], models / "avey-b"
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--data", default="../shared/data", help="the shared data (Python docs are bundled; WikiText-2)")
     p.add_argument("--work", default="runs/niah_authors")
     p.add_argument("--out", default=str(HERE / "eval"))
     p.add_argument("--models", nargs="+", default=None, help="default: the random-weight pair of the docstring")
+    p.add_argument("--pretrain", action="store_true", help="pretrain the pair first and evaluate it (docstring)")
     p.add_argument("--tasks", nargs="+", default=["niah-2", "niah-1"])
     p.add_argument("--lengths", nargs="+", default=["1000"], help="words (the authors: 1000 ... 32000)")
     p.add_argument("--n-train", type=int, default=320, help="training examples a length (the authors: 10,000)")
@@ -81,13 +106,21 @@ def main() -> None:
     p.add_argument("--batch-size", type=int, default=None, help="examples a step (default: the protocol's 32)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--weights-dtype", choices=["bfloat16", "float32"], default=None,
+                   help="the weights' dtype (default: the paper protocol's bfloat16; float32 where the CPU has no "
+                        "native bf16, which otherwise runs emulated at a tenth of fp32's speed)")
+    p.add_argument("--precision", choices=["auto", "bf16", "fp32"], default=None,
+                   help="autocast (default: the protocol's; fp32 with --weights-dtype float32 on such a CPU)")
     args = p.parse_args()
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     load0 = os.getloadavg()
-    tok_dir = tokenizer(Path(args.data), work)
-    models = args.models or model_specs(tok_dir)
+    if args.pretrain:
+        models, tok_dir = pretrained_pair(Path(args.data), work, args.threads)
+    else:
+        tok_dir = tokenizer(Path(args.data), work)
+        models = args.models or model_specs(tok_dir)
     data = work / "data"
     gen = [AVEY_B, "niah", "generate", "--protocol", "paper", "--out", str(data), "--tasks", *args.tasks,
            "--lengths", *args.lengths, "--n-train", str(args.n_train), "--n-test", str(args.n_test), "--format",
@@ -100,6 +133,10 @@ def main() -> None:
           "--seed", str(args.seed), "--device", "cpu", "--out", args.out]
     if args.batch_size:
         ev += ["--batch-size", str(args.batch_size)]
+    if args.weights_dtype:
+        ev += ["--weights-dtype", args.weights_dtype]
+    if args.precision:
+        ev += ["--precision", args.precision]
     print("$", " ".join(ev), flush=True)
     subprocess.run(ev, check=True, env=env)
     cpu = next((line.split(":", 1)[1].strip() for line in subprocess.run(["lscpu"], capture_output=True, text=True)
