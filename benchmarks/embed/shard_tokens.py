@@ -16,20 +16,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
-
-
-def machine() -> str:
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
-        name = next(line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name"))
-    except (OSError, subprocess.CalledProcessError, StopIteration):
-        name = platform.processor() or platform.machine()
-    return f"{name}, {os.cpu_count()} CPUs"
 
 
 def documents(data: Path, doc_words: int, words: int) -> list[str]:
@@ -64,6 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     from avey_b import testing as toy
     from avey_b.apps.embed import EmbedOptions, embed_corpus
     from avey_b.model import presets
+    from avey_b.utils.device import cpu_model
     from avey_b.utils.records import utc_timestamp
 
     torch.set_num_threads(args.threads)
@@ -87,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         record = {"preset": name, "hidden_size": manifest["model"]["dim"], "documents": counts["documents"],
                   "tokens": counts["tokens"], "seconds": job["seconds"], "tokens_per_s": round(rate),
                   "tokens_per_minute": round(60 * rate), "precision": manifest["settings"]["precision"],
-                  "threads": args.threads, "machine": machine(), "date": utc_timestamp(),
+                  "threads": args.threads, "machine": cpu_model(), "date": utc_timestamp(),
                   "load_before": [round(x, 2) for x in load0], "load_after": [round(x, 2) for x in os.getloadavg()],
                   "command": " ".join([Path(sys.executable).name, *sys.argv])}
         print(json.dumps(record), flush=True)

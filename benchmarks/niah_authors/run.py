@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import resource
 import subprocess
 import sys
@@ -139,8 +138,9 @@ def main() -> None:
         ev += ["--precision", args.precision]
     print("$", " ".join(ev), flush=True)
     subprocess.run(ev, check=True, env=env)
-    cpu = next((line.split(":", 1)[1].strip() for line in subprocess.run(["lscpu"], capture_output=True, text=True)
-                .stdout.splitlines() if line.startswith("Model name")), platform.processor())
+    from avey_b.utils.device import cpu_model
+
+    cpu = cpu_model()
     used = resource.getrusage(resource.RUSAGE_CHILDREN)
     record = {"generate": gen, "evaluate": ev, "minutes": round((time.time() - t0) / 60, 1), "machine": cpu,
               "cpu_seconds_children": round(used.ru_utime + used.ru_stime, 1), "threads": args.threads,

@@ -199,11 +199,13 @@ def spread(values: list[float]) -> str:
 
 
 def report(rows: list[dict], sizes: dict[str, int], args, seconds: float | None) -> str:
+    from avey_b.utils.device import cpu_model
+
     first = rows[0]
     lines = [
         "# Own data, retrieval: an embedding model and a reranker from WikiText-2 (heading, section) pairs", "",
         "```", f"python benchmarks/own_data/retrieval.py {' '.join(sys.argv[1:])}", "```", "",
-        f"Machine: {platform.node()}, {cpu_name()}, {args.workers} cells at once on {args.threads} thread(s) each; load average at the end "
+        f"Machine: {platform.node()}, {cpu_model()}, {args.workers} cells at once on {args.threads} thread(s) each; load average at the end "
         f"{tuple(round(x, 1) for x in os.getloadavg())} (other engineers' jobs shared the 2 cores); "
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
         + ("." if seconds is None else f"; the {len(rows)} cells took {seconds / 60:.0f} min."),
@@ -235,15 +237,6 @@ def report(rows: list[dict], sizes: dict[str, int], args, seconds: float | None)
         lines.append("")
     return "\n".join(lines)
 
-
-def cpu_name() -> str:
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 if __name__ == "__main__":

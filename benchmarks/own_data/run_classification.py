@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import sys
 import time
@@ -162,8 +161,9 @@ def main() -> None:
 
 
 def report(records: list[dict], sizes: dict[str, int], args, seconds: float) -> str:
-    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
-               platform.processor())
+    from avey_b.utils.device import cpu_model
+
+    cpu = cpu_model()
     lines = ["# Own data: a classifier and a tagger from your files (Avey-B beside a BERT of the same size)", "",
              "```", f"python benchmarks/own_data/run_classification.py {' '.join(sys.argv[1:])}", "```", "",
              f"Machine: {cpu}, {args.threads} threads, shared with other engineers' jobs (load average at the end "

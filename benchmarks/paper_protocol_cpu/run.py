@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -104,7 +103,9 @@ def main() -> None:
     t_eval = time.time() - t_eval
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                             cwd=HERE).stdout.strip()
-    cpu = _lscpu()
+    from avey_b.utils.device import cpu_model
+
+    cpu = cpu_model()
     report = (work / "eval" / "report.md").read_text()
     load = (f"{min(loads):.1f} / {sum(loads) / len(loads):.1f} / {max(loads):.1f} (min / mean / max of "
             f"{len(loads)} one-minute samples)" if loads else "not sampled")
@@ -155,19 +156,6 @@ def sample_load(loads: list[float], done: threading.Event) -> None:
     while not done.is_set():
         loads.append(os.getloadavg()[0])
         done.wait(60)
-
-
-def _lscpu() -> str:
-    """The CPU's model name and family, and whether it multiplies bf16 natively (AVX512-BF16 / AMX)."""
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-    except OSError:
-        return platform.processor() or platform.machine()
-    fields = dict(line.split(":", 1) for line in out.splitlines() if ":" in line)
-    flags = fields.get("Flags", "").split()
-    bf16 = [f for f in ("avx512_bf16", "amx_bf16") if f in flags]
-    return (f"{fields.get('Model name', '?').strip()} (family {fields.get('CPU family', '?').strip()}, "
-            f"{', '.join(bf16) if bf16 else 'no native bf16'})")
 
 
 if __name__ == "__main__":

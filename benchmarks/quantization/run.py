@@ -36,6 +36,7 @@ from avey_b.apps.export import Exportable, _dynamic, export_onnx, fold_weight_la
 from avey_b.apps.quantize import compare_quantized, quantize_eager_int8, quantize_onnx
 from avey_b.benchmarking.inputs import text_ids
 from avey_b.benchmarking.timing import alternate, gemm_rate
+from avey_b.utils.device import cpu_model
 from avey_b.utils.model_spec import build_config, random_model
 from avey_b.utils.records import append_jsonl
 
@@ -162,16 +163,10 @@ def main() -> None:
                    "speedup_onnx_int8_over_eager_fp32": median["eager_fp32"] / median["onnx_int8"],
                    "accuracy": accuracy, "export_and_quantize_s": export_s,
                    "gemm_fp32_flop_s": (g0 + g1) / 2, "load_average_before": load_before,
-                   "load_average_after": load_after, "machine": f"{platform.node()}: {_cpu()}",
+                   "load_average_after": load_after, "machine": f"{platform.node()}: {cpu_model()}",
                    "torch": torch.__version__, "onnxruntime": ort.__version__,
                    "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
             append_jsonl(args.out, rec, echo=True)
-
-
-def _cpu() -> str:
-    name = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
-                "unknown CPU")
-    return f"{name}, {os.cpu_count()} CPUs"
 
 
 if __name__ == "__main__":

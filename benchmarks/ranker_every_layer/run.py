@@ -31,24 +31,10 @@ from avey_b import AveyBModel
 from avey_b.benchmarking.inputs import text_ids
 from avey_b.benchmarking.timing import gemm_rate, timed_call
 from avey_b.model import presets
+from avey_b.utils.device import cpu_model
 from avey_b.utils.records import append_jsonl
 
 PLACEMENTS = ("embeddings", "every_layer")
-
-
-def cpu_model() -> str:
-    """The CPU's name, family and bf16 support, from /proc/cpuinfo (this project's VM changes CPU between
-    sessions: the record must say which)."""
-    try:
-        fields = dict(line.split(":", 1) for line in Path("/proc/cpuinfo").read_text().split("\n\n")[0].splitlines()
-                      if ":" in line)
-    except OSError:
-        return platform.processor() or "unknown CPU"
-    fields = {k.strip(): v.strip() for k, v in fields.items()}
-    flags = set(fields.get("flags", "").split())
-    bf16 = [name for flag, name in (("avx512_bf16", "AVX512-BF16"), ("amx_bf16", "AMX-BF16")) if flag in flags]
-    return f"{fields.get('model name', 'unknown CPU')} (family {fields.get('cpu family', '?')}" + \
-        ("".join(f", {b}" for b in bf16) or ", no native bf16") + ")"
 
 
 def commit() -> str:

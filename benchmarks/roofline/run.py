@@ -41,7 +41,7 @@ from avey_b.benchmarking.timing import PeakRSSSampler, alternate, gemm_rate, mea
 from avey_b.model import presets
 from avey_b.model.execution import ExecutionSettings
 from avey_b.utils.counting import count_flops
-from avey_b.utils.device import autocast
+from avey_b.utils.device import autocast, cpu_model
 from avey_b.utils.records import append_jsonl
 
 HERE = Path(__file__).resolve().parent
@@ -62,15 +62,7 @@ AB = {"before-after": ("before", "after"),  # the tiled ranker and 4K-token proc
 
 
 def machine() -> str:
-    name = "unknown CPU"
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                name = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{platform.node()}: {name}, {os.cpu_count()} CPUs, torch {torch.__version__}"
+    return f"{platform.node()}: {cpu_model()}, torch {torch.__version__}"
 
 
 def build(preset: str, mode: str) -> tuple[AveyBModel, object]:

@@ -123,9 +123,10 @@ def main() -> None:
         short, wiki = build(directory, Path(args.data))
         tok = AutoTokenizer.from_pretrained(directory)
         longs = long_texts(tok, wiki[2000:], args.long_tokens, 8)
-        cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), "?")
+        from avey_b.utils.device import cpu_model
+
         common = {"model": "small (d=256, L=8, S=64, k=3), random weights, embedding head",
-                  "machine": f"{platform.node()}: {cpu}, {os.cpu_count()} CPUs", "server_threads": args.threads,
+                  "machine": f"{platform.node()}: {cpu_model()}", "server_threads": args.threads,
                   "command": "python " + " ".join(sys.argv)}
         settings = [("batching", ()), ("batching, 5 ms wait", ("--batch-wait-ms", "5")),
                     ("each request alone", ("--max-batch-tokens", "1"))]

@@ -48,7 +48,7 @@ from avey_b.benchmarking.inputs import FIRST_ID, tokenize_text
 from avey_b.benchmarking.timing import gemm_rate, timed_call
 from avey_b.model import presets
 from avey_b.utils.counting import count_flops
-from avey_b.utils.device import autocast
+from avey_b.utils.device import autocast, cpu_model
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # benchmarks/english_text.py
@@ -66,9 +66,7 @@ def real_text_ids(data: Path, vocab_size: int) -> tuple[torch.Tensor, str]:
 
 
 def machine() -> str:
-    name = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
-                "unknown CPU")
-    return f"{platform.node()}: {name}, {os.cpu_count()} CPUs, torch {torch.__version__}"
+    return f"{platform.node()}: {cpu_model()}, torch {torch.__version__}"
 
 
 def timed(fn) -> tuple[float, float, object]:
