@@ -228,6 +228,48 @@ def train_with_trainer(options: OwnDataOptions, model, tokenizer, lr: float, tra
                      "steps": result.global_step, "resumed_from": resume_from, "output_dir": options.output_dir}
 
 
+def train_scored(options: OwnDataOptions, model, evaluate, names: dict[str, str], main_metric: str,
+                 make_trainer) -> dict[str, Any]:
+    """The sentence-transformers tasks' training (embedding models, rerankers): ``model`` scored by ``evaluate``
+    before training, then ``make_trainer()``'s trainer run (resuming from the output directory's last checkpoint when
+    ``--resume`` finds one), then scored again. ``make_trainer`` (its loss, arguments and trainer) runs after
+    :func:`begin` has made the output directory the run's and after the first scoring, so the trainer's seeding
+    comes right before training. Returns the results record's scoring and training fields."""
+    resume_from = begin(options)
+    before = percent_scores(model, evaluate, names)
+    trainer = make_trainer()
+    with Timer() as timer:
+        trainer.train(resume_from_checkpoint=resume_from)
+    after = percent_scores(model, evaluate, names)
+    return {"metric": main_metric, "score": after[main_metric], "baseline_score": before[main_metric],
+            "metrics": after, "baseline": before, "baseline_name": "before training",
+            "train_seconds": round(timer.seconds, 1), "output_dir": options.output_dir}
+
+
+def finish_sentence_transformers(options: OwnDataOptions, model, record: dict[str, Any]) -> dict[str, Any]:
+    """:func:`finish` for a sentence-transformers model (``SentenceTransformer``, ``CrossEncoder``), which saves its
+    whole directory (modules, tokenizer) itself. A ``max_seq_length`` that was only this machine's memory cap
+    (:func:`length_rule`) is lifted first, so the saved model has no limit but its own."""
+    from avey_b.model.loading import SENTENCE_TRANSFORMERS_MAX_LENGTH
+
+    if not length_rule(options, model[0].auto_model.config)[1]:
+        model.max_seq_length = SENTENCE_TRANSFORMERS_MAX_LENGTH
+    return finish(options, _SavesWhole(model), None, record)
+
+
+class _SavesWhole:
+    """A sentence-transformers model as :func:`finish` saves a model (``save_pretrained(dir, state_dict=...)``):
+    the whole directory by the model's own ``save``."""
+
+    def __init__(self, model):
+        self.model = model
+
+    def save_pretrained(self, directory, state_dict=None) -> None:
+        if state_dict is not None:
+            raise ValueError("a sentence-transformers model saves its own weights")
+        self.model.save(str(directory))
+
+
 class Timer:
     """``with Timer() as t: ...``, then ``t.seconds``."""
 

@@ -167,41 +167,20 @@ def train(options: OwnDataOptions) -> dict[str, Any]:
     cut = sum(set_length(model, options, table, columns) for table in (train_rows, held))
     evaluate = evaluator(held, columns, options.batch_size)
 
-    resume_from = common.begin(options)
-    before = common.percent_scores(model, evaluate, METRICS)
-    dataset = train_rows.to_dataset({role: train_rows.column(name) for role, name in columns.items()})
-    if options.loss_name() == "cached-mnrl":
-        loss = losses.CachedMultipleNegativesRankingLoss(model, mini_batch_size=options.mini_batch_size)
-    else:
-        loss = losses.MultipleNegativesRankingLoss(model)
-    args = common.training_arguments(options, lr, len(dataset), arguments_class=SentenceTransformerTrainingArguments,
-                                     batch_sampler="no_duplicates")
-    trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=dataset, loss=loss)
-    with common.Timer() as timer:
-        trainer.train(resume_from_checkpoint=resume_from)
-    after = common.percent_scores(model, evaluate, METRICS)
+    def make_trainer():
+        dataset = train_rows.to_dataset({role: train_rows.column(name) for role, name in columns.items()})
+        if options.loss_name() == "cached-mnrl":
+            loss = losses.CachedMultipleNegativesRankingLoss(model, mini_batch_size=options.mini_batch_size)
+        else:
+            loss = losses.MultipleNegativesRankingLoss(model)
+        args = common.training_arguments(options, lr, len(dataset), batch_sampler="no_duplicates",
+                                         arguments_class=SentenceTransformerTrainingArguments)
+        return SentenceTransformerTrainer(model=model, args=args, train_dataset=dataset, loss=loss)
+
+    scored = common.train_scored(options, model, evaluate, METRICS, MAIN_METRIC, make_trainer)
 
     record = common.base_record(options, lr, lr_source) | {
         "loss": options.loss_name(), "columns": columns, "n_train": len(train_rows), "n_validation": len(held),
         "n_queries": len(evaluate.queries), "n_documents": len(evaluate.corpus), "inputs_cut": cut,
-        "metric": MAIN_METRIC, "score": after[MAIN_METRIC], "baseline_score": before[MAIN_METRIC],
-        "metrics": after, "baseline": before, "baseline_name": "before training",
-        "train_seconds": round(timer.seconds, 1), "output_dir": options.output_dir,
-    }
-    if not common.length_rule(options, model[0].auto_model.config)[1]:
-        model.max_seq_length = SENTENCE_TRANSFORMERS_MAX_LENGTH  # the memory cap was this machine's: saved, no limit
-    return common.finish(options, SavesWhole(model), None, record)
-
-
-class SavesWhole:
-    """A sentence-transformers model as ``common.finish`` saves a model (``save_pretrained(dir, state_dict=...)``):
-    the whole directory (modules, tokenizer) by the model's own ``save``."""
-
-    def __init__(self, model):
-        self.model = model
-
-    def save_pretrained(self, directory, state_dict=None) -> None:
-        if state_dict is not None:
-            raise ValueError("a sentence-transformers model saves its own weights")
-        self.model.save(str(directory))
-
+    } | scored
+    return common.finish_sentence_transformers(options, model, record)

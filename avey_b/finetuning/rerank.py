@@ -39,7 +39,6 @@ from avey_b.utils.files import DataFileError
 
 from . import common
 from .data import Table, hold_out, read_table
-from .embedding import SavesWhole
 from .options import OwnDataOptions
 
 #: The reranking scores recorded, sentence-transformers' key -> ours.
@@ -213,23 +212,16 @@ def train(options: OwnDataOptions) -> dict[str, Any]:
     n_pairs = sum(map(len, columns["docs"])) if listwise else len(columns["query"])
     dataset = table.to_dataset(columns)
 
-    resume_from = common.begin(options)
-    before = common.percent_scores(model, evaluate, METRICS)
-    loss = losses.LambdaLoss(model) if listwise else losses.BinaryCrossEntropyLoss(model)
-    args = common.training_arguments(options, lr, len(dataset), arguments_class=CrossEncoderTrainingArguments)
-    trainer = CrossEncoderTrainer(model=model, args=args, train_dataset=dataset, loss=loss)
-    with common.Timer() as timer:
-        trainer.train(resume_from_checkpoint=resume_from)
-    after = common.percent_scores(model, evaluate, METRICS)
+    def make_trainer():
+        loss = losses.LambdaLoss(model) if listwise else losses.BinaryCrossEntropyLoss(model)
+        args = common.training_arguments(options, lr, len(dataset), arguments_class=CrossEncoderTrainingArguments)
+        return CrossEncoderTrainer(model=model, args=args, train_dataset=dataset, loss=loss)
+
+    scored = common.train_scored(options, model, evaluate, METRICS, MAIN_METRIC, make_trainer)
 
     record = common.base_record(options, lr, lr_source) | {
         "loss": options.loss_name(), "n_train_queries": len(queries), "n_train_pairs": n_pairs,
         "n_validation": len(evaluate.samples), "sampled_negatives": options.sampled_negatives, "inputs_cut": cut,
-        "metric": MAIN_METRIC, "score": after[MAIN_METRIC], "baseline_score": before[MAIN_METRIC],
-        "metrics": after, "baseline": before, "baseline_name": "before training",
-        "train_seconds": round(timer.seconds, 1), "output_dir": options.output_dir,
-    }
-    if not common.length_rule(options, model[0].auto_model.config)[1]:
-        model.max_seq_length = SENTENCE_TRANSFORMERS_MAX_LENGTH  # the memory cap was this machine's: saved, no limit
-    return common.finish(options, SavesWhole(model), None, record)
+    } | scored
+    return common.finish_sentence_transformers(options, model, record)
 
