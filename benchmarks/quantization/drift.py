@@ -38,12 +38,13 @@ import onnx
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from run import _cpu, cosines, export_any  # noqa: E402  (the quantization benchmark's own helpers)
+from run import cosines, export_any  # noqa: E402  (the quantization benchmark's own helpers)
 
 from avey_b.apps.quantize import default_exclusions, matmul_groups, quantize_onnx, weight_matmuls  # noqa: E402
 from avey_b.benchmarking.inputs import text_ids  # noqa: E402
+from avey_b.utils.device import cpu_model  # noqa: E402
 from avey_b.utils.model_spec import build_config, random_model  # noqa: E402
-from avey_b.utils.records import append_jsonl  # noqa: E402
+from avey_b.utils.records import append_jsonl, utc_timestamp  # noqa: E402
 
 GROUPS = ("enricher.bypass", "enricher.gate", "enricher.context", "fuser.bypass", "fuser.mix")
 OPTIONS = {"reduce_range": {"reduce_range": True}, "per_tensor": {"per_channel": False},
@@ -138,8 +139,8 @@ def main() -> None:
                "accuracy": accuracy, "time_length": args.time_length, "seconds": times, "median_s": median,
                "speedup_int8_over_fp32": median["onnx_fp32"] / median["onnx_int8"],
                "load_average_before": load_before, "load_average_after": os.getloadavg(),
-               "threads": args.threads, "machine": _cpu(), "onnxruntime": ort.__version__,
-               "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+               "threads": args.threads, "machine": cpu_model(), "onnxruntime": ort.__version__,
+               "time": utc_timestamp()}
         append_jsonl(args.out, rec, echo=False)
         worst = min(a["cosine_min"] for a in accuracy.values())
         print(f"{variant:24s} int8 {rec['int8_matmuls']:3d}  cos_min " +
