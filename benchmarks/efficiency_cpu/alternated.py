@@ -32,7 +32,7 @@ from avey_b.benchmarking.attention import is_compiled, static_shapes, unavailabl
 from avey_b.benchmarking.inputs import text_ids
 from avey_b.benchmarking.timing import alternate, gemm_rate, synchronize
 from avey_b.utils.model_spec import build_config, is_avey_b, random_model
-from avey_b.utils.records import append_jsonl
+from avey_b.utils.records import append_jsonl, utc_timestamp
 
 DEFAULT_MODELS = ["avey-b-base", "modernbert-base@flex_attention", "modernbert-base@sdpa",
                   "modernbert-base@flash_attention_2"]
@@ -127,7 +127,7 @@ def main() -> None:
                "fastest": fastest, "max_abs_diff": diffs, "unavailable": skipped,
                "gemm_fp32_flop_s": (g0 + g1) / 2, "torch": torch.__version__,
                "load_average_before": load_before, "load_average_after": os.getloadavg(),
-               "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+               "time": utc_timestamp()}
         append_jsonl(args.out, rec, echo=True)
 
 

@@ -43,7 +43,7 @@ from avey_b.benchmarking.inputs import text_ids
 from avey_b.benchmarking.timing import alternate, timed_call
 from avey_b.utils.device import is_oom
 from avey_b.utils.model_spec import build_config, random_model
-from avey_b.utils.records import append_jsonl
+from avey_b.utils.records import append_jsonl, utc_timestamp
 
 ATTENTIONS = ("flex_attention", "sdpa", "flash_attention_2")
 
@@ -172,7 +172,7 @@ def main() -> None:
         rec = {**facts, "length": n, "status": status, "rounds": args.rounds, "seconds": seconds,
                "median_s": median, "first_call_s": first_call, "peak_mem_bytes": peak,
                "fastest_baseline": min(bases, key=median.get) if bases else None, "ratio_median": ratios,
-               "agreement": agree, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+               "agreement": agree, "time": utc_timestamp(),
                "load_average": os.getloadavg()}
         append_jsonl(args.out, rec, echo=True)
         del outputs

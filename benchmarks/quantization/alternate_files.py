@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from avey_b.benchmarking.inputs import text_ids
-from avey_b.utils.records import append_jsonl
+from avey_b.utils.records import append_jsonl, utc_timestamp
 
 
 def main() -> None:
@@ -57,7 +57,7 @@ def main() -> None:
                             "rounds": args.rounds, "threads": args.threads, "seconds": times, "median_s": median,
                             "load_average_before": load_before, "load_average_after": os.getloadavg(),
                             "onnxruntime": ort.__version__,
-                            "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}, echo=True)
+                            "time": utc_timestamp()}, echo=True)
 
 
 if __name__ == "__main__":

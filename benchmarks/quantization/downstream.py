@@ -34,7 +34,7 @@ from types import SimpleNamespace
 
 import torch
 
-from avey_b.utils.records import append_jsonl
+from avey_b.utils.records import append_jsonl, utc_timestamp
 
 
 class Scored:
@@ -124,7 +124,7 @@ def main() -> None:
            "int8_logits_cosine_min": check["cosine"], "int8_logits_cosine_mean": check["mean_cosine"],
            "int8_identical_ranker_choices": check["identical_choices"],
            "seconds_total": seconds, "load_average": load, "threads": args.threads,
-           "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+           "time": utc_timestamp()}
     append_jsonl(args.out, rec, echo=True)
     print(f"{args.task} {task.metric}: " + ", ".join(f"{k} {v:.2f}" for k, v in scores.items()) +
           f"; int8 changes {rec['int8_changed_predictions']:.2%} of {rec['predictions_compared']} predictions")

@@ -38,7 +38,7 @@ from avey_b.benchmarking.inputs import text_ids
 from avey_b.benchmarking.timing import alternate, gemm_rate
 from avey_b.utils.device import cpu_model
 from avey_b.utils.model_spec import build_config, random_model
-from avey_b.utils.records import append_jsonl
+from avey_b.utils.records import append_jsonl, utc_timestamp
 
 
 def export_any(model, path: Path, opset: int | None = None) -> Path:
@@ -165,7 +165,7 @@ def main() -> None:
                    "gemm_fp32_flop_s": (g0 + g1) / 2, "load_average_before": load_before,
                    "load_average_after": load_after, "machine": f"{platform.node()}: {cpu_model()}",
                    "torch": torch.__version__, "onnxruntime": ort.__version__,
-                   "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+                   "time": utc_timestamp()}
             append_jsonl(args.out, rec, echo=True)
 
 

@@ -32,7 +32,7 @@ from avey_b.benchmarking.inputs import text_ids
 from avey_b.benchmarking.timing import gemm_rate, timed_call
 from avey_b.model import presets
 from avey_b.utils.device import cpu_model
-from avey_b.utils.records import append_jsonl
+from avey_b.utils.records import append_jsonl, utc_timestamp
 
 PLACEMENTS = ("embeddings", "every_layer")
 
@@ -100,7 +100,7 @@ def main() -> None:
                    "cpu_seconds": cpu, "cpu_ratio_median": statistics.median(cpu_ratios),
                    "gemm_fp32_gflop_s": [round(g0 / 1e9, 1), round(gemm_rate(torch.float32) / 1e9, 1)],
                    "load_avg": [list(load0), list(os.getloadavg())], **machine,
-                   "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+                   "time": utc_timestamp()}
             append_jsonl(args.out, rec, echo=True)
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import time
 
 import torch
 
@@ -23,7 +22,7 @@ from avey_b import AveyBModel
 from avey_b.benchmarking.timing import gemm_rate, timed_call
 from avey_b.model import presets
 from avey_b.utils.counting import count_flops
-from avey_b.utils.records import append_jsonl
+from avey_b.utils.records import append_jsonl, utc_timestamp
 
 
 def main() -> None:
@@ -66,7 +65,7 @@ def main() -> None:
                    "candidate_splits_per_tile": tile, "flops": int(flops),
                    "utilization": round(flops / seconds / ((g0 + g1) / 2), 3),
                    "gemm_gflop_per_s": [round(g0 / 1e9, 1), round(g1 / 1e9, 1)], "threads": args.threads,
-                   "load": os.getloadavg(), "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+                   "load": os.getloadavg(), "time": utc_timestamp()}
             append_jsonl(args.out, rec, echo=True)
 
 

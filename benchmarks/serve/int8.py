@@ -78,7 +78,7 @@ def main() -> None:
     from avey_b.benchmarking.inputs import text_ids
     from avey_b.benchmarking.timing import alternate
     from avey_b.utils.device import cpu_has_native_bf16, cpu_model
-    from avey_b.utils.records import append_jsonl
+    from avey_b.utils.records import append_jsonl, utc_timestamp
 
     data = Path(args.data)
     text = text_ids([str(data / "wikitext-2" / "valid.tokens.txt")], "cl100k_base")
@@ -118,7 +118,7 @@ def main() -> None:
                        "seconds": {k: [round(s, 4) for s in t.times_s] for k, t in timings.items()},
                        "load_average_before": [round(x, 2) for x in load_before],
                        "load_average_after": [round(x, 2) for x in os.getloadavg()],
-                       "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+                       "time": utc_timestamp()}
                 append_jsonl(args.out, rec, echo=True)
 
 

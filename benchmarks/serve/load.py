@@ -210,7 +210,7 @@ def run_settings(args, directory: Path) -> None:
     from transformers import AutoTokenizer
 
     from avey_b.utils.device import cpu_model
-    from avey_b.utils.records import append_jsonl
+    from avey_b.utils.records import append_jsonl, utc_timestamp
 
     tok = AutoTokenizer.from_pretrained(directory)
     text = (Path(args.data) / "wikitext-2" / "valid.tokens.txt").read_text(encoding="utf-8")
@@ -233,7 +233,7 @@ def run_settings(args, directory: Path) -> None:
                        **summary(results, wall), "peak_rss_mb": round(peak_rss_mb(proc.pid) or 0),
                        "load_average_before": [round(x, 2) for x in before],
                        "load_average_after": [round(x, 2) for x in os.getloadavg()],
-                       "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+                       "time": utc_timestamp()}
                 append_jsonl(args.out, rec, echo=True)
             finally:
                 proc.send_signal(signal.SIGTERM)
@@ -243,7 +243,7 @@ def run_settings(args, directory: Path) -> None:
         rec = {**common, **drain(directory, texts[: args.drain_requests], args.clients, free_port()),
                "load_average_before": [round(x, 2) for x in before],
                "load_average_after": [round(x, 2) for x in os.getloadavg()],
-               "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+               "time": utc_timestamp()}
         append_jsonl(args.out, rec, echo=True)
 
 

@@ -23,7 +23,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from avey_b.utils.records import append_jsonl
+from avey_b.utils.records import append_jsonl, utc_timestamp
 
 HERE = Path(__file__).resolve().parent
 
@@ -140,7 +140,7 @@ def main() -> None:
                         rec = {**common, "setting": name, "inputs": kind, "mean_tokens": round(tokens),
                                "concurrency": c, **load(url, texts, c, n, args.max_seconds),
                                "load": [round(x, 2) for x in os.getloadavg()],
-                               "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+                               "time": utc_timestamp()}
                         append_jsonl(args.out, rec, echo=True)
             finally:
                 proc.send_signal(signal.SIGTERM)

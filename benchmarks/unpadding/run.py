@@ -17,7 +17,6 @@ import argparse
 import os
 import platform
 import statistics
-import time
 
 import torch
 
@@ -25,7 +24,7 @@ from avey_b import AveyBModel
 from avey_b.benchmarking.timing import gemm_rate, timed_call
 from avey_b.model import presets
 from avey_b.utils.counting import count_flops
-from avey_b.utils.records import append_jsonl
+from avey_b.utils.records import append_jsonl, utc_timestamp
 
 LENGTHS = [128, 384, 640, 896, 1152, 2048, 6144, 16384]  # long-tailed: median 1,024, max 16,384
 
@@ -67,7 +66,7 @@ def main() -> None:
                     flops = {side: count_flops(fn) for side, fn in sides.items()}
             rate = gemm_rate(torch.float32 if dtype == "fp32" else torch.bfloat16)
             rec = {"preset": preset, "dtype": dtype, "threads": args.threads, "lengths": LENGTHS,
-                   "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "load": os.getloadavg(),
+                   "time": utc_timestamp(), "load": os.getloadavg(),
                    "gemm_gflop_per_s": [round(rates[dtype] / 1e9, 1), round(rate / 1e9, 1)]}
             for side, runs in res.items():
                 rec[f"{side}_s"] = statistics.median(t for t, _ in runs)

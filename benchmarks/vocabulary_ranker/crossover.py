@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -22,7 +21,7 @@ from avey_b import AveyBModel
 from avey_b.benchmarking.timing import alternate
 from avey_b.model import presets
 from avey_b.utils.device import autocast
-from avey_b.utils.records import append_jsonl
+from avey_b.utils.records import append_jsonl, utc_timestamp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from run import Inputs, machine  # noqa: E402  (the sibling script's input builder)
@@ -60,7 +59,7 @@ def main() -> None:
                    "measured_ratio": round(best["vocabulary"] / best["dense"], 3),
                    "estimated_ratio": round(estimate, 3), "what_auto_takes": auto, "ids": "random (uniform)",
                    "machine": machine(), "threads": 2, "load": [round(x, 2) for x in os.getloadavg()],
-                   "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+                   "time": utc_timestamp()}
             append_jsonl(out, rec, echo=True)
 
 
