@@ -25,3 +25,16 @@ def seeded(cls, config, seed=0):
     """Build a model with a fixed seed, in eval mode (deterministic outputs)."""
     torch.manual_seed(seed)
     return cls(config).eval()
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    """A saved tiny sentence-embedding Avey-B (the tiny config, seeded) with the toy tokenizer: one per test
+    module, for the tests that load a model directory (embed, serve threads)."""
+    from avey_b import AveyBForSentenceEmbedding
+    from avey_b import testing as toy
+
+    directory = tmp_path_factory.mktemp("model")
+    tok = toy.tokenizer(str(directory))
+    seeded(AveyBForSentenceEmbedding, presets.tiny(vocab_size=len(tok))).save_pretrained(directory)
+    return directory

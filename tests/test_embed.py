@@ -38,14 +38,6 @@ def corpus(n: int = 11, seed: int = 0) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    directory = tmp_path_factory.mktemp("model")
-    tok = toy.tokenizer(str(directory))
-    seeded(AveyBForSentenceEmbedding, presets.tiny(vocab_size=len(tok))).save_pretrained(directory)
-    return directory
-
-
-@pytest.fixture(scope="module")
 def head(model_dir):
     from transformers import AutoTokenizer
 

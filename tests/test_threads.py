@@ -8,13 +8,11 @@ import json
 
 import pytest
 import torch
-from conftest import seeded
 
-from avey_b import AveyBForSentenceEmbedding, cli
+from avey_b import cli
 from avey_b import testing as toy
 from avey_b.apps.encoder import Encoder
 from avey_b.apps.options import EmbedOptions, LoadOptions
-from avey_b.model import presets
 from avey_b.utils import device, shared_cpu
 from avey_b.utils.shared_cpu import SharedCpuWatch, shared_cpu_message
 
@@ -24,14 +22,6 @@ def keep_threads():
     before = torch.get_num_threads()
     yield
     torch.set_num_threads(before)
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    directory = tmp_path_factory.mktemp("model")
-    tok = toy.tokenizer(str(directory))
-    seeded(AveyBForSentenceEmbedding, presets.tiny(vocab_size=len(tok))).save_pretrained(directory)
-    return directory
 
 
 # ------------------------------------------------------------------------------------------ the watch's rule
