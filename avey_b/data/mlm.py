@@ -55,12 +55,7 @@ def mask_tokens(
     if ids.is_floating_point():
         raise TypeError(f"ids must be an integer tensor, got {ids.dtype}")
     special = torch.tensor(sorted(set(int(s) for s in special_ids) | {int(mask_id)}), dtype=ids.dtype)
-    maskable = ~torch.isin(ids, special.to(ids.device))
-    if attention_mask is not None:
-        if attention_mask.shape != ids.shape:
-            raise ValueError(f"attention_mask shape {tuple(attention_mask.shape)} != ids shape {tuple(ids.shape)}")
-        maskable &= attention_mask.bool()
-
+    maskable = _maskable(ids, special, attention_mask)
     # Draw on CPU with the caller's generator so the mask does not depend on the device.
     draw = torch.rand(ids.shape, generator=generator).to(ids.device)
     selected = (draw < rate) & maskable
@@ -69,10 +64,27 @@ def mask_tokens(
     if scheme == "mask":
         inputs[selected] = mask_id
         return inputs, labels
-
     if vocab_size is None:
         raise ValueError("scheme '80-10-10' needs vocab_size to draw random replacement tokens")
-    how = torch.rand(ids.shape, generator=generator).to(ids.device)
+    _replace_80_10_10(inputs, selected, mask_id, special, vocab_size, generator)
+    return inputs, labels
+
+
+def _maskable(ids: torch.Tensor, special: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+    """The positions that may be selected: not a special id, and real tokens where ``attention_mask`` is given."""
+    maskable = ~torch.isin(ids, special.to(ids.device))
+    if attention_mask is not None:
+        if attention_mask.shape != ids.shape:
+            raise ValueError(f"attention_mask shape {tuple(attention_mask.shape)} != ids shape {tuple(ids.shape)}")
+        maskable &= attention_mask.bool()
+    return maskable
+
+
+def _replace_80_10_10(inputs: torch.Tensor, selected: torch.Tensor, mask_id: int, special: torch.Tensor,
+                      vocab_size: int, generator: torch.Generator | None) -> None:
+    """BERT's scheme, in place: of the selected positions 80% become ``mask_id``, 10% a random non-special token,
+    10% stay unchanged."""
+    how = torch.rand(inputs.shape, generator=generator).to(inputs.device)
     to_mask = selected & (how < 0.8)
     to_random = selected & (how >= 0.8) & (how < 0.9)
     inputs[to_mask] = mask_id
@@ -82,8 +94,7 @@ def mask_tokens(
         allowed[special[(special >= 0) & (special < vocab_size)].long()] = False
         pool = allowed.nonzero().squeeze(1)
         pick = torch.randint(len(pool), (int(to_random.sum()),), generator=generator)
-        inputs[to_random] = pool[pick].to(ids.device, ids.dtype)
-    return inputs, labels
+        inputs[to_random] = pool[pick].to(inputs.device, inputs.dtype)
 
 
 def sequence_generator(seed: int, sequence_index: int) -> torch.Generator:

@@ -329,17 +329,10 @@ def generate_example(
     )
 
 
-def _fit_length(tokenizer, words, rng, draft: _Draft, *, target, unit, measure: _Measure, tolerance):
-    """Choose the number of distractor words so the example hits ``target`` tokens, then verify spans."""
-    question = draft.question
-    empty_ctx, _ = _assemble([], draft)
-    base = measure.pair(question, empty_ctx, unit)  # question + needles + special tokens
-    if base > target * (1 + tolerance):
-        raise ValueError(f"target length {target} is shorter than the question and needles ({base} tokens)")
-    # Draw distractors until their summed token counts reach the budget (additive estimate), then correct
-    # with exact counts of the assembled text: add / drop words at the end until within tolerance.
+def _draw_distractors(words, rng, measure: _Measure, budget: int) -> list[str]:
+    """Distractor words drawn until their summed token counts reach ``budget`` (an additive estimate), the last one
+    dropped where that lands nearer the budget."""
     chosen: list[str] = []
-    budget = target - base
     total = 0
     while total < budget:
         w = rng.choice(words)
@@ -347,18 +340,24 @@ def _fit_length(tokenizer, words, rng, draft: _Draft, *, target, unit, measure: 
         total += measure.word(w)
     if chosen and total - budget > budget - (total - measure.word(chosen[-1])):
         total -= measure.word(chosen.pop())
-    tol = max(0, int(tolerance * target))
-    n = -1
+    return chosen
+
+
+def _correct_length(tokenizer, words, rng, draft: _Draft, chosen: list[str], *, target, unit, measure: _Measure,
+                    tol: int):
+    """Exact counts of the assembled text, corrected by adding or dropping words at the end (``chosen``, in place)
+    until within the tolerance: never longer than the target (a set for an 8,192-token window must fit it), at most
+    2 tokens short first, anything within ``tol`` after a few corrections. Returns the context, the needles' start
+    offsets, the input's encoding (``unit="input"``; else None) and its length."""
+    question, enc, n = draft.question, None, -1
     for attempt in range(50):
         context, starts = _assemble(chosen, draft)
-        if unit == "input":  # one tokenization gives both the length and the offsets checked below
+        if unit == "input":  # one tokenization gives both the length and the offsets checked after
             enc = tokenizer(question, context, return_offsets_mapping=True)
             n = len(enc["input_ids"])
         else:
             n = measure.pair(question, context, unit)
         err = n - target
-        # Never longer than the target (a set for an 8,192-token window must fit it); aim for at most 2
-        # tokens short first, then accept anything within the tolerance after a few corrections.
         if -min(tol, 2) <= err <= 0 or (attempt >= 5 and -tol <= err <= 0):
             break
         if err > 0:
@@ -366,6 +365,20 @@ def _fit_length(tokenizer, words, rng, draft: _Draft, *, target, unit, measure: 
             del chosen[len(chosen) - drop :]
         else:
             chosen.extend(rng.choice(words) for _ in range(max(1, -err // 2)))
+    return context, starts, enc, n
+
+
+def _fit_length(tokenizer, words, rng, draft: _Draft, *, target, unit, measure: _Measure, tolerance):
+    """Choose the number of distractor words so the example hits ``target`` tokens, then verify spans."""
+    question = draft.question
+    empty_ctx, _ = _assemble([], draft)
+    base = measure.pair(question, empty_ctx, unit)  # question + needles + special tokens
+    if base > target * (1 + tolerance):
+        raise ValueError(f"target length {target} is shorter than the question and needles ({base} tokens)")
+    chosen = _draw_distractors(words, rng, measure, target - base)
+    tol = max(0, int(tolerance * target))
+    context, starts, enc, n = _correct_length(tokenizer, words, rng, draft, chosen, target=target, unit=unit,
+                                              measure=measure, tol=tol)
     if not -tol <= n - target <= 0:
         raise ValueError(f"could not reach {target} +- {tol} tokens (last: {n})")
 
@@ -471,55 +484,44 @@ def generate(
         stats = {}
         all_rows: dict[str, list[dict[str, Any]]] = {}
         for split, length, n in sets:
-            rows = generate_split(
-                tokenizer,
-                task=task,
-                split=split,
-                length=length,
-                n=n,
-                seed=seed,
-                unit=unit,
-                words=words,
-                measure=measure,
-                distractors=distractors.get(split),
-            )
+            rows = generate_split(tokenizer, task=task, split=split, length=length, n=n, seed=seed, unit=unit,
+                                  words=words, measure=measure, distractors=distractors.get(split))
             name = f"{split}_{length}"
             if fmt in ("jsonl", "both"):
                 write_jsonl_atomic(os.path.join(task_dir, name + ".jsonl"), rows)
             all_rows[name] = rows
             key = "num_tokens" if unit == "input" else "context_tokens"
-            toks = [r[key] for r in rows]
-            stats[name] = {
-                "n": len(rows),
-                "single": sum(r["num_needles"] == 1 for r in rows),
-                "tokens_min": min(toks),
-                "tokens_max": max(toks),
-                "tokens_median": statistics.median(toks),
-                "needles": {str(k): v for k, v in sorted(collections.Counter(r["num_needles"] for r in rows).items())},
-                "distractors": rows[0].get("distractors"),
-                "chance_level": set_chance_level(rows),
-            }
-            log(f"{task} {name}: {len(rows)} examples, {key} {min(toks)}..{max(toks)}, needles "
-                f"{stats[name]['needles']}, chance level {100 * stats[name]['chance_level']:.1f}%")
+            stats[name] = set_statistics(rows, key)
+            log(f"{task} {name}: {len(rows)} examples, {key} {stats[name]['tokens_min']}..{stats[name]['tokens_max']}"
+                f", needles {stats[name]['needles']}, chance level {100 * stats[name]['chance_level']:.1f}%")
         if fmt in ("hf", "both"):
             from datasets import Dataset, DatasetDict
 
             DatasetDict({k: Dataset.from_list(v) for k, v in all_rows.items()}).save_to_disk(
                 os.path.join(task_dir, "hf")
             )
-        manifest = {
-            "task": task,
-            "seed": seed,
-            "length_unit": unit,
-            "tokenizer": tokenizer_name,
-            "single_fraction": SINGLE_FRACTION,
-            "distractors": {k: format_distribution(v) for k, v in distractors.items() if v},
-            "sets": stats,
-            "format": fmt,
-            "distractor_vocabulary": len(words),
-        }
+        manifest = {"task": task, "seed": seed, "length_unit": unit, "tokenizer": tokenizer_name,
+                    "single_fraction": SINGLE_FRACTION,
+                    "distractors": {k: format_distribution(v) for k, v in distractors.items() if v},
+                    "sets": stats, "format": fmt, "distractor_vocabulary": len(words)}
         write_json_atomic(os.path.join(task_dir, "manifest.json"), manifest)
     return manifest
+
+
+def set_statistics(rows: list[dict[str, Any]], key: str) -> dict[str, Any]:
+    """The manifest's entry for one set: its size, single-needle count, lengths (``key``: ``num_tokens`` or
+    ``context_tokens``), needle counts, distractor form and chance level."""
+    toks = [r[key] for r in rows]
+    return {
+        "n": len(rows),
+        "single": sum(r["num_needles"] == 1 for r in rows),
+        "tokens_min": min(toks),
+        "tokens_max": max(toks),
+        "tokens_median": statistics.median(toks),
+        "needles": {str(k): v for k, v in sorted(collections.Counter(r["num_needles"] for r in rows).items())},
+        "distractors": rows[0].get("distractors"),
+        "chance_level": set_chance_level(rows),
+    }
 
 
 def parse_lengths(values: list[str]) -> list[int]:

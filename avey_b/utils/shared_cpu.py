@@ -6,7 +6,7 @@ that means and what to do.
 Why it matters: PyTorch (and onnxruntime) split each operation over their threads and wait for the last one, so a
 run with one thread per core is as slow as its slowest thread, and a core that another process also uses runs our
 thread at half speed or worse. On a 2-core machine with one busy neighbour, two threads can be several times slower
-than one (``benchmarks/serve/README.md`` records a server at 2,001 vs 20,912 tokens/s). Nothing in the program fails:
+than one (measured: ``benchmarks/serve/README.md``). Nothing in the program fails:
 only the rate says so.
 
 The rule, in seconds of work rather than in log lines, so that it answers within about ``patience_s`` seconds of a
