@@ -55,17 +55,18 @@ waits (--batch-wait-ms waits for more) sorted by length in batches of at most --
 Precision follows the library's policy: bf16 autocast where the device multiplies bf16 natively, float32 elsewhere.
 `--onnx [FILE]` answers the same API from an exported ONNX model run by onnxruntime on the CPU (`avey-b export MODEL
 MODEL --head embedding` writes MODEL/onnx/model.onnx, the default FILE; `--quantize int8` adds model.int8.onnx).
-The int8 model pays on short inputs: alone on a 2-core AVX2 CPU (1 thread) it ran 1.9-3.1x faster than the eager
-model up to 4K tokens, only 1.15-1.2x at 8K-30K; under a mixed load of 1-20K-token requests on a quiet machine the
-eager server answered 1.25x int8's tokens/s, in half its memory or less (benchmarks/serve/README.md).
+Which runtime answers faster depends on the machine and on the lengths of the requests (int8 gains most on short
+inputs, least on long ones): measure yours with benchmarks/serve/ (int8.py: one runtime at a time, by length;
+load.py: a server under concurrent clients; recorded results in its README.md).
 Logs on stderr (--log-level): one access line per request (method, path, status, inputs, tokens, ms). SIGTERM:
 the requests in flight are answered, new connections refused, then the server exits.
 """
 
 # The modules: batcher (the queue and the worker), work (what a batch computes), schemas (the request bodies),
-# service (names, limits, tokenization off the event loop), routes_openai, routes_tei, observe (API key, body cap,
-# access log, metrics) and app (build_app, run). This package imports them when one of their names is first asked
-# for, so that ``avey-b serve --help`` (which shows this docstring) imports no torch.
+# service (names, limits, tokenization off the event loop; the routes' dependencies), routes_openai, routes_tei and
+# routes_server (/health, /metrics: module-level routers), observe (API key, body cap, access log, metrics) and app
+# (build_app, run). This package imports them when one of their names is first asked for, so that ``avey-b serve
+# --help`` (which shows this docstring) imports no torch.
 
 import importlib
 

@@ -3,12 +3,11 @@
 ``huggingface_hub.InferenceClient(base_url=URL)`` posts to: text classification for a classifier, else
 ``/embed``)."""
 
-from __future__ import annotations
-
-import asyncio
+import asyncio  # no `from __future__ import annotations`: FastAPI reads the routes' live annotations
+from typing import Annotated
 
 import numpy as np
-from fastapi import HTTPException, Request
+from fastapi import APIRouter, Depends, HTTPException, Request
 
 from avey_b.apps.serve.schemas import (
     DecodeRequest,
@@ -19,125 +18,149 @@ from avey_b.apps.serve.schemas import (
     TextClassificationRequest,
     TokenizeRequest,
 )
-from avey_b.apps.serve.service import Service, note, read
+from avey_b.apps.serve.service import ServiceDep, note, read, reading
 from avey_b.apps.serve.work import finish_vector, scores
 
+router = APIRouter()
 
-def add_tei_routes(app, service: Service, info) -> None:
-    encoder = service.encoder
-    config = encoder.config
 
-    def labelled(values: np.ndarray) -> list[dict]:
-        """``[{"score", "label"}]``, best first."""
-        return sorted(({"score": float(v), "label": config.id2label[i]} for i, v in enumerate(values)),
-                      key=lambda d: -d["score"])
+def labelled(values: np.ndarray, id2label: dict) -> list[dict]:
+    """``[{"score", "label"}]``, best first."""
+    return sorted(({"score": float(v), "label": id2label[i]} for i, v in enumerate(values)), key=lambda d: -d["score"])
 
-    @app.post("/embed")
-    async def embed(request: Request):
-        body = await read(request, EmbedRequest)
-        dims = service.dimensions(body.dimensions)
-        encoded = await service.encode(body.input, truncate=bool(body.truncate), direction=body.truncation_direction,
-                                       prompt_name=body.prompt_name)
-        note(request, len(encoded.ids), encoded.tokens)
-        return [finish_vector(v, dims, body.normalize).tolist() for v in await service.run("embed", encoded.ids)]
 
-    @app.post("/embed_all")
-    async def embed_all(request: Request):
-        body = await read(request, EmbedAllRequest)
-        encoded = await service.encode(body.input, truncate=bool(body.truncate), direction=body.truncation_direction,
-                                       prompt_name=body.prompt_name)
-        note(request, len(encoded.ids), encoded.tokens)
-        return [v.tolist() for v in await service.run("tokens", encoded.ids)]
+@router.post("/embed")
+async def embed(request: Request, service: ServiceDep, body: Annotated[EmbedRequest, reading(EmbedRequest)]):
+    dims = service.dimensions(body.dimensions)
+    encoded = await service.encode(body.input, truncate=bool(body.truncate), direction=body.truncation_direction,
+                                   prompt_name=body.prompt_name)
+    note(request, len(encoded.ids), encoded.tokens)
+    return [finish_vector(v, dims, body.normalize).tolist() for v in await service.run("embed", encoded.ids)]
 
-    @app.post("/predict")
-    async def predict(request: Request):
-        body = await read(request, PredictRequest)
-        service.needs("classify", "/predict")
-        given = body.input
-        single = isinstance(given, str) or (len(given) == 2 and all(isinstance(t, str) for t in given))
-        sequences = [given] if single else given  # TEI's reading: a list of exactly two strings is one pair
-        firsts, seconds = [], []
-        for i, s in enumerate(sequences):
-            if isinstance(s, str):
-                firsts.append(s), seconds.append(None)
-            elif len(s) == 2:
-                firsts.append(s[0]), seconds.append(s[1])
-            else:
-                raise HTTPException(400, f"input {i} has {len(s)} texts: give a text or a pair [a, b]")
-        encoded = await service.encode_pairs(firsts, seconds, truncate=bool(body.truncate),
-                                             direction=body.truncation_direction)
-        note(request, len(firsts), encoded.tokens)
-        out = [labelled(scores(v, body.raw_scores)) for v in await service.run("logits", encoded.ids)]
-        return out[0] if single else out
 
-    @app.post("/rerank")
-    async def rerank(request: Request):
-        body = await read(request, RerankRequest)
-        service.needs("rerank", "/rerank")
-        if not body.texts:
-            raise HTTPException(400, "texts is empty")
-        encoded = await service.encode_pairs([body.query] * len(body.texts), body.texts, truncate=bool(body.truncate),
-                                             direction=body.truncation_direction)
-        note(request, len(body.texts), encoded.tokens)
-        values = [float(scores(v, body.raw_scores)[0]) for v in await service.run("logits", encoded.ids)]
-        return [{"index": i, "score": values[i], **({"text": body.texts[i]} if body.return_text else {})}
-                for i in sorted(range(len(values)), key=lambda i: -values[i])]
+@router.post("/embed_all")
+async def embed_all(request: Request, service: ServiceDep,
+                    body: Annotated[EmbedAllRequest, reading(EmbedAllRequest)]):
+    encoded = await service.encode(body.input, truncate=bool(body.truncate), direction=body.truncation_direction,
+                                   prompt_name=body.prompt_name)
+    note(request, len(encoded.ids), encoded.tokens)
+    return [v.tolist() for v in await service.run("tokens", encoded.ids)]
 
-    @app.post("/tokenize")
-    async def tokenize(request: Request):
-        body = await read(request, TokenizeRequest)
-        texts, prefix = service.rows(body.input), service.prefix(body.prompt_name)
-        texts = [prefix + t for t in texts]
-        tokenizer = encoder.tokenizer
 
-        def run():
-            enc = tokenizer(texts, add_special_tokens=body.add_special_tokens, return_offsets_mapping=True,
-                            return_special_tokens_mask=True, truncation=False, verbose=False)
-            return [[{"id": t, "text": tokenizer.convert_ids_to_tokens(t) if s else text[a:b], "special": bool(s),
-                      "start": None if s else a, "stop": None if s else b}
-                     for t, s, (a, b) in zip(ids, special, offsets, strict=True)]
-                    for text, ids, special, offsets in zip(texts, enc["input_ids"], enc["special_tokens_mask"],
-                                                            enc["offset_mapping"], strict=True)]
+@router.post("/predict")
+async def predict(request: Request, service: ServiceDep,
+                  body: Annotated[PredictRequest, reading(PredictRequest, needs="classify")]):
+    given = body.input
+    single = isinstance(given, str) or (len(given) == 2 and all(isinstance(t, str) for t in given))
+    sequences = [given] if single else given  # TEI's reading: a list of exactly two strings is one pair
+    firsts, seconds = [], []
+    for i, s in enumerate(sequences):
+        if isinstance(s, str):
+            firsts.append(s), seconds.append(None)
+        elif len(s) == 2:
+            firsts.append(s[0]), seconds.append(s[1])
+        else:
+            raise HTTPException(400, f"input {i} has {len(s)} texts: give a text or a pair [a, b]")
+    encoded = await service.encode_pairs(firsts, seconds, truncate=bool(body.truncate),
+                                         direction=body.truncation_direction)
+    note(request, len(firsts), encoded.tokens)
+    id2label = service.encoder.config.id2label
+    out = [labelled(scores(v, body.raw_scores), id2label) for v in await service.run("logits", encoded.ids)]
+    return out[0] if single else out
 
-        out = await asyncio.to_thread(run)
-        note(request, len(texts), sum(map(len, out)))
-        return out
 
-    @app.post("/decode")
-    async def decode(request: Request):
-        body = await read(request, DecodeRequest)
-        rows = service.rows(body.ids)
-        try:
-            encoder.check_ids(rows)
-        except ValueError as error:
-            raise HTTPException(400, str(error)) from None
-        note(request, len(rows), sum(map(len, rows)))
-        return await asyncio.to_thread(encoder.tokenizer.batch_decode, rows,
-                                       skip_special_tokens=body.skip_special_tokens)
+@router.post("/rerank")
+async def rerank(request: Request, service: ServiceDep,
+                 body: Annotated[RerankRequest, reading(RerankRequest, needs="rerank")]):
+    if not body.texts:
+        raise HTTPException(400, "texts is empty")
+    encoded = await service.encode_pairs([body.query] * len(body.texts), body.texts, truncate=bool(body.truncate),
+                                         direction=body.truncation_direction)
+    note(request, len(body.texts), encoded.tokens)
+    values = [float(scores(v, body.raw_scores)[0]) for v in await service.run("logits", encoded.ids)]
+    return [{"index": i, "score": values[i], **({"text": body.texts[i]} if body.return_text else {})}
+            for i in sorted(range(len(values)), key=lambda i: -values[i])]
 
-    @app.get("/info")
-    def tei_info():
-        return info()
 
-    @app.post("/")
-    async def root(request: Request):
-        """``InferenceClient(base_url=URL)``'s tasks: text classification on a classifier, else ``/embed``."""
-        if "classify" not in encoder.kinds:
-            return await embed(request)
-        body = await read(request, TextClassificationRequest)
-        parameters = body.parameters
-        function = (parameters and parameters.function_to_apply) or "default"
-        encoded = await service.encode(body.input)
-        note(request, len(encoded.ids), encoded.tokens)
-        out = []
-        for logits in await service.run("logits", encoded.ids):
-            if function == "default":
-                values = scores(logits, raw=False)
-            elif function == "sigmoid":
-                values = 1 / (1 + np.exp(-logits.astype(np.float64)))
-            elif function == "softmax":
-                values = scores(logits, raw=False) if len(logits) > 1 else np.ones(1)
-            else:
-                values = logits
-            out.append(labelled(values)[:parameters.top_k if parameters else None])
-        return out
+@router.post("/tokenize")
+async def tokenize(request: Request, service: ServiceDep, body: Annotated[TokenizeRequest, reading(TokenizeRequest)]):
+    texts, prefix = service.rows(body.input), service.prefix(body.prompt_name)
+    texts = [prefix + t for t in texts]
+    out = await asyncio.to_thread(token_table, service.encoder.tokenizer, texts, body.add_special_tokens)
+    note(request, len(texts), sum(map(len, out)))
+    return out
+
+
+def token_table(tokenizer, texts: list[str], add_special_tokens: bool) -> list[list[dict]]:
+    """Each text's tokens as TEI's ``/tokenize`` lists them: ``{id, text, special, start, stop}`` (a special
+    token's text is the token, its start and stop None)."""
+    enc = tokenizer(texts, add_special_tokens=add_special_tokens, return_offsets_mapping=True,
+                    return_special_tokens_mask=True, truncation=False, verbose=False)
+    return [[{"id": t, "text": tokenizer.convert_ids_to_tokens(t) if s else text[a:b], "special": bool(s),
+              "start": None if s else a, "stop": None if s else b}
+             for t, s, (a, b) in zip(ids, special, offsets, strict=True)]
+            for text, ids, special, offsets in zip(texts, enc["input_ids"], enc["special_tokens_mask"],
+                                                    enc["offset_mapping"], strict=True)]
+
+
+@router.post("/decode")
+async def decode(request: Request, service: ServiceDep, body: Annotated[DecodeRequest, reading(DecodeRequest)]):
+    rows = service.rows(body.ids)
+    try:
+        service.encoder.check_ids(rows)
+    except ValueError as error:
+        raise HTTPException(400, str(error)) from None
+    note(request, len(rows), sum(map(len, rows)))
+    return await asyncio.to_thread(service.encoder.tokenizer.batch_decode, rows,
+                                   skip_special_tokens=body.skip_special_tokens)
+
+
+@router.get("/info")
+def tei_info(request: Request, service: ServiceDep):
+    encoder, config, options = service.encoder, service.encoder.config, service.options
+    if "rerank" in encoder.kinds:  # TEI's fields, then this server's
+        model_type = {"reranker": {"id2label": config.id2label, "label2id": config.label2id}}
+    elif "classify" in encoder.kinds:
+        model_type = {"classifier": {"id2label": config.id2label, "label2id": config.label2id}}
+    else:
+        model_type = {"embedding": {"pooling": "mean"}}
+    return {"model_id": service.name, "model_sha": None,
+            "model_dtype": "bfloat16" if encoder.bf16 else "float32", "model_type": model_type,
+            "max_concurrent_requests": options.queue_size, "max_input_length": service.max_tokens,
+            "max_batch_tokens": options.max_batch_tokens, "max_batch_requests": None,
+            "max_client_batch_size": options.max_request_inputs, "tokenization_workers": None,
+            "version": request.app.version, "architecture": encoder.architecture, "serves": encoder.kinds,
+            **service.limits(), "hidden_size": config.hidden_size, "matryoshka_dimensions": service.matryoshka,
+            "normalize_embeddings": bool(getattr(config, "normalize_embeddings", True)),
+            "prompts": service.prompts, "device": str(encoder.device),
+            "runtime": f"onnxruntime: {encoder.onnx_file.name}" if encoder.onnx_file else "eager",
+            "threads": service.threads()}
+
+
+async def inference_client_body(request: Request, service: ServiceDep) -> TextClassificationRequest | EmbedRequest:
+    """``POST /``'s body: text classification's on a classifier, else ``/embed``'s."""
+    return await read(request, TextClassificationRequest if "classify" in service.encoder.kinds else EmbedRequest)
+
+
+@router.post("/")
+async def root(request: Request, service: ServiceDep,
+               body: Annotated[TextClassificationRequest | EmbedRequest, Depends(inference_client_body)]):
+    """``InferenceClient(base_url=URL)``'s tasks: text classification on a classifier, else ``/embed``."""
+    if isinstance(body, EmbedRequest):
+        return await embed(request, service, body)
+    parameters = body.parameters
+    function = (parameters and parameters.function_to_apply) or "default"
+    encoded = await service.encode(body.input)
+    note(request, len(encoded.ids), encoded.tokens)
+    out = []
+    for logits in await service.run("logits", encoded.ids):
+        if function == "default":
+            values = scores(logits, raw=False)
+        elif function == "sigmoid":
+            values = 1 / (1 + np.exp(-logits.astype(np.float64)))
+        elif function == "softmax":
+            values = scores(logits, raw=False) if len(logits) > 1 else np.ones(1)
+        else:
+            values = logits
+        out.append(labelled(values, service.encoder.config.id2label)[:parameters.top_k if parameters else None])
+    return out

@@ -1,16 +1,21 @@
 """What every route shares: the served model's name and limits, and the steps from a request's inputs to the
 model's answers — the checks that need no tokenizer (on the event loop: counts, characters), tokenization and the
-token limit (on a worker thread, so that a large request never holds the event loop), and the batcher."""
+token limit (on a worker thread, so that a large request never holds the event loop), and the batcher; and the
+routes' two dependencies: the app's :class:`Service` (:data:`ServiceDep`) and the request's body, read and checked
+(:func:`reading`)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import queue
+import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated
 
-from fastapi import HTTPException
+import torch
+from fastapi import Depends, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ValidationError
 
@@ -91,7 +96,19 @@ class Service:
         self.max_tokens = options.max_tokens or default_max_tokens(encoder.config.hidden_size)
         self.prompts = sentence_transformers_prompts(encoder.path)
         self.matryoshka = list(getattr(encoder.config, "matryoshka_dimensions", None) or [])
+        self.created = int(time.time())  # the OpenAI model card's `created`
         self.batcher: Batcher | None = None
+
+    def limits(self) -> dict:
+        """The server's limits, as ``/health`` and ``/info`` show them."""
+        options = self.options
+        return {"max_tokens": self.max_tokens, "max_input_chars": options.max_input_chars,
+                "max_body_bytes": options.max_body_bytes, "max_request_inputs": options.max_request_inputs,
+                "max_batch_tokens": options.max_batch_tokens, "queue_size": options.queue_size}
+
+    def threads(self) -> int | None:
+        """The threads the model runs on: onnxruntime's, else torch's."""
+        return self.encoder.threads if self.encoder.onnx_file else torch.get_num_threads()
 
     # ------------------------------------------------------------------ checks
     def needs(self, kind: str, route: str) -> None:
@@ -253,6 +270,32 @@ class Service:
         except RuntimeError as error:
             raise HTTPException(503, str(error)) from None
         return list(await asyncio.gather(*(asyncio.wrap_future(j.future) for j in jobs)))
+
+
+async def get_service(request: Request) -> Service:
+    """The app's :class:`Service` (``app.state.service``, set by :func:`avey_b.apps.serve.app.build_app`). Async: a
+    plain function would be run on the thread pool."""
+    return request.app.state.service
+
+
+#: a route's parameter that receives the app's :class:`Service`
+ServiceDep = Annotated[Service, Depends(get_service)]
+
+
+def reading(body_type: type[BaseModel], needs: str | None = None):
+    """A route's dependency that gives the request's body as ``body_type`` (:func:`read`: 422 when invalid), then
+    refuses a body that names another model than the served one (404) and, with ``needs`` (a kind of answer, a key
+    of :data:`NEEDS`), a checkpoint that cannot answer the route (400 naming the route)."""
+
+    async def body(request: Request, service: ServiceDep) -> BaseModel:
+        body = await read(request, body_type)
+        if "model" in body_type.model_fields:
+            service.check_model(body.model)
+        if needs is not None:
+            service.needs(needs, request.scope["route"].path)
+        return body
+
+    return Depends(body)
 
 
 def _cut(row: list, cuttable: list[bool], excess: int, direction: str, i: int) -> list:
