@@ -20,23 +20,25 @@ trained with transformers' ``Trainer`` on ``AutoModelForTokenClassification`` an
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from typing import Any
 
+from avey_b.data.conll import ENTITY_TAG, read_conll
 from avey_b.utils.files import DataFileError
 
 from . import common
-from .data import Table, is_conll, read_conll, read_split, read_table
+from .alignment import align_labels, word_index_of_tokens, word_predictions
+from .data import Table, is_conll, read_split, read_table
 from .options import OwnDataOptions
-
-_ENTITY_TAG = re.compile(r"^(O|[BIESLU]-\S+)$")
 
 
 def read_tagged(source: str, options: OwnDataOptions) -> Table:
     """The sentences of ``source`` as a :class:`Table` of ``tokens`` and ``tags`` (lists of strings of one length)."""
     if is_conll(source):
-        return read_conll(source, options.tokens_column, options.tags_column)
+        sentences = read_conll(source, _column_number(options.tokens_column, 0),
+                               _column_number(options.tags_column, -1))
+        return Table(source, [{"tokens": s.tokens, "tags": s.tags} for s in sentences],
+                     [f"line {s.line}" for s in sentences])
     table = read_table(source, {"tokens": options.tokens_column, "tags": options.tags_column}, task=options.task)
     rows = []
     for i, row in enumerate(table.rows):
@@ -49,6 +51,12 @@ def read_tagged(source: str, options: OwnDataOptions) -> Table:
             raise DataFileError(f"{table.where(i)}: {len(words)} words but {len(tags)} tags")
         rows.append({"tokens": [str(w) for w in words], "tags": [str(t) for t in tags]})
     return Table(table.source, rows, table.places)
+
+
+def _column_number(column: str, default: int) -> int:
+    """A CoNLL column given by number (``--tokens-column 0``, ``--tags-column 3``; negative: from the end); a
+    column name (the JSONL default, ``tokens``/``tags``) means ``default``."""
+    return int(column) if column.lstrip("-").isdigit() else default
 
 
 def check_sentences(table: Table) -> None:
@@ -75,7 +83,7 @@ def tag_set(train: Table, validation: Table) -> tuple[list[str], list[str]]:
 
 
 def is_entity_tagging(names: list[str]) -> bool:
-    return all(_ENTITY_TAG.match(t) for t in names) and any(t != "O" for t in names)
+    return all(ENTITY_TAG.match(t) for t in names) and any(t != "O" for t in names)
 
 
 def scores(gold: list[list[str]], pred: list[list[str]], entity: bool) -> dict[str, float]:
@@ -103,7 +111,6 @@ def train(options: OwnDataOptions) -> dict[str, Any]:
     import transformers
     from transformers import AutoModelForTokenClassification, DataCollatorForTokenClassification
 
-    from avey_b.evaluation.tasks.tc import align_labels, word_index_of_tokens, word_predictions
     from avey_b.utils.files import model_source
 
     common.set_threads(options)
