@@ -20,15 +20,27 @@ from typing import Any
 from avey_b import configs
 from avey_b.data import niah as niah_data
 from avey_b.data import niah_authors as authors
+from avey_b.finetuning import registry
 from avey_b.utils.cluster import BACKENDS
 from avey_b.utils.records import slug
 
 from .niah.forms import FORM_DEFAULTS, FORMS
 
-#: The paper's 12 downstream benchmarks, in the column order of its Table 3 (family by family); each is a
-#: :class:`~avey_b.evaluation.tasks.base.Task` of :data:`avey_b.evaluation.tasks.TASKS`.
-TASK_NAMES = ("mnli", "qqp", "sst2", "conll2003", "ontonotes", "uner", "record", "squad", "squad_v2", "mldr",
-              "msmarco", "nq")
+#: The paper's benchmark cells as a family of ``avey-b finetune``'s one task table
+#: (:mod:`avey_b.finetuning.registry`): options :class:`FinetuneOptions` + :class:`RunConfig` + :class:`DataFiles`,
+#: run by :func:`avey_b.evaluation.finetune.run`.
+BENCHMARKS = registry.Family("benchmark", "THE PAPER'S BENCHMARKS", parser="avey_b.evaluation.settings:finetune_parser",
+                             runner="avey_b.evaluation.finetune:run")
+#: The paper's 12 downstream benchmarks, in the column order of its Table 3 (family by family), registered in the
+#: task table; each is a :class:`~avey_b.evaluation.tasks.base.Task` class (:data:`avey_b.evaluation.tasks.TASKS`).
+TASK_NAMES: tuple[str, ...] = registry.register(BENCHMARKS, {
+    "mnli": "avey_b.evaluation.tasks.sc:MNLI", "qqp": "avey_b.evaluation.tasks.sc:QQP",
+    "sst2": "avey_b.evaluation.tasks.sc:SST2", "conll2003": "avey_b.evaluation.tasks.tc:CoNLL2003",
+    "ontonotes": "avey_b.evaluation.tasks.tc:OntoNotes", "uner": "avey_b.evaluation.tasks.tc:UNER",
+    "record": "avey_b.evaluation.tasks.qa:ReCoRD", "squad": "avey_b.evaluation.tasks.qa:SQuAD",
+    "squad_v2": "avey_b.evaluation.tasks.qa:SQuADv2", "mldr": "avey_b.evaluation.tasks.ir:MLDR",
+    "msmarco": "avey_b.evaluation.tasks.ir:MSMARCO", "nq": "avey_b.evaluation.tasks.ir:NQ",
+})
 PROTOCOLS = ("standard", "paper")
 WEIGHTS_DTYPES = ("float32", "bfloat16")
 AGGREGATES = ("median", "best")

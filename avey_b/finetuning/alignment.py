@@ -1,6 +1,6 @@
-"""Words and sub-word tokens, for every tagger (your own data's, :mod:`avey_b.finetuning.tagging`, and the
-benchmarks', :mod:`avey_b.evaluation.tasks.tc`): which word each token belongs to, the token labels a word's label
-becomes, and a word's prediction from its tokens'.
+"""Words and sub-word tokens, for every tagger (your own data's, :mod:`avey_b.finetuning.tagging`, and the paper's
+token-classification benchmarks'): which word each token belongs to, the token labels a word's label becomes, and a
+word's prediction from its tokens'.
 
 Alignment goes through the tokenizer's character offsets over the words joined by single spaces, which works for
 every fast tokenizer (WordPiece, byte-level BPE with or without prefix spaces), unlike ``is_split_into_words``,

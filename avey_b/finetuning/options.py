@@ -2,15 +2,15 @@
 fields build the command line (:func:`avey_b.configs.add_arguments`), the Python API
 (:func:`avey_b.finetuning.finetune`) and the run's record (``finetune.json`` in the output directory).
 
-``avey-b finetune`` is one verb for two families, told apart by ``--task``:
+``avey-b finetune`` is one verb over one task table (:mod:`avey_b.finetuning.registry`), told apart by ``--task``:
 
 * your own data — ``text-classification``, ``token-classification``, ``embedding``, ``rerank``
-  (:data:`OWN_TASKS`: the task -> the ``"module:function"`` that trains it, each ``train(options) -> dict``);
-* the paper's 12 benchmarks — ``sst2``, ``conll2003``, ``msmarco``, ... (:mod:`avey_b.evaluation.settings`,
-  unchanged: one fine-tuning cell of the paper's protocol).
+  (:data:`OWN_DATA`: each task a ``train(options) -> dict``), registered here;
+* the paper's 12 benchmarks — ``sst2``, ``conll2003``, ``msmarco``, ... (one fine-tuning cell of the paper's
+  protocol, with its own options), registered by the protocol's settings module.
 
-:func:`finetune_parser` reads ``--task`` first and parses the rest with that family's options; ``avey-b finetune
---help`` shows both. Standard library only, so that ``--help`` imports no torch.
+:class:`FinetuneParser` reads ``--task`` first and parses the rest with that task's family's options; ``avey-b
+finetune --help`` shows every family. Standard library only, so that ``--help`` imports no torch.
 """
 
 from __future__ import annotations
@@ -21,16 +21,19 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from avey_b import configs
-from avey_b.evaluation import settings as benchmark_settings
 
-#: Own-data task -> the ``"module:function"`` that trains it: ``train(options: OwnDataOptions) -> dict`` (the
-#: results record). Adding a task is adding a module here.
-OWN_TASKS: dict[str, str] = {
+from . import registry
+
+#: Your own data's tasks: :class:`OwnDataOptions`, each task module's ``train(options: OwnDataOptions) -> dict``
+#: (the results record). Adding a task is adding a module here.
+OWN_DATA = registry.Family("own data", "YOUR OWN DATA", parser="avey_b.finetuning.options:own_data_parser",
+                           runner="avey_b.finetuning.run:run_own_data")
+OWN_TASKS: tuple[str, ...] = registry.register(OWN_DATA, {
     "text-classification": "avey_b.finetuning.classification:train",
     "token-classification": "avey_b.finetuning.tagging:train",
     "embedding": "avey_b.finetuning.embedding:train",
     "rerank": "avey_b.finetuning.rerank:train",
-}
+})
 
 #: The default peak learning rate of each own-data task, and where it comes from (``--lr`` overrides it).
 DEFAULT_LR: dict[str, tuple[float, str]] = {
@@ -178,8 +181,9 @@ class OwnDataOptions:
 
     def __post_init__(self) -> None:
         if self.task not in OWN_TASKS:
-            raise ValueError(f"task must be one of {sorted(OWN_TASKS)} (or a benchmark: "
-                             f"{', '.join(benchmark_settings.TASK_NAMES)}), got {self.task!r}")
+            others = [name for name in registry.TASKS if name not in OWN_TASKS]
+            elsewhere = f" (or, with its own options, one of {', '.join(others)})" if others else ""
+            raise ValueError(f"task must be one of {sorted(OWN_TASKS)}{elsewhere}, got {self.task!r}")
         if not 0 < self.validation_fraction < 1:
             raise ValueError(f"validation_fraction must be in (0, 1), got {self.validation_fraction}")
         if self.problem_type not in PROBLEM_TYPES:
@@ -257,45 +261,39 @@ def own_data_parser() -> argparse.ArgumentParser:
 
 class FinetuneParser(argparse.ArgumentParser):
     """``avey-b finetune``: reads ``--task``, then parses the arguments with the options of that task's family
-    (:func:`own_data_parser`, or the benchmark cell's :func:`avey_b.evaluation.settings.finetune_parser`)."""
+    (:class:`avey_b.finetuning.registry.Family`: :func:`own_data_parser`, or the family's that registered it)."""
 
     def __init__(self) -> None:
         super().__init__(prog="avey-b finetune", formatter_class=argparse.RawDescriptionHelpFormatter,
                          description="Fine-tune an encoder on your own data (a classifier, a tagger, an embedding "
                          "model, a reranker), or run one cell of the paper's benchmark protocol.\n\n" + EXAMPLES)
-        self.add_argument("--task", required=True, choices=[*OWN_TASKS, *benchmark_settings.TASK_NAMES],
-                          help="what to train: one of your own data's tasks, or a benchmark (then the benchmark "
+        self.add_argument("--task", required=True, choices=list(registry.TASKS),
+                          help="what to train: one of your own data's tasks, or a benchmark (then that family's "
                           "options below apply)")
 
-    def families(self) -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
-        bench = benchmark_settings.finetune_parser()
-        bench.prog = "avey-b finetune --task {" + ",".join(benchmark_settings.TASK_NAMES) + "}"
-        return own_data_parser(), bench
+    @staticmethod
+    def family_parser(family: registry.Family) -> argparse.ArgumentParser:
+        """The parser of ``family``'s options, named after its tasks."""
+        parser = registry.load(family.parser)()
+        parser.prog = "avey-b finetune --task {" + ",".join(registry.names(family)) + "}"
+        return parser
 
     def format_help(self) -> str:
-        own, bench = self.families()
         rule = "-" * 100
-        return (super().format_help() + f"\n{rule}\nYOUR OWN DATA (--task {' | '.join(OWN_TASKS)})\n{rule}\n"
-                + own.format_help() + f"\n{rule}\nTHE PAPER'S BENCHMARKS (--task "
-                + " | ".join(benchmark_settings.TASK_NAMES) + f")\n{rule}\n" + bench.format_help())
+        return super().format_help() + "".join(
+            f"\n{rule}\n{family.title} (--task {' | '.join(registry.names(family))})\n{rule}\n"
+            + self.family_parser(family).format_help() for family in registry.families())
 
     def parse_args(self, args=None, namespace=None):
         argv = list(sys.argv[1:] if args is None else args)
         peek = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
         peek.add_argument("--task")
         task = peek.parse_known_args(argv)[0].task
-        own, bench = self.families()
-        if task in OWN_TASKS:
-            return own.parse_args(argv, namespace)
-        if task in benchmark_settings.TASK_NAMES:
-            return bench.parse_args(argv, namespace)
+        if task in registry.TASKS:
+            return self.family_parser(registry.TASKS[task].family).parse_args(argv, namespace)
         return super().parse_args(argv, namespace)  # --help, or the error that names the tasks
 
 
 def finetune_parser() -> argparse.ArgumentParser:
-    """The parser of ``avey-b finetune`` (both families, chosen by ``--task``)."""
+    """The parser of ``avey-b finetune`` (every registered family, chosen by ``--task``)."""
     return FinetuneParser()
-
-
-def is_own_task(task: str) -> bool:
-    return task in OWN_TASKS
