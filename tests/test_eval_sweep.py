@@ -9,7 +9,7 @@ import pytest
 from avey_b import cli
 from avey_b import testing as toy
 from avey_b.evaluation import finetune, report, sweep
-from avey_b.evaluation.settings import suite_from_args
+from avey_b.evaluation.suites import suite_from_args
 
 
 def evaluate(argv):

@@ -28,7 +28,7 @@ from typing import Any
 from avey_b.configs import from_args
 from avey_b.utils.records import write_text_atomic
 
-from .settings import ReportOptions
+from .suites import ReportOptions
 from .tasks import FAMILIES, TASKS
 
 PROTOCOL_LABEL = {
@@ -196,7 +196,7 @@ aggregate_fn = aggregate
 
 
 def run(args: argparse.Namespace) -> int:
-    """``avey-b report`` (the arguments of :func:`avey_b.evaluation.settings.report_parser`)."""
+    """``avey-b report`` (the arguments of :func:`avey_b.evaluation.suites.report_parser`)."""
     options = from_args(ReportOptions, args)
     md_path, json_path = write_report(options.output_dir, options.aggregate, options.protocol)
     with open(md_path, encoding="utf-8") as f:
