@@ -18,6 +18,7 @@ from typing import Any
 
 from avey_b import configs
 from avey_b.finetuning import registry
+from avey_b.finetuning.settings import TrainingSettings
 
 #: The paper's benchmark cells as a family of ``avey-b finetune``'s one task table
 #: (:mod:`avey_b.finetuning.registry`): options :class:`FinetuneOptions` + :class:`RunConfig` + :class:`DataFiles`,
@@ -47,22 +48,21 @@ GRIDS: dict[str, tuple[tuple[float, ...], int]] = {
 
 # ------------------------------------------------------------------------------------------ one fine-tuning cell
 @dataclass
-class RunConfig:
-    """Settings of one fine-tuning cell (one model x one task x one lr x one seed)."""
+class RunConfig(TrainingSettings):
+    """Settings of one fine-tuning cell (one model x one task x one lr x one seed): the training settings every
+    fine-tuning shares (:class:`~avey_b.finetuning.settings.TrainingSettings`: ``lr``, ``seed``, ``batch_size``,
+    ``warmup_ratio``, ``max_train_examples``, ``precision``, ``device``, ``threads`` as declared there; ``epochs``,
+    ``weight_decay`` and ``max_length`` declared again below, with the reason for their defaults) and the
+    protocol's own."""
 
-    lr: float = 5e-5
-    """Peak learning rate (AdamW); linear warm-up over ``warmup_ratio`` of the steps, then linear decay to 0."""
-    seed: int = 0
-    """Seeds the head initialisation, the data order and dropout."""
     protocol: str = "standard"
     """``standard`` (the benchmarks' own metrics, this dataclass's defaults) or ``paper``: the protocol the paper
     adopted (§5.1, EncodEval), its training settings (:mod:`avey_b.evaluation.protocol`) and scoring (metrics.py)."""
     epochs: float | None = None
-    """Training epochs; None takes the task family's default (SC/TC 1, QA 4)."""
+    """Training epochs; None takes the task family's default, the paper's (§5.1: SC/TC 1, QA 4; IR counts steps),
+    not the general 3: a benchmark cell trains as long as the paper's."""
     max_steps: int | None = None
     """Optimizer steps; overrides epochs. None takes the family default for step-based tasks (IR 1000)."""
-    batch_size: int = 32
-    """Training examples per optimizer step (with accumulation: all its micro-batches together)."""
     grad_accumulation: int = 1
     """Micro-batches per optimizer step: each step's ``batch_size`` examples go through the model in this many
     forward/backward passes (at most one example each), their gradients summed with weights that make the step
@@ -70,19 +70,20 @@ class RunConfig:
     eval_batch_size: int = 64
     """Examples per forward pass when scoring."""
     max_length: int | None = 512
-    """Tokens per input (documents for IR; question + context window for QA). None: no truncation beyond the
-    model's own limit, computed as EncodEval's ``max_length: null`` does (0.99 x the position table: BERT 507,
-    RoBERTa 509, ModernBERT 8,110, NeoBERT 4,055 tokens; no limit for Avey-B)."""
+    """Tokens per input (documents for IR; question + context window for QA). 512, not the general None: the
+    standard protocol reads every model's inputs at BERT's window, so that scores compare. None: no truncation
+    beyond the model's own limit, computed as EncodEval's ``max_length: null`` does (0.99 x the position table:
+    BERT 507, RoBERTa 509, ModernBERT 8,110, NeoBERT 4,055 tokens; no limit for Avey-B), the paper protocol's."""
     query_max_length: int | None = 64
     """IR only: tokens per query. None: as ``max_length: None``."""
     doc_stride: int = 128
     """QA only: tokens shared by two consecutive windows of a long context."""
     max_answer_length: int = 30
     """QA only: longest answer span, in tokens."""
-    warmup_ratio: float = 0.1
-    """Share of the steps spent warming the learning rate up from 0."""
     weight_decay: float = 0.0
-    """AdamW weight decay (decoupled), as transformers' Trainer applies it: not on biases and normalization weights."""
+    """AdamW weight decay (decoupled), as transformers' Trainer applies it: not on biases and normalization weights.
+    0, not BERT's 0.01: the standard protocol's cells are recorded without weight decay (transformers'
+    ``TrainingArguments`` default); the paper protocol's table sets EncodEval's 0.1."""
     adam_beta1: float = 0.9
     """AdamW β1."""
     adam_beta2: float = 0.999
@@ -95,60 +96,35 @@ class RunConfig:
     bf16."""
     grad_clip: float = 1.0
     """Clip the gradient norm to this value (0: no clipping)."""
-    precision: str = "auto"
-    """``auto``: bf16 autocast on CUDA and on CPUs that multiply bf16 natively (AMX / AVX512-BF16), float32
-    elsewhere — the policy of pretraining's ``precision: auto``; ``bf16`` or ``fp32`` force one."""
     normalize_embeddings: bool = True
     """IR only: L2-normalise the mean-pooled embeddings (retrieval by cosine)."""
     ir_scale: float = 20.0
     """IR only: InfoNCE logit scale on cosine similarities (sentence-transformers' default)."""
-    max_train_examples: int | None = None
-    """Use only the first N training examples."""
     max_eval_examples: int | None = None
     """Score only the first N examples (IR: queries)."""
-    device: str | None = None
-    """``cpu``, ``cuda``, ``cuda:1``...; None picks CUDA when available."""
-    threads: int | None = None
-    """CPU threads (PyTorch's); None: one per CPU this process may use (its affinity mask and cgroup CPU quota), or
-    OMP_NUM_THREADS, or a sweep worker's share. On a CPU that other busy processes share, 1 is often several times
-    faster. Like the device, it is not part of a cell's settings (it changes no score)."""
     trust_remote_code: bool = False
     """Run a Hub model's own code (NeoBERT)."""
     corpus_chunk: int = 65536
     """IR only: corpus documents encoded and scored per chunk (bounds the memory of retrieval)."""
 
     def __post_init__(self) -> None:
-        if self.precision not in configs.PRECISIONS:
-            raise ValueError(f"precision must be one of {configs.PRECISIONS}, got {self.precision!r}")
+        super().__post_init__()  # the shared fields' checks
         if self.weights_dtype not in WEIGHTS_DTYPES:
             raise ValueError(f"weights_dtype must be one of {WEIGHTS_DTYPES}, got {self.weights_dtype!r}")
         if self.protocol not in PROTOCOLS:
             raise ValueError(f"protocol must be one of {PROTOCOLS}, got {self.protocol!r}")
-        if self.threads is not None and self.threads < 1:
-            raise ValueError(f"threads must be >= 1, got {self.threads}")
         if self.corpus_chunk < 1:
             raise ValueError(f"corpus_chunk must be >= 1, got {self.corpus_chunk}")
-        if not self.lr > 0:
-            raise ValueError(f"lr must be > 0, got {self.lr}")
         if self.max_steps is not None and self.max_steps < 1:
             raise ValueError(f"max_steps must be >= 1, got {self.max_steps}")
-        if self.epochs is not None and not self.epochs > 0:
-            raise ValueError(f"epochs must be > 0, got {self.epochs}")
-        if not 0 <= self.warmup_ratio < 1:
-            raise ValueError(f"warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
-        for name in ("batch_size", "grad_accumulation", "eval_batch_size", "max_length", "query_max_length",
-                     "max_answer_length"):
+        for name in ("grad_accumulation", "eval_batch_size", "query_max_length", "max_answer_length"):
             value = getattr(self, name)
-            if value is None and name in ("max_length", "query_max_length"):
-                continue
-            if value < 1:
+            if value is not None and value < 1:
                 raise ValueError(f"{name} must be >= 1, got {value}")
         if not (0 <= self.adam_beta1 < 1 and 0 <= self.adam_beta2 < 1):
             raise ValueError(f"adam_beta1 and adam_beta2 must be in [0, 1), got {self.adam_beta1}, {self.adam_beta2}")
         if not self.adam_epsilon > 0:
             raise ValueError(f"adam_epsilon must be > 0, got {self.adam_epsilon}")
-        if self.weight_decay < 0:
-            raise ValueError(f"weight_decay must be >= 0, got {self.weight_decay}")
         if self.doc_stride < 0:
             raise ValueError(f"doc_stride must be >= 0, got {self.doc_stride}")
 

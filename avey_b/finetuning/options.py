@@ -23,6 +23,7 @@ from typing import Any
 from avey_b import configs
 
 from . import registry
+from .settings import TrainingSettings
 
 #: Your own data's tasks: :class:`OwnDataOptions`, each task module's ``train(options: OwnDataOptions) -> dict``
 #: (the results record). Adding a task is adding a module here.
@@ -77,10 +78,11 @@ transformers' pipeline / Auto classes, or serve it) and results.json: the held-o
 A finished output directory is refused unless --overwrite (the old one is moved aside) or --resume."""
 
 
-@dataclass
-class OwnDataOptions:
-    """``avey-b finetune`` on your own data: the model, the task, the data and where the trained model goes; the
-    Python form is :func:`avey_b.finetuning.finetune`."""
+@dataclass(kw_only=True)
+class OwnDataOptions(TrainingSettings):
+    """``avey-b finetune`` on your own data: the model, the task, the data and where the trained model goes, and
+    the training settings every fine-tuning shares (:class:`~avey_b.finetuning.settings.TrainingSettings`, their
+    defaults but ``lr``'s); the Python form is :func:`avey_b.finetuning.finetune`."""
 
     model: str
     """Hub id or local directory of the encoder to start from (Avey-B, BERT, ModernBERT, ...)."""
@@ -143,39 +145,14 @@ class OwnDataOptions:
     lr: float | None = None
     """Peak learning rate (AdamW, linear warm-up then linear decay). None: the task's default, 5e-5 for every task
     (BERT's fine-tuning recommendation, Devlin et al. 2019 App. A.3; transformers' and sentence-transformers'
-    trainer default); results.json records which and why."""
-    epochs: float = 3.0
-    """Passes over the training data (BERT's fine-tuning recommendation is 2 to 4)."""
-    batch_size: int = 32
-    """Training examples per optimizer step (also the scoring batch)."""
-    warmup_ratio: float = 0.1
-    """Share of the steps spent warming the learning rate up from 0."""
-    weight_decay: float = 0.01
-    """AdamW decoupled weight decay (not on biases and norm weights), BERT's 0.01."""
-    max_length: int | None = None
-    """Tokens per input, longer ones cut. None: nothing is cut for Avey-B (no position limit): the longest input
-    may be as long as memory allows (half the available memory at 24 bytes per token and unit of width, as
-    avey-b embed computes it) and a longer one is an error naming its file and line; for a model with a
-    position limit (BERT: 512), that limit, and results.json counts the inputs cut."""
-    max_train_examples: int | None = None
-    """Train on only the first N training rows (after the validation rows are held out); rerank: the first N
-    training queries, with all their documents."""
-    seed: int = 0
-    """Seeds the head initialisation, the data order and dropout."""
+    trainer default); results.json records which and why (the one default the general settings' 5e-5 leaves
+    unrecorded)."""
     overwrite: bool = False
     """Start afresh in an output directory that holds a run: the old one is moved aside to
     <output-dir>.old-<time> (nothing is deleted)."""
     resume: bool = False
     """Continue an interrupted run in the output directory from its last checkpoint (the options must be the
     same); a finished one is answered with its results."""
-    precision: str = "auto"
-    """auto: bf16 autocast on CUDA and on CPUs that multiply bf16 natively, float32 elsewhere; bf16 or fp32 force
-    one."""
-    device: str | None = None
-    """cpu, cuda or mps; None: CUDA when available (transformers' Trainer takes the first visible GPU: choose another with
-    CUDA_VISIBLE_DEVICES)."""
-    threads: int | None = None
-    """CPU threads for PyTorch; None: its default, capped at the CPUs this process may use."""
     tokenizer: str | None = None
     """Tokenizer name or path when the model directory has none; it is saved with the trained model."""
 
@@ -188,8 +165,6 @@ class OwnDataOptions:
             raise ValueError(f"validation_fraction must be in (0, 1), got {self.validation_fraction}")
         if self.problem_type not in PROBLEM_TYPES:
             raise ValueError(f"problem_type must be one of {PROBLEM_TYPES}, got {self.problem_type!r}")
-        if self.precision not in configs.PRECISIONS:
-            raise ValueError(f"precision must be one of {configs.PRECISIONS}, got {self.precision!r}")
         if self.device is not None and self.device.split(":")[0] not in ("cpu", "cuda", "mps", "auto"):
             raise ValueError(f"device must be cpu, cuda or mps, got {self.device!r}")
         if self.device is not None and self.device.startswith("cuda:") and self.device != "cuda:0":
@@ -197,18 +172,7 @@ class OwnDataOptions:
                              f"CUDA_VISIBLE_DEVICES={self.device.split(':')[1]} and --device cuda")
         if self.overwrite and self.resume:
             raise ValueError("give --overwrite (start afresh) or --resume (continue), not both")
-        if self.lr is not None and not self.lr > 0:
-            raise ValueError(f"lr must be > 0, got {self.lr}")
-        if not self.epochs > 0:
-            raise ValueError(f"epochs must be > 0, got {self.epochs}")
-        if not 0 <= self.warmup_ratio < 1:
-            raise ValueError(f"warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
-        if self.weight_decay < 0:
-            raise ValueError(f"weight_decay must be >= 0, got {self.weight_decay}")
-        for name in ("batch_size", "max_length", "max_train_examples", "threads"):
-            value = getattr(self, name)
-            if value is not None and value < 1:
-                raise ValueError(f"{name} must be >= 1, got {value}")
+        super().__post_init__()  # the shared fields' checks
         if len(self.label_separator) != 1:
             raise ValueError(f"label_separator must be one character, got {self.label_separator!r}")
         if self.loss is not None and self.loss not in LOSSES.get(self.task, ()):
