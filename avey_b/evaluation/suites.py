@@ -55,7 +55,8 @@ class SuiteConfig:
     """Task -> ``RunConfig`` fields for that task only (``msmarco_pairs``: the paper protocol's IR training)."""
     data: dict = field(default_factory=dict)
     """Task -> local data (``train``, ``eval``, ``train_split``, ``eval_split``, ``holdout``); under the paper
-    protocol the IR benchmarks take only ``eval``/``eval_split`` and ``msmarco_pairs`` only ``train``/``train_split``."""
+    protocol the IR benchmarks take only ``eval``/``eval_split`` and ``msmarco_pairs`` only
+    ``train``/``train_split``."""
     tokenizer: str | None = None
     """A tokenizer for every model (default: each model's own)."""
     settings: dict = field(default_factory=dict)

@@ -152,7 +152,8 @@ def model_settings(items: list[str] | dict[str, Any]) -> dict[str, dict[str, Any
     for name, value in items.items():
         if isinstance(value, dict):
             if "model" not in value:
-                raise ValueError(f"model {name!r}: a mapping needs a 'model' key (its path or Hub id), got {sorted(value)}")
+                raise ValueError(f"model {name!r}: a mapping needs a 'model' key (its path or Hub id), "
+                                 f"got {sorted(value)}")
             out[slug(str(name))] = {k: v for k, v in value.items() if k != "model"}
     return out
 
@@ -366,7 +367,8 @@ def _remove(path: str) -> None:
 
 
 def run_sweep(cells: list[Cell], output_dir: str, workers: int | None = 1, devices: list[str] | None = None,
-              isolate: bool = False, log=print, backend: str = "local", ray_address: str | None = None) -> dict[str, str]:
+              isolate: bool = False, log=print, backend: str = "local",
+              ray_address: str | None = None) -> dict[str, str]:
     """Run the cells not yet done, training cells first (their scorings need their models); returns {cell key:
     error summary} for the failures, a scoring whose training failed included. ``backend="ray"``: each cell a Ray
     task on the cluster at ``ray_address`` (None: a local Ray, started only when a cell is to run and shut down

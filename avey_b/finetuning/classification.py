@@ -268,7 +268,8 @@ def train(options: OwnDataOptions) -> dict[str, Any]:
 
     train_set, train_cut = dataset(train_rows, train_y)
     val_set, val_cut = dataset(val_rows, val_y)
-    trainer, trained = common.train_with_trainer(options, model, tokenizer, lr, train_set, DataCollatorWithPadding(tokenizer))
+    trainer, trained = common.train_with_trainer(options, model, tokenizer, lr, train_set,
+                                                 DataCollatorWithPadding(tokenizer))
     with torch.no_grad():
         logits = np.asarray(trainer.predict(val_set.remove_columns("labels")).predictions)
     if problem == "single_label_classification":

@@ -184,8 +184,8 @@ def train(options: OwnDataOptions) -> dict[str, Any]:
     metric = "f1" if entity else "accuracy"
     record = common.base_record(options, lr, lr_source) | {
         "tags": names, "validation_only_tags": unseen, "entity_tags": entity, "metric": metric,
-        "score": common.rounded(got[metric]),
-        "baseline_score": common.rounded(base[metric]), "metrics": common.rounded(got), "baseline": common.rounded(base),
+        "score": common.rounded(got[metric]), "baseline_score": common.rounded(base[metric]),
+        "metrics": common.rounded(got), "baseline": common.rounded(base),
         "baseline_name": baseline_name, "n_train": len(train_set), "n_validation": len(val_set),
         "max_length": limit, "inputs_cut": {"train": train_cut, "validation": val_cut} if cut else None} | trained
     if train_cut or val_cut:

@@ -212,7 +212,8 @@ def niah_evaluate_options(args) -> NiahEvaluateOptions:
 
 def niah_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="avey-b niah",
-                                description="Needle-in-a-haystack sets (paper appendix \"Long-Range Benchmark Results\").")
+                                description="Needle-in-a-haystack sets (paper appendix \"Long-Range Benchmark "
+                                "Results\").")
     sub = p.add_subparsers(dest="command", required=True)
     g = sub.add_parser("generate", help="generate NIAH-1/NIAH-2 train/test sets (the library's or the authors')",
                        description=NIAH_GENERATE_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)

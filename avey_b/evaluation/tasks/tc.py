@@ -180,7 +180,8 @@ class TokenClassificationTask(base.Task):
         gold = [self._tags(e, cfg) for e in examples]
         pred = self.predict(model, tokenizer, examples, cfg)
         if cfg.protocol == "paper":  # the words that reached the model
-            kept = [[(g, p) for g, p in zip(gs, ps, strict=True) if p is not None] for gs, ps in zip(gold, pred, strict=True)]
+            kept = [[(g, p) for g, p in zip(gs, ps, strict=True) if p is not None]
+                    for gs, ps in zip(gold, pred, strict=True)]
             gold, pred = [[g for g, _ in k] for k in kept], [[p for _, p in k] for k in kept]
             return {"f1": 100 * per_sentence_macro_f1(gold, pred), "n_eval": len(examples)}
         scores = entity_f1(gold, pred)
