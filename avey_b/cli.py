@@ -8,7 +8,10 @@ answer without importing torch:
   imports only the standard library and other such modules (``tests/test_layout.py`` checks that no ``--help``
   imports torch);
 * its **runner**: ``"module:function"``, the function that takes the parsed ``argparse.Namespace`` and returns the
-  exit code, imported only when the verb runs.
+  exit code, imported only when the verb runs;
+* what it **registers**: modules of a higher room that add to the verb's tables before it parses (the paper's
+  benchmark cells join ``finetune``'s task table, :mod:`avey_b.finetuning.registry`, which imports nothing of
+  them).
 
 (Under ``torchrun``, pretraining is ``torchrun ... -m avey_b.training.pretrain``, the same program as ``avey-b
 pretrain``.)
@@ -26,6 +29,7 @@ class Verb:
     parser: str  # "module:function" returning the verb's argparse parser; its module imports no torch
     runner: str  # "module:function", called with the parsed arguments
     help: str  # one line for `avey-b --help`
+    registers: tuple[str, ...] = ()  # modules imported first (no torch): they add to the verb's tables
 
 
 COMMANDS: dict[str, Verb] = {
@@ -33,16 +37,17 @@ COMMANDS: dict[str, Verb] = {
     "pretrain": Verb("avey_b.training.config:build_parser", "avey_b.training.pretrain:run",
                      "masked-LM pretraining (local files or HF datasets)"),
     "finetune": Verb("avey_b.finetuning.options:finetune_parser", "avey_b.finetuning.run:run",
-                     "fine-tune on your data (classifier, tagger, ...) or one benchmark cell"),
-    "evaluate": Verb("avey_b.evaluation.settings:evaluate_parser", "avey_b.evaluation.sweep:run",
+                     "fine-tune on your data (classifier, tagger, ...) or one benchmark cell",
+                     registers=("avey_b.evaluation.settings",)),  # the paper's benchmark cells, in the task table
+    "evaluate": Verb("avey_b.evaluation.suites:evaluate_parser", "avey_b.evaluation.sweep:run",
                      "the paper's lr x seed protocol over benchmarks"),
-    "report": Verb("avey_b.evaluation.settings:report_parser", "avey_b.evaluation.report:run",
+    "report": Verb("avey_b.evaluation.suites:report_parser", "avey_b.evaluation.report:run",
                    "the Table-3 report of an evaluation directory"),
     "ablation": Verb("avey_b.apps.options:ablation_parser", "avey_b.apps.ablation:run",
                      "pretrain and evaluate the paper's architecture variants"),
     "analyze": Verb("avey_b.apps.options:analyze_parser", "avey_b.apps.analysis:run",
                     "weights MODEL: statistics and heat maps of the static layers' V"),
-    "niah": Verb("avey_b.evaluation.settings:niah_parser", "avey_b.evaluation.niah.cli:run",
+    "niah": Verb("avey_b.evaluation.niah.options:niah_parser", "avey_b.evaluation.niah.cli:run",
                  "generate / evaluate needle-in-a-haystack sets"),
     "bench": Verb("avey_b.benchmarking.options:build_parser", "avey_b.benchmarking.efficiency:run",
                   "latency / throughput vs sequence length"),
@@ -74,6 +79,8 @@ def _message(error: BaseException) -> str:
 
 def parse(name: str, argv: list[str]):
     """The parsed arguments of verb ``name`` (``--help`` prints and exits here, before torch is imported)."""
+    for module in COMMANDS[name].registers:
+        importlib.import_module(module)
     module, _, function = COMMANDS[name].parser.partition(":")
     return getattr(importlib.import_module(module), function)().parse_args(argv)
 

@@ -188,7 +188,8 @@ def test_every_run_setting_is_a_flag_of_finetune_evaluate_and_niah():
     from avey_b import cli
     from avey_b.configs import from_args
     from avey_b.evaluation import finetune
-    from avey_b.evaluation.settings import FinetuneOptions, given_settings, niah_evaluate_options
+    from avey_b.evaluation.niah.options import niah_evaluate_options
+    from avey_b.evaluation.settings import FinetuneOptions, given_settings
 
     fields = [f for f in dataclasses.fields(RunConfig) if f.name not in ("lr", "seed")]
     values = {"protocol": "paper", "epochs": 2.5, "max_steps": 7, "batch_size": 3, "eval_batch_size": 5,

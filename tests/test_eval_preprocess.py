@@ -6,7 +6,9 @@ import pytest
 import torch
 
 from avey_b import testing as toy
-from avey_b.evaluation.tasks import DataFiles, RunConfig, get_task, ir, qa, tc
+from avey_b.data.conll import read_conll
+from avey_b.evaluation.tasks import DataFiles, RunConfig, get_task, ir, qa
+from avey_b.finetuning import alignment
 
 
 @pytest.fixture(scope="module")
@@ -22,19 +24,19 @@ def test_word_alignment_first_subtoken_and_every_subtoken(tok):
     enc = tok(" ".join(words), return_offsets_mapping=True)
     pieces = tok.convert_ids_to_tokens(enc["input_ids"])
     assert pieces[1:4] == ["bob", "##b", "##y"]  # the toy WordPiece splits the unseen word
-    word_ids = tc.word_index_of_tokens(words, enc["offset_mapping"])
+    word_ids = alignment.word_index_of_tokens(words, enc["offset_mapping"])
     assert word_ids == [None, 0, 0, 0, 1, 2, 3, 4, None]
     labels = [1, 0, 1, 0, 2]
-    assert tc.align_labels(word_ids, labels, every_subtoken=False) == [-100, 1, -100, -100, 0, 1, 0, 2, -100]
-    assert tc.align_labels(word_ids, labels, every_subtoken=True) == [-100, 1, 1, 1, 0, 1, 0, 2, -100]
+    assert alignment.align_labels(word_ids, labels, every_subtoken=False) == [-100, 1, -100, -100, 0, 1, 0, 2, -100]
+    assert alignment.align_labels(word_ids, labels, every_subtoken=True) == [-100, 1, 1, 1, 0, 1, 0, 2, -100]
 
 
 def test_word_predictions_first_vs_vote_and_truncation():
     word_ids = [None, 0, 0, 0, 1, None]
     token_preds = [9, 2, 1, 1, 3, 9]
-    assert tc.word_predictions(word_ids, token_preds, 3, outside=0, vote=False) == [2, 3, 0]  # word 2 truncated
-    assert tc.word_predictions(word_ids, token_preds, 3, outside=0, vote=True) == [1, 3, 0]
-    assert tc.word_predictions([0, 0], [4, 2], 1, 0, vote=True) == [2]  # tie -> smallest id
+    assert alignment.word_predictions(word_ids, token_preds, 3, outside=0, vote=False) == [2, 3, 0]  # word 2 truncated
+    assert alignment.word_predictions(word_ids, token_preds, 3, outside=0, vote=True) == [1, 3, 0]
+    assert alignment.word_predictions([0, 0], [4, 2], 1, 0, vote=True) == [2]  # tie -> smallest id
 
 
 def test_read_conll_docstart_iob1(tmp_path):
@@ -48,7 +50,7 @@ def test_read_conll_docstart_iob1(tmp_path):
     assert task.labels(sents, []) == ["O", "B-ORG", "B-PER", "I-PER"]
     (tmp_path / "bad.conll").write_text("EU\n")
     with pytest.raises(ValueError, match="bad.conll, line 1: expected 'word ... tag'"):
-        tc.read_conll(str(tmp_path / "bad.conll"))
+        read_conll(str(tmp_path / "bad.conll"))
 
 
 def test_tc_training_labels_follow_protocol(tok):

@@ -14,7 +14,8 @@ from avey_b.configs import from_args
 from avey_b.evaluation import finetune, sweep
 from avey_b.evaluation.finetune import resolve_steps, train_model
 from avey_b.evaluation.protocol import PAPER_SETTINGS, protocol_settings
-from avey_b.evaluation.settings import FinetuneOptions, SuiteConfig, suite_from_args
+from avey_b.evaluation.settings import FinetuneOptions
+from avey_b.evaluation.suites import SuiteConfig, suite_from_args
 from avey_b.evaluation.tasks import TASKS, DataFiles, RunConfig, get_task
 from avey_b.evaluation.tasks.base import buffered, end_token, input_limit, load_model
 

@@ -9,7 +9,7 @@ import pytest
 from avey_b import cli
 from avey_b import testing as toy
 from avey_b.evaluation import finetune, report, sweep
-from avey_b.evaluation.settings import suite_from_args
+from avey_b.evaluation.suites import suite_from_args
 
 
 def evaluate(argv):
@@ -198,11 +198,14 @@ def test_a_cell_whose_data_changed_runs_again(env, tmp_path, capsys):
 
 
 def test_the_light_settings_agree_with_the_modules_that_use_them():
-    """settings.py imports no torch, so it names the tasks itself: they are those of the tasks' registry."""
+    """settings.py imports no torch, so it registers the tasks by name: each name's class is the task of that
+    name, in the fine-tuning task table's benchmark family."""
     from avey_b.evaluation import settings
     from avey_b.evaluation.tasks import TASKS
+    from avey_b.finetuning import registry
 
-    assert settings.TASK_NAMES == tuple(TASKS)
+    assert settings.TASK_NAMES == tuple(TASKS) == registry.names(settings.BENCHMARKS)
+    assert all(cls.name == name for name, cls in TASKS.items())
 
 
 def test_the_help_of_the_evaluation_verbs_imports_no_torch():

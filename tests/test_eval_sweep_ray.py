@@ -12,7 +12,7 @@ import pytest
 from avey_b import cli
 from avey_b import testing as toy
 from avey_b.evaluation import sweep
-from avey_b.evaluation.settings import SuiteConfig
+from avey_b.evaluation.suites import SuiteConfig
 
 #: What differs from run to run whatever the backend: wall-clock times and rates.
 TIMES = {"eval_seconds", "finished"}

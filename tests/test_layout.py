@@ -162,6 +162,17 @@ def test_evaluation_does_not_import_another_subsystem(other):
     assert bad == []
 
 
+def test_finetuning_does_not_import_the_paper_protocol():
+    """The arrow runs from the paper's protocol (``evaluation``) to the general fine-tuning room, never back: the
+    benchmark cells register into finetuning's task table (``avey_b.finetuning.registry``)."""
+    graph = import_graph()
+    bad = [f"{m} -> {d}" for m, deps in graph.items() if m.startswith("avey_b.finetuning")
+           for d in deps if d.startswith("avey_b.evaluation")]
+    assert bad == []
+    assert any(d.startswith("avey_b.finetuning") for m, deps in graph.items() if m.startswith("avey_b.evaluation")
+               for d in deps)
+
+
 def test_no_test_or_benchmark_sets_a_package_setting_through_a_module_global():
     """Tuning values live in per-model settings (``config.execution``) or function arguments: a test or a benchmark
     that overwrites an UPPER_CASE global of the package changes every model in the process. Spies that replace a

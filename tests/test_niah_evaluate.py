@@ -13,7 +13,7 @@ from avey_b import cli
 from avey_b.data import niah as niah_data
 from avey_b.evaluation.niah import answer_tokens, retrieval, runs, scoring, sets, tables
 from avey_b.evaluation.niah.needles import needle_breakdown, needle_token_sets
-from avey_b.evaluation.settings import niah_evaluate_options
+from avey_b.evaluation.niah.options import niah_evaluate_options
 from avey_b.utils.records import read_jsonl
 
 

@@ -356,7 +356,7 @@ def test_python_dash_m_runs_the_niah_command(monkeypatch, capsys):
 
 # ----------------------------------------------------------------------------------------- the authors' generator
 from avey_b.data import niah_authors as authors  # noqa: E402
-from avey_b.evaluation.settings import niah_generate_options  # noqa: E402
+from avey_b.evaluation.niah.options import niah_generate_options  # noqa: E402
 
 #: the question as the authors' generator writes it
 AUTHORS_QUESTION = re.compile(r"^What is the (\w+) special (word|number) in this passage\?$")

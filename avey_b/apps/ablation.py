@@ -39,7 +39,7 @@ from typing import Any
 from avey_b import configs
 from avey_b.apps.options import AblationOptions
 from avey_b.configs import from_args
-from avey_b.evaluation.settings import (
+from avey_b.evaluation.suites import (
     EvaluateOptions,
     evaluate_parser,
     load_suite,

@@ -173,16 +173,21 @@ def to_dict(cfg) -> dict:
 
 # ------------------------------------------------------------------------------------------ help text
 def field_docs(cls) -> dict[str, str]:
-    """The string literal under each field (litgpt style)."""
-    try:
-        src = textwrap.dedent(inspect.getsource(cls))
-    except (OSError, TypeError):  # no source shipped (e.g. bytecode-only install): help without the docs
-        return {}
-    body = ast.parse(src).body[0].body
+    """The string literal under each field (litgpt style), a dataclass base's fields included (a field a subclass
+    declares again takes the subclass's)."""
     docs = {}
-    for a, b in zip(body, body[1:], strict=False):
-        if isinstance(a, ast.AnnAssign) and isinstance(b, ast.Expr) and isinstance(getattr(b, "value", None), ast.Constant):
-            docs[a.target.id] = " ".join(str(b.value.value).split())
+    for klass in reversed(cls.__mro__):
+        if not dataclasses.is_dataclass(klass):
+            continue
+        try:
+            src = textwrap.dedent(inspect.getsource(klass))
+        except (OSError, TypeError):  # no source shipped (e.g. bytecode-only install): help without the docs
+            continue
+        body = ast.parse(src).body[0].body
+        for a, b in zip(body, body[1:], strict=False):
+            if (isinstance(a, ast.AnnAssign) and isinstance(b, ast.Expr)
+                    and isinstance(getattr(b, "value", None), ast.Constant)):
+                docs[a.target.id] = " ".join(str(b.value.value).split())
     return docs
 
 

@@ -12,8 +12,9 @@ loop (IR is step-based with a two-tower InfoNCE loss, QA scoring needs the windo
 protocol swaps heads), and the loop itself is short — AdamW (the cell's β, ε and weight decay), linear
 warm-up/decay (``get_linear_schedule_with_warmup``, counted in optimizer steps), gradient accumulation, gradient
 clipping, bf16 autocast (``--precision auto``: on CUDA and on CPUs with native bf16), weights in float32 or bf16.
-Keeping it in view makes the protocol auditable (exactly which steps, which schedule, which seed drives what) and keeps Avey-B and
-every baseline on the very same code path, with no Trainer defaults silently differing between versions.
+Keeping it in view makes the protocol auditable (exactly which steps, which schedule, which seed drives what) and
+keeps Avey-B and every baseline on the very same code path, with no Trainer defaults silently differing between
+versions.
 """
 
 from __future__ import annotations
@@ -234,8 +235,8 @@ def run_cell(model_name: str, task_name: str, cfg: RunConfig, files: DataFiles,
         "lr": cfg.lr, "seed": cfg.seed, "metric": task.metric, "score": metrics[task.metric],
         "metrics": metrics, "train": training | {"examples": task.num_examples(train), "seconds": t1 - t0},
         "eval_seconds": t2 - t1, "n_parameters": count_parameters(model),
-        "config": given.to_dict(), "input_limit": {"max_length": cfg.max_length, "query_max_length": cfg.query_max_length,
-                                                   "rule": limit_rule},
+        "config": given.to_dict(),
+        "input_limit": {"max_length": cfg.max_length, "query_max_length": cfg.query_max_length, "rule": limit_rule},
         "data": vars(files), "device": str(device),
         "versions": {"python": platform.python_version(), "torch": torch.__version__,
                      "transformers": transformers.__version__},

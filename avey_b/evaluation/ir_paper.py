@@ -100,8 +100,8 @@ def load_sentence_transformer(name_or_path: str, cfg: RunConfig, device: torch.d
     ``AveyBConfig.context_len``, which the authors' config exposes as ``max_position_embeddings``), capped by
     ``cfg.max_length``; a model whose config sets ``retrieval_pooling: eos`` pools the last token instead of the
     mean (EncodEval's switch); a ``Normalize`` module is dropped, as EncodEval's plain encoders have none (cosine
-    similarity ranks the same either way); a tokenizer without an end or padding token gets EncodEval's stand-ins (unknown,
-    end)."""
+    similarity ranks the same either way); a tokenizer without an end or padding token gets EncodEval's stand-ins
+    (unknown, end)."""
     try:
         from sentence_transformers import SentenceTransformer
     except ImportError as e:  # pragma: no cover - the eval extra installs it
@@ -197,7 +197,8 @@ def train_pairs(model_name: str, cfg: RunConfig, files: DataFiles, dest: str | o
         )
         dataset = datasets.Dataset.from_dict({"anchor": [q for q, _ in pairs], "positive": [d for _, d in pairs]})
         loss = loss_cls(st, scale=cfg.ir_scale, mini_batch_size=CACHE_MINI_BATCH)
-        trainer = trainer_cls(model=st, args=args, train_dataset=dataset, loss=loss, data_collator=collator_cls(tokenize))
+        trainer = trainer_cls(model=st, args=args, train_dataset=dataset, loss=loss,
+                              data_collator=collator_cls(tokenize))
         t0 = time.perf_counter()
         trainer.train()
         seconds = time.perf_counter() - t0

@@ -28,7 +28,7 @@ from typing import Any
 from avey_b.configs import from_args
 from avey_b.utils.records import write_text_atomic
 
-from .settings import ReportOptions
+from .suites import ReportOptions
 from .tasks import FAMILIES, TASKS
 
 PROTOCOL_LABEL = {
@@ -98,7 +98,8 @@ def markdown(table: dict[str, dict[str, dict[str, Any]]], protocol: str, how: st
     for fam in families:
         columns += [(TASKS[t].display, t) for t, cls in TASKS.items() if cls.family == fam]
         columns.append((f"{fam} Avg.", fam))
-    what = "median over seeds at the best learning rate" if how == "median" else "best run over seeds (ablation protocol)"
+    what = ("median over seeds at the best learning rate" if how == "median"
+            else "best run over seeds (ablation protocol)")
     lines = [f"Protocol: {PROTOCOL_LABEL.get(protocol, protocol)}.", f"Scores: {what}.", ""]
 
     def table_rows(key: str, title: str) -> None:
@@ -130,7 +131,8 @@ def markdown(table: dict[str, dict[str, dict[str, Any]]], protocol: str, how: st
     if any(not a["complete"] for m in table.values() for a in family_averages(m).values()):
         lines += ["\\* average over the family's benchmarks present in the results only.", ""]
     if failures:
-        lines += [f"**Failed cells ({len(failures)})**", ""] + [f"- `{f['dir']}`: {f['error']}" for f in failures] + [""]
+        lines += [f"**Failed cells ({len(failures)})**", ""]
+        lines += [f"- `{f['dir']}`: {f['error']}" for f in failures] + [""]
     return "\n".join(lines)
 
 
@@ -182,7 +184,8 @@ def write_report(output_dir: str, aggregate: str = "median", protocol: str | Non
     table = aggregate_fn(records, aggregate)
     if models is not None:
         table = {m: table[m] for m in models if m in table}
-    md = markdown(table, protocol, aggregate, failures, models=[m for m in (models or sorted(table)) if m in table] or None)
+    shown = [m for m in (models or sorted(table)) if m in table] or None
+    md = markdown(table, protocol, aggregate, failures, models=shown)
     payload = {"protocol": protocol, "protocol_label": PROTOCOL_LABEL.get(protocol, protocol), "aggregate": aggregate,
                "models": {m: {"tasks": v, "family_average": family_averages(v)} for m, v in table.items()},
                "failed": failures}
@@ -196,7 +199,7 @@ aggregate_fn = aggregate
 
 
 def run(args: argparse.Namespace) -> int:
-    """``avey-b report`` (the arguments of :func:`avey_b.evaluation.settings.report_parser`)."""
+    """``avey-b report`` (the arguments of :func:`avey_b.evaluation.suites.report_parser`)."""
     options = from_args(ReportOptions, args)
     md_path, json_path = write_report(options.output_dir, options.aggregate, options.protocol)
     with open(md_path, encoding="utf-8") as f:

@@ -42,9 +42,9 @@ The learning rates and seeds come from the first of: ``--lrs``/``--seeds``, ``--
 its ``grid``, the paper's grid (4 x 10; ``--grid encodeval``: the release's configs, 6 x 20).
 
 A suite is a YAML file (a path, or the name of one shipped in ``avey_b/configs/eval/``) read by the package's
-config dialect (:mod:`avey_b.configs`) into :class:`~avey_b.evaluation.settings.SuiteConfig`: its keys are that
+config dialect (:mod:`avey_b.configs`) into :class:`~avey_b.evaluation.suites.SuiteConfig`: its keys are that
 class's fields, and a key it does not have is an error listing the valid ones. The command line is applied over it
-once (:func:`~avey_b.evaluation.settings.suite_from_args`); :func:`build_cells` and :func:`evaluate` take the
+once (:func:`~avey_b.evaluation.suites.suite_from_args`); :func:`build_cells` and :func:`evaluate` take the
 resulting suite, the Python API.
 """
 
@@ -54,6 +54,7 @@ import argparse
 import concurrent.futures
 import contextlib
 import dataclasses
+import itertools
 import json
 import os
 import queue
@@ -78,10 +79,9 @@ from .finetune import run_cell
 from .ir_paper import MODEL_DIR, PAIRS_TASK, TRAINED_FILE, is_zero_shot, train_pairs
 from .protocol import GRIDS, grid, run_config
 from .report import write_report
-from .settings import (
-    DataFiles,
+from .settings import DataFiles, RunConfig
+from .suites import (
     EvaluateOptions,
-    RunConfig,
     SuiteConfig,
     evaluate_parser,
     load_suite,  # noqa: F401 -- part of this module's interface
@@ -152,22 +152,53 @@ def model_settings(items: list[str] | dict[str, Any]) -> dict[str, dict[str, Any
     for name, value in items.items():
         if isinstance(value, dict):
             if "model" not in value:
-                raise ValueError(f"model {name!r}: a mapping needs a 'model' key (its path or Hub id), got {sorted(value)}")
+                raise ValueError(f"model {name!r}: a mapping needs a 'model' key (its path or Hub id), "
+                                 f"got {sorted(value)}")
             out[slug(str(name))] = {k: v for k, v in value.items() if k != "model"}
     return out
 
 
 def build_cells(suite: SuiteConfig) -> tuple[list[Cell], str, str]:
     """Expand the suite's lr x seed grid (never one file per point); the command line's flags are already in
-    ``suite`` (:func:`~avey_b.evaluation.settings.suite_from_args`). Returns (cells, output_dir, aggregate)."""
+    ``suite`` (:func:`~avey_b.evaluation.suites.suite_from_args`). Returns (cells, output_dir, aggregate)."""
     models = parse_models(suite.models)
     per_model = model_settings(suite.models)
-    tasks = suite.tasks
+    lrs, seeds = _grid(suite, models)
+    if not suite.output_dir:
+        raise ValueError("no output directory: pass --output-dir or set 'output_dir' in the suite")
+    cli_cfg, cli_data = _command_line_settings(suite, per_model)
+    cells: list[Cell] = []
+    training: dict[str, Cell] = {}
+    for task in suite.tasks:
+        settings, data = _task_settings(suite, task)
+        for (name, path), lr, seed in itertools.product(models.items(), lrs, seeds):
+            cfg = run_config(task, settings | per_model.get(name, {}) | cli_cfg | {"lr": lr, "seed": seed})
+            if not is_zero_shot(task, cfg):
+                cells.append(Cell(name, path, task, cfg, DataFiles(**(data | cli_data)), suite.tokenizer))
+                continue
+            pairs_settings, pairs_data = _task_settings(suite, PAIRS_TASK)
+            pairs_given = pairs_settings | per_model.get(name, {}) | cli_cfg | {"protocol": "paper"}
+            trainer = _training_cell(name, path, cfg, (pairs_given, pairs_data), cli_data, suite.tokenizer)
+            if trainer.key not in training:
+                training[trainer.key] = trainer
+                cells.append(trainer)
+            cells.append(Cell(name, path, task, cfg, _scoring_files(task, data, cli_data), suite.tokenizer,
+                              trained_by=trainer.key))
+    return cells, suite.output_dir, suite.aggregate
+
+
+_RUN_FIELDS = frozenset(f.name for f in dataclasses.fields(RunConfig))
+_DATA_FIELDS = frozenset(f.name for f in dataclasses.fields(DataFiles))
+
+
+def _grid(suite: SuiteConfig, models: dict[str, str]) -> tuple[list[float], list[int]]:
+    """The suite's learning rates and seeds (``lrs``/``seeds``, else its grid's), once its models and tasks are
+    checked: some, and only known tasks."""
     if not models:
         raise ValueError("no models: pass --models or set 'models' in the suite")
-    if not tasks:
+    if not suite.tasks:
         raise ValueError("no tasks: pass --tasks or set 'tasks' in the suite")
-    unknown = [t for t in tasks if t not in TASKS]
+    unknown = [t for t in suite.tasks if t not in TASKS]
     if unknown:
         raise ValueError(f"unknown tasks {unknown}; known: {', '.join(TASKS)}")
     default_lrs, default_seeds = grid(suite.grid or "paper")
@@ -176,60 +207,40 @@ def build_cells(suite: SuiteConfig) -> tuple[list[Cell], str, str]:
     seeds = list(range(int(seeds))) if isinstance(seeds, (int, str)) else [int(s) for s in seeds]
     if not seeds:
         raise ValueError("no seeds")
-    aggregate = suite.aggregate
-    output_dir = suite.output_dir
-    if not output_dir:
-        raise ValueError("no output directory: pass --output-dir or set 'output_dir' in the suite")
+    return lrs, seeds
 
-    defaults = dict(suite.defaults)
-    if suite.protocol is not None:
-        defaults["protocol"] = suite.protocol
-    known_fields = {f.name for f in dataclasses.fields(RunConfig)}
+
+def _command_line_settings(suite: SuiteConfig, per_model: dict[str, dict[str, Any]]
+                           ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the RunConfig fields, the data) the command line sets for every cell, checked with the models' settings:
+    known keys only, and local data for a single task."""
     cli_cfg = dict(suite.settings)
     cli_data = dict(suite.files)
-    bad = sorted(set(cli_data) - {f.name for f in dataclasses.fields(DataFiles)})
+    bad = sorted(set(cli_data) - _DATA_FIELDS)
     if bad:
         raise ValueError(f"unknown data keys {bad} in 'files'")
-    if cli_data and len(tasks) > 1:
+    if cli_data and len(suite.tasks) > 1:
         raise ValueError("--train-file/--eval-file/--holdout/... apply to one task; use the suite's 'data' for several")
-    tokenizer = suite.tokenizer
     for where, values in [(f"model {m}", v) for m, v in per_model.items()] + [("'settings'", cli_cfg)]:
-        bad = sorted(set(values) - known_fields)
+        bad = sorted(set(values) - _RUN_FIELDS)
         if bad:
-            raise ValueError(f"unknown settings {bad} for {where}; valid: {sorted(known_fields)}")
+            raise ValueError(f"unknown settings {bad} for {where}; valid: {sorted(_RUN_FIELDS)}")
+    return cli_cfg, cli_data
 
-    def task_settings(task: str) -> tuple[dict[str, Any], dict[str, Any]]:
-        settings = defaults | dict(suite.task_overrides.get(task) or {})
-        bad = sorted(set(settings) - known_fields)
-        if bad:
-            raise ValueError(f"unknown settings {bad} for task {task}; valid: {sorted(known_fields)}")
-        data = dict(suite.data.get(task) or {})
-        bad = sorted(set(data) - {f.name for f in dataclasses.fields(DataFiles)})
-        if bad:
-            raise ValueError(f"unknown data keys {bad} for task {task}")
-        return settings, data
 
-    cells: list[Cell] = []
-    training: dict[str, Cell] = {}
-    for task in tasks:
-        settings, data = task_settings(task)
-        for name, path in models.items():
-            for lr in lrs:
-                for seed in seeds:
-                    given_here = settings | per_model.get(name, {}) | cli_cfg | {"lr": lr, "seed": seed}
-                    cfg = run_config(task, given_here)  # over the protocol's table
-                    if not is_zero_shot(task, cfg):
-                        cells.append(Cell(name, path, task, cfg, DataFiles(**(data | cli_data)), tokenizer))
-                        continue
-                    pairs_settings, pairs_data = task_settings(PAIRS_TASK)
-                    pairs_given = pairs_settings | per_model.get(name, {}) | cli_cfg | {"protocol": "paper"}
-                    trainer = _training_cell(name, path, cfg, (pairs_given, pairs_data), cli_data, tokenizer)
-                    if trainer.key not in training:
-                        training[trainer.key] = trainer
-                        cells.append(trainer)
-                    cells.append(Cell(name, path, task, cfg, _scoring_files(task, data, cli_data), tokenizer,
-                                      trained_by=trainer.key))
-    return cells, output_dir, aggregate
+def _task_settings(suite: SuiteConfig, task: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the RunConfig fields, the data) the suite sets for ``task``: its ``defaults`` and ``protocol``, then the
+    task's overrides; its ``data``. Unknown keys are errors."""
+    settings = dict(suite.defaults) | ({"protocol": suite.protocol} if suite.protocol is not None else {})
+    settings |= dict(suite.task_overrides.get(task) or {})
+    bad = sorted(set(settings) - _RUN_FIELDS)
+    if bad:
+        raise ValueError(f"unknown settings {bad} for task {task}; valid: {sorted(_RUN_FIELDS)}")
+    data = dict(suite.data.get(task) or {})
+    bad = sorted(set(data) - _DATA_FIELDS)
+    if bad:
+        raise ValueError(f"unknown data keys {bad} for task {task}")
+    return settings, data
 
 
 _TRAINING_DATA = ("train", "train_split")
@@ -356,7 +367,8 @@ def _remove(path: str) -> None:
 
 
 def run_sweep(cells: list[Cell], output_dir: str, workers: int | None = 1, devices: list[str] | None = None,
-              isolate: bool = False, log=print, backend: str = "local", ray_address: str | None = None) -> dict[str, str]:
+              isolate: bool = False, log=print, backend: str = "local",
+              ray_address: str | None = None) -> dict[str, str]:
     """Run the cells not yet done, training cells first (their scorings need their models); returns {cell key:
     error summary} for the failures, a scoring whose training failed included. ``backend="ray"``: each cell a Ray
     task on the cluster at ``ray_address`` (None: a local Ray, started only when a cell is to run and shut down
@@ -520,7 +532,7 @@ def _run_cell_file(spec_path: str, output_dir: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    """``avey-b evaluate`` (the arguments of :func:`avey_b.evaluation.settings.evaluate_parser`): the suite with the
+    """``avey-b evaluate`` (the arguments of :func:`avey_b.evaluation.suites.evaluate_parser`): the suite with the
     command line over it, its cells run (or listed: ``--dry-run``), then the report."""
     if hasattr(args, "run_cell"):
         return _run_cell_file(args.run_cell, args.output_dir)

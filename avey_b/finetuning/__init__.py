@@ -9,9 +9,14 @@ reranker, each from your files in one call.
 
 The same as ``avey-b finetune --task text-classification ...`` (:mod:`avey_b.finetuning.options` declares the
 options once, for both). The output directory holds the model with its tokenizer, loadable by transformers'
-``pipeline`` and Auto classes and by ``avey-b serve``. Modules: ``options`` (the options and the task table, no
-torch), ``data`` (your files), ``common`` (the output directory, lengths, trainer settings), ``run`` (the verb),
-and one module per task (``classification``, ``tagging``, ...).
+``pipeline`` and Auto classes and by ``avey-b serve``.
+
+This is the general fine-tuning room; the paper's benchmark protocol builds on it (its cells join the task table,
+its settings the shared training settings), never the reverse. Modules: ``registry`` (the one task table of
+``avey-b finetune``), ``settings`` (the training settings every fine-tuning shares), ``alignment`` (words and
+sub-word tokens, for every tagger), ``options`` (your own data's options and tasks; these four import no torch),
+``data`` (your files), ``common`` (the output directory, lengths, trainer settings), ``run`` (the verb), and one
+module per task (``classification``, ``tagging``, ...).
 """
 
 from __future__ import annotations

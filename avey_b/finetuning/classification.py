@@ -250,7 +250,7 @@ def train(options: OwnDataOptions) -> dict[str, Any]:
     train_rows, val_rows = read_split(options, columns)
     problem = problem_type_of(train_rows.column(options.label_column), options.problem_type)
     train_y, val_y, names = encode_labels(problem, train_rows, val_rows, options)
-    tokenizer = common.load_tokenizer(options)
+    tokenizer = common.tokenizer_for(options)
 
     transformers.set_seed(options.seed)  # the head's initialisation
     kwargs = ({"num_labels": 1} if problem == "regression" else
@@ -268,7 +268,8 @@ def train(options: OwnDataOptions) -> dict[str, Any]:
 
     train_set, train_cut = dataset(train_rows, train_y)
     val_set, val_cut = dataset(val_rows, val_y)
-    trainer, trained = common.train_with_trainer(options, model, tokenizer, lr, train_set, DataCollatorWithPadding(tokenizer))
+    trainer, trained = common.train_with_trainer(options, model, tokenizer, lr, train_set,
+                                                 DataCollatorWithPadding(tokenizer))
     with torch.no_grad():
         logits = np.asarray(trainer.predict(val_set.remove_columns("labels")).predictions)
     if problem == "single_label_classification":

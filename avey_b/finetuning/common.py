@@ -95,12 +95,13 @@ def finish(options: OwnDataOptions, model, tokenizer, record: dict[str, Any]) ->
 # ------------------------------------------------------------------------------------------ inputs
 
 
-def load_tokenizer(options: OwnDataOptions, *, fast: bool = False):
-    """The model's tokenizer (or ``--tokenizer``), as it is; a tokenizer without a pad token pads with its end
-    or unknown token (padding is masked out, so any id works). ``fast``: refuse a slow one (offsets needed)."""
-    from avey_b.data.tokenization import load_tokenizer as load
+def tokenizer_for(options: OwnDataOptions, *, fast: bool = False):
+    """The tokenizer of a run: the model's (or ``--tokenizer``) by :func:`avey_b.data.tokenization.load_tokenizer`,
+    as it is; one without a pad token pads with its end or unknown token (padding is masked out, so any id works).
+    ``fast``: refuse a slow one (offsets needed)."""
+    from avey_b.data.tokenization import load_tokenizer
 
-    tok = load(options.tokenizer or options.model, complete=False, require_fast=fast)
+    tok = load_tokenizer(options.tokenizer or options.model, complete=False, require_fast=fast)
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token or tok.unk_token
     if tok.pad_token is None:

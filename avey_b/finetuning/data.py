@@ -4,8 +4,8 @@ of a Parquet file or a Hugging Face dataset).
 * :func:`read_table` — CSV, TSV (a header line), JSONL, Parquet, or ``hf:NAME[:CONFIG][@SPLIT]`` (a Hugging Face
   dataset by Hub name, or a local directory: one written by ``Dataset.save_to_disk`` or one of data files; offline
   when the name is a local path) -> a :class:`Table` holding the columns asked for, with where each row came from.
-* :func:`read_conll` — CoNLL column files (one ``word ... tag`` line per word, blank lines between sentences,
-  ``-DOCSTART-`` lines skipped) -> a :class:`Table` of ``tokens`` and ``tags``.
+* :func:`is_conll` — whether token-classification reads a file as CoNLL columns (read by
+  :func:`avey_b.data.conll.read_conll`).
 * :func:`hold_out` — the training rows split into training and held-out rows with a fixed seed;
   :func:`read_split` — a run's training and validation rows (``--validation-file`` or that split).
 
@@ -20,7 +20,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
-from avey_b.utils.files import DataFileError, iter_jsonl, iter_lines, read_rows
+from avey_b.utils.files import DataFileError, iter_jsonl, read_rows
 
 #: File name endings of each format (others are refused, naming these).
 FORMATS = {"csv": (".csv",), "tsv": (".tsv", ".tab"), "jsonl": (".jsonl", ".json", ".ndjson"),
@@ -138,38 +138,6 @@ def read_table(source: str, columns: dict[str, str | None], *, task: str,
                                 f"there are {sorted(row)}")
     names = list(dict.fromkeys(wanted.values()))
     return Table(source, [{n: row[n] for n in names} for row in rows], places)
-
-
-def read_conll(path: str, tokens_column: str = "tokens", tags_column: str = "tags") -> Table:
-    """Sentences of a CoNLL column file as a :class:`Table` of ``tokens`` and ``tags`` (lists of strings), each
-    sentence placed at its first line. The word is column ``tokens_column`` and the tag column ``tags_column``
-    when they are numbers (0-based), else the first and the last column; tags are kept as written."""
-    word_at = int(tokens_column) if tokens_column.lstrip("-").isdigit() else 0
-    tag_at = int(tags_column) if tags_column.lstrip("-").isdigit() else -1
-    need = max(word_at if word_at >= 0 else -word_at - 1, tag_at if tag_at >= 0 else -tag_at - 1) + 1
-    rows, places, words, tags, first = [], [], [], [], 0
-    for lineno, line in iter_lines(path):
-        parts = line.split()
-        if not parts or parts[0] == "-DOCSTART-":
-            if words:
-                rows.append({"tokens": words, "tags": tags})
-                places.append(f"line {first}")
-                words, tags = [], []
-            continue
-        if len(parts) < max(2, need):
-            raise DataFileError(f"{path}, line {lineno}: expected whitespace-separated columns 'word ... tag' "
-                                f"(at least {max(2, need)}), got {line.strip()[:100]!r}")
-        if not words:
-            first = lineno
-        words.append(parts[word_at])
-        tags.append(parts[tag_at])
-    if words:
-        rows.append({"tokens": words, "tags": tags})
-        places.append(f"line {first}")
-    if not rows:
-        raise DataFileError(f"{path}: no sentences (CoNLL columns: one 'word ... tag' line per word, a blank line "
-                            "between sentences)")
-    return Table(path, rows, places)
 
 
 def is_conll(path: str) -> bool:

@@ -91,7 +91,7 @@ def load_model(options: OwnDataOptions, device: str):
             modules.append(models.Normalize())
         model = SentenceTransformer(modules=modules, device=device)
     if options.tokenizer:
-        model[0].processor = common.load_tokenizer(options)
+        model[0].processor = common.tokenizer_for(options)
     return model
 
 

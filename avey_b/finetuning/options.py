@@ -2,15 +2,15 @@
 fields build the command line (:func:`avey_b.configs.add_arguments`), the Python API
 (:func:`avey_b.finetuning.finetune`) and the run's record (``finetune.json`` in the output directory).
 
-``avey-b finetune`` is one verb for two families, told apart by ``--task``:
+``avey-b finetune`` is one verb over one task table (:mod:`avey_b.finetuning.registry`), told apart by ``--task``:
 
 * your own data — ``text-classification``, ``token-classification``, ``embedding``, ``rerank``
-  (:data:`OWN_TASKS`: the task -> the ``"module:function"`` that trains it, each ``train(options) -> dict``);
-* the paper's 12 benchmarks — ``sst2``, ``conll2003``, ``msmarco``, ... (:mod:`avey_b.evaluation.settings`,
-  unchanged: one fine-tuning cell of the paper's protocol).
+  (:data:`OWN_DATA`: each task a ``train(options) -> dict``), registered here;
+* the paper's 12 benchmarks — ``sst2``, ``conll2003``, ``msmarco``, ... (one fine-tuning cell of the paper's
+  protocol, with its own options), registered by the protocol's settings module.
 
-:func:`finetune_parser` reads ``--task`` first and parses the rest with that family's options; ``avey-b finetune
---help`` shows both. Standard library only, so that ``--help`` imports no torch.
+:class:`FinetuneParser` reads ``--task`` first and parses the rest with that task's family's options; ``avey-b
+finetune --help`` shows every family. Standard library only, so that ``--help`` imports no torch.
 """
 
 from __future__ import annotations
@@ -21,16 +21,20 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from avey_b import configs
-from avey_b.evaluation import settings as benchmark_settings
 
-#: Own-data task -> the ``"module:function"`` that trains it: ``train(options: OwnDataOptions) -> dict`` (the
-#: results record). Adding a task is adding a module here.
-OWN_TASKS: dict[str, str] = {
+from . import registry
+from .settings import TrainingSettings
+
+#: Your own data's tasks: :class:`OwnDataOptions`, each task module's ``train(options: OwnDataOptions) -> dict``
+#: (the results record). Adding a task is adding a module here.
+OWN_DATA = registry.Family("own data", "YOUR OWN DATA", parser="avey_b.finetuning.options:own_data_parser",
+                           runner="avey_b.finetuning.run:run_own_data")
+OWN_TASKS: tuple[str, ...] = registry.register(OWN_DATA, {
     "text-classification": "avey_b.finetuning.classification:train",
     "token-classification": "avey_b.finetuning.tagging:train",
     "embedding": "avey_b.finetuning.embedding:train",
     "rerank": "avey_b.finetuning.rerank:train",
-}
+})
 
 #: The default peak learning rate of each own-data task, and where it comes from (``--lr`` overrides it).
 DEFAULT_LR: dict[str, tuple[float, str]] = {
@@ -74,10 +78,11 @@ transformers' pipeline / Auto classes, or serve it) and results.json: the held-o
 A finished output directory is refused unless --overwrite (the old one is moved aside) or --resume."""
 
 
-@dataclass
-class OwnDataOptions:
-    """``avey-b finetune`` on your own data: the model, the task, the data and where the trained model goes; the
-    Python form is :func:`avey_b.finetuning.finetune`."""
+@dataclass(kw_only=True)
+class OwnDataOptions(TrainingSettings):
+    """``avey-b finetune`` on your own data: the model, the task, the data and where the trained model goes, and
+    the training settings every fine-tuning shares (:class:`~avey_b.finetuning.settings.TrainingSettings`, their
+    defaults but ``lr``'s); the Python form is :func:`avey_b.finetuning.finetune`."""
 
     model: str
     """Hub id or local directory of the encoder to start from (Avey-B, BERT, ModernBERT, ...)."""
@@ -140,52 +145,26 @@ class OwnDataOptions:
     lr: float | None = None
     """Peak learning rate (AdamW, linear warm-up then linear decay). None: the task's default, 5e-5 for every task
     (BERT's fine-tuning recommendation, Devlin et al. 2019 App. A.3; transformers' and sentence-transformers'
-    trainer default); results.json records which and why."""
-    epochs: float = 3.0
-    """Passes over the training data (BERT's fine-tuning recommendation is 2 to 4)."""
-    batch_size: int = 32
-    """Training examples per optimizer step (also the scoring batch)."""
-    warmup_ratio: float = 0.1
-    """Share of the steps spent warming the learning rate up from 0."""
-    weight_decay: float = 0.01
-    """AdamW decoupled weight decay (not on biases and norm weights), BERT's 0.01."""
-    max_length: int | None = None
-    """Tokens per input, longer ones cut. None: nothing is cut for Avey-B (no position limit): the longest input
-    may be as long as memory allows (half the available memory at 24 bytes per token and unit of width, as
-    avey-b embed computes it) and a longer one is an error naming its file and line; for a model with a
-    position limit (BERT: 512), that limit, and results.json counts the inputs cut."""
-    max_train_examples: int | None = None
-    """Train on only the first N training rows (after the validation rows are held out); rerank: the first N
-    training queries, with all their documents."""
-    seed: int = 0
-    """Seeds the head initialisation, the data order and dropout."""
+    trainer default); results.json records which and why (the one default the general settings' 5e-5 leaves
+    unrecorded)."""
     overwrite: bool = False
     """Start afresh in an output directory that holds a run: the old one is moved aside to
     <output-dir>.old-<time> (nothing is deleted)."""
     resume: bool = False
     """Continue an interrupted run in the output directory from its last checkpoint (the options must be the
     same); a finished one is answered with its results."""
-    precision: str = "auto"
-    """auto: bf16 autocast on CUDA and on CPUs that multiply bf16 natively, float32 elsewhere; bf16 or fp32 force
-    one."""
-    device: str | None = None
-    """cpu, cuda or mps; None: CUDA when available (transformers' Trainer takes the first visible GPU: choose another with
-    CUDA_VISIBLE_DEVICES)."""
-    threads: int | None = None
-    """CPU threads for PyTorch; None: its default, capped at the CPUs this process may use."""
     tokenizer: str | None = None
     """Tokenizer name or path when the model directory has none; it is saved with the trained model."""
 
     def __post_init__(self) -> None:
         if self.task not in OWN_TASKS:
-            raise ValueError(f"task must be one of {sorted(OWN_TASKS)} (or a benchmark: "
-                             f"{', '.join(benchmark_settings.TASK_NAMES)}), got {self.task!r}")
+            others = [name for name in registry.TASKS if name not in OWN_TASKS]
+            elsewhere = f" (or, with its own options, one of {', '.join(others)})" if others else ""
+            raise ValueError(f"task must be one of {sorted(OWN_TASKS)}{elsewhere}, got {self.task!r}")
         if not 0 < self.validation_fraction < 1:
             raise ValueError(f"validation_fraction must be in (0, 1), got {self.validation_fraction}")
         if self.problem_type not in PROBLEM_TYPES:
             raise ValueError(f"problem_type must be one of {PROBLEM_TYPES}, got {self.problem_type!r}")
-        if self.precision not in configs.PRECISIONS:
-            raise ValueError(f"precision must be one of {configs.PRECISIONS}, got {self.precision!r}")
         if self.device is not None and self.device.split(":")[0] not in ("cpu", "cuda", "mps", "auto"):
             raise ValueError(f"device must be cpu, cuda or mps, got {self.device!r}")
         if self.device is not None and self.device.startswith("cuda:") and self.device != "cuda:0":
@@ -193,18 +172,7 @@ class OwnDataOptions:
                              f"CUDA_VISIBLE_DEVICES={self.device.split(':')[1]} and --device cuda")
         if self.overwrite and self.resume:
             raise ValueError("give --overwrite (start afresh) or --resume (continue), not both")
-        if self.lr is not None and not self.lr > 0:
-            raise ValueError(f"lr must be > 0, got {self.lr}")
-        if not self.epochs > 0:
-            raise ValueError(f"epochs must be > 0, got {self.epochs}")
-        if not 0 <= self.warmup_ratio < 1:
-            raise ValueError(f"warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
-        if self.weight_decay < 0:
-            raise ValueError(f"weight_decay must be >= 0, got {self.weight_decay}")
-        for name in ("batch_size", "max_length", "max_train_examples", "threads"):
-            value = getattr(self, name)
-            if value is not None and value < 1:
-                raise ValueError(f"{name} must be >= 1, got {value}")
+        super().__post_init__()  # the shared fields' checks
         if len(self.label_separator) != 1:
             raise ValueError(f"label_separator must be one character, got {self.label_separator!r}")
         if self.loss is not None and self.loss not in LOSSES.get(self.task, ()):
@@ -257,45 +225,39 @@ def own_data_parser() -> argparse.ArgumentParser:
 
 class FinetuneParser(argparse.ArgumentParser):
     """``avey-b finetune``: reads ``--task``, then parses the arguments with the options of that task's family
-    (:func:`own_data_parser`, or the benchmark cell's :func:`avey_b.evaluation.settings.finetune_parser`)."""
+    (:class:`avey_b.finetuning.registry.Family`: :func:`own_data_parser`, or the family's that registered it)."""
 
     def __init__(self) -> None:
         super().__init__(prog="avey-b finetune", formatter_class=argparse.RawDescriptionHelpFormatter,
                          description="Fine-tune an encoder on your own data (a classifier, a tagger, an embedding "
                          "model, a reranker), or run one cell of the paper's benchmark protocol.\n\n" + EXAMPLES)
-        self.add_argument("--task", required=True, choices=[*OWN_TASKS, *benchmark_settings.TASK_NAMES],
-                          help="what to train: one of your own data's tasks, or a benchmark (then the benchmark "
+        self.add_argument("--task", required=True, choices=list(registry.TASKS),
+                          help="what to train: one of your own data's tasks, or a benchmark (then that family's "
                           "options below apply)")
 
-    def families(self) -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
-        bench = benchmark_settings.finetune_parser()
-        bench.prog = "avey-b finetune --task {" + ",".join(benchmark_settings.TASK_NAMES) + "}"
-        return own_data_parser(), bench
+    @staticmethod
+    def family_parser(family: registry.Family) -> argparse.ArgumentParser:
+        """The parser of ``family``'s options, named after its tasks."""
+        parser = registry.load(family.parser)()
+        parser.prog = "avey-b finetune --task {" + ",".join(registry.names(family)) + "}"
+        return parser
 
     def format_help(self) -> str:
-        own, bench = self.families()
         rule = "-" * 100
-        return (super().format_help() + f"\n{rule}\nYOUR OWN DATA (--task {' | '.join(OWN_TASKS)})\n{rule}\n"
-                + own.format_help() + f"\n{rule}\nTHE PAPER'S BENCHMARKS (--task "
-                + " | ".join(benchmark_settings.TASK_NAMES) + f")\n{rule}\n" + bench.format_help())
+        return super().format_help() + "".join(
+            f"\n{rule}\n{family.title} (--task {' | '.join(registry.names(family))})\n{rule}\n"
+            + self.family_parser(family).format_help() for family in registry.families())
 
     def parse_args(self, args=None, namespace=None):
         argv = list(sys.argv[1:] if args is None else args)
         peek = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
         peek.add_argument("--task")
         task = peek.parse_known_args(argv)[0].task
-        own, bench = self.families()
-        if task in OWN_TASKS:
-            return own.parse_args(argv, namespace)
-        if task in benchmark_settings.TASK_NAMES:
-            return bench.parse_args(argv, namespace)
+        if task in registry.TASKS:
+            return self.family_parser(registry.TASKS[task].family).parse_args(argv, namespace)
         return super().parse_args(argv, namespace)  # --help, or the error that names the tasks
 
 
 def finetune_parser() -> argparse.ArgumentParser:
-    """The parser of ``avey-b finetune`` (both families, chosen by ``--task``)."""
+    """The parser of ``avey-b finetune`` (every registered family, chosen by ``--task``)."""
     return FinetuneParser()
-
-
-def is_own_task(task: str) -> bool:
-    return task in OWN_TASKS

@@ -176,7 +176,7 @@ def load_model(options: OwnDataOptions, device: str):
     finally:
         log.setLevel(level)
     if options.tokenizer:
-        model[0].processor = common.load_tokenizer(options)
+        model[0].processor = common.tokenizer_for(options)
     return model
 
 

@@ -1,29 +1,18 @@
-"""``avey-b finetune``: your own data's tasks (:data:`~avey_b.finetuning.options.OWN_TASKS`) here, the paper's
-benchmark cells in :func:`avey_b.evaluation.finetune.run` (unchanged)."""
+"""``avey-b finetune``: one runner for every task of the table (:mod:`avey_b.finetuning.registry`), dispatching to
+the task's family's; your own data's tasks (:data:`~avey_b.finetuning.options.OWN_DATA`) run here."""
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 from typing import Any
 
 from avey_b.configs import from_args
 from avey_b.utils.files import check_model_source, model_source
 
+from . import registry
 from .common import check_output_dir, finished_record, summary_line
-from .options import OWN_TASKS, OwnDataOptions
-
-
-def task_trainer(task: str):
-    """The ``train(options) -> dict`` function of an own-data task."""
-    module, _, function = OWN_TASKS[task].partition(":")
-    try:
-        return getattr(importlib.import_module(module), function)
-    except ModuleNotFoundError as e:
-        if e.name != module:
-            raise
-        raise NotImplementedError(f"--task {task} is not part of this version of avey_b ({module} is missing)") from None
+from .options import OwnDataOptions
 
 
 def finetune(options: OwnDataOptions) -> dict[str, Any]:
@@ -40,15 +29,17 @@ def finetune(options: OwnDataOptions) -> dict[str, Any]:
     if options.resume and (record := finished_record(options)) is not None:
         print(f"{options.output_dir} is finished (results.json); nothing to resume", flush=True)
         return record
-    return task_trainer(options.task)(options)
+    return registry.entry(options.task).load()(options)
 
 
 def run(args: argparse.Namespace) -> int:
-    """``avey-b finetune`` (the arguments of :func:`avey_b.finetuning.options.finetune_parser`)."""
-    if args.task not in OWN_TASKS:
-        from avey_b.evaluation.finetune import run as run_benchmark
+    """``avey-b finetune`` (the arguments of :func:`avey_b.finetuning.options.finetune_parser`): the runner of the
+    task's family."""
+    return registry.load(registry.entry(args.task).family.runner)(args)
 
-        return run_benchmark(args)
+
+def run_own_data(args: argparse.Namespace) -> int:
+    """``avey-b finetune --task <own-data task>``: :func:`finetune`, a summary line and the record's key fields."""
     record = finetune(from_args(OwnDataOptions, args))
     print(summary_line(record), flush=True)
     print(json.dumps({k: record.get(k) for k in ("task", "model", "output_dir", "metric", "score", "baseline_score",

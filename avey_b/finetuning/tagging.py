@@ -20,23 +20,25 @@ trained with transformers' ``Trainer`` on ``AutoModelForTokenClassification`` an
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from typing import Any
 
+from avey_b.data.conll import ENTITY_TAG, read_conll
 from avey_b.utils.files import DataFileError
 
 from . import common
-from .data import Table, is_conll, read_conll, read_split, read_table
+from .alignment import align_labels, word_index_of_tokens, word_predictions
+from .data import Table, is_conll, read_split, read_table
 from .options import OwnDataOptions
-
-_ENTITY_TAG = re.compile(r"^(O|[BIESLU]-\S+)$")
 
 
 def read_tagged(source: str, options: OwnDataOptions) -> Table:
     """The sentences of ``source`` as a :class:`Table` of ``tokens`` and ``tags`` (lists of strings of one length)."""
     if is_conll(source):
-        return read_conll(source, options.tokens_column, options.tags_column)
+        sentences = read_conll(source, _column_number(options.tokens_column, 0),
+                               _column_number(options.tags_column, -1))
+        return Table(source, [{"tokens": s.tokens, "tags": s.tags} for s in sentences],
+                     [f"line {s.line}" for s in sentences])
     table = read_table(source, {"tokens": options.tokens_column, "tags": options.tags_column}, task=options.task)
     rows = []
     for i, row in enumerate(table.rows):
@@ -49,6 +51,12 @@ def read_tagged(source: str, options: OwnDataOptions) -> Table:
             raise DataFileError(f"{table.where(i)}: {len(words)} words but {len(tags)} tags")
         rows.append({"tokens": [str(w) for w in words], "tags": [str(t) for t in tags]})
     return Table(table.source, rows, table.places)
+
+
+def _column_number(column: str, default: int) -> int:
+    """A CoNLL column given by number (``--tokens-column 0``, ``--tags-column 3``; negative: from the end); a
+    column name (the JSONL default, ``tokens``/``tags``) means ``default``."""
+    return int(column) if column.lstrip("-").isdigit() else default
 
 
 def check_sentences(table: Table) -> None:
@@ -75,7 +83,7 @@ def tag_set(train: Table, validation: Table) -> tuple[list[str], list[str]]:
 
 
 def is_entity_tagging(names: list[str]) -> bool:
-    return all(_ENTITY_TAG.match(t) for t in names) and any(t != "O" for t in names)
+    return all(ENTITY_TAG.match(t) for t in names) and any(t != "O" for t in names)
 
 
 def scores(gold: list[list[str]], pred: list[list[str]], entity: bool) -> dict[str, float]:
@@ -96,14 +104,52 @@ def scores(gold: list[list[str]], pred: list[list[str]], entity: bool) -> dict[s
             "recall": 100 * recall_score(gold, pred, zero_division=0), "accuracy": accuracy}
 
 
+def encode(tokenizer, rows: Table, label2id: dict[str, int], limit: int | None, cut: bool
+           ) -> tuple[Any, list[list[int | None]], int]:
+    """(the dataset of ``rows``: token ids and token labels, each word's tag on its first sub-token; the word of
+    each token per sentence; how many sentences ``limit`` cut). A sentence longer than ``limit`` when nothing may be
+    cut is an error naming its file and line."""
+    texts = [" ".join(r["tokens"]) for r in rows.rows]
+    enc = tokenizer(texts, truncation=False, verbose=False)
+    n_cut = common.check_lengths(rows, [len(ids) for ids in enc["input_ids"]], limit, cut)
+    enc = tokenizer(texts, return_offsets_mapping=True,
+                    **({"truncation": True, "max_length": limit} if n_cut else {"truncation": False}))
+    word_ids = [word_index_of_tokens(r["tokens"], offsets)
+                for r, offsets in zip(rows.rows, enc["offset_mapping"], strict=True)]
+    labels = [align_labels(w, [label2id[t] for t in r["tags"]], every_subtoken=False)
+              for w, r in zip(word_ids, rows.rows, strict=True)]
+    columns = {k: enc[k] for k in ("input_ids", "attention_mask", "token_type_ids") if k in enc}
+    return rows.to_dataset(columns | {"labels": labels}), word_ids, n_cut
+
+
+def predicted_tags(logits, dataset, rows: Table, word_ids: list[list[int | None]], names: list[str]
+                   ) -> list[list[str]]:
+    """Each sentence's predicted tags: a word's is its first sub-token's; a word cut off is ``O`` (a miss)."""
+    import numpy as np
+
+    outside = names.index("O") if "O" in names else 0
+    pred = []
+    for i, row in enumerate(rows.rows):
+        token_preds = np.asarray(logits[i][:len(dataset[i]["input_ids"])]).argmax(-1).tolist()
+        words = word_predictions(word_ids[i], token_preds, len(row["tokens"]), outside, vote=False)
+        pred.append([names[p] for p in words])
+    return pred
+
+
+def baseline(names: list[str], train: Table) -> tuple[str, str]:
+    """(the tag the baseline gives every word, its name): ``O`` for entity tags, else the most frequent tag."""
+    if is_entity_tagging(names):
+        return "O", "all O"
+    tag = Counter(t for r in train.rows for t in r["tags"]).most_common(1)[0][0]
+    return tag, f"all {tag!r} (the most frequent tag)"
+
+
 def train(options: OwnDataOptions) -> dict[str, Any]:
     """Fine-tune a tagger on ``options`` (see the module docstring); returns the results record."""
-    import numpy as np
     import torch
     import transformers
     from transformers import AutoModelForTokenClassification, DataCollatorForTokenClassification
 
-    from avey_b.evaluation.tasks.tc import align_labels, word_index_of_tokens, word_predictions
     from avey_b.utils.files import model_source
 
     common.set_threads(options)
@@ -116,52 +162,30 @@ def train(options: OwnDataOptions) -> dict[str, Any]:
         print(f"note: validation tag(s) {unseen} never occur in the training sentences; the tagger cannot learn "
               "them", flush=True)
     label2id = {n: i for i, n in enumerate(names)}
-    tokenizer = common.load_tokenizer(options, fast=True)
+    tokenizer = common.tokenizer_for(options, fast=True)
 
     transformers.set_seed(options.seed)  # the head's initialisation
     with model_source(options.model):
         model = AutoModelForTokenClassification.from_pretrained(
             options.model, num_labels=len(names), id2label=dict(enumerate(names)), label2id=label2id)
     limit, cut = common.length_rule(options, model.config)
-
-    def encode(rows: Table) -> tuple[Any, list[list[int | None]], int]:
-        texts = [" ".join(r["tokens"]) for r in rows.rows]
-        enc = tokenizer(texts, truncation=False, verbose=False)
-        n_cut = common.check_lengths(rows, [len(ids) for ids in enc["input_ids"]], limit, cut)
-        enc = tokenizer(texts, return_offsets_mapping=True,
-                        **({"truncation": True, "max_length": limit} if n_cut else {"truncation": False}))
-        word_ids = [word_index_of_tokens(r["tokens"], offsets) for r, offsets in zip(rows.rows, enc["offset_mapping"],
-                                                                                       strict=True)]
-        labels = [align_labels(w, [label2id[t] for t in r["tags"]], every_subtoken=False)
-                  for w, r in zip(word_ids, rows.rows, strict=True)]
-        columns = {k: enc[k] for k in ("input_ids", "attention_mask", "token_type_ids") if k in enc}
-        return rows.to_dataset(columns | {"labels": labels}), word_ids, n_cut
-
-    train_set, _, train_cut = encode(train_rows)
-    val_set, val_words, val_cut = encode(val_rows)
-    trainer, trained = common.train_with_trainer(options, model, tokenizer, lr, train_set, DataCollatorForTokenClassification(tokenizer))
+    train_set, _, train_cut = encode(tokenizer, train_rows, label2id, limit, cut)
+    val_set, val_words, val_cut = encode(tokenizer, val_rows, label2id, limit, cut)
+    trainer, trained = common.train_with_trainer(options, model, tokenizer, lr, train_set,
+                                                 DataCollatorForTokenClassification(tokenizer))
     with torch.no_grad():
         logits = trainer.predict(val_set).predictions
-    gold, pred = [], []
-    for i, row in enumerate(val_rows.rows):
-        n_tokens = len(val_set[i]["input_ids"])
-        token_preds = np.asarray(logits[i][:n_tokens]).argmax(-1).tolist()
-        words = word_predictions(val_words[i], token_preds, len(row["tokens"]), label2id.get("O", 0), vote=False)
-        gold.append(row["tags"])
-        pred.append([names[p] for p in words])
+    gold = [row["tags"] for row in val_rows.rows]
+    pred = predicted_tags(logits, val_set, val_rows, val_words, names)
     entity = is_entity_tagging(names)
-    if entity:
-        baseline_tag, baseline_name = "O", "all O"
-    else:
-        baseline_tag = Counter(t for r in train_rows.rows for t in r["tags"]).most_common(1)[0][0]
-        baseline_name = f"all {baseline_tag!r} (the most frequent tag)"
+    baseline_tag, baseline_name = baseline(names, train_rows)
     got = scores(gold, pred, entity)
     base = scores(gold, [[baseline_tag] * len(s) for s in gold], entity)
     metric = "f1" if entity else "accuracy"
     record = common.base_record(options, lr, lr_source) | {
         "tags": names, "validation_only_tags": unseen, "entity_tags": entity, "metric": metric,
-        "score": common.rounded(got[metric]),
-        "baseline_score": common.rounded(base[metric]), "metrics": common.rounded(got), "baseline": common.rounded(base),
+        "score": common.rounded(got[metric]), "baseline_score": common.rounded(base[metric]),
+        "metrics": common.rounded(got), "baseline": common.rounded(base),
         "baseline_name": baseline_name, "n_train": len(train_set), "n_validation": len(val_set),
         "max_length": limit, "inputs_cut": {"train": train_cut, "validation": val_cut} if cut else None} | trained
     if train_cut or val_cut:

@@ -68,12 +68,13 @@ def write_conll_head(src: Path, dest: Path, sentences: int) -> None:
 def tokenizer_texts(sst2: Path, conll: Path, sst2_rows: int, conll_sentences: int):
     """The training texts only: the SST-2 rows finetune trains on (the held-out 20% excluded) and the CoNLL
     training sentences."""
-    from avey_b.finetuning.data import hold_out, read_conll, read_table
+    from avey_b.data.conll import read_conll
+    from avey_b.finetuning.data import hold_out, read_table
 
     table = read_table(str(sst2), {"text": "sentence"}, task="text-classification")
     train, _ = hold_out(table, 0.2)
     texts = [r["sentence"] for r in train.rows]
-    texts += [" ".join(r["tokens"]) for r in read_conll(str(conll)).rows[:conll_sentences]]
+    texts += [" ".join(s.tokens) for s in read_conll(str(conll))[:conll_sentences]]
     return texts
 
 

@@ -2,6 +2,7 @@
 module per job, each importing only those listed before it:
 
 - :mod:`.forms`: the two forms (``qa``, the authors' ``token-classification``), their defaults and headline scores;
+- :mod:`.options`: the options of the three verbs, their parsers and descriptions (no torch);
 - :mod:`.sets`: the generated sets (:mod:`avey_b.data.niah`) as the evaluation reads them;
 - :mod:`.models`: the model to fine-tune, with the form's head, and its tokenizer;
 - :mod:`.retrieval`: the ranker hook (Avey-B): which splits it paired with the needle's and the question's;

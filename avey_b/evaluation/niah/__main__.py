@@ -2,7 +2,7 @@
 
 import sys
 
-from ..settings import niah_parser
 from .cli import run
+from .options import niah_parser
 
 sys.exit(run(niah_parser().parse_args()))

@@ -2,7 +2,7 @@
 as in the paper's appendix "Long-Range Benchmark Results".
 
 Evaluation (``avey-b niah evaluate``): see :func:`evaluate`; the options are declared in
-:mod:`avey_b.evaluation.settings`.
+:mod:`avey_b.evaluation.niah.options`.
 """
 
 from __future__ import annotations
@@ -18,14 +18,14 @@ from avey_b.utils.records import append_jsonl, read_jsonl, write_jsonl_atomic
 from ...data import niah as niah_data
 from ...data import niah_authors
 from ...data.niah import parse_lengths
-from ..settings import (
+from .forms import HEADLINE, form_of
+from .options import (
     NiahEvaluateOptions,
     NiahGenerateOptions,
     niah_evaluate_options,
     niah_generate_options,
     niah_parser,
 )
-from .forms import HEADLINE, form_of
 from .runs import (
     evaluate_model,
     planned_run,
@@ -39,7 +39,7 @@ from .tables import cell_text, chance_text, write_tables_and_plots
 
 def run(args: argparse.Namespace) -> int:
     """``avey-b niah generate | evaluate | report`` (the arguments of
-    :func:`avey_b.evaluation.settings.niah_parser`)."""
+    :func:`avey_b.evaluation.niah.options.niah_parser`)."""
     if args.command == "generate":
         return generate(args)
     if args.command == "report":
@@ -88,7 +88,7 @@ def generate(args: argparse.Namespace | NiahGenerateOptions) -> int:
 
 def evaluate(args: NiahEvaluateOptions) -> int:
     """``avey-b niah evaluate`` with ``args``: every model x task x learning rate fine-tuned and scored at every
-    test length, resumably (:data:`avey_b.evaluation.settings.NIAH_EVALUATE_DESCRIPTION`, its ``--help``)."""
+    test length, resumably (:data:`avey_b.evaluation.niah.options.NIAH_EVALUATE_DESCRIPTION`, its ``--help``)."""
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, "results.jsonl")
     done = {(r["model"], r["task"], form_of(r), r["lr"], r["seed"], record_train_length(r)): r
@@ -122,7 +122,7 @@ def evaluate(args: NiahEvaluateOptions) -> int:
 
 def report(results: list[str], out: str) -> int:
     """``avey-b niah report``: the records of the ``niah evaluate`` runs ``results`` merged into ``out``
-    (:data:`avey_b.evaluation.settings.NIAH_REPORT_DESCRIPTION`, its ``--help``)."""
+    (:data:`avey_b.evaluation.niah.options.NIAH_REPORT_DESCRIPTION`, its ``--help``)."""
     records, seen = [], {}
     for given in results:
         path = os.path.join(given, "results.jsonl") if os.path.isdir(given) else given

@@ -34,7 +34,8 @@ def needle_breakdown(rows: list[dict[str, Any]], predictions: dict[str, str]) ->
         return r["context"][start:].split(" ", 1)[0]
 
     return {"one_needle": exact(one), "two_needles": exact(two),
-            "other_value": None if not two else sum(squad_exact(predictions[r["id"]], other(r)) for r in two) / len(two),
+            "other_value": (None if not two
+                            else sum(squad_exact(predictions[r["id"]], other(r)) for r in two) / len(two)),
             "n_one": len(one), "n_two": len(two)}
 
 

@@ -1,18 +1,16 @@
-"""Registry of the paper's 12 downstream benchmarks: task name -> :class:`~.base.Task` class (paper §5.1)."""
+"""The paper's 12 downstream benchmarks: task name -> :class:`~.base.Task` class (paper §5.1), read from the one
+task table of ``avey-b finetune`` (:mod:`avey_b.finetuning.registry`), where :mod:`avey_b.evaluation.settings`
+registers them."""
 
 from __future__ import annotations
 
+from avey_b.finetuning import registry
+
+from ..settings import TASK_NAMES
 from .base import DataFiles, RunConfig, Task
-from .ir import MLDR, MSMARCO, NQ
-from .qa import ReCoRD, SQuAD, SQuADv2
-from .sc import MNLI, QQP, SST2
-from .tc import UNER, CoNLL2003, OntoNotes
 
 # Order = the columns of the paper's Table 3 (family by family).
-TASKS: dict[str, type[Task]] = {
-    cls.name: cls
-    for cls in (MNLI, QQP, SST2, CoNLL2003, OntoNotes, UNER, ReCoRD, SQuAD, SQuADv2, MLDR, MSMARCO, NQ)
-}
+TASKS: dict[str, type[Task]] = {name: registry.entry(name).load() for name in TASK_NAMES}
 FAMILIES = ("SC", "TC", "QA", "IR")
 
 

@@ -144,8 +144,8 @@ EVAL_ATTENTION = "eager"
 
 def load_model(name_or_path: str, head: str, cfg: RunConfig, **kwargs):
     """Any encoder by Hub name or local path, through the Auto class of ``head``; under the paper protocol with
-    ``attn_implementation="eager"`` (:data:`EVAL_ATTENTION`), as EncodEval loads every model. A token-classification head
-    for an encoder whose code has none (NeoBERT's Hub code ships masked-LM and sequence-classification heads
+    ``attn_implementation="eager"`` (:data:`EVAL_ATTENTION`), as EncodEval loads every model. A token-classification
+    head for an encoder whose code has none (NeoBERT's Hub code ships masked-LM and sequence-classification heads
     only) is :class:`EncoderTokenClassifier` on its ``AutoModel``, as the paper's evaluation adds one for NeoBERT."""
     if head not in HEADS:
         raise ValueError(f"unknown head {head!r}; expected one of {sorted(HEADS)}")
@@ -215,7 +215,8 @@ class EncoderTokenClassifier(torch.nn.Module):
 
     def save_pretrained(self, directory, state_dict=None) -> None:
         if state_dict is not None:
-            raise ValueError("EncoderTokenClassifier.save_pretrained saves its own weights; state_dict is not supported")
+            raise ValueError("EncoderTokenClassifier.save_pretrained saves its own weights; state_dict is not "
+                             "supported")
 
         self.encoder.save_pretrained(directory)
         head = {f"{name}.{k}": v.detach().contiguous().cpu() for name in ("dense", "classifier")
@@ -321,7 +322,8 @@ def encode_texts(model, tokenizer, texts: Sequence[str], max_length: int | None,
     for start in range(0, len(order), batch_size):
         idx = order[start:start + batch_size]
         enc = tokenizer([texts[i] for i in idx], **truncation(max_length))
-        feats = [{"input_ids": ids, "attention_mask": am} for ids, am in zip(enc["input_ids"], enc["attention_mask"], strict=False)]
+        feats = [{"input_ids": ids, "attention_mask": am}
+                 for ids, am in zip(enc["input_ids"], enc["attention_mask"], strict=False)]
         batch = {k: v.to(device) for k, v in pad_batch(feats, pad).items()}
         with torch.no_grad(), autocast_ctx(device, precision):
             hidden = model(**batch).last_hidden_state

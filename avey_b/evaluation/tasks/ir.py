@@ -139,7 +139,8 @@ def pairs_from_rows(rows: list[dict[str, Any]], source: str) -> list[tuple[str, 
     q_col = next((c for c in _Q_COLS if c in rows[0]), None)
     d_col = next((c for c in _D_COLS if c in rows[0] and c != q_col), None)
     if q_col is None or d_col is None:
-        raise ValueError(f"{source}: need a query column {_Q_COLS} and a positive column {_D_COLS}, got {sorted(rows[0])}")
+        raise ValueError(f"{source}: need a query column {_Q_COLS} and a positive column {_D_COLS}, "
+                         f"got {sorted(rows[0])}")
     return [(str(r[q_col]), str(r[d_col])) for r in rows]
 
 

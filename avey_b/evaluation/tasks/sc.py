@@ -47,7 +47,8 @@ class SequenceClassificationTask(base.Task):
         else:
             split = self.hub_split(which, files)
             source = f"nyu-mll/glue/{self.hub_config}:{split}"
-            rows = [(f"{source} row {i}", r) for i, r in enumerate(base.load_hub("nyu-mll/glue", self.hub_config, split))]
+            hub = base.load_hub("nyu-mll/glue", self.hub_config, split)
+            rows = [(f"{source} row {i}", r) for i, r in enumerate(hub)]
         groups = {"text": _TEXT_A, "label": _LABEL} | ({"second text": _TEXT_B} if self.pair else {})
         base.require_columns(rows[0][1] if rows else {}, groups, source, self.display)
         return [self._example(row, where) for where, row in rows]

@@ -2,13 +2,13 @@
 
 Data: ``hgissbkh/conll2003-en`` (columns ``words`` and ``ner``), ``hgissbkh/ontonotes5`` (``tokens``, ``tags``),
 ``hgissbkh/uner_en`` (``tokens``, ``ner_tags``) — the columns EncodEval renames to ``tokens``/``tags`` —, tags as
-``ClassLabel`` ids or strings (ids without names: the paper protocol only, as EncodEval reads them), or local CoNLL column files (one ``word ... tag`` line per
-word, the tag in the last column, blank lines between sentences, ``-DOCSTART-`` lines skipped). Tags are
-normalised to IOB2 (the original CoNLL-2003 files are IOB1).
+``ClassLabel`` ids or strings (ids without names: the paper protocol only, as EncodEval reads them), or local
+CoNLL column files (:func:`avey_b.data.conll.read_conll`: the word in the first column, the entity tag in the last;
+a file whose tags are not entity tags is refused at its first line). Tags are normalised to IOB2 (the original
+CoNLL-2003 files are IOB1).
 
-Word -> token alignment is done from the tokenizer's character offsets over the words joined by single
-spaces, which works for every fast tokenizer (WordPiece, byte-level BPE with or without prefix spaces),
-unlike ``is_split_into_words`` which some BPE tokenizers reject.
+Word -> token alignment: :mod:`avey_b.finetuning.alignment` (the tokenizer's character offsets over the words
+joined by single spaces), shared with the own-data tagger.
 
 - standard protocol: the label sits on the first sub-token of each word, other sub-tokens get -100; the
   word's prediction is its first sub-token's; words cut off by ``max_length`` are predicted ``O`` (they
@@ -22,17 +22,15 @@ unlike ``is_split_into_words`` which some BPE tokenizers reject.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import torch
 
-from avey_b.utils.files import DataFileError, iter_lines
+from avey_b.data.conll import read_conll
+from avey_b.finetuning.alignment import align_labels, word_index_of_tokens, word_predictions
 
 from ..metrics import entity_f1, iob1_to_iob2, per_sentence_macro_f1
 from . import base
-
-_TAG = re.compile(r"^(O|[BIESLU]-\S+)$")  # IOB1/IOB2/IOBES entity tags
 
 #: Hub columns holding a sentence's words, in order of preference (``words``: ``hgissbkh/conll2003-en``, which
 #: EncodEval renames to ``tokens``).
@@ -48,91 +46,6 @@ def _integer_feature(feature) -> bool:
     return getattr(feature, "names", None) is not None or (isinstance(dtype, str) and "int" in dtype)
 
 
-def read_conll(path: str) -> list[dict[str, list[str]]]:
-    """Sentences of a CoNLL column file: ``{"tokens": [...], "tags": [...]}`` (tags as written).
-
-    Format sniffing: every tag must look like an entity tag (``O``, ``B-PER``, ``I-LOC``, ...), so a file of
-    another format (a TSV of sentences and labels, say) stops here with what was found instead of training on
-    one long "sentence"."""
-    sentences, words, tags = [], [], []
-    for lineno, line in iter_lines(path):
-        parts = line.split()
-        if not parts or parts[0] == "-DOCSTART-":
-            if words:
-                sentences.append({"tokens": words, "tags": tags})
-                words, tags = [], []
-            continue
-        if len(parts) < 2:
-            raise DataFileError(f"{path}, line {lineno}: expected 'word ... tag', got {line.strip()!r}")
-        if not _TAG.match(parts[-1]):
-            raise DataFileError(
-                f"{path}, line {lineno} does not look like CoNLL NER data: its last column {parts[-1]!r} is not an "
-                f"entity tag (O, B-PER, I-LOC, ...); the line has {len(parts)} whitespace-separated fields: "
-                f"{line.strip()[:100]!r}"
-            )
-        words.append(parts[0])
-        tags.append(parts[-1])
-    if words:
-        sentences.append({"tokens": words, "tags": tags})
-    if not sentences:
-        raise DataFileError(f"{path}: no sentences")
-    return sentences
-
-
-def word_index_of_tokens(words: list[str], offsets: list[tuple[int, int]]) -> list[int | None]:
-    """For each token (offsets into ``" ".join(words)``), the index of the word it belongs to, or None
-    for special tokens and tokens that cover only spaces."""
-    owner: list[int | None] = []
-    for w, word in enumerate(words):
-        owner.extend([w] * len(word))
-        owner.append(None)  # the joining space
-    result: list[int | None] = []
-    for start, end in offsets:
-        word = None
-        for pos in range(start, end):  # first non-space character of the token
-            if pos < len(owner) and owner[pos] is not None:
-                word = owner[pos]
-                break
-        result.append(word)
-    return result
-
-
-def align_labels(word_ids: list[int | None], word_labels: list[int], every_subtoken: bool) -> list[int]:
-    """Token labels: the word's label on its first sub-token (and on the others when ``every_subtoken``),
-    -100 elsewhere."""
-    labels, previous = [], None
-    for w in word_ids:
-        if w is None:
-            labels.append(-100)
-        elif w != previous or every_subtoken:
-            labels.append(word_labels[w])
-        else:
-            labels.append(-100)
-        if w is not None:
-            previous = w
-    return labels
-
-
-def word_predictions(word_ids: list[int | None], token_preds: list[int], n_words: int, outside: int | None,
-                     vote: bool) -> list[int | None]:
-    """Per-word predictions from token predictions: the first sub-token's (``vote=False``) or the
-    majority over sub-tokens (``vote=True``, ties to the smallest id); words with no token (truncated)
-    get ``outside``."""
-    votes: list[list[int]] = [[] for _ in range(n_words)]
-    for w, p in zip(word_ids, token_preds, strict=False):
-        if w is not None:
-            votes[w].append(p)
-    out = []
-    for v in votes:
-        if not v:
-            out.append(outside)
-        elif vote:
-            out.append(min(set(v), key=lambda c: (-v.count(c), c)))
-        else:
-            out.append(v[0])
-    return out
-
-
 class TokenClassificationTask(base.Task):
     family = "TC"
     metric = "f1"
@@ -145,7 +58,7 @@ class TokenClassificationTask(base.Task):
     def load(self, which: str, files: base.DataFiles, protocol: str = "standard") -> list[dict[str, Any]]:
         path = files.train if which == "train" else files.eval
         if path is not None:
-            sents = read_conll(path)
+            sents = [{"tokens": s.tokens, "tags": s.tags} for s in read_conll(path, entity_tags=True)]
         else:
             split = self.hub_split(which, files)
             sents = self._hub_sentences(base.load_hub(self.hub_name, None, split), f"{self.hub_name}:{split}",
@@ -267,7 +180,8 @@ class TokenClassificationTask(base.Task):
         gold = [self._tags(e, cfg) for e in examples]
         pred = self.predict(model, tokenizer, examples, cfg)
         if cfg.protocol == "paper":  # the words that reached the model
-            kept = [[(g, p) for g, p in zip(gs, ps, strict=True) if p is not None] for gs, ps in zip(gold, pred, strict=True)]
+            kept = [[(g, p) for g, p in zip(gs, ps, strict=True) if p is not None]
+                    for gs, ps in zip(gold, pred, strict=True)]
             gold, pred = [[g for g, _ in k] for k in kept], [[p for _, p in k] for k in kept]
             return {"f1": 100 * per_sentence_macro_f1(gold, pred), "n_eval": len(examples)}
         scores = entity_f1(gold, pred)
