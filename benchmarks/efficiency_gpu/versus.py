@@ -96,7 +96,7 @@ def next_length_seconds(previous: dict, n: int, rounds: int, avey: str) -> float
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--text", nargs="+", required=True, help="text files (see benchmarks/english_text.py)")
+    p.add_argument("--text", nargs="+", required=True, help="text files (see avey_b/benchmarking/english_text.py)")
     p.add_argument("--out", required=True, help="JSONL file the lines are appended to")
     p.add_argument("--lengths", type=int, nargs="+", default=[2048, 8192, 98304],
                    help="increasing; 32768 fits a second call (--lengths 32768) if the first leaves no time")

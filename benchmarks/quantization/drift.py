@@ -73,7 +73,7 @@ def main() -> None:
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="avey-b-base", help="a model spec (random weights) or a checkpoint directory")
-    p.add_argument("--text", nargs="+", required=True, help="text files (see benchmarks/english_text.py)")
+    p.add_argument("--text", nargs="+", required=True, help="text files (see avey_b/benchmarking/english_text.py)")
     p.add_argument("--lengths", type=int, nargs="+", default=[128, 512, 2048, 8192])
     p.add_argument("--variants", nargs="+", default=None, help="default: default, all, each option, only:G and "
                    "skip:G for every block group")

