@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import os
-import platform
 import statistics
 import tempfile
 import time
@@ -36,9 +34,8 @@ from avey_b.apps.export import Exportable, _dynamic, export_onnx, fold_weight_la
 from avey_b.apps.quantize import compare_quantized, quantize_eager_int8, quantize_onnx
 from avey_b.benchmarking.inputs import text_ids
 from avey_b.benchmarking.timing import alternate, gemm_rate
-from avey_b.utils.device import cpu_model
 from avey_b.utils.model_spec import build_config, random_model
-from avey_b.utils.records import append_jsonl, utc_timestamp
+from avey_b.utils.records import Envelope, append_jsonl
 
 
 def export_any(model, path: Path, opset: int | None = None) -> Path:
@@ -139,11 +136,11 @@ def main() -> None:
                     return eager[name](input_ids=ids, attention_mask=mask).last_hidden_state
 
             names = list(eager) + list(sessions)
-            load_before, g0 = os.getloadavg(), gemm_rate(torch.float32)
+            env, g0 = Envelope.begin("onnxruntime", "torchao"), gemm_rate(torch.float32)
             outputs = {name: run(name) for name in names}  # warm-up, and the outputs compared below
             timed = alternate({name: partial(run, name) for name in names}, args.rounds)
             times = {name: t.times_s for name, t in timed.items()}
-            g1, load_after = gemm_rate(torch.float32), os.getloadavg()
+            g1 = gemm_rate(torch.float32)
             reference = outputs["eager_fp32"]
             accuracy = {}
             for name in names:
@@ -162,10 +159,7 @@ def main() -> None:
                    "speedup_onnx_int8_over_onnx_fp32": median["onnx_fp32"] / median["onnx_int8"],
                    "speedup_onnx_int8_over_eager_fp32": median["eager_fp32"] / median["onnx_int8"],
                    "accuracy": accuracy, "export_and_quantize_s": export_s,
-                   "gemm_fp32_flop_s": (g0 + g1) / 2, "load_average_before": load_before,
-                   "load_average_after": load_after, "machine": f"{platform.node()}: {cpu_model()}",
-                   "torch": torch.__version__, "onnxruntime": ort.__version__,
-                   "time": utc_timestamp()}
+                   "gemm_fp32_flop_s": (g0 + g1) / 2, **env.end()}
             append_jsonl(args.out, rec, echo=True)
 
 
