@@ -138,6 +138,14 @@ class Envelope:
             self.load_after = load_average()
         return dataclasses.asdict(self)
 
+    def line(self) -> str:
+        """The envelope as one sentence for a Markdown report (after :meth:`end`): host and CPU, commit, load
+        average at the start and the end, time."""
+        m = self.machine
+        return (f"{m['host']}, {m['cpu']}{', GPU ' + ', '.join(m['gpus']) if m['gpus'] else ''}; commit "
+                f"{self.commit}{' (dirty)' if self.dirty else ''}; load average {self.load_before} at the start, "
+                f"{self.load_after} at the end; {self.time}")
+
 
 def slug(name: str) -> str:
     """``name`` as one path component: runs of characters other than ``[A-Za-z0-9._@-]`` become ``_``."""

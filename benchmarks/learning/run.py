@@ -154,7 +154,7 @@ def main() -> None:
     report = (work / "eval" / "report.md").read_text()
     head = report_head(
         "Learning benchmark: scratch vs pretrained (Avey-B, BERT, ModernBERT of one size)", "benchmarks/learning/run.py",
-        sizes, env.end(), facts=f"{args.threads} threads",
+        sizes, env, facts=f"{args.threads} threads",
         took=f"Pretraining took {t_pre / 60:.0f} min, the whole benchmark {(time.time() - t_start) / 60:.0f} min.",
     ) + [
         "Pretraining learning rates: Avey-B 2e-3 (the quickstart's); BERT and ModernBERT each at "
@@ -169,17 +169,15 @@ def main() -> None:
     print((out / "results.md").read_text())
 
 
-def report_head(title: str, script: str, sizes: dict[str, int], envelope: dict, *, facts: str, took: str) -> list[str]:
+def report_head(title: str, script: str, sizes: dict[str, int], env, *, facts: str, took: str) -> list[str]:
     """The opening lines of a ``results.md`` (this benchmark's and ``paper_protocol_cpu``'s): the title, the command
-    that wrote it, the run's ``envelope`` (:class:`avey_b.utils.records.Envelope`'s fields: machine, commit, load
+    that wrote it, the run's :class:`~avey_b.utils.records.Envelope` ``env`` (ended here: machine, commit, load
     average at the start and the end, time) with ``facts`` such as the threads, how long it took, and the
     parameters of each model."""
-    e = envelope
+    env.end()
     return [
         f"# {title}", "", "```", f"python {script} {' '.join(sys.argv[1:])}", "```", "",
-        f"Machine: {e['machine']['host']}, {e['machine']['cpu']}; {facts}; commit {e['commit']}"
-        f"{' (dirty)' if e['dirty'] else ''}; load average {e['load_before']} at the start, {e['load_after']} at the "
-        f"end; {e['time']}. {took}",
+        f"Machine: {env.line()}; {facts}. {took}",
         "", "Parameters (masked-LM model, tied embeddings counted once): "
         + ", ".join(f"{k} {v / 1e6:.2f}M" for k, v in sizes.items()) + ".", "",
     ]

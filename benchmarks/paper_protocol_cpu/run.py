@@ -108,7 +108,7 @@ def main() -> None:
             f"{len(loads)} one-minute samples)" if loads else "not sampled")
     head = learning.report_head(
         "The paper's protocol at CPU scale (Avey-B, BERT, ModernBERT of one size)",
-        "benchmarks/paper_protocol_cpu/run.py", sizes, env.end(), facts=f"Avey-B pretrained on {args.threads} threads",
+        "benchmarks/paper_protocol_cpu/run.py", sizes, env, facts=f"Avey-B pretrained on {args.threads} threads",
         took=f"The evaluation took {t_eval / 60:.0f} min; 1-minute load average during it {load}.")
     (HERE / "results.md").write_text("\n".join(head) + report)
     shutil.copy(work / "eval" / "report.json", HERE / "results.json")
