@@ -66,7 +66,8 @@ def run(args, dtype_name: str, compiled: bool) -> dict:
         peak_kind = f"measured {'bf16' if bf16 else 'fp32'} 2048^3 GEMM"
     return {
         "preset": args.preset, "overrides": json.loads(args.overrides), "params_M": round(n_params / 1e6, 2),
-        "device": device.type, "threads": torch.get_num_threads(), "dtype": dtype_name, "compiled": compiled, "batch": args.batch,
+        "device": device.type, "threads": torch.get_num_threads(), "dtype": dtype_name, "compiled": compiled,
+        "batch": args.batch,
         "seq_len": args.seq_len, "step_s_median": round(med, 4), "step_s_min": round(timed.min_s, 4),
         "step_s_max": round(timed.max_s, 4), "tokens_per_s": round(tokens / med, 1),
         "tflops_per_step": round(flops / 1e12, 4), "achieved_tflops": round(flops / med / 1e12, 4),

@@ -63,7 +63,8 @@ def prepare(args) -> dict:
     if not (model_dir / "config.json").exists():
         torch.manual_seed(0)
         vocab = pad_to_multiple(enc.max_token_value + 1)
-        AveyBForSentenceEmbedding(presets.small(vocab_size=vocab, pad_token_id=tok.pad_token_id)).save_pretrained(model_dir)
+        config = presets.small(vocab_size=vocab, pad_token_id=tok.pad_token_id)
+        AveyBForSentenceEmbedding(config).save_pretrained(model_dir)
         tok.save_pretrained(model_dir)
     lengths = pareto_lengths(args.documents, args.min_tokens, args.max_tokens, args.alpha)
     if max(lengths) > len(stream):

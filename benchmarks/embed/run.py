@@ -75,7 +75,8 @@ HERE = Path(__file__).resolve().parent
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--data", default="../shared/data", help="the shared data (avey_b/benchmarking/english_text.py's layout)")
+    p.add_argument("--data", default="../shared/data",
+                   help="the shared data (avey_b.benchmarking.english_text's layout)")
     p.add_argument("--workdir", default="runs/embed_bench", help="model, corpus and outputs (not committed)")
     p.add_argument("--out", default=str(HERE / "results.jsonl"))
     p.add_argument("--documents", type=int, default=2000)

@@ -50,7 +50,8 @@ def in_process(args, facts: dict, base: dict) -> None:
             print(f"# in-process round {r}: {name} {seconds:.1f} s, load {load_average()}", flush=True)
     append_jsonl(args.out, {**base, "section": "in_process", "dtype": dtype, "seconds": times,
                             "st_batch_size": facts["st_batch_size"],
-                            "st_over_local_per_round": [b / a for a, b in zip(times["local"], times["st"], strict=True)],
+                            "st_over_local_per_round": [b / a for a, b in zip(times["local"], times["st"],
+                                                                              strict=True)],
                             "gemm_gflop_s": [g0, gemm(dtype)], **env.end()}, echo=True)
 
 
@@ -136,7 +137,8 @@ def late_vs_alone(args, facts: dict, base: dict, model_dir: str, weights: str, k
     alone_corpus.write_text("".join(json.dumps({"id": f"{c['id']}#{c['chunk']}",
                                                 "text": texts[c["id"]][c["char_start"]:c["char_end"]]}) + "\n"
                                     for c in chunks))
-    alone = lambda out: embed_corpus(model_dir, str(alone_corpus), out, EmbedOptions(id_column="id", **common))  # noqa: E731
+    alone = lambda out: embed_corpus(  # noqa: E731
+        model_dir, str(alone_corpus), out, EmbedOptions(id_column="id", **common))
     env, g0 = Envelope.begin(), gemm(dtype)
     times: dict[str, list[float]] = {"late": [], "alone": []}
     for r in range(args.late_rounds):
@@ -169,7 +171,8 @@ def late_vs_alone(args, facts: dict, base: dict, model_dir: str, weights: str, k
                             "tokens_alone": tokens_alone, "seconds": times,
                             "alone_over_late_per_round": [y / x for x, y in zip(times["late"], times["alone"],
                                                                                 strict=True)],
-                            "cosine_late_vs_alone": stats(same), "cosine_neighbour_chunks_alone": stats(neighbours_alone),
+                            "cosine_late_vs_alone": stats(same),
+                            "cosine_neighbour_chunks_alone": stats(neighbours_alone),
                             "cosine_neighbour_chunks_late": stats(neighbours_late), "gemm_gflop_s": [g0, g1],
                             **env.end()}, echo=True)
     shutil.rmtree(work)

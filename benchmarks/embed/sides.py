@@ -160,7 +160,8 @@ def sides(args, facts: dict, base: dict) -> None:
     for r in range(args.rounds):
         for name in args.sides:
             rec = run_side(args, name, st_batch)
-            print(f"# round {r}: {name} {rec['seconds']:.1f} s, tree peak {rec['tree_peak_rss_bytes'] / 2**20:.0f} MiB, "
+            print(f"# round {r}: {name} {rec['seconds']:.1f} s, "
+                  f"tree peak {rec['tree_peak_rss_bytes'] / 2**20:.0f} MiB, "
                   f"load {rec['load_after']}", flush=True)
             runs[name].append(rec)
     ids = [json.loads(line)["id"] for line in open(facts["corpus"], encoding="utf-8")]
@@ -168,7 +169,8 @@ def sides(args, facts: dict, base: dict) -> None:
     summary = {}
     for name, recs in runs.items():
         seconds = [x["seconds"] for x in recs]
-        summary[name] = {"median_s": statistics.median(seconds), "docs_per_s": facts["documents"] / statistics.median(seconds),
+        summary[name] = {"median_s": statistics.median(seconds),
+                         "docs_per_s": facts["documents"] / statistics.median(seconds),
                          "tokens_per_s": facts["tokens"] / statistics.median(seconds),
                          "peak_tree_rss_mib": max(x["tree_peak_rss_bytes"] for x in recs) / 2**20,
                          "ru_maxrss_mib": max(x["ru_maxrss_bytes"] for x in recs) / 2**20}
@@ -178,7 +180,8 @@ def sides(args, facts: dict, base: dict) -> None:
     # imports torch: only after the sides ran (see run_side)
     from avey_b.utils.records import Envelope, append_jsonl
 
-    ratios = {f"{name}_over_local": [b["seconds"] / a["seconds"] for a, b in zip(runs["local"], runs[name], strict=True)]
+    ratios = {f"{name}_over_local": [b["seconds"] / a["seconds"]
+                                     for a, b in zip(runs["local"], runs[name], strict=True)]
               for name in args.sides if name != "local" and "local" in args.sides}
     append_jsonl(args.out, {**base, "section": "sides", "runs": runs, "summary": summary,
                             "time_ratios_per_round": ratios, **Envelope(**facts["envelope"]).end()}, echo=True)

@@ -122,7 +122,8 @@ def main() -> None:
         short, wiki = build(directory, Path(args.data))
         tok = AutoTokenizer.from_pretrained(directory)
         longs = long_texts(tok, wiki[2000:], args.long_tokens, 8)
-        common = {"model": "small (d=256, L=8, S=64, k=3), random weights, embedding head", "server_threads": args.threads,
+        common = {"model": "small (d=256, L=8, S=64, k=3), random weights, embedding head",
+                  "server_threads": args.threads,
                   "command": "python " + " ".join(sys.argv)}
         settings = [("batching", ()), ("batching, 5 ms wait", ("--batch-wait-ms", "5")),
                     ("each request alone", ("--max-batch-tokens", "1"))]
