@@ -29,22 +29,19 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
 import tempfile
 from functools import partial
 from pathlib import Path
 
 import onnx
 import torch
+from run import cosines, export_any  # this benchmark's own helpers (the script's directory is on sys.path)
 
-sys.path.insert(0, str(Path(__file__).parent))
-from run import cosines, export_any  # noqa: E402  (the quantization benchmark's own helpers)
-
-from avey_b.apps.quantize import default_exclusions, matmul_groups, quantize_onnx, weight_matmuls  # noqa: E402
-from avey_b.benchmarking.inputs import text_ids  # noqa: E402
-from avey_b.benchmarking.timing import alternate  # noqa: E402
-from avey_b.utils.model_spec import build_config, random_model  # noqa: E402
-from avey_b.utils.records import Envelope, append_jsonl  # noqa: E402
+from avey_b.apps.quantize import default_exclusions, matmul_groups, quantize_onnx, weight_matmuls
+from avey_b.benchmarking.inputs import text_ids
+from avey_b.benchmarking.timing import alternate
+from avey_b.utils.model_spec import build_config, random_model
+from avey_b.utils.records import Envelope, append_jsonl
 
 GROUPS = ("enricher.bypass", "enricher.gate", "enricher.context", "fuser.bypass", "fuser.mix")
 OPTIONS = {"reduce_range": {"reduce_range": True}, "per_tensor": {"per_channel": False},

@@ -40,7 +40,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
 
 
 def make_requests(tok, text: str, count: int, longest: int, seed: int = 0) -> list[str]:

@@ -11,19 +11,16 @@ takes for that input.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import torch
+from run import Inputs  # the sibling script's input builder (the script's directory is on sys.path)
 
 from avey_b import AveyBModel
 from avey_b.benchmarking.timing import alternate
 from avey_b.model import presets
 from avey_b.utils.device import autocast
 from avey_b.utils.records import Envelope, append_jsonl
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from run import Inputs  # noqa: E402  (the sibling script's input builder)
 
 POINTS = [(512, 50368), (1024, 50368), (4096, 50368), (16384, 50368), (16384, 8000), (65536, 50368)]
 

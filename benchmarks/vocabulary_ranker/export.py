@@ -14,20 +14,17 @@ Records go to ``export.jsonl`` beside this script.
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 from pathlib import Path
 
 import numpy as np
 import torch
+from run import real_text_ids, timed  # the sibling script's helpers (the script's directory is on sys.path)
 
 from avey_b import AveyBModel
 from avey_b.apps.export import export_onnx
 from avey_b.model import presets
 from avey_b.utils.records import Envelope, append_jsonl
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from run import real_text_ids, timed  # noqa: E402  (the sibling script's helpers)
 
 
 def main() -> None:
