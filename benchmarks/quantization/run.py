@@ -23,7 +23,6 @@ import argparse
 import copy
 import statistics
 import tempfile
-import time
 from functools import partial
 from pathlib import Path
 
@@ -33,7 +32,7 @@ import torch
 from avey_b.apps.export import Exportable, _dynamic, export_onnx, fold_weight_layouts
 from avey_b.apps.quantize import compare_quantized, quantize_eager_int8, quantize_onnx
 from avey_b.benchmarking.inputs import text_ids
-from avey_b.benchmarking.timing import alternate, gemm_rate
+from avey_b.benchmarking.timing import alternate, gemm_rate, timed_call
 from avey_b.utils.model_spec import build_config, random_model
 from avey_b.utils.records import Envelope, append_jsonl
 
@@ -76,6 +75,19 @@ def quantize_qdq(path: Path, calibration: tuple[torch.Tensor, torch.Tensor]) -> 
     return out
 
 
+def export_files(model, config, directory: Path, args, text) -> dict[str, Path]:
+    """The ONNX files of ``model`` in ``directory``: fp32, int8 (per-channel weights) and those ``args`` ask for
+    (per-tensor int8 weights, static QDQ int8 calibrated on ``text``)."""
+    fp32_path = export_any(model, directory / "model.onnx", args.opset)
+    files = {"onnx_fp32": fp32_path, "onnx_int8": quantize_onnx(fp32_path, config)}
+    if args.per_tensor:
+        files["onnx_int8_per_tensor"] = quantize_onnx(fp32_path, config, fp32_path.with_name("model.pt.int8.onnx"),
+                                                       False)
+    if args.qdq:
+        files["onnx_int8_qdq_static"] = quantize_qdq(fp32_path, text.batch(config.vocab_size, 1, args.qdq)[:2])
+    return files
+
+
 def cosines(got: np.ndarray, want: torch.Tensor) -> np.ndarray:
     g, w = got.reshape(-1, got.shape[-1]), want.float().numpy().reshape(-1, got.shape[-1])
     return (g * w).sum(-1) / np.maximum(np.linalg.norm(g, axis=-1) * np.linalg.norm(w, axis=-1), 1e-12)
@@ -111,15 +123,8 @@ def main() -> None:
         torch.manual_seed(0)
         config = build_config(spec)
         model = random_model(config, attn_implementation="sdpa").eval()
-        t = time.perf_counter()
-        fp32_path = export_any(model, workdir / spec / "model.onnx", args.opset)
-        files = {"onnx_fp32": fp32_path, "onnx_int8": quantize_onnx(fp32_path, config)}
-        if args.per_tensor:
-            files["onnx_int8_per_tensor"] = quantize_onnx(fp32_path, config, fp32_path.with_name("model.pt.int8.onnx"),
-                                                           False)
-        if args.qdq:
-            files["onnx_int8_qdq_static"] = quantize_qdq(fp32_path, text.batch(config.vocab_size, 1, args.qdq)[:2])
-        export_s = time.perf_counter() - t
+        export_s, _, files = timed_call(partial(export_files, model, config, workdir / spec, args, text))
+        fp32_path = files["onnx_fp32"]
         sessions = {k: ort.InferenceSession(str(f), options, providers=["CPUExecutionProvider"])
                     for k, f in files.items()}
         eager = {"eager_fp32": model}
