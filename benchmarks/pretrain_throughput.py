@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 from contextlib import nullcontext
 
 import torch
@@ -29,7 +28,7 @@ from avey_b.training.config import load_config
 from avey_b.training.mlm_eval import mlm_sums
 from avey_b.training.monitor import peak_flops
 from avey_b.utils.counting import count_flops
-from avey_b.utils.records import append_jsonl
+from avey_b.utils.records import Envelope, append_jsonl
 
 
 def run(args, dtype_name: str, compiled: bool) -> dict:
@@ -67,13 +66,12 @@ def run(args, dtype_name: str, compiled: bool) -> dict:
         peak_kind = f"measured {'bf16' if bf16 else 'fp32'} 2048^3 GEMM"
     return {
         "preset": args.preset, "overrides": json.loads(args.overrides), "params_M": round(n_params / 1e6, 2),
-        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
-        "threads": torch.get_num_threads(), "dtype": dtype_name, "compiled": compiled, "batch": args.batch,
+        "device": device.type, "threads": torch.get_num_threads(), "dtype": dtype_name, "compiled": compiled,
+        "batch": args.batch,
         "seq_len": args.seq_len, "step_s_median": round(med, 4), "step_s_min": round(timed.min_s, 4),
         "step_s_max": round(timed.max_s, 4), "tokens_per_s": round(tokens / med, 1),
         "tflops_per_step": round(flops / 1e12, 4), "achieved_tflops": round(flops / med / 1e12, 4),
         "peak_tflops": round(peak / 1e12, 3), "peak_kind": peak_kind, "mfu": round(flops / med / peak, 4),
-        "torch": torch.__version__,
     }
 
 
@@ -96,7 +94,8 @@ def main(argv=None) -> int:
     modes = {"no": [False], "yes": [True], "both": [False, True]}[args.compile]
     for dtype in args.dtype:
         for compiled in modes:
-            append_jsonl(args.out, run(args, dtype, compiled), echo=True)
+            env = Envelope.begin()
+            append_jsonl(args.out, {**run(args, dtype, compiled), **env.end()}, echo=True)
     return 0
 
 

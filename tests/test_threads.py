@@ -93,29 +93,6 @@ def test_the_start_line_names_device_precision_threads_and_a_busy_machine(monkey
 
 
 # ------------------------------------------------------------------------------------------ the verbs
-def test_benchmark_records_name_the_cpu_its_family_and_whether_it_has_native_bf16(monkeypatch):
-    """Every benchmark record says which CPU ran it (this project's VMs change CPU between sessions), read from the
-    first processor's block of /proc/cpuinfo; an unreadable file still gives a line."""
-    import builtins
-    import io
-
-    cpuinfo = ("processor\t: 0\nmodel name\t: AMD EPYC 9R14\ncpu family\t: 25\nflags\t\t: fpu avx2 avx512_bf16\n\n"
-               "processor\t: 1\nmodel name\t: something else\n")
-    real_open = builtins.open
-    monkeypatch.setattr(builtins, "open", lambda path, *a, **k: io.StringIO(cpuinfo) if path == "/proc/cpuinfo"
-                        else real_open(path, *a, **k))
-    monkeypatch.setattr(device.os, "cpu_count", lambda: 2)
-    assert device.cpu_model() == "AMD EPYC 9R14 (family 25, avx512_bf16), 2 CPUs"
-    cpuinfo = "processor\t: 0\nmodel name\t: Intel Xeon\nflags\t\t: fpu avx2\n"
-    assert device.cpu_model() == "Intel Xeon (no native bf16), 2 CPUs"
-
-    def missing(path, *a, **k):
-        raise FileNotFoundError(path)
-
-    monkeypatch.setattr(builtins, "open", missing)
-    assert device.cpu_model() == "unknown CPU, 2 CPUs"
-
-
 def test_serve_threads_take_effect_in_the_server_process_and_health_reports_them(model_dir, monkeypatch, capsys):
     pytest.importorskip("fastapi")
     import uvicorn

@@ -41,7 +41,9 @@ timed calls (after ``warmup``), ``throughput_tok_s = batch·N / median latency``
 (see :mod:`.timing` for how memory is measured on CPU and GPU), the forward's ``flops`` (matrix products,
 FlopCounterMode) and its ``utilization``: FLOP/s at the fastest call over the rate of a same-dtype GEMM timed in
 the same process right before and after the point (``gemm_flop_s``), so that figures from different runs or
-machines are compared by utilization, not by raw time.
+machines are compared by utilization, not by raw time. Every timed point, and each invocation's line in
+``OUT/options.jsonl``, carries its :class:`~avey_b.utils.records.Envelope` (machine, commit, versions, load average
+before and after, time).
 
 Example (the paper's GPU setting)::
 
@@ -59,7 +61,6 @@ import csv
 import dataclasses
 import io
 import os
-import platform
 import statistics
 import sys
 from collections.abc import Iterable
@@ -79,7 +80,7 @@ from avey_b.utils.model_spec import (
     random_model,
 )
 from avey_b.utils.progress import Progress
-from avey_b.utils.records import append_jsonl, length_table, utc_timestamp, write_text_atomic
+from avey_b.utils.records import Envelope, append_jsonl, length_table, utc_timestamp, write_text_atomic
 
 from .attention import is_compiled, static_shapes, unavailable_reason
 from .fit import fit_table_from_file
@@ -231,15 +232,9 @@ def run_benchmark(options: BenchOptions) -> list[dict[str, Any]]:
     if not options.resume and os.path.exists(jsonl):
         raise FileExistsError(f"{jsonl} exists: pass --resume to continue it or choose another --out")
     done = _done_keys(jsonl) if options.resume else set()
-    env = {
-        "device": device.type,
-        "threads": torch.get_num_threads(),
-        "torch": torch.__version__,
-        "host": platform.node(),
-        "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
-    }
-    append_jsonl(os.path.join(options.out, "options.jsonl"),
-                 {"time": utc_timestamp(), "options": dataclasses.asdict(options), "dtypes": dtypes, **env})
+    env = {"device": device.type, "threads": torch.get_num_threads()}
+    append_jsonl(os.path.join(options.out, "options.jsonl"),  # the invocation's envelope: its machine, commit, ...
+                 {"options": dataclasses.asdict(options), "dtypes": dtypes, **env, **Envelope.begin().end()})
     records: list[dict[str, Any]] = []
     series = list(_series(options, dtypes))
     progress = Progress(len(series) * len(lengths), "bench", unit="point", every=0.0)
@@ -293,8 +288,9 @@ def _run_series(spec_str: str, attn: str | None, mode: str, dtype: str, options:
         if stop is not None:
             emit({**rec, "status": stop[0], "inferred": True, "error": stop[1]})
             continue
+        envelope = Envelope.begin()
         rec.update(_time_length(model, config, n, mode, dtype, options, device=device, text=text,
-                                autocast_ctx=autocast_ctx, attn=attn))
+                                autocast_ctx=autocast_ctx, attn=attn), **envelope.end())
         if rec["status"] == "oom":
             stop = ("oom", f"OOM at length {n}")
         emit(rec)

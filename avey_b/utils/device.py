@@ -151,23 +151,6 @@ def set_cpu_threads(requested: int | None = None) -> int:
     return torch.get_num_threads()
 
 
-def cpu_model() -> str:
-    """This machine's CPU as benchmark records name it, read from ``/proc/cpuinfo``: its model name and family,
-    whether it multiplies bf16 in hardware (the flags ``avx512_bf16`` / ``amx_bf16``, else "no native bf16"; this
-    project's VMs change CPU between sessions, and the answer decides the precision a record could use) and the
-    CPU count, e.g. ``"AMD EPYC (family 25, no native bf16), 2 CPUs"``."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            first = f.read().split("\n\n")[0]
-    except OSError:
-        return f"unknown CPU, {os.cpu_count()} CPUs"
-    fields = {k.strip(): v.strip() for k, _, v in (line.partition(":") for line in first.splitlines())}
-    flags = fields.get("flags", "").split()
-    bf16 = [flag for flag in ("avx512_bf16", "amx_bf16") if flag in flags] or ["no native bf16"]
-    family = [f"family {fields['cpu family']}"] if "cpu family" in fields else []
-    return f"{fields.get('model name', 'unknown CPU')} ({', '.join(family + bf16)}), {os.cpu_count()} CPUs"
-
-
 def runtime_line(device: torch.device | str, precision: str, threads: int | None = None, *, runtime: str = "PyTorch",
                  flag: str = "--threads") -> str:
     """The one line every verb that runs a model prints at its start: ``runtime`` on ``device`` in ``precision``

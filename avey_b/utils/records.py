@@ -1,24 +1,35 @@
 """Result files, written one way everywhere: JSON lines appended durably, JSON written atomically, model
 directories written atomically with the SHA-256 of their files (checkpoints, fine-tuned models), names made safe
-for paths, and the one Markdown table with a column per sequence length (efficiency benchmark, NIAH).
+for paths, the one Markdown table with a column per sequence length (efficiency benchmark, NIAH), and the
+:class:`Envelope` every benchmark record carries (machine, commit, versions, load average before and after, time).
+
+This module imports no torch (the envelope reads versions with :mod:`importlib.metadata`, and a GPU's name only
+where the process already imported torch), so that a benchmark whose parent process must stay small can use it.
 
 What an efficiency-benchmark record means (its curve, its latency) is :mod:`avey_b.benchmarking.results`. Of the
-package, this module imports only :mod:`avey_b.utils.files` (to read JSON lines strictly) and the model's
-:func:`~avey_b.model.file_modes.honour_umask` (every file it writes gets the mode the umask gives, 0644 under 022).
+package, this module imports only :mod:`avey_b.utils.files` (to read JSON lines strictly), the model's
+:func:`~avey_b.model.file_modes.honour_umask` (every file it writes gets the mode the umask gives, 0644 under 022)
+and the package's ``__version__``.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import importlib.metadata
 import json
 import os
+import platform
 import re
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from avey_b import __version__
 from avey_b.model.file_modes import honour_umask
 from avey_b.utils.files import iter_jsonl, sha256_of_file
 
@@ -26,6 +37,114 @@ from avey_b.utils.files import iter_jsonl, sha256_of_file
 def utc_timestamp() -> str:
     """Now, as ``2026-11-22T15:04:05Z`` (the time stamp of every record)."""
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+#: The distributions whose versions every record names (beside Python's and this package's).
+VERSIONED = ("torch", "transformers")
+
+
+def load_average() -> list[float]:
+    """The 1-, 5- and 15-minute load averages, rounded to 0.01 (``[]`` where the platform has none)."""
+    return [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else []
+
+
+def cpu_model() -> str:
+    """This machine's CPU as benchmark records name it, read from ``/proc/cpuinfo``: its model name and family,
+    whether it multiplies bf16 in hardware (the flags ``avx512_bf16`` / ``amx_bf16``, else "no native bf16"; this
+    project's VMs change CPU between sessions, and the answer decides the precision a record could use) and the
+    CPU count, e.g. ``"AMD EPYC (family 25, no native bf16), 2 CPUs"``."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            first = f.read().split("\n\n")[0]
+    except OSError:
+        return f"unknown CPU, {os.cpu_count()} CPUs"
+    fields = {k.strip(): v.strip() for k, _, v in (line.partition(":") for line in first.splitlines())}
+    flags = fields.get("flags", "").split()
+    bf16 = [flag for flag in ("avx512_bf16", "amx_bf16") if flag in flags] or ["no native bf16"]
+    family = [f"family {fields['cpu family']}"] if "cpu family" in fields else []
+    return f"{fields.get('model name', 'unknown CPU')} ({', '.join(family + bf16)}), {os.cpu_count()} CPUs"
+
+
+def machine() -> dict[str, Any]:
+    """The machine a record was measured on: host name, CPU (:func:`cpu_model`), CPU count, the GPUs' names (``[]``
+    without one; read only where the process imported torch: one that did not ran nothing on a GPU) and PyTorch's
+    intra-op threads (``None`` where torch is not imported)."""
+    torch = sys.modules.get("torch")
+    gpus = ([torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+            if torch is not None and torch.cuda.is_available() else [])
+    return {"host": platform.node(), "cpu": cpu_model(), "cpus": os.cpu_count(), "gpus": gpus,
+            "threads": torch.get_num_threads() if torch is not None else None}
+
+
+def git_commit(repo: str | os.PathLike | None = None) -> tuple[str | None, bool | None]:
+    """``(short commit, dirty)`` of the git work tree at ``repo`` (default: the one holding this package); dirty
+    means tracked files differ from the commit (untracked files do not count). ``(None, None)`` outside git."""
+    repo = Path(repo) if repo is not None else Path(__file__).resolve().parents[2]
+
+    def git(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True)
+
+    try:
+        head = git("rev-parse", "--short", "HEAD")
+    except OSError:  # no git on this machine
+        return None, None
+    if head.returncode != 0:
+        return None, None
+    return head.stdout.strip(), bool(git("status", "--porcelain", "--untracked-files=no").stdout.strip())
+
+
+def versions(*extra: str) -> dict[str, str | None]:
+    """Python's version, this package's, and those of :data:`VERSIONED` and of the distributions ``extra`` (``None``:
+    not installed), read from the installed metadata (no package is imported)."""
+    found: dict[str, str | None] = {"python": platform.python_version(), "avey_b": __version__}
+    for name in (*VERSIONED, *extra):
+        try:
+            found[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            found[name] = None
+    return found
+
+
+@dataclasses.dataclass
+class Envelope:
+    """What every benchmark record carries besides its measurements: the machine (:func:`machine`), the commit
+    and whether the work tree was dirty (:func:`git_commit`), the versions (:func:`versions`), the UTC time the
+    measurement began (:func:`utc_timestamp`) and the load average (:func:`load_average`) when it began and when it
+    ended. A run's own threads, precision, command and results are its fields, beside these.
+
+    ``env = Envelope.begin()`` before the measurement, ``record = {**results, **env.end()}`` after it. An envelope
+    is plain data: one begun in another process travels as ``Envelope(**fields)``."""
+
+    time: str
+    machine: dict[str, Any]
+    commit: str | None
+    dirty: bool | None
+    versions: dict[str, str | None]
+    load_before: list[float]
+    load_after: list[float] | None = None
+
+    @classmethod
+    def begin(cls, *packages: str, repo: str | os.PathLike | None = None) -> Envelope:
+        """Now: the time, the machine, the commit of ``repo`` (default: this package's), the versions (with those
+        of the distributions ``packages``, e.g. ``"onnxruntime"``) and the load average before the measurement."""
+        commit, dirty = git_commit(repo)
+        return cls(time=utc_timestamp(), machine=machine(), commit=commit, dirty=dirty,
+                   versions=versions(*packages), load_before=load_average())
+
+    def end(self) -> dict[str, Any]:
+        """Take the load average after the measurement (the first call's; later calls keep it) and return the
+        envelope's fields, to merge into the record."""
+        if self.load_after is None:
+            self.load_after = load_average()
+        return dataclasses.asdict(self)
+
+    def line(self) -> str:
+        """The envelope as one sentence for a Markdown report (after :meth:`end`): host and CPU, commit, load
+        average at the start and the end, time."""
+        m = self.machine
+        return (f"{m['host']}, {m['cpu']}{', GPU ' + ', '.join(m['gpus']) if m['gpus'] else ''}; commit "
+                f"{self.commit}{' (dirty)' if self.dirty else ''}; load average {self.load_before} at the start, "
+                f"{self.load_after} at the end; {self.time}")
 
 
 def slug(name: str) -> str:

@@ -13,32 +13,16 @@ Each row is appended to ``--out`` as soon as it is measured, so a run cut short 
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
-import time
+from functools import partial
 
 import torch
 
 from avey_b import AveyBModel
 from avey_b.benchmarking.inputs import text_ids
+from avey_b.benchmarking.timing import measure, timed_call
 from avey_b.model import presets
-
-
-def measure(forward, ids, repeats: int) -> tuple[torch.Tensor, float, list[float]]:
-    """The output, the peak memory above the allocation before the forward (GB), the times of ``repeats`` calls."""
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    before = torch.cuda.memory_allocated()
-    out = forward(ids).last_hidden_state
-    torch.cuda.synchronize()
-    peak = (torch.cuda.max_memory_allocated() - before) / 1e9
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        forward(ids)
-        torch.cuda.synchronize()
-        times.append(time.perf_counter() - t0)
-    return out, peak, times
+from avey_b.utils.records import Envelope, append_jsonl
 
 
 def main() -> None:
@@ -55,7 +39,7 @@ def main() -> None:
     model = AveyBModel(presets.base()).to(device, torch.bfloat16).eval()
     compiled = torch.compile(model, dynamic=True)
     text = text_ids([args.text])
-    facts = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "model": "avey-b-base",
+    facts = {"model": "avey-b-base",
              "batch_size": args.batch_size, "dtype": "bfloat16", "ids": "cl100k_base of " + args.text,
              "chunk_tokens": model.config.execution.chunk_tokens_for("cuda")}
     with torch.no_grad():
@@ -63,22 +47,20 @@ def main() -> None:
             ids, _, ids_facts = text.batch(model.config.vocab_size, args.batch_size, length, device)
             outs = {}
             for mode, forward in (("eager", model), ("compiled", compiled)):
-                t0 = time.perf_counter()
-                forward(ids)  # warm-up (compiled: compiles at the first length)
-                torch.cuda.synchronize()
-                warm = time.perf_counter() - t0
-                out, peak, times = measure(forward, ids, args.repeats)
+                call = partial(forward, ids)
+                env = Envelope.begin()
+                warm, _, _ = timed_call(call, device=device)  # warm-up (compiled: compiles at the first length)
+                # the output, and the peak memory above the allocation before the forward
+                _, peak, out = timed_call(lambda: call().last_hidden_state, device=device)  # noqa: B023 (called here)
+                times = measure(call, device=device, warmup=0, repeats=args.repeats, min_repeats=args.repeats).times_s
                 outs[mode] = out.float().flatten()
-                row = {**facts, **ids_facts, "mode": mode, "tokens": length, "peak_gb": round(peak, 2),
+                row = {**facts, **ids_facts, "mode": mode, "tokens": length, "peak_gb": round(peak / 1e9, 2),
                        "median_s": round(statistics.median(times), 4), "min_s": round(min(times), 4),
-                       "warmup_s": round(warm, 1)}
-                with open(args.out, "a") as f:
-                    f.write(json.dumps(row) + "\n")
-                print(json.dumps(row), flush=True)
+                       "warmup_s": round(warm, 1), **env.end()}
+                append_jsonl(args.out, row, echo=True)
                 del out
             cosine = torch.nn.functional.cosine_similarity(outs["eager"], outs["compiled"], dim=0).item()
-            with open(args.out, "a") as f:
-                f.write(json.dumps({"tokens": length, "eager_vs_compiled_cosine": round(cosine, 6)}) + "\n")
+            append_jsonl(args.out, {"tokens": length, "eager_vs_compiled_cosine": round(cosine, 6)})
             print(f"{length} tokens: eager vs compiled cosine {cosine:.6f}", flush=True)
             del outs
             torch.cuda.empty_cache()

@@ -62,12 +62,14 @@ def child(args) -> None:
     torch.save(out, args.save)
     print(json.dumps({"mode": args.mode, "tokens": tokens, "forward_mb": round(peak - before, 1),
                       "rss_before_mb": round(before, 1), "warmup_s": round(warm_s, 1), "forward_s": round(run_s, 2),
-                      "distinct_ids": facts["distinct_ids"], "chunk_tokens": model.config.execution.chunk_tokens_for("cpu"),
-                      "torch": torch.__version__}))
+                      "distinct_ids": facts["distinct_ids"],
+                      "chunk_tokens": model.config.execution.chunk_tokens_for("cpu")}))
 
 
 def parent(args) -> None:
     import torch
+
+    from avey_b.utils.records import Envelope, append_jsonl
 
     env = {**os.environ, "TORCHINDUCTOR_COMPILE_THREADS": "1"}  # compile in the measured process, not a pool
     rows = []
@@ -78,6 +80,7 @@ def parent(args) -> None:
                 save = Path(tmp) / f"{mode}-{tokens}.pt"
                 cmd = [sys.executable, __file__, "--child", "--mode", mode, "--tokens", str(tokens), "--text", args.text,
                        "--save", str(save)]
+                envelope = Envelope.begin()
                 proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, env=env, text=True)
                 stdout = proc.stdout.read()
                 _, status, usage = os.wait4(proc.pid, 0)
@@ -85,6 +88,7 @@ def parent(args) -> None:
                     raise SystemExit(f"{mode} at {tokens} tokens failed (exit code {os.waitstatus_to_exitcode(status)})")
                 row = json.loads(stdout.strip().splitlines()[-1])
                 row["process_mb"] = round(usage.ru_maxrss / 1024, 1)  # kilobytes on Linux
+                row |= envelope.end()
                 outs[mode] = torch.load(save)
                 rows.append(row)
                 print(json.dumps(row), flush=True)
@@ -92,10 +96,8 @@ def parent(args) -> None:
             eager, compiled = rows[-2], rows[-1]
             print(f"{tokens} tokens: outputs equal; compiled/eager forward peak "
                   f"{compiled['forward_mb'] / eager['forward_mb']:.2f}x", flush=True)
-    if args.out:
-        with open(args.out, "a") as f:
-            for row in rows:
-                f.write(json.dumps(row) + "\n")
+    for row in rows if args.out else []:
+        append_jsonl(args.out, row)
 
 
 def main() -> None:

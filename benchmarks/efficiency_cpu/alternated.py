@@ -22,17 +22,15 @@ appends it to ``--out``.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
-import time
 
 import torch
 
 from avey_b.benchmarking.attention import is_compiled, static_shapes, unavailable_reason
 from avey_b.benchmarking.inputs import text_ids
-from avey_b.benchmarking.timing import alternate, gemm_rate, synchronize
+from avey_b.benchmarking.timing import alternate, gemm_rate, timed_call
 from avey_b.utils.model_spec import build_config, is_avey_b, random_model
-from avey_b.utils.records import append_jsonl, utc_timestamp
+from avey_b.utils.records import Envelope, append_jsonl
 
 DEFAULT_MODELS = ["avey-b-base", "modernbert-base@flex_attention", "modernbert-base@sdpa",
                   "modernbert-base@flash_attention_2"]
@@ -71,7 +69,7 @@ def build_models(names: list[str]) -> tuple[dict[str, tuple], dict[str, str]]:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--text", nargs="+", required=True, help="text files (see benchmarks/english_text.py)")
+    p.add_argument("--text", nargs="+", required=True, help="text files (see avey_b/benchmarking/english_text.py)")
     p.add_argument("--models", nargs="+", default=DEFAULT_MODELS,
                    help="SPEC[@ATTENTION] ...; the first is the one every ratio is over (default: %(default)s)")
     p.add_argument("--lengths", type=int, nargs="+", default=[512, 2048, 4096, 8192])
@@ -86,7 +84,7 @@ def main() -> None:
     if first not in models:
         raise SystemExit(f"{first} cannot run here: {skipped[first]}")
     for n in args.lengths:
-        load_before = os.getloadavg()
+        env = Envelope.begin()
         inputs = {name: text.batch(c.vocab_size, 1, n)[:2] for name, (c, _) in models.items()}
         outputs: dict[str, torch.Tensor] = {}
 
@@ -99,10 +97,7 @@ def main() -> None:
             g0 = gemm_rate(torch.float32)
             first_call = {}
             for name in models:  # warm-up (and the outputs compared)
-                t0 = time.perf_counter()
-                outputs[name] = forward(name)
-                synchronize("cpu")
-                first_call[name] = time.perf_counter() - t0
+                first_call[name], _, outputs[name] = timed_call(lambda name=name: forward(name))
             timed = alternate({name: (lambda name=name: forward(name)) for name in models}, args.rounds)
             g1 = gemm_rate(torch.float32)
         seconds = {name: t.times_s for name, t in timed.items()}
@@ -125,9 +120,7 @@ def main() -> None:
                "cpu_ratio_median": {name: statistics.median(b / a for a, b in zip(cpu[first], cpu[name], strict=True))
                                     for name in ratios},
                "fastest": fastest, "max_abs_diff": diffs, "unavailable": skipped,
-               "gemm_fp32_flop_s": (g0 + g1) / 2, "torch": torch.__version__,
-               "load_average_before": load_before, "load_average_after": os.getloadavg(),
-               "time": utc_timestamp()}
+               "gemm_fp32_flop_s": (g0 + g1) / 2, **env.end()}
         append_jsonl(args.out, rec, echo=True)
 
 

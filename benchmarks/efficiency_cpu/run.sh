@@ -17,7 +17,7 @@ WORK=${WORK:-runs/efficiency_cpu}
 mkdir -p "$WORK"
 # The text: WikiText-2 valid + tiny-shakespeare + CoNLL-2003 + SST-2 sentences (1.67M cl100k tokens, 33,725
 # distinct), tokenized by `bench run` with cl100k_base and renumbered into each model's vocabulary.
-[ -f "$WORK/english.txt" ] || python benchmarks/english_text.py --data "$DATA" --out "$WORK/english.txt"
+[ -f "$WORK/english.txt" ] || python -m avey_b.benchmarking.english_text --data "$DATA" --out "$WORK/english.txt"
 BENCH="avey-b bench run --text $WORK/english.txt --device cpu --threads 2 --attn sdpa flex_attention --resume"
 PEERS="avey-b-small avey-b-base bert-base modernbert-base neobert"
 # The precision the long, batched and compiled steps use: bf16 where the CPU multiplies it in hardware.

@@ -39,7 +39,7 @@ sys.exit(tuple(map(int, transformers.__version__.split('.')[:2])) < (5, 20))" 2>
 fi
 avey_b() { $PY -m avey_b.cli "$@"; }
 mkdir -p "$WORK" "$RESULTS"
-[ -f "$WORK/english.txt" ] || $PY benchmarks/english_text.py --data "$DATA" --out "$WORK/english.txt"
+[ -f "$WORK/english.txt" ] || $PY -m avey_b.benchmarking.english_text --data "$DATA" --out "$WORK/english.txt"
 $PY -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)"
 COMMON="--text $WORK/english.txt --batch-size 8 --dtype bfloat16 --warmup 3 --repeats 10 --max-point-seconds 30
         --device cuda --flops-up-to 8192 --out $RESULTS --resume"

@@ -31,8 +31,6 @@ float32 and the ``eager`` compile backend for Avey-B — a check of the script, 
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import statistics
 import time
 
@@ -43,7 +41,7 @@ from avey_b.benchmarking.inputs import text_ids
 from avey_b.benchmarking.timing import alternate, timed_call
 from avey_b.utils.device import is_oom
 from avey_b.utils.model_spec import build_config, random_model
-from avey_b.utils.records import append_jsonl, utc_timestamp
+from avey_b.utils.records import Envelope, append_jsonl
 
 ATTENTIONS = ("flex_attention", "sdpa", "flash_attention_2")
 
@@ -96,7 +94,7 @@ def next_length_seconds(previous: dict, n: int, rounds: int, avey: str) -> float
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--text", nargs="+", required=True, help="text files (see benchmarks/english_text.py)")
+    p.add_argument("--text", nargs="+", required=True, help="text files (see avey_b/benchmarking/english_text.py)")
     p.add_argument("--out", required=True, help="JSONL file the lines are appended to")
     p.add_argument("--lengths", type=int, nargs="+", default=[2048, 8192, 98304],
                    help="increasing; 32768 fits a second call (--lengths 32768) if the first leaves no time")
@@ -119,9 +117,7 @@ def main() -> None:
         lengths, batch = args.lengths, args.batch_size
     text = text_ids(args.text)
     models, skipped = build(avey, baseline, device, dtype, backend)
-    facts = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
-             "torch": torch.__version__, "transformers": __import__("transformers").__version__,
-             "dtype": str(dtype).removeprefix("torch."), "batch_size": batch, "ids": text.source,
+    facts = {"device": device.type, "dtype": str(dtype).removeprefix("torch."), "batch_size": batch, "ids": text.source,
              "dry_run": args.dry_run, "unavailable": skipped}
     print(facts, flush=True)
     stopped: dict[str, str] = {}  # model -> why its longer lengths are not run
@@ -129,10 +125,11 @@ def main() -> None:
     for n in lengths:
         elapsed = time.perf_counter() - start
         estimate = next_length_seconds(previous, n, args.rounds, avey) if previous else 0.0
+        env = Envelope.begin()
         if elapsed + estimate > args.budget_s:
             append_jsonl(args.out, {**facts, "length": n, "status": "not run",
                                     "reason": f"budget: {elapsed:.0f} s spent, about {estimate:.0f} s more needed, "
-                                              f"--budget-s {args.budget_s:.0f}"}, echo=True)
+                                              f"--budget-s {args.budget_s:.0f}", **env.end()}, echo=True)
             continue
         first_call, peak, outputs, status, calls = {}, {}, {}, {}, {}
         with static_shapes(reset=False):  # flex_attention gets a kernel for this length; Avey-B keeps its graph
@@ -172,8 +169,7 @@ def main() -> None:
         rec = {**facts, "length": n, "status": status, "rounds": args.rounds, "seconds": seconds,
                "median_s": median, "first_call_s": first_call, "peak_mem_bytes": peak,
                "fastest_baseline": min(bases, key=median.get) if bases else None, "ratio_median": ratios,
-               "agreement": agree, "time": utc_timestamp(),
-               "load_average": os.getloadavg()}
+               "agreement": agree, **env.end()}
         append_jsonl(args.out, rec, echo=True)
         del outputs
         previous = rec

@@ -53,8 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     from avey_b import testing as toy
     from avey_b.apps.embed import EmbedOptions, embed_corpus
     from avey_b.model import presets
-    from avey_b.utils.device import cpu_model
-    from avey_b.utils.records import utc_timestamp
+    from avey_b.utils.records import Envelope, append_jsonl
 
     torch.set_num_threads(args.threads)
     work = Path(args.workdir)
@@ -68,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
         corpus = work / f"corpus-{words}.jsonl"
         corpus.write_text("".join(json.dumps({"text": d}) + "\n" for d in documents(Path(args.data), args.doc_words,
                                                                                     words)))
-        load0 = os.getloadavg()
+        env = Envelope.begin()
         with tempfile.TemporaryDirectory(dir=work) as out:
             manifest = embed_corpus(str(model_dir), str(corpus), Path(out) / "v", EmbedOptions(progress=False,
                                                                                                device="cpu"))
@@ -77,12 +76,9 @@ def main(argv: list[str] | None = None) -> int:
         record = {"preset": name, "hidden_size": manifest["model"]["dim"], "documents": counts["documents"],
                   "tokens": counts["tokens"], "seconds": job["seconds"], "tokens_per_s": round(rate),
                   "tokens_per_minute": round(60 * rate), "precision": manifest["settings"]["precision"],
-                  "threads": args.threads, "machine": cpu_model(), "date": utc_timestamp(),
-                  "load_before": [round(x, 2) for x in load0], "load_after": [round(x, 2) for x in os.getloadavg()],
-                  "command": " ".join([Path(sys.executable).name, *sys.argv])}
+                  "threads": args.threads, "command": " ".join([Path(sys.executable).name, *sys.argv]), **env.end()}
         print(json.dumps(record), flush=True)
-        with open(Path(__file__).with_name("results.jsonl"), "a", encoding="utf-8") as f:
-            f.write(json.dumps({"section": "shard_tokens", **record}) + "\n")
+        append_jsonl(Path(__file__).with_name("results.jsonl"), {"section": "shard_tokens", **record})
     return 0
 
 

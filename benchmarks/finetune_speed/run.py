@@ -13,11 +13,7 @@ process before and after. Results go to ``results.jsonl``; the table to stdout.
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -43,6 +39,7 @@ def main() -> None:
     from avey_b.evaluation.finetune import run_cell
     from avey_b.evaluation.tasks import DataFiles, RunConfig
     from avey_b.utils.model_spec import masked_lm_parameters, matched_width
+    from avey_b.utils.records import Envelope, append_jsonl
 
     tok = AutoTokenizer.from_pretrained(args.avey)
     target = masked_lm_parameters(AutoConfig.from_pretrained(args.avey))
@@ -56,6 +53,7 @@ def main() -> None:
         tok.save_pretrained(bert_dir)
     models = {"avey-b": args.avey, "bert": str(bert_dir)}
     files = DataFiles(train=args.sst2, holdout=0.05)  # the learning benchmark's fixed 5% holdout
+    env = Envelope.begin()
     rates = {d: [gemm_rate(t)] for d, t in (("fp32", torch.float32), ("bf16", torch.bfloat16))}
     runs: dict[tuple[str, str], list[float]] = {}
     for _ in range(args.rounds):
@@ -69,12 +67,10 @@ def main() -> None:
                       f"accuracy {rec['score']:.1f}", flush=True)
     for d, t in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
         rates[d].append(gemm_rate(t))
-    rec = {"command": " ".join(["python", *sys.argv]), "machine": f"{platform.node()} {platform.machine()}",
-           "threads": args.threads, "load_1min": os.getloadavg()[0], "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    rec = {"command": " ".join(["python", *sys.argv]), "threads": args.threads,
            "examples": args.examples, "tokens_per_s": {f"{m}/{p}": v for (m, p), v in runs.items()},
-           "gemm_gflop_per_s": {d: [round(r / 1e9, 1) for r in v] for d, v in rates.items()}}
-    with open(HERE / "results.jsonl", "a") as f:
-        f.write(json.dumps(rec) + "\n")
+           "gemm_gflop_per_s": {d: [round(r / 1e9, 1) for r in v] for d, v in rates.items()}, **env.end()}
+    append_jsonl(HERE / "results.jsonl", rec)
     print("\n| model | fp32 tokens/s | bf16 tokens/s | bf16 / fp32 |\n|---|---|---|---|")
     for name in models:
         f32, b16 = max(runs[(name, "fp32")]), max(runs[(name, "bf16")])

@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -99,7 +98,9 @@ def main() -> None:
     files = corpus_files(shared, work)
     common = [f"data.train=[{','.join(files)}]", f"train.threads={args.threads}", "train.max_minutes=null",
               "logging.progress=false", "checkpoint.every=0", *args.pretrain_overrides]
-    t_start = time.time()
+    from avey_b.utils.records import Envelope
+
+    t_start, env = time.time(), Envelope.begin()
 
     # 1-2. the three models' masked-LM pretraining (resumable)
     runs, sizes, chosen = pretrain(files, work, common, log)
@@ -153,8 +154,7 @@ def main() -> None:
     report = (work / "eval" / "report.md").read_text()
     head = report_head(
         "Learning benchmark: scratch vs pretrained (Avey-B, BERT, ModernBERT of one size)", "benchmarks/learning/run.py",
-        sizes, cpu=f"{platform.processor() or platform.machine()}, {args.threads} threads",
-        facts=f"load average at the end {os.getloadavg()}",
+        sizes, env, facts=f"{args.threads} threads",
         took=f"Pretraining took {t_pre / 60:.0f} min, the whole benchmark {(time.time() - t_start) / 60:.0f} min.",
     ) + [
         "Pretraining learning rates: Avey-B 2e-3 (the quickstart's); BERT and ModernBERT each at "
@@ -169,13 +169,15 @@ def main() -> None:
     print((out / "results.md").read_text())
 
 
-def report_head(title: str, script: str, sizes: dict[str, int], *, cpu: str, facts: str, took: str) -> list[str]:
+def report_head(title: str, script: str, sizes: dict[str, int], env, *, facts: str, took: str) -> list[str]:
     """The opening lines of a ``results.md`` (this benchmark's and ``paper_protocol_cpu``'s): the title, the command
-    that wrote it, the machine (``cpu``, then ``facts`` such as the load or the commit), the date, how long it took,
-    and the parameters of each model."""
+    that wrote it, the run's :class:`~avey_b.utils.records.Envelope` ``env`` (ended here: machine, commit, load
+    average at the start and the end, time) with ``facts`` such as the threads, how long it took, and the
+    parameters of each model."""
+    env.end()
     return [
         f"# {title}", "", "```", f"python {script} {' '.join(sys.argv[1:])}", "```", "",
-        f"Machine: {platform.node()}, {cpu}; {facts}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}. {took}",
+        f"Machine: {env.line()}; {facts}. {took}",
         "", "Parameters (masked-LM model, tied embeddings counted once): "
         + ", ".join(f"{k} {v / 1e6:.2f}M" for k, v in sizes.items()) + ".", "",
     ]

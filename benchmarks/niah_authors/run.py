@@ -113,8 +113,9 @@ def main() -> None:
     args = p.parse_args()
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
-    t0 = time.time()
-    load0 = os.getloadavg()
+    from avey_b.utils.records import Envelope
+
+    t0, env = time.time(), Envelope.begin()
     if args.pretrain:
         models, tok_dir = pretrained_pair(Path(args.data), work, args.threads)
     else:
@@ -138,14 +139,9 @@ def main() -> None:
         ev += ["--precision", args.precision]
     print("$", " ".join(ev), flush=True)
     subprocess.run(ev, check=True, env=env)
-    from avey_b.utils.device import cpu_model
-
-    cpu = cpu_model()
     used = resource.getrusage(resource.RUSAGE_CHILDREN)
-    record = {"generate": gen, "evaluate": ev, "minutes": round((time.time() - t0) / 60, 1), "machine": cpu,
-              "cpu_seconds_children": round(used.ru_utime + used.ru_stime, 1), "threads": args.threads,
-              "load_before": load0, "load_after": os.getloadavg(), "date": time.strftime("%Y-%m-%d %H:%M UTC",
-                                                                                         time.gmtime(t0))}
+    record = {"generate": gen, "evaluate": ev, "minutes": round((time.time() - t0) / 60, 1),
+              "cpu_seconds_children": round(used.ru_utime + used.ru_stime, 1), "threads": args.threads, **env.end()}
     Path(args.out, "run.json").write_text(json.dumps(record, indent=2) + "\n")
     print(json.dumps(record), flush=True)
 

@@ -24,8 +24,8 @@ The shared data are not part of the repository; nothing here downloads anything.
 from __future__ import annotations
 
 import argparse
+import json
 import os
-import platform
 import subprocess
 import sys
 import time
@@ -46,7 +46,6 @@ def copy_model(src: Path, dst: Path, window: int | None) -> None:
     """``src`` copied to ``dst``; with ``window``, its ``max_position_embeddings`` set to it (and the checkpoint's
     SHA256SUMS rewritten to match the edited config)."""
     import hashlib
-    import json
     import shutil
 
     tmp = dst.with_name(dst.name + ".tmp")
@@ -67,7 +66,6 @@ def plot_losses(results: Path, path: Path, window: int = 10) -> None:
     per model and form, one line per learning rate and seed. For the qa form, the dashed line is the loss of a model
     that finds the needles but guesses which occurrence a two-needle question asks for: 0 on the 40% one-needle
     examples, ln 2 for the start and for the end on the 60% two-needle ones, so 0.6 ln 2."""
-    import json
     import math
 
     import matplotlib
@@ -124,8 +122,6 @@ GENERATE = {"token-classification": ["--length-unit", "prompt", "--train-distrac
 
 def check_data(data: Path, lengths: list[str], n_train: int, n_test: int | None) -> None:
     """Refuse NIAH sets generated with other sizes or lengths than asked (they are reused when they match)."""
-    import json
-
     from avey_b.data.niah import default_n_test, parse_lengths
 
     want = {"train_2048": n_train} | {f"test_{n}": n_test or default_n_test(n) for n in parse_lengths(lengths)}
@@ -171,7 +167,9 @@ def main() -> None:
         args.lr = [1e-3]
     work.mkdir(parents=True, exist_ok=True)
     log = work / "log.txt"
-    t0 = time.time()
+    from avey_b.utils.records import Envelope
+
+    t0, env = time.time(), Envelope.begin()
 
     # 1. pretraining (the learning benchmark's function and recipe)
     files = learning.corpus_files(Path(args.data), work)
@@ -231,7 +229,7 @@ def main() -> None:
             raise SystemExit(f"seed {seed} failed (exit {rc}): see {work / f'log-{args.form}-s{seed}.txt'}")
     sh([AVEY_B, "niah", "report", *map(str, evals.values()), "--out", str(out)], log)
     plot_losses(out / "results.jsonl", out / "train_loss.png")
-    print(f"done in {(time.time() - t0) / 60:.0f} min on {platform.node()}, load {os.getloadavg()}", flush=True)
+    print(f"done in {(time.time() - t0) / 60:.0f} min; the run's envelope: {json.dumps(env.end())}", flush=True)
 
 
 if __name__ == "__main__":

@@ -38,8 +38,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
-import platform
 import re
 import statistics
 import subprocess
@@ -158,7 +156,9 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     files = build_pairs(shared, work)
     dirs, sizes = models(work, files.pop("text"))
-    t0 = time.time()
+    from avey_b.utils.records import Envelope
+
+    t0, env = time.time(), Envelope.begin()
     cells = []
     for seed in range(args.seeds):  # seed-major: every (task, model, lr) gets seed 0 first
         for task, lr, (name, model) in ((t, lr, m) for t in ("embedding", "rerank") for lr in LRS[t]
@@ -190,7 +190,7 @@ def main() -> None:
             if (out / "results.json").exists()]
     with open(HERE / "retrieval.jsonl", "w") as f:  # every cell's results.json, one per line
         f.writelines(json.dumps(r) + "\n" for r in rows)
-    (HERE / "retrieval.md").write_text(report(rows, sizes, args, None if args.report_only else time.time() - t0))
+    (HERE / "retrieval.md").write_text(report(rows, sizes, args, None if args.report_only else time.time() - t0, env))
     print((HERE / "retrieval.md").read_text())
 
 
@@ -198,16 +198,15 @@ def spread(values: list[float]) -> str:
     return f"{statistics.median(values):.1f} [{min(values):.1f}, {max(values):.1f}]"
 
 
-def report(rows: list[dict], sizes: dict[str, int], args, seconds: float | None) -> str:
-    from avey_b.utils.device import cpu_model
-
+def report(rows: list[dict], sizes: dict[str, int], args, seconds: float | None, env) -> str:
+    """The Markdown report; ``env``: the run's :class:`~avey_b.utils.records.Envelope`, ended here."""
+    env.end()
     first = rows[0]
     lines = [
         "# Own data, retrieval: an embedding model and a reranker from WikiText-2 (heading, section) pairs", "",
         "```", f"python benchmarks/own_data/retrieval.py {' '.join(sys.argv[1:])}", "```", "",
-        f"Machine: {platform.node()}, {cpu_model()}, {args.workers} cells at once on {args.threads} thread(s) each; load average at the end "
-        f"{tuple(round(x, 1) for x in os.getloadavg())} (other engineers' jobs shared the 2 cores); "
-        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
+        f"Machine: {env.line()}; {args.workers} cells at once on {args.threads} thread(s) each (other engineers' "
+        "jobs shared the 2 cores)"
         + ("." if seconds is None else f"; the {len(rows)} cells took {seconds / 60:.0f} min."),
         "", "Parameters (masked-LM model, tied embeddings counted once): "
         + ", ".join(f"{k} {v / 1e6:.2f}M" for k, v in sizes.items()) + f"; versions {first['versions']}.", "",

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import time
@@ -96,7 +95,9 @@ def main() -> None:
         args.sst2_rows, args.conll_train, args.conll_dev, args.seeds, args.epochs = 200, 60, 40, 1, 1
     shared, work = Path(args.shared), Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
-    t0 = time.time()
+    from avey_b.utils.records import Envelope
+
+    t0, env = time.time(), Envelope.begin()
 
     sst2, conll_dev = work / "sst2_strings.tsv", work / "conll_dev.txt"
     conll_train = shared / "conll2003" / "eng.train"
@@ -157,18 +158,16 @@ def main() -> None:
     dest = work if args.smoke else HERE
     with open(dest / "classification.jsonl", "w") as f:
         f.writelines(json.dumps(r) + "\n" for r in records)
-    (dest / "classification.md").write_text(report(records, sizes, args, time.time() - t0))
+    (dest / "classification.md").write_text(report(records, sizes, args, time.time() - t0, env))
     print((dest / "classification.md").read_text())
 
 
-def report(records: list[dict], sizes: dict[str, int], args, seconds: float) -> str:
-    from avey_b.utils.device import cpu_model
-
-    cpu = cpu_model()
+def report(records: list[dict], sizes: dict[str, int], args, seconds: float, env) -> str:
+    """The Markdown report; ``env``: the run's :class:`~avey_b.utils.records.Envelope`, ended here."""
+    env.end()
     lines = ["# Own data: a classifier and a tagger from your files (Avey-B beside a BERT of the same size)", "",
              "```", f"python benchmarks/own_data/run_classification.py {' '.join(sys.argv[1:])}", "```", "",
-             f"Machine: {cpu}, {args.threads} threads, shared with other engineers' jobs (load average at the end "
-             f"{', '.join(f'{x:.2f}' for x in os.getloadavg())}); {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
+             f"Machine: {env.line()}; {args.threads} threads, shared with other engineers' jobs; "
              f"the whole benchmark took {seconds / 60:.1f} min.", "",
              "Models from scratch (no pretraining), one shared BPE tokenizer trained on the training texts: "
              + ", ".join(f"{k} {v / 1e6:.2f}M parameters" for k, v in sizes.items())

@@ -59,7 +59,9 @@ def main() -> None:
     shared, work = Path(args.shared), Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
     log = work / "log.txt"
-    t_start = time.time()
+    from avey_b.utils.records import Envelope
+
+    t_start, env = time.time(), Envelope.begin()
 
     # 1. the learning benchmark's pretraining (resumable: finished runs are reused); Avey-B first, its run trains
     # the shared tokenizer
@@ -101,17 +103,12 @@ def main() -> None:
         if subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT).returncode:
             raise SystemExit(f"the report failed: see {log}")
     t_eval = time.time() - t_eval
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                            cwd=HERE).stdout.strip()
-    from avey_b.utils.device import cpu_model
-
-    cpu = cpu_model()
     report = (work / "eval" / "report.md").read_text()
     load = (f"{min(loads):.1f} / {sum(loads) / len(loads):.1f} / {max(loads):.1f} (min / mean / max of "
             f"{len(loads)} one-minute samples)" if loads else "not sampled")
     head = learning.report_head(
         "The paper's protocol at CPU scale (Avey-B, BERT, ModernBERT of one size)",
-        "benchmarks/paper_protocol_cpu/run.py", sizes, cpu=cpu, facts=f"commit {commit}",
+        "benchmarks/paper_protocol_cpu/run.py", sizes, env, facts=f"Avey-B pretrained on {args.threads} threads",
         took=f"The evaluation took {t_eval / 60:.0f} min; 1-minute load average during it {load}.")
     (HERE / "results.md").write_text("\n".join(head) + report)
     shutil.copy(work / "eval" / "report.json", HERE / "results.json")
@@ -153,8 +150,10 @@ def evaluate(path: Path, log: Path) -> subprocess.Popen:
 
 def sample_load(loads: list[float], done: threading.Event) -> None:
     """The machine's 1-minute load average, appended to ``loads`` once a minute until ``done``."""
+    from avey_b.utils.records import load_average
+
     while not done.is_set():
-        loads.append(os.getloadavg()[0])
+        loads.append(load_average()[0])
         done.wait(60)
 
 

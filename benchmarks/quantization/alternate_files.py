@@ -12,13 +12,13 @@ load average before and after) to ``--out``.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
-import time
+from functools import partial
 from pathlib import Path
 
 from avey_b.benchmarking.inputs import text_ids
-from avey_b.utils.records import append_jsonl, utc_timestamp
+from avey_b.benchmarking.timing import alternate
+from avey_b.utils.records import Envelope, append_jsonl
 
 
 def main() -> None:
@@ -45,19 +45,13 @@ def main() -> None:
     feed = {"input_ids": ids.numpy(), "attention_mask": mask.numpy()}
     for s in sessions.values():
         s.run(None, feed)
-    times: dict[str, list[float]] = {name: [] for name in sessions}
-    load_before = os.getloadavg()
-    for _ in range(args.rounds):
-        for name, s in sessions.items():
-            t = time.perf_counter()
-            s.run(None, feed)
-            times[name].append(time.perf_counter() - t)
+    env = Envelope.begin("onnxruntime")
+    timed = alternate({name: partial(s.run, None, feed) for name, s in sessions.items()}, args.rounds)
+    times = {name: t.times_s for name, t in timed.items()}
     median = {name: statistics.median(v) for name, v in times.items()}
     append_jsonl(args.out, {"alternated": dict(pairs), "note": args.note, "length": args.length,
                             "rounds": args.rounds, "threads": args.threads, "seconds": times, "median_s": median,
-                            "load_average_before": load_before, "load_average_after": os.getloadavg(),
-                            "onnxruntime": ort.__version__,
-                            "time": utc_timestamp()}, echo=True)
+                            **env.end()}, echo=True)
 
 
 if __name__ == "__main__":

@@ -26,15 +26,14 @@ it to ``--out``.
 from __future__ import annotations
 
 import argparse
-import os
 import tempfile
-import time
 from pathlib import Path
 from types import SimpleNamespace
 
 import torch
 
-from avey_b.utils.records import append_jsonl, utc_timestamp
+from avey_b.benchmarking.timing import timed_call
+from avey_b.utils.records import Envelope, append_jsonl
 
 
 class Scored:
@@ -105,12 +104,10 @@ def main() -> None:
             session.run(["logits"], {"input_ids": ids.numpy(), "attention_mask": mask.numpy()})[0])
 
     variants = {"eager_fp32": Scored(eager), **{k: Scored(onnx_run(s)) for k, s in sessions.items()}}
-    scores, seconds, load = {}, {}, [os.getloadavg()]
+    scores, seconds, env = {}, {}, Envelope.begin("onnxruntime")
     for name, scored in variants.items():
-        t = time.perf_counter()
-        scores[name] = task.evaluate(scored, tok, evaluation, cfg)[task.metric]
-        seconds[name] = time.perf_counter() - t
-        load.append(os.getloadavg())
+        seconds[name], _, result = timed_call(lambda scored=scored: task.evaluate(scored, tok, evaluation, cfg))
+        scores[name] = result[task.metric]
     changed = [torch.cat(variants[k].predictions) for k in ("onnx_fp32", "onnx_int8")]
     features = task.train_features(evaluation[:200], tok, cfg)  # the task's own encoding of the inputs
     check = compare_quantized(int8, fp32, Exportable(model, "logits"),
@@ -123,8 +120,7 @@ def main() -> None:
            "predictions_compared": int(changed[0].numel()),
            "int8_logits_cosine_min": check["cosine"], "int8_logits_cosine_mean": check["mean_cosine"],
            "int8_identical_ranker_choices": check["identical_choices"],
-           "seconds_total": seconds, "load_average": load, "threads": args.threads,
-           "time": utc_timestamp()}
+           "seconds_total": seconds, "threads": args.threads, **env.end()}
     append_jsonl(args.out, rec, echo=True)
     print(f"{args.task} {task.metric}: " + ", ".join(f"{k} {v:.2f}" for k, v in scores.items()) +
           f"; int8 changes {rec['int8_changed_predictions']:.2%} of {rec['predictions_compared']} predictions")

@@ -29,22 +29,19 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
 import tempfile
-import time
+from functools import partial
 from pathlib import Path
 
 import onnx
 import torch
+from run import cosines, export_any  # this benchmark's own helpers (the script's directory is on sys.path)
 
-sys.path.insert(0, str(Path(__file__).parent))
-from run import cosines, export_any  # noqa: E402  (the quantization benchmark's own helpers)
-
-from avey_b.apps.quantize import default_exclusions, matmul_groups, quantize_onnx, weight_matmuls  # noqa: E402
-from avey_b.benchmarking.inputs import text_ids  # noqa: E402
-from avey_b.utils.device import cpu_model  # noqa: E402
-from avey_b.utils.model_spec import build_config, random_model  # noqa: E402
-from avey_b.utils.records import append_jsonl, utc_timestamp  # noqa: E402
+from avey_b.apps.quantize import default_exclusions, matmul_groups, quantize_onnx, weight_matmuls
+from avey_b.benchmarking.inputs import text_ids
+from avey_b.benchmarking.timing import alternate
+from avey_b.utils.model_spec import build_config, random_model
+from avey_b.utils.records import Envelope, append_jsonl
 
 GROUPS = ("enricher.bypass", "enricher.gate", "enricher.context", "fuser.bypass", "fuser.mix")
 OPTIONS = {"reduce_range": {"reduce_range": True}, "per_tensor": {"per_channel": False},
@@ -73,7 +70,7 @@ def main() -> None:
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="avey-b-base", help="a model spec (random weights) or a checkpoint directory")
-    p.add_argument("--text", nargs="+", required=True, help="text files (see benchmarks/english_text.py)")
+    p.add_argument("--text", nargs="+", required=True, help="text files (see avey_b/benchmarking/english_text.py)")
     p.add_argument("--lengths", type=int, nargs="+", default=[128, 512, 2048, 8192])
     p.add_argument("--variants", nargs="+", default=None, help="default: default, all, each option, only:G and "
                    "skip:G for every block group")
@@ -123,29 +120,24 @@ def main() -> None:
             cos = cosines(session.run(None, {"input_ids": ids.numpy(), "attention_mask": mask.numpy()})[0],
                           reference[n])
             accuracy[n] = {"cosine_min": float(cos.min()), "cosine_mean": float(cos.mean())}
-        load_before = os.getloadavg()
-        times = {"onnx_fp32": [], "onnx_int8": []}
+        env = Envelope.begin("onnxruntime")
         for s in (fp32, session):
             s.run(None, time_feed)
-        for _ in range(args.rounds):
-            for name, s in (("onnx_fp32", fp32), ("onnx_int8", session)):
-                t = time.perf_counter()
-                s.run(None, time_feed)
-                times[name].append(time.perf_counter() - t)
+        timed = alternate({name: partial(s.run, None, time_feed) for name, s in (("onnx_fp32", fp32),
+                                                                                ("onnx_int8", session))}, args.rounds)
+        times = {name: t.times_s for name, t in timed.items()}
         median = {k: statistics.median(v) for k, v in times.items()}
         excluded = kwargs["exclude"]
         rec = {"model": args.model, "weights": weights, "ids": ids_source, "variant": variant,
                "int8_matmuls": len(weight_matmuls(proto)) - len(excluded), "fp32_matmuls": len(excluded),
                "accuracy": accuracy, "time_length": args.time_length, "seconds": times, "median_s": median,
                "speedup_int8_over_fp32": median["onnx_fp32"] / median["onnx_int8"],
-               "load_average_before": load_before, "load_average_after": os.getloadavg(),
-               "threads": args.threads, "machine": cpu_model(), "onnxruntime": ort.__version__,
-               "time": utc_timestamp()}
+               "threads": args.threads, **env.end()}
         append_jsonl(args.out, rec, echo=False)
         worst = min(a["cosine_min"] for a in accuracy.values())
         print(f"{variant:24s} int8 {rec['int8_matmuls']:3d}  cos_min " +
               " ".join(f"{n}:{a['cosine_min']:.5f}" for n, a in accuracy.items()) +
-              f"  worst {worst:.5f}  speed x{rec['speedup_int8_over_fp32']:.2f}  load {load_before[0]:.1f}",
+              f"  worst {worst:.5f}  speed x{rec['speedup_int8_over_fp32']:.2f}  load {env.load_before[0]:.1f}",
               flush=True)
 
 

@@ -21,11 +21,8 @@ from __future__ import annotations
 
 import argparse
 import copy
-import os
-import platform
 import statistics
 import tempfile
-import time
 from functools import partial
 from pathlib import Path
 
@@ -35,10 +32,9 @@ import torch
 from avey_b.apps.export import Exportable, _dynamic, export_onnx, fold_weight_layouts
 from avey_b.apps.quantize import compare_quantized, quantize_eager_int8, quantize_onnx
 from avey_b.benchmarking.inputs import text_ids
-from avey_b.benchmarking.timing import alternate, gemm_rate
-from avey_b.utils.device import cpu_model
+from avey_b.benchmarking.timing import alternate, gemm_rate, timed_call
 from avey_b.utils.model_spec import build_config, random_model
-from avey_b.utils.records import append_jsonl, utc_timestamp
+from avey_b.utils.records import Envelope, append_jsonl
 
 
 def export_any(model, path: Path, opset: int | None = None) -> Path:
@@ -79,6 +75,19 @@ def quantize_qdq(path: Path, calibration: tuple[torch.Tensor, torch.Tensor]) -> 
     return out
 
 
+def export_files(model, config, directory: Path, args, text) -> dict[str, Path]:
+    """The ONNX files of ``model`` in ``directory``: fp32, int8 (per-channel weights) and those ``args`` ask for
+    (per-tensor int8 weights, static QDQ int8 calibrated on ``text``)."""
+    fp32_path = export_any(model, directory / "model.onnx", args.opset)
+    files = {"onnx_fp32": fp32_path, "onnx_int8": quantize_onnx(fp32_path, config)}
+    if args.per_tensor:
+        files["onnx_int8_per_tensor"] = quantize_onnx(fp32_path, config, fp32_path.with_name("model.pt.int8.onnx"),
+                                                       False)
+    if args.qdq:
+        files["onnx_int8_qdq_static"] = quantize_qdq(fp32_path, text.batch(config.vocab_size, 1, args.qdq)[:2])
+    return files
+
+
 def cosines(got: np.ndarray, want: torch.Tensor) -> np.ndarray:
     g, w = got.reshape(-1, got.shape[-1]), want.float().numpy().reshape(-1, got.shape[-1])
     return (g * w).sum(-1) / np.maximum(np.linalg.norm(g, axis=-1) * np.linalg.norm(w, axis=-1), 1e-12)
@@ -88,7 +97,7 @@ def main() -> None:
     import onnxruntime as ort
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--text", nargs="+", required=True, help="text files (see benchmarks/english_text.py)")
+    p.add_argument("--text", nargs="+", required=True, help="text files (see avey_b/benchmarking/english_text.py)")
     p.add_argument("--models", nargs="+", default=["avey-b-small", "avey-b-base", "modernbert-base"])
     p.add_argument("--lengths", type=int, nargs="+", default=[128, 512, 2048, 8192])
     p.add_argument("--batch", type=int, default=1)
@@ -114,15 +123,8 @@ def main() -> None:
         torch.manual_seed(0)
         config = build_config(spec)
         model = random_model(config, attn_implementation="sdpa").eval()
-        t = time.perf_counter()
-        fp32_path = export_any(model, workdir / spec / "model.onnx", args.opset)
-        files = {"onnx_fp32": fp32_path, "onnx_int8": quantize_onnx(fp32_path, config)}
-        if args.per_tensor:
-            files["onnx_int8_per_tensor"] = quantize_onnx(fp32_path, config, fp32_path.with_name("model.pt.int8.onnx"),
-                                                           False)
-        if args.qdq:
-            files["onnx_int8_qdq_static"] = quantize_qdq(fp32_path, text.batch(config.vocab_size, 1, args.qdq)[:2])
-        export_s = time.perf_counter() - t
+        export_s, _, files = timed_call(partial(export_files, model, config, workdir / spec, args, text))
+        fp32_path = files["onnx_fp32"]
         sessions = {k: ort.InferenceSession(str(f), options, providers=["CPUExecutionProvider"])
                     for k, f in files.items()}
         eager = {"eager_fp32": model}
@@ -139,11 +141,11 @@ def main() -> None:
                     return eager[name](input_ids=ids, attention_mask=mask).last_hidden_state
 
             names = list(eager) + list(sessions)
-            load_before, g0 = os.getloadavg(), gemm_rate(torch.float32)
+            env, g0 = Envelope.begin("onnxruntime", "torchao"), gemm_rate(torch.float32)
             outputs = {name: run(name) for name in names}  # warm-up, and the outputs compared below
             timed = alternate({name: partial(run, name) for name in names}, args.rounds)
             times = {name: t.times_s for name, t in timed.items()}
-            g1, load_after = gemm_rate(torch.float32), os.getloadavg()
+            g1 = gemm_rate(torch.float32)
             reference = outputs["eager_fp32"]
             accuracy = {}
             for name in names:
@@ -162,10 +164,7 @@ def main() -> None:
                    "speedup_onnx_int8_over_onnx_fp32": median["onnx_fp32"] / median["onnx_int8"],
                    "speedup_onnx_int8_over_eager_fp32": median["eager_fp32"] / median["onnx_int8"],
                    "accuracy": accuracy, "export_and_quantize_s": export_s,
-                   "gemm_fp32_flop_s": (g0 + g1) / 2, "load_average_before": load_before,
-                   "load_average_after": load_after, "machine": f"{platform.node()}: {cpu_model()}",
-                   "torch": torch.__version__, "onnxruntime": ort.__version__,
-                   "time": utc_timestamp()}
+                   "gemm_fp32_flop_s": (g0 + g1) / 2, **env.end()}
             append_jsonl(args.out, rec, echo=True)
 
 

@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import subprocess
 import sys
 import time
@@ -25,7 +23,7 @@ from pathlib import Path
 
 from select_fill import score  # this folder's fill-mask rule (the script's directory is on sys.path)
 
-from avey_b.utils.records import append_jsonl
+from avey_b.utils.records import Envelope, append_jsonl
 
 HERE = Path(__file__).resolve().parent
 
@@ -117,10 +115,9 @@ def run_variant(name: str, overrides: list[str], args) -> dict:
            f"run_dir={run_dir}", f"train.threads={args.threads}", "train.max_minutes=null",
            "logging.progress=false", *BEFORE, *overrides]
     print("$", " ".join(cmd), flush=True)
-    load = os.getloadavg()
-    t = time.time()
+    env, t = Envelope.begin(), time.time()
     out = subprocess.run(cmd, capture_output=True, text=True)
-    seconds = time.time() - t
+    seconds, _ = time.time() - t, env.end()  # the load average after the run, not after the scoring below
     if out.returncode:
         sys.stderr.write(out.stdout[-3000:] + out.stderr[-3000:])
         raise SystemExit(f"variant {name} failed (exit {out.returncode})")
@@ -131,9 +128,8 @@ def run_variant(name: str, overrides: list[str], args) -> dict:
     fill = out.stdout[out.stdout.find("fill-mask"):].strip() if "fill-mask" in out.stdout else ""
     rate = score(str(run_dir / "model"))
     rec = {"variant": name, "overrides": overrides, "threads": args.threads, "seconds": round(seconds, 1),
-           "load_avg_at_start": [round(x, 2) for x in load], "machine": f"{platform.node()} {platform.machine()}",
-           "date": time.strftime("%Y-%m-%d %H:%M", time.gmtime()), "curve": curve, "train": train, "fill_mask": fill,
-           "fill_rate": {k: rate[k] for k in ("sentences", "top1", "top5")}}
+           "curve": curve, "train": train, "fill_mask": fill,
+           "fill_rate": {k: rate[k] for k in ("sentences", "top1", "top5")}, **env.end()}
     print(f"{name}: final held-out loss {curve[-1]['eval_loss']:.3f}, accuracy {curve[-1]['eval_accuracy']:.3%} "
           f"after {curve[-1]['step']} steps, {seconds / 60:.1f} min; right word in the top 5 for {rate['top5']:.1%} of "
           f"{rate['sentences']} held-out sentences", flush=True)

@@ -1,7 +1,7 @@
 """The cost of the ranker at every layer (``ranker_placement="every_layer"``) against the default (once, on the
 embeddings): one forward each, alternated in one process. The paper's appendix "Ablation Study" reports 5.9× slower.
 
-    python benchmarks/english_text.py --data ../shared/data --out runs/english.txt
+    python -m avey_b.benchmarking.english_text --data ../shared/data --out runs/english.txt
     python benchmarks/ranker_every_layer/run.py --text runs/english.txt
 
 For each shape (``--shapes``, ``d/L/S/k``; default the quickstart's 256/4/16/3 and the CPU preset's 256/8/64/3) the
@@ -17,32 +17,18 @@ per (shape, length) and appends it to ``--out``.
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
 import statistics
-import subprocess
-import time
-from pathlib import Path
+from functools import partial
 
 import torch
 
 from avey_b import AveyBModel
 from avey_b.benchmarking.inputs import text_ids
-from avey_b.benchmarking.timing import gemm_rate, timed_call
+from avey_b.benchmarking.timing import alternate, gemm_rate
 from avey_b.model import presets
-from avey_b.utils.device import cpu_model
-from avey_b.utils.records import append_jsonl, utc_timestamp
+from avey_b.utils.records import Envelope, append_jsonl
 
 PLACEMENTS = ("embeddings", "every_layer")
-
-
-def commit() -> str:
-    here = Path(__file__).resolve().parent
-    out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=here, capture_output=True, text=True)
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here, capture_output=True,
-                           text=True).stdout.strip()
-    return out.stdout.strip() + ("+dirty" if dirty else "") if out.returncode == 0 else "unknown"
 
 
 def models(shape: str) -> dict[str, AveyBModel]:
@@ -60,7 +46,7 @@ def models(shape: str) -> dict[str, AveyBModel]:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--text", nargs="+", required=True, help="text files (see benchmarks/english_text.py)")
+    p.add_argument("--text", nargs="+", required=True, help="text files (see avey_b/benchmarking/english_text.py)")
     p.add_argument("--shapes", nargs="+", default=["256/4/16/3", "256/8/64/3"], help="d/L/S/k")
     p.add_argument("--lengths", type=int, nargs="+", default=[2048, 8192])
     p.add_argument("--rounds", type=int, default=5)
@@ -69,9 +55,6 @@ def main() -> None:
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     text = text_ids(args.text)
-    machine = {"host": platform.node(), "cpu": cpu_model(), "cpus": os.cpu_count(), "threads": args.threads,
-               "torch": torch.__version__, "commit": commit()}
-    print(json.dumps(machine), flush=True)
     for shape in args.shapes:
         pair = models(shape)
         vocab = pair["embeddings"].config.vocab_size
@@ -82,25 +65,19 @@ def main() -> None:
                 with torch.no_grad():
                     return pair[placement](input_ids=ids, attention_mask=mask).last_hidden_state
 
-            load0, g0 = os.getloadavg(), gemm_rate(torch.float32)
+            env, g0 = Envelope.begin(), gemm_rate(torch.float32)
             for placement in PLACEMENTS:  # warm-up
                 forward(placement)
-            times: dict[str, list[float]] = {pl: [] for pl in PLACEMENTS}
-            cpu: dict[str, list[float]] = {pl: [] for pl in PLACEMENTS}
-            for _ in range(args.rounds):
-                for placement in PLACEMENTS:
-                    c0 = time.process_time()
-                    seconds, _, _ = timed_call(lambda placement=placement: forward(placement))
-                    cpu[placement].append(time.process_time() - c0)
-                    times[placement].append(seconds)
+            timed = alternate({pl: partial(forward, pl) for pl in PLACEMENTS}, args.rounds)
+            times = {pl: t.times_s for pl, t in timed.items()}
+            cpu = {pl: t.cpu_times_s for pl, t in timed.items()}
             ratios = [b / a for a, b in zip(times["embeddings"], times["every_layer"], strict=True)]
             cpu_ratios = [b / a for a, b in zip(cpu["embeddings"], cpu["every_layer"], strict=True)]
             rec = {"shape_d_L_S_k": shape, "length": n, "ids": text.source, **facts, "seconds": times,
                    "ratio_every_layer_over_embeddings": ratios, "ratio_median": statistics.median(ratios),
                    "cpu_seconds": cpu, "cpu_ratio_median": statistics.median(cpu_ratios),
                    "gemm_fp32_gflop_s": [round(g0 / 1e9, 1), round(gemm_rate(torch.float32) / 1e9, 1)],
-                   "load_avg": [list(load0), list(os.getloadavg())], **machine,
-                   "time": utc_timestamp()}
+                   "threads": args.threads, **env.end()}
             append_jsonl(args.out, rec, echo=True)
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 
 import torch
 
@@ -22,7 +21,7 @@ from avey_b import AveyBModel
 from avey_b.benchmarking.timing import gemm_rate, timed_call
 from avey_b.model import presets
 from avey_b.utils.counting import count_flops
-from avey_b.utils.records import append_jsonl, utc_timestamp
+from avey_b.utils.records import Envelope, append_jsonl, cpu_model, load_average
 
 
 def main() -> None:
@@ -33,8 +32,8 @@ def main() -> None:
     p.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results.jsonl"))
     args = p.parse_args()
     torch.set_num_threads(args.threads)
-    print(f"# {platform.node()} {platform.machine()}, torch {torch.__version__}, {args.threads} threads, "
-          f"load average {os.getloadavg()}", flush=True)
+    print(f"# {cpu_model()}, torch {torch.__version__}, {args.threads} threads, load average {load_average()}",
+          flush=True)
     print("# GEMM 2048^3:", {d: f"{gemm_rate(torch.float32 if d == 'fp32' else torch.bfloat16) / 1e9:.0f} GFLOP/s"
                              for d in args.dtypes}, flush=True)
     torch.manual_seed(0)
@@ -55,7 +54,7 @@ def main() -> None:
         for dtype in args.dtypes:
             torch_dtype = torch.float32 if dtype == "fp32" else torch.bfloat16
             blk, tile = model.ranker.plan(1, n_tokens // S, S, torch_dtype.itemsize)
-            g0 = gemm_rate(torch_dtype)
+            env, g0 = Envelope.begin(), gemm_rate(torch_dtype)
             with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == "bf16"):
                 model(ids[:, :2048])  # warm-up
                 seconds, peak, _ = timed_call(lambda ids=ids: model(ids))
@@ -65,7 +64,7 @@ def main() -> None:
                    "candidate_splits_per_tile": tile, "flops": int(flops),
                    "utilization": round(flops / seconds / ((g0 + g1) / 2), 3),
                    "gemm_gflop_per_s": [round(g0 / 1e9, 1), round(g1 / 1e9, 1)], "threads": args.threads,
-                   "load": os.getloadavg(), "time": utc_timestamp()}
+                   **env.end()}
             append_jsonl(args.out, rec, echo=True)
 
 

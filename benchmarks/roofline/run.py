@@ -27,10 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import sys
-import time
 from functools import partial
 from pathlib import Path
 
@@ -41,8 +38,8 @@ from avey_b.benchmarking.timing import PeakRSSSampler, alternate, gemm_rate, mea
 from avey_b.model import presets
 from avey_b.model.execution import ExecutionSettings
 from avey_b.utils.counting import count_flops
-from avey_b.utils.device import autocast, cpu_model
-from avey_b.utils.records import append_jsonl
+from avey_b.utils.device import autocast
+from avey_b.utils.records import Envelope, append_jsonl, cpu_model, load_average
 
 HERE = Path(__file__).resolve().parent
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
@@ -59,10 +56,6 @@ EXECUTION = {
 
 AB = {"before-after": ("before", "after"),  # the tiled ranker and 4K-token processor chunks vs the code before
       "selection-precision": ("after", "bf16-select")}  # exact (default) vs bf16 choice of splits
-
-
-def machine() -> str:
-    return f"{platform.node()}: {cpu_model()}, torch {torch.__version__}"
 
 
 def build(preset: str, mode: str) -> tuple[AveyBModel, object]:
@@ -168,26 +161,25 @@ def main() -> None:
     p.add_argument("--out", default=str(HERE / "results.jsonl"))
     args = p.parse_args()
     torch.set_num_threads(args.threads)
-    head = {"command": " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]]), "machine": machine(),
-            "threads": args.threads, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
-    print(f"# {head['machine']}, {args.threads} threads, load average {os.getloadavg()}", flush=True)
+    head = {"command": " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]]), "threads": args.threads}
+    print(f"# {cpu_model()}, torch {torch.__version__}, {args.threads} threads, load average {load_average()}",
+          flush=True)
     for preset in args.presets:
         for mode in (["eager"] if args.ab else args.modes):
             model, fwd = build(preset, mode)
             for N in args.lengths:
                 ids = torch.randint(0, model.config.vocab_size, (1, N), generator=torch.Generator().manual_seed(N))
                 for dt in args.dtypes:
-                    load = os.getloadavg()[0]
+                    env = Envelope.begin()
                     if args.ab:
                         rec = ab_point(model, ids, dt, args.repeats, AB[args.ab])
                         rec.update(kind="ab", ab=args.ab)
                     else:
                         rec = point(model, fwd, ids, dt, args.repeats)
                         rec.update(kind="point", mode=mode)
-                    rec = {**head, "preset": preset, "tokens": N, "precision": dt, **rec, "load_1min": round(load, 2)}
-                    append_jsonl(args.out, rec)
-                    print(json.dumps({k: v for k, v in rec.items() if k not in ("command", "machine", "date")}),
-                          flush=True)
+                    rec = {"preset": preset, "tokens": N, "precision": dt, **rec}
+                    append_jsonl(args.out, {**head, **rec, **env.end()})
+                    print(json.dumps(rec), flush=True)
 
 
 if __name__ == "__main__":

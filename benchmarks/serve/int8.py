@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -77,8 +75,8 @@ def main() -> None:
     from avey_b.apps.options import ExportOptions
     from avey_b.benchmarking.inputs import text_ids
     from avey_b.benchmarking.timing import alternate
-    from avey_b.utils.device import cpu_has_native_bf16, cpu_model
-    from avey_b.utils.records import append_jsonl, utc_timestamp
+    from avey_b.utils.device import cpu_has_native_bf16
+    from avey_b.utils.records import Envelope, append_jsonl
 
     data = Path(args.data)
     text = text_ids([str(data / "wikitext-2" / "valid.tokens.txt")], "cl100k_base")
@@ -94,7 +92,7 @@ def main() -> None:
         vocab = next(iter(encoders.values())).config.vocab_size
         common = {"model": "small (d=256, L=8, S=64, k=3), random weights (seed 0), embedding head, BPE 8,192",
                   "inputs": f"WikiText-2 valid, {text.source}, renumbered into the model's vocabulary",
-                  "machine": f"{platform.node()}: {cpu_model()}", "native_bf16": bf16, "torch": torch.__version__,
+                  "native_bf16": bf16,
                   "export_and_quantize_s": export_s, "rounds": args.rounds,
                   "command": "python " + " ".join(sys.argv)}
 
@@ -110,15 +108,13 @@ def main() -> None:
                 for name, call in calls.items():  # warm-up
                     prepare(name)
                     call()
-                load_before = os.getloadavg()
+                env = Envelope.begin("onnxruntime")
                 timings = alternate(calls, args.rounds, prepare=prepare)
                 median = {name: statistics.median(t.times_s) for name, t in timings.items()}
                 rec = {**common, "batch": batch, "length": length, "tokens": batch * length, **facts,
                        "median_ms": {k: round(v * 1000, 1) for k, v in median.items()},
                        "seconds": {k: [round(s, 4) for s in t.times_s] for k, t in timings.items()},
-                       "load_average_before": [round(x, 2) for x in load_before],
-                       "load_average_after": [round(x, 2) for x in os.getloadavg()],
-                       "time": utc_timestamp()}
+                       **env.end()}
                 append_jsonl(args.out, rec, echo=True)
 
 

@@ -28,8 +28,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
-import platform
 import random
 import signal
 import statistics
@@ -42,7 +40,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
 
 
 def make_requests(tok, text: str, count: int, longest: int, seed: int = 0) -> list[str]:
@@ -209,8 +206,7 @@ def run_settings(args, directory: Path) -> None:
     from run import free_port
     from transformers import AutoTokenizer
 
-    from avey_b.utils.device import cpu_model
-    from avey_b.utils.records import append_jsonl, utc_timestamp
+    from avey_b.utils.records import Envelope, append_jsonl
 
     tok = AutoTokenizer.from_pretrained(directory)
     text = (Path(args.data) / "wikitext-2" / "valid.tokens.txt").read_text(encoding="utf-8")
@@ -220,30 +216,24 @@ def run_settings(args, directory: Path) -> None:
             "int8": str(directory / "onnx" / "model.int8.onnx")}
     common = {"model": "small (d=256, L=8, S=64, k=3), random weights (seed 0), embedding head, BPE 8,192",
               "requests": f"{args.requests} of 1-{args.longest:,} tokens (log-uniform, seed 0), WikiText-2 valid",
-              "clients": args.clients, "machine": f"{platform.node()}: {cpu_model()}",
+              "clients": args.clients,
               "command": "python " + " ".join(sys.argv)}
     for runtime in args.runtimes:
         for threads in args.threads:
             proc, url, command = start_server(directory, threads, onnx[runtime], free_port())
             try:
                 load(url, warm, args.clients, 1e9)
-                before = os.getloadavg()
+                env = Envelope.begin()
                 results, wall = load(url, texts, args.clients, args.max_seconds)
                 rec = {**common, "runtime": runtime, "threads": threads, "server": command,
-                       **summary(results, wall), "peak_rss_mb": round(peak_rss_mb(proc.pid) or 0),
-                       "load_average_before": [round(x, 2) for x in before],
-                       "load_average_after": [round(x, 2) for x in os.getloadavg()],
-                       "time": utc_timestamp()}
+                       **summary(results, wall), "peak_rss_mb": round(peak_rss_mb(proc.pid) or 0), **env.end()}
                 append_jsonl(args.out, rec, echo=True)
             finally:
                 proc.send_signal(signal.SIGTERM)
                 proc.wait(timeout=600)
     if args.drain_requests:
-        before = os.getloadavg()
-        rec = {**common, **drain(directory, texts[: args.drain_requests], args.clients, free_port()),
-               "load_average_before": [round(x, 2) for x in before],
-               "load_average_after": [round(x, 2) for x in os.getloadavg()],
-               "time": utc_timestamp()}
+        env = Envelope.begin()
+        rec = {**common, **drain(directory, texts[: args.drain_requests], args.clients, free_port()), **env.end()}
         append_jsonl(args.out, rec, echo=True)
 
 

@@ -12,7 +12,6 @@ process with a thread pool; the server's threads are ``--threads``.
 
 import argparse
 import os
-import platform
 import signal
 import socket
 import statistics
@@ -23,7 +22,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from avey_b.utils.records import append_jsonl, utc_timestamp
+from avey_b.utils.records import Envelope, append_jsonl
 
 HERE = Path(__file__).resolve().parent
 
@@ -123,10 +122,8 @@ def main() -> None:
         short, wiki = build(directory, Path(args.data))
         tok = AutoTokenizer.from_pretrained(directory)
         longs = long_texts(tok, wiki[2000:], args.long_tokens, 8)
-        from avey_b.utils.device import cpu_model
-
         common = {"model": "small (d=256, L=8, S=64, k=3), random weights, embedding head",
-                  "machine": f"{platform.node()}: {cpu_model()}", "server_threads": args.threads,
+                  "server_threads": args.threads,
                   "command": "python " + " ".join(sys.argv)}
         settings = [("batching", ()), ("batching, 5 ms wait", ("--batch-wait-ms", "5")),
                     ("each request alone", ("--max-batch-tokens", "1"))]
@@ -137,10 +134,10 @@ def main() -> None:
                     for c in args.concurrency:
                         load(url, texts, c, min(n, 2 * c), args.max_seconds)  # warm-up
                         tokens = statistics.mean(len(tok(t)["input_ids"]) for t in texts[:64])
+                        env = Envelope.begin()
+                        measured = load(url, texts, c, n, args.max_seconds)
                         rec = {**common, "setting": name, "inputs": kind, "mean_tokens": round(tokens),
-                               "concurrency": c, **load(url, texts, c, n, args.max_seconds),
-                               "load": [round(x, 2) for x in os.getloadavg()],
-                               "time": utc_timestamp()}
+                               "concurrency": c, **measured, **env.end()}
                         append_jsonl(args.out, rec, echo=True)
             finally:
                 proc.send_signal(signal.SIGTERM)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import statistics
 
 import torch
@@ -24,7 +23,7 @@ from avey_b import AveyBModel
 from avey_b.benchmarking.timing import gemm_rate, timed_call
 from avey_b.model import presets
 from avey_b.utils.counting import count_flops
-from avey_b.utils.records import append_jsonl, utc_timestamp
+from avey_b.utils.records import Envelope, append_jsonl, cpu_model, load_average
 
 LENGTHS = [128, 384, 640, 896, 1152, 2048, 6144, 16384]  # long-tailed: median 1,024, max 16,384
 
@@ -38,8 +37,7 @@ def main() -> None:
     p.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results.jsonl"))
     args = p.parse_args()
     torch.set_num_threads(args.threads)
-    print(f"# {platform.node()} {platform.processor() or platform.machine()}, torch {torch.__version__}, "
-          f"{args.threads} threads, load average {os.getloadavg()}")
+    print(f"# {cpu_model()}, torch {torch.__version__}, {args.threads} threads, load average {load_average()}")
     print(f"# lengths {LENGTHS}: {sum(LENGTHS):,} real tokens in a {len(LENGTHS)} x {max(LENGTHS):,} batch "
           f"({len(LENGTHS) * max(LENGTHS) / sum(LENGTHS):.2f}x padding)")
     rates = {d: gemm_rate(torch.float32 if d == "fp32" else torch.bfloat16) for d in args.dtypes}
@@ -56,7 +54,7 @@ def main() -> None:
             ctx = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if dtype == "bf16" else torch.no_grad
             sides = {"before": lambda m=model, i=ids: m(i),
                      "after": lambda m=model, i=ids, a=mask: m(i, attention_mask=a)}
-            res = {s: [] for s in sides}
+            res, env = {s: [] for s in sides}, Envelope.begin()
             with torch.no_grad():
                 with ctx():
                     model(ids[:, :512], attention_mask=mask[:, :512])  # warm-up
@@ -66,8 +64,7 @@ def main() -> None:
                     flops = {side: count_flops(fn) for side, fn in sides.items()}
             rate = gemm_rate(torch.float32 if dtype == "fp32" else torch.bfloat16)
             rec = {"preset": preset, "dtype": dtype, "threads": args.threads, "lengths": LENGTHS,
-                   "time": utc_timestamp(), "load": os.getloadavg(),
-                   "gemm_gflop_per_s": [round(rates[dtype] / 1e9, 1), round(rate / 1e9, 1)]}
+                   "gemm_gflop_per_s": [round(rates[dtype] / 1e9, 1), round(rate / 1e9, 1)], **env.end()}
             for side, runs in res.items():
                 rec[f"{side}_s"] = statistics.median(t for t, _ in runs)
                 rec[f"{side}_peak_mb"] = max((m or 0) for _, m in runs) / 2**20

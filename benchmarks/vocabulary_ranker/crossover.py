@@ -11,20 +11,16 @@ takes for that input.
 
 from __future__ import annotations
 
-import os
-import sys
 from pathlib import Path
 
 import torch
+from run import Inputs  # the sibling script's input builder (the script's directory is on sys.path)
 
 from avey_b import AveyBModel
 from avey_b.benchmarking.timing import alternate
 from avey_b.model import presets
 from avey_b.utils.device import autocast
-from avey_b.utils.records import append_jsonl, utc_timestamp
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from run import Inputs, machine  # noqa: E402  (the sibling script's input builder)
+from avey_b.utils.records import Envelope, append_jsonl
 
 POINTS = [(512, 50368), (1024, 50368), (4096, 50368), (16384, 50368), (16384, 8000), (65536, 50368)]
 
@@ -50,6 +46,7 @@ def main() -> None:
                 with autocast(torch.device("cpu"), bf16):
                     ranker(inputs.x, inputs.keep, inputs.ids4)
 
+            env = Envelope.begin()
             with torch.no_grad():
                 timed = alternate({"dense": rank, "vocabulary": rank}, 3,
                                   prepare=lambda algorithm: setattr(model.config, "ranker_algorithm", algorithm))
@@ -58,8 +55,7 @@ def main() -> None:
                    "dense_s": round(best["dense"], 5), "vocabulary_s": round(best["vocabulary"], 5),
                    "measured_ratio": round(best["vocabulary"] / best["dense"], 3),
                    "estimated_ratio": round(estimate, 3), "what_auto_takes": auto, "ids": "random (uniform)",
-                   "machine": machine(), "threads": 2, "load": [round(x, 2) for x in os.getloadavg()],
-                   "time": utc_timestamp()}
+                   "threads": 2, **env.end()}
             append_jsonl(out, rec, echo=True)
 
 

@@ -14,22 +14,17 @@ Records go to ``export.jsonl`` beside this script.
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 import torch
+from run import real_text_ids, timed  # the sibling script's helpers (the script's directory is on sys.path)
 
 from avey_b import AveyBModel
 from avey_b.apps.export import export_onnx
 from avey_b.model import presets
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from run import machine, real_text_ids, timed  # noqa: E402  (the sibling script's helpers)
+from avey_b.utils.records import Envelope, append_jsonl
 
 
 def main() -> None:
@@ -61,16 +56,13 @@ def main() -> None:
             for algorithm, session in sessions.items():
                 if algorithm == "dense" and N > args.dense_max:
                     continue
+                env = Envelope.begin("onnxruntime")
                 seconds, peak_mb, got = timed(lambda s=session, f=feed: s.run(None, f)[0])
                 rec = {"tokens": N, "distinct_ids": int(ids.unique().numel()), "graph": algorithm,
                        "seconds": round(seconds, 3), "peak_mb": round(peak_mb, 1),
                        "max_abs_difference_from_eager": float(np.abs(got - want).max()), "ids": note,
-                       "runtime": f"onnxruntime {ort.__version__}, 2 threads", "machine": machine(),
-                       "load": [round(x, 2) for x in os.getloadavg()],
-                       "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-                print(json.dumps(rec), flush=True)
-                with open(out, "a") as f:
-                    f.write(json.dumps(rec) + "\n")
+                       "runtime": f"onnxruntime {ort.__version__}, 2 threads", **env.end()}
+                append_jsonl(out, rec, echo=True)
 
 
 if __name__ == "__main__":

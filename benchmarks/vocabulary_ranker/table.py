@@ -21,6 +21,11 @@ def pct(v) -> str:
     return "—" if v is None else f"{100 * v:.0f}%"
 
 
+def load(r: dict) -> float:
+    """The 1-minute load average after the point: the envelope's ``load_after`` (``load`` in the earlier records)."""
+    return r["load_after" if "load_after" in r else "load"][0]
+
+
 def main() -> None:
     path = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).with_name("results.jsonl")
     latest: dict[tuple, dict] = {}
@@ -41,7 +46,7 @@ def main() -> None:
             print(f"| {r['tokens']:,} | {r['distinct_ids']:,} | {r['dtype']} | {fmt_s(r.get('dense_s'))} | "
                   f"{fmt_s(r['vocabulary_s'])} | {speed} | {same} | {pct(r.get('dense_utilization'))} / "
                   f"{pct(r['vocabulary_utilization'])} | {pct(r['vocabulary_dense_equivalent_utilization'])} | "
-                  f"{r['gemm_gflop_per_s'][0]:.0f}–{r['gemm_gflop_per_s'][1]:.0f} | {r['load'][0]:.1f} |")
+                  f"{r['gemm_gflop_per_s'][0]:.0f}–{r['gemm_gflop_per_s'][1]:.0f} | {load(r):.1f} |")
 
     print("\n### Whole forward, dense vs vocabulary (peak memory: RSS above the level before the call)\n")
     print("| tokens | precision | dense (s) | vocabulary (s) | speed-up | dense peak MB | vocabulary peak MB | "
@@ -54,7 +59,7 @@ def main() -> None:
             diff = "—" if r.get("max_abs_difference") is None else f"{r['max_abs_difference']:.1e}"
             print(f"| {r['tokens']:,} | {r['dtype']} | {fmt_s(r.get('dense_s'))} | {fmt_s(r['vocabulary_s'])} | "
                   f"{speed} | {dense_mb} | {r['vocabulary_peak_mb']:,.0f} | {pct(r.get('dense_utilization'))} / "
-                  f"{pct(r['vocabulary_utilization'])} | {diff} | {r['load'][0]:.1f} |")
+                  f"{pct(r['vocabulary_utilization'])} | {diff} | {load(r):.1f} |")
 
     order = [r for r in rows if r["part"] == "order"]
     if order:
@@ -73,7 +78,7 @@ def main() -> None:
         print("|---|---|---|---|---|---|")
         for r in release:
             print(f"| {r['tokens']:,} | {fmt_s(r['release_s'])} | {fmt_s(r['ours_s'])} | **{r['speedup']:.1f}×** | "
-                  f"{r['max_abs_difference']:.1e} | {r['load'][0]:.1f} |")
+                  f"{r['max_abs_difference']:.1e} | {load(r):.1f} |")
 
 
     here = path.parent

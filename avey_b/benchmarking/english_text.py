@@ -1,12 +1,13 @@
 """The real English text the long-input benchmarks time on, as one plain-text file.
 
-    python benchmarks/english_text.py --data ../shared/data --out runs/english.txt
+    python -m avey_b.benchmarking.english_text --data ../shared/data --out runs/english.txt
 
 From ``--data`` (the layout of the project's shared data; any directory with the same files works): WikiText-2
 valid, tiny-shakespeare, the CoNLL-2003 training sentences (words joined by spaces) and the SST-2 training
 sentences, in that order — about 1.3M cl100k tokens, enough for a 1M-token input without repeating text.
 ``avey-b bench run --text FILE`` tokenizes it (cl100k_base by default) and renumbers the ids into each model's
-vocabulary (:mod:`avey_b.benchmarking.inputs`).
+vocabulary (:mod:`avey_b.benchmarking.inputs`). Standard library only: a benchmark's torch-free process can call
+:func:`english_text`.
 """
 
 from __future__ import annotations
