@@ -15,6 +15,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from avey_b.data.conll import read_conll
+
 
 def english_text(data: Path) -> str:
     """The four sources joined by newlines (see the module docstring)."""
@@ -23,15 +25,7 @@ def english_text(data: Path) -> str:
     if missing:
         raise SystemExit(f"{data}: missing {', '.join(missing)} (pass --data DIR with the shared data's layout)")
     texts = [(data / need[0]).read_text(), (data / need[1]).read_text()]
-    sentences, words = [], []
-    for line in (data / need[2]).read_text().splitlines():
-        if not line.strip() or line.startswith("-DOCSTART-"):
-            if words:
-                sentences.append(" ".join(words))
-                words = []
-        else:
-            words.append(line.split()[0])
-    texts.append("\n".join(sentences))
+    texts.append("\n".join(" ".join(s.tokens) for s in read_conll(str(data / need[2]))))
     texts.append("\n".join(row.split("\t")[0] for row in (data / need[3]).read_text().splitlines()[1:]))
     return "\n".join(texts)
 
