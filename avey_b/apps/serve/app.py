@@ -11,14 +11,15 @@ from contextlib import asynccontextmanager
 from importlib.metadata import PackageNotFoundError, version
 
 from avey_b import configs
-from avey_b.apps.encoder import Encoder
-from avey_b.apps.options import LoadOptions, ServeOptions
+from avey_b.apps.options import ServeOptions
 from avey_b.apps.serve.batcher import Batcher
 from avey_b.apps.serve.observe import Gate, Metrics, error_body, log
 from avey_b.apps.serve.routes_openai import add_openai_routes
 from avey_b.apps.serve.routes_tei import add_tei_routes
 from avey_b.apps.serve.service import Service
 from avey_b.apps.serve.work import answer_batch
+from avey_b.inference.encoder import Encoder
+from avey_b.inference.options import LoadOptions
 
 #: the environment variable read for the API key when --api-key is not given
 API_KEY_VARIABLE = "AVEY_B_API_KEY"
