@@ -20,11 +20,10 @@ import sys as _sys
 
 __version__ = "0.1.0"
 
-from .model import PUBLIC as _MODEL_NAMES  # noqa: E402  (the model's folder imports nothing)
+from .model import PUBLIC as __all__  # noqa: E402  (the model's folder imports nothing)
 
-#: The inference names, each with its module (loaded on first use: the encoder imports torch and transformers).
-_INFERENCE_NAMES = ("Encoder", "LoadOptions")
-__all__ = [*_MODEL_NAMES, *_INFERENCE_NAMES]
+_MODEL_NAMES = __all__
+__all__ += ("Encoder", "LoadOptions")  # noqa: F405  (avey_b.inference's, by __getattr__ on first use: torch)
 
 
 def __getattr__(name: str):
