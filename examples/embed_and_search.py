@@ -16,9 +16,8 @@ import tempfile
 import numpy as np
 import pyarrow.parquet as pq
 
+from avey_b import Encoder, LoadOptions
 from avey_b.apps.embed import EmbedOptions, embed_corpus
-from avey_b.apps.encoder import Encoder
-from avey_b.apps.options import LoadOptions
 
 parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
 parser.add_argument("--model", default="runs/quickstart/model", help="a saved Avey-B with its tokenizer")
@@ -49,8 +48,7 @@ table = pq.read_table(out).to_pandas()  # one row per chunk: id, kept columns, t
 print(f"{len(table)} chunk vectors from {table['id'].nunique()} documents; columns {list(table.columns)}")
 
 encoder = Encoder(args.model, LoadOptions())  # the query, embedded the same way (unit vectors: dot = cosine)
-batch, mask = encoder.pad(encoder.tokenize([args.query])["input_ids"])
-query = encoder.embed(batch, mask)[0].cpu().numpy()
+query = encoder.encode(args.query).numpy()
 scores = np.stack(table["vector"].to_numpy()) @ query
 for i in np.argsort(-scores)[:3]:
     row = table.iloc[i]

@@ -14,9 +14,9 @@ import time
 
 import torch
 
-from avey_b.apps.encoder import Encoder
+from avey_b import Encoder, LoadOptions
 from avey_b.apps.export import export
-from avey_b.apps.options import ExportOptions, LoadOptions
+from avey_b.apps.options import ExportOptions
 
 parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
 parser.add_argument("--model", default="runs/quickstart/model", help="a saved Avey-B with its tokenizer")

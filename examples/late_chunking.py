@@ -11,8 +11,7 @@ import argparse
 
 import torch
 
-from avey_b.apps.encoder import Encoder
-from avey_b.apps.options import LoadOptions
+from avey_b import Encoder, LoadOptions
 from avey_b.model.heads import chunk_embeddings
 
 parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -21,7 +21,8 @@ from conftest import seeded
 from avey_b import AveyBForMaskedLM, AveyBForSentenceEmbedding
 from avey_b import testing as toy
 from avey_b.apps.embed import MANIFEST, EmbedOptions, embed_corpus, job, shards
-from avey_b.apps.encoder import Encoder
+from avey_b.inference.encoder import Encoder
+from avey_b.inference.options import LoadOptions
 from avey_b.model import presets
 
 pa = pytest.importorskip("pyarrow")
@@ -52,7 +53,7 @@ def alone(head, text: str) -> torch.Tensor:
 
 
 def run(model_dir, source, out, **kw):
-    kw = {"precision": "fp32", "shard_size": 4, "max_batch_tokens": 96, "progress": False, **kw}
+    kw = {"load": LoadOptions(precision="fp32"), "shard_size": 4, "max_batch_tokens": 96, "progress": False, **kw}
     return embed_corpus(str(model_dir), str(source), str(out), EmbedOptions(**kw))
 
 

@@ -1,15 +1,13 @@
-"""Encoder, the one way in for inference (avey_b.apps.encoder): a saved Avey-B loads once, in the eager or the ONNX
-runtime, and answers what its head can: embeddings equal to the embedding head's own, hidden states, logits; a
-directory that holds another model is refused in one message."""
+"""Encoder, the one way in for inference (avey_b.Encoder): a saved Avey-B loads once, in the eager or the ONNX
+runtime, and answers what its head can: embeddings equal to the embedding head's own, hidden states, logits; texts
+to vectors in one call (``encode``); a directory that holds another model is refused in one message."""
 
 import pytest
 import torch
 from conftest import seeded
 
-from avey_b import AveyBForMaskedLM, AveyBForSentenceEmbedding
+from avey_b import AveyBForMaskedLM, AveyBForSentenceEmbedding, Encoder, LoadOptions
 from avey_b import testing as toy
-from avey_b.apps.encoder import Encoder
-from avey_b.apps.options import LoadOptions
 from avey_b.model import presets
 
 TEXTS = ["a good film", "the plot was awful and the cast was weak", "bob met alice in paris " * 20]
@@ -40,6 +38,63 @@ def test_eager_embeddings_equal_the_embedding_heads_own_pooled_output(embedding_
                                atol=1e-6)
     loaded = encoder.model
     assert encoder.load().model is loaded  # loaded once
+
+
+def alone(encoder, text: str, normalize: bool | None = None) -> torch.Tensor:
+    """``text``'s vector the three-call way: tokenize, pad (a batch of one), embed."""
+    batch, mask = encoder.pad(encoder.tokenize([text])["input_ids"])
+    return encoder.embed(batch, mask, normalize)[0]
+
+
+@pytest.fixture(scope="module")
+def encoder(embedding_checkpoint):
+    return Encoder(str(embedding_checkpoint[0]), LoadOptions(device="cpu", precision="fp32")).load()
+
+
+def test_encode_gives_tokenize_pad_embed_in_one_call(encoder):
+    vectors = encoder.encode(TEXTS)
+    assert vectors.shape == (len(TEXTS), encoder.config.hidden_size) and vectors.dtype == torch.float32
+    assert vectors.device.type == "cpu"
+    batch, mask = encoder.pad(encoder.tokenize(TEXTS)["input_ids"])
+    torch.testing.assert_close(vectors, encoder.embed(batch, mask), rtol=0, atol=1e-5)
+    for text, row in zip(TEXTS, vectors, strict=True):
+        torch.testing.assert_close(row, alone(encoder, text), rtol=0, atol=1e-5)
+    raw = encoder.encode(TEXTS, normalize=False)
+    torch.testing.assert_close(raw[1], alone(encoder, TEXTS[1], normalize=False), rtol=0, atol=1e-5)
+    assert not torch.allclose(raw.norm(dim=1), torch.ones(len(TEXTS)))
+    torch.testing.assert_close(vectors.norm(dim=1), torch.ones(len(TEXTS)))  # this config normalizes
+
+
+def test_encode_keeps_the_input_order_across_token_budget_batches(encoder, monkeypatch):
+    texts = [f"word {i} " * n for i, n in enumerate([9, 1, 30, 4, 1, 17, 2, 9])]  # mixed lengths, unsorted
+    lengths = [len(ids) for ids in encoder.tokenize(texts)["input_ids"]]
+    calls = []
+    embed = encoder.embed
+    monkeypatch.setattr(encoder, "embed", lambda b, m, n=None: calls.append(b.shape) or embed(b, m, n))
+    vectors = encoder.encode(texts, batch_tokens=max(lengths))
+    assert len(calls) >= 3 and all(rows * length <= max(lengths) for rows, length in calls)
+    for text, row in zip(texts, vectors, strict=True):
+        torch.testing.assert_close(row, alone(encoder, text), rtol=0, atol=1e-5)
+
+
+def test_encode_pads_without_changing_a_vector_whatever_the_budget(encoder):
+    texts = TEXTS + ["bad", "a long and winding review of a film " * 5]
+    each_alone, one_batch = encoder.encode(texts, batch_tokens=1), encoder.encode(texts, batch_tokens=10**6)
+    torch.testing.assert_close(each_alone, one_batch, rtol=0, atol=1e-5)
+    torch.testing.assert_close(encoder.encode(texts, batch_tokens=64), one_batch, rtol=0, atol=1e-5)
+
+
+def test_encode_takes_a_single_string_and_an_empty_list(encoder):
+    one = encoder.encode("a good film")
+    assert one.shape == (encoder.config.hidden_size,)  # a string gives a vector, as SentenceTransformer.encode
+    torch.testing.assert_close(one, encoder.encode(["a good film"])[0])
+    none = encoder.encode([])
+    assert none.shape == (0, encoder.config.hidden_size) and none.dtype == torch.float32
+
+
+def test_session_options_are_onnxruntimes_and_apply_to_the_onnx_runtime_only(embedding_checkpoint):
+    with pytest.raises(ValueError, match="they apply with LoadOptions"):
+        Encoder(str(embedding_checkpoint[0]), session_options=object())
 
 
 def test_a_masked_lm_also_fills_and_its_logits_are_the_models(tmp_path):
@@ -109,6 +164,18 @@ def test_the_onnx_runtime_answers_as_the_eager_model(embedding_checkpoint, tmp_p
                                    rtol=0, atol=1e-4)
         with pytest.raises(ValueError, match="there is no eager module"):
             onnx.model  # noqa: B018
+        torch.testing.assert_close(onnx.encode(TEXTS[:2], batch_tokens=1), want, rtol=0, atol=1e-5)
+        assert onnx.encode(TEXTS[0]).shape == (model.config.hidden_size,)
+
+    import onnxruntime as ort
+
+    session_options = ort.SessionOptions()
+    session_options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    quiet = Encoder(str(tmp_path / "served"), LoadOptions(onnx="", threads=1), session_options=session_options).load()
+    started = quiet.runtime.session.get_session_options()
+    assert started.intra_op_num_threads == 1  # the encoder's threads, whatever the options said
+    assert started.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+    torch.testing.assert_close(quiet.encode(TEXTS[:2]), want, rtol=0, atol=1e-5)
 
     mlm = seeded(AveyBForMaskedLM, presets.tiny(vocab_size=model.config.vocab_size)).eval()
     mlm.save_pretrained(tmp_path / "mlm")

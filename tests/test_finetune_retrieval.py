@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from avey_b import testing as toy
-from avey_b.apps.encoder import Encoder
-from avey_b.apps.options import LoadOptions
 from avey_b.cli import main
 from avey_b.finetuning import OwnDataOptions, finetune
+from avey_b.inference.encoder import Encoder
+from avey_b.inference.options import LoadOptions
 from avey_b.utils.files import DataFileError
 
 st = pytest.importorskip("sentence_transformers")
@@ -76,7 +76,7 @@ def test_an_embedding_model_from_pairs_loads_in_sentence_transformers_with_serve
     served = enc.embed(batch, mask).cpu()  # what `avey-b serve`'s embedding routes return
     write_jsonl(tmp_path / "texts.jsonl", [{"id": str(i), "text": t} for i, t in enumerate(texts)])
     embed_corpus(str(out), str(tmp_path / "texts.jsonl"), str(tmp_path / "vectors"),
-                 EmbedOptions(precision="fp32", id_column="id", progress=False))
+                 EmbedOptions(load=LoadOptions(precision="fp32"), id_column="id", progress=False))
     table = pq.read_table(tmp_path / "vectors")
     written = dict(zip(table["id"].to_pylist(), table["vector"].to_pylist(), strict=True))
     embedded = torch.tensor([written[str(i)] for i in range(len(texts))])

@@ -10,15 +10,18 @@ from avey_b.cli import COMMANDS, main
 
 PACKAGE = Path(__file__).resolve().parents[1] / "avey_b"
 #: Layers, lowest first. A module may import its own layer and the ones below, never one above. ``model`` is the
-#: model and only the model; ``configs`` (configs as data) and ``utils`` are what the rest shares; ``apps`` are the
-#: verbs built on the model (serve, embed, export, ...); ``cli`` dispatches to every verb.
+#: model and only the model; ``configs`` (configs as data) and ``utils`` are what the rest shares; ``inference`` is
+#: the way in for inference (``Encoder``, ``LoadOptions``), which the rooms above may use; ``apps`` are the verbs
+#: built on the model (serve, embed, export, ...); ``cli`` dispatches to every verb, and the package's
+#: ``__init__`` is the front door that exports the model's and the inference's names.
 LAYERS = [
-    {"model", "__init__"},
+    {"model"},
     {"configs"},
     {"utils"},
+    {"inference"},
     {"data", "training", "evaluation", "finetuning", "benchmarking", "testing"},
     {"apps"},
-    {"cli"},
+    {"cli", "__init__"},
 ]
 #: What the model's modules may import besides themselves: they are saved beside the weights and run where only
 #: transformers is installed (safetensors is one of transformers' own dependencies).

@@ -18,8 +18,8 @@ from avey_b import (
     AveyBModel,
 )
 from avey_b import testing as toy
-from avey_b.apps.encoder import Encoder
-from avey_b.apps.options import LoadOptions
+from avey_b.inference.encoder import Encoder
+from avey_b.inference.options import LoadOptions
 from avey_b.model import presets
 
 st = pytest.importorskip("sentence_transformers")
@@ -117,7 +117,7 @@ def test_a_pretraining_output_loads_in_sentence_transformers_with_the_vectors_em
     (tmp_path / "texts.jsonl").write_text("".join(json.dumps({"id": str(i), "text": t}) + "\n"
                                                   for i, t in enumerate(TEXTS)))
     embed_corpus(str(model), str(tmp_path / "texts.jsonl"), str(tmp_path / "vectors"),
-                 EmbedOptions(precision="fp32", id_column="id", progress=False))
+                 EmbedOptions(load=LoadOptions(precision="fp32"), id_column="id", progress=False))
     table = pq.read_table(tmp_path / "vectors")
     written = dict(zip(table["id"].to_pylist(), table["vector"].to_pylist(), strict=True))
     expected = torch.tensor([written[str(i)] for i in range(len(TEXTS))])

@@ -197,9 +197,10 @@ def test_a_classifier_checkpoint_serves_named_labels(tmp_path):
     from fastapi.testclient import TestClient
 
     from avey_b import AveyBForSequenceClassification
-    from avey_b.apps.encoder import Encoder
-    from avey_b.apps.options import LoadOptions, ServeOptions
+    from avey_b.apps.options import ServeOptions
     from avey_b.apps.serve import build_app
+    from avey_b.inference.encoder import Encoder
+    from avey_b.inference.options import LoadOptions
 
     tok = toy.tokenizer(str(tmp_path))
     names = {0: "negative", 1: "positive"}
@@ -220,9 +221,10 @@ def test_every_endpoint_takes_input_and_accepts_inputs_as_an_alias_but_not_both(
     from fastapi.testclient import TestClient
 
     from avey_b import AveyBForSequenceClassification
-    from avey_b.apps.encoder import Encoder
-    from avey_b.apps.options import LoadOptions, ServeOptions
+    from avey_b.apps.options import ServeOptions
     from avey_b.apps.serve import build_app
+    from avey_b.inference.encoder import Encoder
+    from avey_b.inference.options import LoadOptions
 
     tok = toy.tokenizer(str(tmp_path / "mlm"))
     toy.tokenizer(str(tmp_path / "classifier"))
@@ -289,8 +291,8 @@ def test_serve_onnx_answers_with_the_exported_models_vectors(tmp_path):
 
 
 def test_serve_onnx_names_a_missing_model_file(tmp_path):
-    from avey_b.apps.encoder import Encoder
-    from avey_b.apps.options import LoadOptions
+    from avey_b.inference.encoder import Encoder
+    from avey_b.inference.options import LoadOptions
 
     tok = toy.tokenizer(str(tmp_path))
     seeded(AveyBForSentenceEmbedding, presets.tiny(vocab_size=len(tok))).save_pretrained(tmp_path)

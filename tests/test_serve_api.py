@@ -30,9 +30,10 @@ AUTH = {"Authorization": f"Bearer {KEY}"}
 
 def serve(directory, **options):
     """A uvicorn server on a free port in a daemon thread: (url, server)."""
-    from avey_b.apps.encoder import Encoder
-    from avey_b.apps.options import LoadOptions, ServeOptions
+    from avey_b.apps.options import ServeOptions
     from avey_b.apps.serve import build_app
+    from avey_b.inference.encoder import Encoder
+    from avey_b.inference.options import LoadOptions
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -149,9 +150,10 @@ def test_health_answers_at_once_while_a_10_mb_request_is_refused(embedder):
 def test_the_body_cap_refuses_before_reading_and_while_reading(tmp_path):
     from fastapi.testclient import TestClient
 
-    from avey_b.apps.encoder import Encoder
-    from avey_b.apps.options import LoadOptions, ServeOptions
+    from avey_b.apps.options import ServeOptions
     from avey_b.apps.serve import build_app
+    from avey_b.inference.encoder import Encoder
+    from avey_b.inference.options import LoadOptions
 
     tok = toy.tokenizer(str(tmp_path))
     seeded(AveyBForSentenceEmbedding, presets.tiny(vocab_size=len(tok))).save_pretrained(tmp_path)

@@ -11,8 +11,9 @@ import torch
 
 from avey_b import cli
 from avey_b import testing as toy
-from avey_b.apps.encoder import Encoder
-from avey_b.apps.options import EmbedOptions, LoadOptions
+from avey_b.apps.options import EmbedOptions
+from avey_b.inference.encoder import Encoder
+from avey_b.inference.options import LoadOptions
 from avey_b.utils import device, shared_cpu
 from avey_b.utils.shared_cpu import SharedCpuWatch, shared_cpu_message
 
@@ -118,7 +119,7 @@ def test_embed_threads_take_effect_and_are_recorded(model_dir, tmp_path, capsys)
     assert "PyTorch on cpu, fp32, 1 CPU thread " in capsys.readouterr().err
     assert json.loads((tmp_path / "out" / "_manifest.json").read_text())["runs"][-1]["threads"] == 1
     with pytest.raises(ValueError, match="threads must be at least 1"):
-        EmbedOptions(threads=0)
+        EmbedOptions(load=LoadOptions(threads=0))
 
 
 def test_finetune_threads_take_effect_and_are_not_a_cells_setting(tmp_path, capsys):
@@ -148,7 +149,7 @@ def test_the_encoder_reports_a_slowdown_through_the_verbs_channel(model_dir, mon
         def add(self, work, seconds, shape=None):
             return (1000.0, 100.0) if len(said) == 0 and shape == (1, 3) else None  # a batch of 1 row of 4-7
 
-    monkeypatch.setattr("avey_b.apps.encoder.SharedCpuWatch", Slowed)
+    monkeypatch.setattr("avey_b.inference.encoder.SharedCpuWatch", Slowed)
     encoder.watch_shared_cpu(said.append, "restart the server with --threads 1")
     batch, mask = encoder.pad([[5, 6, 7, 8, 9]])
     encoder.embed(batch, mask)

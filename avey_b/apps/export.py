@@ -39,9 +39,10 @@ import torch
 import torch.export
 
 from avey_b import configs
-from avey_b.apps.encoder import Encoder
-from avey_b.apps.options import ExportOptions, LoadOptions
+from avey_b.apps.options import ExportOptions
 from avey_b.apps.quantize import MIN_MEAN_COSINE, compare_quantized, quantize_onnx
+from avey_b.inference.encoder import Encoder
+from avey_b.inference.options import LoadOptions
 
 #: --head (avey_b.apps.options.EXPORT_HEADS) -> (the class that loads the checkpoint, {graph output name: model
 #: output field})

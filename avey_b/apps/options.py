@@ -12,46 +12,10 @@ import importlib.util
 from dataclasses import dataclass, field
 
 from avey_b import configs
-from avey_b.apps import embed
+from avey_b.inference.options import MAX_BATCH_TOKENS, LoadOptions, add_load_arguments
 from avey_b.utils.cluster import BACKENDS, check_backend
 
-
 # ------------------------------------------------------------------------------------------ serve
-@dataclass
-class LoadOptions:
-    """How a saved Avey-B is loaded for inference (:class:`avey_b.apps.encoder.Encoder`): where and how it runs."""
-
-    device: str = "auto"
-    """where the eager model runs: auto (CUDA when available, else the CPU), cpu, cuda, cuda:1, ..."""
-    precision: str = "auto"
-    """auto (bf16 autocast where the device multiplies bf16 natively, float32 elsewhere), bf16 or fp32"""
-    threads: int | None = None
-    """CPU threads of the model, eager (PyTorch's) or ONNX (onnxruntime's); default: one per CPU this process may
-    use (its affinity mask and cgroup CPU quota), or OMP_NUM_THREADS for the eager model. On a CPU that other busy
-    processes share, 1 (or one per idle core) is often several times faster: the start line says the count, and a
-    note says when the rate falls (benchmarks/serve/README.md)"""
-    onnx: str | None = None
-    """run an exported ONNX model with onnxruntime (CPU) instead of the eager model: FILE (e.g.
-    MODEL/onnx/model.int8.onnx from `avey-b export --quantize int8`), or MODEL/onnx/model.onnx when FILE is left out
-    (the empty string in Python); MODEL gives the config and tokenizer. int8 pays most on short inputs: on a shared
-    2-core AVX2 CPU it ran 1.9-3.1x faster than the eager model up to 4K tokens and 1.15-1.2x at 8K-30K, at 2-3x the
-    memory; under a mixed load of 1-20K-token requests on a quiet machine the eager server was 1.25x faster
-    (benchmarks/serve/README.md)"""
-
-    def __post_init__(self):
-        if self.threads is not None and self.threads < 1:
-            raise ValueError(f"threads must be at least 1, got {self.threads}")
-
-
-
-
-def add_load_arguments(parser: argparse.ArgumentParser) -> None:
-    """The :class:`LoadOptions` flags: one per field; ``--onnx`` takes its FILE optionally."""
-    configs.add_arguments(parser, LoadOptions, exclude=("onnx",), choices={"precision": configs.PRECISIONS})
-    parser.add_argument("--onnx", nargs="?", const="", default=None, metavar="FILE",
-                        help=configs.field_docs(LoadOptions)["onnx"])
-
-
 #: ``--log-level``: the server's log (the access log is at info).
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
@@ -84,7 +48,7 @@ class ServeOptions:
     max_request_inputs: int = 2048
     """inputs (texts, token-id lists, rerank documents) in one request at most (more: 413); a request's inputs are
     split across batches whatever their number"""
-    max_batch_tokens: int = 32_768
+    max_batch_tokens: int = MAX_BATCH_TOKENS
     """padded tokens per batch (a single longer input runs alone)"""
     queue_size: int = 256
     """inputs waiting for the model at most, to bound the work in flight: a request that would pass it waits for
@@ -133,9 +97,9 @@ VECTOR_DTYPES = ("float32", "float16")
 #: The columns embed writes (``--keep-columns`` may not name them).
 OUTPUT_COLUMNS = ("id", "chunk", "char_start", "char_end", "n_tokens", "text", "vector")
 #: Tokens per shard when ``--shard-tokens`` is not given, and so the work a kill can lose: one full batch of the
-#: default ``--max-batch-tokens`` (smaller shards would make smaller batches), about a minute of a base-size Avey-B on
-#: a quiet 2-core CPU (benchmarks/embed/README.md, "Shard size").
-DEFAULT_SHARD_TOKENS = 32_768
+#: default ``--max-batch-tokens`` (smaller shards would make smaller batches; what that costs in time on a CPU:
+#: benchmarks/embed/README.md, "Shard size").
+DEFAULT_SHARD_TOKENS = MAX_BATCH_TOKENS
 
 
 @dataclass(frozen=True)
@@ -172,24 +136,19 @@ class EmbedOptions:
     """the stored vectors' type"""
     shard_tokens: int | None = None
     """tokens per Parquet shard at most, the work a kill can lose (a longer document is a shard alone); default:
-    32,768 (about a minute of a base-size model on a 2-core CPU; on a faster device, more, e.g. 1,000,000, makes
-    fewer files), or what the run being resumed used"""
+    32,768, one full batch of the default --max-batch-tokens (the faster the device, the more tokens a shard may hold
+    for the same loss at a kill, and the fewer files: benchmarks/embed/), or what the run being resumed used"""
     shard_size: int | None = None
     """documents per Parquet shard at most, besides --shard-tokens (default: no such cap, or what the run being
     resumed used)"""
     max_tokens: int | None = None
     """longest document embedded (longer: skipped and listed, never cut); default: what memory allows, as avey-b
     serve computes it (half the available memory), kept from the first run on a resume"""
-    max_batch_tokens: int = 32_768
+    max_batch_tokens: int = MAX_BATCH_TOKENS
     """padded tokens per batch (a single longer document runs alone)"""
-    device: str = "auto"
-    """where the forwards run (auto: CUDA, then MPS, then the CPU)"""
-    precision: str = "auto"
-    """auto: bf16 autocast where the device multiplies bf16 natively, float32 elsewhere"""
-    threads: int | None = None
-    """CPU threads (PyTorch's) of the forwards; default: one per CPU this process may use (its affinity mask and
-    cgroup CPU quota), or OMP_NUM_THREADS. On a CPU that other busy processes share, 1 (or one per idle core) is
-    often several times faster; ray: each actor's"""
+    load: LoadOptions = field(default_factory=LoadOptions)
+    """how the model loads: device, precision and CPU threads (with ray: each actor's); the eager model only (no
+    --onnx)"""
     backend: str = "local"
     """ray: the same job as a Ray Data pipeline of model-holding actors (pip install 'avey-b[ray]')"""
     ray_address: str | None = None
@@ -228,35 +187,38 @@ class EmbedOptions:
             raise ValueError(f"--keep-columns: empty or repeated column names in {','.join(self.keep_columns)!r}")
         taken = [c for c in keep if c in OUTPUT_COLUMNS]
         if taken:
-            raise ValueError(f"--keep-columns: {taken[0]!r} is a column embed writes itself ({', '.join(OUTPUT_COLUMNS)}"
-                             "); the document's text is stored by --with-text, its id by --id-column")
+            raise ValueError(f"--keep-columns: {taken[0]!r} is a column embed writes itself "
+                             f"({', '.join(OUTPUT_COLUMNS)}); the document's text is stored by --with-text, its id "
+                             "by --id-column")
         object.__setattr__(self, "keep_columns", keep)
         if self.dtype not in VECTOR_DTYPES:
             raise ValueError(f"dtype must be one of {VECTOR_DTYPES}, got {self.dtype!r}")
-        if self.precision not in configs.PRECISIONS:
-            raise ValueError(f"precision must be one of {configs.PRECISIONS}, got {self.precision!r}")
+        if self.load.onnx is not None:
+            raise ValueError("avey-b embed runs the eager model: LoadOptions.onnx does not apply")
         check_backend(self.backend, {"--ray-address": self.ray_address is not None, "--concurrency":
                                      self.concurrency != 1, "--num-gpus": self.num_gpus is not None})
-        for name in ("shard_size", "shard_tokens", "max_batch_tokens", "max_tokens", "concurrency", "ray_wave",
-                     "threads"):
+        for name in ("shard_size", "shard_tokens", "max_batch_tokens", "max_tokens", "concurrency", "ray_wave"):
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ValueError(f"{name} must be at least 1, got {value}")
 
 
 def embed_parser() -> argparse.ArgumentParser:
-    """``avey-b embed MODEL INPUT OUTPUT [options]``: one flag per :class:`EmbedOptions` field; the help's text is
-    the user guide of :mod:`avey_b.apps.embed` (whose package imports no torch)."""
-    guide = embed.__doc__
-    parser = argparse.ArgumentParser(prog="avey-b embed", description=guide.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     epilog=guide.split("\n\n", 1)[1])
+    """``avey-b embed MODEL INPUT OUTPUT [options]``: one flag per :class:`EmbedOptions` field, and per field of its
+    :class:`LoadOptions` but ``onnx``; the help's text is the user guide, :mod:`avey_b.apps.embed`'s docstring."""
+    parser = verb_parser("avey-b embed", "avey_b.apps.embed")
     parser.add_argument("model", help="a saved Avey-B (local directory or Hub id) with its tokenizer")
     parser.add_argument("input", help="a .txt/.jsonl/.parquet file, a directory of them, or hf:NAME")
     parser.add_argument("output", help="the directory of Parquet shards and _manifest.json (new, or the one to resume)")
-    configs.add_arguments(parser, EmbedOptions, choices={"chunking": CHUNKINGS, "dtype": VECTOR_DTYPES,
-                                                         "precision": configs.PRECISIONS, "backend": BACKENDS})
+    configs.add_arguments(parser, EmbedOptions, exclude=("load",),
+                          choices={"chunking": CHUNKINGS, "dtype": VECTOR_DTYPES, "backend": BACKENDS})
+    add_load_arguments(parser, exclude=("onnx",))
     return parser
+
+
+def embed_options(args: argparse.Namespace) -> EmbedOptions:
+    """The :class:`EmbedOptions` of :func:`embed_parser`'s arguments."""
+    return configs.from_args(EmbedOptions, args, load=configs.from_args(LoadOptions, args))
 
 
 # ------------------------------------------------------------------------------------------ export

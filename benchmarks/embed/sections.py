@@ -19,6 +19,7 @@ def in_process(args, facts: dict, base: dict) -> None:
     import torch
     from sentence_transformers import SentenceTransformer
 
+    from avey_b import LoadOptions
     from avey_b.apps.embed import EmbedOptions, embed_corpus
     from avey_b.benchmarking.timing import timed_call
     from avey_b.utils.device import autocast, use_bf16
@@ -32,8 +33,8 @@ def in_process(args, facts: dict, base: dict) -> None:
     def local():
         shutil.rmtree(out, ignore_errors=True)
         embed_corpus(facts["model_dir"], facts["corpus"], out, EmbedOptions(
-            shard_size=args.shard_size, progress=False, max_batch_tokens=args.max_batch_tokens, precision=dtype,
-            device="cpu", id_column="id"))
+            shard_size=args.shard_size, progress=False, max_batch_tokens=args.max_batch_tokens,
+            load=LoadOptions(device="cpu", precision=dtype), id_column="id"))
 
     def st():
         model = SentenceTransformer(facts["model_dir"], device="cpu")
@@ -117,6 +118,7 @@ def late_vs_alone(args, facts: dict, base: dict, model_dir: str, weights: str, k
     import pyarrow.parquet as pq
     import torch
 
+    from avey_b import LoadOptions
     from avey_b.apps.embed import EmbedOptions, embed_corpus
     from avey_b.benchmarking.timing import timed_call
     from avey_b.utils.device import use_bf16
@@ -127,7 +129,7 @@ def late_vs_alone(args, facts: dict, base: dict, model_dir: str, weights: str, k
     work = Path(args.workdir) / "late" / key
     shutil.rmtree(work, ignore_errors=True)
     common = {"shard_size": args.shard_size, "max_batch_tokens": args.max_batch_tokens, "progress": False,
-              "precision": dtype, "device": "cpu"}
+              "load": LoadOptions(device="cpu", precision=dtype)}
     late = lambda out: embed_corpus(model_dir, facts["late_corpus"], out, EmbedOptions(  # noqa: E731
         chunking="late", chunk_tokens=args.chunk_tokens, id_column="id", **common))
     late(work / "late-warmup")

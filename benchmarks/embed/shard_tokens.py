@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from avey_b import AveyBForSentenceEmbedding
+    from avey_b import AveyBForSentenceEmbedding, LoadOptions
     from avey_b import testing as toy
     from avey_b.apps.embed import EmbedOptions, embed_corpus
     from avey_b.model import presets
@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
         env = Envelope.begin()
         with tempfile.TemporaryDirectory(dir=work) as out:
             manifest = embed_corpus(str(model_dir), str(corpus), Path(out) / "v", EmbedOptions(progress=False,
-                                                                                               device="cpu"))
+                                                                                               load=LoadOptions(device="cpu")))
         counts, job = manifest["counts"], manifest["runs"][-1]
         rate = counts["tokens"] / job["seconds"]
         record = {"preset": name, "hidden_size": manifest["model"]["dim"], "documents": counts["documents"],

@@ -41,8 +41,10 @@ def side(args) -> None:
     out = work / "out" / args.side
     shutil.rmtree(out, ignore_errors=True)
     model_dir, corpus = str(work / "model"), str(work / "corpus.jsonl")
+    from avey_b import LoadOptions
+
     common = {"shard_size": args.shard_size, "max_batch_tokens": args.max_batch_tokens, "progress": False,
-              "precision": dtype, "device": "cpu", "id_column": "id"}
+              "load": LoadOptions(device="cpu", precision=dtype), "id_column": "id"}
     env, g0 = Envelope.begin(), gemm(dtype)
     if args.side == "local":
         from avey_b.apps.embed import EmbedOptions, embed_corpus

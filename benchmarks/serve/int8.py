@@ -1,6 +1,6 @@
 """When int8 pays: the three CPU runtimes of ``avey-b serve`` — the eager model (fp32), the ONNX model (``--onnx``)
 and its int8 version (``--onnx MODEL/onnx/model.int8.onnx``) — by input length, batch and thread count, alternated
-in one process through the class the server loads them with (:class:`avey_b.apps.encoder.Encoder`).
+in one process through the class the server loads them with (:class:`avey_b.Encoder`).
 
     python benchmarks/serve/int8.py --data ../shared/data          # appends to benchmarks/serve/int8.jsonl
 
@@ -38,8 +38,7 @@ def variants(directory: Path, threads: list[int], bf16: bool) -> dict[str, objec
     """``"runtime/threads" -> Encoder``: eager fp32 (and bf16), ONNX fp32, ONNX int8 at each thread count."""
     import onnxruntime as ort
 
-    from avey_b.apps.encoder import Encoder
-    from avey_b.apps.options import LoadOptions
+    from avey_b import Encoder, LoadOptions
 
     out = {}
     for t in threads:
@@ -48,12 +47,11 @@ def variants(directory: Path, threads: list[int], bf16: bool) -> dict[str, objec
             out[f"eager bf16/{t}"] = Encoder(directory, LoadOptions(precision="bf16")).load()
         for name, file in (("onnx fp32", directory / "onnx" / "model.onnx"),
                            ("onnx int8", directory / "onnx" / "model.int8.onnx")):
-            encoder = Encoder(directory, LoadOptions(onnx=str(file), threads=t))
             options = ort.SessionOptions()
-            options.intra_op_num_threads, options.inter_op_num_threads = t, 1
+            options.inter_op_num_threads = 1
             options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-            encoder.runtime.session = ort.InferenceSession(str(file), options, providers=["CPUExecutionProvider"])
-            out[f"{name}/{t}"] = encoder
+            out[f"{name}/{t}"] = Encoder(directory, LoadOptions(onnx=str(file), threads=t),
+                                         session_options=options).load()
     return out
 
 

@@ -31,9 +31,8 @@ reads the shards; names starting with ``_`` or ``.`` are not data).
 Shards: consecutive documents of at most ``--shard-tokens`` tokens in all (default 32,768, one full batch of the
 default ``--max-batch-tokens``; a document longer than that is a shard alone), and at most ``--shard-size``
 documents when given. A shard is the unit a kill can lose, so its size in tokens bounds the work lost whatever the
-documents' lengths: with the default, about a minute of a base-size Avey-B on a quiet 2-core CPU
-(``benchmarks/embed/README.md``); on a faster device a larger ``--shard-tokens`` (say 1,000,000) makes fewer,
-larger files.
+documents' lengths; the faster the device, the more tokens a shard may hold for the same loss, and a larger
+``--shard-tokens`` (say 1,000,000) makes fewer, larger files (what a shard costs in time: ``benchmarks/embed/``).
 
 Resume: each shard is written atomically (a hidden temporary file, then a rename), so a killed job loses at most
 the shard in flight; the same command again skips the finished shards. Run with other settings (model or

@@ -1,4 +1,4 @@
-"""From tokenized documents to vectors: a saved Avey-B loaded through :class:`avey_b.apps.encoder.Encoder` (the one
+"""From tokenized documents to vectors: a saved Avey-B loaded through :class:`avey_b.Encoder` (the one
 way in for inference), run in token-budget batches (:mod:`avey_b.utils.batching`, ``avey-b serve``'s rule)."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import torch
 
-from avey_b.apps.encoder import Encoder
-from avey_b.apps.options import LoadOptions
+from avey_b.inference.encoder import Encoder
+from avey_b.inference.options import LoadOptions
 from avey_b.model.heads import chunk_embeddings, sentence_embedding
 from avey_b.utils.batching import token_budget_batches
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import itertools
 import os
 import sys
@@ -40,9 +39,9 @@ from avey_b.apps.embed.shards import (
     shard_schema,
     start_manifest,
 )
-from avey_b.apps.encoder import Encoder
-from avey_b.apps.options import DEFAULT_SHARD_TOKENS, EmbedOptions
+from avey_b.apps.options import DEFAULT_SHARD_TOKENS, EmbedOptions, embed_options
 from avey_b.data import corpus
+from avey_b.inference.encoder import Encoder
 from avey_b.utils.batching import default_max_tokens
 from avey_b.utils.device import pick_device, use_bf16
 from avey_b.utils.files import content_hash, sha256_of_file
@@ -198,10 +197,10 @@ def embed_corpus(model: str, source: str, output: str | os.PathLike, options: Em
     with contextlib.ExitStack() as cleanup:  # a Ray started here is shut down however the job ends
         model_dir = local_model_dir(model)
         ray = RayBackend.start(options, cleanup) if options.backend == "ray" else None
-        target = torch.device(ray.device) if ray else pick_device(options.device)  # where the forwards run
-        resolved = "bf16" if use_bf16(options.precision, target) else "fp32"
-        encoder = encoder_for(model_dir, device="cpu" if ray else options.device, precision=resolved,
-                              threads=options.threads)
+        target = torch.device(ray.device) if ray else pick_device(options.load.device)  # where the forwards run
+        resolved = "bf16" if use_bf16(options.load.precision, target) else "fp32"
+        encoder = encoder_for(model_dir, device="cpu" if ray else options.load.device, precision=resolved,
+                              threads=options.load.threads)
         recorded = record_settings(encoder, source, options, previous)
         check_rerun(out, previous, recorded)
         run = {"started": utc_timestamp(), "device": str(target), "max_batch_tokens": options.max_batch_tokens,
@@ -226,8 +225,7 @@ def embed_corpus(model: str, source: str, output: str | os.PathLike, options: Em
 
 def run(args: argparse.Namespace) -> int:
     """``avey-b embed MODEL INPUT OUTPUT [options]`` (parsed by :func:`avey_b.apps.options.embed_parser`)."""
-    options = EmbedOptions(**{f.name: getattr(args, f.name) for f in dataclasses.fields(EmbedOptions)})
-    manifest = embed_corpus(args.model, args.input, args.output, options)
+    manifest = embed_corpus(args.model, args.input, args.output, embed_options(args))
     counts, last = manifest["counts"], manifest["runs"][-1]
     print(f"embedded {counts['embedded']:,} of {counts['documents']:,} documents ({counts['rows']:,} vectors, "
           f"{counts['tokens']:,} tokens) into {args.output}: {last['shards_written']} shard(s) written, "

@@ -38,8 +38,8 @@ class RayBackend:
         num_gpus = options.num_gpus
         if num_gpus is None:
             num_gpus = 1 if cluster_gpus(ray) >= 1 else 0
-        device = options.device if options.device != "auto" else ("cuda" if num_gpus else "cpu")
-        return cls(device, num_gpus, options.concurrency, options.ray_wave, options.threads)
+        device = options.load.device if options.load.device != "auto" else ("cuda" if num_gpus else "cpu")
+        return cls(device, num_gpus, options.concurrency, options.ray_wave, options.load.threads)
 
     @property
     def shards_per_pipeline(self) -> int:

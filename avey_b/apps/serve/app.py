@@ -18,13 +18,14 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from avey_b import configs
-from avey_b.apps.encoder import Encoder
-from avey_b.apps.options import LoadOptions, ServeOptions
+from avey_b.apps.options import ServeOptions
 from avey_b.apps.serve import routes_openai, routes_server, routes_tei
 from avey_b.apps.serve.batcher import Batcher
 from avey_b.apps.serve.observe import Gate, Metrics, error_body, log
 from avey_b.apps.serve.service import Service
 from avey_b.apps.serve.work import answer_batch
+from avey_b.inference.encoder import Encoder
+from avey_b.inference.options import LoadOptions
 
 #: the environment variable read for the API key when --api-key is not given
 API_KEY_VARIABLE = "AVEY_B_API_KEY"

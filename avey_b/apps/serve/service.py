@@ -19,9 +19,9 @@ from fastapi import Depends, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ValidationError
 
-from avey_b.apps.encoder import Encoder
 from avey_b.apps.options import ServeOptions
 from avey_b.apps.serve.batcher import Batcher, Job
+from avey_b.inference.encoder import Encoder
 from avey_b.utils.batching import default_max_tokens
 
 #: what each kind of answer needs of the checkpoint, in words, for the refusal of a route it cannot serve

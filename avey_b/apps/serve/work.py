@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from avey_b.apps.encoder import Encoder
 from avey_b.apps.serve.batcher import Job
+from avey_b.inference.encoder import Encoder
 from avey_b.model.heads import chunk_embeddings
 
 #: the most tokens a fill-mask answer lists per [MASK] (the request's top_k is at most this)

@@ -1,12 +1,15 @@
 """One way in for inference: :class:`Encoder` loads a saved Avey-B (any head, or the bare backbone) and its
 tokenizer once, and answers what the checkpoint can do — embeddings, token-level hidden states, logits — from the
-eager PyTorch model or from an exported ONNX model run by onnxruntime. ``avey-b serve``, ``export`` and ``analyze``
-load through it.
+eager PyTorch model or from an exported ONNX model run by onnxruntime (:mod:`avey_b.inference.runtimes`).
+``avey-b serve``, ``embed``, ``export`` and ``analyze`` load through it.
 
-    from avey_b.apps.encoder import Encoder
-    from avey_b.apps.options import LoadOptions
+    from avey_b import Encoder, LoadOptions
 
     encoder = Encoder("runs/quickstart/model", LoadOptions(precision="fp32")).load()
+    vectors = encoder.encode(["a good film", "bad"])           # (2, d) float32 on the CPU, in input order
+
+or, one padded batch at a time (what ``encode`` does per token-budget batch):
+
     batch, mask = encoder.pad(encoder.tokenize(["a good film", "bad"])["input_ids"])
     vectors = encoder.embed(batch, mask)                       # (2, d): the embedding head's vectors
 
@@ -24,100 +27,46 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from transformers import AutoConfig, AutoTokenizer
 
-from avey_b.apps.options import LoadOptions
+from avey_b.inference.options import MAX_BATCH_TOKENS, LoadOptions
+from avey_b.inference.runtimes import EagerRuntime, OnnxRuntime
 from avey_b.model import auto
 from avey_b.model.configuration import is_avey_b
 from avey_b.model.heads import sentence_embedding
-from avey_b.utils.batching import pad_right
-from avey_b.utils.device import autocast, pick_device, runtime_line, set_cpu_threads, usable_cpus, use_bf16
+from avey_b.utils.batching import pad_right, token_budget_batches
+from avey_b.utils.device import pick_device, runtime_line, set_cpu_threads, usable_cpus, use_bf16
 from avey_b.utils.files import model_source
 from avey_b.utils.shared_cpu import SharedCpuWatch, shared_cpu_message
 
+if TYPE_CHECKING:
+    import onnxruntime
+
 #: What a head answers besides embeddings (every checkpoint embeds), from its logits.
 LOGIT_KINDS = {"AveyBForMaskedLM": "fill", "AveyBForSequenceClassification": "classify"}
-#: The heads whose output has ``logits``.
-LOGIT_HEADS = ("AveyBForMaskedLM", "AveyBForSequenceClassification", "AveyBForTokenClassification")
-ONNX_INPUTS = ["input_ids", "attention_mask"]
-
-
-class EagerRuntime:
-    """The PyTorch model on a device, in float32 weights, run under bf16 autocast where ``bf16`` says so. Outputs:
-    ``last_hidden_state`` (the backbone's), and ``logits`` for a head that has them."""
-
-    def __init__(self, path: str, cls: type, device: torch.device, bf16: bool):
-        self.path, self.cls, self.device, self.bf16 = path, cls, device, bf16
-        self.outputs = ("last_hidden_state", "logits") if cls.__name__ in LOGIT_HEADS else ("last_hidden_state",)
-        self.model = None
-
-    def load(self) -> None:
-        if self.model is None:
-            with model_source(self.path):
-                self.model = self.cls.from_pretrained(self.path, dtype=torch.float32).to(self.device).eval()
-
-    @torch.no_grad()
-    def run(self, output: str, batch: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        self.load()
-        module = self.model.base_model if output == "last_hidden_state" else self.model
-        with autocast(self.device, self.bf16):
-            return getattr(module(input_ids=batch.to(self.device), attention_mask=mask.to(self.device)), output)
-
-
-class OnnxRuntime:
-    """An exported ONNX model (``avey-b export``, fp32 or ``--quantize int8``) run by onnxruntime on the CPU, in its
-    own precision. Outputs: the graph's (``last_hidden_state``, ``sentence_embedding``, ``logits``)."""
-
-    def __init__(self, path: str, file: str, threads: int):
-        self.file = Path(file) if file else Path(path) / "onnx" / "model.onnx"
-        if not self.file.is_file():
-            raise FileNotFoundError(f"no ONNX model at {self.file}" + ("" if file else
-                                    f" (write one with `avey-b export {path} {path} --head embedding`, or name the "
-                                    "file: --onnx FILE)"))
-        self.threads, self.session = threads, None
-
-    def load(self) -> None:
-        import onnxruntime as ort
-
-        if self.session is not None:
-            return
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = self.threads
-        session = ort.InferenceSession(str(self.file), options, providers=["CPUExecutionProvider"])
-        inputs = [i.name for i in session.get_inputs()]
-        if inputs != ONNX_INPUTS:
-            raise ValueError(f"{self.file}: inputs {inputs}, not input_ids and attention_mask: not an `avey-b "
-                             "export` model")
-        self.session = session
-
-    @property
-    def outputs(self) -> list[str]:
-        self.load()
-        return [o.name for o in self.session.get_outputs()]
-
-    def run(self, output: str, batch: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        self.load()
-        feed = {"input_ids": batch.cpu().numpy(), "attention_mask": mask.cpu().numpy()}
-        return torch.from_numpy(self.session.run([output], feed)[0])
 
 
 class Encoder:
     """A saved Avey-B and its tokenizer, loaded once, for inference.
 
     ``path``: a local directory or a Hub id (the authors' release checkpoints too). ``options``: device, precision,
-    threads, runtime (:class:`avey_b.apps.options.LoadOptions`). ``architecture``: the class to load instead of the
+    threads, runtime (:class:`avey_b.LoadOptions`). ``architecture``: the class to load instead of the
     checkpoint's own (``config.architectures[0]``): ``"AveyBModel"`` for the backbone of any head's checkpoint,
-    ``"AveyBForSentenceEmbedding"`` for a masked-LM's backbone with the embedding head, ...
+    ``"AveyBForSentenceEmbedding"`` for a masked-LM's backbone with the embedding head, ... ``session_options``
+    (ONNX only): the ``onnxruntime.SessionOptions`` its session starts with (spinning, inter-op threads, graph
+    optimizations, ...), their intra-op threads set to the encoder's ``threads``.
 
     What it answers (``kinds``): ``embed`` (every checkpoint; with ONNX, a graph with ``sentence_embedding`` or
     ``last_hidden_state``), ``fill`` (a masked-LM's logits) and ``classify`` (a sequence classifier's logits).
     """
 
-    def __init__(self, path: str | Path, options: LoadOptions | None = None, *, architecture: str | None = None):
+    def __init__(self, path: str | Path, options: LoadOptions | None = None, *, architecture: str | None = None,
+                 session_options: onnxruntime.SessionOptions | None = None):
         options = options or LoadOptions()
         self.path, self.name, self.options = Path(path), str(path), options
         with model_source(self.name):
@@ -140,8 +89,10 @@ class Encoder:
                                  "and bf16 precision")
             self.device, self.bf16 = torch.device("cpu"), False
             self.threads = options.threads or usable_cpus()
-            self.runtime = OnnxRuntime(self.name, options.onnx, self.threads)
+            self.runtime = OnnxRuntime(self.name, options.onnx, self.threads, session_options)
         else:
+            if session_options is not None:
+                raise ValueError("session_options are onnxruntime's: they apply with LoadOptions(onnx=...)")
             self.device = pick_device(options.device)
             self.bf16 = use_bf16(options.precision, self.device)
             self.threads = set_cpu_threads(options.threads)  # PyTorch's CPU threads (for its CPU work on a GPU too)
@@ -271,6 +222,24 @@ class Encoder:
             return self._run("sentence_embedding", batch, mask).float()
         hidden = self.hidden_states(batch, mask)
         return sentence_embedding(hidden.float(), mask, normalize)
+
+    def encode(self, texts: str | Sequence[str], *, batch_tokens: int = MAX_BATCH_TOKENS,
+               normalize: bool | None = None) -> torch.Tensor:
+        """The embeddings of ``texts`` in one call, as ``SentenceTransformer.encode`` gives them: an ``(n, d)``
+        float32 CPU tensor, row ``i`` the vector of ``texts[i]`` (a single string: a ``(d,)`` vector). The vectors
+        are :meth:`embed`'s (``normalize`` as there); the texts are tokenized whole (never cut), sorted by length and
+        run in batches of at most ``batch_tokens`` padded tokens (:func:`avey_b.utils.batching.token_budget_batches`;
+        a longer text runs alone). The batching changes no vector beyond float rounding: a padded row equals the
+        row run alone."""
+        single = isinstance(texts, str)
+        texts = [texts] if single else list(texts)
+        out = torch.empty(len(texts), self.config.hidden_size)
+        if texts:
+            ids = self.tokenize(texts)["input_ids"]
+            for rows in token_budget_batches(range(len(ids)), batch_tokens, lambda i: len(ids[i])):
+                batch, mask = self.pad([ids[i] for i in rows])
+                out[rows] = self.embed(batch, mask, normalize).cpu()
+        return out[0] if single else out
 
     def logits(self, batch: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """The head's float32 logits of a padded batch, on the CPU."""

@@ -1,0 +1,13 @@
+"""Inference with a saved Avey-B: the front door of the package, exported as ``avey_b.Encoder`` and
+``avey_b.LoadOptions``.
+
+* :mod:`avey_b.inference.options` — :class:`LoadOptions` (device, precision, threads, ONNX file) and its
+  command-line flags; the standard library only, so that a verb's ``--help`` imports no torch.
+* :mod:`avey_b.inference.encoder` — :class:`Encoder`: the model and its tokenizer loaded once;
+  ``encode(texts)`` (texts to vectors in one call), and the padded-batch calls under it (``tokenize``, ``pad``,
+  ``embed``, ``hidden_states``, ``logits``).
+* :mod:`avey_b.inference.runtimes` — the eager PyTorch model and the ONNX model (onnxruntime) it runs in.
+
+It stands on the model and the shared utilities (``utils/``, ``configs/``); the verbs of ``apps/`` (serve, embed,
+export, analyze) load through it, and it imports none of them. Importing this folder imports nothing.
+"""
