@@ -8,8 +8,8 @@ where the process already imported torch), so that a benchmark whose parent proc
 
 What an efficiency-benchmark record means (its curve, its latency) is :mod:`avey_b.benchmarking.results`. Of the
 package, this module imports only :mod:`avey_b.utils.files` (to read JSON lines strictly), the model's
-:func:`~avey_b.model.file_modes.honour_umask` (every file it writes gets the mode the umask gives, 0644 under 022)
-and the package's ``__version__``.
+:func:`~avey_b.model.file_modes.honour_umask` (every file it writes gets the mode the umask gives, 0644 under 022);
+this package's version is its installed metadata's, like every other version in a record.
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from avey_b import __version__
 from avey_b.model.file_modes import honour_umask
 from avey_b.utils.files import iter_jsonl, sha256_of_file
 
@@ -96,7 +95,7 @@ def git_commit(repo: str | os.PathLike | None = None) -> tuple[str | None, bool 
 def versions(*extra: str) -> dict[str, str | None]:
     """Python's version, this package's, and those of :data:`VERSIONED` and of the distributions ``extra`` (``None``:
     not installed), read from the installed metadata (no package is imported)."""
-    found: dict[str, str | None] = {"python": platform.python_version(), "avey_b": __version__}
+    found: dict[str, str | None] = {"python": platform.python_version(), "avey_b": importlib.metadata.version("avey-b")}
     for name in (*VERSIONED, *extra):
         try:
             found[name] = importlib.metadata.version(name)
