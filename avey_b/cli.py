@@ -33,7 +33,8 @@ class Verb:
 
 
 COMMANDS: dict[str, Verb] = {
-    "demo": Verb("avey_b.apps.options:demo_parser", "avey_b.apps.demo:run", "build a small Avey-B and encode text (no download)"),
+    "demo": Verb("avey_b.apps.options:demo_parser", "avey_b.apps.demo:run",
+                 "build a small Avey-B and encode text (no download)"),
     "pretrain": Verb("avey_b.training.config:build_parser", "avey_b.training.pretrain:run",
                      "masked-LM pretraining (local files or HF datasets)"),
     "finetune": Verb("avey_b.finetuning.options:finetune_parser", "avey_b.finetuning.run:run",

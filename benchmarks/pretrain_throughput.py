@@ -45,7 +45,8 @@ def run(args, dtype_name: str, compiled: bool) -> dict:
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(10, cfg.vocab_size, (args.batch, args.seq_len), generator=g)
     labels = torch.where(torch.rand(ids.shape, generator=g) < 0.2, ids, -100)
-    batch = {"input_ids": ids.to(device), "attention_mask": torch.ones_like(ids).to(device), "labels": labels.to(device)}
+    batch = {"input_ids": ids.to(device), "attention_mask": torch.ones_like(ids).to(device),
+             "labels": labels.to(device)}
 
     def step():
         loss, n, _ = mlm_sums(fwd, batch, autocast)

@@ -38,4 +38,5 @@ vectors = chunk_embeddings(hidden, mask, [spans], encoder.config.normalize_embed
 print(f"{len(ids):,} tokens -> {len(spans)} chunk vectors of {vectors.shape[1]} dimensions")
 whole = encoder.embed(batch, mask)[0]
 for (start, end), vector in list(zip(spans, vectors, strict=True))[:5]:
-    print(f"  tokens {start:>5}-{end:<5} cosine with the whole document {torch.cosine_similarity(vector, whole, 0):.3f}")
+    print(f"  tokens {start:>5}-{end:<5} cosine with the whole document "
+          f"{torch.cosine_similarity(vector, whole, 0):.3f}")

@@ -1,4 +1,5 @@
-"""Analysis helpers: parameter counts per component, static-matrix statistics (appendix "Coupled vs. Decoupled Layers") and heatmaps."""
+"""Analysis helpers: parameter counts per component, static-matrix statistics (appendix "Coupled vs. Decoupled
+Layers") and heatmaps."""
 
 import numpy as np
 import pytest

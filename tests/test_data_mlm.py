@@ -1,4 +1,5 @@
-"""Masking (paper appendix "Pretraining Methodology"): statistics, exclusions, the 80/10/10 option and reproducibility."""
+"""Masking (paper appendix "Pretraining Methodology"): statistics, exclusions, the 80/10/10 option and
+reproducibility."""
 
 import pytest
 import torch

@@ -67,8 +67,9 @@ def small(tmp_path_factory):
     tok = toy.tokenizer(str(model))
     toy.avey_b(str(model), tok)
     reviews = root / "reviews.csv"  # a CSV with string labels, as the fine-tuning page's example reads
-    reviews.write_text("review,sentiment\n" + "".join(f"the film was {word},{label}\n" for _ in range(20) for word, label
-                                                        in (("lovely", "positive"), ("awful", "negative"))))
+    reviews.write_text("review,sentiment\n" + "".join(f"the film was {word},{label}\n" for _ in range(20)
+                                                        for word, label in (("lovely", "positive"),
+                                                                            ("awful", "negative"))))
     values = {"model": str(model), "tokenizer": str(model), "reviews": str(reviews)}
     server = {}
 

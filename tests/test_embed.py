@@ -34,7 +34,8 @@ WORDS = "the a film plot cast was very good awful weak and music superb bob alic
 def corpus(n: int = 11, seed: int = 0) -> list[str]:
     """Documents of 1 to ~60 words (3 to ~70 tokens: below, at and across the tiny config's split size S = 4)."""
     rng = random.Random(seed)
-    lengths = [1, 2, 3, 60, 5, 17, 40, 8, 1, 25, 33, 12, 50, 7][:n] + [rng.randint(1, 60) for _ in range(max(0, n - 14))]
+    lengths = ([1, 2, 3, 60, 5, 17, 40, 8, 1, 25, 33, 12, 50, 7][:n]
+               + [rng.randint(1, 60) for _ in range(max(0, n - 14))])
     return [" ".join(rng.choice(WORDS) for _ in range(k)) for k in lengths]
 
 
@@ -375,7 +376,8 @@ def test_the_ray_backend_gives_the_local_vectors_and_manifest(tmp_path, model_di
     os.environ.setdefault("OMP_NUM_THREADS", "1")  # inherited by the local Ray's workers
     on_ray = run(model_dir, tmp_path / "d.jsonl", tmp_path / "ray", max_tokens=60, backend="ray", concurrency=2,
                  ray_wave=1, **kept)  # two waves of two shards
-    assert on_ray["settings"] == local["settings"] and on_ray["counts"] | {"seconds": 0} == local["counts"] | {"seconds": 0}
+    assert (on_ray["settings"] == local["settings"]
+            and on_ray["counts"] | {"seconds": 0} == local["counts"] | {"seconds": 0})
     assert on_ray["skipped"] == local["skipped"] != [] and on_ray["shards"] == local["shards"]
     assert on_ray["runs"][-1] | {"started": 0, "finished": 0, "seconds": 0} == {
         "started": 0, "finished": 0, "seconds": 0, "backend": "ray", "device": "cpu", "max_batch_tokens": 96,

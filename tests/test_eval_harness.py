@@ -16,7 +16,8 @@ def env(tmp_path_factory):
     root = tmp_path_factory.mktemp("harness")
     return {
         **toy.encoders(root),
-        "sst2": DataFiles(train=toy.sst2_tsv(str(root / "s.tsv"), 256, 0), eval=toy.sst2_tsv(str(root / "d.tsv"), 64, 1)),
+        "sst2": DataFiles(train=toy.sst2_tsv(str(root / "s.tsv"), 256, 0),
+                          eval=toy.sst2_tsv(str(root / "d.tsv"), 64, 1)),
         "conll": DataFiles(train=toy.conll(str(root / "c.train"), 24, 0), eval=toy.conll(str(root / "c.dev"), 8, 1)),
         "squad": DataFiles(train=toy.squad_json(str(root / "q.json"), 24, 0),
                            eval=toy.squad_json(str(root / "qd.json"), 6, 1, with_impossible=True)),
@@ -107,9 +108,10 @@ def test_finetune_save_model_writes_a_loadable_model_and_tokenizer(env, tmp_path
     from avey_b.cli import main
 
     out = tmp_path / "ft"
-    assert main(["finetune", "--model", env["avey"], "--task", "sst2", "--lr", "3e-3", "--output-dir", str(tmp_path / "o"),
-                 "--train-file", env["sst2"].train, "--eval-file", env["sst2"].eval, "--batch-size", "16",
-                 "--max-length", "16", "--device", "cpu", "--max-steps", "3", "--save-model", str(out)]) == 0
+    assert main(["finetune", "--model", env["avey"], "--task", "sst2", "--lr", "3e-3",
+                 "--output-dir", str(tmp_path / "o"), "--train-file", env["sst2"].train,
+                 "--eval-file", env["sst2"].eval, "--batch-size", "16", "--max-length", "16",
+                 "--device", "cpu", "--max-steps", "3", "--save-model", str(out)]) == 0
     import json
 
     printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
@@ -130,9 +132,10 @@ def test_finetune_save_model_of_a_tagger_names_its_tags(env, tmp_path):
     from avey_b.cli import main
 
     out = tmp_path / "ft"
-    assert main(["finetune", "--model", env["avey"], "--task", "conll2003", "--lr", "3e-3", "--output-dir", str(tmp_path / "o"),
-                 "--train-file", env["conll"].train, "--eval-file", env["conll"].eval, "--batch-size", "8",
-                 "--max-length", "20", "--device", "cpu", "--max-steps", "2", "--save-model", str(out)]) == 0
+    assert main(["finetune", "--model", env["avey"], "--task", "conll2003", "--lr", "3e-3",
+                 "--output-dir", str(tmp_path / "o"), "--train-file", env["conll"].train,
+                 "--eval-file", env["conll"].eval, "--batch-size", "8", "--max-length", "20",
+                 "--device", "cpu", "--max-steps", "2", "--save-model", str(out)]) == 0
     tags = pipeline("token-classification", model=str(out), ignore_labels=[])("Alice Smith met Bob in Paris")
     assert tags and {t["entity"] for t in tags} <= {"O", "B-PER", "I-PER", "B-LOC", "I-LOC"}
 

@@ -44,7 +44,8 @@ def env(tmp_path_factory):
 
 
 def _suite(env, tmp_path, model="bert", pairs=None, **defaults) -> list[str]:
-    """A paper-protocol suite over the three IR benchmarks, one lr and one seed; returns the argv of `avey-b evaluate`."""
+    """A paper-protocol suite over the three IR benchmarks, one lr and one seed; returns the argv of
+    `avey-b evaluate`."""
     data = {t: {"eval": env["beir"][t]} for t in IR_TASKS} | {"msmarco_pairs": {"train": pairs or env["pairs"]}}
     settings = {"batch_size": 4, "max_steps": 2, "max_length": 24, "eval_batch_size": 4, "device": "cpu"} | defaults
     suite = tmp_path / "suite.yaml"
@@ -102,7 +103,8 @@ def test_three_benchmarks_share_one_training_and_a_rerun_trains_nothing(env, tmp
         assert not torch.equal(param, _saved(env["bert"], name))  # ... not the pretrained ones
     for task in IR_TASKS:
         rec = json.loads((out / task / "lr0.001_seed0" / "results.json").read_text())
-        assert rec["train"]["finetuned"] == str(model_dir) and rec["cell"]["trained_by"].endswith("msmarco_pairs/lr0.001_seed0")
+        assert (rec["train"]["finetuned"] == str(model_dir)
+                and rec["cell"]["trained_by"].endswith("msmarco_pairs/lr0.001_seed0"))
         assert rec["metric"] == "ndcg@10" and 0 <= rec["score"] <= 100
     rep = json.loads((tmp_path / "out" / "report.json").read_text())
     assert set(rep["models"]["bert"]["tasks"]) == set(IR_TASKS) and not rep["failed"]  # training is no column

@@ -191,7 +191,8 @@ def test_multiple_negatives_ranking_loss_matches_sentence_transformers_mnrl():
     except ImportError:
         return
     mnrl = MultipleNegativesRankingLoss(torch.nn.Identity(), scale=20.0)
-    assert ir.multiple_negatives_ranking_loss(q, d, 20.0).item() == pytest.approx(mnrl.compute_loss_from_embeddings([q, d], None).item(), rel=1e-5)
+    assert ir.multiple_negatives_ranking_loss(q, d, 20.0).item() == pytest.approx(
+        mnrl.compute_loss_from_embeddings([q, d], None).item(), rel=1e-5)
 
 
 def test_run_config_errors_name_the_field():
@@ -210,4 +211,5 @@ def test_streaming_rank_equals_full_topk():
     full = (q @ d.T).topk(10, dim=-1).indices.tolist()
     streamed = ir.rank(q, iter(d.split(4)), ids, 10)  # 6 chunks, the last one short
     assert streamed == [[ids[j] for j in row] for row in full]
-    assert ir.rank(q, iter([d[:3]]), ids[:3], 10) == [[ids[j] for j in row] for row in (q @ d[:3].T).topk(3).indices.tolist()]
+    assert ir.rank(q, iter([d[:3]]), ids[:3], 10) == [[ids[j] for j in row]
+                                                      for row in (q @ d[:3].T).topk(3).indices.tolist()]

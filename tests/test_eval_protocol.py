@@ -76,12 +76,14 @@ def test_models_of_table_3_and_neobert_runs_its_own_code():
 
 def test_grid_flag_and_explicit_settings_win_over_the_table():
     suite = sweep.load_suite("paper")
-    cells, _, _ = sweep.build_cells(suite_from_args(argparse.Namespace(grid="encodeval", tasks=["sst2"], models=["m=x"]), suite))
+    cells, _, _ = sweep.build_cells(suite_from_args(argparse.Namespace(grid="encodeval", tasks=["sst2"],
+                                                                       models=["m=x"]), suite))
     assert sorted({c.cfg.lr for c in cells}) == ENCODEVAL_LRS and len(cells) == 6 * 20
-    cells, _, _ = sweep.build_cells(suite_from_args(argparse.Namespace(grid="encodeval", seeds=3, tasks=["sst2"], models=["x"]), suite))
+    cells, _, _ = sweep.build_cells(suite_from_args(argparse.Namespace(grid="encodeval", seeds=3, tasks=["sst2"],
+                                                                       models=["x"]), suite))
     assert len(cells) == 6 * 3
-    cells, _, _ = sweep.build_cells(suite_from_args(argparse.Namespace(tasks=["record"], models=["x"], lrs=[1e-4], seeds=1,
-                                                              batch_size=8, max_length=128), suite))
+    cells, _, _ = sweep.build_cells(suite_from_args(argparse.Namespace(tasks=["record"], models=["x"], lrs=[1e-4],
+                                                                       seeds=1, batch_size=8, max_length=128), suite))
     (cfg,) = [c.cfg for c in cells]
     assert (cfg.batch_size, cfg.max_length, cfg.grad_accumulation, cfg.adam_beta2) == (8, 128, 8, 0.95)
     with pytest.raises(ValueError, match="unknown grid 'papr'"):

@@ -209,7 +209,8 @@ def test_paper_qa_score_counts_predictions_at_the_padding_of_encodevals_batches(
     longest), so an answer predicted at a padding position lowers the F1; ``f1_real_tokens`` reads each question's
     own tokens. Three questions whose gold answer is "alice", inputs of different lengths."""
     contexts = ["alice met bob", "alice met bob in paris", "bob met alice in paris and bob met carol in london"]
-    examples = [{"id": str(i), "question": "who ?", "context": c, "answers": [{"text": "alice", "start": c.index("alice")}]}
+    examples = [{"id": str(i), "question": "who ?", "context": c,
+                 "answers": [{"text": "alice", "start": c.index("alice")}]}
                 for i, c in enumerate(contexts)]
     task = get_task("squad")
     task.end_token = "[UNK]"

@@ -77,7 +77,8 @@ def test_gradient_checkpointing_gives_the_same_gradients():
         torch.manual_seed(0)
         model = AveyBForMaskedLM(presets.small(vocab_size=4096)).cuda().train()
         if checkpointing:
-            (getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable)()  # 5.23+ name
+            # activation_checkpointing_enable: the 5.23+ name
+            (getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable)()
         ids = torch.randint(10, 4096, (2, 2048), generator=torch.Generator().manual_seed(1)).cuda()
         model(ids, labels=ids).loss.backward()
         grads.append(model.model.embed_tokens.weight.grad.clone())

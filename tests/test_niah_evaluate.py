@@ -327,8 +327,8 @@ def test_token_classification_scoring_and_the_chance_level_by_brute_force(data):
     key = [tuple(f["input_ids"]) for f in feats]
     asked = [(r["ordinal"] or 1) - 1 for r in rows]
 
-    right = scoring.score_token_classification(_Oracle({k: n[a] for k, n, a in zip(key, needles, asked, strict=True)}), tok, rows,
-                                            cfg, batch_size=3)
+    right = scoring.score_token_classification(
+        _Oracle({k: n[a] for k, n, a in zip(key, needles, asked, strict=True)}), tok, rows, cfg, batch_size=3)
     assert right["score"] == 100.0 and right["needles"]["other_value"] == 0.0
     # labelling every needle: precision |asked| / |all needles|, recall 1 -> above the chance level (2/3 with two
     # needles of equal token count: 0.4 + 0.6 * 2 / 3 = 80%)
@@ -336,14 +336,17 @@ def test_token_classification_scoring_and_the_chance_level_by_brute_force(data):
     assert right["every_needle"] == pytest.approx(100 * sum(every) / len(every))
     assert right["every_needle"] > 75
 
-    guesses = [scoring.score_token_classification(_Oracle({k: n[min(g, len(n) - 1)] for k, n in zip(key, needles, strict=True)}), tok,
-                                               rows, cfg, batch_size=4)["per_example"]["score"] for g in range(2)]
+    guesses = [scoring.score_token_classification(
+        _Oracle({k: n[min(g, len(n) - 1)] for k, n in zip(key, needles, strict=True)}), tok, rows, cfg, batch_size=4
+    )["per_example"]["score"] for g in range(2)]
     # every needle of an example as the guess, equally likely: average over that example's needles
-    brute = sum(sum(g[i] for g in guesses[:r["num_needles"]]) / r["num_needles"] for i, r in enumerate(rows)) / len(rows)
+    brute = sum(sum(g[i] for g in guesses[:r["num_needles"]]) / r["num_needles"]
+                for i, r in enumerate(rows)) / len(rows)
     assert brute == pytest.approx(niah_data.set_chance_level(rows)) and brute == pytest.approx(0.7)
 
     wrong = scoring.score_token_classification(
-        _Oracle({k: n[1 - a] if len(n) == 2 else n[0] for k, n, a in zip(key, needles, asked, strict=True)}), tok, rows, cfg, 5)
+        _Oracle({k: n[1 - a] if len(n) == 2 else n[0] for k, n, a in zip(key, needles, asked, strict=True)}),
+        tok, rows, cfg, 5)
     assert wrong["needles"] == {"one_needle": 1.0, "two_needles": 0.0, "other_value": 1.0, "n_one": 4, "n_two": 6}
 
 

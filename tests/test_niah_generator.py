@@ -424,7 +424,8 @@ def test_authors_needles_keep_their_minimum_gap():
             assert at[1] - at[0] >= int(0.05 / 1.05 * 398) - 1
     depths = authors.needle_depths(random.Random(0), 5)
     ordered = sorted(depths)
-    assert max(ordered) <= 1.0 and all(b - a >= 0.05 / 1.25 - 1e-12 for a, b in zip(ordered[:-1], ordered[1:], strict=True))
+    assert max(ordered) <= 1.0 and all(b - a >= 0.05 / 1.25 - 1e-12
+                                       for a, b in zip(ordered[:-1], ordered[1:], strict=True))
 
 
 @pytest.mark.parametrize(("split", "two"), [("train", 0.8), ("test", 0.6)])

@@ -167,7 +167,8 @@ from sentence_transformers import SentenceTransformer
 
 directory, texts = sys.argv[1], json.loads(sys.argv[2])
 cases = {
-    "PreTrainedTokenizerFast": lambda: transformers.PreTrainedTokenizerFast.from_pretrained(directory)(texts)["input_ids"],
+    "PreTrainedTokenizerFast":
+        lambda: transformers.PreTrainedTokenizerFast.from_pretrained(directory)(texts)["input_ids"],
     "AutoTokenizer, trust_remote_code=True":
         lambda: transformers.AutoTokenizer.from_pretrained(directory, trust_remote_code=True)(texts)["input_ids"],
     "SentenceTransformer, trust_remote_code=True":

@@ -119,7 +119,8 @@ def test_a_typo_in_model_overrides_writes_nothing_so_the_corrected_command_runs(
     run = tmp_path / "run"
     bpe = {"tokenizer.path": "null", "tokenizer.vocab_size": 320}  # trained into run_dir/tokenizer/
     fields = "hidden_size: 32, num_hidden_layers: 2, split_size: 8, num_retrieved_splits: 2"
-    typo = overrides(corpus, run, steps=2, **bpe, **{"model.overrides": "{" + fields.replace("hidden_size", "hidden_szie") + "}"})
+    typo = overrides(corpus, run, steps=2, **bpe,
+                     **{"model.overrides": "{" + fields.replace("hidden_size", "hidden_szie") + "}"})
     with pytest.raises(KeyError, match=r"'hidden_szie' \(did you mean 'hidden_size'\?\)"):
         main(typo)
     assert not run.exists() or not any(run.iterdir())

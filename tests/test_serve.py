@@ -204,8 +204,9 @@ def test_a_classifier_checkpoint_serves_named_labels(tmp_path):
 
     tok = toy.tokenizer(str(tmp_path))
     names = {0: "negative", 1: "positive"}
-    seeded(AveyBForSequenceClassification, presets.tiny(vocab_size=len(tok), num_labels=2, id2label=names,
-                                                        label2id={v: k for k, v in names.items()})).save_pretrained(tmp_path)
+    seeded(AveyBForSequenceClassification,
+           presets.tiny(vocab_size=len(tok), num_labels=2, id2label=names,
+                        label2id={v: k for k, v in names.items()})).save_pretrained(tmp_path)
     with TestClient(build_app(Encoder(str(tmp_path), LoadOptions(precision="fp32")),
                               ServeOptions(max_tokens=1000))) as client:
         assert client.get("/health").json()["serves"] == ["embed", "classify"]

@@ -111,7 +111,8 @@ def test_every_variant_resolves(path, name):
     spec = ablation.load_variants(str(path))
     overrides = spec.variants[name] or {}
     fields = AveyBConfig().to_dict()
-    model_keys = {k.removeprefix("model.overrides."): v for k, v in overrides.items() if k.startswith("model.overrides.")}
+    model_keys = {k.removeprefix("model.overrides."): v for k, v in overrides.items()
+                  if k.startswith("model.overrides.")}
     for key in model_keys:
         if key not in fields and key in PENDING_FIELDS:
             pytest.skip(f"AveyBConfig has no field {key!r} yet: {PENDING_FIELDS[key]}")

@@ -129,7 +129,8 @@ def test_finetune_threads_take_effect_and_are_not_a_cells_setting(tmp_path, caps
     from avey_b.evaluation.tasks import DataFiles
 
     models = toy.encoders(tmp_path)
-    files = DataFiles(train=toy.sst2_tsv(str(tmp_path / "s.tsv"), 16, 0), eval=toy.sst2_tsv(str(tmp_path / "d.tsv"), 8, 1))
+    files = DataFiles(train=toy.sst2_tsv(str(tmp_path / "s.tsv"), 16, 0),
+                      eval=toy.sst2_tsv(str(tmp_path / "d.tsv"), 8, 1))
     torch.set_num_threads(2)
     cfg = RunConfig(lr=1e-3, max_steps=1, batch_size=8, max_length=16, device="cpu", threads=1)
     run_cell(models["avey"], "sst2", cfg, files)

@@ -26,7 +26,8 @@ def test_quickstart_long_is_the_quickstart_three_times_longer():
     assert long.data == short.data and long.tokenizer == short.tokenizer
     assert long.eval.fill_examples == short.eval.fill_examples
     assert {k: v for k, v in long.model.overrides.items() if k != "hidden_dropout"} == short.model.overrides
-    assert long.train.max_steps * long.train.global_batch_tokens == 3 * short.train.max_steps * short.train.global_batch_tokens
+    assert (long.train.max_steps * long.train.global_batch_tokens
+            == 3 * short.train.max_steps * short.train.global_batch_tokens)
     assert long.run_dir != short.run_dir  # one never moves the other's run aside
 
 

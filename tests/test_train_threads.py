@@ -55,7 +55,8 @@ def test_inside_a_container_the_mount_root_is_the_containers_cgroup(tmp_path):
     (tmp_path / "fs").mkdir()
     (tmp_path / "fs" / "cpu.max").write_text("100000 100000\n")
     assert device.cgroup_cpu_quota(tmp_path / "fs", tmp_path / "proc_cgroup") == 1.0
-    assert device.usable_cpus(affinity={0, 1, 2, 3}, cgroup_root=tmp_path / "fs", proc_cgroup=tmp_path / "proc_cgroup") == 1
+    assert device.usable_cpus(affinity={0, 1, 2, 3}, cgroup_root=tmp_path / "fs",
+                              proc_cgroup=tmp_path / "proc_cgroup") == 1
 
 
 def test_the_affinity_mask_caps_the_usable_cpus_and_no_cgroup_means_no_quota(tmp_path):

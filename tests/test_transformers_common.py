@@ -49,7 +49,8 @@ ids_tensor, random_attention_mask = common.ids_tensor, common.random_attention_m
 # classes there as a built-in encoder's would be (the Auto registration of `import avey_b` does not touch them).
 from transformers.models.auto import modeling_auto as _auto  # noqa: E402
 
-for _names, _cls in ((_auto.MODEL_MAPPING_NAMES, "AveyBModel"), (_auto.MODEL_FOR_MASKED_LM_MAPPING_NAMES, "AveyBForMaskedLM"),
+for _names, _cls in ((_auto.MODEL_MAPPING_NAMES, "AveyBModel"),
+                     (_auto.MODEL_FOR_MASKED_LM_MAPPING_NAMES, "AveyBForMaskedLM"),
                      (_auto.MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES, "AveyBForSequenceClassification"),
                      (_auto.MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES, "AveyBForTokenClassification"),
                      (_auto.MODEL_FOR_QUESTION_ANSWERING_MAPPING_NAMES, "AveyBForQuestionAnswering"),

@@ -28,7 +28,8 @@ from .options import ConvertOptions
 
 HEAD_CLASSES = {"masked_lm": AveyBForMaskedLM, "sequence_classification": AveyBForSequenceClassification,
                 "token_classification": AveyBForTokenClassification}
-RELEASE_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json", "merges.txt")
+RELEASE_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
+                           "merges.txt")
 
 
 def convert_release_checkpoint(src: str | os.PathLike, dst: str | os.PathLike,

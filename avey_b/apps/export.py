@@ -164,7 +164,8 @@ def fold_weight_layouts(model) -> int:
             sizes = node.inputs[1] if len(node.inputs) > 1 else None
             if sizes is None or sizes.const_value is None:
                 continue  # equal parts (num_outputs): the exporter writes sizes for torch's split
-            arrays = np.split(weight, np.cumsum(sizes.const_value.numpy())[:-1], axis=node.attributes.get_int("axis", 0))
+            arrays = np.split(weight, np.cumsum(sizes.const_value.numpy())[:-1],
+                              axis=node.attributes.get_int("axis", 0))
             names = [f"{x.name}.split{i}" for i in range(len(arrays))]
         for out, array, name in zip(node.outputs, arrays, names, strict=True):
             array = np.ascontiguousarray(array)
@@ -252,8 +253,8 @@ def export_embedding_directory(encoder: Encoder, directory: str | Path) -> Path:
 
 
 def check_quantized(quantized: str | Path, reference: str | Path, model, output) -> dict:
-    """:func:`avey_b.apps.quantize.compare_quantized` on the inputs :func:`verify_onnx` runs; raises when a ranker choice
-    differs from the fp32 model's (the ranker must stay fp32) or the mean cosine is below
+    """:func:`avey_b.apps.quantize.compare_quantized` on the inputs :func:`verify_onnx` runs; raises when a ranker
+    choice differs from the fp32 model's (the ranker must stay fp32) or the mean cosine is below
     :data:`avey_b.apps.quantize.MIN_MEAN_COSINE`."""
     check = compare_quantized(quantized, reference, Exportable(model, output), verification_inputs(model))
     if check["identical_choices"] < 1.0:

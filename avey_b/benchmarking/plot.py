@@ -28,8 +28,8 @@ def plot_results(path: str, out_dir: str, *, title: str | None = None, stat: str
 def plot_records(
     records: list[dict[str, Any]], out_dir: str, *, title: str | None = None, stat: str = "median"
 ) -> list[str]:
-    """Lines at the ``stat`` latency of each point (see :func:`avey_b.benchmarking.results.latency_of`); latency error bars span
-    min..max of the repeats."""
+    """Lines at the ``stat`` latency of each point (see :func:`avey_b.benchmarking.results.latency_of`); latency
+    error bars span min..max of the repeats."""
     import matplotlib
 
     matplotlib.use("Agg")  # files only; never needs a display

@@ -62,7 +62,8 @@ def shipped(kind: str) -> list[str]:
 
 
 def resolve(path: str | Path, kind: str) -> Path:
-    """A YAML path, or the bare name of a shipped config (``quickstart`` -> ``avey_b/configs/pretrain/quickstart.yaml``).
+    """A YAML path, or the bare name of a shipped config
+    (``quickstart`` -> ``avey_b/configs/pretrain/quickstart.yaml``).
 
     A missing file is an error that lists the shipped names."""
     p = Path(path)
@@ -86,7 +87,8 @@ def build(cls, data: dict, prefix: str = "", root=None):
     """``cls`` from a nested mapping; unknown keys are errors that list the valid ones (``root``: the class of the
     whole tree, whose other sections the did-you-mean searches too)."""
     if not isinstance(data, dict):
-        raise TypeError(f"config section {prefix.rstrip('.') or '<root>'!r} must be a mapping, got {type(data).__name__}")
+        raise TypeError(f"config section {prefix.rstrip('.') or '<root>'!r} must be a mapping, "
+                        f"got {type(data).__name__}")
     hints = get_type_hints(cls)
     names = {f.name for f in dataclasses.fields(cls)}
     kwargs = {}

@@ -128,7 +128,8 @@ def resolve_files(paths: Sequence[str]) -> list[Path]:
     for p in paths:
         path = Path(os.path.expanduser(p))
         if not path.exists():
-            raise FileNotFoundError(f"data source not found: {p!r} (give a file, a directory, 'hf:NAME' or 'python-docs')")
+            raise FileNotFoundError(f"data source not found: {p!r} "
+                                    "(give a file, a directory, 'hf:NAME' or 'python-docs')")
         if path.is_dir():
             found = sorted(f for f in path.rglob("*") if f.is_file() and f.suffix.lower() in SUPPORTED_SUFFIXES)
             if not found:
@@ -136,7 +137,8 @@ def resolve_files(paths: Sequence[str]) -> list[Path]:
             files.extend(found)
         else:
             if path.suffix.lower() not in SUPPORTED_SUFFIXES:
-                raise ValueError(f"unsupported file type {path.suffix!r} for {p!r}; supported: {', '.join(SUPPORTED_SUFFIXES)}")
+                raise ValueError(f"unsupported file type {path.suffix!r} for {p!r}; "
+                                 f"supported: {', '.join(SUPPORTED_SUFFIXES)}")
             files.append(path)
     return files
 
@@ -232,7 +234,8 @@ def _iter_hf(spec: SourceSpec, epoch: int = 0) -> Iterator[str]:
         ds.set_epoch(epoch)  # a different, still deterministic, order every pass
     for row in ds:
         if spec.text_field not in row:
-            raise KeyError(f"dataset {name!r} has no field {spec.text_field!r} (fields: {sorted(row)}); set data.text_field")
+            raise KeyError(f"dataset {name!r} has no field {spec.text_field!r} (fields: {sorted(row)}); "
+                           "set data.text_field")
         yield str(row[spec.text_field])
 
 

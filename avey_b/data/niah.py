@@ -32,7 +32,8 @@ value span (SQuAD-style extractive QA).
   of 2+ letters ("random distractor tokens"), drawn uniformly with replacement.
 * Length is measured in MODEL tokens of the given tokenizer (any Hugging Face *fast* tokenizer): the whole
   model input ``tokenizer(question, context)`` (question + passage + special tokens) is never longer than
-  the target and at most 1% shorter (typically 0-2 tokens), so the "8k" set fits an 8,192-token window. ``--length-unit context`` measures the passage alone instead.
+  the target and at most 1% shorter (typically 0-2 tokens), so the "8k" set fits an 8,192-token window.
+  ``--length-unit context`` measures the passage alone instead.
   We count the whole input by default so that a model with an 8,192-token window can take the "8k" set,
   as in the paper's tables. ``--length-unit prompt`` counts the authors' token-classification input instead
   (:func:`prompt_encoding`: ``Question: {question}\\nContext: `` paired with the passage and the end token,

@@ -150,7 +150,8 @@ class PackedSequences:
         if int(state["seq_len"]) != self.seq_len:
             raise ValueError(f"data position was saved with seq_len {state['seq_len']}, this run uses {self.seq_len}")
         if state["shard_by"] != self.shard_by:
-            raise ValueError(f"data position was saved with shard_by={state['shard_by']!r}, this run uses {self.shard_by!r}")
+            raise ValueError(f"data position was saved with shard_by={state['shard_by']!r}, "
+                             f"this run uses {self.shard_by!r}")
         if self.shard_by == "document" and int(state["world_size"]) != self.world:
             raise ValueError(f"shard_by='document' cannot resume on a different world size "
                              f"({state['world_size']} -> {self.world}); use shard_by='sequence'")

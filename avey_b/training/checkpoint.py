@@ -154,7 +154,8 @@ def check_model_dir(directory: str | Path, role: str, trust_unverified: bool = F
         return False
     if role != "--resume" and not _written_by_a_run(directory):
         # save_pretrained, `avey-b convert` and Hub downloads write no manifest: nothing is missing from them.
-        dist_utils.print0(f"note: {directory} has no {MANIFEST_FILE} (not written by a run); its files were not checked")
+        dist_utils.print0(f"note: {directory} has no {MANIFEST_FILE} (not written by a run); "
+                          "its files were not checked")
         return False
     raise UnverifiedCheckpoint(
         f"{directory} has no {MANIFEST_FILE}, so its files cannot be checked. Every checkpoint and model directory "

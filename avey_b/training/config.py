@@ -29,7 +29,8 @@ class ModelConfig:
     transformers ``model_type`` (``bert``, ``modernbert``, ``roberta``, ...) or a baseline (``bert-base``,
     ``neobert``, ...)."""
     preset: str | None = "small"
-    """Avey-B preset from ``avey_b.model.presets`` (``tiny``, ``small``, ``base``, ``large``); ignored for other archs."""
+    """Avey-B preset from ``avey_b.model.presets`` (``tiny``, ``small``, ``base``, ``large``); ignored for other
+    archs."""
     overrides: dict = field(default_factory=dict)
     """Architecture fields passed to the preset / HF config (e.g. ``{hidden_size: 256, num_hidden_layers: 4}``);
     the ``key=value`` part of a model spec, and checked the same way (an unknown key is an error)."""
@@ -202,7 +203,8 @@ class PretrainConfig:
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise ValueError(f"{key} must be a positive integer, got {value!r}")
         for key, value in (("data.num_workers", d.num_workers), ("eval.every", self.eval.every),
-                           ("checkpoint.every", self.checkpoint.every), ("checkpoint.keep_last", self.checkpoint.keep_last)):
+                           ("checkpoint.every", self.checkpoint.every),
+                           ("checkpoint.keep_last", self.checkpoint.keep_last)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ValueError(f"{key} must be an integer >= 0, got {value!r}")
         if not 0 < d.mask_rate < 1:
@@ -212,7 +214,8 @@ class PretrainConfig:
         if self.logging.every < 1:
             raise ValueError(f"logging.every must be a positive integer, got {self.logging.every}")
         if t.global_batch_tokens % d.seq_len:
-            raise ValueError(f"train.global_batch_tokens ({t.global_batch_tokens}) must be a multiple of data.seq_len ({d.seq_len})")
+            raise ValueError(f"train.global_batch_tokens ({t.global_batch_tokens}) must be a multiple of "
+                             f"data.seq_len ({d.seq_len})")
         if t.max_steps is None and t.max_tokens is None:
             raise ValueError("set train.max_steps or train.max_tokens")
         if o.schedule not in ("cosine", "linear", "constant"):
@@ -226,7 +229,8 @@ class PretrainConfig:
         for i, e in enumerate(self.eval.fill_examples):
             text = e.get("text") if isinstance(e, dict) else e
             if isinstance(e, dict) and (set(e) != {"text", "answer"} or not isinstance(e["answer"], str)):
-                raise ValueError(f"eval.fill_examples[{i}] must be a sentence or {{text: ..., answer: word}}, got {e!r}")
+                raise ValueError(f"eval.fill_examples[{i}] must be a sentence or {{text: ..., answer: word}}, "
+                                 f"got {e!r}")
             if not isinstance(text, str) or "[MASK]" not in text:
                 raise ValueError(f"eval.fill_examples[{i}] has no [MASK]: {e!r}")
             if isinstance(e, dict) and text.count("[MASK]") != 1:

@@ -1,4 +1,5 @@
-"""Masked-LM pretraining (paper appendix "Pretraining Methodology") for Avey-B and, on the same data and budget, Hugging Face encoders.
+"""Masked-LM pretraining (paper appendix "Pretraining Methodology") for Avey-B and, on the same data and budget,
+Hugging Face encoders.
 
     avey-b pretrain --config quickstart
     avey-b pretrain --config base optim.lr=2.5e-4 train.max_steps=1000
@@ -10,8 +11,8 @@ schedule, data) and returns a :class:`Run`. :func:`run_loop`, for each optimizer
 the global batch (``global_batch_tokens / seq_len`` packed sequences, the same sequences whatever the world size),
 masks each sequence with a generator keyed by its global index, accumulates gradients over micro-batches, clips,
 steps; logs, evaluates and checkpoints at their intervals. :func:`finish` saves the last checkpoint, evaluates,
-writes the model and fills the config's masked sentences. SIGTERM / Ctrl-C stop after the current step with a checkpoint and a
-non-zero exit code (143 / 130); an error propagates (non-zero exit).
+writes the model and fills the config's masked sentences. SIGTERM / Ctrl-C stop after the current step with a
+checkpoint and a non-zero exit code (143 / 130); an error propagates (non-zero exit).
 
 Loss: the sum of token cross-entropies over all masked tokens of the global batch divided by their count
 (an all-reduced scalar), so the gradient is the same whatever the split into ranks and micro-batches.
@@ -164,7 +165,8 @@ def train_step(model, batches: list[dict], optimizer, scheduler, cfg: PretrainCo
             # DDP averages gradients over ranks; scale so the result is the global per-token mean
             (loss_sum * (info.world_size / max(n_global, 1.0))).backward()
         step_loss += loss_sum.detach().double().cpu()
-    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.optim.clip if cfg.optim.clip > 0 else float("inf"))
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(),
+                                               cfg.optim.clip if cfg.optim.clip > 0 else float("inf"))
     lr = scheduler.get_last_lr()[0]
     optimizer.step()
     scheduler.step()
@@ -250,9 +252,11 @@ def build_run(cfg: PretrainConfig, info, resume: str | None, overwrite: bool, tr
     resume_dir = _resume_dir(resume, run_dir)
     saved = load_train_state(resume_dir, trust_unverified) if resume_dir else None
     changes = rundir.check_resume(saved.get("config"), to_dict(cfg)) if saved else {}
-    if resume_dir is not None and run_dir.exists() and any(run_dir.iterdir()) and run_dir.resolve() not in resume_dir.resolve().parents:
+    if (resume_dir is not None and run_dir.exists() and any(run_dir.iterdir())
+            and run_dir.resolve() not in resume_dir.resolve().parents):
         raise rundir.RunDirError(f"--resume {resume_dir}: run_dir {run_dir} holds another run "
-                                 f"({rundir.describe_contents(run_dir)}); resume into that checkpoint's own run dir or an empty one")
+                                 f"({rundir.describe_contents(run_dir)}); "
+                                 "resume into that checkpoint's own run dir or an empty one")
     rundir.prepare(run_dir, resuming=resume_dir is not None, overwrite=overwrite, act=False)
     geometry = BatchGeometry.of(cfg, info.world_size)
     check_inputs(cfg, resume_dir, trust_unverified)
@@ -387,7 +391,8 @@ def run_loop(run: Run) -> dict:
                 if cfg.checkpoint.every and step % cfg.checkpoint.every == 0:
                     save_training(run.run_dir, state, parts, cfg, info)
 
-                out_of_time = cfg.train.max_minutes is not None and (time.time() - run.t_start) / 60 >= cfg.train.max_minutes
+                out_of_time = (cfg.train.max_minutes is not None
+                               and (time.time() - run.t_start) / 60 >= cfg.train.max_minutes)
                 if dist_utils.any_rank(bool(signals.received) or out_of_time, info):
                     if signals.received:
                         results["exit_code"] = 128 + signals.received[0]
@@ -449,7 +454,8 @@ def _report(results: dict, cfg, run_dir: Path, seconds: float) -> None:
         print(f"  {'untrained':<12}{u['eval_loss']:>10.4f}{u['eval_accuracy']:>10.4f}")
     print(f"  {'step ' + str(results['step']):<12}{f['eval_loss']:>10.4f}{f['eval_accuracy']:>10.4f}")
     print(f"\nfinished in {seconds / 60:.1f} min; model + tokenizer: {run_dir / 'model'} "
-          f"(AutoModelForMaskedLM.from_pretrained after `import avey_b`); resumable checkpoint: {results['checkpoint']}")
+          f"(AutoModelForMaskedLM.from_pretrained after `import avey_b`); "
+          f"resumable checkpoint: {results['checkpoint']}")
 
 
 # --------------------------------------------------------------------------------------------------- CLI

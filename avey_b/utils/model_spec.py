@@ -12,8 +12,9 @@ A model spec is ``NAME[:key=value,...]``: a registered name below, a transformer
 
 Registered names:
 
-* ``avey-b-<preset>`` for every preset of ``avey_b.model.presets`` (``tiny``, ``small``, ``base``, ``large``, ``avey-b1``); ``tiny`` is the test model,
-  ``small`` d=256 L=8 S=64 k=3 (CPU runs), ``base`` the paper's 164M model.
+* ``avey-b-<preset>`` for every preset of ``avey_b.model.presets`` (``tiny``, ``small``, ``base``, ``large``,
+  ``avey-b1``); ``tiny`` is the test model, ``small`` d=256 L=8 S=64 k=3 (CPU runs), ``base`` the paper's 164M
+  model.
 * ``bert-base``: ``transformers.BertConfig()`` defaults (BERT-base, learned absolute positions, max 512).
 * ``bert-tiny``: a 2-layer, width-32 BERT for tests.
 * ``modernbert-base``: ``transformers.ModernBertConfig()`` defaults (ModernBERT-base: 22 layers,

@@ -60,7 +60,8 @@ class Progress:
         rate = (self.n - self.start_n) / elapsed if elapsed > 0 else 0.0
         unit = self.unit + ("s" if self.total != 1 else "")
         done = f"{self.n}/{self.total} {unit} ({100 * self.n / self.total:.0f}%)" if self.total else f"{self.n} {unit}"
-        eta = f", ETA {_duration((self.total - self.n) / rate)}" if self.total and rate > 0 and self.n < self.total else ""
+        eta = (f", ETA {_duration((self.total - self.n) / rate)}"
+               if self.total and rate > 0 and self.n < self.total else "")
         extra = "".join(f", {k} {v}" for k, v in self.postfix.items())
         return f"{self.desc}: {done}, {rate:.3g} {self.unit}s/s{eta}{extra}, {_duration(elapsed)} elapsed"
 

@@ -78,14 +78,15 @@ def parent(args) -> None:
             outs = {}
             for mode in ("eager", "compiled"):
                 save = Path(tmp) / f"{mode}-{tokens}.pt"
-                cmd = [sys.executable, __file__, "--child", "--mode", mode, "--tokens", str(tokens), "--text", args.text,
-                       "--save", str(save)]
+                cmd = [sys.executable, __file__, "--child", "--mode", mode, "--tokens", str(tokens),
+                       "--text", args.text, "--save", str(save)]
                 envelope = Envelope.begin()
                 proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, env=env, text=True)
                 stdout = proc.stdout.read()
                 _, status, usage = os.wait4(proc.pid, 0)
                 if status != 0:
-                    raise SystemExit(f"{mode} at {tokens} tokens failed (exit code {os.waitstatus_to_exitcode(status)})")
+                    raise SystemExit(f"{mode} at {tokens} tokens failed "
+                                     f"(exit code {os.waitstatus_to_exitcode(status)})")
                 row = json.loads(stdout.strip().splitlines()[-1])
                 row["process_mb"] = round(usage.ru_maxrss / 1024, 1)  # kilobytes on Linux
                 row |= envelope.end()

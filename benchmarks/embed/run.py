@@ -28,7 +28,8 @@ bf16 autocast on a CPU that multiplies bf16 natively; ``SentenceTransformer.enco
 * ``st``: ``SentenceTransformer(model_dir)`` + ``encode`` of the same texts (``batch_size``: ``--st-batch-size``,
   default the largest of 32 (its default), 16, ..., 1 whose largest padded batch stays within the memory bound
   ``embed`` works under, max(``--max-batch-tokens``, the longest document)), vectors saved with numpy;
-* ``ray``: ``embed_corpus(..., EmbedOptions(backend="ray", concurrency=2))`` on a local Ray it starts (2 actors, 1 thread each).
+* ``ray``: ``embed_corpus(..., EmbedOptions(backend="ray", concurrency=2))`` on a local Ray it starts (2 actors,
+  1 thread each).
 
 Each side times its whole job with :func:`avey_b.benchmarking.timing.timed_call` (model load included), measures a
 GEMM rate of the same dtype in the same process before and after, and reports its ``ru_maxrss``; the parent samples

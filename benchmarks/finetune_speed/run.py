@@ -6,8 +6,9 @@ of ``avey-b finetune``'s loop (the real one: ``run_cell``), the four setups alte
 Avey-B is the model given (``--avey``; default: the quickstart's); the BERT has its tokenizer and the same
 parameter count (width 256, 2 layers, FFN width matched), random weights. Each cell fine-tunes on the first
 ``--examples`` SST-2 training sentences (the file minus a fixed 5% holdout) for one epoch (batch 32) and scores
-256 held-out ones; tokens/s counts real (non-padding) tokens per second of the training loop. The GEMM rates of both dtypes are measured in the same
-process before and after. Results go to ``results.jsonl``; the table to stdout.
+256 held-out ones; tokens/s counts real (non-padding) tokens per second of the training loop. The GEMM rates of
+both dtypes are measured in the same process before and after. Results go to ``results.jsonl``; the table to
+stdout.
 """
 
 from __future__ import annotations

@@ -153,7 +153,8 @@ def main() -> None:
         subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env)
     report = (work / "eval" / "report.md").read_text()
     head = report_head(
-        "Learning benchmark: scratch vs pretrained (Avey-B, BERT, ModernBERT of one size)", "benchmarks/learning/run.py",
+        "Learning benchmark: scratch vs pretrained (Avey-B, BERT, ModernBERT of one size)",
+        "benchmarks/learning/run.py",
         sizes, env, facts=f"{args.threads} threads",
         took=f"Pretraining took {t_pre / 60:.0f} min, the whole benchmark {(time.time() - t_start) / 60:.0f} min.",
     ) + [

@@ -16,7 +16,8 @@ Steps (each resumable: a finished pretraining run, data set or fine-tuning seed 
    steps, batch and learning rate; every test length scored with the whole input in one window (ModernBERT up to
    its 8,192-token window, "—" past it); for Avey-B also how often its ranker pairs the needle's split with the
    question's. ModernBERT's rotary positions have no table: its copy for NIAH gets ModernBERT-base's 8,192-token
-   window (pretraining at 256 tokens wrote 512 into its config). The records, tables (mean over seeds [min–max]) and the plot go to ``--out``.
+   window (pretraining at 256 tokens wrote 512 into its config). The records, tables (mean over seeds [min–max])
+   and the plot go to ``--out``.
 
 The shared data are not part of the repository; nothing here downloads anything.
 """

@@ -174,7 +174,8 @@ def report(records: list[dict], sizes: dict[str, int], args, seconds: float, env
              + f" (masked-LM model). Same flags for both: --epochs {args.epochs:g} --batch-size 32, --lr "
              + " and ".join(f"{lr:g}" for lr in args.lrs) + " (each with every seed; **bold**: the model's better "
              "learning rate on that task by median).",
-             "", "| task | model | lr | score (median of seeds) | spread: sd [min, max] | seeds | baseline | held-out | "
+             "",
+             "| task | model | lr | score (median of seeds) | spread: sd [min, max] | seeds | baseline | held-out | "
              "trained on |", "|---|---|---|---:|---|---|---:|---:|---:|"]
     groups: dict[tuple[str, str, float], list[dict]] = {}
     for r in records:
@@ -191,7 +192,8 @@ def report(records: list[dict], sizes: dict[str, int], args, seconds: float, env
         if best[(task, model)][0] == lr:
             median = f"**{median}**"
         lines.append(f"| {task} | {model} | {lr:g} | {median} | {spread} | "
-                     f"{', '.join(f'{s:.2f}' for s in scores)} | {rs[0]['baseline_name']} {rs[0]['baseline_score']:.2f} | "
+                     f"{', '.join(f'{s:.2f}' for s in scores)} | "
+                     f"{rs[0]['baseline_name']} {rs[0]['baseline_score']:.2f} | "
                      f"{rs[0]['n_validation']} | {rs[0]['n_train']} |")
     return "\n".join(lines) + "\n"
 

@@ -53,7 +53,8 @@ def main() -> None:
     p.add_argument("--sst2-train", type=int, default=learning.SST2_TRAIN, help="SST-2 training sentences")
     p.add_argument("--conll-train", type=int, default=learning.CONLL_TRAIN, help="CoNLL-2003 training sentences")
     p.add_argument("--threads", type=int, default=2,
-                   help="threads of Avey-B's pretraining (the Transformers' runs and the evaluation cells use one each)")
+                   help="threads of Avey-B's pretraining "
+                        "(the Transformers' runs and the evaluation cells use one each)")
     p.add_argument("--pretrain-only", action="store_true", help="stop after step 1")
     args = p.parse_args()
     shared, work = Path(args.shared), Path(args.work)

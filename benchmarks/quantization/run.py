@@ -157,7 +157,8 @@ def main() -> None:
                 for name in files:
                     if name != "onnx_fp32":
                         accuracy[name]["identical_ranker_choices"] = compare_quantized(
-                            files[name], fp32_path, Exportable(model, "last_hidden_state"), [(ids, mask)])["identical_choices"]
+                            files[name], fp32_path, Exportable(model, "last_hidden_state"), [(ids, mask)]
+                        )["identical_choices"]
             median = {name: statistics.median(v) for name, v in times.items()}
             rec = {"model": spec, "length": n, "batch": args.batch, "ids": text.source, **facts,
                    "threads": args.threads, "opset": args.opset, "seconds": times, "median_s": median,

@@ -33,7 +33,8 @@ def comment_documents() -> list[str]:
         for fn in sorted(f for f in filenames if f.endswith(".py")):
             try:
                 src = Path(dirpath, fn).read_text(encoding="utf-8")
-                comments = [t for t in tokenize.generate_tokens(io.StringIO(src).readline) if t.type == tokenize.COMMENT]
+                comments = [t for t in tokenize.generate_tokens(io.StringIO(src).readline)
+                            if t.type == tokenize.COMMENT]
             except (SyntaxError, UnicodeDecodeError, ValueError, tokenize.TokenError):
                 continue
             blocks, current, last = [], [], -5
@@ -68,8 +69,8 @@ def main() -> None:
     with open(args.out, "w") as f:
         for d in [*docs, *extra]:
             f.write(json.dumps({"text": d}) + "\n")
-    print(f"{len(docs)} docs ({sum(map(len, docs)):,} chars) + {len(extra)} comment files ({sum(map(len, extra)):,} chars)"
-          f" -> {args.out}")
+    print(f"{len(docs)} docs ({sum(map(len, docs)):,} chars) + "
+          f"{len(extra)} comment files ({sum(map(len, extra)):,} chars) -> {args.out}")
 
 
 if __name__ == "__main__":

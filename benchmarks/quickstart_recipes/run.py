@@ -1,7 +1,7 @@
-"""Recipe search for the quickstart (`avey-b pretrain --config quickstart`): each variant is the recipe shipped before the search
-(`BEFORE`) plus `key=value` overrides, run through the real CLI into its own run directory; its held-out curve (masked-LM loss and
-accuracy on the 5% held-out Python docs, every `eval.every` steps) and its fill-mask hit rate on every held-out sentence of
-`select_fill.py` are appended to `results.jsonl`.
+"""Recipe search for the quickstart (`avey-b pretrain --config quickstart`): each variant is the recipe shipped
+before the search (`BEFORE`) plus `key=value` overrides, run through the real CLI into its own run directory; its
+held-out curve (masked-LM loss and accuracy on the 5% held-out Python docs, every `eval.every` steps) and its
+fill-mask hit rate on every held-out sentence of `select_fill.py` are appended to `results.jsonl`.
 
     python benchmarks/quickstart_recipes/run.py --variants v0-long adam-1e-3 --threads 1   # in one shell
     python benchmarks/quickstart_recipes/run.py --variants quickstart --threads 2         # alone: the wall time
@@ -56,7 +56,8 @@ VARIANTS: dict[str, list[str]] = {
     # split size 32 and a 2,048-token vocabulary together
     "b2k-s32-v2k": ["train.max_steps=2400", "train.global_batch_tokens=2048", "train.micro_batch_size=8",
                     "optim.betas=[0.9,0.98]", "optim.eps=1e-8", "optim.lr=2e-3", "tokenizer.vocab_size=2048",
-                    "model.overrides={hidden_size: 256, num_hidden_layers: 4, split_size: 32, num_retrieved_splits: 3}"],
+                    "model.overrides={hidden_size: 256, num_hidden_layers: 4, "
+                    "split_size: 32, num_retrieved_splits: 3}"],
     # the quickstart with split size 16
     "s16": ["model.overrides={hidden_size: 256, num_hidden_layers: 4, split_size: 16, num_retrieved_splits: 3}",
             "optim.betas=[0.9,0.98]", "optim.eps=1e-8", "train.global_batch_tokens=2048",

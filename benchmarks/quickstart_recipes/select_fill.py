@@ -84,7 +84,8 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--tokenizer", help="print the fill_examples entries for this tokenizer")
     p.add_argument("--n", type=int, default=8)
-    p.add_argument("--score", nargs="+", metavar="MODEL_DIR", help="hit rates of saved models on every admitted sentence")
+    p.add_argument("--score", nargs="+", metavar="MODEL_DIR",
+                   help="hit rates of saved models on every admitted sentence")
     args = p.parse_args()
     if not (args.tokenizer or args.score):
         p.error("give --tokenizer or --score")

@@ -5,9 +5,10 @@
 The ranker's similarity working set is one cache-sized tile (within ``ranker_memory_mb``), reused for every step
 (the plan is recorded per length and precision). Everything else the forward holds is linear in ``N``, so peak
 memory should be ``~constant + c·N``. Peak memory is the process RSS above the level just before the forward,
-sampled every millisecond (:func:`avey_b.benchmarking.timing.timed_call`, which first returns freed heap to the system). FLOPs: the processor's per-token FLOPs counted at 4K tokens (FlopCounterMode) times
-``N``, plus the ranker's MaxSim GEMMs (every split against itself and the earlier ones); utilization is against
-the same-dtype 2048³ GEMM rate measured in the same process right before and after each point.
+sampled every millisecond (:func:`avey_b.benchmarking.timing.timed_call`, which first returns freed heap to the
+system). FLOPs: the processor's per-token FLOPs counted at 4K tokens (FlopCounterMode) times ``N``, plus the
+ranker's MaxSim GEMMs (every split against itself and the earlier ones); utilization is against the same-dtype
+2048³ GEMM rate measured in the same process right before and after each point.
 """
 
 from __future__ import annotations

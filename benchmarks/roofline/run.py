@@ -100,7 +100,8 @@ def point(model, fwd, ids, dtype_name: str, repeats: int) -> dict:
             forward()
     g = (g0 + g1) / 2
     return {"seconds": round(seconds, 4), "tokens_per_s": round(ids.shape[1] / seconds, 1), "flops": flops,
-            "gflop_per_s": round(flops / seconds / 1e9, 1), "gemm_gflop_per_s": [round(g0 / 1e9, 1), round(g1 / 1e9, 1)],
+            "gflop_per_s": round(flops / seconds / 1e9, 1),
+            "gemm_gflop_per_s": [round(g0 / 1e9, 1), round(g1 / 1e9, 1)],
             "utilization": round(flops / seconds / g, 3), "ranker_seconds": round(rseconds, 4),
             "ranker_share": round(rseconds / seconds, 3), "ranker_flops": rflops,
             "ranker_utilization": round(rflops / rseconds / g, 3),

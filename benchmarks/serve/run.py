@@ -68,8 +68,8 @@ def serve(directory: Path, threads: int, *extra: str):
     import httpx
 
     port = free_port()
-    proc = subprocess.Popen([str(Path(sys.executable).with_name("avey-b")), "serve", str(directory), "--port", str(port),
-                             *extra], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    proc = subprocess.Popen([str(Path(sys.executable).with_name("avey-b")), "serve", str(directory),
+                             "--port", str(port), *extra], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env={**os.environ, "OMP_NUM_THREADS": str(threads)})
     url = f"http://127.0.0.1:{port}"
     for _ in range(600):

@@ -42,7 +42,8 @@ def main() -> None:
         auto = ("vocabulary" if inputs.n >= execution.auto_min_splits
                 and execution.auto_overhead * estimate < 1 else "dense")
         for dtype in ("fp32", "bf16"):
-            def rank(inputs=inputs, bf16=dtype == "bf16"):  # autocast entered per call: its weight-cast cache lives one call
+            # autocast entered per call: its weight-cast cache lives one call
+            def rank(inputs=inputs, bf16=dtype == "bf16"):
                 with autocast(torch.device("cpu"), bf16):
                     ranker(inputs.x, inputs.keep, inputs.ids4)
 

@@ -202,7 +202,8 @@ def order_point(model, inputs: Inputs, dtype: str, repeats: int) -> dict:
         model.config.execution = default
     return {"part": "order", "ordered_s": round(best[True], 4), "unordered_s": round(best[False], 4),
             "speedup": round(best[False] / best[True], 2), "ordered_flops": flops[True],
-            "unordered_flops": flops[False], "same_choice": all(torch.equal(a, b) for a, b in zip(chosen[True], chosen[False], strict=True))}
+            "unordered_flops": flops[False],
+            "same_choice": all(torch.equal(a, b) for a, b in zip(chosen[True], chosen[False], strict=True))}
 
 
 def release_point(directory: Path, config, ids: torch.Tensor, repeats: int) -> dict:

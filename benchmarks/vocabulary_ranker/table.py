@@ -1,5 +1,5 @@
-"""Markdown tables of ``results.jsonl`` (run.py: ranker alone, whole forward, id order, the release side by side), and of
-``crossover.jsonl`` and ``export.jsonl`` beside it when present.
+"""Markdown tables of ``results.jsonl`` (run.py: ranker alone, whole forward, id order, the release side by side),
+and of ``crossover.jsonl`` and ``export.jsonl`` beside it when present.
 
     python benchmarks/vocabulary_ranker/table.py [results.jsonl]
 
@@ -64,7 +64,8 @@ def main() -> None:
     order = [r for r in rows if r["part"] == "order"]
     if order:
         print("\n### Vocabulary ranker, ids ordered by their last split vs unordered (unidirectional)\n")
-        print("| tokens | precision | unordered (s) | ordered (s) | speed-up | GEMM FLOPs unordered → ordered | same splits |")
+        print("| tokens | precision | unordered (s) | ordered (s) | speed-up | "
+              "GEMM FLOPs unordered → ordered | same splits |")
         print("|---|---|---|---|---|---|---|")
         for r in order:
             print(f"| {r['tokens']:,} | {r['dtype']} | {fmt_s(r['unordered_s'])} | {fmt_s(r['ordered_s'])} | "
@@ -94,7 +95,8 @@ def main() -> None:
                   f"{r['estimated_ratio']:.2f} | {r['what_auto_takes']} |")
     if (here / "export.jsonl").exists():
         print("\n### Exported (ONNX) small model in onnxruntime\n")
-        print("| tokens | distinct ids | ranker formula in the graph | seconds | peak MB | max abs difference from eager |")
+        print("| tokens | distinct ids | ranker formula in the graph | seconds | peak MB | "
+              "max abs difference from eager |")
         print("|---|---|---|---|---|---|")
         for line in (here / "export.jsonl").read_text().splitlines():
             r = json.loads(line)
