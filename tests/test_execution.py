@@ -10,6 +10,7 @@ from avey_b import AveyBConfig, AveyBModel, ExecutionSettings
 from avey_b.model import presets
 from avey_b.model.execution import CONFIG_KEYS
 from avey_b.model.ranker import Ranker
+from avey_b.model.ranker_fast import plan
 
 OLD_STYLE = {"chunk_tokens": 8, "ranker_algorithm": "dense", "ranker_block_size": 128, "ranker_memory_mb": 64,
              "ranker_selection_precision": "bfloat16"}
@@ -48,7 +49,7 @@ def test_each_model_runs_with_its_own_settings_read_at_every_call():
     assert b.config.execution == ExecutionSettings()
     tiles = {**a.config.execution.tile_bytes, ("cpu", 4): 4096}
     a.config.execution = a.config.execution.replace(tile_bytes=tiles, order_by_last_split=False)
-    assert a.ranker.plan(1, 64, 4, 4)[1] < b.ranker.plan(1, 64, 4, 4)[1]
+    assert plan(a.config.execution, 1, 64, 4, 4)[1] < plan(b.config.execution, 1, 64, 4, 4)[1]
     assert b.config.execution == ExecutionSettings() and Ranker(presets.tiny()).execution == ExecutionSettings()
 
 

@@ -47,6 +47,7 @@ from avey_b import AveyBModel
 from avey_b.benchmarking.inputs import FIRST_ID, tokenize_text
 from avey_b.benchmarking.timing import gemm_rate, timed_call
 from avey_b.model import presets
+from avey_b.model.ranker_fast import plan
 from avey_b.utils.counting import count_flops
 from avey_b.utils.device import autocast, cpu_model
 
@@ -77,7 +78,7 @@ def timed(fn) -> tuple[float, float, object]:
 
 def dense_flops(ranker, n: int, S: int, d: int, element_size: int) -> int:
     """The MaxSim GEMMs the dense path runs: each block of query splits against the candidates it scores."""
-    blk, _ = ranker.plan(1, n, S, element_size)
+    blk, _ = plan(ranker.execution, 1, n, S, element_size)
     total = 0
     for q0 in range(0, n, blk):
         q1 = min(n, q0 + blk)
