@@ -27,7 +27,6 @@ Notable choices:
 from __future__ import annotations
 
 import dataclasses
-import functools
 
 import torch
 from torch import nn
@@ -39,18 +38,6 @@ from . import loading, splits
 from .configuration import AveyBConfig
 from .layers import AveyBLayer, Mixer, RMSNorm, StaticMixer
 from .ranker import Choice, Compressor, Ranker
-
-
-def _outside_compiled_graphs(method):
-    """``torch.compiler.disable(recursive=False)``: under ``torch.compile`` the method's own frame runs eagerly and
-    what it calls is compiled; except under ``torch.export``, which refuses that and traces the method whole."""
-    eager = torch.compiler.disable(method, recursive=False)
-
-    @functools.wraps(method)
-    def run(*args, **kwargs):
-        return method(*args, **kwargs) if torch.compiler.is_exporting() else eager(*args, **kwargs)
-
-    return run
 
 
 class AveyBPreTrainedModel(PreTrainedModel):
@@ -168,9 +155,12 @@ class AveyBModel(AveyBPreTrainedModel):
             # 3-4. Each split with its weighted retrieved splits, compressed (§4.3), through the L layers (§3.2), in
             # chunks of rows (memory linear in N); all rows at once where every layer's states are returned, and in
             # an exported graph, which must hold for every length (a number of chunks would freeze it).
-            whole = all_hidden is not None or torch.compiler.is_exporting()
-            chunk = None if whole else max(1, config.execution.chunk_tokens_for(x.device.type) // config.context_size)
-            h = self._process_in_chunks(sp, choice, chunk, all_hidden)  # (R, S, d)
+            if torch.compiler.is_exporting():
+                h = self._process_rows(sp, choice, sp.row_ids, self.compressor, self.layers)  # (R, S, d)
+            else:
+                chunk_tokens = config.execution.chunk_tokens_for(x.device.type)
+                chunk = None if all_hidden is not None else max(1, chunk_tokens // config.context_size)
+                h = self._process_in_chunks(sp, choice, chunk, all_hidden)  # (R, S, d)
 
         # 5. Reassemble: each split's own outputs, back in the input's order, without split padding.
         out = sp.restore(h)  # (B, N, d)
@@ -192,7 +182,7 @@ class AveyBModel(AveyBPreTrainedModel):
         exact = not (self.training and self.embed_dropout.p > 0)
         return self.embed_dropout(self.embed_tokens(input_ids)), input_ids if exact else None
 
-    @_outside_compiled_graphs
+    @torch.compiler.disable(recursive=False)
     def _process_in_chunks(self, sp: splits.Splits, choice: Choice | None, chunk: int | None,
                            all_hidden: list | None = None) -> torch.Tensor:
         """The neural processor (§3.2) on every split's row (:meth:`_process_rows`), ``chunk`` rows at a time
@@ -200,11 +190,11 @@ class AveyBModel(AveyBPreTrainedModel):
         independent after the choice, so chunks bound activation memory whatever the length. ``all_hidden`` (every
         layer's states of every split, appended to it) takes all rows at once.
 
-        Under ``torch.compile`` this loop runs outside the graph (only this frame: :func:`_outside_compiled_graphs`),
-        since the number of chunks depends on the length, and each chunk, :meth:`_process_rows`, is compiled: one
-        graph serves every chunk, and a compiled forward holds one chunk's activations at a time, as an eager one
-        does."""
-        rows = torch.arange(sp.num_rows, device=sp.x.device) if sp.rows is None else sp.rows
+        Under ``torch.compile`` this loop runs outside the graph (``recursive=False``: only this frame), since the
+        number of chunks depends on the length, and each chunk, :meth:`_process_rows`, is compiled: one graph
+        serves every chunk, and a compiled forward holds one chunk's activations at a time, as an eager one does.
+        ``torch.export`` refuses such a frame: an exported graph runs :meth:`_process_rows` on every row."""
+        rows = sp.row_ids
         chunks = [rows] if chunk is None else rows.tensor_split(-(-rows.numel() // chunk))
         if len(chunks) == 1:
             return self._process_rows(sp, choice, rows, self.compressor, self.layers, all_hidden)
