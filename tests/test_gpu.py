@@ -99,7 +99,7 @@ def test_vocabulary_path_on_cuda_chooses_what_cpu_and_the_dense_path_choose():
     keep[1, 150:] = False
     xn = table[ids] * keep.unsqueeze(-1)
     rule = {"k": config.num_retrieved_splits, "bidirectional": False}
-    vocab = config.execution.replace(ranker_algorithm="vocabulary")
+    vocab = presets.small(vocab_size=4096, ranker_algorithm="vocabulary").execution
     cpu = ranker_fast.select(xn, keep, ids, **rule, execution=vocab)
     gpu = ranker_fast.select(xn.cuda(), keep.cuda(), ids.cuda(), **rule, execution=vocab)
     dense = ranker_fast.select(xn.cuda(), keep.cuda(), None, **rule, execution=config.execution)

@@ -22,7 +22,8 @@ PATHS = ["dense", "vocabulary", "export", "export-vocabulary"]
 def with_execution(config, **settings):
     """A copy of ``config`` whose execution settings have ``settings`` (a ranker built from it runs with them)."""
     config = copy.deepcopy(config)
-    config.execution = config.execution.replace(**settings)
+    for name, value in settings.items():
+        setattr(config, name, value)
     return config
 
 
@@ -331,7 +332,7 @@ def test_bf16_choice_equals_the_loop_free_formula_in_bf16(bidirectional):
     x = torch.randn(1, 40, 8, 32, generator=g)
     x[..., :4] += 2 * torch.randn(1, 40, 1, 4, generator=g)  # split-level topics: no near-ties
     xn = torch.nn.functional.normalize(x, dim=-1).bfloat16()
-    tiles = {**config.execution.tile_bytes, ("cpu", 2): 8 * 8 * 8 * 2 * 3}  # several tiles per query block
+    tiles = {**config.tile_bytes, ("cpu", 2): 8 * 8 * 8 * 2 * 3}  # several tiles per query block
     ranker = Ranker(with_execution(config, tile_bytes=tiles))
     keep = torch.ones(1, 40, 8, dtype=torch.bool)
     for a, b in zip(select(ranker, xn, None), select_for_export(ranker, xn, keep), strict=True):

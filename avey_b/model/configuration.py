@@ -3,8 +3,8 @@
 Paper symbols: ``d`` = ``hidden_size``, ``L`` = ``num_hidden_layers``, ``S`` = ``split_size``,
 ``k`` = ``num_retrieved_splits``, ``V`` = ``vocab_size``, ``m`` = ``expansion_factor * d``.
 Training settings (optimizer, data, schedule) deliberately live elsewhere (``avey_b.training``), and so do the
-execution settings, which change how the forward pass runs but not what it computes (``avey_b.model.execution``: each
-config carries them as ``config.execution``, out of ``config.json``). One loss setting stays here,
+execution settings, which change how the forward pass runs but not what it computes (``avey_b.model.execution``: a
+config takes them by name and keeps them as ``config.execution``, out of ``config.json``). One loss setting stays here,
 ``contrastive_scale``: it defines what the sentence-embedding head's loss is, as transformers configs keep a head's
 ``problem_type``, so a saved head trains with the same loss after loading.
 """
@@ -18,7 +18,7 @@ from transformers import GenerationConfig, PretrainedConfig
 
 from . import release
 from .config_keys import unknown_key
-from .execution import CONFIG_KEYS as EXECUTION_KEYS
+from .execution import FIELDS as EXECUTION_KEYS
 from .execution import ExecutionSettings
 
 #: Named layer arrangements of the paper's "How to arrange static and dynamic layers?" appendix.
@@ -67,8 +67,9 @@ TRANSFORMERS_KEYS = frozenset(
 
 
 class _ExecutionKey:
-    """An ``AveyBConfig`` attribute that reads and sets the field of the same name of ``config.execution`` (the
-    execution settings a config takes by name: ``avey_b.model.execution.CONFIG_KEYS``); never saved in ``config.json``."""
+    """An ``AveyBConfig`` attribute for the field of the same name of its execution settings: read from
+    ``config.execution``, set by replacing that record (validated, an unknown value named); never saved in
+    ``config.json``."""
 
     def __set_name__(self, owner, name: str) -> None:
         self.name = name
@@ -77,7 +78,7 @@ class _ExecutionKey:
         return self if config is None else getattr(config.execution, self.name)
 
     def __set__(self, config, value) -> None:
-        config.execution = config.execution.replace(**{self.name: value})
+        config._execution = config.execution.replace(**{self.name: value})
 
 
 def _choice(field: str, value, allowed) -> None:
@@ -133,12 +134,12 @@ class AveyBConfig(PretrainedConfig):
             Details: ``AveyBModel._rank_every_layer``; cost: ``benchmarks/ranker_every_layer/``.
         ranker_weighting (`str`, defaults to `"max"`): the selected MaxSim scores are divided by the largest
             (`"max"`, paper) or the smallest (`"min"`, release, weights ≥ 1) selected score.
-        execution (`ExecutionSettings`, *optional*): how the forward pass runs — the ranker's algorithm, blocks,
-            tiles and memory cap, the processor's chunk size — which changes speed and memory, not the outputs
-            (:class:`avey_b.model.execution.ExecutionSettings`). Kept on the config but never saved in ``config.json``.
-            Its fields ``ranker_algorithm``, ``ranker_block_size``, ``ranker_memory_mb``,
-            ``ranker_selection_precision`` and ``chunk_tokens`` are also accepted as keyword arguments and
-            attributes of the config (read from the ``config.json`` of checkpoints saved before they moved).
+        ranker_algorithm, ranker_block_size, ranker_memory_mb, ranker_selection_precision, chunk_tokens, tile_bytes,
+            order_by_last_split, auto_overhead, auto_min_splits: the execution settings, how the forward pass runs
+            (the ranker's algorithm, blocks, tiles and memory cap, the processor's chunk size), which changes speed
+            and memory, not the outputs. Documented in :class:`avey_b.model.execution.ExecutionSettings`, which
+            holds them as ``config.execution``; keyword arguments and attributes of the config, as transformers'
+            ``attn_implementation`` is, and never saved in ``config.json``.
         compressor (`bool`, defaults to `True`): the neural compressor ``X̂ = P·X_cat (+ X_i)`` (§4.3). When off,
             each split is processed together with its ``k`` retrieved splits (``(k+1)S`` tokens) and only the
             current split's outputs are kept.
@@ -205,7 +206,6 @@ class AveyBConfig(PretrainedConfig):
         ranker: str = "unidirectional",
         ranker_placement: str = "embeddings",
         ranker_weighting: str = "max",
-        execution: ExecutionSettings | None = None,
         compressor: bool = True,
         compressor_residual: bool = True,
         mixing_bias: bool = False,
@@ -251,9 +251,8 @@ class AveyBConfig(PretrainedConfig):
         self.ranker = ranker
         self.ranker_placement = ranker_placement
         self.ranker_weighting = ranker_weighting
-        # the execution settings, given whole or by name (also how a config.json saved before they moved holds them)
-        self.execution = (execution or ExecutionSettings()).replace(
-            **{k: kwargs.pop(k) for k in EXECUTION_KEYS if k in kwargs})
+        # the execution settings, by name (also how a config.json saved before they moved out of it holds some)
+        self._execution = ExecutionSettings(**{k: kwargs.pop(k) for k in EXECUTION_KEYS if k in kwargs})
         self.compressor = compressor
         self.compressor_residual = compressor_residual
         self.mixing_bias = mixing_bias
@@ -292,24 +291,27 @@ class AveyBConfig(PretrainedConfig):
         if self.mixer_types is None:
             self.mixer_types = self._expand_mixer_types()
 
-    # the execution settings a config takes by name (``avey_b.model.execution``): attributes, not saved
+    # the execution settings (``avey_b.model.execution``), by name: attributes, not saved
     ranker_algorithm = _ExecutionKey()
     ranker_block_size = _ExecutionKey()
     ranker_memory_mb = _ExecutionKey()
     ranker_selection_precision = _ExecutionKey()
     chunk_tokens = _ExecutionKey()
+    tile_bytes = _ExecutionKey()
+    order_by_last_split = _ExecutionKey()
+    auto_overhead = _ExecutionKey()
+    auto_min_splits = _ExecutionKey()
 
     @property
     def execution(self) -> ExecutionSettings:
-        """How models built from this config run (:class:`avey_b.model.execution.ExecutionSettings`); not saved."""
+        """How models built from this config run, read at every forward pass: the record of the execution settings
+        (:class:`avey_b.model.execution.ExecutionSettings`), set by name; not saved."""
         return self._execution
 
     @execution.setter
-    def execution(self, value: ExecutionSettings) -> None:
-        if not isinstance(value, ExecutionSettings):
-            raise TypeError(f"AveyBConfig.execution must be an avey_b.model.execution.ExecutionSettings, got "
-                            f"{type(value).__name__}")
-        self._execution = value
+    def execution(self, value) -> None:
+        raise AttributeError("AveyBConfig.execution is read-only: set an execution setting by name, e.g. "
+                             "config.chunk_tokens = 8192 or AveyBConfig(ranker_algorithm='dense')")
 
     def to_dict(self) -> dict:
         """``PretrainedConfig.to_dict`` without the execution settings: ``config.json`` holds the architecture."""

@@ -196,18 +196,18 @@ def order_point(model, inputs: Inputs, dtype: str, repeats: int) -> dict:
     """The vocabulary ranker with ids ordered by their last split (the default) against unordered, alternated."""
     bf16 = dtype == "bf16"
     best, chosen, flops = {}, {}, {}
-    default = model.config.execution
+    default = model.config.order_by_last_split
     try:
         for _ in range(repeats):
             for ordered in (True, False):
-                model.config.execution = default.replace(order_by_last_split=ordered)
+                model.config.order_by_last_split = ordered
                 seconds, _, chosen[ordered] = timed(lambda: inputs.choose(model, "vocabulary", bf16))
                 best[ordered] = min(best.get(ordered, float("inf")), seconds)
         for ordered in (True, False):
-            model.config.execution = default.replace(order_by_last_split=ordered)
+            model.config.order_by_last_split = ordered
             flops[ordered] = inputs.vocabulary_flops(model, bf16)
     finally:
-        model.config.execution = default
+        model.config.order_by_last_split = default
     return {"part": "order", "ordered_s": round(best[True], 4), "unordered_s": round(best[False], 4),
             "speedup": round(best[False] / best[True], 2), "ordered_flops": flops[True],
             "unordered_flops": flops[False], "same_choice": all(torch.equal(a, b) for a, b in zip(chosen[True], chosen[False], strict=True))}
