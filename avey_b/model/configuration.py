@@ -1,4 +1,5 @@
-"""AveyBConfig: every architecture knob of Avey-B (the paper's §3–4, its ablations, and the authors' release), documented and validated.
+"""AveyBConfig: every architecture knob of Avey-B (the paper's §3–4, its ablations, and the authors' release),
+documented and validated.
 
 Paper symbols: ``d`` = ``hidden_size``, ``L`` = ``num_hidden_layers``, ``S`` = ``split_size``,
 ``k`` = ``num_retrieved_splits``, ``V`` = ``vocab_size``, ``m`` = ``expansion_factor * d``.
@@ -87,7 +88,8 @@ def _choice(field: str, value, allowed) -> None:
 
 
 class AveyBConfig(PretrainedConfig):
-    r"""Configuration of an Avey-B encoder. Defaults are the paper's *base* model (paper §5.1: "165M"; ≈164M parameters here).
+    r"""Configuration of an Avey-B encoder. Defaults are the paper's *base* model (paper §5.1: "165M"; ≈164M
+    parameters here).
 
     Args:
         vocab_size (`int`, defaults to 50368): ``V``, rows of the embedding table (tied with the MLM decoder).
@@ -105,10 +107,12 @@ class AveyBConfig(PretrainedConfig):
         enricher_layout (`str`, defaults to `"paper"`): order of the enricher's output features.
             `"paper"`: ``[bypass m_h | gate | contextual]`` and fuser input ``[bypass | c]``; `"release"`:
             ``[contextual | gate | bypass m_h]`` and fuser input ``[c | bypass]``.
-        layer_pattern (`str`, defaults to `"interleaved_sd"`): one of ``LAYER_PATTERNS`` (appendix "How to Arrange Static and Dynamic Layers?") or an explicit
-            string of ``S``/``D`` letters of length ``L`` (e.g. ``"SDSD"``). Expanded into ``mixer_types``.
+        layer_pattern (`str`, defaults to `"interleaved_sd"`): one of ``LAYER_PATTERNS`` (appendix "How to Arrange
+            Static and Dynamic Layers?") or an explicit string of ``S``/``D`` letters of length ``L`` (e.g.
+            ``"SDSD"``). Expanded into ``mixer_types``.
         mixer_types (`list[str]`, *optional*): per-layer ``"static"``/``"dynamic"``/``"coupled"``; derived from
-            ``layer_pattern`` and ``parameterization`` when not given (ModernBERT's ``layer_types``, renamed: transformers validates that name
+            ``layer_pattern`` and ``parameterization`` when not given (ModernBERT's ``layer_types``, renamed:
+            transformers validates that name
             against its attention kinds).
         parameterization (`str`, defaults to `"decoupled"`): `"decoupled"` (Avey-B, §4.2: a layer is static *or*
             dynamic) or `"coupled"` (original Avey: every layer mixes with ``V ⊙ S̃``; the configured row
@@ -278,8 +282,8 @@ class AveyBConfig(PretrainedConfig):
         self.retrieval_pooling = retrieval_pooling
         self.mixer_types = mixer_types
         if "max_position_embeddings" in kwargs:
-            raise ValueError("AveyBConfig has no max_position_embeddings: Avey-B has no position table and takes inputs "
-                             "of any length (generic code would read that name as a hard limit); a length the "
+            raise ValueError("AveyBConfig has no max_position_embeddings: Avey-B has no position table and takes "
+                             "inputs of any length (generic code would read that name as a hard limit); a length the "
                              f"authors' release states is context_len (given {kwargs['max_position_embeddings']!r})")
         unknown = [k for k in kwargs if not k.startswith("_") and k not in TRANSFORMERS_KEYS]
         if unknown:  # a typo would otherwise be saved into config.json and silently ignored by the model
@@ -351,6 +355,15 @@ class AveyBConfig(PretrainedConfig):
 
     # -- validation ------------------------------------------------------------------------------------------
     def _validate(self) -> None:
+        """Every field in range, every choice one of its options, and the fields consistent with each other: an
+        error that names the field, never a shape error deep inside the model."""
+        self._validate_sizes()
+        self._validate_choices()
+        self._validate_numbers()
+        self._validate_layers()
+
+    def _validate_sizes(self) -> None:
+        """The widths, counts and the enricher's partition (``m = m_h + 2 d'``)."""
         for field in ("vocab_size", "hidden_size", "num_hidden_layers", "split_size", "expansion_factor"):
             value = getattr(self, field)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -371,6 +384,9 @@ class AveyBConfig(PretrainedConfig):
                 f"expansion_factor={self.expansion_factor} gives m={m}, m_h={m_h}: the bypass m_h must be an "
                 "integer and the tail m - m_h a positive even number (it is split into gate and contextual halves)"
             )
+
+    def _validate_choices(self) -> None:
+        """The named options, and the ranker placement's needs."""
         _choice("enricher_activation", self.enricher_activation, ACTIVATIONS)
         _choice("mixing_activation", self.mixing_activation, ACTIVATIONS)
         _choice("enricher_layout", self.enricher_layout, ("paper", "release"))
@@ -382,8 +398,8 @@ class AveyBConfig(PretrainedConfig):
         _choice("ranker_placement", self.ranker_placement, RANKER_PLACEMENTS)
         if self.ranker_placement == "every_layer":
             if self.ranker == "off":
-                raise ValueError("AveyBConfig.ranker_placement='every_layer' needs a ranker, but ranker='off': set ranker "
-                                 "to 'unidirectional' or 'bidirectional', or ranker_placement to 'embeddings'")
+                raise ValueError("AveyBConfig.ranker_placement='every_layer' needs a ranker, but ranker='off': set "
+                                 "ranker to 'unidirectional' or 'bidirectional', or ranker_placement to 'embeddings'")
             if self.execution.ranker_algorithm == "vocabulary":
                 raise ValueError(
                     "AveyBConfig.ranker_placement='every_layer' ranks contextualized states, where MaxSim does not "
@@ -391,13 +407,16 @@ class AveyBConfig(PretrainedConfig):
                 )
         _choice("initializer", self.initializer, ("xavier_normal", "normal"))
         _choice("classifier_head", self.classifier_head, ("linear", "avey-b1"))
+        if self.retrieval_pooling is not None:
+            _choice("retrieval_pooling", self.retrieval_pooling, RETRIEVAL_POOLINGS)
+
+    def _validate_numbers(self) -> None:
+        """Scales, temperatures, epsilons, dropouts and the stated length."""
         if not self.contrastive_scale > 0:
             raise ValueError(f"AveyBConfig.contrastive_scale must be > 0, got {self.contrastive_scale!r}")
         if self.context_len is not None and (isinstance(self.context_len, bool) or not isinstance(self.context_len, int)
                                              or self.context_len < 1):
             raise ValueError(f"AveyBConfig.context_len must be None or an integer >= 1, got {self.context_len!r}")
-        if self.retrieval_pooling is not None:
-            _choice("retrieval_pooling", self.retrieval_pooling, RETRIEVAL_POOLINGS)
         if not self.dynamic_temperature > 0:
             raise ValueError(f"AveyBConfig.dynamic_temperature must be > 0, got {self.dynamic_temperature!r}")
         for field in ("norm_eps", "dynamic_eps", "ranker_eps"):
@@ -406,6 +425,9 @@ class AveyBConfig(PretrainedConfig):
         for field in ("embedding_dropout", "hidden_dropout", "classifier_dropout"):
             if not 0.0 <= getattr(self, field) < 1.0:
                 raise ValueError(f"AveyBConfig.{field} must be in [0, 1), got {getattr(self, field)!r}")
+
+    def _validate_layers(self) -> None:
+        """The layer pattern and the per-layer mixer types, against the number of layers and the parameterization."""
         pattern = self.layer_pattern
         if pattern not in LAYER_PATTERNS:
             if not isinstance(pattern, str) or not pattern or set(pattern) - set("SD"):
@@ -427,7 +449,8 @@ class AveyBConfig(PretrainedConfig):
             for t in self.mixer_types:
                 _choice("mixer_types[i]", t, ("static", "dynamic", "coupled"))
             if self.parameterization == "coupled" and set(self.mixer_types) != {"coupled"}:
-                raise ValueError("AveyBConfig.parameterization='coupled' requires every mixer_types entry to be 'coupled'")
+                raise ValueError("AveyBConfig.parameterization='coupled' requires every mixer_types entry to be "
+                                 "'coupled'")
             if self.parameterization == "decoupled" and "coupled" in self.mixer_types:
                 raise ValueError("AveyBConfig.mixer_types contains 'coupled' but parameterization='decoupled'")
 

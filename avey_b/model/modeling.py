@@ -273,7 +273,8 @@ def _refuse_tracing() -> None:
         raise NotImplementedError(
             "Avey-B does not support TorchScript tracing (torch.onnx.export(..., dynamo=False) or torch.jit.trace): "
             "its split count and retrieval depend on the input length, which a trace would freeze. Use "
-            "torch.export.export or torch.onnx.export(..., dynamo=True) (dynamic batch and length: avey_b.apps.export), or "
+            "torch.export.export or torch.onnx.export(..., dynamo=True) (dynamic batch and length: "
+            "avey_b.apps.export), or "
             "torch.compile(model, dynamic=True) for every length."
         )
 

@@ -5,9 +5,9 @@ Notation: ``B`` batch, ``n`` splits, ``S`` split size, ``k`` retrieved splits, `
 
 The ranker runs once per forward pass, on the embedding output (§3.1), in the paper's steps:
 
-1. **MaxSim** (:func:`avey_b.model.similarity.maxsim`, ColBERT's late interaction): the relevance of a candidate split ``j`` to a current
-   split ``i`` is ``MaxSim(i, j) = Σ_{t∈i} max_{u∈j} cos(x_t, x_u)`` over real tokens (padding never matches and
-   never votes).
+1. **MaxSim** (:func:`avey_b.model.similarity.maxsim`, ColBERT's late interaction): the relevance of a candidate
+   split ``j`` to a current split ``i`` is ``MaxSim(i, j) = Σ_{t∈i} max_{u∈j} cos(x_t, x_u)`` over real tokens
+   (padding never matches and never votes).
 2. **Top-k** (:func:`reference_choice`): the ``k`` allowed candidates with the highest MaxSim — unidirectionally
    the preceding splits, bidirectionally (§4.1) every other split, never a split with no real token. Repeated text
    makes exact ties common: the nearer split wins, at equal distance the preceding one.
