@@ -60,9 +60,9 @@ def test_a_compiled_forward_over_many_chunks_equals_eager_with_one_graph_for_eve
     real_rows = AveyBModel._process_rows
 
     @torch.compiler.disable(recursive=False)  # the spy runs as Python; the chunk step it calls is compiled
-    def spy(self, sp, choice, sel):
+    def spy(self, sp, choice, sel, *args):
         chunk_sizes.append(sel.numel())
-        return real_rows(self, sp, choice, sel)
+        return real_rows(self, sp, choice, sel, *args)
 
     monkeypatch.setattr(AveyBModel, "_process_rows", spy)
 

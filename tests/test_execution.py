@@ -8,8 +8,9 @@ import torch
 
 from avey_b import AveyBConfig, AveyBModel, ExecutionSettings
 from avey_b.model import presets
-from avey_b.model.execution import CONFIG_KEYS
+from avey_b.model.execution import FIELDS
 from avey_b.model.ranker import Ranker
+from avey_b.model.ranker_fast import plan
 
 OLD_STYLE = {"chunk_tokens": 8, "ranker_algorithm": "dense", "ranker_block_size": 128, "ranker_memory_mb": 64,
              "ranker_selection_precision": "bfloat16"}
@@ -21,7 +22,7 @@ def test_settings_are_not_saved_and_a_checkpoint_that_holds_them_loads_with_them
     assert model.config.execution == ExecutionSettings(**OLD_STYLE)
     model.save_pretrained(tmp_path)
     saved = json.loads((tmp_path / "config.json").read_text())
-    assert not set(saved) & {*CONFIG_KEYS, "execution", "_execution"}  # config.json holds the architecture
+    assert not set(saved) & {*FIELDS, "execution", "_execution"}  # config.json holds the architecture
     assert AveyBModel.from_pretrained(tmp_path).config.execution == ExecutionSettings()
     # a config.json written when these were architecture fields: it loads, and the model runs with its settings
     (tmp_path / "config.json").write_text(json.dumps(saved | OLD_STYLE))
@@ -46,9 +47,10 @@ def test_each_model_runs_with_its_own_settings_read_at_every_call():
             a(inputs_embeds=embeds)
         b(inputs_embeds=embeds)
     assert b.config.execution == ExecutionSettings()
-    tiles = {**a.config.execution.tile_bytes, ("cpu", 4): 4096}
-    a.config.execution = a.config.execution.replace(tile_bytes=tiles, order_by_last_split=False)
-    assert a.ranker.plan(1, 64, 4, 4)[1] < b.ranker.plan(1, 64, 4, 4)[1]
+    a.config.tile_bytes = {**a.config.tile_bytes, ("cpu", 4): 4096}
+    a.config.order_by_last_split = False
+    assert a.config.execution.order_by_last_split is False and a.config.execution.tile_bytes["cpu", 4] == 4096
+    assert plan(a.config.execution, 1, 64, 4, 4)[1] < plan(b.config.execution, 1, 64, 4, 4)[1]
     assert b.config.execution == ExecutionSettings() and Ranker(presets.tiny()).execution == ExecutionSettings()
 
 
@@ -61,8 +63,10 @@ def test_bad_settings_are_errors_that_name_them():
         ExecutionSettings().replace(order_by_last_splits=False)
     with pytest.raises(ValueError, match="did you mean 'chunk_tokens'"):
         AveyBConfig(chunk_token=8)
-    with pytest.raises(TypeError, match="ExecutionSettings"):
-        presets.tiny().execution = {"chunk_tokens": 8}
+    with pytest.raises(AttributeError, match="set an execution setting by name"):
+        presets.tiny().execution = ExecutionSettings(chunk_tokens=8)
+    with pytest.raises(ValueError, match="ExecutionSettings.auto_min_splits must be an integer >= 1"):
+        presets.tiny().auto_min_splits = 0
     with pytest.raises(ValueError, match="tile_bytes"):
         ExecutionSettings(tile_bytes={"cpu": 0})
 

@@ -90,7 +90,7 @@ def test_vocabulary_path_on_cuda_chooses_what_cpu_and_the_dense_path_choose():
     choice as on CPU and as the dense path on CUDA, on repeated ids, and the same model outputs."""
     import torch.nn.functional as F
 
-    from avey_b.model.ranker import Ranker
+    from avey_b.model import ranker_fast
 
     config = presets.small(vocab_size=4096)
     g = torch.Generator().manual_seed(0)
@@ -99,10 +99,11 @@ def test_vocabulary_path_on_cuda_chooses_what_cpu_and_the_dense_path_choose():
     keep = torch.ones(2, 200, 64, dtype=torch.bool)
     keep[1, 150:] = False
     xn = table[ids] * keep.unsqueeze(-1)
-    vocab = Ranker(presets.small(vocab_size=4096, ranker_algorithm="vocabulary"))
-    cpu = vocab.select(xn, keep, ids)
-    gpu = vocab.select(xn.cuda(), keep.cuda(), ids.cuda())
-    dense = Ranker(config).select(xn.cuda(), keep.cuda())
+    rule = {"k": config.num_retrieved_splits, "bidirectional": False}
+    vocab = presets.small(vocab_size=4096, ranker_algorithm="vocabulary").execution
+    cpu = ranker_fast.select(xn, keep, ids, **rule, execution=vocab)
+    gpu = ranker_fast.select(xn.cuda(), keep.cuda(), ids.cuda(), **rule, execution=vocab)
+    dense = ranker_fast.select(xn.cuda(), keep.cuda(), None, **rule, execution=config.execution)
     for a, b, c in zip(cpu, gpu, dense, strict=True):
         assert torch.equal(a, b.cpu()) and torch.equal(b, c)
     torch.manual_seed(0)

@@ -37,9 +37,12 @@ def test_layers_compile_without_graph_breaks_and_the_model_breaks_only_at_the_se
     # one compiled graph): they are the only places the graph breaks
     explanation = torch._dynamo.explain(model)(ids, attention_mask=mask)
     reasons = [str(reason.reason) for reason in explanation.break_reasons]
-    assert any("Ranker.select" in r for r in reasons) and any("_process_in_chunks" in r for r in reasons), reasons
+    assert any("function select " in r for r in reasons), reasons
     for reason in reasons:
-        assert "compiler.disable" in reason and ("Ranker.select" in reason or "_process_in_chunks" in reason), reason
+        assert "compiler.disable" in reason and ("function select " in reason or "_process_in_chunks" in reason), reason
+    # explain gives no reason for the chunk loop's break (the forward's resumed frame calls it directly): the count
+    # pins every break, the selection's and the chunk loop's
+    assert explanation.graph_break_count == 5, reasons
 
 
 @pytest.mark.slow

@@ -171,24 +171,24 @@ def test_tokenizer_padding_side_does_not_change_results():
 def test_splits_without_real_tokens_skip_the_processor_and_come_back_as_zeros(monkeypatch):
     """A batch of mixed lengths: the processor sees only rows with a real token, and the ranker ranks each row
     over its own splits; real-token outputs are unchanged."""
+    from avey_b.model import ranker_fast
     from avey_b.model.layers import AveyBLayer
-    from avey_b.model.ranker import Ranker
 
     model = seeded(AveyBModel, presets.tiny())
     seqs, ids, mask, where = _batch_with_padding_everywhere()
     ids, mask = torch.cat([ids, torch.zeros(3, 18, dtype=torch.long)], 1), torch.cat([mask, torch.zeros(3, 18, dtype=torch.long)], 1)
     rows_seen, ranked = [], []
-    real_forward, real_dense, real_vocab = AveyBLayer.forward, Ranker._select_dense, Ranker._select_vocabulary
+    real_forward, real_dense, real_vocab = AveyBLayer.forward, ranker_fast.select_dense, ranker_fast.select_vocabulary
     monkeypatch.setattr(AveyBLayer, "forward", lambda self, h, keep=None: rows_seen.append(h.shape[0]) or real_forward(self, h, keep))
-    monkeypatch.setattr(Ranker, "_select_dense", lambda self, xn, keep: ranked.append(xn.shape[:2]) or real_dense(self, xn, keep))
+    monkeypatch.setattr(ranker_fast, "select_dense", lambda xn, *a, **kw: ranked.append(xn.shape[:2]) or real_dense(xn, *a, **kw))
 
-    def vocab(self, xn, *args):  # one row, (n, S, d); None when the dense path ranks it instead
-        got = real_vocab(self, xn, *args)
+    def vocab(xn, *args, **kwargs):  # one row, (n, S, d); None when the dense path ranks it instead
+        got = real_vocab(xn, *args, **kwargs)
         if got is not None:
             ranked.append((1, xn.shape[0]))
         return got
 
-    monkeypatch.setattr(Ranker, "_select_vocabulary", vocab)
+    monkeypatch.setattr(ranker_fast, "select_vocabulary", vocab)
     with torch.no_grad():
         out = model(ids, attention_mask=mask).last_hidden_state
     # 40 slots = 10 splits per row; real tokens need 4 + 6 + 4 splits after re-alignment

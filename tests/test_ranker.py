@@ -11,10 +11,10 @@ import torch
 import torch.nn.functional as F
 
 from avey_b import AveyBModel
-from avey_b.model import presets
-from avey_b.model.ranker import Choice, Compressor, Ranker, maxsim, reference_choice
-from avey_b.model.ranker_fast import _PAIR_BYTES
-from avey_b.model.similarity import unit_vectors
+from avey_b.model import presets, ranker_fast
+from avey_b.model.ranker import Choice, Compressor, Ranker, reference_choice
+from avey_b.model.ranker_fast import _PAIR_BYTES, plan, plan_vocabulary
+from avey_b.model.similarity import maxsim, unit_vectors
 
 PATHS = ["dense", "vocabulary", "export", "export-vocabulary"]
 
@@ -22,8 +22,20 @@ PATHS = ["dense", "vocabulary", "export", "export-vocabulary"]
 def with_execution(config, **settings):
     """A copy of ``config`` whose execution settings have ``settings`` (a ranker built from it runs with them)."""
     config = copy.deepcopy(config)
-    config.execution = config.execution.replace(**settings)
+    for name, value in settings.items():
+        setattr(config, name, value)
     return config
+
+
+def select(ranker, xn, keep, ids=None):
+    """The choice of the ranker's fast paths (:func:`avey_b.model.ranker_fast.select`), with its settings."""
+    return ranker_fast.select(xn, keep, ids, k=ranker.k, bidirectional=ranker.bidirectional,
+                              execution=ranker.execution)
+
+
+def select_for_export(ranker, xn, keep, ids=None):
+    """The choice of the loop-free formulas that exported graphs run, with the ranker's settings."""
+    return ranker_fast.select_for_export(xn, keep, ids, k=ranker.k, bidirectional=ranker.bidirectional)
 
 
 def memory_mb(elements: int) -> float:
@@ -75,13 +87,13 @@ def choose(ranker, x, keep, ids, path):
     xn = F.normalize(x, dim=-1, eps=1e-12)
     keep_all = torch.ones(x.shape[:3], dtype=torch.bool) if keep is None else keep
     if path == "export":
-        return ranker.select_for_export(xn, keep_all)
+        return select_for_export(ranker, xn, keep_all)
     if path == "export-vocabulary":
-        return ranker.select_for_export_vocabulary(xn, keep_all, ids)
+        return select_for_export(ranker, xn, keep_all, ids)
     if path == "vocabulary":
         ranker.config.ranker_algorithm = "vocabulary"
-        return ranker.select(xn, keep, ids)
-    return ranker.select(xn, keep)
+        return select(ranker, xn, keep, ids)
+    return select(ranker, xn, keep)
 
 
 def retrieve(ranker, x, keep, idx, ok):
@@ -268,13 +280,13 @@ def test_the_similarity_tile_is_cache_sized_and_within_the_memory_cap_at_every_l
     ranker = Ranker(presets.small())  # S = 64, 512-token query blocks, ranker_memory_mb = 256
     for N in (1024, 16_384, 65_536, 262_144, 1_048_576):
         for size in (4, 2):  # fp32, bf16
-            blk, tile = ranker.plan(1, N // 64, 64, size)
+            blk, tile = plan(ranker.execution, 1, N // 64, 64, size)
             assert blk == min(8, N // 64)  # the query block does not shrink with N
             assert tile * 64 * blk * 64 * size <= ranker.execution.tile_bytes["cpu", size]  # one cache-sized tile
-    assert ranker.plan(1, 256, 64, 4) == (8, 16) and ranker.plan(1, 256, 64, 2) == (8, 32)
-    assert ranker.plan(1, 256, 64, 4, "cuda")[1] == 256  # GPU: whole candidate rows at 16K tokens
+    assert plan(ranker.execution, 1, 256, 64, 4) == (8, 16) and plan(ranker.execution, 1, 256, 64, 2) == (8, 32)
+    assert plan(ranker.execution, 1, 256, 64, 4, "cuda")[1] == 256  # GPU: whole candidate rows at 16K tokens
     ranker = Ranker(presets.small(ranker_memory_mb=memory_mb(2 * 64 * 64)))  # a tiny cap wins over the tile size,
-    assert ranker.plan(1, 256, 64, 4) == (2, 1)  # then over the block
+    assert plan(ranker.execution, 1, 256, 64, 4) == (2, 1)  # then over the block
 
 
 @pytest.mark.parametrize("size", [4, 2])
@@ -286,14 +298,14 @@ def test_the_vocabulary_working_set_at_1m_tokens_stays_within_the_cap(size):
     cap = presets.small().ranker_memory_mb * 2**20
     n, S = 2**20 // 64, 64
     for U in (32_000, 50_368):
-        ids, tile, cols = ranker.plan_vocabulary(U, n, S, size)
+        ids, tile, cols = plan_vocabulary(ranker.execution, U, n, S, size)
         assert ids * tile * S * size <= ranker.execution.tile_bytes["cpu", size]  # one cache-sized tile a step
         similarity = ids * tile * S * size + (ids * tile * S * 4 if size == 2 else 0)  # + the fp32 copy for the max
         scores = (U + 1) * cols * 4 + n * cols * _PAIR_BYTES
         assert similarity + scores <= cap
         assert cols >= 64  # wide enough for the embedding-bag sums to stream whole rows of M
     # small inputs: one tile of M columns covers every candidate
-    assert ranker.plan_vocabulary(2_800, 256, 64)[2] == 256
+    assert plan_vocabulary(ranker.execution, 2_800, 256, 64)[2] == 256
 
 
 @pytest.mark.parametrize("bidirectional", [False, True])
@@ -305,8 +317,8 @@ def test_tiling_does_not_change_the_choice(bidirectional):
     keep[0, 2, 1:] = False
     wide, tiled = Ranker(config), Ranker(with_execution(config, ranker_memory_mb=memory_mb(2 * 4 * 4)))
     # tiled: one query split x one candidate split per step
-    assert tiled.plan(2, 9, 4) == (1, 1)
-    for a, b in zip(wide.select(x, keep), tiled.select(x, keep), strict=True):
+    assert plan(tiled.execution, 2, 9, 4) == (1, 1)
+    for a, b in zip(select(wide, x, keep), select(tiled, x, keep), strict=True):
         assert torch.equal(a, b)
 
 
@@ -320,10 +332,10 @@ def test_bf16_choice_equals_the_loop_free_formula_in_bf16(bidirectional):
     x = torch.randn(1, 40, 8, 32, generator=g)
     x[..., :4] += 2 * torch.randn(1, 40, 1, 4, generator=g)  # split-level topics: no near-ties
     xn = torch.nn.functional.normalize(x, dim=-1).bfloat16()
-    tiles = {**config.execution.tile_bytes, ("cpu", 2): 8 * 8 * 8 * 2 * 3}  # several tiles per query block
+    tiles = {**config.tile_bytes, ("cpu", 2): 8 * 8 * 8 * 2 * 3}  # several tiles per query block
     ranker = Ranker(with_execution(config, tile_bytes=tiles))
     keep = torch.ones(1, 40, 8, dtype=torch.bool)
-    for a, b in zip(ranker.select(xn, None), ranker.select_for_export(xn, keep), strict=True):
+    for a, b in zip(select(ranker, xn, None), select_for_export(ranker, xn, keep), strict=True):
         assert torch.equal(a, b)
 
 
@@ -363,8 +375,8 @@ def test_vocabulary_path_chooses_what_the_dense_path_chooses(bidirectional, k):
         x, keep, ids = repeated_batch(seed, B=3, N=173, S=S)  # S does not divide N
         xn = F.normalize(x, dim=-1, eps=1e-12)
         dense, vocab = Ranker(config), Ranker(with_execution(config, ranker_algorithm="vocabulary"))
-        idx_d, ok_d = dense.select(xn, keep)
-        idx_v, ok_v = vocab.select(xn, keep, ids)
+        idx_d, ok_d = select(dense, xn, keep)
+        idx_v, ok_v = select(vocab, xn, keep, ids)
         assert torch.equal(ok_d, ok_v)
         ref = float64_scores(x, keep)
         real = keep.any(-1)
@@ -377,7 +389,7 @@ def test_vocabulary_path_chooses_what_the_dense_path_chooses(bidirectional, k):
         # with the tie rule: the same splits everywhere (repeated text gives exactly tied scores), also in the
         # loop-free formulas that exported graphs run
         assert torch.equal(idx_d[real], idx_v[real])
-        for idx_e, ok_e in (vocab.select_for_export_vocabulary(xn, keep, ids), dense.select_for_export(xn, keep)):
+        for idx_e, ok_e in (select_for_export(vocab, xn, keep, ids), select_for_export(dense, xn, keep)):
             assert torch.equal(idx_e[real], idx_d[real]) and torch.equal(ok_e[real], ok_d[real])
 
 
@@ -424,12 +436,12 @@ def test_vocabulary_tiles_and_id_order_do_not_change_the_choice():
     config = with_execution(config, ranker_algorithm="vocabulary")
     # tiled: M in tiles of two candidate splits, ids in blocks of eight
     tiled_config = with_execution(config, ranker_memory_mb=memory_mb(64), ranker_block_size=8)
-    assert Ranker(tiled_config).plan_vocabulary(50, 76, 4) == (8, 2, 2)
-    want_idx, want_ok = Ranker(config).select(xn, keep, ids)
+    assert plan_vocabulary(tiled_config.execution, 50, 76, 4) == (8, 2, 2)
+    want_idx, want_ok = select(Ranker(config), xn, keep, ids)
     rows = torch.arange(ref.shape[1])[:, None]
     for order in (True, False):
         wide, tiled = (Ranker(with_execution(c, order_by_last_split=order)) for c in (config, tiled_config))
-        for idx, ok in (tiled.select(xn, keep, ids), wide.select(xn, keep, ids)):
+        for idx, ok in (select(tiled, xn, keep, ids), select(wide, xn, keep, ids)):
             assert torch.equal(ok, want_ok)
             for b in range(ref.shape[0]):
                 got, want = ref[b][rows, idx[b]], ref[b][rows, want_idx[b]]
@@ -460,16 +472,16 @@ def test_whole_model_is_the_same_under_dense_and_vocabulary(bidirectional):
 def _spy(monkeypatch):
     """Record which path ranked each row: 'vocabulary' when the vocabulary path returned a choice, else 'dense'."""
     calls = []
-    real_vocab, real_dense = Ranker._select_vocabulary, Ranker._select_dense
+    real_vocab, real_dense = ranker_fast.select_vocabulary, ranker_fast.select_dense
 
-    def vocab(self, *args):
-        got = real_vocab(self, *args)
+    def vocab(*args, **kwargs):
+        got = real_vocab(*args, **kwargs)
         if got is not None:
             calls.append("vocabulary")
         return got
 
-    monkeypatch.setattr(Ranker, "_select_vocabulary", vocab)
-    monkeypatch.setattr(Ranker, "_select_dense", lambda self, xn, keep: calls.append("dense") or real_dense(self, xn, keep))
+    monkeypatch.setattr(ranker_fast, "select_vocabulary", vocab)
+    monkeypatch.setattr(ranker_fast, "select_dense", lambda *a, **kw: calls.append("dense") or real_dense(*a, **kw))
     return calls
 
 

@@ -1,10 +1,11 @@
-"""AveyBConfig: every architecture knob of Avey-B (the paper's §3–4, its ablations, and the authors' release), documented and validated.
+"""AveyBConfig: every architecture knob of Avey-B (the paper's §3–4, its ablations, and the authors' release),
+documented and validated.
 
 Paper symbols: ``d`` = ``hidden_size``, ``L`` = ``num_hidden_layers``, ``S`` = ``split_size``,
 ``k`` = ``num_retrieved_splits``, ``V`` = ``vocab_size``, ``m`` = ``expansion_factor * d``.
 Training settings (optimizer, data, schedule) deliberately live elsewhere (``avey_b.training``), and so do the
-execution settings, which change how the forward pass runs but not what it computes (``avey_b.model.execution``: each
-config carries them as ``config.execution``, out of ``config.json``). One loss setting stays here,
+execution settings, which change how the forward pass runs but not what it computes (``avey_b.model.execution``: a
+config takes them by name and keeps them as ``config.execution``, out of ``config.json``). One loss setting stays here,
 ``contrastive_scale``: it defines what the sentence-embedding head's loss is, as transformers configs keep a head's
 ``problem_type``, so a saved head trains with the same loss after loading.
 """
@@ -18,7 +19,7 @@ from transformers import GenerationConfig, PretrainedConfig
 
 from . import release
 from .config_keys import unknown_key
-from .execution import CONFIG_KEYS as EXECUTION_KEYS
+from .execution import FIELDS as EXECUTION_KEYS
 from .execution import ExecutionSettings
 
 #: Named layer arrangements of the paper's "How to arrange static and dynamic layers?" appendix.
@@ -67,8 +68,9 @@ TRANSFORMERS_KEYS = frozenset(
 
 
 class _ExecutionKey:
-    """An ``AveyBConfig`` attribute that reads and sets the field of the same name of ``config.execution`` (the
-    execution settings a config takes by name: ``avey_b.model.execution.CONFIG_KEYS``); never saved in ``config.json``."""
+    """An ``AveyBConfig`` attribute for the field of the same name of its execution settings: read from
+    ``config.execution``, set by replacing that record (validated, an unknown value named); never saved in
+    ``config.json``."""
 
     def __set_name__(self, owner, name: str) -> None:
         self.name = name
@@ -77,7 +79,7 @@ class _ExecutionKey:
         return self if config is None else getattr(config.execution, self.name)
 
     def __set__(self, config, value) -> None:
-        config.execution = config.execution.replace(**{self.name: value})
+        config._execution = config.execution.replace(**{self.name: value})
 
 
 def _choice(field: str, value, allowed) -> None:
@@ -86,7 +88,8 @@ def _choice(field: str, value, allowed) -> None:
 
 
 class AveyBConfig(PretrainedConfig):
-    r"""Configuration of an Avey-B encoder. Defaults are the paper's *base* model (paper §5.1: "165M"; ≈164M parameters here).
+    r"""Configuration of an Avey-B encoder. Defaults are the paper's *base* model (paper §5.1: "165M"; ≈164M
+    parameters here).
 
     Args:
         vocab_size (`int`, defaults to 50368): ``V``, rows of the embedding table (tied with the MLM decoder).
@@ -104,10 +107,12 @@ class AveyBConfig(PretrainedConfig):
         enricher_layout (`str`, defaults to `"paper"`): order of the enricher's output features.
             `"paper"`: ``[bypass m_h | gate | contextual]`` and fuser input ``[bypass | c]``; `"release"`:
             ``[contextual | gate | bypass m_h]`` and fuser input ``[c | bypass]``.
-        layer_pattern (`str`, defaults to `"interleaved_sd"`): one of ``LAYER_PATTERNS`` (appendix "How to Arrange Static and Dynamic Layers?") or an explicit
-            string of ``S``/``D`` letters of length ``L`` (e.g. ``"SDSD"``). Expanded into ``mixer_types``.
+        layer_pattern (`str`, defaults to `"interleaved_sd"`): one of ``LAYER_PATTERNS`` (appendix "How to Arrange
+            Static and Dynamic Layers?") or an explicit string of ``S``/``D`` letters of length ``L`` (e.g.
+            ``"SDSD"``). Expanded into ``mixer_types``.
         mixer_types (`list[str]`, *optional*): per-layer ``"static"``/``"dynamic"``/``"coupled"``; derived from
-            ``layer_pattern`` and ``parameterization`` when not given (ModernBERT's ``layer_types``, renamed: transformers validates that name
+            ``layer_pattern`` and ``parameterization`` when not given (ModernBERT's ``layer_types``, renamed:
+            transformers validates that name
             against its attention kinds).
         parameterization (`str`, defaults to `"decoupled"`): `"decoupled"` (Avey-B, §4.2: a layer is static *or*
             dynamic) or `"coupled"` (original Avey: every layer mixes with ``V ⊙ S̃``; the configured row
@@ -133,12 +138,12 @@ class AveyBConfig(PretrainedConfig):
             Details: ``AveyBModel._rank_every_layer``; cost: ``benchmarks/ranker_every_layer/``.
         ranker_weighting (`str`, defaults to `"max"`): the selected MaxSim scores are divided by the largest
             (`"max"`, paper) or the smallest (`"min"`, release, weights ≥ 1) selected score.
-        execution (`ExecutionSettings`, *optional*): how the forward pass runs — the ranker's algorithm, blocks,
-            tiles and memory cap, the processor's chunk size — which changes speed and memory, not the outputs
-            (:class:`avey_b.model.execution.ExecutionSettings`). Kept on the config but never saved in ``config.json``.
-            Its fields ``ranker_algorithm``, ``ranker_block_size``, ``ranker_memory_mb``,
-            ``ranker_selection_precision`` and ``chunk_tokens`` are also accepted as keyword arguments and
-            attributes of the config (read from the ``config.json`` of checkpoints saved before they moved).
+        ranker_algorithm, ranker_block_size, ranker_memory_mb, ranker_selection_precision, chunk_tokens, tile_bytes,
+            order_by_last_split, auto_overhead, auto_min_splits: the execution settings, how the forward pass runs
+            (the ranker's algorithm, blocks, tiles and memory cap, the processor's chunk size), which changes speed
+            and memory, not the outputs. Documented in :class:`avey_b.model.execution.ExecutionSettings`, which
+            holds them as ``config.execution``; keyword arguments and attributes of the config, as transformers'
+            ``attn_implementation`` is, and never saved in ``config.json``.
         compressor (`bool`, defaults to `True`): the neural compressor ``X̂ = P·X_cat (+ X_i)`` (§4.3). When off,
             each split is processed together with its ``k`` retrieved splits (``(k+1)S`` tokens) and only the
             current split's outputs are kept.
@@ -205,7 +210,6 @@ class AveyBConfig(PretrainedConfig):
         ranker: str = "unidirectional",
         ranker_placement: str = "embeddings",
         ranker_weighting: str = "max",
-        execution: ExecutionSettings | None = None,
         compressor: bool = True,
         compressor_residual: bool = True,
         mixing_bias: bool = False,
@@ -251,9 +255,8 @@ class AveyBConfig(PretrainedConfig):
         self.ranker = ranker
         self.ranker_placement = ranker_placement
         self.ranker_weighting = ranker_weighting
-        # the execution settings, given whole or by name (also how a config.json saved before they moved holds them)
-        self.execution = (execution or ExecutionSettings()).replace(
-            **{k: kwargs.pop(k) for k in EXECUTION_KEYS if k in kwargs})
+        # the execution settings, by name (also how a config.json saved before they moved out of it holds some)
+        self._execution = ExecutionSettings(**{k: kwargs.pop(k) for k in EXECUTION_KEYS if k in kwargs})
         self.compressor = compressor
         self.compressor_residual = compressor_residual
         self.mixing_bias = mixing_bias
@@ -279,8 +282,8 @@ class AveyBConfig(PretrainedConfig):
         self.retrieval_pooling = retrieval_pooling
         self.mixer_types = mixer_types
         if "max_position_embeddings" in kwargs:
-            raise ValueError("AveyBConfig has no max_position_embeddings: Avey-B has no position table and takes inputs "
-                             "of any length (generic code would read that name as a hard limit); a length the "
+            raise ValueError("AveyBConfig has no max_position_embeddings: Avey-B has no position table and takes "
+                             "inputs of any length (generic code would read that name as a hard limit); a length the "
                              f"authors' release states is context_len (given {kwargs['max_position_embeddings']!r})")
         unknown = [k for k in kwargs if not k.startswith("_") and k not in TRANSFORMERS_KEYS]
         if unknown:  # a typo would otherwise be saved into config.json and silently ignored by the model
@@ -292,24 +295,27 @@ class AveyBConfig(PretrainedConfig):
         if self.mixer_types is None:
             self.mixer_types = self._expand_mixer_types()
 
-    # the execution settings a config takes by name (``avey_b.model.execution``): attributes, not saved
+    # the execution settings (``avey_b.model.execution``), by name: attributes, not saved
     ranker_algorithm = _ExecutionKey()
     ranker_block_size = _ExecutionKey()
     ranker_memory_mb = _ExecutionKey()
     ranker_selection_precision = _ExecutionKey()
     chunk_tokens = _ExecutionKey()
+    tile_bytes = _ExecutionKey()
+    order_by_last_split = _ExecutionKey()
+    auto_overhead = _ExecutionKey()
+    auto_min_splits = _ExecutionKey()
 
     @property
     def execution(self) -> ExecutionSettings:
-        """How models built from this config run (:class:`avey_b.model.execution.ExecutionSettings`); not saved."""
+        """How models built from this config run, read at every forward pass: the record of the execution settings
+        (:class:`avey_b.model.execution.ExecutionSettings`), set by name; not saved."""
         return self._execution
 
     @execution.setter
-    def execution(self, value: ExecutionSettings) -> None:
-        if not isinstance(value, ExecutionSettings):
-            raise TypeError(f"AveyBConfig.execution must be an avey_b.model.execution.ExecutionSettings, got "
-                            f"{type(value).__name__}")
-        self._execution = value
+    def execution(self, value) -> None:
+        raise AttributeError("AveyBConfig.execution is read-only: set an execution setting by name, e.g. "
+                             "config.chunk_tokens = 8192 or AveyBConfig(ranker_algorithm='dense')")
 
     def to_dict(self) -> dict:
         """``PretrainedConfig.to_dict`` without the execution settings: ``config.json`` holds the architecture."""
@@ -349,6 +355,15 @@ class AveyBConfig(PretrainedConfig):
 
     # -- validation ------------------------------------------------------------------------------------------
     def _validate(self) -> None:
+        """Every field in range, every choice one of its options, and the fields consistent with each other: an
+        error that names the field, never a shape error deep inside the model."""
+        self._validate_sizes()
+        self._validate_choices()
+        self._validate_numbers()
+        self._validate_layers()
+
+    def _validate_sizes(self) -> None:
+        """The widths, counts and the enricher's partition (``m = m_h + 2 d'``)."""
         for field in ("vocab_size", "hidden_size", "num_hidden_layers", "split_size", "expansion_factor"):
             value = getattr(self, field)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -369,6 +384,9 @@ class AveyBConfig(PretrainedConfig):
                 f"expansion_factor={self.expansion_factor} gives m={m}, m_h={m_h}: the bypass m_h must be an "
                 "integer and the tail m - m_h a positive even number (it is split into gate and contextual halves)"
             )
+
+    def _validate_choices(self) -> None:
+        """The named options, and the ranker placement's needs."""
         _choice("enricher_activation", self.enricher_activation, ACTIVATIONS)
         _choice("mixing_activation", self.mixing_activation, ACTIVATIONS)
         _choice("enricher_layout", self.enricher_layout, ("paper", "release"))
@@ -380,8 +398,8 @@ class AveyBConfig(PretrainedConfig):
         _choice("ranker_placement", self.ranker_placement, RANKER_PLACEMENTS)
         if self.ranker_placement == "every_layer":
             if self.ranker == "off":
-                raise ValueError("AveyBConfig.ranker_placement='every_layer' needs a ranker, but ranker='off': set ranker "
-                                 "to 'unidirectional' or 'bidirectional', or ranker_placement to 'embeddings'")
+                raise ValueError("AveyBConfig.ranker_placement='every_layer' needs a ranker, but ranker='off': set "
+                                 "ranker to 'unidirectional' or 'bidirectional', or ranker_placement to 'embeddings'")
             if self.execution.ranker_algorithm == "vocabulary":
                 raise ValueError(
                     "AveyBConfig.ranker_placement='every_layer' ranks contextualized states, where MaxSim does not "
@@ -389,13 +407,16 @@ class AveyBConfig(PretrainedConfig):
                 )
         _choice("initializer", self.initializer, ("xavier_normal", "normal"))
         _choice("classifier_head", self.classifier_head, ("linear", "avey-b1"))
+        if self.retrieval_pooling is not None:
+            _choice("retrieval_pooling", self.retrieval_pooling, RETRIEVAL_POOLINGS)
+
+    def _validate_numbers(self) -> None:
+        """Scales, temperatures, epsilons, dropouts and the stated length."""
         if not self.contrastive_scale > 0:
             raise ValueError(f"AveyBConfig.contrastive_scale must be > 0, got {self.contrastive_scale!r}")
         if self.context_len is not None and (isinstance(self.context_len, bool) or not isinstance(self.context_len, int)
                                              or self.context_len < 1):
             raise ValueError(f"AveyBConfig.context_len must be None or an integer >= 1, got {self.context_len!r}")
-        if self.retrieval_pooling is not None:
-            _choice("retrieval_pooling", self.retrieval_pooling, RETRIEVAL_POOLINGS)
         if not self.dynamic_temperature > 0:
             raise ValueError(f"AveyBConfig.dynamic_temperature must be > 0, got {self.dynamic_temperature!r}")
         for field in ("norm_eps", "dynamic_eps", "ranker_eps"):
@@ -404,6 +425,9 @@ class AveyBConfig(PretrainedConfig):
         for field in ("embedding_dropout", "hidden_dropout", "classifier_dropout"):
             if not 0.0 <= getattr(self, field) < 1.0:
                 raise ValueError(f"AveyBConfig.{field} must be in [0, 1), got {getattr(self, field)!r}")
+
+    def _validate_layers(self) -> None:
+        """The layer pattern and the per-layer mixer types, against the number of layers and the parameterization."""
         pattern = self.layer_pattern
         if pattern not in LAYER_PATTERNS:
             if not isinstance(pattern, str) or not pattern or set(pattern) - set("SD"):
@@ -425,7 +449,8 @@ class AveyBConfig(PretrainedConfig):
             for t in self.mixer_types:
                 _choice("mixer_types[i]", t, ("static", "dynamic", "coupled"))
             if self.parameterization == "coupled" and set(self.mixer_types) != {"coupled"}:
-                raise ValueError("AveyBConfig.parameterization='coupled' requires every mixer_types entry to be 'coupled'")
+                raise ValueError("AveyBConfig.parameterization='coupled' requires every mixer_types entry to be "
+                                 "'coupled'")
             if self.parameterization == "decoupled" and "coupled" in self.mixer_types:
                 raise ValueError("AveyBConfig.mixer_types contains 'coupled' but parameterization='decoupled'")
 

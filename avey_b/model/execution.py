@@ -10,15 +10,17 @@ here, apart from the architecture:
 * **Not saved.** ``config.json`` holds only what defines the model; a checkpoint saved on a GPU with large tiles
   runs on a laptop with the laptop's settings. Checkpoints saved before the split, whose ``config.json`` holds
   ``chunk_tokens``, ``ranker_algorithm``, ``ranker_block_size``, ``ranker_memory_mb`` or
-  ``ranker_selection_precision``, still load: those keys become the loaded model's settings (:data:`CONFIG_KEYS`).
+  ``ranker_selection_precision``, still load: those keys become the loaded model's settings.
 * **Per model, never module state.** Each config carries its own :class:`ExecutionSettings` (``config.execution``),
   which the model reads at every forward pass, so two models in one process cannot change each other's behaviour
   (models built from one config object share it, as they share the architecture), and a benchmark or test sets a
   model's settings instead of patching this package.
-* **Set like transformers' run-time knobs.** transformers keeps its own (``attn_implementation``) on the config
-  object but out of ``config.json``; these work the same way: ``AveyBConfig(chunk_tokens=8192)``,
-  ``from_pretrained(path, ranker_algorithm="dense")``, ``model.config.ranker_memory_mb = 1024`` (the keys of
-  :data:`CONFIG_KEYS`), or ``model.config.execution = model.config.execution.replace(...)`` for every field.
+* **Set by name, like transformers' run-time knobs.** transformers keeps its own (``attn_implementation``) on the
+  config object but out of ``config.json``; these work the same way, one way for every field (:data:`FIELDS`): a
+  keyword where a config is made or loaded (``AveyBConfig(chunk_tokens=8192)``, ``presets.small(chunk_tokens=8192)``,
+  ``from_pretrained(path, ranker_algorithm="dense")``, the model spec ``avey-b-small:chunk_tokens=8192``), or an
+  attribute of a model's config (``model.config.ranker_memory_mb = 1024``). ``config.execution`` is the record
+  the model reads, and the fast paths of the ranker take it as an argument.
 """
 
 from __future__ import annotations
@@ -140,7 +142,6 @@ class ExecutionSettings:
         return self.tile_bytes.get((device, element_size), 64 * 2**20)
 
 
-#: The settings that an ``AveyBConfig`` takes as keyword arguments and attributes (and that ``config.json`` files
-#: saved before the split hold): each reads and sets the field of the same name of ``config.execution``.
-CONFIG_KEYS = ("ranker_algorithm", "ranker_block_size", "ranker_memory_mb", "ranker_selection_precision",
-               "chunk_tokens")
+#: The settings, each of which an ``AveyBConfig`` takes as a keyword argument and an attribute of the same name (and
+#: some of which ``config.json`` files saved before the split hold).
+FIELDS = tuple(f.name for f in dataclasses.fields(ExecutionSettings))

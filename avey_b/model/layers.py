@@ -180,7 +180,15 @@ class AveyBLayer(GradientCheckpointingLayer):
         self.fuser_split = tuple(width[b] for b in FUSER_BLOCKS[config.enricher_layout])
 
     def forward(self, x: torch.Tensor, keep: torch.Tensor | None = None) -> torch.Tensor:
-        h = self.norm(x)
+        z_h, z_tl, z_tr = self._enrich(self.norm(x), keep)  # Z = σ_e(X U + b) = [Z_h | Z_tl | Z_tr] (Eq. enricher)
+        c = z_tl * self.mix_act(self.mixer(z_tr, keep))  # c = Z_tl ⊙ σ(mix(Z_tr)) (Eqs. static-layer, dynamic-layer)
+        out = self.dropout(self._fuse(z_h, c))  # [Z_h ‖ c] O (Eq. fuser)
+        return out + (x if self.alpha is None else self.alpha * x)  # the residual
+
+    def _enrich(self, h: torch.Tensor, keep: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The enricher (Eq. enricher) on the normalized input h (R, C, d): the bypass ``Z_h``, the gate ``Z_tl`` and
+        the contextual part ``Z_tr``, each its own contiguous tensor, ``Z_tr`` zero at padding (so that padded
+        tokens add nothing to a mix)."""
         if torch.is_autocast_enabled(h.device.type) and h.dtype == torch.float32:
             h = h.to(torch.get_autocast_dtype(h.device.type))  # once, not once per enricher block (same values)
         # Z = σ_e(X U + b) with the one matrix U, applied as three row blocks so that each part comes out as its
@@ -196,14 +204,12 @@ class AveyBLayer(GradientCheckpointingLayer):
         z_tr, z_tl, z_h = parts if self.release_layout else parts[::-1]  # contextual, gate, bypass: (R, C, ·)
         if keep is not None:
             z_tr = z_tr * keep.unsqueeze(-1).to(z_tr.dtype)
-        c = z_tl * self.mix_act(self.mixer(z_tr, keep))  # (R, C, d')
-        # fuser([z_h | c]) (the release: [c | z_h]) as two products on the weight's column blocks, which saves
-        # a concatenated copy of 3d features per token
+        return z_h, z_tl, z_tr
+
+    def _fuse(self, z_h: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+        """The fuser (Eq. fuser): ``[Z_h ‖ c] O`` (the release: ``[c ‖ Z_h] O``), (R, C, d)."""
         first, second = (c, z_h) if self.release_layout else (z_h, c)
-        if _plain_linear(self.fuser):
+        if _plain_linear(self.fuser):  # two products on the weight's column blocks: no concatenated copy
             w_first, w_second = self.fuser.weight.split(self.fuser_split, dim=1)
-            out = F.linear(first, w_first, self.fuser.bias) + F.linear(second, w_second)
-        else:  # an adapted / quantized fuser runs its own forward on the concatenated input
-            out = self.fuser(torch.cat([first, second], dim=-1))
-        out = self.dropout(out)  # (R, C, d)
-        return out + (x if self.alpha is None else self.alpha * x)
+            return F.linear(first, w_first, self.fuser.bias) + F.linear(second, w_second)
+        return self.fuser(torch.cat([first, second], dim=-1))  # an adapted / quantized fuser runs its own forward

@@ -141,11 +141,9 @@ class AveyBModel(AveyBPreTrainedModel):
         output_hidden_states = config.output_hidden_states if output_hidden_states is None else output_hidden_states
         return_dict = config.return_dict if return_dict is None else return_dict
 
-        # 1. Embed and cut into splits of S tokens (§3.1). The ranker's vocabulary path factors MaxSim through the
-        # token ids: exact when x is their embedding. Under torch.compile or torch.export the graph must not branch
-        # on values: every bookkeeping step of the cut is taken.
-        x = self.embed_dropout(self.embed_tokens(input_ids) if inputs_embeds is None else inputs_embeds)  # (B, N, d)
-        ids = input_ids if inputs_embeds is None and not (self.training and self.embed_dropout.p > 0) else None
+        # 1. Embed and cut into splits of S tokens (§3.1). Under torch.compile or torch.export the graph must not
+        # branch on values: every bookkeeping step of the cut is taken.
+        x, ids = self._embed(input_ids, inputs_embeds)  # (B, N, d); ids: the token ids x embeds exactly, or None
         all_hidden = [x] if output_hidden_states else None
         sp = splits.cut(x, attention_mask, ids, config.split_size, general=torch.compiler.is_compiling())
 
@@ -154,8 +152,15 @@ class AveyBModel(AveyBPreTrainedModel):
         else:
             # 2. Rank (§3.1): the top-k splits of every split, chosen once, on the embeddings.
             choice = None if self.ranker is None else self.ranker(sp.x, sp.keep, sp.ids)  # idx, filled: (B, n, k)
-            # 3-4. Each split with its weighted retrieved splits, compressed (§4.3), through the L layers (§3.2).
-            h = self._process(sp, choice, all_hidden)  # (R, S, d)
+            # 3-4. Each split with its weighted retrieved splits, compressed (§4.3), through the L layers (§3.2), in
+            # chunks of rows (memory linear in N); all rows at once where every layer's states are returned, and in
+            # an exported graph, which must hold for every length (a number of chunks would freeze it).
+            if torch.compiler.is_exporting():
+                h = self._process_rows(sp, choice, sp.row_ids, self.compressor, self.layers)  # (R, S, d)
+            else:
+                chunk_tokens = config.execution.chunk_tokens_for(x.device.type)
+                chunk = None if all_hidden is not None else max(1, chunk_tokens // config.context_size)
+                h = self._process_in_chunks(sp, choice, chunk, all_hidden)  # (R, S, d)
 
         # 5. Reassemble: each split's own outputs, back in the input's order, without split padding.
         out = sp.restore(h)  # (B, N, d)
@@ -166,70 +171,69 @@ class AveyBModel(AveyBPreTrainedModel):
             return tuple(v for v in (out, hidden_states) if v is not None)
         return BaseModelOutput(last_hidden_state=out, hidden_states=hidden_states)
 
-    def _process(self, sp: splits.Splits, choice: Choice | None, all_hidden: list | None) -> torch.Tensor:
-        """The neural processor (§3.2) on every split's row: (R, S, d), each split's own outputs.
-
-        Rows are independent after the choice: they run in chunks (:meth:`_process_in_chunks`), so activation memory
-        is bounded whatever the length, eager and compiled alike. Two cases take all rows in one pass: with
-        ``all_hidden`` (every layer's states of every split are returned, appended to it) and under
-        ``torch.export``, whose graph must hold for every length (a number of chunks would freeze it)."""
-        S = sp.x.shape[2]
-        rows = torch.arange(sp.num_rows, device=sp.x.device) if sp.rows is None else sp.rows
-        if all_hidden is None and not torch.compiler.is_exporting():
-            return self._process_in_chunks(sp, choice, rows)
-        if all_hidden is None:
-            return self._process_rows(sp, choice, rows)
-        h, keep = self._rows(sp, choice, rows, self.compressor)  # (R, C, d)
-        for layer in self.layers:
-            h = layer(h, keep)
-            all_hidden.append(sp.restore(h))
-            if self.config.context_size == S:  # rows are the splits: continue from the returned tensor (on the
-                h = sp.recut(all_hidden[-1])  # gradient path)
-        return h[:, -S:]
+    def _embed(self, input_ids: torch.Tensor | None, inputs_embeds: torch.Tensor | None
+               ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The embedding output ``x`` (B, N, d), on which the ranker runs (§3.1), and the vocabulary gate: the token
+        ids that ``x`` embeds exactly, else None. The ranker's vocabulary path factors MaxSim through those ids,
+        which is exact only when ``x`` is their embedding: not for ``inputs_embeds``, nor under active embedding
+        dropout."""
+        if inputs_embeds is not None:
+            return self.embed_dropout(inputs_embeds), None
+        exact = not (self.training and self.embed_dropout.p > 0)
+        return self.embed_dropout(self.embed_tokens(input_ids)), input_ids if exact else None
 
     @torch.compiler.disable(recursive=False)
-    def _process_in_chunks(self, sp: splits.Splits, choice: Choice | None, rows: torch.Tensor) -> torch.Tensor:
-        """:meth:`_process_rows` over ``rows`` in chunks of equal size (within a row) and at most ``chunk_tokens``
-        tokens: (R, S, d).
+    def _process_in_chunks(self, sp: splits.Splits, choice: Choice | None, chunk: int | None,
+                           all_hidden: list | None = None) -> torch.Tensor:
+        """The neural processor (§3.2) on every split's row (:meth:`_process_rows`), ``chunk`` rows at a time
+        (chunks of equal size within a row; None: all rows at once): (R, S, d), each split's own outputs. Rows are
+        independent after the choice, so chunks bound activation memory whatever the length. ``all_hidden`` (every
+        layer's states of every split, appended to it) takes all rows at once.
 
         Under ``torch.compile`` this loop runs outside the graph (``recursive=False``: only this frame), since the
         number of chunks depends on the length, and each chunk, :meth:`_process_rows`, is compiled: one graph
-        serves every chunk, and a compiled forward holds one chunk's activations at a time, as an eager one does."""
-        per_chunk = max(1, self.config.execution.chunk_tokens_for(sp.x.device.type) // self.config.context_size)
-        chunks = rows.tensor_split(-(-rows.numel() // per_chunk))
+        serves every chunk, and a compiled forward holds one chunk's activations at a time, as an eager one does.
+        ``torch.export`` refuses such a frame: an exported graph runs :meth:`_process_rows` on every row."""
+        rows = sp.row_ids
+        chunks = [rows] if chunk is None else rows.tensor_split(-(-rows.numel() // chunk))
         if len(chunks) == 1:
-            return self._process_rows(sp, choice, rows)
+            return self._process_rows(sp, choice, rows, self.compressor, self.layers, all_hidden)
         out, start = None, 0  # filled chunk by chunk: no list of chunks to concatenate (a second copy of every output)
         for sel in chunks:
-            h = self._process_rows(sp, choice, sel)
+            h = self._process_rows(sp, choice, sel, self.compressor, self.layers)
             if out is None:
                 out = h.new_empty(rows.numel(), *h.shape[1:])
             out[start:start + h.shape[0]] = h
             start += h.shape[0]
         return out
 
-    def _process_rows(self, sp: splits.Splits, choice: Choice | None, sel: torch.Tensor) -> torch.Tensor:
-        """The processor step of the splits ``sel`` (indices into the ``B·n`` splits): their rows (:meth:`_rows`)
-        through the ``L`` layers. Returns (R, S, d), each split's own outputs."""
-        h, keep = self._rows(sp, choice, sel, self.compressor)  # (R, C, d)
-        for layer in self.layers:
-            h = layer(h, keep)
-        return h[:, -sp.x.shape[2]:]
+    def _process_rows(self, sp: splits.Splits, choice: Choice | None, sel, compressor: Compressor | None,
+                      layers, all_hidden: list | None = None) -> torch.Tensor:
+        """The rows of the splits ``sel`` (a slice or indices into the ``B·n`` splits of ``sp.x``) through
+        ``layers``: (R, S, d), each split's own outputs.
 
-    def _rows(self, sp: splits.Splits, choice: Choice | None, sel, compressor: Compressor | None
-              ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """The processor's input rows ``(R, C, d)`` and their keep mask for the splits ``sel`` (a slice or indices
-        into the ``B·n`` splits) of ``sp.x``: each split after its retrieved ones, weighted (the ranker's weighted
-        selective split, §3.1), compressed to ``S`` tokens by ``compressor`` (§4.3); without the ranker (ablation)
-        each split alone; without the compressor (ablation, ``compressor=None``) ``(k+1)S`` tokens (``C`` is
-        ``config.context_size``). ``choice`` is the ranker's choice on ``sp.x``."""
+        A split's row is the split after its retrieved ones, weighted (the ranker's weighted selective split on
+        ``choice``, §3.1), compressed to ``S`` tokens by ``compressor`` (§4.3); without the ranker (ablation) the
+        split alone; without the compressor (ablation, ``compressor=None``) ``(k+1)S`` tokens, of which the split's
+        own outputs are kept. With ``all_hidden`` (``sel`` holds every split), each layer's output is appended to it
+        in ``(B, N, d)``."""
+        S = sp.x.shape[2]
         x, keep = sp.flat_x, sp.flat_keep
         if choice is None:
-            return x[sel], None if keep is None else keep[sel]
-        x_cat, keep_cat = self.ranker.weighted_selective_split(choice, sel)
-        if compressor is None:
-            return x_cat, keep_cat
-        return compressor(x_cat, x[sel]), None if keep is None else keep[sel]
+            h, h_keep = x[sel], None if keep is None else keep[sel]
+        else:
+            h, h_keep = self.ranker.weighted_selective_split(choice, sel)  # X_cat: (R, (k+1)S, d)
+            if compressor is not None:
+                h, h_keep = compressor(h, x[sel]), None if keep is None else keep[sel]  # X̂: (R, S, d)
+        for layer in layers:
+            h = layer(h, h_keep)
+            if all_hidden is not None:
+                all_hidden.append(sp.restore(h))
+                # continue from the returned tensor (on the gradient path) where the rows are the splits: S tokens,
+                # or the last layer's outputs, of which only the split's own are kept
+                if h.shape[1] == S or layer is layers[-1]:
+                    h = sp.recut(all_hidden[-1])
+        return h[:, -S:]
 
     def _rank_every_layer(self, sp: splits.Splits, all_hidden: list | None) -> torch.Tensor:
         """The ablation ``ranker_placement="every_layer"`` (appendix "Ablation Study": "the ranker at every layer
@@ -240,7 +244,6 @@ class AveyBModel(AveyBPreTrainedModel):
 
         Every layer takes all rows at once: the next choice needs every split's states. Appends each layer's output
         to ``all_hidden`` when given. Returns the last layer's rows (R, S, d)."""
-        S = sp.x.shape[2]
         rows = slice(None) if sp.rows is None else sp.rows
         states = sp
         for i, layer in enumerate(self.layers):
@@ -249,11 +252,7 @@ class AveyBModel(AveyBPreTrainedModel):
             # longer have equal vectors — so the choice there takes the dense path (no ids).
             choice = self.ranker(states.x, sp.keep, sp.ids if i == 0 else None)
             compressor = None if self.compressors is None else self.compressors[i]
-            h, h_keep = self._rows(states, choice, rows, compressor)  # (R, C, d)
-            h = layer(h, h_keep)[:, -S:]  # (R, S, d): each split's own outputs
-            if all_hidden is not None:
-                all_hidden.append(sp.restore(h))
-                h = sp.recut(all_hidden[-1])  # continue from the returned tensor (on the gradient path)
+            h = self._process_rows(states, choice, rows, compressor, [layer], all_hidden)  # (R, S, d)
             if i + 1 < len(self.layers):
                 states = dataclasses.replace(sp, x=self._split_states(sp, h), ids=None)
         return h
@@ -274,7 +273,8 @@ def _refuse_tracing() -> None:
         raise NotImplementedError(
             "Avey-B does not support TorchScript tracing (torch.onnx.export(..., dynamo=False) or torch.jit.trace): "
             "its split count and retrieval depend on the input length, which a trace would freeze. Use "
-            "torch.export.export or torch.onnx.export(..., dynamo=True) (dynamic batch and length: avey_b.apps.export), or "
+            "torch.export.export or torch.onnx.export(..., dynamo=True) (dynamic batch and length: "
+            "avey_b.apps.export), or "
             "torch.compile(model, dynamic=True) for every length."
         )
 

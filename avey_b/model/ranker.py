@@ -5,9 +5,9 @@ Notation: ``B`` batch, ``n`` splits, ``S`` split size, ``k`` retrieved splits, `
 
 The ranker runs once per forward pass, on the embedding output (§3.1), in the paper's steps:
 
-1. **MaxSim** (:func:`maxsim`, ColBERT's late interaction): the relevance of a candidate split ``j`` to a current
-   split ``i`` is ``MaxSim(i, j) = Σ_{t∈i} max_{u∈j} cos(x_t, x_u)`` over real tokens (padding never matches and
-   never votes).
+1. **MaxSim** (:func:`avey_b.model.similarity.maxsim`, ColBERT's late interaction): the relevance of a candidate
+   split ``j`` to a current split ``i`` is ``MaxSim(i, j) = Σ_{t∈i} max_{u∈j} cos(x_t, x_u)`` over real tokens
+   (padding never matches and never votes).
 2. **Top-k** (:func:`reference_choice`): the ``k`` allowed candidates with the highest MaxSim — unidirectionally
    the preceding splits, bidirectionally (§4.1) every other split, never a split with no real token. Repeated text
    makes exact ties common: the nearer split wins, at equal distance the preceding one.
@@ -17,11 +17,12 @@ The ranker runs once per forward pass, on the embedding output (§3.1), in the p
    the left (so the current split always occupies the last ``S`` rows).
 4. **Neural compression** (:class:`Compressor`, §4.3): ``X̂ = P·X_cat + X_i``.
 
-:func:`maxsim` over all pairs and :func:`reference_choice` are the reference: they hold ``n²·S²`` similarities.
-The ranker makes the same choice in memory linear in ``N`` with the fast paths of :mod:`avey_b.model.ranker_fast`
-(tiles, the vocabulary factoring, planners, tie keys: its base class :class:`~avey_b.model.ranker_fast.FastRanker`),
-each tested against the reference. Under ``torch.export`` / ONNX it runs :func:`maxsim` over all pairs, one
-loop-free computation whose graph holds at every length (or, given token ids, the vocabulary factoring).
+:func:`~avey_b.model.similarity.maxsim` over all pairs and :func:`reference_choice` are the reference: they hold
+``n²·S²`` similarities. The ranker makes the same choice in memory linear in ``N`` by calling the fast paths of
+:mod:`avey_b.model.ranker_fast` (tiles, the vocabulary factoring, planners, tie keys) with its ``k``, its direction
+and the model's execution settings, each path tested against the reference. Under ``torch.export`` / ONNX it runs
+MaxSim over all pairs, one loop-free computation whose graph holds at every length (or, given token ids, the
+vocabulary factoring).
 
 Gradients flow through the weights (the cosine scores), not through the discrete choice. The choice is made
 under ``no_grad`` (with a bf16 GEMM under bf16 autocast or ``ranker_selection_precision="bfloat16"``); the weights
@@ -37,35 +38,16 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from . import ranker_fast
 from .configuration import AveyBConfig
-from .ranker_fast import FastRanker, layout
-from .similarity import unit_vectors
-
-
-def maxsim(q: torch.Tensor, c: torch.Tensor, q_keep: torch.Tensor | None = None,
-           c_keep: torch.Tensor | None = None) -> torch.Tensor:
-    """MaxSim of query splits against candidate splits (§3.1): ``MaxSim(i, j) = Σ_{t∈i} max_{u∈j} cos(x_t, x_u)``.
-
-    q: (..., nq, S, d) and c: (..., J, S, d) unit vectors (zero at padding); q_keep: (..., nq, S) and c_keep:
-    (..., J, S) real-token masks, or None when every token is real. A padded candidate token is never the max (a
-    split of padding only scores ``-inf``) and a padded query token does not vote. Returns (..., nq, J), summed in
-    float32 (float64 for float64 input)."""
-    nq, S = q.shape[-3:-1]
-    J = c.shape[-3]
-    cos = c.flatten(-3, -2) @ q.flatten(-3, -2).transpose(-1, -2)  # (..., J·S, nq·S): cos(x_u, x_t)
-    cos = cos.unflatten(-2, (J, S))  # (..., J, S, nq·S)
-    if c_keep is not None:
-        cos = cos.masked_fill(~c_keep.unsqueeze(-1), float("-inf"))
-    best = cos.amax(-2).unflatten(-1, (nq, S))  # (..., J, nq, S): max_{u∈j} cos(x_t, x_u)
-    if q_keep is not None:
-        best = best.masked_fill(~q_keep.unsqueeze(-3), 0.0)
-    return best.sum(-1, dtype=torch.promote_types(best.dtype, torch.float32)).transpose(-1, -2)
+from .execution import ExecutionSettings
+from .similarity import maxsim, unit_vectors
 
 
 def reference_choice(unit: torch.Tensor, keep: torch.Tensor, k: int, bidirectional: bool
                      ) -> tuple[torch.Tensor, torch.Tensor]:
     """The ranker's choice as §3.1 states it, over all pairs at once: the top-``k`` candidates of every split by
-    :func:`maxsim`; on equal scores the nearer split, at equal distance the preceding one.
+    :func:`~avey_b.model.similarity.maxsim`; on equal scores the nearer split, at equal distance the preceding one.
 
     unit: (B, n, S, d) unit vectors (zero at padding); keep: (B, n, S). Returns ``(idx, filled)``, (B, n, k) each, in
     ``X_cat`` order: descending score, empty slots first. Holds ``n²·S²`` similarities: the reference that the
@@ -81,7 +63,7 @@ def reference_choice(unit: torch.Tensor, keep: torch.Tensor, k: int, bidirection
     score = F.pad(score, (0, k), value=float("-inf"))  # k impossible candidates more: top-k exists for any n
     val, rank = score.sort(dim=-1, descending=True, stable=True)
     idx = F.pad(by_nearness, (0, k)).gather(-1, rank[..., :k])
-    return layout(val[..., :k], idx)
+    return ranker_fast.layout(val[..., :k], idx)
 
 
 @dataclass
@@ -107,11 +89,11 @@ class Choice:
         return self.idx.masked_fill(~self.filled, -1)
 
 
-class Ranker(FastRanker):
+class Ranker(nn.Module):
     """The ranker: :meth:`forward` chooses the top-``k`` candidate splits of every split (a :class:`Choice`), and
     :meth:`weighted_selective_split` builds ``X_cat`` for any set of chosen splits (the model builds them chunk by
-    chunk). No parameters. How the choice is computed, and in how much memory, is its base class's
-    (:class:`avey_b.model.ranker_fast.FastRanker`)."""
+    chunk). No parameters. The choice is computed by the fast paths of :mod:`avey_b.model.ranker_fast`, called with
+    the ranker's ``k`` and direction and the model's execution settings."""
 
     def __init__(self, config: AveyBConfig):
         super().__init__()
@@ -120,6 +102,12 @@ class Ranker(FastRanker):
         self.bidirectional = config.ranker == "bidirectional"
         self.weighting = config.ranker_weighting
         self.eps = config.ranker_eps
+
+    @property
+    def execution(self) -> ExecutionSettings:
+        """How the choice is computed (algorithm, blocks, tiles, memory cap): the config's, read at every call, so
+        that setting ``config.execution`` takes effect at once."""
+        return self.config.execution
 
     def forward(self, x: torch.Tensor, keep: torch.Tensor | None, ids: torch.Tensor | None = None) -> Choice:
         """The choice for every split.
@@ -139,16 +127,15 @@ class Ranker(FastRanker):
                 "(not inputs_embeds) and keep embedding dropout inactive (eval mode or embedding_dropout=0), or use "
                 "ranker_algorithm='auto'"
             )
+        vocabulary_ids = None if algorithm == "dense" else ids
         if torch.compiler.is_exporting():
             keep_all = torch.ones(B, n, S, dtype=torch.bool, device=x.device) if keep is None else keep
-            if ids is not None and algorithm != "dense":
-                idx, ok = self.select_for_export_vocabulary(xn, keep_all, ids)
-            else:
-                idx, ok = self.select_for_export(xn, keep_all)
+            idx, ok = ranker_fast.select_for_export(xn, keep_all, vocabulary_ids, k=self.k,
+                                                    bidirectional=self.bidirectional)
         else:
-            idx, ok = self.select(xn, keep, None if algorithm == "dense" else ids)
+            idx, ok = ranker_fast.select(xn, keep, vocabulary_ids, k=self.k, bidirectional=self.bidirectional,
+                                         execution=self.execution)
         return Choice(x=x, keep=keep, unit=xn, idx=idx, filled=ok)
-
 
     def weighted_selective_split(self, choice: Choice, sel) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The weighted selective split (§3.1) of the splits ``sel`` (a slice or an index tensor into the ``B·n``
@@ -185,12 +172,6 @@ class Ranker(FastRanker):
         S = xs.shape[1]
         slot = (filled[..., None] if keep_sel is None else keep_sel & filled[..., None]).expand(-1, -1, S)
         return x_cat, torch.cat([slot.flatten(1, 2), ks], dim=1)
-
-    def select_for_export(self, xn: torch.Tensor, keep: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The choice as one loop-free computation over all ``n`` splits (what ``torch.export`` and ONNX capture
-        for every ``n``): :func:`maxsim` over all pairs, ranked with the fast paths' tie keys. The same choice as
-        :func:`reference_choice` and :meth:`select`."""
-        return self._top_k(maxsim(xn, xn, keep, keep), 0, keep.any(-1))
 
 
 class Compressor(nn.Module):

@@ -55,6 +55,11 @@ class Splits:
         """How many processor rows are run: ``B·n`` less the empty splits."""
         return self.x.shape[0] * self.x.shape[1] if self.rows is None else self.rows.numel()
 
+    @property
+    def row_ids(self) -> torch.Tensor:
+        """(R,) the splits (indices into the ``B·n`` flat splits) whose rows are run: :attr:`rows`, or every split."""
+        return torch.arange(self.num_rows, device=self.x.device) if self.rows is None else self.rows
+
     def restore(self, rows_out: torch.Tensor) -> torch.Tensor:
         """Processor output rows ``(R, C, d)`` (one per split in :attr:`rows`, the split's own outputs last) ->
         ``(B, N, d)`` in the input's token order, zeros for empty splits and padding."""

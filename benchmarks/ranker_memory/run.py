@@ -21,6 +21,7 @@ import torch
 from avey_b import AveyBModel
 from avey_b.benchmarking.timing import gemm_rate, timed_call
 from avey_b.model import presets
+from avey_b.model.ranker_fast import plan
 from avey_b.utils.counting import count_flops
 from avey_b.utils.records import Envelope, append_jsonl, cpu_model, load_average
 
@@ -54,7 +55,7 @@ def main() -> None:
         flops = per_token * n_tokens + ranker_flops(n_tokens)
         for dtype in args.dtypes:
             torch_dtype = torch.float32 if dtype == "fp32" else torch.bfloat16
-            blk, tile = model.ranker.plan(1, n_tokens // S, S, torch_dtype.itemsize)
+            blk, tile = plan(model.config.execution, 1, n_tokens // S, S, torch_dtype.itemsize)
             env, g0 = Envelope.begin(), gemm_rate(torch_dtype)
             with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == "bf16"):
                 model(ids[:, :2048])  # warm-up

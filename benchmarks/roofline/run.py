@@ -26,6 +26,7 @@ file with the command, machine, thread count and load average.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from functools import partial
@@ -44,14 +45,20 @@ from avey_b.utils.records import Envelope, append_jsonl, cpu_model, load_average
 HERE = Path(__file__).resolve().parent
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
-# setup name -> the model's execution settings in it
+# setup name -> the model's execution settings in it (by name; the others at their defaults)
 DEFAULT = ExecutionSettings()
 EXECUTION = {
     # the previous code path: similarity tiles as large as the memory cap, processor rows in 64K-token chunks
-    "before": DEFAULT.replace(tile_bytes=dict.fromkeys(DEFAULT.tile_bytes, 2**62), chunk_tokens=65536),
-    "after": DEFAULT,
-    "bf16-select": DEFAULT.replace(ranker_selection_precision="bfloat16"),
+    "before": {"tile_bytes": dict.fromkeys(DEFAULT.tile_bytes, 2**62), "chunk_tokens": 65536},
+    "after": {},
+    "bf16-select": {"ranker_selection_precision": "bfloat16"},
 }
+
+
+def set_up(model, setup: str) -> None:
+    """Set the model's execution settings to those of ``setup``."""
+    for name, value in {**dataclasses.asdict(DEFAULT), **EXECUTION[setup]}.items():
+        setattr(model.config, name, value)
 
 
 AB = {"before-after": ("before", "after"),  # the tiled ranker and 4K-token processor chunks vs the code before
@@ -117,7 +124,7 @@ def ab_point(model, ids, dtype_name: str, repeats: int, setups: tuple[str, str])
     outs, choices = {}, {}
     with torch.no_grad():
         for s in setups:  # warm-up each, and keep its output and choice for the equality check
-            model.config.execution = EXECUTION[s]
+            set_up(model, s)
             with ctx():
                 outs[s] = model(input_ids=ids).last_hidden_state.float()
                 choices[s] = model.ranker(x4, None).idx
@@ -129,12 +136,12 @@ def ab_point(model, ids, dtype_name: str, repeats: int, setups: tuple[str, str])
             return call
 
         def use(c_s):
-            model.config.execution = EXECUTION[c_s[1]]
+            set_up(model, c_s[1])
 
         timed = alternate({(c, s): under_ctx(fn) for c, fn in calls.items() for s in setups}, repeats, prepare=use)
         times = {k: t.times_s for k, t in timed.items()}
         g1 = gemm_rate(DTYPES[dtype_name])
-        model.config.execution = EXECUTION["after"]
+        set_up(model, "after")
         with ctx():
             flops = {c: count_flops(fn) for c, fn in calls.items()}
     a, b = setups

@@ -19,6 +19,7 @@ from run import Inputs  # the sibling script's input builder (the script's direc
 from avey_b import AveyBModel
 from avey_b.benchmarking.timing import alternate
 from avey_b.model import presets
+from avey_b.model.ranker_fast import vocabulary_cost
 from avey_b.utils.device import autocast
 from avey_b.utils.records import Envelope, append_jsonl
 
@@ -36,7 +37,8 @@ def main() -> None:
         ids = torch.randint(0, V, (1, N), generator=torch.Generator().manual_seed(N))
         inputs = Inputs(model, ids)
         last = torch.zeros(V, dtype=torch.long).scatter_reduce_(0, ids[0], torch.arange(N) // S, "amax")
-        vocabulary, dense = ranker.vocabulary_cost(last[ids[0].unique()], inputs.n, S, d)
+        vocabulary, dense = vocabulary_cost(last[ids[0].unique()], inputs.n, S, d, bidirectional=ranker.bidirectional,
+                                           execution=ranker.execution)
         estimate = vocabulary / dense
         execution = model.config.execution
         auto = ("vocabulary" if inputs.n >= execution.auto_min_splits

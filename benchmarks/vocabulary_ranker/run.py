@@ -46,6 +46,7 @@ from avey_b.benchmarking.english_text import english_text
 from avey_b.benchmarking.inputs import FIRST_ID, tokenize_text
 from avey_b.benchmarking.timing import gemm_rate, timed_call
 from avey_b.model import presets
+from avey_b.model.ranker_fast import plan
 from avey_b.utils.counting import count_flops
 from avey_b.utils.device import autocast
 from avey_b.utils.records import Envelope, append_jsonl, cpu_model, load_average
@@ -70,7 +71,7 @@ def timed(fn) -> tuple[float, float, object]:
 
 def dense_flops(ranker, n: int, S: int, d: int, element_size: int) -> int:
     """The MaxSim GEMMs the dense path runs: each block of query splits against the candidates it scores."""
-    blk, _ = ranker.plan(1, n, S, element_size)
+    blk, _ = plan(ranker.execution, 1, n, S, element_size)
     total = 0
     for q0 in range(0, n, blk):
         q1 = min(n, q0 + blk)
@@ -188,18 +189,18 @@ def order_point(model, inputs: Inputs, dtype: str, repeats: int) -> dict:
     """The vocabulary ranker with ids ordered by their last split (the default) against unordered, alternated."""
     bf16 = dtype == "bf16"
     best, chosen, flops = {}, {}, {}
-    default = model.config.execution
+    default = model.config.order_by_last_split
     try:
         for _ in range(repeats):
             for ordered in (True, False):
-                model.config.execution = default.replace(order_by_last_split=ordered)
+                model.config.order_by_last_split = ordered
                 seconds, _, chosen[ordered] = timed(lambda: inputs.choose(model, "vocabulary", bf16))
                 best[ordered] = min(best.get(ordered, float("inf")), seconds)
         for ordered in (True, False):
-            model.config.execution = default.replace(order_by_last_split=ordered)
+            model.config.order_by_last_split = ordered
             flops[ordered] = inputs.vocabulary_flops(model, bf16)
     finally:
-        model.config.execution = default
+        model.config.order_by_last_split = default
     return {"part": "order", "ordered_s": round(best[True], 4), "unordered_s": round(best[False], 4),
             "speedup": round(best[False] / best[True], 2), "ordered_flops": flops[True],
             "unordered_flops": flops[False],
