@@ -31,8 +31,9 @@ def loop_oracle(model: AveyBModel, ids: torch.Tensor):
     """The model's output restated as loops: for every layer, for every split, MaxSim against every candidate split
     on the layer's input, token by token, the top-k (ties: the nearer split, at equal distance the preceding one),
     weights = score / (largest selected score + eps) and ``[w_1 X_j1 | … | w_k X_jk | X_i]`` with missing slots as
-    zeros on the left (the ranker's reference, ``test_ranker.oracle``: checked against loops there); the layer's own compressor ``P_ℓ X_cat (+ X_i)``; the layer; the split's own S outputs as its new
-    state. Uses the model's embedding, compressors, layers and final norm (each tested elsewhere), not its ranker.
+    zeros on the left (the ranker's reference, ``test_ranker.oracle``: checked against loops there); the layer's
+    own compressor ``P_ℓ X_cat (+ X_i)``; the layer; the split's own S outputs as its new state. Uses the model's
+    embedding, compressors, layers and final norm (each tested elsewhere), not its ranker.
     Returns the final states (B, N, d) and the choice of every layer: {(layer, row, split): [chosen splits]}."""
     cfg = model.config
     S, k, eps = cfg.split_size, cfg.num_retrieved_splits, cfg.ranker_eps
@@ -222,7 +223,8 @@ def test_hidden_states_are_on_the_gradient_path():
 
 # -- (d) config errors -----------------------------------------------------------------------------------------------
 def test_config_errors_name_the_field_and_the_choices():
-    with pytest.raises(ValueError, match=r"ranker_placement='every-layer' is not one of \['embeddings', 'every_layer'\]"):
+    message = r"ranker_placement='every-layer' is not one of \['embeddings', 'every_layer'\]"
+    with pytest.raises(ValueError, match=message):
         presets.tiny(ranker_placement="every-layer")
     with pytest.raises(ValueError, match="ranker_placement='every_layer' needs a ranker, but ranker='off'"):
         presets.tiny(ranker_placement="every_layer", ranker="off")

@@ -103,7 +103,8 @@ def test_layer_patterns_expand_as_named():
     assert presets.tiny(num_hidden_layers=4).mixer_types == ["static", "dynamic", "static", "dynamic"]
     assert presets.tiny(num_hidden_layers=4, layer_pattern="two_stage_ds").mixer_types == \
         ["dynamic", "dynamic", "static", "static"]
-    assert presets.tiny(num_hidden_layers=3, layer_pattern="dynamic_tail").mixer_types == ["static", "static", "dynamic"]
+    config = presets.tiny(num_hidden_layers=3, layer_pattern="dynamic_tail")
+    assert config.mixer_types == ["static", "static", "dynamic"]
     assert presets.tiny(num_hidden_layers=3, layer_pattern="SSD").mixer_types == ["static", "static", "dynamic"]
     assert presets.tiny(parameterization="coupled").mixer_types == ["coupled", "coupled"]
 
@@ -361,7 +362,8 @@ def test_sequence_classification_losses_and_padding(problem):
 
 def test_release_classification_heads_have_the_release_shapes():
     seq = AveyBForSequenceClassification(presets.tiny(classifier_head="avey-b1", num_labels=4))
-    assert [tuple(m.weight.shape) for m in seq.dense if isinstance(m, torch.nn.Linear)] == [(64, 32), (64, 64), (32, 64)]
+    shapes = [tuple(m.weight.shape) for m in seq.dense if isinstance(m, torch.nn.Linear)]
+    assert shapes == [(64, 32), (64, 64), (32, 64)]
     tok = AveyBForTokenClassification(presets.tiny(classifier_head="avey-b1", num_labels=4))
     assert isinstance(tok.dense[1], torch.nn.Tanh) and tok.dense[0].weight.shape == (32, 32)
 

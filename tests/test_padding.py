@@ -146,7 +146,8 @@ def test_any_padding_side_gives_the_unpadded_outputs(name):
         out = model(ids, attention_mask=mask, output_hidden_states=True)
         for row, (seq, pos) in enumerate(zip(seqs, where, strict=True)):
             alone = model(seq[None], output_hidden_states=True)
-            torch.testing.assert_close(out.last_hidden_state[row, pos], alone.last_hidden_state[0], rtol=1e-5, atol=1e-5)
+            torch.testing.assert_close(out.last_hidden_state[row, pos], alone.last_hidden_state[0],
+                                       rtol=1e-5, atol=1e-5)
             for h_batch, h_alone in zip(out.hidden_states, alone.hidden_states, strict=True):
                 torch.testing.assert_close(h_batch[row, pos], h_alone[0], rtol=1e-5, atol=1e-5)
 
@@ -176,11 +177,14 @@ def test_splits_without_real_tokens_skip_the_processor_and_come_back_as_zeros(mo
 
     model = seeded(AveyBModel, presets.tiny())
     seqs, ids, mask, where = _batch_with_padding_everywhere()
-    ids, mask = torch.cat([ids, torch.zeros(3, 18, dtype=torch.long)], 1), torch.cat([mask, torch.zeros(3, 18, dtype=torch.long)], 1)
+    pad = torch.zeros(3, 18, dtype=torch.long)
+    ids, mask = torch.cat([ids, pad], 1), torch.cat([mask, pad], 1)
     rows_seen, ranked = [], []
     real_forward, real_dense, real_vocab = AveyBLayer.forward, ranker_fast.select_dense, ranker_fast.select_vocabulary
-    monkeypatch.setattr(AveyBLayer, "forward", lambda self, h, keep=None: rows_seen.append(h.shape[0]) or real_forward(self, h, keep))
-    monkeypatch.setattr(ranker_fast, "select_dense", lambda xn, *a, **kw: ranked.append(xn.shape[:2]) or real_dense(xn, *a, **kw))
+    monkeypatch.setattr(AveyBLayer, "forward",
+                        lambda self, h, keep=None: rows_seen.append(h.shape[0]) or real_forward(self, h, keep))
+    monkeypatch.setattr(ranker_fast, "select_dense",
+                        lambda xn, *a, **kw: ranked.append(xn.shape[:2]) or real_dense(xn, *a, **kw))
 
     def vocab(xn, *args, **kwargs):  # one row, (n, S, d); None when the dense path ranks it instead
         got = real_vocab(xn, *args, **kwargs)

@@ -167,7 +167,8 @@ def test_weighted_selective_split_weights_each_split_by_its_normalized_score(wei
 @pytest.mark.parametrize("block", [1, 2, 1000])  # query splits per block: many blocks, uneven blocks, one block
 def test_every_path_matches_the_reference(path, bidirectional, weighting, block):
     S, k = 3, 2
-    cfg = presets.tiny(split_size=S, num_retrieved_splits=k, ranker="bidirectional" if bidirectional else "unidirectional",
+    cfg = presets.tiny(split_size=S, num_retrieved_splits=k,
+                       ranker="bidirectional" if bidirectional else "unidirectional",
                        ranker_weighting=weighting, ranker_block_size=block * S)
     x, keep, ids = make_inputs(S=S, pad_last=4, V=7)  # 4 > S: the last split of row 1 is all padding; 7 ids: ties
     ranker = Ranker(cfg)
@@ -453,7 +454,8 @@ def test_whole_model_is_the_same_under_dense_and_vocabulary(bidirectional):
     """Model outputs under ranker_algorithm dense / vocabulary / auto on repeated ids, padding on both sides."""
     overrides = {"ranker": "bidirectional" if bidirectional else "unidirectional", "split_size": 5, "vocab_size": 50}
     torch.manual_seed(0)
-    models = {a: AveyBModel(presets.tiny(**overrides, ranker_algorithm=a)).eval() for a in ("dense", "vocabulary", "auto")}
+    models = {a: AveyBModel(presets.tiny(**overrides, ranker_algorithm=a)).eval()
+              for a in ("dense", "vocabulary", "auto")}
     for m in models.values():
         m.load_state_dict(models["dense"].state_dict())
     g = torch.Generator().manual_seed(1)

@@ -125,7 +125,8 @@ class AveyBForMaskedLM(AveyBPreTrainedModel):
         loss = None
         if labels is not None:
             loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=-100)
-        return _finish(MaskedLMOutput(loss=loss, logits=logits, hidden_states=out.hidden_states), return_dict, self.config)
+        output = MaskedLMOutput(loss=loss, logits=logits, hidden_states=out.hidden_states)
+        return _finish(output, return_dict, self.config)
 
 
 class _ReleaseSequenceHead(nn.Sequential):

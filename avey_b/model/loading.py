@@ -124,9 +124,10 @@ def save_pretrained(model, save: Callable, save_directory, *args, **kwargs) -> N
     """``model.save_pretrained(save_directory, *args, **kwargs)``, where ``save`` is transformers'
     ``PreTrainedModel.save_pretrained`` bound to ``model``, plus the model's code beside the weights.
 
-    Where the package is installed, its modules are written (:func:`avey_b.model.remote_code.write`); where this file runs
-    as saved beside a model, without the package, transformers writes only the code files the loaded class needed
-    (no heads after ``AutoModel``) while ``auto_map`` names every head: the other saved files are copied along."""
+    Where the package is installed, its modules are written (:func:`avey_b.model.remote_code.write`); where this file
+    runs as saved beside a model, without the package, transformers writes only the code files the loaded class
+    needed (no heads after ``AutoModel``) while ``auto_map`` names every head: the other saved files are copied
+    along."""
     try:
         from avey_b.model import remote_code
     except ImportError:  # this file as saved beside a model, run without the package

@@ -1,4 +1,5 @@
-"""Named configurations (paper §5.1 and the authors' release), in the style of litgpt / torchtitan: ``presets.base(**overrides)``.
+"""Named configurations (paper §5.1 and the authors' release), in the style of litgpt / torchtitan:
+``presets.base(**overrides)``.
 
 | name   | d    | L  | S   | k | V     | parameters | source                                           |
 |--------|------|----|-----|---|-------|------------|--------------------------------------------------|

@@ -150,7 +150,8 @@ def release_head(state_dict: dict[str, torch.Tensor]) -> str:
         return "sequence_classification"
     if tuple(first.shape) == (d, d):
         return "token_classification"
-    raise ReleaseConversionError(f"dense.0.weight has shape {tuple(first.shape)}; expected ({2 * d}, {d}) or ({d}, {d})")
+    raise ReleaseConversionError(f"dense.0.weight has shape {tuple(first.shape)}; "
+                                 f"expected ({2 * d}, {d}) or ({d}, {d})")
 
 
 def release_num_labels(state_dict: dict[str, torch.Tensor]) -> int | None:

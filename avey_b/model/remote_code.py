@@ -59,8 +59,8 @@ def module_source(name: str) -> str:
 
     def check(module: str) -> str:
         if module not in MODULES:
-            raise RuntimeError(f"avey_b/model/{name}.py imports .{module}, which is not saved with the model: add it to "
-                               "avey_b.model.remote_code.MODULES or keep the model's code free of it")
+            raise RuntimeError(f"avey_b/model/{name}.py imports .{module}, which is not saved with the model: "
+                               "add it to avey_b.model.remote_code.MODULES or keep the model's code free of it")
         return PREFIX + module
 
     source = _FROM_MODULE.sub(lambda m: f"{m.group(1)}from .{check(m.group(2))} import ", source)
