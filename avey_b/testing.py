@@ -81,6 +81,13 @@ def avey_b(directory: str, tok, seed: int = 0, **overrides) -> str:
     return directory
 
 
+def seeded(cls, config, seed: int = 0):
+    """A ``cls(config)`` built after ``torch.manual_seed(seed)`` (the global RNG stays seeded), in eval mode: the
+    same weights, and deterministic outputs, in every test that asks for the same seed."""
+    torch.manual_seed(seed)
+    return cls(config).eval()
+
+
 def sst2_tsv(path: str, n: int, seed: int = 0) -> str:
     rng = random.Random(seed)
     with open(path, "w", encoding="utf-8") as f:

@@ -11,20 +11,9 @@ VOCAB, SEQ = 99, 13
 
 
 @pytest.fixture
-def tiny_config():
-    return presets.tiny()
-
-
-@pytest.fixture
 def ids():
     g = torch.Generator().manual_seed(0)
     return torch.randint(1, VOCAB, (3, SEQ), generator=g)
-
-
-def seeded(cls, config, seed=0):
-    """Build a model with a fixed seed, in eval mode (deterministic outputs)."""
-    torch.manual_seed(seed)
-    return cls(config).eval()
 
 
 @pytest.fixture(scope="module")
@@ -33,6 +22,7 @@ def model_dir(tmp_path_factory):
     module, for the tests that load a model directory (embed, serve threads)."""
     from avey_b import AveyBForSentenceEmbedding
     from avey_b import testing as toy
+    from avey_b.testing import seeded
 
     directory = tmp_path_factory.mktemp("model")
     tok = toy.tokenizer(str(directory))

@@ -3,11 +3,11 @@ Layers") and heatmaps."""
 
 import numpy as np
 import pytest
-from conftest import seeded
 
 from avey_b import AveyBForSequenceClassification, AveyBModel
 from avey_b.apps.analysis import plot_static_matrices, static_matrix_stats
 from avey_b.model import presets
+from avey_b.testing import seeded
 from avey_b.utils.counting import parameter_counts
 
 

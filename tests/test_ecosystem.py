@@ -4,7 +4,6 @@ sentence-embedding head's contrastive loss."""
 
 import pytest
 import torch
-from conftest import seeded
 
 from avey_b import (
     AveyBForQuestionAnswering,
@@ -15,6 +14,7 @@ from avey_b import (
 )
 from avey_b.model import presets
 from avey_b.model.heads import in_batch_contrastive_loss
+from avey_b.testing import seeded
 
 peft = pytest.importorskip("peft")
 

@@ -16,7 +16,6 @@ import time
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import seeded
 
 from avey_b import AveyBForMaskedLM, AveyBForSentenceEmbedding
 from avey_b import testing as toy
@@ -24,6 +23,7 @@ from avey_b.apps.embed import MANIFEST, EmbedOptions, embed_corpus, job, shards
 from avey_b.inference.encoder import Encoder
 from avey_b.inference.options import LoadOptions
 from avey_b.model import presets
+from avey_b.testing import seeded
 
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")

@@ -4,11 +4,11 @@ to vectors in one call (``encode``); a directory that holds another model is ref
 
 import pytest
 import torch
-from conftest import seeded
 
 from avey_b import AveyBForMaskedLM, AveyBForSentenceEmbedding, Encoder, LoadOptions
 from avey_b import testing as toy
 from avey_b.model import presets
+from avey_b.testing import seeded
 
 TEXTS = ["a good film", "the plot was awful and the cast was weak", "bob met alice in paris " * 20]
 

@@ -2,10 +2,10 @@
 
 import pytest
 import torch
-from conftest import seeded
 
 from avey_b import AveyBConfig, AveyBForMaskedLM, AveyBModel
 from avey_b.model import presets
+from avey_b.testing import seeded
 
 
 @pytest.mark.parametrize("overrides, field", [

@@ -5,11 +5,11 @@ and the default placement against the model as it was before the switch existed.
 
 import pytest
 import torch
-from conftest import seeded
 from test_ranker import oracle as ranker_oracle
 
 from avey_b import AveyBConfig, AveyBForMaskedLM, AveyBModel
 from avey_b.model import presets
+from avey_b.testing import seeded
 
 EVERY_LAYER = {"ranker_placement": "every_layer"}
 VARIANTS = {

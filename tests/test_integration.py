@@ -2,13 +2,13 @@
 
 import pytest
 import torch
-from conftest import seeded
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
 from avey_b import AveyBForMaskedLM, AveyBModel
 from avey_b.model import presets
 from avey_b.model.layers import AveyBLayer
+from avey_b.testing import seeded
 
 WORDS = "the a cat dog sat ran on under mat log red blue big small and".split()
 

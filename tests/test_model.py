@@ -3,7 +3,6 @@ the dynamic layer's guarantees (paper App. A) and every variant of the paper's a
 
 import pytest
 import torch
-from conftest import seeded
 from test_padding import VARIANTS
 from transformers import (
     AutoConfig,
@@ -30,6 +29,7 @@ from avey_b.model.heads import mean_pool
 from avey_b.model.layers import activation, normalize_rows
 from avey_b.model.ranker import Ranker
 from avey_b.model.similarity import unit_vectors
+from avey_b.testing import seeded
 
 HEADS = [AveyBModel, AveyBForMaskedLM, AveyBForSequenceClassification, AveyBForTokenClassification,
          AveyBForQuestionAnswering, AveyBForSentenceEmbedding]

@@ -2,12 +2,12 @@
 
 import pytest
 import torch
-from conftest import seeded
 
 from avey_b import AveyBModel
 from avey_b.model import presets
 from avey_b.model.configuration import LAYER_PATTERNS
 from avey_b.model.presets import AVEY_B1_ARCHITECTURE
+from avey_b.testing import seeded
 
 VARIANTS = {
     "default": {},

@@ -9,13 +9,13 @@ import sys
 
 import pytest
 import torch
-from conftest import seeded
 from transformers import AutoModelForMaskedLM, AutoTokenizer
 
 from avey_b import AveyBForMaskedLM, AveyBForSentenceEmbedding
 from avey_b import testing as toy
 from avey_b.model import presets
 from avey_b.model.remote_code import MODULES, PREFIX
+from avey_b.testing import seeded
 
 # Run in a fresh interpreter: `import avey_b` fails there, so only the saved code can build the model.
 WITHOUT_THE_PACKAGE = r"""

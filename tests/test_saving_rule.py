@@ -8,7 +8,6 @@ import logging
 
 import pytest
 import torch
-from conftest import seeded
 
 from avey_b import (
     AveyBForMaskedLM,
@@ -21,6 +20,7 @@ from avey_b import testing as toy
 from avey_b.inference.encoder import Encoder
 from avey_b.inference.options import LoadOptions
 from avey_b.model import presets
+from avey_b.testing import seeded
 
 st = pytest.importorskip("sentence_transformers")
 

@@ -15,11 +15,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
-from conftest import seeded
 
 from avey_b import AveyBForMaskedLM, AveyBForSentenceEmbedding
 from avey_b import testing as toy
 from avey_b.model import presets
+from avey_b.testing import seeded
 
 httpx = pytest.importorskip("httpx")
 pytest.importorskip("fastapi")

@@ -14,11 +14,11 @@ import time
 import numpy as np
 import pytest
 import torch
-from conftest import seeded
 
 from avey_b import AveyBForSentenceEmbedding, AveyBForSequenceClassification
 from avey_b import testing as toy
 from avey_b.model import presets
+from avey_b.testing import seeded
 
 httpx = pytest.importorskip("httpx")
 uvicorn = pytest.importorskip("uvicorn")
