@@ -118,10 +118,24 @@ def test_an_api_key_guards_every_route_but_health(embedder):
     assert httpx.get(url + "/health").status_code == 200
     for method, path, body in [("GET", "/v1/models", None), ("GET", "/metrics", None), ("GET", "/info", None),
                                ("POST", "/embed", {"inputs": "a"}), ("POST", "/v1/embeddings", {"input": "a"})]:
-        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": KEY}):
+        for headers, why in (({}, "missing API key"), ({"Authorization": "Bearer wrong"}, "invalid API key"),
+                             ({"Authorization": KEY}, "malformed Authorization header")):
             answer = httpx.request(method, url + path, json=body, headers=headers)
-            assert answer.status_code == 401 and "Authorization: Bearer" in answer.json()["error"]["message"]
+            message = answer.json()["error"]["message"]
+            assert answer.status_code == 401 and message.startswith(why) and "Authorization: Bearer" in message
+            assert answer.headers["www-authenticate"] == "Bearer"
         assert httpx.request(method, url + path, json=body, headers=AUTH).status_code == 200, path
+
+
+def test_no_key_sent_wrong_or_right_is_ever_repeated_or_logged(embedder, caplog):
+    _, _, url = embedder
+    with caplog.at_level(logging.DEBUG):
+        wrong = httpx.get(url + "/v1/models", headers={"Authorization": "Bearer not-the-sekrit"})
+        right = httpx.get(url + "/v1/models", headers=AUTH)
+    assert (wrong.status_code, right.status_code) == (401, 200)
+    assert "not-the-sekrit" not in wrong.text and KEY not in wrong.text
+    logged = "\n".join(r.getMessage() for r in caplog.records)
+    assert "GET /v1/models 401" in logged and "not-the-sekrit" not in logged and KEY not in logged
 
 
 def test_health_answers_at_once_while_a_10_mb_request_is_refused(embedder):

@@ -42,7 +42,8 @@ avey_b_tokens_total by route; avey_b_queue_inputs).
 
 Errors: a JSON body with FastAPI's `detail` and the OpenAI API's `error` object (its message is what the openai SDK
 raises). 400: a bad value (empty input, token id outside the vocabulary, a dimensions the model lacks, a route the
-checkpoint cannot serve). 401: no or a wrong `Authorization: Bearer KEY` when the server has --api-key. 404: an
+checkpoint cannot serve). 401: no, a malformed or a wrong `Authorization: Bearer KEY` when the server has
+--api-key (the message says which; no key is ever logged). 404: an
 unknown route or model. 413: past a limit, named with its flag (--max-body-bytes, --max-request-inputs,
 --max-input-chars, --max-tokens); inputs are never cut unless a TEI request asks truncate=true (to --max-tokens,
 special tokens kept; for a pair, the document is cut). 422: invalid JSON, a missing or mistyped field, or a field
