@@ -10,7 +10,9 @@ normalize_embeddings; for an embedding checkpoint exactly its pooler_output); a 
 sequence classifier classifies; a sequence classifier with one label (num_labels=1) is a cross-encoder and
 reranks, scoring each (query, document) pair whole, as the tokenizer encodes a pair, never cut (the directory also
 loads as sentence_transformers.CrossEncoder(MODEL), whose predict gives the same scores: the sigmoid of the
-logit). A route the checkpoint cannot serve answers 400 saying what it needs.
+logit; equal to float32's under --precision fp32, while the default, auto, runs bf16 autocast on CUDA and on CPUs
+that multiply bf16 natively, which keeps about three significant digits, so scores and vectors then differ from a
+float32 run in about the third decimal). A route the checkpoint cannot serve answers 400 saying what it needs.
 
 OpenAI (texts in `input`, or `inputs`; token ids wherever texts go: one list of ids, or a list of lists, embedded
 as given, no special tokens added):
