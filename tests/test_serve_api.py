@@ -73,6 +73,14 @@ def reranker(tmp_path_factory):
     server.should_exit = True
 
 
+def logged(caplog, prefix: str, seconds: float = 10) -> None:
+    """Wait until the access log has a line starting with ``prefix``: a line is written once its answer is sent, so
+    the client may hold the answer first."""
+    deadline = time.time() + seconds
+    while not any(r.getMessage().startswith(prefix) for r in caplog.records) and time.time() < deadline:
+        time.sleep(0.02)
+
+
 def own(model, tok, texts, normalize=True) -> torch.Tensor:
     """The checkpoint's own embeddings (the Python API, no server)."""
     with torch.no_grad():
@@ -132,10 +140,11 @@ def test_no_key_sent_wrong_or_right_is_ever_repeated_or_logged(embedder, caplog)
     with caplog.at_level(logging.DEBUG):
         wrong = httpx.get(url + "/v1/models", headers={"Authorization": "Bearer not-the-sekrit"})
         right = httpx.get(url + "/v1/models", headers=AUTH)
+        logged(caplog, "GET /v1/models 200")
     assert (wrong.status_code, right.status_code) == (401, 200)
     assert "not-the-sekrit" not in wrong.text and KEY not in wrong.text
-    logged = "\n".join(r.getMessage() for r in caplog.records)
-    assert "GET /v1/models 401" in logged and "not-the-sekrit" not in logged and KEY not in logged
+    lines = "\n".join(r.getMessage() for r in caplog.records)
+    assert "GET /v1/models 401" in lines and "not-the-sekrit" not in lines and KEY not in lines
 
 
 def test_health_answers_at_once_while_a_10_mb_request_is_refused(embedder):
@@ -285,6 +294,7 @@ def test_metrics_and_the_access_log_count_every_request(embedder, caplog):
         assert httpx.post(url + "/v1/embeddings", json={"input": ["a film", "bob"]}, headers=AUTH).status_code == 200
         assert httpx.post(url + "/embed", json={"inputs": ""}, headers=AUTH).status_code == 400
         assert httpx.get(url + "/nowhere", headers=AUTH).status_code == 404
+        logged(caplog, "GET /nowhere")
     lines = [r.getMessage() for r in caplog.records if r.name == "avey_b.serve"]
     tokens = sum(len(tok(t)["input_ids"]) for t in ("a film", "bob"))
     assert any(line.startswith(f"POST /v1/embeddings 200 inputs=2 tokens={tokens} ") and line.endswith(" ms")
