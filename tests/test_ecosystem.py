@@ -1,5 +1,6 @@
 """What the ecosystem passes reaches the model: PEFT (LoRA) with every task type it knows for encoders, adapter
-save/load and merge; the keyword arguments transformers and PEFT add; hidden states on the gradient path; the
+save/load and merge; the keyword arguments transformers and PEFT add (``attn_implementation``, which means nothing
+to a model without attention, included); hidden states on the gradient path; the
 sentence-embedding head's contrastive loss."""
 
 import pytest
@@ -69,6 +70,30 @@ def test_every_forward_accepts_the_keywords_transformers_passes():
         a = model(**batch())
         b = model(**batch(), output_attentions=True, use_cache=False, num_items_in_batch=torch.tensor(2))
     torch.testing.assert_close(a.logits, b.logits)
+
+
+@pytest.mark.parametrize("implementation", ["sdpa", "flash_attention_2", "flex_attention", "eager"])
+def test_any_attn_implementation_loads_the_same_model_with_a_warning_that_it_is_ignored(implementation, tmp_path,
+                                                                                         caplog):
+    """Code that passes ``attn_implementation`` to every model (sentence-transformers' model_kwargs, evaluation
+    harnesses) loads Avey-B too: it has no attention, so the value chooses nothing and says so, instead of
+    transformers' "request the support for this architecture"."""
+    import logging
+
+    from transformers import AutoModel
+
+    model = seeded(AveyBModel, presets.tiny())
+    model.save_pretrained(tmp_path)
+    logging.Logger.warning_once.cache_clear()  # transformers' once-per-process warnings: this test sees its own
+    with caplog.at_level("WARNING"):
+        loaded = AutoModel.from_pretrained(tmp_path, attn_implementation=implementation).eval()
+        built = AveyBModel._from_config(presets.tiny(), attn_implementation=implementation)
+    warned = [r.getMessage() for r in caplog.records if "is ignored: Avey-B has no attention" in r.getMessage()]
+    assert bool(warned) == (implementation != "eager"), warned
+    assert loaded.config._attn_implementation == built.config._attn_implementation == "eager"
+    ids = batch()
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(**ids).last_hidden_state, model(**ids).last_hidden_state, rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("overrides", [{}, {"compressor": False}, {"ranker": "off"}])

@@ -4,6 +4,7 @@ and line. Tiny Avey-B built in the test, a few optimizer steps each."""
 
 import json
 import random
+import re
 
 import pytest
 from transformers import AutoConfig, pipeline
@@ -194,6 +195,30 @@ def test_a_tagger_names_its_tags_from_jsonl_and_from_conll_columns(models, tmp_p
     assert record["baseline"]["f1"] == 0.0 and record["baseline_name"] == "all O" and record["n_validation"] == 6
     found = pipeline("token-classification", model=str(out), ignore_labels=[])("Alice Smith met Bob in Paris")
     assert found and {t["entity"] for t in found} <= set(record["tags"])
+
+
+def test_a_tagger_records_the_pipeline_call_that_answers_in_whole_words(models, tmp_path, capsys):
+    """transformers' pipeline cannot take a default aggregation from a saved directory, so the run prints and
+    records the call that gives words, not sub-word pieces (the toy tokenizer splits "Smithson" into letters)."""
+    from avey_b.finetuning.tagging import AGGREGATION
+
+    path = tmp_path / "train.jsonl"
+    path.write_text("".join(json.dumps({"tokens": w, "tags": t}) + "\n" for w, t in tagged_sentences(30, 0)))
+    out = tmp_path / "out"
+    assert main(["finetune", "--task", "token-classification", "--train-file", str(path),
+                 *common_flags(models["avey"], out)]) == 0
+    record = json.loads((out / "results.json").read_text())
+    call = f'pipeline("token-classification", model="{out}", aggregation_strategy="{AGGREGATION}")'
+    assert record["pipeline"] == call and f"tags per word: {call}" in capsys.readouterr().out
+    text = "Alice Smithson met Bob in Paris"
+    words = {(m.start(), m.end()) for m in re.finditer(r"\S+", text)}
+    starts, ends = {s for s, _ in words}, {e for _, e in words}
+    pieces = pipeline("token-classification", model=str(out), ignore_labels=[])(text)
+    assert any(p["start"] not in starts or p["end"] not in ends for p in pieces)  # the default: sub-word pieces
+    grouped = pipeline("token-classification", model=str(out), ignore_labels=[], aggregation_strategy=AGGREGATION)(
+        text)
+    assert grouped and all(g["start"] in starts and g["end"] in ends for g in grouped), grouped
+    assert {g["entity_group"] for g in grouped} <= {t.split("-")[-1] for t in record["tags"]}
 
 
 def test_a_bad_line_is_named_with_its_file(models, tmp_path):

@@ -214,6 +214,39 @@ def test_where_the_package_is_installed_but_not_imported_the_documented_loaders_
     assert {case: r["result"] for case, r in results.items()} == dict.fromkeys(results, tok(texts)["input_ids"])
 
 
+# A process that never imports avey_b, stdin closed (a script or a job: a question cannot be answered there).
+TOKENIZER_ONLY = r"""
+import json, sys
+sys.modules["avey_b"] = None  # `import avey_b` fails: transformers cannot have learned the model type from it
+import transformers
+
+directory, texts = sys.argv[1], json.loads(sys.argv[2])
+auto = transformers.AutoTokenizer.from_pretrained(directory)(texts)["input_ids"]
+print("--- PreTrainedTokenizerFast", flush=True)
+plain = transformers.PreTrainedTokenizerFast.from_pretrained(directory)(texts)["input_ids"]
+print(json.dumps([auto, plain]))
+"""
+
+
+def test_without_the_package_a_saved_tokenizer_loads_and_only_autotokenizer_asks_about_the_config_code(tmp_path):
+    """Where avey_b is not imported, ``AutoTokenizer.from_pretrained(dir)`` reads ``config.json`` first, whose
+    ``auto_map`` AutoConfig entry (what lets the model load there at all) makes transformers ask "Do you wish to run
+    the custom code?"; that question is transformers' and the library keeps the entry (docs/checkpoints.md). With
+    no answer (stdin closed) the tokenizer still loads, the same; ``PreTrainedTokenizerFast`` asks nothing."""
+    tok = toy.tokenizer(str(tmp_path / "mlm"))
+    seeded(AveyBForMaskedLM, presets.tiny(vocab_size=len(tok))).save_pretrained(tmp_path / "mlm")
+    assert "auto_map" not in json.loads((tmp_path / "mlm" / "tokenizer_config.json").read_text())
+    texts = ["a good film", "Alice Smithson met Bob"]
+    env = {**os.environ, "HF_MODULES_CACHE": str(tmp_path / "modules"), "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run([sys.executable, "-c", TOKENIZER_ONLY, str(tmp_path / "mlm"), json.dumps(texts)],
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, env=env, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    auto_part, plain_part = proc.stdout.split("--- PreTrainedTokenizerFast")
+    assert "Do you wish to run the custom code?" in auto_part  # transformers' question, about config.json's code
+    assert "custom code" not in plain_part and "custom code" not in proc.stderr
+    assert json.loads(plain_part.strip().splitlines()[-1]) == [tok(texts)["input_ids"]] * 2
+
+
 FIXTURE = os.path.join(os.path.dirname(__file__), "fixtures", "saved-avey-b-0.1.0")
 
 

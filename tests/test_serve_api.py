@@ -73,6 +73,14 @@ def reranker(tmp_path_factory):
     server.should_exit = True
 
 
+def logged(caplog, prefix: str, seconds: float = 10) -> None:
+    """Wait until the access log has a line starting with ``prefix``: a line is written once its answer is sent, so
+    the client may hold the answer first."""
+    deadline = time.time() + seconds
+    while not any(r.getMessage().startswith(prefix) for r in caplog.records) and time.time() < deadline:
+        time.sleep(0.02)
+
+
 def own(model, tok, texts, normalize=True) -> torch.Tensor:
     """The checkpoint's own embeddings (the Python API, no server)."""
     with torch.no_grad():
@@ -118,10 +126,25 @@ def test_an_api_key_guards_every_route_but_health(embedder):
     assert httpx.get(url + "/health").status_code == 200
     for method, path, body in [("GET", "/v1/models", None), ("GET", "/metrics", None), ("GET", "/info", None),
                                ("POST", "/embed", {"inputs": "a"}), ("POST", "/v1/embeddings", {"input": "a"})]:
-        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": KEY}):
+        for headers, why in (({}, "missing API key"), ({"Authorization": "Bearer wrong"}, "invalid API key"),
+                             ({"Authorization": KEY}, "malformed Authorization header")):
             answer = httpx.request(method, url + path, json=body, headers=headers)
-            assert answer.status_code == 401 and "Authorization: Bearer" in answer.json()["error"]["message"]
+            message = answer.json()["error"]["message"]
+            assert answer.status_code == 401 and message.startswith(why) and "Authorization: Bearer" in message
+            assert answer.headers["www-authenticate"] == "Bearer"
         assert httpx.request(method, url + path, json=body, headers=AUTH).status_code == 200, path
+
+
+def test_no_key_sent_wrong_or_right_is_ever_repeated_or_logged(embedder, caplog):
+    _, _, url = embedder
+    with caplog.at_level(logging.DEBUG):
+        wrong = httpx.get(url + "/v1/models", headers={"Authorization": "Bearer not-the-sekrit"})
+        right = httpx.get(url + "/v1/models", headers=AUTH)
+        logged(caplog, "GET /v1/models 200")
+    assert (wrong.status_code, right.status_code) == (401, 200)
+    assert "not-the-sekrit" not in wrong.text and KEY not in wrong.text
+    lines = "\n".join(r.getMessage() for r in caplog.records)
+    assert "GET /v1/models 401" in lines and "not-the-sekrit" not in lines and KEY not in lines
 
 
 def test_health_answers_at_once_while_a_10_mb_request_is_refused(embedder):
@@ -271,6 +294,7 @@ def test_metrics_and_the_access_log_count_every_request(embedder, caplog):
         assert httpx.post(url + "/v1/embeddings", json={"input": ["a film", "bob"]}, headers=AUTH).status_code == 200
         assert httpx.post(url + "/embed", json={"inputs": ""}, headers=AUTH).status_code == 400
         assert httpx.get(url + "/nowhere", headers=AUTH).status_code == 404
+        logged(caplog, "GET /nowhere")
     lines = [r.getMessage() for r in caplog.records if r.name == "avey_b.serve"]
     tokens = sum(len(tok(t)["input_ids"]) for t in ("a film", "bob"))
     assert any(line.startswith(f"POST /v1/embeddings 200 inputs=2 tokens={tokens} ") and line.endswith(" ms")

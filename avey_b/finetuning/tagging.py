@@ -6,7 +6,11 @@ trained with transformers' ``Trainer`` on ``AutoModelForTokenClassification`` an
   Parquet / ``hf:`` rows with a word list (``--tokens-column``, default ``tokens``) and a tag list (``--tags-column``,
   default ``tags``) of the same length.
 * The tag set is the training data's string tags as written (``O`` first, then sorted), saved as the model's
-  ``id2label``, so ``pipeline("token-classification", model=dir)`` answers with your tags. A validation tag the
+  ``id2label``, so ``pipeline("token-classification", model=dir, aggregation_strategy="first")`` answers with your
+  tags, one per word (its first sub-token's, as trained) and words of one entity grouped. transformers gives a
+  saved directory no way to set a pipeline's default ``aggregation_strategy`` (the pipeline reads it from the call
+  only, and its default, ``none``, answers per sub-token), so the call is printed at the end of the run and kept
+  in ``results.json`` (``pipeline``). A validation tag the
   training data never shows is added after them (so it can be scored, as a miss) and named in a note and in
   ``results.json`` (``validation_only_tags``).
 * Words are joined by single spaces and tokenized; each word's tag sits on its first sub-token (the others are
@@ -30,6 +34,14 @@ from . import common
 from .alignment import align_labels, word_index_of_tokens, word_predictions
 from .data import Table, is_conll, read_split, read_table
 from .options import OwnDataOptions
+
+#: The pipeline's aggregation that answers as the tagger was trained: a word's tag is its first sub-token's.
+AGGREGATION = "first"
+
+
+def pipeline_call(output_dir) -> str:
+    """The one line that loads the saved tagger into transformers' pipeline, answering per word."""
+    return f'pipeline("token-classification", model="{output_dir}", aggregation_strategy="{AGGREGATION}")'
 
 
 def read_tagged(source: str, options: OwnDataOptions) -> Table:
@@ -187,8 +199,12 @@ def train(options: OwnDataOptions) -> dict[str, Any]:
         "score": common.rounded(got[metric]), "baseline_score": common.rounded(base[metric]),
         "metrics": common.rounded(got), "baseline": common.rounded(base),
         "baseline_name": baseline_name, "n_train": len(train_set), "n_validation": len(val_set),
-        "max_length": limit, "inputs_cut": {"train": train_cut, "validation": val_cut} if cut else None} | trained
+        "max_length": limit, "inputs_cut": {"train": train_cut, "validation": val_cut} if cut else None,
+        "pipeline": pipeline_call(options.output_dir)} | trained
     if train_cut or val_cut:
         print(f"note: {train_cut + val_cut} sentence(s) longer than {limit} tokens were cut (--max-length); their "
               "cut words count as predicted O", flush=True)
-    return common.finish(options, trainer.model, tokenizer, record)
+    record = common.finish(options, trainer.model, tokenizer, record)
+    print(f"tags per word: {record['pipeline']} (without aggregation_strategy a pipeline answers per sub-token)",
+          flush=True)
+    return record

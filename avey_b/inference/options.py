@@ -21,7 +21,10 @@ class LoadOptions:
     device: str = "auto"
     """where the eager model runs: auto (CUDA when available, else the CPU), cpu, cuda, cuda:1, ..."""
     precision: str = "auto"
-    """auto (bf16 autocast where the device multiplies bf16 natively, float32 elsewhere), bf16 or fp32"""
+    """auto (bf16 autocast where the device multiplies bf16 natively: CUDA and CPUs with AMX or AVX512-BF16; float32
+    elsewhere), bf16 or fp32. bf16 keeps about three significant digits: vectors and scores then differ from a
+    float32 run (sentence-transformers' encode, CrossEncoder.predict) in about the third decimal; fp32 for equal
+    ones"""
     threads: int | None = None
     """CPU threads of the model, eager (PyTorch's) or ONNX (onnxruntime's); default: one per CPU this process may
     use (its affinity mask and cgroup CPU quota), or OMP_NUM_THREADS for the eager model. On a CPU that other busy

@@ -30,7 +30,7 @@ import dataclasses
 
 import torch
 from torch import nn
-from transformers import PreTrainedModel
+from transformers import PreTrainedModel, logging
 from transformers import initialization as init
 from transformers.modeling_outputs import BaseModelOutput
 
@@ -38,6 +38,8 @@ from . import loading, splits
 from .configuration import AveyBConfig
 from .layers import AveyBLayer, Mixer, RMSNorm, StaticMixer
 from .ranker import Choice, Compressor, Ranker
+
+logger = logging.get_logger(__name__)
 
 
 class AveyBPreTrainedModel(PreTrainedModel):
@@ -59,6 +61,21 @@ class AveyBPreTrainedModel(PreTrainedModel):
     _no_split_modules = ["AveyBLayer"]
     _supports_sdpa = False
     _supports_flash_attn = False
+
+    def _check_and_adjust_attn_implementation(self, attn_implementation: str | None, *args, **kwargs) -> str:
+        """transformers' ``attn_implementation`` (a keyword of ``from_pretrained`` / ``from_config``, and
+        ``set_attn_implementation``) picks how attention is computed. Avey-B has no attention (§3: a ranker and a
+        neural processor of enricher, contextualizer and fuser), so every value is accepted, none changes what runs
+        or what it computes, and one other than ``eager`` (what transformers records for a model without attention
+        layers) gets a warning saying so. Code that passes the same keyword to every model (``"sdpa"``, a flash
+        kernel) then loads Avey-B too. How Avey-B runs is chosen by its execution settings
+        (:mod:`avey_b.model.execution`)."""
+        if attn_implementation not in (None, "eager"):
+            logger.warning_once(
+                f"attn_implementation={attn_implementation!r} is ignored: Avey-B has no attention layers, so there is "
+                "no attention implementation to choose and the model computes the same with any (its execution "
+                "settings, e.g. chunk_tokens or ranker_algorithm, choose how it runs)")
+        return "eager"
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):

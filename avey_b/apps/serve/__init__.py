@@ -10,7 +10,9 @@ normalize_embeddings; for an embedding checkpoint exactly its pooler_output); a 
 sequence classifier classifies; a sequence classifier with one label (num_labels=1) is a cross-encoder and
 reranks, scoring each (query, document) pair whole, as the tokenizer encodes a pair, never cut (the directory also
 loads as sentence_transformers.CrossEncoder(MODEL), whose predict gives the same scores: the sigmoid of the
-logit). A route the checkpoint cannot serve answers 400 saying what it needs.
+logit; equal to float32's under --precision fp32, while the default, auto, runs bf16 autocast on CUDA and on CPUs
+that multiply bf16 natively, which keeps about three significant digits, so scores and vectors then differ from a
+float32 run in about the third decimal). A route the checkpoint cannot serve answers 400 saying what it needs.
 
 OpenAI (texts in `input`, or `inputs`; token ids wherever texts go: one list of ids, or a list of lists, embedded
 as given, no special tokens added):
@@ -42,7 +44,8 @@ avey_b_tokens_total by route; avey_b_queue_inputs).
 
 Errors: a JSON body with FastAPI's `detail` and the OpenAI API's `error` object (its message is what the openai SDK
 raises). 400: a bad value (empty input, token id outside the vocabulary, a dimensions the model lacks, a route the
-checkpoint cannot serve). 401: no or a wrong `Authorization: Bearer KEY` when the server has --api-key. 404: an
+checkpoint cannot serve). 401: no, a malformed or a wrong `Authorization: Bearer KEY` when the server has
+--api-key (the message says which; no key is ever logged). 404: an
 unknown route or model. 413: past a limit, named with its flag (--max-body-bytes, --max-request-inputs,
 --max-input-chars, --max-tokens); inputs are never cut unless a TEI request asks truncate=true (to --max-tokens,
 special tokens kept; for a pair, the document is cut). 422: invalid JSON, a missing or mistyped field, or a field

@@ -48,7 +48,8 @@ class BodyTooLarge(Exception):
 
 
 class Gate:
-    """ASGI middleware, outermost but for the server-error handler: refuses a request without the API key (401)
+    """ASGI middleware, outermost but for the server-error handler: refuses a request without the API key (401,
+    saying whether the key is missing, malformed or wrong)
     or with a body over ``max_body_bytes`` (413: by its Content-Length before reading it, else while reading it),
     then writes the access-log line and the metrics of every answer."""
 
@@ -76,9 +77,9 @@ class Gate:
 
         try:
             length = headers.get(b"content-length")
-            if self.api_key and scope["path"] not in OPEN_PATHS and not self.authorized(headers):
-                await refuse(401, "this server needs an API key: send the header `Authorization: Bearer KEY`",
-                             {"www-authenticate": "Bearer"})
+            refusal = self.refusal(headers) if self.api_key and scope["path"] not in OPEN_PATHS else None
+            if refusal:
+                await refuse(401, refusal, {"www-authenticate": "Bearer"})
             elif length is not None and length.isdigit() and int(length) > self.max_body_bytes:
                 await refuse(413, self.too_large(f"{int(length):,} bytes"))
             else:
@@ -103,9 +104,18 @@ class Gate:
         return (f"the request body has {size}, more than this server's --max-body-bytes {self.max_body_bytes:,}: "
                 "send fewer or shorter inputs per request, or raise the limit")
 
-    def authorized(self, headers: dict) -> bool:
-        scheme, _, key = headers.get(b"authorization", b"").decode("latin-1").partition(" ")
-        return scheme.lower() == "bearer" and hmac.compare_digest(key.strip().encode(), self.api_key.encode())
+    def refusal(self, headers: dict) -> str | None:
+        """Why a request's ``Authorization`` header does not pass (None: it does): no key sent, a header of another
+        form, or a key that is not the server's. The key itself is never repeated, here or in the log."""
+        header = headers.get(b"authorization")
+        if header is None:
+            return "missing API key: this server needs one; send the header `Authorization: Bearer KEY`"
+        scheme, _, key = header.decode("latin-1").strip().partition(" ")
+        if scheme.lower() != "bearer" or not key.strip():
+            return "malformed Authorization header: send `Authorization: Bearer KEY` (Bearer, a space, the key)"
+        if not hmac.compare_digest(key.strip().encode(), self.api_key.encode()):
+            return "invalid API key: the key sent in `Authorization: Bearer ...` is not this server's --api-key"
+        return None
 
     def record(self, scope, state: dict, status: int, seconds: float) -> None:
         route = getattr(scope.get("route"), "path", None) or "unmatched"  # a path template: bounded label values
