@@ -39,6 +39,7 @@ from avey_b.utils.files import DataFileError
 
 from . import common
 from .data import Table, hold_out, read_table
+from .loading import NewHeadReport
 from .options import OwnDataOptions
 
 #: The reranking scores recorded, sentence-transformers' key -> ours.
@@ -172,7 +173,9 @@ def load_model(options: OwnDataOptions, device: str):
     level = log.level
     log.setLevel(logging.ERROR)
     try:
-        model = CrossEncoder(options.model, num_labels=1, device=device)
+        with NewHeadReport() as report:  # a fresh head's load report, said in one line
+            model = CrossEncoder(options.model, num_labels=1, device=device)
+            report.settle(model[0].auto_model)
     finally:
         log.setLevel(level)
     if options.tokenizer:
