@@ -199,6 +199,7 @@ def set_length(model, options: OwnDataOptions, table: Table, queries: dict[str, 
 def train(options: OwnDataOptions) -> dict[str, Any]:
     """Train and score a reranker as the module docstring says; returns the results record (also
     ``results.json`` in ``options.output_dir``, with the model)."""
+    import transformers
     from sentence_transformers.cross_encoder import CrossEncoderTrainer, CrossEncoderTrainingArguments, losses
 
     from avey_b.utils.device import pick_device
@@ -206,6 +207,7 @@ def train(options: OwnDataOptions) -> dict[str, Any]:
     lr, lr_source = options.learning_rate()
     table, queries, held = split_queries(options)
     common.set_threads(options)
+    transformers.set_seed(options.seed)  # the fresh head's initialisation, and so the score before training
     model = load_model(options, str(pick_device(options.device)))
     cut = set_length(model, options, table, queries) + set_length(model, options, table, held)
     evaluate = evaluator(held, options.sampled_negatives, options.batch_size)
