@@ -244,6 +244,45 @@ def test_progress_in_a_log_is_plain_lines_with_rate_and_eta():
     assert "loss 0.5" in lines[-1] and "4/4 steps (100%)" in lines[-1]
 
 
+def test_eta_is_the_rate_since_warm_up_over_the_remaining_steps_or_the_time_cap_when_sooner(monkeypatch):
+    import io
+
+    from avey_b.utils import progress
+
+    assert progress.eta(2.0, 100) == (50.0, False)
+    assert progress.eta(2.0, 100, cap_left=30.0) == (30.0, True) and progress.eta(2.0, 100, 80.0) == (50.0, False)
+    assert progress.eta(0.0, 100, 30.0) is None  # no rate yet: no estimate
+    clock = [0.0]
+    monkeypatch.setattr(progress.time, "monotonic", lambda: clock[0])
+
+    def run(cap=None):
+        p = progress.Progress(1000, "pretrain", every=1e9, file=io.StringIO(), cap=cap)
+        clock[0] += 20.0  # the first step: allocation, first calls (not counted)
+        p.update()
+        for step in range(2, 101):  # 1 s a step, and an evaluation of 11 s every 20 steps (counted)
+            clock[0] += 1.0 + (11.0 if step % 20 == 0 else 0.0)
+            p.update()
+        return p
+
+    p = run()  # 99 steps in 99 + 5 x 11 = 154 s since the warm-up: 900 steps left take 900 x 154 / 99 = 1400 s
+    assert p.eta_text() == "ETA 23m20s" and "0.643 steps/s, ETA 23m20s" in p.line()
+    p = run(cap=(15 * 60, "train.max_minutes=15"))  # 174 s of the 900 gone: the cap comes first, 466 steps on
+    assert p.eta_text() == "ETA 12m06s (train.max_minutes=15 stops the run at about step 566 of 1000)"
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    shown = Terminal()  # on a terminal, tqdm's bar shows this ETA, not tqdm's own estimate
+    with progress.Progress(1000, "pretrain", file=shown) as p:
+        for _ in range(101):
+            clock[0] += 1.0
+            p.update(loss=0.5)
+        p.bar.refresh()
+    assert "101/1000 [" in shown.getvalue()  # 899 steps left at 1 step/s:
+    assert "ETA 14m59s, loss=0.5]" in shown.getvalue() and "<" not in shown.getvalue()
+
+
 HELP_WITHOUT_TORCH = r"""
 import sys
 sys.argv = ["avey-b"]  # as the console script starts: the package imports the model only when a verb runs
