@@ -4,21 +4,26 @@ On a terminal it is a tqdm bar; when the output goes to a file or a pipe (logs, 
 line every ``every`` seconds and one at the end — ``finetune sst2: 120/400 steps (30%), 2.1 steps/s, ETA 2m13s`` —
 instead of a stream of carriage returns. This module imports nothing else from the package.
 
-The ETA (:func:`eta`, both forms) is the remaining units at the rate measured since warm-up: the first unit (memory
-allocation, kernel choice, first-call costs) is not counted, and every later second is, so the time a run spends
-between units (evaluations, checkpoints) is in the rate too. A run with a time cap (``cap``: pretraining's
-``train.max_minutes``) stops at the cap when that comes first: the ETA is then the time left to the cap, and says
-so. tqdm's own estimate (a smoothed rate of the latest units, blind to the pauses between them) is not shown.
+The ETA (:func:`eta`, both forms) is the remaining units at the measured rate: the slower of the rate since
+warm-up and the rate over the last ``RECENT_S`` seconds. The first unit (memory allocation, kernel choice,
+first-call costs) is the warm-up and is not counted; every later second is, so the time a run spends between units
+(evaluations, checkpoints) is in the rate, and a machine that slows down (another process starts) shows within
+``RECENT_S`` seconds. A run with a time cap (``cap``: pretraining's ``train.max_minutes``) stops at the cap when that
+comes first: the ETA is then the time left to the cap, and says so. tqdm's own estimate (a smoothed rate of the
+latest units, blind to the pauses between them) is not shown.
 """
 
 from __future__ import annotations
 
 import sys
 import time
+from collections import deque
 from typing import TextIO
 
 #: tqdm's bar with the ETA of :func:`eta` in the postfix in place of tqdm's own "remaining".
 BAR_FORMAT = "{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}, {rate_fmt}{postfix}]"
+#: The span of the recent rate (seconds); it counts once it spans half of this.
+RECENT_S = 60.0
 
 
 def _duration(seconds: float) -> str:
@@ -51,6 +56,7 @@ class Progress:
         self.start = self.last = time.monotonic()
         self.start_n = initial
         self.warm: tuple[float, int] | None = None  # (time, units) when the first unit (the warm-up) ended
+        self.marks: deque[tuple[float, int]] = deque()  # (time, units) about once a second, the last RECENT_S
         self.deadline, self.cap_name = (self.start + cap[0], cap[1]) if cap else (None, None)
         self.postfix: dict[str, str] = {}
         self.bar = None
@@ -67,11 +73,15 @@ class Progress:
         self.close()
 
     def rate(self, now: float | None = None) -> float:
-        """Units per second since the warm-up (0 until a unit after it is done)."""
+        """Units per second: the slower of the rate since the warm-up and the recent one (0 until a unit after the
+        warm-up is done)."""
         if self.warm is None:
             return 0.0
-        seconds = (now or time.monotonic()) - self.warm[0]
-        return (self.n - self.warm[1]) / seconds if seconds > 0 else 0.0
+        now = now or time.monotonic()
+        rates = [(self.n - t0_n) / (now - t0) for t0, t0_n in (self.warm, self.marks[0]) if now - t0 > 0]
+        if now - self.marks[0][0] < RECENT_S / 2:
+            rates = rates[:1]  # too short a span to say more than the average
+        return min(rates, default=0.0)
 
     def eta_text(self, now: float | None = None) -> str:
         """``ETA 3m10s``; ``ETA 4m00s (train.max_minutes=15 stops the run at about step 1900 of 2400)`` when the
@@ -91,8 +101,13 @@ class Progress:
 
     def update(self, n: int = 1, **postfix) -> None:
         self.n += n
+        now = time.monotonic()
         if self.warm is None:
-            self.warm = (time.monotonic(), self.n)
+            self.warm = (now, self.n)
+        if not self.marks or now - self.marks[-1][0] >= 1.0:
+            self.marks.append((now, self.n))
+        while len(self.marks) > 1 and self.marks[1][0] <= now - RECENT_S:
+            self.marks.popleft()
         if postfix:
             self.postfix = {k: (f"{v:.4g}" if isinstance(v, float) else str(v)) for k, v in postfix.items()}
         if self.bar is not None:
