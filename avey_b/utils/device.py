@@ -142,23 +142,20 @@ def _cfs_quota(directory: Path) -> float | None:
     return None if quota <= 0 or period <= 0 else quota / period
 
 
-#: Where :func:`others_busy` reads the kernel's counts (a fake directory in tests).
-PROC = Path("/proc")
-
-
-def others_busy(samples: int = 5, interval: float = 0.02) -> tuple[float | None, bool]:
+def others_busy(samples: int = 5, interval: float = 0.02, proc: str | Path = "/proc") -> tuple[float | None, bool]:
     """``(CPUs, now)``: how many CPUs other processes keep busy. ``now`` True: the threads that are running or
     waiting for a CPU at this moment (``/proc/loadavg``'s fourth field, ``running/total``) less this process's own
     (``/proc/self/task/*/stat`` in state R), the mean of ``samples`` readings ``interval`` seconds apart. False,
     where ``/proc`` cannot be read (macOS): the 1-minute load average, which also counts this process and, for
-    minutes, processes that have ended (a finished ``pip install``); None where there is neither."""
-    readings = []
+    minutes, processes that have ended (a finished ``pip install``); None where there is neither. ``proc`` is for
+    tests."""
+    proc, readings = Path(proc), []
     for i in range(samples):
         if i:
             time.sleep(interval)
         try:
-            running = int((PROC / "loadavg").read_text().split()[3].split("/")[0])
-            own = sum(_task_state(stat) == "R" for stat in (PROC / "self" / "task").glob("*/stat"))
+            running = int((proc / "loadavg").read_text().split()[3].split("/")[0])
+            own = sum(_task_state(stat) == "R" for stat in (proc / "self" / "task").glob("*/stat"))
         except (OSError, IndexError, ValueError):
             return (os.getloadavg()[0] if hasattr(os, "getloadavg") else None), False
         readings.append(max(0, running - max(own, 1)))  # at least this thread, reading the count, runs
