@@ -37,6 +37,29 @@ def common_flags(model, out):
             "--device", "cpu"]
 
 
+@pytest.fixture
+def transformers_log():
+    """What transformers logs during a test (its loggers write to a stream of their own, past pytest's capture)."""
+    import logging
+
+    class Kept(logging.Handler):
+        def __init__(self):
+            super().__init__()
+            self.messages = []
+
+        def emit(self, record):
+            self.messages.append(record.getMessage())
+
+        def text(self) -> str:
+            text, self.messages = "\n".join(self.messages), []
+            return text
+
+    kept, library = Kept(), logging.getLogger("transformers")
+    library.addHandler(kept)
+    yield kept
+    library.removeHandler(kept)
+
+
 @pytest.fixture(scope="module")
 def three_class(models, tmp_path_factory):
     """A three-class classifier with string labels, trained through the command line."""
@@ -79,20 +102,28 @@ def test_results_hold_rounded_scores_beside_the_majority_class_baseline(three_cl
     assert not (three_class["out"] / "checkpoints").exists()
 
 
-def test_a_finished_output_directory_is_refused_and_overwrite_moves_it_aside(three_class, models, capsys):
+def test_a_finished_output_directory_is_refused_and_overwrite_moves_it_aside(three_class, models, capfd,
+                                                                             transformers_log):
     out, train = three_class["out"], three_class["train"]
     argv = ["finetune", "--task", "text-classification", "--train-file", train, "--text-column", "review",
             "--label-column", "sentiment", *common_flags(models["avey"], out), "--max-train-examples", "8"]
     before = (out / "results.json").read_text()
     assert main(argv) == 1
-    err = capsys.readouterr().err
+    err = capfd.readouterr().err
     assert "already holds a run (a finished fine-tuning run: results.json)" in err and "--overwrite" in err
     assert (out / "results.json").read_text() == before
     # --resume on a finished run answers with its results and trains nothing
     options = OwnDataOptions(model=models["avey"], task="text-classification", train_file=train, output_dir=str(out),
                              text_column="review", label_column="sentiment", resume=True)
     assert finetune(options)["score"] == json.loads(before)["score"]
+    capfd.readouterr()
+    transformers_log.text()
     assert main([*argv, "--overwrite"]) == 0
+    said = capfd.readouterr()  # the new head in one line of ours; no load report, no PAD/BOS/EOS notice, no bars
+    assert "new head: classifier.* (initialized, trained by this run)" in said.out
+    logged = transformers_log.text()
+    assert "LOAD REPORT" not in logged and "PAD/BOS/EOS" not in logged
+    assert "Writing model shards" not in said.out + said.err
     aside = [p for p in out.parent.iterdir() if p.name.startswith("out.old-")]
     assert len(aside) == 1 and (aside[0] / "results.json").read_text() == before
     assert json.loads((out / "results.json").read_text())["n_train"] == 8
@@ -294,3 +325,55 @@ def test_a_validation_only_tag_joins_the_tag_set_after_the_training_tags():
     train = Table("t", [{"tokens": ["EU", "rejects"], "tags": ["I-ORG", "O"]}], ["line 1"])
     dev = Table("d", [{"tokens": ["Peter", "EU"], "tags": ["B-ORG", "I-ORG"]}], ["line 1"])
     assert tag_set(train, dev) == (["O", "I-ORG", "B-ORG"], ["B-ORG"])
+
+
+def test_a_load_report_that_is_only_the_new_head_is_said_in_one_line_and_any_other_is_shown(models, capfd,
+                                                                                             transformers_log):
+    from types import SimpleNamespace
+
+    from transformers import AutoModelForSequenceClassification
+
+    from avey_b.finetuning.loading import NewHeadReport, load_with_new_head, new_head_line
+
+    avey = SimpleNamespace(base_model_prefix="model")
+    assert new_head_line(avey, {"missing_keys": {"classifier.weight", "classifier.bias"}}) == \
+        "new head: classifier.* (initialized, trained by this run)"
+    assert new_head_line(avey, {"missing_keys": {"head.dense.weight", "classifier.bias"},
+                                "unexpected_keys": {"decoder.bias"}}) == \
+        ("new head: classifier.*, head.* (initialized, trained by this run); the checkpoint's decoder.* (its "
+         "pretraining head) is not used")
+    for info in ({"missing_keys": {"classifier.bias", "model.layers.0.weight"}},  # an encoder weight is new too
+                 {"missing_keys": {"classifier.bias"}, "mismatched_keys": {("classifier.bias", (3,), (2,))}},
+                 {"missing_keys": set(), "unexpected_keys": {"decoder.bias"}}):
+        assert new_head_line(avey, info) is None
+
+    model = load_with_new_head(AutoModelForSequenceClassification, models["avey"], num_labels=3)
+    assert model.config.num_labels == 3
+    assert "new head: classifier.* (initialized, trained by this run)" in capfd.readouterr().out
+    assert "LOAD REPORT" not in transformers_log.text()
+    load_with_new_head(AutoModelForSequenceClassification, models["bert"], num_labels=3)
+    logged = transformers_log.text()  # BERT's pooler is an encoder weight its masked-LM checkpoint lacks: the table
+    assert "LOAD REPORT" in logged and "bert.pooler" in logged and "new head" not in capfd.readouterr().out
+    with NewHeadReport() as report:  # read from the report's rows when no loading info is given
+        bert = AutoModelForSequenceClassification.from_pretrained(models["bert"], num_labels=3)
+        rows = report.rows()
+        report.settle(bert)
+    assert rows["missing_keys"] == {"classifier.weight", "classifier.bias", "bert.pooler.dense.weight",
+                                    "bert.pooler.dense.bias"} and "cls.predictions.bias" in rows["unexpected_keys"]
+    assert "LOAD REPORT" in transformers_log.text()
+
+
+def test_special_ids_the_config_lacks_come_from_the_tokenizer_and_set_ones_stay():
+    from types import SimpleNamespace
+
+    from transformers import BertConfig
+
+    from avey_b.finetuning.loading import fill_special_ids
+
+    config = BertConfig(pad_token_id=0)
+    config.eos_token_id = None
+    model = SimpleNamespace(config=config)
+    tokenizer = SimpleNamespace(pad_token_id=7, bos_token_id=2, eos_token_id=5)
+    assert fill_special_ids(model, tokenizer) == {"bos_token_id": 2, "eos_token_id": 5}
+    assert (config.pad_token_id, config.bos_token_id, config.eos_token_id) == (0, 2, 5)
+    assert fill_special_ids(SimpleNamespace(config=None), tokenizer) == {}

@@ -244,6 +244,52 @@ def test_progress_in_a_log_is_plain_lines_with_rate_and_eta():
     assert "loss 0.5" in lines[-1] and "4/4 steps (100%)" in lines[-1]
 
 
+def test_eta_is_the_measured_rate_over_the_remaining_steps_or_the_time_cap_when_sooner(monkeypatch):
+    import io
+
+    from avey_b.utils import progress
+
+    assert progress.eta(2.0, 100) == (50.0, False)
+    assert progress.eta(2.0, 100, cap_left=30.0) == (30.0, True) and progress.eta(2.0, 100, 80.0) == (50.0, False)
+    assert progress.eta(0.0, 100, 30.0) is None  # no rate yet: no estimate
+    clock = [0.0]
+    monkeypatch.setattr(progress.time, "monotonic", lambda: clock[0])
+
+    def run(seconds, steps=100, cap=None):
+        """A run of 1,000 steps: a first step of 20 s (allocation, first calls: not counted), then ``steps`` more
+        steps, step ``i`` taking ``seconds(i)``."""
+        p = progress.Progress(1000, "pretrain", every=1e9, file=io.StringIO(), cap=cap)
+        clock[0] += 20.0
+        p.update()
+        for step in range(2, steps + 2):
+            clock[0] += seconds(step)
+            p.update()
+        return p
+
+    # 1 s a step and an evaluation of 20 s every 10 steps: 99 steps in 299 s, the pauses counted (tqdm said 1 step/s)
+    p = run(lambda i: 1.0 + (20.0 if i % 10 == 0 else 0.0), steps=99)
+    assert p.eta_text() == "ETA 45m18s" and "0.331 steps/s, ETA 45m18s" in p.line()
+    # 100 steps at 1 s, then the machine slows to 10 s a step: the last minute's rate, 0.1 step/s, says it
+    p = run(lambda i: 1.0 if i <= 101 else 10.0, steps=110)
+    assert p.eta_text() == "ETA 2h28m"  # 889 steps at 0.1 step/s
+    # 1 s a step, 15 minutes' cap: 119 s gone, 781 s left, 900 steps to go: the cap stops the run first
+    p = run(lambda i: 1.0, steps=99, cap=(15 * 60, "train.max_minutes=15"))
+    assert p.eta_text() == "ETA 13m01s (train.max_minutes=15 stops the run at about step 881 of 1000)"
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    shown = Terminal()  # on a terminal, tqdm's bar shows this ETA, not tqdm's own estimate
+    with progress.Progress(1000, "pretrain", file=shown) as p:
+        for _ in range(101):
+            clock[0] += 1.0
+            p.update(loss=0.5)
+        p.bar.refresh()
+    assert "101/1000 [" in shown.getvalue()  # 899 steps left at 1 step/s:
+    assert "ETA 14m59s, loss=0.5]" in shown.getvalue() and "<" not in shown.getvalue()
+
+
 HELP_WITHOUT_TORCH = r"""
 import sys
 sys.argv = ["avey-b"]  # as the console script starts: the package imports the model only when a verb runs

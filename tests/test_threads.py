@@ -14,7 +14,7 @@ from avey_b import testing as toy
 from avey_b.apps.options import EmbedOptions
 from avey_b.inference.encoder import Encoder
 from avey_b.inference.options import LoadOptions
-from avey_b.utils import device, shared_cpu
+from avey_b.utils import device
 from avey_b.utils.shared_cpu import SharedCpuWatch, shared_cpu_message
 
 
@@ -74,23 +74,59 @@ def test_the_first_sample_of_each_shape_is_warm_up_and_shapes_are_compared_with_
     assert found is not None and found[1][1] / found[1][0] == pytest.approx(0.25)
 
 
-def test_the_message_says_what_it_measured_and_what_to_do(monkeypatch):
+def fake_proc(root, running: int, own_states: str = "R"):
+    """A /proc with ``running`` runnable threads in ``loadavg`` and this process's threads in ``own_states`` (one
+    state letter per thread; names with spaces and parentheses, as the kernel allows)."""
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "loadavg").write_text(f"2.61 1.20 0.80 {running}/412 31337\n")
+    for i, state in enumerate(own_states):
+        (root / "self" / "task" / str(100 + i)).mkdir(parents=True)
+        (root / "self" / "task" / str(100 + i) / "stat").write_text(f"{100 + i} (pt worker (x) {i}) {state} 1 1 0\n")
+    return root
+
+
+def test_the_cpus_others_keep_busy_are_read_from_what_runs_now_not_the_minute_average(tmp_path, monkeypatch):
+    monkeypatch.setattr(device.os, "getloadavg", lambda: (2.6, 2.0, 1.0))  # a pip install that just ended, say
+    assert device.others_busy(proc=fake_proc(tmp_path / "idle", running=1)) == (0.0, True)  # only this thread runs
+    ours = fake_proc(tmp_path / "ours", running=3, own_states="RRS")
+    assert device.others_busy(samples=1, proc=ours) == (1.0, True)  # 3 running, 2 of them this process's threads
+    busy = fake_proc(tmp_path / "busy", running=4, own_states="SS")
+    assert device.others_busy(2, 0.0, busy) == (3.0, True)  # the thread reading counts, R or not
+    assert device.others_busy(proc=tmp_path / "missing") == (2.6, False)  # no /proc (macOS): the load average
+
+
+def read_from(monkeypatch, proc, real=device.others_busy):
+    """``device.others_busy`` reading ``proc`` in place of /proc."""
+    monkeypatch.setattr(device, "others_busy", lambda: real(proc=proc))
+
+
+def test_the_message_says_what_it_measured_and_what_to_do(tmp_path, monkeypatch):
     monkeypatch.setattr(device, "usable_cpus", lambda: 2)
-    monkeypatch.setattr(shared_cpu.os, "getloadavg", lambda: (3.2, 2.0, 1.0))
+    read_from(monkeypatch, fake_proc(tmp_path, running=5, own_states="RR"))
     text = shared_cpu_message(20_100, 5_800, 2, "the model", "restart the server with --threads 1")
     assert "the model runs at 5,800 tokens/s, 29% of the 20,100" in text
-    assert "load average 3.2 on 2 CPUs; 2 threads here" in text and "restart the server with --threads 1" in text
+    assert "other processes keep 3.0 of the 2 CPUs busy now; 2 threads here" in text
+    assert "restart the server with --threads 1" in text
+    read_from(monkeypatch, tmp_path / "missing")
+    monkeypatch.setattr(device.os, "getloadavg", lambda: (3.2, 2.0, 1.0))
+    text = shared_cpu_message(20_100, 5_800, 2, "the model", "restart the server with --threads 1")
+    assert "load average 3.2 on 2 CPUs; 2 threads here" in text
 
 
 # ------------------------------------------------------------------------------------------ the start line
-def test_the_start_line_names_device_precision_threads_and_a_busy_machine(monkeypatch):
+def test_the_start_line_names_device_precision_threads_and_a_busy_machine(tmp_path, monkeypatch):
     monkeypatch.setattr(device, "usable_cpus", lambda: 2)
-    monkeypatch.setattr(device.os, "getloadavg", lambda: (0.3, 0.3, 0.3))
+    monkeypatch.setattr(device.os, "getloadavg", lambda: (2.6, 2.0, 1.0))  # the minute before: no longer counted
+    read_from(monkeypatch, fake_proc(tmp_path / "now-idle", running=1))
     assert device.runtime_line("cpu", "fp32", 2) == "PyTorch on cpu, fp32, 2 CPU threads (2 usable CPUs; --threads)"
-    monkeypatch.setattr(device.os, "getloadavg", lambda: (2.6, 2.0, 1.0))  # others keep both cores busy
+    read_from(monkeypatch, fake_proc(tmp_path / "busy", running=3))  # two others running now
+    busy = device.runtime_line("cpu", "fp32", 2, flag="train.threads")
+    assert busy.splitlines()[1].startswith("note: other processes keep 2.0 of the 2 CPUs busy now")
+    assert "train.threads 1" in busy
+    assert "\n" not in device.runtime_line("cpu", "fp32", 1)  # one thread: nothing to suggest
+    read_from(monkeypatch, tmp_path / "missing")  # without /proc, the load average says it
     busy = device.runtime_line("cpu", "fp32", 2, flag="train.threads")
     assert busy.splitlines()[1].startswith("note: the load average is 2.6 on 2 CPUs") and "train.threads 1" in busy
-    assert "\n" not in device.runtime_line("cpu", "fp32", 1)  # one thread: nothing to suggest
 
 
 # ------------------------------------------------------------------------------------------ the verbs

@@ -5,6 +5,7 @@ Everything is built inside the tests: a small JSONL corpus, a BPE trained on it,
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -18,9 +19,9 @@ from safetensors.torch import load_file
 
 from avey_b import cli
 from avey_b.data.tokenization import train_bpe_tokenizer
-from avey_b.training.checkpoint import list_checkpoints, load_train_state
+from avey_b.training.checkpoint import TrainState, list_checkpoints, load_train_state
 from avey_b.training.config import load_config
-from avey_b.training.pretrain import train
+from avey_b.training.pretrain import took, train
 
 SUBJECTS = ["the cat", "a dog", "the bird", "my friend", "the teacher", "a child"]
 VERBS = ["reads", "writes", "sees", "likes", "finds", "carries"]
@@ -112,14 +113,21 @@ def test_fill_examples_are_checked_before_training(corpus, tmp_path, examples, m
         load_config(None, overrides(corpus, tmp_path, **{"eval.fill_examples": examples})).validate()
 
 
-def test_resume_equals_uninterrupted_run(corpus, tmp_path):
-    """Run 6 steps (checkpoints at 3 and 6); resume a second run from step 3: same losses, same weights."""
+def test_resume_equals_uninterrupted_run(corpus, tmp_path, capsys):
+    """Run 6 steps (checkpoints at 3 and 6); resume a second run from step 3: same losses, same weights; the
+    resumed run reports its own time and the run's over both sessions."""
     full = tmp_path / "full"
     assert main(overrides(corpus, full)) == 0
     ckpts = list_checkpoints(full)
     assert [p.name for p in ckpts] == ["step_00000003", "step_00000006"]
+    first = load_train_state(ckpts[0])
+    assert first["sessions"] == 1 and first["run_seconds"] > 0
+    assert re.search(r"finished in \d+\.\d min;", capsys.readouterr().out)
     resumed = tmp_path / "resumed"
     assert main(["--resume", str(ckpts[0])] + overrides(corpus, resumed)) == 0
+    assert re.search(r"finished in \d+\.\d min \(\d+\.\d min over 2 sessions\);", capsys.readouterr().out)
+    last = load_train_state(list_checkpoints(resumed)[-1])
+    assert last["sessions"] == 2 and last["run_seconds"] > first["run_seconds"]
     a, b = losses(full), losses(resumed)
     assert sorted(b) == [4, 5, 6]
     assert all(a[s] == b[s] for s in b), (a, b)  # bit for bit
@@ -198,6 +206,14 @@ def test_missing_and_empty_corpora_fail_clearly(corpus, tmp_path):
         main(overrides(corpus, tmp_path / "b", **{"data.train": str(tmp_path / "empty.jsonl")}))
     with pytest.raises(KeyError, match="train.max_step'"):
         main(overrides(corpus, tmp_path / "c") + ["train.max_step=3"])
+
+
+def test_a_resumed_run_reports_this_sessions_time_and_the_whole_runs():
+    now = time.time()
+    assert took(TrainState(started=now - 54)) == "0.9 min"
+    assert took(TrainState(started=now - 54, session=2, earlier_s=642.0)) == "0.9 min (11.6 min over 2 sessions)"
+    assert took(TrainState(started=now - 54, session=3, earlier_s=None)) == (
+        "0.9 min (session 3 of the run; the checkpoint it resumed from does not record the earlier sessions' time)")
 
 
 def test_help_works(capsys):

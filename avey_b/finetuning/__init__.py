@@ -15,7 +15,8 @@ This is the general fine-tuning room; the paper's benchmark protocol builds on i
 its settings the shared training settings), never the reverse. Modules: ``registry`` (the one task table of
 ``avey-b finetune``), ``settings`` (the training settings every fine-tuning shares), ``alignment`` (words and
 sub-word tokens, for every tagger), ``options`` (your own data's options and tasks; these four import no torch),
-``data`` (your files), ``common`` (the output directory, lengths, trainer settings), ``run`` (the verb), and one
+``data`` (your files), ``common`` (the output directory, lengths, trainer settings), ``loading`` (the base model
+with the task's new head, its config's special ids), ``run`` (the verb), and one
 module per task (``classification``, ``tagging``, ...).
 """
 

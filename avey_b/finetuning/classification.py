@@ -26,6 +26,7 @@ from avey_b.utils.files import DataFileError
 
 from . import common
 from .data import Table, read_split
+from .loading import load_with_new_head
 from .options import OwnDataOptions
 
 # ------------------------------------------------------------------------------------------ labels
@@ -242,8 +243,6 @@ def train(options: OwnDataOptions) -> dict[str, Any]:
     import transformers
     from transformers import AutoModelForSequenceClassification, DataCollatorWithPadding
 
-    from avey_b.utils.files import model_source
-
     common.set_threads(options)
     lr, lr_source = options.learning_rate()
     columns = {"text": options.text_column, "text_pair": options.text_pair_column, "label": options.label_column}
@@ -256,8 +255,7 @@ def train(options: OwnDataOptions) -> dict[str, Any]:
     kwargs = ({"num_labels": 1} if problem == "regression" else
               {"num_labels": len(names), "id2label": dict(enumerate(names)),
                "label2id": {n: i for i, n in enumerate(names)}})
-    with model_source(options.model):
-        model = AutoModelForSequenceClassification.from_pretrained(options.model, problem_type=problem, **kwargs)
+    model = load_with_new_head(AutoModelForSequenceClassification, options.model, problem_type=problem, **kwargs)
     limit, cut = common.length_rule(options, model.config)
 
     def dataset(rows: Table, targets: list[Any]):

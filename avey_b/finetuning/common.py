@@ -28,8 +28,9 @@ from typing import Any
 
 from avey_b.training import rundir
 from avey_b.utils.files import DataFileError
-from avey_b.utils.records import save_pretrained_atomic, utc_timestamp, write_json_atomic
+from avey_b.utils.records import no_save_bars, save_pretrained_atomic, utc_timestamp, write_json_atomic
 
+from .loading import fill_special_ids
 from .options import OwnDataOptions
 
 RESULTS = "results.json"
@@ -221,9 +222,10 @@ def train_with_trainer(options: OwnDataOptions, model, tokenizer, lr: float, tra
     from transformers import Trainer
 
     resume_from = begin(options)
-    with Timer() as clock:
+    with Timer() as clock, no_save_bars():
         trainer = Trainer(model=model, args=training_arguments(options, lr, len(train_set)), train_dataset=train_set,
                           data_collator=collator, processing_class=tokenizer)
+        fill_special_ids(trainer.model, trainer.processing_class)
         result = trainer.train(resume_from_checkpoint=resume_from)
     return trainer, {"train_loss": rounded(result.training_loss, 4), "train_seconds": round(clock.seconds, 1),
                      "steps": result.global_step, "resumed_from": resume_from, "output_dir": options.output_dir}
@@ -239,7 +241,8 @@ def train_scored(options: OwnDataOptions, model, evaluate, names: dict[str, str]
     resume_from = begin(options)
     before = percent_scores(model, evaluate, names)
     trainer = make_trainer()
-    with Timer() as timer:
+    fill_special_ids(trainer.model, trainer.processing_class)
+    with Timer() as timer, no_save_bars():
         trainer.train(resume_from_checkpoint=resume_from)
     after = percent_scores(model, evaluate, names)
     return {"metric": main_metric, "score": after[main_metric], "baseline_score": before[main_metric],

@@ -39,6 +39,7 @@ from avey_b.utils.files import DataFileError
 
 from . import common
 from .data import Table, hold_out, read_table
+from .loading import NewHeadReport
 from .options import OwnDataOptions
 
 #: The reranking scores recorded, sentence-transformers' key -> ours.
@@ -172,7 +173,9 @@ def load_model(options: OwnDataOptions, device: str):
     level = log.level
     log.setLevel(logging.ERROR)
     try:
-        model = CrossEncoder(options.model, num_labels=1, device=device)
+        with NewHeadReport() as report:  # a fresh head's load report, said in one line
+            model = CrossEncoder(options.model, num_labels=1, device=device)
+            report.settle(model[0].auto_model)
     finally:
         log.setLevel(level)
     if options.tokenizer:
@@ -196,6 +199,7 @@ def set_length(model, options: OwnDataOptions, table: Table, queries: dict[str, 
 def train(options: OwnDataOptions) -> dict[str, Any]:
     """Train and score a reranker as the module docstring says; returns the results record (also
     ``results.json`` in ``options.output_dir``, with the model)."""
+    import transformers
     from sentence_transformers.cross_encoder import CrossEncoderTrainer, CrossEncoderTrainingArguments, losses
 
     from avey_b.utils.device import pick_device
@@ -203,6 +207,7 @@ def train(options: OwnDataOptions) -> dict[str, Any]:
     lr, lr_source = options.learning_rate()
     table, queries, held = split_queries(options)
     common.set_threads(options)
+    transformers.set_seed(options.seed)  # the fresh head's initialisation, and so the score before training
     model = load_model(options, str(pick_device(options.device)))
     cut = set_length(model, options, table, queries) + set_length(model, options, table, held)
     evaluate = evaluator(held, options.sampled_negatives, options.batch_size)

@@ -33,6 +33,7 @@ from avey_b.utils.files import DataFileError
 from . import common
 from .alignment import align_labels, word_index_of_tokens, word_predictions
 from .data import Table, is_conll, read_split, read_table
+from .loading import load_with_new_head
 from .options import OwnDataOptions
 
 #: The pipeline's aggregation that answers as the tagger was trained: a word's tag is its first sub-token's.
@@ -162,8 +163,6 @@ def train(options: OwnDataOptions) -> dict[str, Any]:
     import transformers
     from transformers import AutoModelForTokenClassification, DataCollatorForTokenClassification
 
-    from avey_b.utils.files import model_source
-
     common.set_threads(options)
     lr, lr_source = options.learning_rate()
     train_rows, val_rows = read_split(options, {}, read=lambda source: read_tagged(source, options))
@@ -177,9 +176,8 @@ def train(options: OwnDataOptions) -> dict[str, Any]:
     tokenizer = common.tokenizer_for(options, fast=True)
 
     transformers.set_seed(options.seed)  # the head's initialisation
-    with model_source(options.model):
-        model = AutoModelForTokenClassification.from_pretrained(
-            options.model, num_labels=len(names), id2label=dict(enumerate(names)), label2id=label2id)
+    model = load_with_new_head(AutoModelForTokenClassification, options.model, num_labels=len(names),
+                               id2label=dict(enumerate(names)), label2id=label2id)
     limit, cut = common.length_rule(options, model.config)
     train_set, _, train_cut = encode(tokenizer, train_rows, label2id, limit, cut)
     val_set, val_words, val_cut = encode(tokenizer, val_rows, label2id, limit, cut)

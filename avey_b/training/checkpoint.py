@@ -6,7 +6,8 @@ A checkpoint is a directory ``<run_dir>/checkpoints/step_00001234/`` holding
   ``AutoModelForMaskedLM.from_pretrained(dir)`` loads it (after ``import avey_b`` for Avey-B);
 * the tokenizer (``save_pretrained``), so ``AutoTokenizer.from_pretrained(dir)`` and the ``fill-mask``
   pipeline work on the same directory;
-* ``train_state.pt``: step, optimizer, LR scheduler, data position, and the RNG states of every rank.
+* ``train_state.pt``: step, optimizer, LR scheduler, data position, the RNG states of every rank, and the run's
+  time so far (its sessions and seconds, so a resumed run reports the whole run's time).
 
 It is first written to ``checkpoints/.tmp-step_…``, flushed to disk and then renamed into place (a rename within
 one directory is atomic on POSIX), so a crash or a kill while saving never leaves a half-written checkpoint
@@ -28,6 +29,7 @@ from __future__ import annotations
 import random
 import re
 import shutil
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -222,13 +224,25 @@ def full_state_dict(model) -> dict:
 
 @dataclass
 class TrainState:
-    """Where a run stands: the optimizer step reached, the run's id (kept across resumes) and the step of the last
-    checkpoint written or resumed from. A plain record: :func:`save_training` writes it with the state of the
-    run's objects, :func:`restore_training` reads both back."""
+    """Where a run stands: the optimizer step reached, the run's id (kept across resumes), the step of the last
+    checkpoint written or resumed from, and its time: when this session (this process) started, which session of
+    the run it is, and the run's seconds in the earlier ones, up to the checkpoint resumed from (None: a checkpoint
+    written before that was recorded). A plain record: :func:`save_training` writes it with the state of the run's
+    objects, :func:`restore_training` reads both back."""
 
     step: int = 0
     run_id: str = field(default_factory=rundir.new_run_id)
     last_saved: int = -1
+    started: float = field(default_factory=time.time)
+    session: int = 1
+    earlier_s: float | None = 0.0
+
+    def session_seconds(self) -> float:
+        return time.time() - self.started
+
+    def run_seconds(self) -> float | None:
+        """The run's time over all its sessions (None where an earlier one's is not known)."""
+        return None if self.earlier_s is None else self.earlier_s + self.session_seconds()
 
 
 @dataclass
@@ -244,12 +258,13 @@ class CheckpointParts:
     stream: Any
 
 
-def restore_training(saved: dict | None, parts: CheckpointParts, cfg: PretrainConfig, info) -> TrainState:
+def restore_training(saved: dict | None, parts: CheckpointParts, cfg: PretrainConfig, info,
+                     started: float) -> TrainState:
     """The run's state after continuing from ``saved``, a checkpoint's train state (:func:`load_train_state`), into
-    ``parts``; ``None``: a fresh run, seeded per rank."""
+    ``parts``; ``None``: a fresh run, seeded per rank. ``started``: when this session began (``time.time()``)."""
     if saved is None:
         torch.manual_seed(cfg.train.seed + 1000 * info.rank)  # dropout differs per rank
-        return TrainState()
+        return TrainState(started=started)
     if dist_utils.uses_fsdp(info, cfg.distributed.strategy):
         set_optimizer_state_dict(parts.raw_model, parts.optimizer, saved["optimizer"],
                                  options=StateDictOptions(full_state_dict=True))
@@ -264,7 +279,8 @@ def restore_training(saved: dict | None, parts: CheckpointParts, cfg: PretrainCo
         data_state = data_state["per_rank"][info.rank]
     parts.stream.load_state_dict(data_state)
     step = int(saved["step"])
-    state = TrainState(step=step, last_saved=step)
+    state = TrainState(step=step, last_saved=step, started=started, session=int(saved.get("sessions", 1)) + 1,
+                       earlier_s=saved.get("run_seconds"))
     state.run_id = saved.get("run_id") or state.run_id  # a checkpoint from before run ids: a new id
     rngs = saved["rng"]
     if len(rngs) == info.world_size:
@@ -297,7 +313,8 @@ def save_training(run_dir: Path, state: TrainState, parts: CheckpointParts, cfg:
     if info.is_main:
         train_state = {"step": state.step, "optimizer": optim_sd if fsdp else parts.optimizer.state_dict(),
                        "scheduler": parts.scheduler.state_dict(), "data": data_state, "rng": rngs,
-                       "world_size": info.world_size, "config": to_dict(cfg), "run_id": state.run_id}
+                       "world_size": info.world_size, "config": to_dict(cfg), "run_id": state.run_id,
+                       "sessions": state.session, "run_seconds": state.run_seconds()}
         path = save_checkpoint(run_dir, state.step, parts.raw_model, parts.tokenizer, train_state,
                                cfg.checkpoint.keep_last, state_dict=sd)
     if info.enabled:

@@ -203,7 +203,6 @@ class Run:
     threads: int
     flops_per_token: float | None  # for MFU (None under DDP/FSDP)
     peak_flops: float | None
-    t_start: float
 
     @property
     def tokens_per_step(self) -> int:
@@ -283,7 +282,7 @@ def build_run(cfg: PretrainConfig, info, resume: str | None, overwrite: bool, tr
                              **_stream_options(cfg, info, tokenizer))
     fpt = flops_per_token(raw_model, tokenizer, cfg, info, geometry.micro_batch, autocast)
     parts = CheckpointParts(raw_model, tokenizer, optimizer, scheduler, stream)
-    state = restore_training(saved, parts, cfg, info)
+    state = restore_training(saved, parts, cfg, info, started=t_start)
     if info.is_main:  # the inputs are validated: now the run's config and history are written
         write_yaml_atomic(run_dir / "config.yaml", to_dict(cfg))
         _record_start(run_dir, cfg, state, resume_dir, saved is not None, changes, moved)
@@ -296,7 +295,7 @@ def build_run(cfg: PretrainConfig, info, resume: str | None, overwrite: bool, tr
         f"{geometry.global_seqs} x {cfg.data.seq_len} tokens = {geometry.micro_batch} seq x {geometry.accumulation} "
         f"accumulation x {info.world_size} rank(s); {cfg.steps} steps")
     return Run(cfg, info, run_dir, parts, model, state, geometry, autocast, logger, threads, fpt,
-               peak_flops(info.device, cfg.train.peak_flops), t_start)
+               peak_flops(info.device, cfg.train.peak_flops))
 
 
 def _record_start(run_dir: Path, cfg: PretrainConfig, state: TrainState, resume_dir: Path | None, resumed: bool,
@@ -365,7 +364,9 @@ def run_loop(run: Run) -> dict:
             dist_utils.print0(f"untrained: held-out MLM loss {results['untrained']['eval_loss']:.4f}, "
                               f"accuracy {results['untrained']['eval_accuracy']:.4f}")
             run.log(results["untrained"])
-        bar = Progress(total_steps, "pretrain", initial=state.step, enabled=info.is_main and cfg.logging.progress)
+        cap = cfg.train.max_minutes
+        bar = Progress(total_steps, "pretrain", initial=state.step, enabled=info.is_main and cfg.logging.progress,
+                       cap=None if cap is None else (60 * cap - state.session_seconds(), f"train.max_minutes={cap:g}"))
         write = bar.write if info.is_main else (lambda *a: None)
         window = LogWindow(run)
         it = iter(parts.stream)
@@ -391,8 +392,7 @@ def run_loop(run: Run) -> dict:
                 if cfg.checkpoint.every and step % cfg.checkpoint.every == 0:
                     save_training(run.run_dir, state, parts, cfg, info)
 
-                out_of_time = (cfg.train.max_minutes is not None
-                               and (time.time() - run.t_start) / 60 >= cfg.train.max_minutes)
+                out_of_time = cap is not None and state.session_seconds() / 60 >= cap
                 if dist_utils.any_rank(bool(signals.received) or out_of_time, info):
                     if signals.received:
                         results["exit_code"] = 128 + signals.received[0]
@@ -422,7 +422,7 @@ def finish(run: Run, results: dict) -> dict:
     final_sd = full_state_dict(parts.raw_model) if fsdp else None  # collective: every rank gathers
     if info.is_main:
         save_pretrained_atomic(run.run_dir / "model", parts.raw_model, parts.tokenizer, state_dict=final_sd)
-        _report(results, cfg, run.run_dir, time.time() - run.t_start)
+        _report(results, run.run_dir, took(state))
     if cfg.eval.fill_examples and (info.is_main or fsdp):  # under FSDP every rank runs the forwards
         results["fill"] = _fill_examples(run)
     run.logger.close()
@@ -446,14 +446,27 @@ def _fill_examples(run: Run) -> list[dict]:
     return fill
 
 
-def _report(results: dict, cfg, run_dir: Path, seconds: float) -> None:
+def took(state: TrainState) -> str:
+    """How long the run took: this session's minutes, and for a resumed run the whole run's over its sessions
+    (``0.9 min (11.6 min over 2 sessions)``)."""
+    session = f"{state.session_seconds() / 60:.1f} min"
+    if state.session == 1:
+        return session
+    total = state.run_seconds()
+    if total is None:
+        return (f"{session} (session {state.session} of the run; the checkpoint it resumed from does not record "
+                "the earlier sessions' time)")
+    return f"{session} ({total / 60:.1f} min over {state.session} sessions)"
+
+
+def _report(results: dict, run_dir: Path, duration: str) -> None:
     u, f = results["untrained"], results["final"]
     print(f"\nheld-out masked-LM ({f['eval_tokens']} masked tokens):")
     print(f"  {'':<12}{'loss':>10}{'accuracy':>10}")
     if u:
         print(f"  {'untrained':<12}{u['eval_loss']:>10.4f}{u['eval_accuracy']:>10.4f}")
     print(f"  {'step ' + str(results['step']):<12}{f['eval_loss']:>10.4f}{f['eval_accuracy']:>10.4f}")
-    print(f"\nfinished in {seconds / 60:.1f} min; model + tokenizer: {run_dir / 'model'} "
+    print(f"\nfinished in {duration}; model + tokenizer: {run_dir / 'model'} "
           f"(AutoModelForMaskedLM.from_pretrained after `import avey_b`); "
           f"resumable checkpoint: {results['checkpoint']}")
 

@@ -9,6 +9,8 @@
   (a container's ``--cpus``, a systemd ``CPUQuota``), which ``os.cpu_count()`` and PyTorch's default ignore.
 * ``set_cpu_threads(n)`` — PyTorch's intra-op threads: ``n``, else its default capped at ``usable_cpus()``.
 * ``start_runtime(device, precision, threads)`` — the three choices at once, and the start line printed.
+* ``others_busy()`` — how many CPUs other processes keep busy right now (the kernel's count of runnable threads,
+  less this process's own), or the 1-minute load average where ``/proc`` is missing.
 * ``runtime_line(device, precision, threads)`` — the one line every verb that runs a model prints at its start:
   device, precision, CPU threads, and a note when other processes already keep the CPUs busy.
 
@@ -20,7 +22,9 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import statistics
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -138,6 +142,35 @@ def _cfs_quota(directory: Path) -> float | None:
     return None if quota <= 0 or period <= 0 else quota / period
 
 
+def others_busy(samples: int = 5, interval: float = 0.02, proc: str | Path = "/proc") -> tuple[float | None, bool]:
+    """``(CPUs, now)``: how many CPUs other processes keep busy. ``now`` True: the threads that are running or
+    waiting for a CPU at this moment (``/proc/loadavg``'s fourth field, ``running/total``) less this process's own
+    (``/proc/self/task/*/stat`` in state R), the mean of ``samples`` readings ``interval`` seconds apart. False,
+    where ``/proc`` cannot be read (macOS): the 1-minute load average, which also counts this process and, for
+    minutes, processes that have ended (a finished ``pip install``); None where there is neither. ``proc`` is for
+    tests."""
+    proc, readings = Path(proc), []
+    for i in range(samples):
+        if i:
+            time.sleep(interval)
+        try:
+            running = int((proc / "loadavg").read_text().split()[3].split("/")[0])
+            own = sum(_task_state(stat) == "R" for stat in (proc / "self" / "task").glob("*/stat"))
+        except (OSError, IndexError, ValueError):
+            return (os.getloadavg()[0] if hasattr(os, "getloadavg") else None), False
+        readings.append(max(0, running - max(own, 1)))  # at least this thread, reading the count, runs
+    return statistics.fmean(readings), True
+
+
+def _task_state(stat: Path) -> str:
+    """A thread's state letter (R running, S sleeping, ...) from its ``stat`` line ``pid (name) S ...``; the name
+    may hold spaces and parentheses, so the state follows the last ``)``. Empty for a thread that has ended."""
+    try:
+        return stat.read_text().rpartition(")")[2].split()[0]
+    except (OSError, IndexError):
+        return ""
+
+
 def set_cpu_threads(requested: int | None = None) -> int:
     """Set PyTorch's intra-op CPU threads and return the count: ``requested``; else, unless ``OMP_NUM_THREADS`` is
     set, PyTorch's default (one per core it sees, which follows the affinity mask but not a cgroup quota) capped at
@@ -155,8 +188,8 @@ def runtime_line(device: torch.device | str, precision: str, threads: int | None
                  flag: str = "--threads") -> str:
     """The one line every verb that runs a model prints at its start: ``runtime`` on ``device`` in ``precision``
     (``"fp32"``, ``"bf16 autocast"``, ``"int8"``) and, on the CPU, ``threads`` (default: PyTorch's) of the CPUs this
-    process may use (:func:`usable_cpus`) — the setting that decides the speed on a shared machine. When the load
-    average already says that other processes keep the CPUs busy and several threads run, a second line says what
+    process may use (:func:`usable_cpus`) — the setting that decides the speed on a shared machine. When other
+    processes already keep the CPUs busy (:func:`others_busy`) and several threads run, a second line says what
     ``flag`` to try (:mod:`avey_b.utils.shared_cpu` watches the rate later on)."""
     device = torch.device(device)
     where = f"{device} ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else str(device)
@@ -166,12 +199,13 @@ def runtime_line(device: torch.device | str, precision: str, threads: int | None
     threads = threads or torch.get_num_threads()
     cpus = usable_cpus()
     line += f", {threads} CPU thread{'s' if threads != 1 else ''} ({cpus} usable CPU{'s' if cpus != 1 else ''}; {flag})"
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
-    idle = max(1, cpus - math.floor(load + 0.25))  # a core counts as busy from a load of 0.75
+    busy, now = others_busy()
+    idle = max(1, cpus - math.floor((busy or 0.0) + 0.25))  # a core counts as busy from a load of 0.75
     if threads > 1 and threads > idle:
-        line += (f"\nnote: the load average is {load:.1f} on {cpus} CPUs: other processes keep them busy, and each "
-                 f"operation waits for the slowest of the {threads} threads; {flag} {idle} (one per idle core) is "
-                 "often several times faster")
+        said = (f"other processes keep {busy:.1f} of the {cpus} CPUs busy now" if now else
+                f"the load average is {busy:.1f} on {cpus} CPUs: other processes keep them busy")
+        line += (f"\nnote: {said}, and each operation waits for the slowest of the {threads} threads; {flag} {idle} "
+                 "(one per idle core) is often several times faster")
     return line
 
 

@@ -14,6 +14,7 @@ this package's version is its installed metadata's, like every other version in 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib.metadata
 import json
@@ -225,6 +226,26 @@ def write_bytes_atomic(path: str | os.PathLike, write: Callable[[Any], None]) ->
 MANIFEST_FILE = "SHA256SUMS"
 
 
+@contextlib.contextmanager
+def no_save_bars():
+    """transformers' progress bars off inside the block, then as they were: a model save shows a "Writing model
+    shards" bar per save, noise beside a run's own progress (checkpoints every epoch, the finished model)."""
+    import huggingface_hub.utils as hub
+    from transformers.utils import logging as hf_logging
+
+    was_on, hub_was_off = hf_logging.is_progress_bar_enabled(), hub.are_progress_bars_disabled()
+    hf_logging.disable_progress_bar()  # transformers' own bars and the Hub's
+    try:
+        yield
+    finally:
+        if was_on:
+            hf_logging.enable_progress_bar()
+        if hub_was_off:
+            hub.disable_progress_bars()
+        else:
+            hub.enable_progress_bars()
+
+
 def save_pretrained_atomic(dest: Path, model, tokenizer, state_dict=None, extra: dict | None = None,
                            texts: dict[str, str] | None = None) -> Path:
     """Write model (+ tokenizer, + ``extra`` files as torch.save, + ``texts`` files) to ``dest`` through a temp
@@ -238,7 +259,8 @@ def save_pretrained_atomic(dest: Path, model, tokenizer, state_dict=None, extra:
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir()
-    model.save_pretrained(tmp, state_dict=state_dict)
+    with no_save_bars():
+        model.save_pretrained(tmp, state_dict=state_dict)
     if tokenizer is not None:
         tokenizer.save_pretrained(tmp)
     for name, obj in (extra or {}).items():

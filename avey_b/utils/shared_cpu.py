@@ -22,12 +22,12 @@ slowdown whatever the step time or the logging interval:
   it. It fires once.
 
 A CPU already shared when the work starts has no fast reference, and this rule cannot see it: the start line of
-each verb (:func:`avey_b.utils.device.runtime_line`) names the thread count and the load average for that case.
+each verb (:func:`avey_b.utils.device.runtime_line`) names the thread count and how busy other processes keep the
+CPUs (:func:`avey_b.utils.device.others_busy`) for that case.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Hashable
 from dataclasses import dataclass
 
@@ -100,10 +100,12 @@ def shared_cpu_message(reference: float, now: float, threads: int, what: str, ad
     """What :class:`SharedCpuWatch`'s finding means for ``what`` (``"training"``, ``"the model"``) running on
     ``threads`` CPU threads, and what to do: ``advice``, how this verb changes its threads (``"restart with
     --threads 1"``)."""
-    from avey_b.utils.device import usable_cpus
+    from avey_b.utils.device import others_busy, usable_cpus
 
     cpus = usable_cpus()
-    load = f"load average {os.getloadavg()[0]:.1f} on {cpus} CPUs; " if hasattr(os, "getloadavg") else ""
+    busy, running_now = others_busy()
+    load = ("" if busy is None else f"other processes keep {busy:.1f} of the {cpus} CPUs busy now; " if running_now else
+            f"load average {busy:.1f} on {cpus} CPUs; ")
     return (f"note: {what} runs at {now:,.0f} tokens/s, {now / reference:.0%} of the {reference:,.0f} it reached "
             f"earlier on the same work: the CPU looks shared with other processes ({load}{threads} threads here). "
             "Each operation waits for its slowest thread, and a thread on a busy core is slow: on a shared machine "
