@@ -54,10 +54,15 @@ def transformers_log():
             text, self.messages = "\n".join(self.messages), []
             return text
 
-    kept, library = Kept(), logging.getLogger("transformers")
+    from transformers.utils import logging as transformers_logging
+
+    # at transformers' default verbosity (warnings), whatever an earlier test in the process set it to
+    kept, library, verbosity = Kept(), logging.getLogger("transformers"), transformers_logging.get_verbosity()
+    transformers_logging.set_verbosity_warning()
     library.addHandler(kept)
     yield kept
     library.removeHandler(kept)
+    transformers_logging.set_verbosity(verbosity)
 
 
 @pytest.fixture(scope="module")

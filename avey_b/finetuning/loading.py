@@ -67,9 +67,10 @@ class NewHeadReport(logging.Filter):
             self.logger.handle(record)
 
     def settle(self, model, info: dict[str, Any] | None = None) -> None:
-        """Say the held report in one line where it is only the new head, else let it through."""
+        """Say the held report in one line where it is only the new head, else let it through. With ``info`` the
+        line is said whether or not transformers wrote its report (its verbosity may be lowered)."""
         self.logger.removeFilter(self)
-        if not self.held:
+        if info is None and not self.held:
             return
         line = new_head_line(model, info if info is not None else self.rows())
         if line is not None:
