@@ -96,12 +96,13 @@ def git_commit(repo: str | os.PathLike | None = None) -> tuple[str | None, bool 
 def versions(*extra: str) -> dict[str, str | None]:
     """Python's version, this package's, and those of :data:`VERSIONED` and of the distributions ``extra`` (``None``:
     not installed), read from the installed metadata (no package is imported)."""
-    found: dict[str, str | None] = {"python": platform.python_version(), "avey_b": importlib.metadata.version("avey-b")}
-    for name in (*VERSIONED, *extra):
+    found: dict[str, str | None] = {"python": platform.python_version()}
+    # this package under its import name, as records have always named it; its distribution is "avey-b"
+    for key, name in (("avey_b", "avey-b"), *((name, name) for name in (*VERSIONED, *extra))):
         try:
-            found[name] = importlib.metadata.version(name)
+            found[key] = importlib.metadata.version(name)
         except importlib.metadata.PackageNotFoundError:
-            found[name] = None
+            found[key] = None
     return found
 
 
