@@ -172,12 +172,7 @@ def select(xn: torch.Tensor, keep: torch.Tensor | None, ids: torch.Tensor | None
     * in ``torch.compile`` the choice runs eagerly, outside the graph, so compiled graphs do not depend on ``n``.
     """
     B, n, S, d = xn.shape
-    if xn.dtype == torch.float32:  # the choice only; the weights are recomputed at full precision
-        # (Ranker.weighted_selective_split)
-        if torch.is_autocast_enabled(xn.device.type):  # cast once, not once per tile (the products are the same)
-            xn = xn.to(torch.get_autocast_dtype(xn.device.type))
-        elif execution.ranker_selection_precision == "bfloat16":
-            xn = xn.to(torch.bfloat16)
+    xn = selection_precision(xn, execution)
     if keep is None:
         ends = [n] * B
     else:  # each row over its splits up to its last real one
@@ -202,6 +197,19 @@ def select(xn: torch.Tensor, keep: torch.Tensor | None, ids: torch.Tensor | None
                             bidirectional=bidirectional, execution=execution)
         idx[b, :m], ok[b, :m] = i[0], o[0]
     return idx, ok
+
+
+def selection_precision(xn: torch.Tensor, execution: ExecutionSettings) -> torch.Tensor:
+    """The unit vectors at the precision the choice is made in: float32 ones cast to the autocast dtype under
+    autocast (once, not once per tile: the products are the same), or to bfloat16 with
+    ``ranker_selection_precision="bfloat16"``; the choice only, the weights are recomputed at full precision
+    (:meth:`avey_b.model.ranker.Ranker.weighted_selective_split`)."""
+    if xn.dtype == torch.float32:
+        if torch.is_autocast_enabled(xn.device.type):
+            return xn.to(torch.get_autocast_dtype(xn.device.type))
+        if execution.ranker_selection_precision == "bfloat16":
+            return xn.to(torch.bfloat16)
+    return xn
 
 
 def select_dense(xn: torch.Tensor, keep: torch.Tensor | None, *, k: int, bidirectional: bool,
@@ -351,6 +359,60 @@ def _best_match_columns(flat: torch.Tensor, c_keep: torch.Tensor | None, q: torc
             u1 = min(U, u0 + ub)
             M[u0 - a:u1 - a, g0 - j0:g1 - j0] = best_match(c, q[:, u0:u1], ck, S, buffers).t()
     return M
+
+
+@torch.no_grad()
+def select_for_queries(q: torch.Tensor, q_keep: torch.Tensor | None, q_ids: torch.Tensor, q_splits: torch.Tensor,
+                       cand_splits: torch.Tensor, candidates, *, k: int, execution: ExecutionSettings, n_bound: int
+                       ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The unidirectional choice of some splits of a sequence (the queries) among some of its splits (the
+    candidates), with the candidates' vectors made on demand, one tile at a time: what a document encoded in pieces
+    needs (:mod:`avey_b.model.streaming`), where only the new or edited splits are ranked and the earlier ones are
+    kept as token ids, not vectors.
+
+    q: (Q, S, d) the queries' unit vectors at the selection precision (:func:`selection_precision`), zero at padding;
+    q_keep: (Q, S) or None; q_ids: (Q, S) their token ids; q_splits: (Q,) their split ids, ascending; cand_splits:
+    (J,) the candidates' split ids, ascending, each a full split; ``candidates(splits)`` -> (len, S, d) their unit
+    vectors at the same precision. A candidate is allowed for a query that follows it (§3.1). MaxSim is factored
+    through the queries' distinct ids, as the vocabulary path does (exact: the ranker's input is the token
+    embeddings); the candidates come in tiles of ``tile_bytes`` similarities and a running top-``k`` keeps the best,
+    ranked by :func:`ranking_keys` with ``n_bound`` (at least the number of splits) as their bound on distances.
+
+    Returns ``(idx, keys)``, (Q, k) each, best first: the chosen split ids and their float64 keys (``-inf`` for
+    an empty slot: fewer than ``k`` allowed candidates)."""
+    Q, S, d = q.shape
+    device = q.device
+    real = torch.arange(Q * S, device=device) if q_keep is None else q_keep.reshape(-1).nonzero().squeeze(1)
+    vocab, inv = torch.unique(q_ids.reshape(-1)[real], return_inverse=True)
+    U = vocab.numel()
+    first = torch.full((U,), Q * S, device=device).scatter_reduce_(0, inv, real, "amin")
+    qv = q.reshape(Q * S, d)[first].t().contiguous()  # (d, U): each distinct id's vector
+    rows = torch.full((Q * S,), U, dtype=torch.long, device=device).index_put_((real,), inv).view(Q, S)
+    best_key = torch.full((Q, k), float("-inf"), dtype=torch.float64, device=device)
+    best_idx = torch.zeros(Q, k, dtype=torch.long, device=device)
+    ub = max(1, min(U, execution.ranker_block_size))
+    budget = execution.tile_bytes_for(device.type, q.element_size()) // q.element_size()
+    tile = max(1, budget // (S * ub))
+    buffers: dict = {}
+    i_all = q_splits.to(device)
+    for t0 in range(0, cand_splits.numel(), tile):
+        js = cand_splits[t0:t0 + tile].to(device)
+        a = int(torch.searchsorted(i_all, js[0], right=True))  # queries after the tile's first candidate
+        if a == Q:
+            break
+        c = candidates(js).reshape(-1, d)
+        M = torch.zeros(U + 1, js.numel(), dtype=torch.float32, device=device)  # M[v, j]; the last row: padding
+        for u0 in range(0, U, ub):
+            M[u0:u0 + ub] = best_match(c, qv[:, u0:u0 + ub], None, S, buffers).t()
+        score = F.embedding_bag(rows[a:], M, mode="sum", padding_idx=U)  # (Q - a, jt): MaxSim
+        i, j = i_all[a:, None], js[None, :]
+        key = ranking_keys(score.masked_fill_(~allowed_candidates(i, j, False), float("-inf")), i, j, n_bound,
+                           False)
+        val = torch.cat([best_key[a:], key], 1)
+        cand_idx = torch.cat([best_idx[a:], j.expand(Q - a, -1)], 1)
+        val, p = val.topk(k, dim=-1)
+        best_key[a:], best_idx[a:] = val, cand_idx.gather(1, p)
+    return best_idx, best_key
 
 
 def select_for_export(xn: torch.Tensor, keep: torch.Tensor, ids: torch.Tensor | None, *, k: int,

@@ -1,0 +1,358 @@
+"""A document encoded in pieces: appends and edits that recompute only what changed, in memory bounded at any length.
+
+Avey-B's ranker, unidirectional as the paper chose it (§3.1, §5.2), chooses each split's top-``k`` among the splits
+*before* it, on the token embeddings; the neural processor (§3.2) then works on each split's row (the split after its
+weighted retrieved splits, compressed to ``S`` tokens, §4.3) alone. So a split's outputs depend only on its own
+tokens and on the tokens of the splits before it. :class:`DocumentState` keeps, for a document fed in pieces of any
+size, the token ids and per split what is needed to pool and to edit — its chosen splits, their ranking keys and
+the sum of its outputs (per late chunk where chunks are asked for) — never the ``(N, d)`` states:
+
+* **appending** computes the new splits only (and the last, partial split, which the next tokens complete): each new
+  split is ranked against the earlier ones, whose embeddings are looked up again from their ids one tile at a time;
+* **edits** (:meth:`DocumentState.replace`) of the same number of tokens recompute the edited splits and the later
+  splits whose choice held an edited split or changes because of it; an edit that changes the length shifts every
+  later split's tokens, so everything after it is recomputed;
+* **memory**: the weights, the ids, a few numbers per split, and one block of splits being ranked and processed.
+
+The outputs equal a fresh forward of the whole document (the same choice, the same rows; sums in a different order:
+about 1e-6 in float32). With ``ranker="bidirectional"`` a split's outputs depend on later splits too, and with the
+ranker at every layer (``ranker_placement="every_layer"``) a new split would be ranked against every layer's states
+of the earlier ones, which are not kept: both are refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+
+from . import ranker_fast, splits
+from .modeling import AveyBModel
+from .ranker import Choice
+from .similarity import unit_vectors
+
+#: The bound on split distances in the stored ranking keys (:func:`avey_b.model.ranker_fast.ranking_keys`): one
+#: value for every key, so keys computed at different lengths compare; documents of up to 2^22 splits.
+KEY_SPLITS = 1 << 22
+
+
+def refusal(config) -> str | None:
+    """Why a model with ``config`` cannot be encoded in pieces (a sentence), or None when it can."""
+    if config.ranker == "bidirectional":
+        return ("ranker='bidirectional' chooses each split's top-k among later splits too (§4.1), so appending text "
+                "changes earlier outputs: encode the whole document instead")
+    if config.ranker != "off" and config.ranker_placement == "every_layer":
+        return ("ranker_placement='every_layer' ranks a new split against every layer's states of the earlier "
+                "splits, which a document state does not keep: encode the whole document instead")
+    return None
+
+
+class DocumentState:
+    """One document's encoding, fed in pieces: :meth:`feed` appends token ids, :meth:`replace` and :meth:`truncate`
+    edit them, :meth:`pooled` and :meth:`chunk_vectors` give the document's vectors as a fresh forward of all its
+    ids would (masked mean of the last hidden state, L2-normalized as :func:`avey_b.model.heads.sentence_embedding`).
+
+    ``model``: an :class:`~avey_b.model.modeling.AveyBModel` or a head on one, in eval mode. Late chunks
+    (``chunk_tokens``): chunk ``c`` holds the tokens from ``first + c·(chunk_tokens - chunk_overlap)``, up to
+    ``chunk_tokens`` of them, where ``special = (first, last)`` counts the leading and trailing tokens that belong to
+    no chunk (a tokenizer's ``[CLS]`` and ``[SEP]``: ``(1, 1)``); chunks follow one another until one reaches the
+    last chunked token, as :func:`avey_b.apps.embed.chunks.chunk_ranges` cuts them. ``block_tokens``: how many new
+    tokens are ranked at a time (memory: their vectors and the similarity tiles).
+
+    ``recomputed`` counts the splits the last :meth:`feed`, :meth:`replace` or :meth:`truncate` ran through the
+    processor; ``computed`` all of them since the state was made."""
+
+    def __init__(self, model: torch.nn.Module, *, chunk_tokens: int | None = None, chunk_overlap: int = 0,
+                 special: tuple[int, int] = (0, 0), block_tokens: int = 16384):
+        backbone = model if isinstance(model, AveyBModel) else getattr(model, "model", None)
+        if not isinstance(backbone, AveyBModel):
+            raise TypeError(f"DocumentState needs an AveyBModel or a head on one, got {type(model).__name__}")
+        if why := refusal(backbone.config):
+            raise ValueError(f"this model cannot encode a document in pieces: {why}")
+        if chunk_tokens is not None and not 0 <= chunk_overlap < chunk_tokens:
+            raise ValueError(f"chunk_overlap ({chunk_overlap}) must be at least 0 and less than chunk_tokens "
+                             f"({chunk_tokens})")
+        self.model = backbone
+        config = backbone.config
+        self.S = config.split_size
+        self.k = 0 if backbone.ranker is None else config.num_retrieved_splits
+        self.chunk = None if chunk_tokens is None else (chunk_tokens, chunk_tokens - chunk_overlap)
+        self.special = tuple(special)
+        self.block_splits = max(1, block_tokens // self.S)
+        self.length = 0
+        self.done = 0  # splits whose outputs are kept: the full ones
+        self.recomputed = self.computed = 0
+        d = config.hidden_size
+        self._ids = torch.zeros(1024, dtype=torch.int32 if config.vocab_size < 2**31 else torch.long)
+        self._sums = torch.zeros(64, d)
+        self._idx = torch.zeros(64, self.k, dtype=torch.long)
+        self._keys = torch.full((64, self.k), float("-inf"), dtype=torch.float64)
+        self._segments: list[tuple[torch.Tensor, torch.Tensor]] = []  # per kept split: (chunk ids, their sums)
+        self._tail = None  # the partial split's (sum, segments), made on demand
+
+    # ------------------------------------------------------------------ the document
+    @property
+    def ids(self) -> torch.Tensor:
+        """(N,) the document's token ids (a view)."""
+        return self._ids[:self.length]
+
+    @property
+    def device(self) -> torch.device:
+        return self.model.embed_tokens.weight.device
+
+    def feed(self, ids: Sequence[int] | torch.Tensor) -> DocumentState:
+        """Append token ids; computes the splits they complete. Returns the state."""
+        new = self._check_ids(ids)
+        self.recomputed = 0
+        if self.special[1] and self.length:  # the old trailing tokens are now inside the text: their split again
+            self._drop((self.length - self.special[1]) // self.S)
+        self._write(self.length, new)
+        self._complete()
+        return self
+
+    def truncate(self, length: int) -> DocumentState:
+        """Keep the first ``length`` token ids."""
+        if not 0 <= length <= self.length:
+            raise ValueError(f"cannot truncate a document of {self.length} tokens to {length}")
+        self.recomputed = 0
+        self._drop(length // self.S)
+        self.length = length
+        self._tail = None
+        return self
+
+    def replace(self, start: int, end: int, ids: Sequence[int] | torch.Tensor) -> DocumentState:
+        """Replace the tokens ``start:end`` by ``ids``. The same number of tokens: the edited splits and the later
+        splits whose choice held one of them or changes are recomputed; another number shifts every later token,
+        and everything after ``start`` is recomputed."""
+        if not 0 <= start <= end <= self.length:
+            raise ValueError(f"the span {start}:{end} is not within the document's {self.length} tokens")
+        new = self._check_ids(ids)
+        if new.numel() != end - start:
+            suffix = self.ids[end:].clone()
+            self.truncate(start)
+            recomputed = self.recomputed
+            self.feed(torch.cat([new, suffix]))
+            self.recomputed += recomputed
+            return self
+        self.recomputed = 0
+        changed = (self.ids[start:end] != new).nonzero().squeeze(1) + start
+        if changed.numel():
+            self._ids[start:end] = new
+            self._tail = None
+            edited = torch.unique(changed // self.S)
+            self._edit(edited[edited < self.done])
+        return self
+
+    # ------------------------------------------------------------------ vectors
+    def pooled(self, normalize: bool = True) -> torch.Tensor:
+        """(d,) float32: the mean of the last hidden state over every token (L2-normalized with ``normalize``)."""
+        if not self.length:
+            raise ValueError("the document is empty: feed it token ids first")
+        total = self._sums[:self.done].sum(0) + self._tail_part()[0]
+        pooled = (total / self.length).to(self.model.dtype).float()
+        return F.normalize(pooled, dim=-1) if normalize else pooled
+
+    def chunk_vectors(self, normalize: bool = True) -> torch.Tensor:
+        """(C, d) float32: each late chunk's mean of the last hidden state (see the class docstring), as
+        :func:`avey_b.model.heads.chunk_embeddings` pools them from a fresh forward."""
+        if self.chunk is None:
+            raise ValueError("this document state has no chunks: make it with chunk_tokens")
+        spans = self.chunk_spans()
+        total = torch.zeros(len(spans), self._sums.shape[1])
+        for chunks, sums in [*self._segments, self._tail_part()[1]]:
+            keep = chunks < len(spans)
+            total.index_add_(0, chunks[keep], sums[keep])
+        count = torch.tensor([b - a for a, b in spans], dtype=torch.float32).clamp_min(1)
+        pooled = (total / count[:, None]).to(self.model.dtype).float()
+        return F.normalize(pooled, dim=-1) if normalize else pooled
+
+    def chunk_spans(self) -> list[tuple[int, int]]:
+        """The late chunks' token ranges ``(start, end)`` over the document's ids, end exclusive."""
+        size, step = self.chunk
+        first, stop = self.special[0], self.length - self.special[1]
+        spans = []
+        for a in range(first, stop, step):
+            spans.append((a, min(a + size, stop)))
+            if a + size >= stop:
+                break
+        return spans
+
+    # ------------------------------------------------------------------ bookkeeping
+    def _check_ids(self, ids) -> torch.Tensor:
+        new = torch.as_tensor(ids)
+        if new.dim() != 1 or new.is_floating_point() or new.is_complex() or new.dtype == torch.bool:
+            raise TypeError(f"token ids must be a 1-D sequence of integers, got {new.dtype} of shape "
+                            f"{tuple(new.shape)}")
+        vocab = self.model.config.vocab_size
+        if new.numel() and (int(new.min()) < 0 or int(new.max()) >= vocab):
+            raise ValueError(f"token ids out of range: found ids in [{int(new.min())}, {int(new.max())}] but the "
+                             f"vocabulary has {vocab} entries")
+        return new.to(self._ids.dtype)
+
+    def _write(self, at: int, new: torch.Tensor) -> None:
+        end = at + new.numel()
+        if end > self._ids.numel():
+            self._ids = torch.cat([self._ids[:self.length], self._ids.new_zeros(max(end, 2 * self._ids.numel()))])
+        self._ids[at:end] = new
+        self.length = end
+        self._tail = None
+
+    def _drop(self, first: int) -> None:
+        """Forget the kept outputs of the splits from ``first`` on."""
+        if first < self.done:
+            self.done = first
+            del self._segments[first:]
+        self._tail = None
+
+    def _grow(self, n: int) -> None:
+        if n > self._sums.shape[0]:
+            size = max(n, 2 * self._sums.shape[0])
+            self._sums = torch.cat([self._sums, self._sums.new_zeros(size - self._sums.shape[0], self._sums.shape[1])])
+            self._idx = torch.cat([self._idx, self._idx.new_zeros(size - self._idx.shape[0], self.k)])
+            self._keys = torch.cat([self._keys, self._keys.new_full((size - self._keys.shape[0], self.k),
+                                                                    float("-inf"))])
+
+    def _complete(self) -> None:
+        """Compute and keep the splits the ids complete, a block at a time."""
+        full = self.length // self.S
+        self._grow(full)
+        while self.done < full:
+            block = torch.arange(self.done, min(full, self.done + self.block_splits))
+            idx, keys = self._rank(block, torch.arange(int(block[-1])))
+            self._keep(block, idx, keys)
+            self.done = int(block[-1]) + 1
+
+    def _tail_part(self) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        """The partial last split's output sum and chunk segments (zeros when there is none), cached."""
+        if self._tail is None:
+            d = self._sums.shape[1]
+            nothing = (torch.zeros(0, dtype=torch.long), torch.zeros(0, d))
+            if self.length % self.S == 0:
+                self._tail = torch.zeros(d), nothing
+            else:
+                split = torch.tensor([self.done])
+                idx, keys = self._rank(split, torch.arange(self.done))
+                out = self._process(split, idx, keys)[0, :self.length % self.S]
+                self._tail = out.sum(0, dtype=torch.float32).cpu(), self._chunk_segments(self.done, out)
+        return self._tail
+
+    def _keep(self, block: torch.Tensor, idx: torch.Tensor, keys: torch.Tensor) -> None:
+        """Process the full splits ``block`` with their choice and keep what pooling and edits need."""
+        self._idx[block], self._keys[block] = idx.cpu(), keys.cpu()
+        out = self._process(block, idx, keys)
+        self._sums[block] = out.sum(1, dtype=torch.float32).cpu()
+        if self.chunk is None:
+            return
+        for s, rows in zip(block.tolist(), out, strict=True):
+            segment = self._chunk_segments(s, rows)
+            if s < len(self._segments):
+                self._segments[s] = segment
+            else:
+                self._segments.append(segment)
+
+    def _chunk_segments(self, split: int, out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """For the outputs ``out`` (r, d) of the first ``r`` tokens of ``split``: the chunks they fall in and the
+        sums of their tokens in each."""
+        d = out.shape[-1]
+        if self.chunk is None:
+            return torch.zeros(0, dtype=torch.long), torch.zeros(0, d)
+        size, step = self.chunk
+        p0 = split * self.S
+        lo, hi = max(p0, self.special[0]), min(p0 + out.shape[0], self.length - self.special[1])
+        chunks, sums = [], []
+        if lo < hi:
+            first = self.special[0]
+            for c in range(max(0, -(-(lo - first - size + 1) // step)), (hi - 1 - first) // step + 1):
+                a, b = max(lo, first + c * step), min(hi, first + c * step + size)
+                if a < b:
+                    chunks.append(c)
+                    sums.append(out[a - p0:b - p0].sum(0, dtype=torch.float32).cpu())
+        return torch.tensor(chunks, dtype=torch.long), torch.stack(sums) if sums else torch.zeros(0, d)
+
+    # ------------------------------------------------------------------ the model's steps
+    def _vectors(self, split_ids: torch.Tensor, unit: bool) -> torch.Tensor:
+        """(len, S, d) the embeddings (or, ``unit``, the ranker's unit vectors at its selection precision) of full
+        splits, looked up again from their ids."""
+        pos = (split_ids.cpu()[:, None] * self.S + torch.arange(self.S)).reshape(-1)
+        x = self.model.embed_tokens(self._ids[pos].long().to(self.device)).view(len(split_ids), self.S, -1)
+        return ranker_fast.selection_precision(unit_vectors(x), self.model.config.execution) if unit else x
+
+    def _query(self, split_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """Splits as the model cuts them: ids (Q, S) (padded with 0), embeddings (Q, S, d), zero at padding, and
+        the real-token mask (None when every split is full). The last may be the partial split."""
+        pos = split_ids.cpu()[:, None] * self.S + torch.arange(self.S)
+        real = pos < self.length
+        ids = torch.where(real, self._ids[pos.clamp(max=max(self.length - 1, 0))].long(), 0).to(self.device)
+        keep = None if bool(real.all()) else real.to(self.device)
+        x = self.model.embed_tokens(ids)
+        return ids, x if keep is None else x * keep.unsqueeze(-1).to(x.dtype), keep
+
+    def _rank(self, queries: torch.Tensor, candidates: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The choice (split ids, keys; (Q, k), best first) of the ``queries`` among ``candidates`` (each query
+        among those before it)."""
+        Q = queries.numel()
+        if self.k == 0 or candidates.numel() == 0:
+            return (torch.zeros(Q, self.k, dtype=torch.long),
+                    torch.full((Q, self.k), float("-inf"), dtype=torch.float64))
+        execution = self.model.config.execution
+        ids, x, keep = self._query(queries)
+        unit = ranker_fast.selection_precision(unit_vectors(x), execution)
+        idx, keys = ranker_fast.select_for_queries(
+            unit, keep, ids, queries.to(self.device), candidates, lambda js: self._vectors(js, unit=True),
+            k=self.k, execution=execution, n_bound=KEY_SPLITS)
+        return idx.cpu(), keys.cpu()
+
+    @torch.no_grad()
+    def _process(self, queries: torch.Tensor, idx: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+        """(Q, S, d) the last hidden state of the ``queries`` splits, given their choice, in chunks of rows
+        (``chunk_tokens``): each chunk's splits and the splits they chose, as the model's forward builds the
+        rows (the weighted selective split, the compressor, the layers: §3.1-§4.3), then the final norm."""
+        if self.model.training:
+            raise ValueError("a document state runs the model in eval mode: call model.eval() first")
+        self.recomputed += queries.numel()
+        self.computed += queries.numel()
+        model = self.model
+        rows = max(1, model.config.execution.chunk_tokens_for(self.device.type) // model.config.context_size)
+        out = []
+        for q0 in range(0, queries.numel(), rows):
+            q, i, ok = queries[q0:q0 + rows], idx[q0:q0 + rows], torch.isfinite(keys[q0:q0 + rows])
+            local, where = torch.unique(torch.cat([q, i[ok]]), return_inverse=True)  # the splits these rows need
+            ids, x, keep = self._query(local)
+            sp = splits.Splits(x=x[None], keep=None if keep is None else keep[None], ids=None, order=None, rows=None,
+                               length=local.numel() * self.S)
+            choice = None
+            mine = where[:q.numel()]  # the rows' own splits, as local ids
+            if model.ranker is not None:  # the choice in local ids, laid out as X_cat takes it
+                slot = torch.zeros_like(i)
+                slot[ok] = where[q.numel():]
+                chosen = torch.zeros(local.numel(), self.k, dtype=torch.long)
+                filled = torch.zeros(local.numel(), self.k, dtype=torch.bool)
+                chosen[mine], filled[mine] = ranker_fast.layout(keys[q0:q0 + rows], slot)
+                choice = Choice(x=sp.x, keep=sp.keep, unit=unit_vectors(sp.x), idx=chosen[None].to(self.device),
+                                filled=filled[None].to(self.device))
+            h = model._process_rows(sp, choice, mine.to(self.device), model.compressor, model.layers)
+            out.append(h if model.norm is None else model.norm(h))
+        return torch.cat(out)
+
+    def _edit(self, edited: torch.Tensor) -> None:
+        """After an in-place edit of the kept splits ``edited``: re-rank and recompute them, and every later kept
+        split whose choice held one of them (re-ranked in full) or now takes one (its choice merged with the
+        edited splits' new scores: the other candidates' scores did not change)."""
+        if not edited.numel():
+            return
+        later = torch.arange(int(edited[0]) + 1, self.done)
+        later = later[~torch.isin(later, edited)]
+        held = (torch.isin(self._idx[later], edited) & torch.isfinite(self._keys[later])).any(1)
+        rerank = torch.cat([edited, later[held]]).sort().values
+        idx, keys = self._rank(rerank, torch.arange(int(rerank[-1])))
+        self._keep(rerank, idx, keys)
+        rest = later[~held]
+        if rest.numel() and self.k:
+            new_idx, new_keys = self._rank(rest, edited)
+            val = torch.cat([self._keys[rest], new_keys], 1)
+            cand = torch.cat([self._idx[rest], new_idx], 1)
+            val, p = val.topk(self.k, dim=-1)
+            changed = (val != self._keys[rest]).any(1)
+            if changed.any():
+                self._keep(rest[changed], cand.gather(1, p)[changed], val[changed])
