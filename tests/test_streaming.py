@@ -152,3 +152,20 @@ def test_a_head_is_taken_through_its_backbone():
     head = AveyBForMaskedLM(presets.tiny(vocab_size=VOCAB)).eval()
     ids = torch.randint(0, VOCAB, (30,), generator=torch.Generator().manual_seed(5))
     assert close(DocumentState(head).feed(ids).pooled(), fresh(head.model, ids)[0])
+
+
+def test_a_copy_is_independent_and_an_export_restores():
+    m = model()
+    ids = torch.randint(0, VOCAB, (90,), generator=torch.Generator().manual_seed(6))
+    state = DocumentState(m, chunk_tokens=7, special=(1, 1)).feed(ids[:50])
+    twin = state.copy().feed(ids[50:])
+    assert close(state.pooled(), fresh(m, ids[:50])[0]) and close(twin.pooled(), fresh(m, ids)[0])
+    assert 0 < state.nbytes < twin.nbytes
+    back = DocumentState.restore(m, state.export(), chunk_tokens=7, special=(1, 1))
+    computed = back.computed
+    back.feed(ids[50:])
+    assert back.computed - computed == 90 // 4 - 50 // 4  # the new full splits: the old [SEP] sat in the partial one
+    pooled, chunks = fresh(m, ids, back.chunk_spans())
+    assert close(back.pooled(), pooled) and close(back.chunk_vectors(), chunks)
+    with pytest.raises(ValueError, match="chunk options"):
+        DocumentState.restore(m, state.export())

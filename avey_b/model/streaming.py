@@ -22,6 +22,7 @@ of the earlier ones, which are not kept: both are refused.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 
 import torch
@@ -83,7 +84,7 @@ class DocumentState:
         self.length = 0
         self.done = 0  # splits whose outputs are kept: the full ones
         self.recomputed = self.computed = 0
-        d = config.hidden_size
+        self.d = d = config.hidden_size
         self._ids = torch.zeros(1024, dtype=torch.int32 if config.vocab_size < 2**31 else torch.long)
         self._sums = torch.zeros(64, d)
         self._idx = torch.zeros(64, self.k, dtype=torch.long)
@@ -143,6 +144,62 @@ class DocumentState:
             edited = torch.unique(changed // self.S)
             self._edit(edited[edited < self.done])
         return self
+
+    # ------------------------------------------------------------------ keeping and moving a state
+    def copy(self) -> DocumentState:
+        """An independent copy (the model shared): what a cache hands out, so that feeding one copy leaves the
+        other as it was."""
+        other = copy.copy(self)
+        other._ids, other._sums, other._idx, other._keys = (t.clone() for t in (self.ids, self._sums[:self.done],
+                                                                               self._idx[:self.done],
+                                                                               self._keys[:self.done]))
+        other._segments = list(self._segments)  # its tuples are never changed in place, only replaced
+        return other
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes this state holds beyond the model: the ids and, per kept split, its output sum, choice and keys
+        (and chunk sums): what a cache bounded in bytes counts."""
+        held = [self.ids, self._sums[:self.done], self._idx[:self.done], self._keys[:self.done]]
+        held += [t for segment in self._segments for t in segment]
+        return sum(t.numel() * t.element_size() for t in held)
+
+    def export(self) -> dict[str, torch.Tensor]:
+        """What the state keeps, as tensors (for a file such as safetensors): ``ids`` (N,), and per kept split
+        ``sums`` (n, d) float32, ``choice`` (n, k) and ``keys`` (n, k) float64; with chunks, ``segment_chunks`` and
+        ``segment_sums`` with ``segment_splits``, the split each row belongs to. Never token states.
+        :meth:`restore` takes it back."""
+        n = self.done
+        data = {"ids": self.ids.clone(), "sums": self._sums[:n].clone(), "choice": self._idx[:n].clone(),
+                "keys": self._keys[:n].clone()}
+        if self.chunk is not None:
+            data["segment_splits"] = torch.cat([torch.full((len(c),), s, dtype=torch.long)
+                                                for s, (c, _) in enumerate(self._segments)] or [torch.zeros(0).long()])
+            data["segment_chunks"] = torch.cat([c for c, _ in self._segments] or [torch.zeros(0).long()])
+            data["segment_sums"] = torch.cat([v for _, v in self._segments] or [self._sums.new_zeros(0, self.d)])
+        return data
+
+    @classmethod
+    def restore(cls, model: torch.nn.Module, data: dict[str, torch.Tensor], **options) -> DocumentState:
+        """A state from :meth:`export`'s tensors and the same ``model`` and options (chunks, special tokens) it was
+        made with; feeding or editing it then computes only what changed, as for the original."""
+        state = cls(model, **options)
+        ids, sums = data["ids"], data["sums"]
+        n = sums.shape[0]
+        if n != ids.numel() // state.S or sums.shape[1] != state.d or tuple(data["choice"].shape) != (n, state.k):
+            raise ValueError(f"the saved state does not fit this model: {ids.numel()} ids and {tuple(sums.shape)} "
+                             f"sums for splits of {state.S} tokens, width {state.d} and k={state.k}")
+        if (state.chunk is None) != ("segment_sums" not in data):
+            raise ValueError("the saved state was made with other chunk options than these")
+        state._write(0, ids.to(state._ids.dtype))
+        state._grow(n)
+        state._sums[:n], state._idx[:n], state._keys[:n] = sums, data["choice"], data["keys"]
+        state.done = n
+        if state.chunk is not None:
+            owner = data["segment_splits"]
+            state._segments = [(data["segment_chunks"][owner == s], data["segment_sums"][owner == s])
+                               for s in range(n)]
+        return state
 
     # ------------------------------------------------------------------ vectors
     def pooled(self, normalize: bool = True) -> torch.Tensor:
