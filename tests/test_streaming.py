@@ -122,6 +122,15 @@ def test_the_ablations_where_the_property_holds(overrides):
     assert close(state.pooled(), fresh(m, ids)[0])
 
 
+def test_more_distinct_ids_than_a_ranker_block():
+    """A block of new splits holding more distinct ids than ``ranker_block_size``, not a multiple of it (the last
+    block of ids is shorter): the candidates' best matches are taken block by block."""
+    m = model()
+    m.config.ranker_block_size = 16
+    ids = torch.randint(0, VOCAB, (97,), generator=torch.Generator().manual_seed(5))  # about 95 distinct ids
+    assert close(DocumentState(m).feed(ids).pooled(), fresh(m, ids)[0])
+
+
 @pytest.mark.parametrize("overrides,words", [({"ranker": "bidirectional"}, "later splits too"),
                                              ({"ranker_placement": "every_layer"}, "every layer")])
 def test_where_the_property_does_not_hold_it_is_refused(overrides, words):
