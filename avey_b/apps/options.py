@@ -162,8 +162,14 @@ class EmbedOptions:
     pipeline whose actors load the model once); changes memory and scheduling, never the output"""
     progress: bool = True
     """a progress line with rate and ETA on stderr"""
+    update: bool = False
+    """bring OUTPUT to INPUT's documents, by id: unchanged ones skipped, appended and edited ones computing only
+    the splits the change reaches, new ones encoded, removed ones dropped; keeps each document's state beside the
+    shards for the next update (a new OUTPUT: a fresh run that keeps them)"""
 
     def __post_init__(self):
+        if self.update and self.backend != "local":
+            raise ValueError("--update runs on the local backend (drop --backend ray)")
         if self.chunking not in CHUNKINGS:
             raise ValueError(f"chunking must be one of {CHUNKINGS}, got {self.chunking!r}")
         if self.chunking == "late" and (self.chunk_tokens is None) == (self.chunk_spans_column is None):
