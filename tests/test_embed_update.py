@@ -212,7 +212,7 @@ def test_where_pieces_do_not_apply_changed_documents_are_encoded_whole(tmp_path,
     run(model_dir, tmp_path / "v1.jsonl", tmp_path / "out", update=True, **options)
     capsys.readouterr()
     manifest = run(model_dir, tmp_path / "v2.jsonl", tmp_path / "out", update=True, **options)
-    line = [x for x in capsys.readouterr().err.splitlines() if x.startswith("embed:")]
+    line = [x for x in capsys.readouterr().err.splitlines() if x.startswith("PyTorch on cpu")]  # the start line
     assert len(line) == 1 and "a changed document is encoded again in full" in line[0] and words in line[0]
     done = manifest["runs"][-1]["update"]
     assert done["changed_documents"].startswith("encoded again in full") and words in done["changed_documents"]
@@ -237,9 +237,21 @@ def test_long_documents_are_encoded_in_pieces_with_todays_vectors(tmp_path, wide
     assert_same_output(tmp_path / "pieces", tmp_path / "whole")
 
 
-def test_update_options():
+def test_the_command_says_what_the_update_did(tmp_path, wide_model, capsys):
+    from avey_b import cli
+
+    old, new = versions(6)
+    write_jsonl(tmp_path / "v1.jsonl", old)
+    write_jsonl(tmp_path / "v2.jsonl", new)
+    command = ["embed", str(wide_model), None, str(tmp_path / "out"), "--precision", "fp32", "--no-progress"]
+    assert cli.main([*command[:2], str(tmp_path / "v1.jsonl"), *command[3:]]) == 0  # a plain run: no states
+    assert cli.main([*command[:2], str(tmp_path / "v2.jsonl"), *command[3:]]) != 0
+    assert "(or --update: bring it to the new input" in capsys.readouterr().err
+    assert cli.main([*command[:2], str(tmp_path / "v2.jsonl"), *command[3:], "--update"]) == 0
+    assert "updated: 0 skipped, 0 appended, 0 edited, 9 new, 0 removed" in capsys.readouterr().out
+    assert cli.main([*command[:2], str(tmp_path / "v1.jsonl"), *command[3:], "--update"]) == 0
+    out = capsys.readouterr().out
+    assert "updated: 4 skipped, 0 appended, 4 edited, 1 new, 1 removed document(s); " in out  # back to v1
+    assert "bytes beside" in out
     with pytest.raises(ValueError, match="--update runs on the local backend"):
         EmbedOptions(update=True, backend="ray")
-    from avey_b.apps.options import embed_parser
-
-    assert embed_parser().parse_args(["m", "i", "o", "--update"]).update is True

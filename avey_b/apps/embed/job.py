@@ -231,8 +231,9 @@ def embed_corpus(model: str, source: str, output: str | os.PathLike, options: Em
                "backend": options.backend, "shards_found": 0, "shards_written": 0}
         if ray is None:
             run["threads"] = encoder.threads if target.type == "cpu" else None
-            print(encoder.describe(), file=sys.stderr, flush=True)
-            print(Pieces(encoder, recorded).start_line(options.update), file=sys.stderr, flush=True)
+            first, *notes = encoder.describe().split("\n")  # the start line, then any note on a busy CPU
+            print("\n".join([f"{first}; {Pieces(encoder, recorded).start_line(options.update)}", *notes]),
+                  file=sys.stderr, flush=True)
         if ray:
             run.update(ray_address=options.ray_address, concurrency=ray.concurrency, num_gpus=ray.num_gpus)
         if options.update:  # the old manifest stays until the update commits

@@ -75,12 +75,12 @@ class Pieces:
                             "special": (lead, trail)}
 
     def start_line(self, update: bool) -> str:
-        """What the start line says of this path: long documents (and with ``update``, changed ones)."""
+        """What the start line says of how documents are encoded: long ones (and with ``update``, changed ones)."""
         if self.why_not is not None:
-            return (f"embed: every document is encoded whole, at any length"
+            return (f"every document is encoded whole, at any length"
                     f"{' (--update: a changed document is encoded again in full)' if update else ''}: "
                     f"{self.why_not}")
-        line = (f"embed: documents over {LONG_DOCUMENT_TOKENS:,} tokens are encoded in pieces (bounded memory: "
+        line = (f"documents over {LONG_DOCUMENT_TOKENS:,} tokens are encoded in pieces (bounded memory: "
                 "avey_b.model.streaming.DocumentState)")
         if update:
             line += (f"; --update keeps each document's state in {STATE_DIR}/ and computes only the splits a "
