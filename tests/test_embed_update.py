@@ -227,11 +227,10 @@ def test_long_documents_are_encoded_in_pieces_with_todays_vectors(tmp_path, wide
     rng = random.Random(5)
     write_jsonl(tmp_path / "d.jsonl", [{"id": f"d{i}", "text": text(rng, n)} for i, n in enumerate([90, 10, 130])])
     run(wide_model, tmp_path / "d.jsonl", tmp_path / "whole", **chunks)
-    monkeypatch.setattr(streamed, "LONG_DOCUMENT_TOKENS", 64)
     encoded, encode = [], streamed.Pieces.encode
     monkeypatch.setattr(streamed.Pieces, "encode", lambda self, ids, *a: (encoded.append(len(ids)),
                                                                           encode(self, ids, *a))[1])
-    run(wide_model, tmp_path / "d.jsonl", tmp_path / "pieces", **chunks)
+    run(wide_model, tmp_path / "d.jsonl", tmp_path / "pieces", long_document_tokens=64, **chunks)
     assert sorted(encoded) == [92, 132]
     assert "documents over 64 tokens are encoded in pieces" in capsys.readouterr().err
     assert_same_output(tmp_path / "pieces", tmp_path / "whole")

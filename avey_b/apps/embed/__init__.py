@@ -73,8 +73,9 @@ line says. An update writes into ``OUTPUT/.update/`` and switches in after its m
 (:mod:`avey_b.apps.embed.update`): a crash leaves the old output as it was, and the next ``--update`` reuses what
 it wrote. The local backend only.
 
-Long documents: one longer than ``LONG_DOCUMENT_TOKENS`` (:mod:`avey_b.apps.embed.streamed`) is encoded in
-pieces, in memory bounded whatever its length (the same vectors), where the model allows it; the start line says so.
+Long documents: one longer than ``--long-document-tokens`` (default 32,768) is encoded in pieces
+(:mod:`avey_b.apps.embed.streamed`), in memory bounded whatever its length (the same vectors), where the model
+allows it; the start line says so.
 
 Ray (``--backend ray``, ``pip install 'avey-b[ray]'``): the same job as a Ray Data pipeline on a cluster
 (``--ray-address auto``, or an address) or a local Ray: this process reads the input in order, in waves of

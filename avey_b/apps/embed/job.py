@@ -179,7 +179,8 @@ def _embed_shards(docs: Iterator[Document], out: Path, encoder: Encoder, setting
         bar.update(info["documents"], **{"tokens/s": tokens / elapsed if elapsed > 0 else 0.0})
 
     def flush() -> None:  # the Ray backend's shards read so far: one Ray Data pipeline
-        for info in run_on_ray(pending, encoder.path, out, settings, options.max_batch_tokens, ray, kept_schema):
+        for info in run_on_ray(pending, encoder.path, out, settings, options.max_batch_tokens, ray, kept_schema,
+                               options.long_document_tokens):
             written(info)
         pending.clear()
 
@@ -193,7 +194,8 @@ def _embed_shards(docs: Iterator[Document], out: Path, encoder: Encoder, setting
             infos[k] = found_shard(path, group)
             run["shards_found"] += 1
         elif ray is None:
-            written(run_shard(encoder, k, group, out, settings, options.max_batch_tokens, kept_schema))
+            written(run_shard(encoder, k, group, out, settings, options.max_batch_tokens, kept_schema,
+                              options.long_document_tokens))
         else:
             pending.append((k, group))
         if ray is not None and len(pending) == ray.shards_per_pipeline:
@@ -232,8 +234,8 @@ def embed_corpus(model: str, source: str, output: str | os.PathLike, options: Em
         if ray is None:
             run["threads"] = encoder.threads if target.type == "cpu" else None
             first, *notes = encoder.describe().split("\n")  # the start line, then any note on a busy CPU
-            print("\n".join([f"{first}; {Pieces(encoder, recorded).start_line(options.update)}", *notes]),
-                  file=sys.stderr, flush=True)
+            how = Pieces(encoder, recorded, options.long_document_tokens).start_line(options.update)
+            print("\n".join([f"{first}; {how}", *notes]), file=sys.stderr, flush=True)
         if ray:
             run.update(ray_address=options.ray_address, concurrency=ray.concurrency, num_gpus=ray.num_gpus)
         if options.update:  # the old manifest stays until the update commits

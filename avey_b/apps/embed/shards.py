@@ -16,6 +16,7 @@ import numpy as np
 from avey_b.apps.embed.chunks import chunk_ranges
 from avey_b.apps.embed.documents import Document
 from avey_b.apps.embed.embedder import embed_ids
+from avey_b.apps.options import LONG_DOCUMENT_TOKENS
 from avey_b.inference.encoder import Encoder
 from avey_b.utils.files import load_json
 from avey_b.utils.records import TMP_SUFFIX, utc_timestamp, write_bytes_atomic, write_json_atomic
@@ -248,16 +249,15 @@ def shard_rows(work: list[tuple], vectors: list[np.ndarray], late: bool) -> list
     return rows
 
 
-def _embed_shard(encoder: Encoder, docs: list[Document], settings: Settings, max_batch_tokens: int
-                 ) -> tuple[list[dict], list[dict], int]:
+def _embed_shard(encoder: Encoder, docs: list[Document], settings: Settings, max_batch_tokens: int,
+                 long_tokens: int) -> tuple[list[dict], list[dict], int]:
     """The rows of one shard in input order, its skipped documents, and the tokens it embedded: a document longer
-    than :data:`~avey_b.apps.embed.streamed.LONG_DOCUMENT_TOKENS` in pieces where the model allows it (bounded
-    memory), the others whole in batches."""
+    than ``long_tokens`` in pieces where the model allows it (bounded memory), the others whole in batches."""
     from avey_b.apps.embed.streamed import Pieces
 
     late = settings.chunking == "late"
     work, skipped = prepare_shard(encoder, docs, settings)
-    pieces = Pieces(encoder, settings)
+    pieces = Pieces(encoder, settings, long_tokens)
     vectors: list[np.ndarray | None] = [None] * len(work)
     for i, (_, ids, ranges) in enumerate(work):
         if pieces.takes(len(ids)) and (done := pieces.encode(ids, ranges)) is not None:
@@ -269,10 +269,10 @@ def _embed_shard(encoder: Encoder, docs: list[Document], settings: Settings, max
 
 
 def run_shard(encoder: Encoder, k: int, group: list[Document], out: Path, settings: Settings,
-              max_batch_tokens: int, kept_schema=None) -> dict:
+              max_batch_tokens: int, kept_schema=None, long_tokens: int = LONG_DOCUMENT_TOKENS) -> dict:
     """Embed shard ``k`` (documents ``group``), write it atomically, and return what its metadata records;
     ``kept_schema``: the Arrow types of the kept columns (:func:`infer_types`), the same for every shard."""
-    rows, skipped, tokens = _embed_shard(encoder, group, settings, max_batch_tokens)
+    rows, skipped, tokens = _embed_shard(encoder, group, settings, max_batch_tokens, long_tokens)
     info = {"shard": k, "documents": len(group), "first_id": group[0].id, "last_id": group[-1].id,
             "rows": len(rows), "tokens": tokens, "skipped": skipped}
     table = table_of(rows, settings, encoder.config.hidden_size, info, kept_schema)

@@ -20,13 +20,11 @@ import numpy as np
 import torch
 
 from avey_b.apps.embed.documents import Document
+from avey_b.apps.options import LONG_DOCUMENT_TOKENS
 from avey_b.inference.encoder import Encoder
 from avey_b.model.streaming import DocumentState, refusal
 from avey_b.utils.device import autocast
 
-#: A document longer than this many tokens is encoded in pieces (bounded memory: no (N, d) states of the whole
-#: document), where the model allows it: two blocks of DocumentState's default ``block_tokens``.
-LONG_DOCUMENT_TOKENS = 32768
 #: The directory of the saved records, beside the shards (a name starting with ``_``: not data for pyarrow).
 STATE_DIR = "_state"
 #: The exported state's tensors, and the Arrow type each is stored as (flattened).
@@ -59,10 +57,11 @@ def record_key(doc: Document) -> tuple[str, str, str | None]:
 class Pieces:
     """How a job encodes documents in pieces: the DocumentState options that give its vectors (pooled, or late
     chunks of ``--chunk-tokens`` with ``--chunk-overlap``, the tokenizer's leading and trailing special tokens in
-    no chunk), or ``why_not``, the sentence that says why it cannot (the model's config, character-span chunks)."""
+    no chunk), or ``why_not``, the sentence that says why it cannot (the model's config, character-span chunks).
+    ``long_tokens``: a plain run encodes a longer document in pieces (bounded memory: no (N, d) states)."""
 
-    def __init__(self, encoder: Encoder, settings):
-        self.encoder = encoder
+    def __init__(self, encoder: Encoder, settings, long_tokens: int = LONG_DOCUMENT_TOKENS):
+        self.encoder, self.long_tokens = encoder, long_tokens
         self.late = settings.chunking == "late"
         self.why_not = refusal(encoder.config) or (SPANS_WHY if settings.chunk_spans_column else None)
         self.normalize = bool(getattr(encoder.config, "normalize_embeddings", True))
@@ -80,7 +79,7 @@ class Pieces:
             return (f"every document is encoded whole, at any length"
                     f"{' (--update: a changed document is encoded again in full)' if update else ''}: "
                     f"{self.why_not}")
-        line = (f"documents over {LONG_DOCUMENT_TOKENS:,} tokens are encoded in pieces (bounded memory: "
+        line = (f"documents over {self.long_tokens:,} tokens are encoded in pieces (bounded memory: "
                 "avey_b.model.streaming.DocumentState)")
         if update:
             line += (f"; --update keeps each document's state in {STATE_DIR}/ and computes only the splits a "
@@ -89,7 +88,7 @@ class Pieces:
 
     def takes(self, n_tokens: int) -> bool:
         """Whether a document of ``n_tokens`` is encoded in pieces by a plain run (a long one, where it can be)."""
-        return self.why_not is None and n_tokens > LONG_DOCUMENT_TOKENS
+        return self.why_not is None and n_tokens > self.long_tokens
 
     @torch.no_grad()
     def encode(self, ids: list[int], ranges, saved: dict | None = None
@@ -140,25 +139,6 @@ def record(doc: Document, state: DocumentState | None) -> dict:
     for name, typ in STATE_COLUMNS.items():
         row[name] = data[name].numpy().reshape(-1).astype(typ) if name in data else np.zeros(0, typ)
     return row
-
-
-def write_records(path: Path, rows: list[dict], info: dict) -> None:
-    """Write one shard's saved rows atomically, ``info`` (what the update did) in its metadata."""
-    import pyarrow as pa
-
-    from avey_b.apps.embed import shards
-
-    columns = {"id": pa.array([r["id"] for r in rows], pa.string()),
-               "sha256": pa.array([r["sha256"] for r in rows], pa.string()),
-               "n_chars": pa.array([r["n_chars"] for r in rows], pa.int64()),
-               "kept_sha256": pa.array([r["kept_sha256"] for r in rows], pa.string())}
-    for name, typ in STATE_COLUMNS.items():
-        arrays = [r[name] for r in rows]
-        offsets = np.concatenate([[0], np.cumsum([a.size for a in arrays])]).astype(np.int64)
-        values = np.concatenate(arrays) if arrays else np.zeros(0, typ)
-        columns[name] = pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(values.astype(typ)))
-    table = pa.table(columns).replace_schema_metadata({shards.METADATA_KEY: json.dumps(info).encode()})
-    shards.write_shard(path, table)
 
 
 def read_keys(path: Path) -> list[tuple[str, str, str | None]]:

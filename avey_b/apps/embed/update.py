@@ -18,6 +18,7 @@ the next run into OUTPUT, whatever its options (:func:`finish_switch`).
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from collections import Counter, OrderedDict
@@ -28,6 +29,7 @@ import numpy as np
 from avey_b.apps.embed import shards
 from avey_b.apps.embed.documents import Document
 from avey_b.apps.embed.streamed import (
+    STATE_COLUMNS,
     STATE_DIR,
     Pieces,
     read_keys,
@@ -36,7 +38,6 @@ from avey_b.apps.embed.streamed import (
     record_key,
     row_state,
     text_hash,
-    write_records,
 )
 from avey_b.utils.files import load_json
 from avey_b.utils.records import write_json_atomic
@@ -110,6 +111,25 @@ class OldOutput:
         for name in table.column_names[4:]:
             data[name] = table[name][row].values.to_numpy(zero_copy_only=False).copy()
         return data, row_state(table, row, self.d, self.k, self.late)
+
+
+def write_records(path: Path, rows: list[dict], info: dict) -> None:
+    """Write one shard's saved rows atomically, ``info`` (what the update did) in its metadata."""
+    import pyarrow as pa
+
+    from avey_b.apps.embed import shards
+
+    columns = {"id": pa.array([r["id"] for r in rows], pa.string()),
+               "sha256": pa.array([r["sha256"] for r in rows], pa.string()),
+               "n_chars": pa.array([r["n_chars"] for r in rows], pa.int64()),
+               "kept_sha256": pa.array([r["kept_sha256"] for r in rows], pa.string())}
+    for name, typ in STATE_COLUMNS.items():
+        arrays = [r[name] for r in rows]
+        offsets = np.concatenate([[0], np.cumsum([a.size for a in arrays])]).astype(np.int64)
+        values = np.concatenate(arrays) if arrays else np.zeros(0, typ)
+        columns[name] = pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(values.astype(typ)))
+    table = pa.table(columns).replace_schema_metadata({shards.METADATA_KEY: json.dumps(info).encode()})
+    shards.write_shard(path, table)
 
 
 def stage_dir(out: Path, settings: shards.Settings) -> Path:

@@ -8,9 +8,9 @@ the v1 output to v2, each timed (wall clock around :func:`avey_b.apps.embed.embe
 compared (the largest difference between vectors), and the saved states' size beside the shards' is recorded.
 
 Memory (``--memory``): one document of ``--memory-tokens`` tokens of repeated text, embedded by ``avey-b embed`` in
-a child process each, today's whole forward (the long-document threshold raised above the length) and in pieces;
-each child reports its peak RSS (``ru_maxrss``) and time. The model: ``presets.small`` 128 wide with
-``--memory-layers`` layers and the quickstart model's tokenizer, saved to the work directory.
+a child process each, today's whole forward (``--long-document-tokens`` above the length) and in pieces; each child
+reports its peak RSS (``ru_maxrss``) and time. The model: ``presets.small`` 128 wide with ``--memory-layers``
+layers and the quickstart model's tokenizer, saved to the work directory.
 
     python benchmarks/streaming/update/run.py --model /work/qs/model --threads 1
     python benchmarks/streaming/update/run.py --memory --memory-tokens 262144
@@ -125,14 +125,13 @@ def memory_model(work: Path, layers: int) -> Path:
 
 def memory_child(args) -> None:
     """One long document embedded (whole or in pieces); prints peak RSS (MB) and seconds as JSON."""
-    from avey_b.apps.embed import EmbedOptions, embed_corpus, streamed
+    from avey_b.apps.embed import EmbedOptions, embed_corpus
     from avey_b.inference.options import LoadOptions
 
-    if args.memory_child == "whole":
-        streamed.LONG_DOCUMENT_TOKENS = 1 << 40
     t0 = time.perf_counter()
     manifest = embed_corpus(args.model, args.source, args.out, EmbedOptions(
-        load=LoadOptions(precision="fp32", threads=args.threads), progress=False, max_tokens=1 << 30))
+        load=LoadOptions(precision="fp32", threads=args.threads), progress=False, max_tokens=1 << 30,
+        long_document_tokens=1 << 40 if args.memory_child == "whole" else 32768))
     print(json.dumps({"path": args.memory_child, "tokens": manifest["counts"]["tokens"],
                       "seconds": round(time.perf_counter() - t0, 1),
                       "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)}))
