@@ -190,6 +190,9 @@ class Updater:
                 info = shards.found_shard(where / name, group)
                 done = shards.shard_info(where / STATE_DIR / name) if kind == "staged" else {
                     "actions": {"skipped": len(group)}, "tokens_computed": 0}
+                if kind == "kept":  # a shard staged from other documents (an hf: dataset that changed) goes
+                    for stale in (self.stage / name, self.stage / STATE_DIR / name):
+                        stale.unlink(missing_ok=True)
                 self.shards[kind] += 1
                 self._count(done, info)
                 return info
