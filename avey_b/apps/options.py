@@ -100,6 +100,9 @@ OUTPUT_COLUMNS = ("id", "chunk", "char_start", "char_end", "n_tokens", "text", "
 #: default ``--max-batch-tokens`` (smaller shards would make smaller batches; what that costs in time on a CPU:
 #: benchmarks/embed/README.md, "Shard size").
 DEFAULT_SHARD_TOKENS = MAX_BATCH_TOKENS
+#: A document longer than this many tokens is encoded in pieces when ``--long-document-tokens`` is not given: two
+#: blocks of :class:`avey_b.model.streaming.DocumentState`'s default ``block_tokens``.
+LONG_DOCUMENT_TOKENS = 32768
 
 
 @dataclass(frozen=True)
@@ -146,6 +149,9 @@ class EmbedOptions:
     serve computes it (half the available memory), kept from the first run on a resume"""
     max_batch_tokens: int = MAX_BATCH_TOKENS
     """padded tokens per batch (a single longer document runs alone)"""
+    long_document_tokens: int = LONG_DOCUMENT_TOKENS
+    """a longer document is encoded in pieces, in memory that does not grow with its length, where the model
+    allows it (the start line says so); the same vectors"""
     load: LoadOptions = field(default_factory=LoadOptions)
     """how the model loads: device, precision and CPU threads (with ray: each actor's); the eager model only (no
     --onnx)"""
@@ -162,8 +168,14 @@ class EmbedOptions:
     pipeline whose actors load the model once); changes memory and scheduling, never the output"""
     progress: bool = True
     """a progress line with rate and ETA on stderr"""
+    update: bool = False
+    """bring OUTPUT to INPUT's documents, by id: unchanged ones skipped, appended and edited ones computing only
+    the splits the change reaches, new ones encoded, removed ones dropped; keeps each document's state beside the
+    shards for the next update (a new OUTPUT: a fresh run that keeps them)"""
 
     def __post_init__(self):
+        if self.update and self.backend != "local":
+            raise ValueError("--update runs on the local backend (drop --backend ray)")
         if self.chunking not in CHUNKINGS:
             raise ValueError(f"chunking must be one of {CHUNKINGS}, got {self.chunking!r}")
         if self.chunking == "late" and (self.chunk_tokens is None) == (self.chunk_spans_column is None):
@@ -197,7 +209,8 @@ class EmbedOptions:
             raise ValueError("avey-b embed runs the eager model: LoadOptions.onnx does not apply")
         check_backend(self.backend, {"--ray-address": self.ray_address is not None, "--concurrency":
                                      self.concurrency != 1, "--num-gpus": self.num_gpus is not None})
-        for name in ("shard_size", "shard_tokens", "max_batch_tokens", "max_tokens", "concurrency", "ray_wave"):
+        for name in ("shard_size", "shard_tokens", "max_batch_tokens", "max_tokens", "concurrency", "ray_wave",
+                     "long_document_tokens"):
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ValueError(f"{name} must be at least 1, got {value}")

@@ -60,6 +60,23 @@ token's state already saw the text on both sides of any chunk boundary: unlike c
 brings no context a chunk would otherwise miss; it only changes which token states each chunk averages (a sentence
 cut by a boundary is whole in one of two overlapping chunks, at the cost of more rows).
 
+Update (``--update``): bring OUTPUT to a new version of INPUT, by document id. An unchanged document is skipped (its
+vectors kept); one whose text extends its old text computes only the appended part, and an edited one only the
+splits the edit reaches (the document's saved state, :class:`avey_b.model.streaming.DocumentState`, fed the new
+token ids from the first that changed); a new id is encoded, an id no longer in INPUT dropped. The shards are a
+fresh run's of the new INPUT, with its vectors. Each document's state (its ids and, per split, its output sum,
+top-k choice and ranking keys; never token states) and its text's hash are saved in ``OUTPUT/_state/``, one file
+per shard; the manifest records their size and what the update did (``runs[-1]["update"]``). On a new OUTPUT,
+``--update`` is a fresh run that saves the states. A model whose splits depend on later ones (a bidirectional
+ranker, the ranker at every layer) or character-span chunks re-encode a changed document in full, as the start
+line says. An update writes into ``OUTPUT/.update/`` and switches in after its manifest is written there
+(:mod:`avey_b.apps.embed.update`): a crash leaves the old output as it was, and the next ``--update`` reuses what
+it wrote. The local backend only.
+
+Long documents: one longer than ``--long-document-tokens`` (default 32,768) is encoded in pieces
+(:mod:`avey_b.apps.embed.streamed`), in memory bounded whatever its length (the same vectors), where the model
+allows it; the start line says so.
+
 Ray (``--backend ray``, ``pip install 'avey-b[ray]'``): the same job as a Ray Data pipeline on a cluster
 (``--ray-address auto``, or an address) or a local Ray: this process reads the input in order, in waves of
 ``--ray-wave`` (default 8) shards per actor; ``map_batches`` hands each shard to one of ``--concurrency``
@@ -73,9 +90,10 @@ runs the same job (:class:`avey_b.apps.options.EmbedOptions`: one field per flag
 """
 
 # The modules, by concern: documents (documents in), chunks (chunk ranges for late chunking), embedder (the model),
-# shards (Parquet shards, the manifest, resume and the rerun check), ray (the Ray backend) and job (the job and the
-# command's runner). This package imports them when one of their names is first asked for, so that ``avey-b embed
-# --help`` (which shows this docstring) imports no torch.
+# shards (Parquet shards, the manifest, resume and the rerun check), streamed (documents in pieces, saved states),
+# update (--update), ray (the Ray backend) and job (the job and the command's runner). This package imports them
+# when one of their names is first asked for, so that ``avey-b embed --help`` (which shows this docstring) imports
+# no torch.
 
 import importlib
 

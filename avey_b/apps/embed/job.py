@@ -33,12 +33,15 @@ from avey_b.apps.embed.shards import (
     finish_manifest,
     found_shard,
     infer_types,
+    manifest_of,
     parquet_types,
     previous_manifest,
     run_shard,
     shard_schema,
     start_manifest,
 )
+from avey_b.apps.embed.streamed import Pieces
+from avey_b.apps.embed.update import Updater, finish_switch, put_in_place
 from avey_b.apps.options import DEFAULT_SHARD_TOKENS, EmbedOptions, embed_options
 from avey_b.data import corpus
 from avey_b.inference.encoder import Encoder
@@ -136,6 +139,28 @@ def shard_groups(docs: Iterator[Document], count_tokens, settings: Settings) -> 
         yield group
 
 
+def _token_counter(encoder: Encoder):
+    """The tokens of a list of texts, special tokens included (what shards are cut by)."""
+    return lambda texts: [len(ids) for ids in encoder.tokenize(texts)["input_ids"]]
+
+
+def _update_shards(docs: Iterator[Document], out: Path, encoder: Encoder, settings: Settings, run: dict,
+                   bar: Progress, options: EmbedOptions, kept_schema) -> tuple[Updater, dict[int, dict], int]:
+    """``--update``: the new input cut into shards as a fresh run cuts them, each found or computed into the stage
+    (:class:`~avey_b.apps.embed.update.Updater`); return the updater, every shard's metadata and the documents."""
+    updater, seen, infos = Updater(encoder, settings, out, options.max_batch_tokens), {}, {}
+    for k, group in enumerate(shard_groups(docs, _token_counter(encoder), settings)):
+        _check_new_ids(group, seen)
+        if settings.keep_columns and kept_schema is None:  # hf: input: the first shard's types
+            kept_schema = infer_types(group, settings.keep_columns)
+        infos[k] = updater.shard(k, group, kept_schema)
+        bar.update(len(group))
+    run["update"] = updater.record(set(seen))
+    run.update(shards_found=updater.shards["staged"] + updater.shards["kept"],
+               shards_written=updater.shards["written"])
+    return updater, infos, len(seen)
+
+
 def _embed_shards(docs: Iterator[Document], out: Path, encoder: Encoder, settings: Settings, manifest: dict,
                   run: dict, bar: Progress, options: EmbedOptions, ray: RayBackend | None, kept_schema
                   ) -> tuple[dict[int, dict], int]:
@@ -154,14 +179,12 @@ def _embed_shards(docs: Iterator[Document], out: Path, encoder: Encoder, setting
         bar.update(info["documents"], **{"tokens/s": tokens / elapsed if elapsed > 0 else 0.0})
 
     def flush() -> None:  # the Ray backend's shards read so far: one Ray Data pipeline
-        for info in run_on_ray(pending, encoder.path, out, settings, options.max_batch_tokens, ray, kept_schema):
+        for info in run_on_ray(pending, encoder.path, out, settings, options.max_batch_tokens, ray, kept_schema,
+                               options.long_document_tokens):
             written(info)
         pending.clear()
 
-    def count_tokens(texts: list[str]) -> list[int]:
-        return [len(ids) for ids in encoder.tokenize(texts)["input_ids"]]
-
-    for k, group in enumerate(shard_groups(docs, count_tokens, settings)):
+    for k, group in enumerate(shard_groups(docs, _token_counter(encoder), settings)):
         _check_new_ids(group, seen)
         path = out / SHARD.format(k)
         if settings.keep_columns and kept_schema is None:  # hf: input: the first shard's types, as written
@@ -171,7 +194,8 @@ def _embed_shards(docs: Iterator[Document], out: Path, encoder: Encoder, setting
             infos[k] = found_shard(path, group)
             run["shards_found"] += 1
         elif ray is None:
-            written(run_shard(encoder, k, group, out, settings, options.max_batch_tokens, kept_schema))
+            written(run_shard(encoder, k, group, out, settings, options.max_batch_tokens, kept_schema,
+                              options.long_document_tokens))
         else:
             pending.append((k, group))
         if ray is not None and len(pending) == ray.shards_per_pipeline:
@@ -192,6 +216,8 @@ def embed_corpus(model: str, source: str, output: str | os.PathLike, options: Em
     check_columns(source, options)
     total, kept_schema = scan_input(source, options)  # bad input stops here, before anything is written
     out = Path(output)
+    if out.is_dir():
+        finish_switch(out)  # an update that stopped after its commit, during its renames
     previous = previous_manifest(out)
 
     with contextlib.ExitStack() as cleanup:  # a Ray started here is shut down however the job ends
@@ -202,24 +228,39 @@ def embed_corpus(model: str, source: str, output: str | os.PathLike, options: Em
         encoder = encoder_for(model_dir, device="cpu" if ray else options.load.device, precision=resolved,
                               threads=options.load.threads)
         recorded = record_settings(encoder, source, options, previous)
-        check_rerun(out, previous, recorded)
+        check_rerun(out, previous, recorded, update=options.update)
         run = {"started": utc_timestamp(), "device": str(target), "max_batch_tokens": options.max_batch_tokens,
                "backend": options.backend, "shards_found": 0, "shards_written": 0}
         if ray is None:
             run["threads"] = encoder.threads if target.type == "cpu" else None
-            print(encoder.describe(), file=sys.stderr, flush=True)
+            first, *notes = encoder.describe().split("\n")  # the start line, then any note on a busy CPU
+            how = Pieces(encoder, recorded, options.long_document_tokens).start_line(options.update)
+            print("\n".join([f"{first}; {how}", *notes]), file=sys.stderr, flush=True)
         if ray:
             run.update(ray_address=options.ray_address, concurrency=ray.concurrency, num_gpus=ray.num_gpus)
-        manifest = start_manifest(out, model, source, encoder, recorded, previous, run)
+        if options.update:  # the old manifest stays until the update commits
+            out.mkdir(parents=True, exist_ok=True)
+            manifest = manifest_of(model, source, encoder, recorded, previous, run)
+        else:
+            manifest = start_manifest(out, model, source, encoder, recorded, previous, run)
 
         started = time.monotonic()
-        with Progress(total, f"embed {Path(source).name}", unit="doc", initial=documents_done(out),
-                      enabled=options.progress) as bar:
+        with Progress(total, f"embed {Path(source).name}", unit="doc",
+                      initial=0 if options.update else documents_done(out), enabled=options.progress) as bar:
             encoder.watch_shared_cpu(bar.write, "stop the job and run it again with --threads 1 (or one per idle "
                                                 "core): it resumes where it stopped")
-            infos, documents = _embed_shards(read_documents(source, options), out, encoder, recorded, manifest,
-                                             run, bar, options, ray, kept_schema)
-        finish_manifest(out, source, manifest, run, infos, documents, started)
+            docs = read_documents(source, options)
+            if options.update:
+                updater, infos, documents = _update_shards(docs, out, encoder, recorded, run, bar, options,
+                                                           kept_schema)
+            else:
+                infos, documents = _embed_shards(docs, out, encoder, recorded, manifest, run, bar, options, ray,
+                                                 kept_schema)
+        if options.update:  # the manifest written into the stage commits the update; then the renames
+            finish_manifest(updater.stage, source, manifest, run, infos, documents, started)
+            put_in_place(out, manifest)
+        else:
+            finish_manifest(out, source, manifest, run, infos, documents, started)
         return manifest
 
 
@@ -231,4 +272,9 @@ def run(args: argparse.Namespace) -> int:
           f"{counts['tokens']:,} tokens) into {args.output}: {last['shards_written']} shard(s) written, "
           f"{last['shards_found']} found done, {counts['skipped']} document(s) skipped (listed in "
           f"{Path(args.output) / MANIFEST})", flush=True)
+    if "update" in last:
+        done = last["update"]
+        print("updated: " + ", ".join(f"{n:,} {a}" for a, n in done["documents"].items()) + f" document(s); "
+              f"{done['tokens_computed']:,} of {done['tokens_total']:,} tokens computed; saved states "
+              f"{manifest['state']['bytes']:,} bytes beside {manifest['state']['shard_bytes']:,} of shards", flush=True)
     return 0

@@ -14,7 +14,7 @@ from pathlib import Path
 from avey_b.apps.embed.documents import Document
 from avey_b.apps.embed.embedder import encoder_for
 from avey_b.apps.embed.shards import Settings, run_shard
-from avey_b.apps.options import EmbedOptions
+from avey_b.apps.options import LONG_DOCUMENT_TOKENS, EmbedOptions
 from avey_b.utils.cluster import cluster_gpus, start_ray
 
 
@@ -52,23 +52,24 @@ class RayShardWriter:
     every node sees)."""
 
     def __init__(self, model_dir: str, out: str, settings: Settings, max_batch_tokens: int, device: str,
-                 kept_schema=None, threads: int | None = None):
+                 kept_schema=None, threads: int | None = None, long_tokens: int = LONG_DOCUMENT_TOKENS):
         self.encoder = encoder_for(model_dir, device=device, precision=settings.precision, threads=threads)
         self.out, self.settings, self.max_batch_tokens = Path(out), settings, max_batch_tokens
-        self.kept_schema = kept_schema
+        self.kept_schema, self.long_tokens = kept_schema, long_tokens
 
     def __call__(self, batch: dict) -> dict:
         infos = []
         for k, docs in zip(batch["shard"], batch["docs"], strict=True):
             group: list[Document] = pickle.loads(docs)  # noqa: S301 (the driver's own documents)
             info = run_shard(self.encoder, int(k), group, self.out, self.settings, self.max_batch_tokens,
-                             self.kept_schema)
+                             self.kept_schema, self.long_tokens)
             infos.append(json.dumps(info))
         return {"info": infos}
 
 
 def run_on_ray(pending: list[tuple[int, list[Document]]], model_dir: Path, out: Path, settings: Settings,
-               max_batch_tokens: int, backend: RayBackend, kept_schema=None) -> Iterator[dict]:
+               max_batch_tokens: int, backend: RayBackend, kept_schema=None,
+               long_tokens: int = LONG_DOCUMENT_TOKENS) -> Iterator[dict]:
     """Run pending shards (a wave) as a Ray Data pipeline — the shards' documents, read in order by the driver →
     ``map_batches`` over ``backend.concurrency`` :class:`RayShardWriter` actors (the model loaded once per actor,
     ``backend.num_gpus`` each) → one Parquet shard each (``kept_schema``: the kept columns' types, the driver's),
@@ -85,6 +86,7 @@ def run_on_ray(pending: list[tuple[int, list[Document]]], model_dir: Path, out: 
         num_cpus=0 if backend.num_gpus else 1,
         fn_constructor_kwargs={"model_dir": str(model_dir), "out": str(out), "settings": settings,
                                "max_batch_tokens": max_batch_tokens, "device": backend.device,
-                               "kept_schema": kept_schema, "threads": backend.threads})
+                               "kept_schema": kept_schema, "threads": backend.threads,
+                               "long_tokens": long_tokens})
     for row in results.iter_rows():
         yield json.loads(row["info"])

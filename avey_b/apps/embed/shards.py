@@ -16,6 +16,7 @@ import numpy as np
 from avey_b.apps.embed.chunks import chunk_ranges
 from avey_b.apps.embed.documents import Document
 from avey_b.apps.embed.embedder import embed_ids
+from avey_b.apps.options import LONG_DOCUMENT_TOKENS
 from avey_b.inference.encoder import Encoder
 from avey_b.utils.files import load_json
 from avey_b.utils.records import TMP_SUFFIX, utc_timestamp, write_bytes_atomic, write_json_atomic
@@ -171,7 +172,7 @@ def shard_info(path: Path) -> dict:
     return json.loads(pq.read_schema(path).metadata[METADATA_KEY])
 
 
-def _table(rows: list[dict], settings: Settings, dim: int, info: dict, kept_schema):
+def table_of(rows: list[dict], settings: Settings, dim: int, info: dict, kept_schema):
     """The shard's table: ``id``, with late chunking ``chunk``, ``char_start``, ``char_end``, then ``n_tokens``,
     ``text`` (``--with-text``), the kept columns (typed by ``kept_schema``) and ``vector``."""
     import pyarrow as pa
@@ -201,9 +202,10 @@ def _table(rows: list[dict], settings: Settings, dim: int, info: dict, kept_sche
     return table.replace_schema_metadata({METADATA_KEY: json.dumps(info).encode()})
 
 
-def _embed_shard(encoder: Encoder, docs: list[Document], settings: Settings, max_batch_tokens: int
-                 ) -> tuple[list[dict], list[dict], int]:
-    """The rows of one shard in input order, its skipped documents, and the tokens it embedded."""
+def prepare_shard(encoder: Encoder, docs: list[Document], settings: Settings
+                  ) -> tuple[list[tuple[Document, list[int], list | None]], list[dict]]:
+    """One shard's documents as ``(document, token ids, chunk ranges or None)`` in input order, and its skipped
+    documents (longer than ``max_tokens``, or with no text token to chunk)."""
     late = settings.chunking == "late"
     enc = encoder.tokenize([d.text for d in docs], offsets=late)
     work, skipped = [], []
@@ -225,27 +227,55 @@ def _embed_shard(encoder: Encoder, docs: list[Document], settings: Settings, max
                 skipped.append({"id": doc.id, "n_tokens": len(ids), "reason": "no text tokens to chunk"})
                 continue
         work.append((doc, ids, ranges))
+    return work, skipped
+
+
+def embed_whole(encoder: Encoder, work: list[tuple], late: bool, max_batch_tokens: int) -> list[np.ndarray]:
+    """The vectors of ``work`` (:func:`prepare_shard`'s items), each document encoded whole, in batches."""
     chunks = [[r[:2] for r in ranges] for _, _, ranges in work] if late else None
-    vectors = embed_ids(encoder, [ids for _, ids, _ in work], chunks, max_batch_tokens)
+    return [v.numpy() for v in embed_ids(encoder, [ids for _, ids, _ in work], chunks, max_batch_tokens)]
+
+
+def shard_rows(work: list[tuple], vectors: list[np.ndarray], late: bool) -> list[dict]:
+    """The shard's rows: one per document, or per late chunk, with its vector (``(d,)``, or ``(C, d)``)."""
     rows = []
     for (doc, ids, ranges), v in zip(work, vectors, strict=True):
         if not late:
-            rows.append({"id": doc.id, "n_tokens": len(ids), "text": doc.text, "doc": doc, "vector": v.numpy()})
+            rows.append({"id": doc.id, "n_tokens": len(ids), "text": doc.text, "doc": doc, "vector": v})
             continue
         for c, (t0, t1, c0, c1) in enumerate(ranges):
             rows.append({"id": doc.id, "chunk": c, "char_start": c0, "char_end": c1, "n_tokens": t1 - t0,
-                         "text": doc.text[c0:c1], "doc": doc, "vector": v[c].numpy()})
-    return rows, skipped, sum(len(ids) for _, ids, _ in work)
+                         "text": doc.text[c0:c1], "doc": doc, "vector": v[c]})
+    return rows
+
+
+def _embed_shard(encoder: Encoder, docs: list[Document], settings: Settings, max_batch_tokens: int,
+                 long_tokens: int) -> tuple[list[dict], list[dict], int]:
+    """The rows of one shard in input order, its skipped documents, and the tokens it embedded: a document longer
+    than ``long_tokens`` in pieces where the model allows it (bounded memory), the others whole in batches."""
+    from avey_b.apps.embed.streamed import Pieces
+
+    late = settings.chunking == "late"
+    work, skipped = prepare_shard(encoder, docs, settings)
+    pieces = Pieces(encoder, settings, long_tokens)
+    vectors: list[np.ndarray | None] = [None] * len(work)
+    for i, (_, ids, ranges) in enumerate(work):
+        if pieces.takes(len(ids)) and (done := pieces.encode(ids, ranges)) is not None:
+            vectors[i] = done[0]
+    whole = [i for i, v in enumerate(vectors) if v is None]
+    for i, v in zip(whole, embed_whole(encoder, [work[i] for i in whole], late, max_batch_tokens), strict=True):
+        vectors[i] = v
+    return shard_rows(work, vectors, late), skipped, sum(len(ids) for _, ids, _ in work)
 
 
 def run_shard(encoder: Encoder, k: int, group: list[Document], out: Path, settings: Settings,
-              max_batch_tokens: int, kept_schema=None) -> dict:
+              max_batch_tokens: int, kept_schema=None, long_tokens: int = LONG_DOCUMENT_TOKENS) -> dict:
     """Embed shard ``k`` (documents ``group``), write it atomically, and return what its metadata records;
     ``kept_schema``: the Arrow types of the kept columns (:func:`infer_types`), the same for every shard."""
-    rows, skipped, tokens = _embed_shard(encoder, group, settings, max_batch_tokens)
+    rows, skipped, tokens = _embed_shard(encoder, group, settings, max_batch_tokens, long_tokens)
     info = {"shard": k, "documents": len(group), "first_id": group[0].id, "last_id": group[-1].id,
             "rows": len(rows), "tokens": tokens, "skipped": skipped}
-    table = _table(rows, settings, encoder.config.hidden_size, info, kept_schema)
+    table = table_of(rows, settings, encoder.config.hidden_size, info, kept_schema)
     write_shard(out / SHARD.format(k), table)
     return info
 
@@ -280,13 +310,17 @@ def previous_manifest(out: Path) -> dict | None:
     return previous
 
 
-def check_rerun(out: Path, previous: dict | None, settings: Settings) -> None:
-    """Refuse to add vectors of other settings to ``out``, naming each difference."""
+def check_rerun(out: Path, previous: dict | None, settings: Settings, update: bool = False) -> None:
+    """Refuse to add vectors of other settings to ``out``, naming each difference (``update``: but the input's)."""
     if previous is not None:
         diff = Settings.from_json(previous["settings"]).differences(settings)
+        if update:
+            diff = [d for d in diff if not d.startswith("input_sha256:")]
         if diff:
+            hint = "" if update or len(diff) > 1 or not diff[0].startswith("input_sha256:") else (
+                " (or --update: bring it to the new input, computing only what changed)")
             raise ValueError(f"{out} holds vectors made with other settings — " + "; ".join(diff) + ". Give another "
-                             "output directory, or rerun with the settings it was made with")
+                             f"output directory, or rerun with the settings it was made with{hint}")
 
 
 def start_manifest(out: Path, model: str, source: str, encoder: Encoder, settings: Settings,
@@ -297,6 +331,14 @@ def start_manifest(out: Path, model: str, source: str, encoder: Encoder, setting
     for pattern in (".part-*", f".{MANIFEST}.*"):  # a shard, or the manifest, in flight when a run was killed
         for stale in out.glob(pattern + TMP_SUFFIX):
             stale.unlink()
+    manifest = manifest_of(model, source, encoder, settings, previous, run)
+    write_json_atomic(out / MANIFEST, manifest)
+    return manifest
+
+
+def manifest_of(model: str, source: str, encoder: Encoder, settings: Settings, previous: dict | None,
+                run: dict) -> dict:
+    """The manifest of a running job (``run`` appended to the earlier runs)."""
     if settings.id_column:
         ids = f"column {settings.id_column!r}"
     elif settings.hf_dataset:
@@ -305,7 +347,7 @@ def start_manifest(out: Path, model: str, source: str, encoder: Encoder, setting
         ids = ("column 'id' in the files whose rows have one, else made up: <file>:<line> (.jsonl; .txt with "
                "--lines), <file>:<row> (.parquet, from 0), <file> (a whole .txt), <file> relative to the input "
                "directory")
-    manifest = {
+    return {
         "format": FORMAT, "status": "running",
         "model": {"path": str(model), "architecture": encoder.architecture, "pooling": POOLING,
                   "normalize_embeddings": bool(getattr(encoder.config, "normalize_embeddings", True)),
@@ -313,8 +355,6 @@ def start_manifest(out: Path, model: str, source: str, encoder: Encoder, setting
         "input": {"source": str(source), "ids": ids},
         "settings": settings.to_json(), "runs": [*(previous or {}).get("runs", []), run],
     }
-    write_json_atomic(out / MANIFEST, manifest)
-    return manifest
 
 
 def finish_manifest(out: Path, source: str, manifest: dict, run: dict, infos: dict[int, dict], documents: int,

@@ -1,0 +1,163 @@
+"""Documents encoded in pieces (:class:`avey_b.model.streaming.DocumentState`) by ``avey-b embed``: long documents in
+bounded memory, and what ``--update`` saves per document (its text's hash and its state) to compute only what
+changed.
+
+A saved record (one row per document in ``_state/part-NNNNN.parquet``, beside shard ``part-NNNNN.parquet``): the
+id, the SHA-256 of the text (and of its chunk spans, ``--chunk-spans-column``), the text's length in characters (a
+new text whose first characters hash the same extends the old one), the SHA-256 of its kept columns, and the
+state's tensors (:meth:`~avey_b.model.streaming.DocumentState.export`: token ids, per split the output sum, choice
+and ranking keys, per late chunk its sums; never token states), flattened into list columns. A document with no
+state (a model or chunking that cannot be encoded in pieces, a skipped document) has empty lists there.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from avey_b.apps.embed.documents import Document
+from avey_b.apps.options import LONG_DOCUMENT_TOKENS
+from avey_b.inference.encoder import Encoder
+from avey_b.model.streaming import DocumentState, refusal
+from avey_b.utils.device import autocast
+
+#: The directory of the saved records, beside the shards (a name starting with ``_``: not data for pyarrow).
+STATE_DIR = "_state"
+#: The exported state's tensors, and the Arrow type each is stored as (flattened).
+STATE_COLUMNS = {"ids": "int32", "sums": "float32", "choice": "int64", "keys": "float64",
+                 "segment_splits": "int64", "segment_chunks": "int64", "segment_sums": "float32"}
+SPANS_WHY = ("character-span chunks (--chunk-spans-column) are cut from the text, not by token counts, so a "
+             "document state cannot pool them")
+
+
+def text_hash(text: str, spans=None) -> str:
+    """SHA-256 of a document's text (and of its chunk spans, which change its vectors too)."""
+    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass"))
+    if spans is not None:
+        digest.update(b"\0" + json.dumps([list(s) for s in spans]).encode())
+    return digest.hexdigest()
+
+
+def kept_hash(doc: Document) -> str | None:
+    """SHA-256 of a document's kept column values (None: none kept)."""
+    if doc.kept is None:
+        return None
+    return hashlib.sha256(json.dumps(doc.kept, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def record_key(doc: Document) -> tuple[str, str, str | None]:
+    """What makes a shard's saved row of ``doc`` still right: its id, text hash and kept values' hash."""
+    return doc.id, text_hash(doc.text, doc.spans), kept_hash(doc)
+
+
+class Pieces:
+    """How a job encodes documents in pieces: the DocumentState options that give its vectors (pooled, or late
+    chunks of ``--chunk-tokens`` with ``--chunk-overlap``, the tokenizer's leading and trailing special tokens in
+    no chunk), or ``why_not``, the sentence that says why it cannot (the model's config, character-span chunks).
+    ``long_tokens``: a plain run encodes a longer document in pieces (bounded memory: no (N, d) states)."""
+
+    def __init__(self, encoder: Encoder, settings, long_tokens: int = LONG_DOCUMENT_TOKENS):
+        self.encoder, self.long_tokens = encoder, long_tokens
+        self.late = settings.chunking == "late"
+        self.why_not = refusal(encoder.config) or (SPANS_WHY if settings.chunk_spans_column else None)
+        self.normalize = bool(getattr(encoder.config, "normalize_embeddings", True))
+        self.options: dict = {}
+        if self.late and self.why_not is None:
+            mask = encoder.tokenizer("a", return_special_tokens_mask=True)["special_tokens_mask"]
+            lead = next((i for i, s in enumerate(mask) if not s), len(mask))
+            trail = next((i for i, s in enumerate(reversed(mask)) if not s), len(mask))
+            self.options = {"chunk_tokens": settings.chunk_tokens, "chunk_overlap": settings.chunk_overlap or 0,
+                            "special": (lead, trail)}
+
+    def start_line(self, update: bool) -> str:
+        """What the start line says of how documents are encoded: long ones (and with ``update``, changed ones)."""
+        if self.why_not is not None:
+            return (f"every document is encoded whole, at any length"
+                    f"{' (--update: a changed document is encoded again in full)' if update else ''}: "
+                    f"{self.why_not}")
+        line = (f"documents over {self.long_tokens:,} tokens are encoded in pieces (bounded memory: "
+                "avey_b.model.streaming.DocumentState)")
+        if update:
+            line += (f"; --update keeps each document's state in {STATE_DIR}/ and computes only the splits a "
+                     "change reaches")
+        return line
+
+    def takes(self, n_tokens: int) -> bool:
+        """Whether a document of ``n_tokens`` is encoded in pieces by a plain run (a long one, where it can be)."""
+        return self.why_not is None and n_tokens > self.long_tokens
+
+    @torch.no_grad()
+    def encode(self, ids: list[int], ranges, saved: dict | None = None
+               ) -> tuple[np.ndarray, DocumentState, int] | None:
+        """A document's vectors ((d,), or (C, d) for its late chunks ``ranges``), its state and the tokens run
+        through the model: ``saved`` (a state's exported tensors) edited to ``ids``, or a new state fed them.
+        None when the state's chunks are not ``ranges`` (a tokenizer with special tokens inside the text)."""
+        encoder = self.encoder
+        with autocast(encoder.device, encoder.bf16):
+            if saved is None:
+                state = DocumentState(encoder.model, **self.options).feed(ids)
+            else:
+                state = DocumentState.restore(encoder.model, saved, **self.options)
+                edit(state, torch.tensor(ids))
+            if self.late and state.chunk_spans() != [tuple(r[:2]) for r in ranges]:
+                return None
+            vectors = state.chunk_vectors(self.normalize) if self.late else state.pooled(self.normalize)
+        return vectors.numpy(), state, min(len(ids), state.computed * state.S)
+
+
+def edit(state: DocumentState, new: torch.Tensor) -> None:
+    """Make ``state``'s ids ``new``, computing only what changed: the ids between the first and the last that
+    differ are replaced (an append, the old trailing [SEP] included, replaces the end: the tokens after the common
+    prefix, which covers a tail the new text tokenizes otherwise)."""
+    old = state.ids.long()
+    n = min(old.numel(), new.numel())
+    differ = (old[:n] != new[:n]).nonzero()
+    p = int(differ[0]) if differ.numel() else n
+    if p == old.numel() == new.numel():
+        return
+    m = n - p  # the common suffix, not overlapping the common prefix
+    same = old.flip(0)[:m] == new.flip(0)[:m]
+    s = m if bool(same.all()) else int((~same).nonzero()[0])
+    state.replace(p, old.numel() - s, new[p:new.numel() - s])
+
+
+# ------------------------------------------------------------------------------------------------ saved records
+def record_fields(doc: Document) -> dict:
+    """The saved row's fields that identify ``doc``'s text and kept values."""
+    return {"id": doc.id, "sha256": text_hash(doc.text, doc.spans), "n_chars": len(doc.text),
+            "kept_sha256": kept_hash(doc)}
+
+
+def record(doc: Document, state: DocumentState | None) -> dict:
+    """The saved row of ``doc`` (see the module docstring)."""
+    row = record_fields(doc)
+    data = {} if state is None else state.export()
+    for name, typ in STATE_COLUMNS.items():
+        row[name] = data[name].numpy().reshape(-1).astype(typ) if name in data else np.zeros(0, typ)
+    return row
+
+
+def read_keys(path: Path) -> list[tuple[str, str, str | None]]:
+    """The (id, text hash, kept hash) of each saved row of a file, in order."""
+    import pyarrow.parquet as pq
+
+    t = pq.read_table(path, columns=["id", "sha256", "kept_sha256"])
+    return list(zip(t["id"].to_pylist(), t["sha256"].to_pylist(), t["kept_sha256"].to_pylist(), strict=True))
+
+
+def row_state(table, row: int, d: int, k: int, late: bool) -> dict[str, torch.Tensor] | None:
+    """The exported state tensors of saved row ``row`` (None: the row holds no state); ``late``: with chunks."""
+    names = STATE_COLUMNS if late else [n for n in STATE_COLUMNS if not n.startswith("segment_")]
+    data = {name: torch.from_numpy(table[name][row].values.to_numpy(zero_copy_only=False).copy()) for name in names}
+    if not data["ids"].numel():
+        return None
+    n = data["sums"].numel() // d
+    data["sums"], data["choice"], data["keys"] = data["sums"].view(n, d), data["choice"].view(n, k), data[
+        "keys"].view(n, k)
+    if late:
+        data["segment_sums"] = data["segment_sums"].view(-1, d)
+    return data
