@@ -21,6 +21,7 @@ from pydantic import BaseModel, ValidationError
 
 from avey_b.apps.options import ServeOptions
 from avey_b.apps.serve.batcher import Batcher, Job
+from avey_b.apps.serve.documents import Documents
 from avey_b.inference.encoder import Encoder
 from avey_b.utils.batching import default_max_tokens
 
@@ -88,7 +89,8 @@ def note(request, inputs: int, tokens: int) -> None:
 
 
 class Service:
-    """The model behind the routes (``encoder``), its served ``name``, its limits (``options``) and its batcher."""
+    """The model behind the routes (``encoder``), its served ``name``, its limits (``options``), its batcher and its
+    state path for long and repeated inputs (``documents``: the prefix cache)."""
 
     def __init__(self, encoder: Encoder, options: ServeOptions):
         self.encoder, self.options = encoder, options
@@ -98,6 +100,7 @@ class Service:
         self.matryoshka = list(getattr(encoder.config, "matryoshka_dimensions", None) or [])
         self.created = int(time.time())  # the OpenAI model card's `created`
         self.batcher: Batcher | None = None
+        self.documents = Documents(encoder, options)
 
     def limits(self) -> dict:
         """The server's limits, as ``/health`` and ``/info`` show them."""
