@@ -169,3 +169,22 @@ def test_a_copy_is_independent_and_an_export_restores():
     assert close(back.pooled(), pooled) and close(back.chunk_vectors(), chunks)
     with pytest.raises(ValueError, match="chunk options"):
         DocumentState.restore(m, state.export())
+
+
+def test_blocks_of_ids_and_tiles_of_candidates():
+    """Small ranker blocks and tiles: the queries' distinct ids in several blocks, the candidates in many tiles."""
+    m = model(ranker_block_size=3, tile_bytes={("cpu", 4): 64})
+    ids = torch.randint(0, VOCAB, (150,), generator=torch.Generator().manual_seed(7))
+    state = DocumentState(m, block_tokens=40)
+    for a in range(0, 150, 33):
+        state.feed(ids[a:a + 33])
+    assert close(state.pooled(), fresh(m, ids)[0])
+
+
+def test_bfloat16_within_its_rounding():
+    m = model(num_hidden_layers=3).to(torch.bfloat16)
+    ids = torch.randint(0, VOCAB, (90,), generator=torch.Generator().manual_seed(8))
+    state = DocumentState(m)
+    for a in range(0, 90, 13):
+        state.feed(ids[a:a + 13])
+    assert float((state.pooled() - fresh(m, ids)[0].float()).abs().max()) <= 5e-3

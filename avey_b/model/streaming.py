@@ -15,9 +15,14 @@ the sum of its outputs (per late chunk where chunks are asked for) — never the
 * **memory**: the weights, the ids, a few numbers per split, and one block of splits being ranked and processed.
 
 The outputs equal a fresh forward of the whole document (the same choice, the same rows; sums in a different order:
-about 1e-6 in float32). With ``ranker="bidirectional"`` a split's outputs depend on later splits too, and with the
-ranker at every layer (``ranker_placement="every_layer"``) a new split would be ranked against every layer's states
-of the earlier ones, which are not kept: both are refused.
+about 1e-6 in float32, and within 1e-5 under bfloat16 autocast). With bfloat16 weights the processor's GEMMs of other
+shapes round differently: the pooled vector is within about 1e-3 of a fresh bfloat16 forward (which is itself about
+2e-3 from float32). Two candidate splits whose MaxSim scores lie within float32 rounding of each other may be chosen
+either way, as the model's own dense and vocabulary paths may; text has no such near-ties except by chance.
+
+With ``ranker="bidirectional"`` a split's outputs depend on later splits too, and with the ranker at every layer
+(``ranker_placement="every_layer"``) a new split would be ranked against every layer's states of the earlier ones,
+which are not kept: both are refused (:func:`refusal` says why).
 """
 
 from __future__ import annotations
