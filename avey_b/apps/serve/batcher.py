@@ -118,6 +118,9 @@ class Batcher:
     def _step(stepping: collections.deque[tuple[Job, Iterator]]) -> None:
         """One step of the first job in steps; it then goes last, or is answered when done."""
         job, steps = stepping.popleft()
+        if job.future.cancelled():  # its request is gone: stop computing it
+            steps.close()
+            return
         try:
             next(steps)
         except StopIteration as done:

@@ -107,7 +107,9 @@ class Service:
         options = self.options
         return {"max_tokens": self.max_tokens, "max_input_chars": options.max_input_chars,
                 "max_body_bytes": options.max_body_bytes, "max_request_inputs": options.max_request_inputs,
-                "max_batch_tokens": options.max_batch_tokens, "queue_size": options.queue_size}
+                "max_batch_tokens": options.max_batch_tokens, "queue_size": options.queue_size,
+                "prefix_cache_bytes": self.documents.cache.capacity if self.documents.cache else 0,
+                "block_tokens": self.documents.block}
 
     def threads(self) -> int | None:
         """The threads the model runs on: onnxruntime's, else torch's."""

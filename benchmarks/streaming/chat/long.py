@@ -9,9 +9,11 @@ The long input: the first ``--long-tokens`` tokens of the project's real English
 (:func:`avey_b.benchmarking.english_text.english_text`), decoded back to text. Short inputs: SST-2 sentences (about
 10-30 tokens). Each setting starts its own server; after warm-up, the long request is sent, and ``--lead`` seconds
 later (the time to read and tokenize it) one short request every ``--interval`` seconds (open loop: none waits for
-another) until the long one is answered. Latency: from a short request's send to its answer; the record also
-holds the long request's own time, the server's peak RSS (VmHWM) and the short latency on the idle server. The
-settings alternate (before, after, before, ... ``--rounds`` of each); the load average is recorded with each.
+another) until the long one is answered; the queue holds them all (``--queue-size 100000``: with the default, 256,
+the server refuses the short requests past it with 503 while a long input runs whole). Latency: from a short
+request's send to its answer; the record also holds the long request's own time, the server's peak RSS (VmHWM)
+and the short latency on the idle server. The settings alternate (before, after, before, ... ``--rounds`` of
+each); the load average is recorded with each.
 """
 
 from __future__ import annotations
@@ -32,11 +34,12 @@ HERE = Path(__file__).resolve().parent
 SETTINGS = {"before": ("--prefix-cache-bytes", "0", "--block-tokens", "0"), "after": ()}
 
 
-async def post(client, url: str, text: str) -> tuple[float, np.ndarray]:
+async def post(client, url: str, text: str) -> tuple[float, np.ndarray | int]:
+    """Seconds to the answer, and the vector (or the status of a refusal)."""
     t0 = time.perf_counter()
     r = await client.post(url + "/v1/embeddings", json={"input": text, "encoding_format": "float"})
-    r.raise_for_status()
-    return time.perf_counter() - t0, np.array(r.json()["data"][0]["embedding"])
+    seconds = time.perf_counter() - t0
+    return seconds, np.array(r.json()["data"][0]["embedding"]) if r.status_code == 200 else r.status_code
 
 
 async def during(url: str, long_text: str, shorts: list[str], lead: float, interval: float) -> dict:
@@ -51,8 +54,10 @@ async def during(url: str, long_text: str, shorts: list[str], lead: float, inter
             sent.append(asyncio.create_task(post(client, url, shorts[len(sent) % len(shorts)])))
             await asyncio.sleep(interval)
         long_seconds, vector = await long
-        latencies = [s for s, _ in await asyncio.gather(*sent)]
-    return {"long_seconds": round(long_seconds, 1), "short_latency": percentiles(latencies),
+        answers = await asyncio.gather(*sent)
+    latencies = [s for s, v in answers if not isinstance(v, int)]
+    return {"long_seconds": round(long_seconds, 1), "short_refused": len(answers) - len(latencies),
+            "short_latency": percentiles(latencies),
             "short_latency_idle": percentiles(idle), "vector": vector}
 
 
@@ -79,7 +84,7 @@ def main() -> None:
     for _ in range(args.rounds):
         for setting, extra in SETTINGS.items():
             server = Server(args.model, "--threads", str(args.threads), "--max-tokens", str(args.long_tokens + 5000),
-                            "--log-level", "warning", *extra)
+                            "--queue-size", "100000", "--log-level", "warning", *extra)
             try:
                 env = Envelope.begin()
                 result = asyncio.run(during(server.url, long_text, shorts, args.lead, args.interval))
