@@ -230,6 +230,36 @@ def test_jobs_in_steps_take_turns_and_their_errors_reach_their_requests():
     assert events[:4] == [(5, 0), (9, 0), (5, 1), (9, 1)] and events[4:] == [(5, 2)]
 
 
+def test_a_job_in_steps_whose_request_is_gone_stops():
+    from avey_b.apps.serve import Batcher, Job
+
+    events, gate = [], threading.Event()
+
+    def steps(job):
+        if job.ids[0] != 5:
+            return None
+
+        def run():
+            for i in range(100):
+                events.append(i)
+                yield
+            return "done"
+
+        return run()
+
+    batcher = Batcher(lambda kind, jobs: gate.wait(10) and [0] * len(jobs), max_batch_tokens=100, queue_size=8,
+                      wait_s=0.0, steps=steps)
+    batcher.submit([Job("embed", [1])])  # holds the worker
+    gone, after = Job("embed", [5]), Job("embed", [2])
+    batcher.submit([gone])
+    assert gone.future.cancel()  # its client went away before its first step
+    batcher.submit([after])
+    gate.set()
+    assert after.future.result(10) == 0
+    batcher.close()
+    assert events == []
+
+
 @pytest.mark.parametrize("overrides,why", [({"ranker": "bidirectional"}, "ranker='bidirectional'"),
                                            ({"ranker_placement": "every_layer"}, "ranker_placement='every_layer'")])
 def test_a_model_whose_later_tokens_reach_earlier_splits_runs_whole_inputs_and_says_why(tmp_path, overrides, why):
