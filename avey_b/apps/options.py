@@ -59,6 +59,16 @@ class ServeOptions:
     queued while the previous batch ran, and waits for nothing more): a wait can merge the requests of
     concurrent clients into fewer batches, and delays every request by up to that long; measurements:
     benchmarks/serve/README.md"""
+    prefix_cache_bytes: int = 256 * 2**20
+    """bytes of document states kept so that an input extending one already embedded (a growing conversation, an
+    appended log) computes only its new part (0: off); least recently used evicted; answers are unchanged. Only for
+    embeddings on the eager runtime of a model whose splits depend on earlier ones only (the start line says
+    when it is off, and why); /metrics counts its hits, misses, tokens saved, bytes and evictions"""
+    block_tokens: int | None = None
+    """an embedding input of more tokens runs as a document state, this many tokens at a time, with the other
+    requests' batches between its blocks (a short request waits for about one block, not the whole input) in
+    memory bounded by the block (0: every input runs whole); default: the model's chunk of processor rows on
+    the device (execution.chunk_tokens); rounded down to whole splits"""
 
     def __post_init__(self):
         for name in ("max_input_chars", "max_body_bytes", "max_request_inputs", "max_batch_tokens", "queue_size",
@@ -66,6 +76,9 @@ class ServeOptions:
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ValueError(f"{name} must be at least 1, got {value}")
+        for name in ("prefix_cache_bytes", "block_tokens"):
+            if (value := getattr(self, name)) is not None and value < 0:
+                raise ValueError(f"{name} must be at least 0, got {value}")
         if self.log_level not in LOG_LEVELS:
             raise ValueError(f"log_level must be one of {LOG_LEVELS}, got {self.log_level!r}")
 

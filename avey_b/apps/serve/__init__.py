@@ -40,7 +40,8 @@ TEI:
                      base_url=URL) posts: text classification ({inputs, parameters}) on a classifier, else /embed
 Also: GET /health (the model, what it serves, its limits; no API key needed) and GET /metrics (Prometheus:
 avey_b_requests_total by method, route, status; avey_b_request_duration_seconds; avey_b_inputs_total and
-avey_b_tokens_total by route; avey_b_queue_inputs).
+avey_b_tokens_total by route; avey_b_queue_inputs; with the prefix cache, avey_b_prefix_cache_hits_total,
+_misses_total, _tokens_saved_total, _tokens_computed_total, _evictions_total, _bytes and _entries).
 
 Errors: a JSON body with FastAPI's `detail` and the OpenAI API's `error` object (its message is what the openai SDK
 raises). 400: a bad value (empty input, token id outside the vocabulary, a dimensions the model lacks, a route the
@@ -55,6 +56,14 @@ takes any request.
 Work: the body is capped before it is read, parsed and tokenized on worker threads (a large request never holds the
 event loop); a request's inputs go into a bounded queue (--queue-size inputs) as a whole, and one worker runs what
 waits (--batch-wait-ms waits for more) sorted by length in batches of at most --max-batch-tokens padded tokens.
+Long and repeated inputs (embeddings on the eager runtime): an input of more than --block-tokens tokens runs as a
+document state, a block at a time, and the batches that wait run between its blocks, so a short request waits for
+about one block, never for a whole long input, and a long input's memory is bounded by the block. The prefix cache
+(--prefix-cache-bytes, least recently used evicted, 0: off) keeps the states of the inputs of at least one split:
+an input that extends (or equals) one already embedded — a conversation re-embedded at every turn, a log that
+grows — computes only its new part, matched split by split on its token ids. Neither changes an answer beyond
+float32 rounding. A model whose later tokens reach earlier splits (ranker='bidirectional', or the ranker at every
+layer) runs every input whole, and the start line says so. Measurements: benchmarks/streaming/chat/README.md.
 Precision follows the library's policy: bf16 autocast where the device multiplies bf16 natively, float32 elsewhere.
 `--onnx [FILE]` answers the same API from an exported ONNX model run by onnxruntime on the CPU (`avey-b export MODEL
 MODEL --head embedding` writes MODEL/onnx/model.onnx, the default FILE; `--quantize int8` adds model.int8.onnx).

@@ -52,7 +52,7 @@ async def lifespan(app: FastAPI):
     options = service.options
     service.batcher = Batcher(functools.partial(answer_batch, service.encoder),
                               max_batch_tokens=options.max_batch_tokens, queue_size=options.queue_size,
-                              wait_s=options.batch_wait_ms / 1000)
+                              wait_s=options.batch_wait_ms / 1000, steps=service.documents.steps)
     yield
     service.batcher.close()
     print("avey-b serve: shut down", flush=True)
@@ -70,7 +70,7 @@ def build_app(encoder: Encoder, options: ServeOptions) -> FastAPI:
     the requests in flight are answered). The API key is ``options.api_key``, else the environment's
     ``AVEY_B_API_KEY``. The routes find the service in ``app.state`` (:data:`avey_b.apps.serve.service.ServiceDep`)."""
     service = Service(encoder, options)
-    metrics = Metrics(lambda: service.batcher.depth if service.batcher else 0)
+    metrics = Metrics(lambda: service.batcher.depth if service.batcher else 0, service.documents.cache)
     app = FastAPI(title="avey-b serve", version=_version(), lifespan=lifespan,
                   exception_handlers={StarletteHTTPException: http_error, RequestValidationError: invalid_request})
     app.state.service, app.state.metrics, app.state.max_tokens = service, metrics, service.max_tokens
@@ -97,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
     runtime = encoder.runtime_name if encoder.onnx_file else encoder.architecture
     print(f"serving {args.model} as {service.name!r} ({runtime}: {', '.join(encoder.kinds)}) on "
           f"http://{options.host}:{options.port}; inputs up to "
-          f"{app.state.max_tokens:,} tokens\n{encoder.describe()}", flush=True)
+          f"{app.state.max_tokens:,} tokens; {service.documents.describe()}\n{encoder.describe()}", flush=True)
     encoder.watch_shared_cpu(lambda message: print(message, file=sys.stderr, flush=True),
                              "restart the server with --threads 1 (or one per idle core)")
     uvicorn.run(app, host=options.host, port=options.port, log_level=options.log_level, access_log=False)

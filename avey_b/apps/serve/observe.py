@@ -9,6 +9,7 @@ import logging
 import time
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 #: the access log (one line per request at info) and the server's messages
 log = logging.getLogger("avey_b.serve")
@@ -19,9 +20,10 @@ OPEN_PATHS = ("/health",)
 
 class Metrics:
     """The server's Prometheus metrics: requests by method, route and status; latency by route; inputs and tokens
-    by route; inputs waiting for the model (read from ``depth()`` at each scrape)."""
+    by route; inputs waiting for the model (read from ``depth()`` at each scrape); and the prefix cache's counters
+    when it is on (``cache``: :class:`avey_b.apps.serve.prefix.PrefixCache`, read at each scrape)."""
 
-    def __init__(self, depth):
+    def __init__(self, depth, cache=None):
         self.registry = CollectorRegistry()
         self.requests = Counter("avey_b_requests", "HTTP requests answered", ["method", "route", "status"],
                                 registry=self.registry)
@@ -33,6 +35,26 @@ class Metrics:
         self.tokens = Counter("avey_b_tokens", "tokens run through the model", ["route"], registry=self.registry)
         self.queue = Gauge("avey_b_queue_inputs", "inputs waiting for the model", registry=self.registry)
         self.queue.set_function(depth)
+        if cache is not None:
+            self.registry.register(CacheCollector(cache))
+
+
+class CacheCollector:
+    """The prefix cache's counters as Prometheus metrics (``avey_b_prefix_cache_*``), read at each scrape."""
+
+    COUNTERS = {"hits": "lookups that found a cached prefix of whole splits (or the whole input)",
+                "misses": "lookups that found none", "tokens_saved": "tokens not computed thanks to a hit",
+                "tokens_computed": "tokens computed for the inputs looked up", "evictions": "states evicted (LRU)"}
+
+    def __init__(self, cache):
+        self.cache = cache
+
+    def collect(self):
+        stats = self.cache.stats()
+        for name, text in self.COUNTERS.items():
+            yield CounterMetricFamily(f"avey_b_prefix_cache_{name}", text, value=stats[name])
+        yield GaugeMetricFamily("avey_b_prefix_cache_bytes", "bytes of document states held", value=stats["bytes"])
+        yield GaugeMetricFamily("avey_b_prefix_cache_entries", "document states held", value=stats["entries"])
 
 
 def error_body(status: int, message: str, detail=None) -> dict:

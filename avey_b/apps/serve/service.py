@@ -21,6 +21,7 @@ from pydantic import BaseModel, ValidationError
 
 from avey_b.apps.options import ServeOptions
 from avey_b.apps.serve.batcher import Batcher, Job
+from avey_b.apps.serve.documents import Documents
 from avey_b.inference.encoder import Encoder
 from avey_b.utils.batching import default_max_tokens
 
@@ -88,7 +89,8 @@ def note(request, inputs: int, tokens: int) -> None:
 
 
 class Service:
-    """The model behind the routes (``encoder``), its served ``name``, its limits (``options``) and its batcher."""
+    """The model behind the routes (``encoder``), its served ``name``, its limits (``options``), its batcher and its
+    state path for long and repeated inputs (``documents``: the prefix cache)."""
 
     def __init__(self, encoder: Encoder, options: ServeOptions):
         self.encoder, self.options = encoder, options
@@ -98,13 +100,16 @@ class Service:
         self.matryoshka = list(getattr(encoder.config, "matryoshka_dimensions", None) or [])
         self.created = int(time.time())  # the OpenAI model card's `created`
         self.batcher: Batcher | None = None
+        self.documents = Documents(encoder, options)
 
     def limits(self) -> dict:
         """The server's limits, as ``/health`` and ``/info`` show them."""
         options = self.options
         return {"max_tokens": self.max_tokens, "max_input_chars": options.max_input_chars,
                 "max_body_bytes": options.max_body_bytes, "max_request_inputs": options.max_request_inputs,
-                "max_batch_tokens": options.max_batch_tokens, "queue_size": options.queue_size}
+                "max_batch_tokens": options.max_batch_tokens, "queue_size": options.queue_size,
+                "prefix_cache_bytes": self.documents.cache.capacity if self.documents.cache else 0,
+                "block_tokens": self.documents.block}
 
     def threads(self) -> int | None:
         """The threads the model runs on: onnxruntime's, else torch's."""

@@ -1,0 +1,93 @@
+"""Embeddings computed as document states (:class:`avey_b.model.streaming.DocumentState`) on the batcher's thread,
+a block of tokens at a time, so that other requests run between a long input's blocks, and through the prefix
+cache (:class:`avey_b.apps.serve.prefix.PrefixCache`), so that an input extending one the server has seen computes
+only its new part.
+
+Which inputs take this path (:meth:`Documents.steps`): ``embed`` inputs of more than one block (``--block-tokens``),
+and, with the cache on, every ``embed`` input of at least one full split. Each runs as a generator the batcher
+advances one block at a time (:class:`avey_b.apps.serve.batcher.Batcher`), running the batches that wait between
+two blocks. Its vector equals the full forward's (the state's pooled vector: float32 rounding apart).
+
+Where a state cannot answer — the ONNX runtime, or a model whose later tokens reach earlier splits
+(:func:`avey_b.model.streaming.refusal`) — every input runs whole, as one forward, and the start line says why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+import torch
+
+from avey_b.apps.options import ServeOptions
+from avey_b.apps.serve.batcher import Job
+from avey_b.apps.serve.prefix import PrefixCache
+from avey_b.inference.encoder import Encoder
+from avey_b.model.streaming import DocumentState, refusal
+from avey_b.utils.device import autocast
+
+
+class Documents:
+    """The state path of an ``encoder`` served with ``options``: ``cache`` (a :class:`PrefixCache`, or None when
+    off), ``block`` (tokens a step computes, a whole number of splits; 0 when long inputs run whole) and ``off`` (why
+    inputs run whole, or None)."""
+
+    def __init__(self, encoder: Encoder, options: ServeOptions):
+        self.encoder = encoder
+        config = encoder.config
+        self.S = config.split_size
+        self.off = ("the ONNX runtime runs whole inputs" if encoder.onnx_file else
+                    "embeddings are not served" if "embed" not in encoder.kinds else refusal(config))
+        block = options.block_tokens or config.execution.chunk_tokens_for(encoder.device.type)
+        self.block = 0 if self.off or options.block_tokens == 0 else max(self.S, block // self.S * self.S)
+        self.cache = (PrefixCache(options.prefix_cache_bytes, self.S)
+                      if not self.off and options.prefix_cache_bytes else None)
+
+    def describe(self) -> str:
+        """The start line's words on the state path: the cache and the block, or why inputs run whole."""
+        if self.off:
+            return f"prefix cache off and long inputs run whole (serve falls back to full encodes): {self.off}"
+        cache = (f"prefix cache up to {self.cache.capacity:,} bytes (--prefix-cache-bytes)" if self.cache else
+                 "prefix cache off (--prefix-cache-bytes 0)")
+        if not self.block:
+            return f"{cache}; long inputs run whole (--block-tokens 0)"
+        return f"{cache}; inputs over {self.block:,} tokens run {self.block:,} at a time, other requests between"
+
+    def steps(self, job: Job) -> Iterator | None:
+        """The generator that computes ``job`` a block at a time (its value: the pooled vector, not normalized), or
+        None when the job runs in a batch."""
+        n = len(job.ids)
+        if job.kind != "embed" or self.off or not (self.block and n > self.block or self.cache and n >= self.S):
+            return None
+        return self._embed(torch.tensor(job.ids, dtype=torch.long))
+
+    def _embed(self, ids: torch.Tensor) -> Iterator[None]:
+        found = self.cache.lookup(ids) if self.cache else None
+        if found is not None and found.vector is not None:
+            return found.vector
+        matched = found.matched if found else 0
+        with torch.no_grad():
+            state = found.state if found and found.state is not None else DocumentState(
+                self.encoder.model, block_tokens=self.block or self.S)
+        block = self.block or ids.numel()
+        for i, a in enumerate(range(state.length, ids.numel(), block)):
+            if i:
+                yield  # between two blocks: the batcher runs what waits
+            with torch.no_grad(), autocast(self.encoder.device, self.encoder.bf16):
+                state.feed(ids[a:a + block])
+        with torch.no_grad(), autocast(self.encoder.device, self.encoder.bf16):
+            vector = state.pooled(normalize=False).numpy()
+        if self.cache:
+            self.cache.store(ids, state, vector, ids.numel() - matched)
+        return vector
+
+    def vector(self, ids: list[int]) -> np.ndarray:
+        """One input's vector through this path, all its steps at once (what the batcher would compute)."""
+        steps = self.steps(Job("embed", ids))
+        if steps is None:
+            raise ValueError(f"an input of {len(ids)} tokens does not take the state path")
+        while True:
+            try:
+                next(steps)
+            except StopIteration as done:
+                return done.value
