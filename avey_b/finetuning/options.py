@@ -45,6 +45,7 @@ OWN_TASKS: tuple[str, ...] = registry.register(OWN_DATA, {
 DEFAULT_LR_BY_WIDTH: tuple[tuple[int, float], tuple[int, float]] = ((256, 5e-4), (768, 5e-5))
 #: The default for a model whose config names no ``hidden_size``: BERT's recommendation, as for a wide model.
 FALLBACK_LR = 5e-5
+#: The rule as results.json's ``lr_source`` states it.
 LR_RULE = ("the default rule by width: {lr0:g} up to width {w0}, {lr1:g} from width {w1} (BERT-base's; Devlin et "
            "al. 2019, App. A.3), a power of the width between; see benchmarks/finetune_defaults")
 
