@@ -15,16 +15,17 @@ This is the general fine-tuning room; the paper's benchmark protocol builds on i
 its settings the shared training settings), never the reverse. Modules: ``registry`` (the one task table of
 ``avey-b finetune``), ``settings`` (the training settings every fine-tuning shares), ``alignment`` (words and
 sub-word tokens, for every tagger), ``options`` (your own data's options and tasks; these four import no torch),
-``data`` (your files), ``common`` (the output directory, lengths, trainer settings), ``loading`` (the base model
-with the task's new head, its config's special ids), ``run`` (the verb), and one
-module per task (``classification``, ``tagging``, ...).
+``data`` (your files), ``common`` (the output directory, lengths, the learning rate, trainer settings, the
+below-baseline line), ``progress`` (the bar while a run trains), ``loading`` (the base model with the task's new
+head, its config's special ids), ``run`` (the verb), and one module per task (``classification``, ``tagging``,
+...).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from .options import DEFAULT_LR, OWN_TASKS, OwnDataOptions
+from .options import OWN_TASKS, OwnDataOptions, default_lr
 
 
 def finetune(options: OwnDataOptions) -> dict[str, Any]:
@@ -35,4 +36,4 @@ def finetune(options: OwnDataOptions) -> dict[str, Any]:
     return run_finetune(options)
 
 
-__all__ = ["DEFAULT_LR", "OWN_TASKS", "OwnDataOptions", "finetune"]
+__all__ = ["OWN_TASKS", "OwnDataOptions", "default_lr", "finetune"]

@@ -244,7 +244,7 @@ def train(options: OwnDataOptions) -> dict[str, Any]:
     from transformers import AutoModelForSequenceClassification, DataCollatorWithPadding
 
     common.set_threads(options)
-    lr, lr_source = options.learning_rate()
+    lr, lr_source = common.learning_rate(options)
     columns = {"text": options.text_column, "text_pair": options.text_pair_column, "label": options.label_column}
     train_rows, val_rows = read_split(options, columns)
     problem = problem_type_of(train_rows.column(options.label_column), options.problem_type)

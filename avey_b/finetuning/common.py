@@ -86,7 +86,7 @@ def begin(options: OwnDataOptions) -> str | None:
 def finish(options: OwnDataOptions, model, tokenizer, record: dict[str, Any]) -> dict[str, Any]:
     """Write the finished output directory atomically (model, tokenizer, options, results; the checkpoints go) and
     return ``record`` with the time it finished. ``model`` is anything with ``save_pretrained(dir, state_dict=...)``."""
-    record = record | {"finished": utc_timestamp()}
+    record = record | {"above_baseline": above_baseline(record), "finished": utc_timestamp()}
     texts = {OPTIONS: json.dumps(options.to_dict(), indent=2, sort_keys=True),
              RESULTS: json.dumps(record, indent=2, sort_keys=True)}
     save_pretrained_atomic(Path(options.output_dir), model, tokenizer, texts=texts)
@@ -163,6 +163,17 @@ def training_arguments(options: OwnDataOptions, lr: float, n_train: int, argumen
         use_cpu=device.type == "cpu", bf16=use_bf16(options.precision, device), disable_tqdm=True, **extra)
 
 
+def learning_rate(options: OwnDataOptions) -> tuple[float, str]:
+    """The run's peak learning rate and its source (:meth:`OwnDataOptions.learning_rate`): ``--lr``, or the default
+    for the width (``hidden_size``) of the model's config."""
+    if options.lr is not None:
+        return options.learning_rate()
+    from transformers import AutoConfig
+
+    width = getattr(AutoConfig.from_pretrained(options.model), "hidden_size", None)
+    return options.learning_rate(width if isinstance(width, int) else None)
+
+
 def set_threads(options: OwnDataOptions) -> int:
     from avey_b.utils.device import set_cpu_threads
 
@@ -215,16 +226,43 @@ def summary_line(record: dict[str, Any]) -> str:
     return f"{record['task']}: " + "; ".join(parts) + f" on {record.get('n_validation', '?')} held-out examples"
 
 
+#: Metrics where lower is better (the rest: higher is better).
+LOWER_IS_BETTER = ("mse",)
+
+
+def above_baseline(record: dict[str, Any]) -> bool | None:
+    """Whether a results record's headline score is better than its baseline's (None where either is missing)."""
+    score, base = record.get("score"), record.get("baseline_score")
+    if score is None or base is None:
+        return None
+    return bool(score < base if record.get("metric") in LOWER_IS_BETTER else score > base)
+
+
+def below_baseline(record: dict[str, Any]) -> str | None:
+    """The line that says a run's held-out score is not better than its baseline's, both numbers named, and what
+    to try; None when it is better (or a score is missing)."""
+    if above_baseline(record) is not False:
+        return None
+    worse = "not below" if record.get("metric") in LOWER_IS_BETTER else "not above"
+    return (f"warning: the held-out {record['metric']} {record['score']} is {worse} the baseline's "
+            f"{record['baseline_score']} ({record.get('baseline_name', 'baseline')}): this run did not learn the "
+            f"task. Try a higher --lr (this run: {record['lr']:g}), more --epochs (this run: {record['epochs']:g}) "
+            "or more training data.")
+
+
 def train_with_trainer(options: OwnDataOptions, model, tokenizer, lr: float, train_set, collator):
     """Train ``model`` on ``train_set`` with transformers' ``Trainer`` (:func:`training_arguments`), resuming from
     the output directory's last checkpoint when ``--resume`` finds one; ``(trainer, facts)``, ``facts`` being the
     results record's training fields (loss, seconds, steps, where it resumed from, the output directory)."""
     from transformers import Trainer
 
+    from .progress import show_progress
+
     resume_from = begin(options)
     with Timer() as clock, no_save_bars():
         trainer = Trainer(model=model, args=training_arguments(options, lr, len(train_set)), train_dataset=train_set,
                           data_collator=collator, processing_class=tokenizer)
+        show_progress(trainer, f"finetune {options.task}")
         fill_special_ids(trainer.model, trainer.processing_class)
         result = trainer.train(resume_from_checkpoint=resume_from)
     return trainer, {"train_loss": rounded(result.training_loss, 4), "train_seconds": round(clock.seconds, 1),
@@ -238,9 +276,11 @@ def train_scored(options: OwnDataOptions, model, evaluate, names: dict[str, str]
     ``--resume`` finds one), then scored again. ``make_trainer`` (its loss, arguments and trainer) runs after
     :func:`begin` has made the output directory the run's and after the first scoring, so the trainer's seeding
     comes right before training. Returns the results record's scoring and training fields."""
+    from .progress import show_progress
+
     resume_from = begin(options)
     before = percent_scores(model, evaluate, names)
-    trainer = make_trainer()
+    trainer = show_progress(make_trainer(), f"finetune {options.task}")
     fill_special_ids(trainer.model, trainer.processing_class)
     with Timer() as timer, no_save_bars():
         trainer.train(resume_from_checkpoint=resume_from)

@@ -158,7 +158,7 @@ def train(options: OwnDataOptions) -> dict[str, Any]:
 
     from avey_b.utils.device import pick_device
 
-    lr, lr_source = options.learning_rate()
+    lr, lr_source = common.learning_rate(options)
     train_rows, held, roles = read_rows(options)
     columns = {role: getattr(options, f"{role}_column") for role in roles}
     common.set_threads(options)

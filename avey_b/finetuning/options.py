@@ -16,6 +16,7 @@ finetune --help`` shows every family. Standard library only, so that ``--help`` 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -36,15 +37,31 @@ OWN_TASKS: tuple[str, ...] = registry.register(OWN_DATA, {
     "rerank": "avey_b.finetuning.rerank:train",
 })
 
-#: The default peak learning rate of each own-data task, and where it comes from (``--lr`` overrides it).
-DEFAULT_LR: dict[str, tuple[float, str]] = {
-    "text-classification": (5e-5, "BERT (Devlin et al. 2019, App. A.3) recommends 5e-5, 3e-5 or 2e-5 for fine-tuning; "
-                                  "5e-5 is also transformers' TrainingArguments default"),
-    "token-classification": (5e-5, "BERT (Devlin et al. 2019, App. A.3), as for text classification; the learning "
-                                   "rate of transformers' token-classification example"),
-    "embedding": (5e-5, "sentence-transformers' SentenceTransformerTrainingArguments default"),
-    "rerank": (5e-5, "sentence-transformers' CrossEncoderTrainingArguments default"),
-}
+#: The default peak learning rate by the model's width (its config's ``hidden_size``): ``(width, lr)`` points; between
+#: them the rate falls as a power of the width (geometric interpolation), outside them it is the nearest point's.
+#: The narrow point is the rate that beat the baseline on all four own-data tasks with the quickstart model (d=256;
+#: benchmarks/finetune_defaults/); the wide one is BERT-base's width and the top of BERT's fine-tuning recommendation
+#: (Devlin et al. 2019, App. A.3: 5e-5, 3e-5 or 2e-5), transformers' and sentence-transformers' trainer default.
+DEFAULT_LR_BY_WIDTH: tuple[tuple[int, float], tuple[int, float]] = ((256, 5e-4), (768, 5e-5))
+#: The default for a model whose config names no ``hidden_size``: BERT's recommendation, as for a wide model.
+FALLBACK_LR = 5e-5
+#: The rule as results.json's ``lr_source`` states it.
+LR_RULE = ("the default rule by width: {lr0:g} up to width {w0}, {lr1:g} from width {w1} (BERT-base's; Devlin et "
+           "al. 2019, App. A.3), a power of the width between; see benchmarks/finetune_defaults")
+
+
+def default_lr(width: int | None) -> float:
+    """The default peak learning rate of a model ``width`` wide (:data:`DEFAULT_LR_BY_WIDTH`), to 2 significant
+    digits; :data:`FALLBACK_LR` without a width."""
+    if width is None:
+        return FALLBACK_LR
+    (w0, lr0), (w1, lr1) = DEFAULT_LR_BY_WIDTH
+    if width <= w0:
+        return lr0
+    if width >= w1:
+        return lr1
+    return float(f"{lr0 * (lr1 / lr0) ** (math.log(width / w0) / math.log(w1 / w0)):.2g}")
+
 
 #: The losses of the retrieval tasks, the default first (``--loss``; sentence-transformers' names in the modules).
 LOSSES: dict[str, tuple[str, ...]] = {"embedding": ("mnrl", "cached-mnrl"), "rerank": ("bce", "lambda")}
@@ -143,10 +160,10 @@ class OwnDataOptions(TrainingSettings):
     """rerank: documents of other queries drawn (with --seed) as extra negatives for each training query; the
     held-out queries get as many, drawn with seed 0, so every run reranks the same candidates."""
     lr: float | None = None
-    """Peak learning rate (AdamW, linear warm-up then linear decay). None: the task's default, 5e-5 for every task
-    (BERT's fine-tuning recommendation, Devlin et al. 2019 App. A.3; transformers' and sentence-transformers'
-    trainer default); results.json records which and why (the one default the general settings' 5e-5 leaves
-    unrecorded)."""
+    """Peak learning rate (AdamW, linear warm-up then linear decay). None: the default for the model's width
+    (its config's hidden_size): 5e-4 up to width 256, falling as a power of the width to 5e-5 (BERT's fine-tuning
+    recommendation, Devlin et al. 2019 App. A.3) from width 768 (BERT-base) up; results.json records which and
+    why. When the held-out score ends no better than its baseline the run says so, with what to try."""
     overwrite: bool = False
     """Start afresh in an output directory that holds a run: the old one is moved aside to
     <output-dir>.old-<time> (nothing is deleted)."""
@@ -187,12 +204,16 @@ class OwnDataOptions(TrainingSettings):
         """The loss of an embedding or rerank run: ``loss``, or the task's default (the first of :data:`LOSSES`)."""
         return self.loss or (LOSSES[self.task][0] if self.task in LOSSES else None)
 
-    def learning_rate(self) -> tuple[float, str]:
-        """The peak learning rate and where it comes from (``--lr``, or the task's default and its source)."""
+    def learning_rate(self, width: int | None = None) -> tuple[float, str]:
+        """The peak learning rate and where it comes from: ``--lr``, or the default for a model ``width`` wide
+        (:func:`default_lr`; ``width`` None: a config without ``hidden_size``)."""
         if self.lr is not None:
             return self.lr, "--lr"
-        lr, source = DEFAULT_LR[self.task]
-        return lr, f"default for {self.task}: {source}"
+        (w0, lr0), (w1, lr1) = DEFAULT_LR_BY_WIDTH
+        rule = LR_RULE.format(w0=w0, lr0=lr0, w1=w1, lr1=lr1)
+        if width is None:
+            return FALLBACK_LR, f"default for a model whose config names no hidden_size, as for width {w1}: {rule}"
+        return default_lr(width), f"default for width {width} (hidden_size): {rule}"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -204,7 +204,7 @@ def train(options: OwnDataOptions) -> dict[str, Any]:
 
     from avey_b.utils.device import pick_device
 
-    lr, lr_source = options.learning_rate()
+    lr, lr_source = common.learning_rate(options)
     table, queries, held = split_queries(options)
     common.set_threads(options)
     transformers.set_seed(options.seed)  # the fresh head's initialisation, and so the score before training

@@ -11,7 +11,7 @@ from avey_b.configs import from_args
 from avey_b.utils.files import check_model_source, model_source
 
 from . import registry
-from .common import check_output_dir, finished_record, summary_line
+from .common import below_baseline, check_output_dir, finished_record, summary_line
 from .options import OwnDataOptions
 
 
@@ -39,9 +39,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def run_own_data(args: argparse.Namespace) -> int:
-    """``avey-b finetune --task <own-data task>``: :func:`finetune`, a summary line and the record's key fields."""
+    """``avey-b finetune --task <own-data task>``: :func:`finetune`, a summary line, a warning when the score is not
+    above its baseline (:func:`~avey_b.finetuning.common.below_baseline`), and the record's key fields."""
     record = finetune(from_args(OwnDataOptions, args))
     print(summary_line(record), flush=True)
+    if (warning := below_baseline(record)) is not None:
+        print(warning, flush=True)
     print(json.dumps({k: record.get(k) for k in ("task", "model", "output_dir", "metric", "score", "baseline_score",
                                                   "lr", "seed")}))
     return 0

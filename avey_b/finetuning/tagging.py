@@ -164,7 +164,7 @@ def train(options: OwnDataOptions) -> dict[str, Any]:
     from transformers import AutoModelForTokenClassification, DataCollatorForTokenClassification
 
     common.set_threads(options)
-    lr, lr_source = options.learning_rate()
+    lr, lr_source = common.learning_rate(options)
     train_rows, val_rows = read_split(options, {}, read=lambda source: read_tagged(source, options))
     check_sentences(train_rows)
     check_sentences(val_rows)
