@@ -96,7 +96,7 @@ def test_the_training_loop_says_it_once_on_a_cpu_run_with_several_threads(corpus
             seen.append((work, seconds))
             return (1000.0, 100.0) if len(seen) == 2 else None
 
-    monkeypatch.setattr(pretrain, "SharedCpuWatch", SlowAfterTwoSteps)
+    monkeypatch.setattr("avey_b.utils.shared_cpu.SharedCpuWatch", SlowAfterTwoSteps)
     # a run on two threads, as far as the loop knows (two busy threads on this shared test machine would be slow)
     monkeypatch.setattr(pretrain, "set_cpu_threads", lambda requested: torch.set_num_threads(requested) or 2)
     assert main(overrides(corpus, tmp_path / "two", steps=4)) == 0

@@ -30,6 +30,7 @@ from avey_b.training import rundir
 from avey_b.utils.files import DataFileError
 from avey_b.utils.records import no_save_bars, save_pretrained_atomic, utc_timestamp, write_json_atomic
 
+from . import threads
 from .loading import fill_special_ids
 from .options import OwnDataOptions
 
@@ -163,12 +164,6 @@ def training_arguments(options: OwnDataOptions, lr: float, n_train: int, argumen
         use_cpu=device.type == "cpu", bf16=use_bf16(options.precision, device), disable_tqdm=True, **extra)
 
 
-def set_threads(options: OwnDataOptions) -> int:
-    from avey_b.utils.device import set_cpu_threads
-
-    return set_cpu_threads(options.threads)
-
-
 # ------------------------------------------------------------------------------------------ the record
 
 
@@ -226,6 +221,7 @@ def train_with_trainer(options: OwnDataOptions, model, tokenizer, lr: float, tra
         trainer = Trainer(model=model, args=training_arguments(options, lr, len(train_set)), train_dataset=train_set,
                           data_collator=collator, processing_class=tokenizer)
         fill_special_ids(trainer.model, trainer.processing_class)
+        threads.watch(trainer, options)
         result = trainer.train(resume_from_checkpoint=resume_from)
     return trainer, {"train_loss": rounded(result.training_loss, 4), "train_seconds": round(clock.seconds, 1),
                      "steps": result.global_step, "resumed_from": resume_from, "output_dir": options.output_dir}
@@ -242,6 +238,7 @@ def train_scored(options: OwnDataOptions, model, evaluate, names: dict[str, str]
     before = percent_scores(model, evaluate, names)
     trainer = make_trainer()
     fill_special_ids(trainer.model, trainer.processing_class)
+    threads.watch(trainer, options)
     with Timer() as timer, no_save_bars():
         trainer.train(resume_from_checkpoint=resume_from)
     after = percent_scores(model, evaluate, names)
