@@ -303,3 +303,38 @@ def test_the_encoder_reports_a_slowdown_through_the_verbs_channel(model_dir, mon
     one = Encoder(str(model_dir), LoadOptions(precision="fp32", threads=1))
     one.watch_shared_cpu(said.append, "-")
     assert one._watch is None  # one thread: nothing to change
+
+
+def test_finetune_on_own_data_prints_its_start_line_and_fits_the_threads_of_its_trainer(tmp_path, capfd):
+    from types import SimpleNamespace
+
+    from test_finetune_own_data import common_flags, reviews_csv
+
+    from avey_b.finetuning import threads
+
+    models = toy.encoders(tmp_path)
+    train = reviews_csv(tmp_path / "r.csv", n=24)
+    out = tmp_path / "out"
+    torch.set_num_threads(2)
+    assert cli.main(["finetune", "--task", "text-classification", "--train-file", train, "--text-column", "review",
+                     "--label-column", "sentiment", *common_flags(models["avey"], out), "--threads", "1"]) == 0
+    err = capfd.readouterr().err
+    assert f"finetune text-classification of {models['avey']}: PyTorch on cpu" in err and "1 CPU thread (" in err
+    assert torch.get_num_threads() == 1
+
+    added = []
+    trainer = SimpleNamespace(args=SimpleNamespace(device=torch.device("cpu")), add_callback=added.append)
+    options = SimpleNamespace(threads=None)
+    torch.set_num_threads(2)
+    threads.watch(trainer, options)  # auto on two threads: a callback that feeds each step's time to the tuner
+    (callback,) = added
+    assert isinstance(callback, threads.ThreadsCallback) and callback.tuner.adapt
+    fed = []
+    callback.tuner = SimpleNamespace(add=lambda work, seconds: fed.append((work, seconds)))
+    for _ in range(2):
+        callback.on_step_begin(None, None, None)
+        callback.on_step_end(None, None, None)
+    assert len(fed) == 2 and all(w == 1.0 and s >= 0 for w, s in fed)
+    torch.set_num_threads(1)
+    threads.watch(trainer, options)  # one thread: nothing to change
+    assert len(added) == 1

@@ -171,16 +171,19 @@ def _task_state(stat: Path) -> str:
         return ""
 
 
+#: PyTorch's own thread count when this module was imported: one per core it sees (it follows the affinity mask,
+#: not a cgroup quota), or ``OMP_NUM_THREADS``.
+PYTORCH_DEFAULT_THREADS = torch.get_num_threads()
+
+
 def set_cpu_threads(requested: int | None = None) -> int:
-    """Set PyTorch's intra-op CPU threads and return the count: ``requested``; else, unless ``OMP_NUM_THREADS`` is
-    set, PyTorch's default (one per core it sees, which follows the affinity mask but not a cgroup quota) capped at
-    :func:`usable_cpus`."""
+    """Set PyTorch's intra-op CPU threads and return the count: ``requested``; else (auto), unless
+    ``OMP_NUM_THREADS`` is set, PyTorch's default (:data:`PYTORCH_DEFAULT_THREADS`) capped at :func:`usable_cpus` —
+    whatever an earlier piece of work in this process tuned it to (:class:`avey_b.utils.shared_cpu.ThreadTuner`)."""
     if requested:
         torch.set_num_threads(int(requested))
     elif not os.environ.get("OMP_NUM_THREADS"):
-        usable = usable_cpus()
-        if usable < torch.get_num_threads():
-            torch.set_num_threads(usable)
+        torch.set_num_threads(min(usable_cpus(), PYTORCH_DEFAULT_THREADS))
     return torch.get_num_threads()
 
 
