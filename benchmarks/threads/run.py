@@ -4,7 +4,8 @@ finetune`` (own data, a text classifier), each setting in its own process, the s
 
     python benchmarks/threads/run.py --model /work/qs/model --sst2 ../shared/data/sst2/train.tsv
 
-The inputs are the first ``--embed-lines`` / ``--train-examples`` sentences of the SST-2 training file. Each run
+The inputs are the first ``--embed-lines`` / ``--train-examples`` sentences of the SST-2 training file (embed in
+batches of ``--max-batch-tokens``: many batches, as a larger corpus has at the default budget). Each run
 appends one record to ``results.jsonl`` (wall seconds, the setting, the lines the thread tuner said, the envelope:
 machine, commit, load average before and after); the table of the medians goes to stdout.
 """
@@ -35,7 +36,7 @@ def commands(args, work: Path, run: int, threads: str) -> dict[str, list[str]]:
     cli = [sys.executable, "-m", "avey_b.cli"]
     return {
         "embed": [*cli, "embed", args.model, str(work / "docs.txt"), str(work / f"embed-{run}"), "--lines",
-                  "--no-progress", "--threads", threads],
+                  "--no-progress", "--max-batch-tokens", str(args.max_batch_tokens), "--threads", threads],
         "finetune": [*cli, "finetune", "--task", "text-classification", "--model", args.model, "--train-file",
                      str(work / "train.jsonl"), "--text-column", "text", "--label-column", "label", "--epochs", "1",
                      "--batch-size", "16", "--output-dir", str(work / f"finetune-{run}"), "--threads", threads],
@@ -46,7 +47,8 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", required=True, help="a saved Avey-B with its tokenizer (the quickstart's)")
     p.add_argument("--sst2", required=True, help="SST-2's train.tsv (sentence, label)")
-    p.add_argument("--embed-lines", type=int, default=2000)
+    p.add_argument("--embed-lines", type=int, default=8000)
+    p.add_argument("--max-batch-tokens", type=int, default=4096, help="embed's batches: many, as in a large corpus")
     p.add_argument("--train-examples", type=int, default=320)
     p.add_argument("--settings", nargs="+", default=["auto", "2", "1"])
     p.add_argument("--rounds", type=int, default=3)
@@ -78,6 +80,7 @@ def main() -> None:
                     append_jsonl(HERE / "results.jsonl", {
                         "verb": verb, "threads": threads, "round": r, "seconds": round(seconds, 2), "said": said,
                         "busy_loops": args.busy, "embed_lines": args.embed_lines,
+                        "max_batch_tokens": args.max_batch_tokens,
                         "train_examples": args.train_examples, "command": " ".join(["python", *sys.argv]),
                         **env.end()})
                     times.setdefault((verb, threads), []).append(seconds)
