@@ -138,6 +138,9 @@ def test_auto_acts_when_the_watch_fires_and_goes_back_up_when_the_load_goes(quie
     cpu.run(tuner, 60)
     assert tuner.threads == 1 and cpu.said == ["the CPU is shared (other processes keep 2.0 of the 2 CPUs busy "
                                                "now): 2 -> 1 thread(s), 2.5x faster on the last steps"]
+    cpu.step_s = {2: 2.0, 1: 1.0}  # it gets worse: one thread is the least there is, and says nothing more
+    cpu.run(tuner, 60)
+    assert tuner.threads == 1 and len(cpu.said) == 1
     cpu.step_s = {2: 0.1, 1: 0.18}  # it ends: a later trial with the starting count goes back up
     cpu.run(tuner, 120)
     assert tuner.threads == 2 and cpu.said[-1].startswith("the CPU is less busy (")

@@ -231,7 +231,7 @@ class ThreadTuner:
         found = self.watch.add(work, seconds, shape)
         if found and self.adapt and self.threads > 1:
             self._trial = self._new_trial(thread_counts(self.threads), found)
-        elif found:
+        elif found and not self.adapt:  # auto on one thread: nothing fewer to try
             self.report(shared_cpu_message(*found, self.threads, self.what, self.advice))
         elif self.adapt and self.threads < self.start and self._since_trial >= self.recheck_s:
             self._trial = self._new_trial([self.threads, *(c for c in thread_counts(self.start) if c != self.threads)],

@@ -6,7 +6,8 @@ finetune`` (own data, a text classifier), each setting in its own process, the s
 
 The inputs are the first ``--embed-lines`` / ``--train-examples`` sentences of the SST-2 training file (embed in
 batches of ``--max-batch-tokens``: many batches, as a larger corpus has at the default budget). Each run
-appends one record to ``results.jsonl`` (wall seconds, the setting, the lines the thread tuner said, the envelope:
+appends one record to ``results.jsonl`` (wall seconds; the job's own seconds, the embed run's or the fine-tuning's
+training time as the verb records it; the setting, the lines the thread tuner said, the envelope:
 machine, commit, load average before and after); the table of the medians goes to stdout.
 """
 
@@ -30,6 +31,14 @@ from avey_b.utils.records import Envelope, append_jsonl  # noqa: E402
 def sentences(sst2: str, n: int) -> list[tuple[str, str]]:
     rows = [line.rstrip("\n").split("\t") for line in Path(sst2).read_text().splitlines()[1:]]
     return [(text.strip(), label) for text, label in rows[:n]]
+
+
+def job_seconds(work: Path, verb: str, run: int) -> float:
+    """The verb's own time, without starting Python and importing: the embed run's ``seconds`` in its manifest, the
+    fine-tuning's ``train_seconds`` in its results."""
+    if verb == "embed":
+        return json.loads((work / f"embed-{run}" / "_manifest.json").read_text())["runs"][-1]["seconds"]
+    return json.loads((work / f"finetune-{run}" / "results.json").read_text())["train_seconds"]
 
 
 def commands(args, work: Path, run: int, threads: str) -> dict[str, list[str]]:
@@ -61,6 +70,7 @@ def main() -> None:
                                               for t, y in sentences(args.sst2, args.train_examples)))
     busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.busy)]
     times: dict[tuple[str, str], list[float]] = {}
+    jobs: dict[tuple[str, str], list[float]] = {}
     try:
         time.sleep(5)  # let the load settle
         run = 0
@@ -76,15 +86,20 @@ def main() -> None:
                     seconds = time.perf_counter() - t0
                     if done.returncode:
                         sys.exit(f"{verb} --threads {threads} failed:\n{done.stderr[-3000:]}")
-                    said = [line for line in done.stderr.splitlines() if "thread(s)" in line or "CPU thread" in line]
+                    said = [line for line in (done.stderr + done.stdout).splitlines()
+                            if "thread(s)" in line or "CPU thread" in line or "CPU looks shared" in line]
+                    job_s = job_seconds(work, verb, run)
                     append_jsonl(HERE / "results.jsonl", {
-                        "verb": verb, "threads": threads, "round": r, "seconds": round(seconds, 2), "said": said,
+                        "verb": verb, "threads": threads, "round": r, "seconds": round(seconds, 2),
+                        "job_seconds": job_s, "said": said,
                         "busy_loops": args.busy, "embed_lines": args.embed_lines,
                         "max_batch_tokens": args.max_batch_tokens,
                         "train_examples": args.train_examples, "command": " ".join(["python", *sys.argv]),
                         **env.end()})
                     times.setdefault((verb, threads), []).append(seconds)
-                    print(f"{verb:<9} --threads {threads:<5} {seconds:7.1f} s  load {env.load_before[0]:.1f}  "
+                    jobs.setdefault((verb, threads), []).append(job_s)
+                    print(f"{verb:<9} --threads {threads:<5} {seconds:7.1f} s (job {job_s:6.1f} s)  load "
+                          f"{env.load_before[0]:.1f}  "
                           f"{said[1:] if len(said) > 1 else ''}", flush=True)
     finally:
         for proc in busy:
@@ -92,7 +107,8 @@ def main() -> None:
     print("\n| verb | " + " | ".join(f"--threads {s}" for s in args.settings) + " |")
     print("|---|" + "---|" * len(args.settings))
     for verb in ("embed", "finetune"):
-        cells = [f"{statistics.median(times[(verb, s)]):.1f} s" for s in args.settings]
+        cells = [f"{statistics.median(times[(verb, s)]):.1f} s (job {statistics.median(jobs[(verb, s)]):.1f} s)"
+                 for s in args.settings]
         print(f"| {verb} | " + " | ".join(cells) + " |")
 
 
