@@ -32,9 +32,8 @@ the default; pretraining's ``train.threads: null``). The rule:
 * a *trial* runs the candidate counts in turn, one unit of work each (the current count, then halvings down to 1:
   8, 4, 2, 1), until each has run ``trial_samples`` units and the trial ``trial_s`` seconds of work per count (or
   20 times as many rounds as that, for work too quick to fill it; or after any round where a count ran 3 times as
-  fast as the current one); a count's rate is its
-  work over its seconds on the shapes every count ran (all its work where they share none); a shape's first unit
-  is warm-up and counts for nothing;
+  fast as the current one); a count's rate is its work over its seconds on the shapes every count ran (all its
+  work where they share none); a shape's first unit is warm-up and counts for nothing;
 * the fastest count is kept when it beats the current one by ``margin`` (noise does not move it), and one line
   says so: ``the CPU is shared (...): 2 -> 1 thread(s), 3.1x faster on the last steps``;
 * a trial runs on the first units of work (a CPU shared from the start) and whenever the watch fires (a CPU that
