@@ -70,14 +70,12 @@ def test_the_default_thread_count_is_capped_at_the_usable_cpus(monkeypatch):
     before = torch.get_num_threads()
     try:
         monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
-        monkeypatch.setattr(device, "PYTORCH_DEFAULT_THREADS", 4)
         monkeypatch.setattr(device, "usable_cpus", lambda: 1)
-        assert device.set_cpu_threads(None) == 1 == torch.get_num_threads()
-        monkeypatch.setattr(device, "PYTORCH_DEFAULT_THREADS", 2)
+        assert device.set_cpu_threads(None, pytorch_default=4) == 1 == torch.get_num_threads()
         monkeypatch.setattr(device, "usable_cpus", lambda: 8)  # never more than PyTorch's own default
-        assert device.set_cpu_threads(None) == 2
+        assert device.set_cpu_threads(None, pytorch_default=2) == 2
         torch.set_num_threads(1)  # what an earlier piece of work tuned it to (auto): each starts afresh
-        assert device.set_cpu_threads(None) == 2
+        assert device.set_cpu_threads(None, pytorch_default=2) == 2
         assert device.set_cpu_threads(3) == 3  # train.threads wins
         torch.set_num_threads(4)
         monkeypatch.setenv("OMP_NUM_THREADS", "4")  # and so does the user's environment

@@ -176,14 +176,15 @@ def _task_state(stat: Path) -> str:
 PYTORCH_DEFAULT_THREADS = torch.get_num_threads()
 
 
-def set_cpu_threads(requested: int | None = None) -> int:
+def set_cpu_threads(requested: int | None = None, pytorch_default: int = PYTORCH_DEFAULT_THREADS) -> int:
     """Set PyTorch's intra-op CPU threads and return the count: ``requested``; else (auto), unless
-    ``OMP_NUM_THREADS`` is set, PyTorch's default (:data:`PYTORCH_DEFAULT_THREADS`) capped at :func:`usable_cpus` —
-    whatever an earlier piece of work in this process tuned it to (:class:`avey_b.utils.shared_cpu.ThreadTuner`)."""
+    ``OMP_NUM_THREADS`` is set, ``pytorch_default`` (:data:`PYTORCH_DEFAULT_THREADS`; tests pass another) capped at
+    :func:`usable_cpus` — whatever an earlier piece of work in this process tuned it to
+    (:class:`avey_b.utils.shared_cpu.ThreadTuner`)."""
     if requested:
         torch.set_num_threads(int(requested))
     elif not os.environ.get("OMP_NUM_THREADS"):
-        torch.set_num_threads(min(usable_cpus(), PYTORCH_DEFAULT_THREADS))
+        torch.set_num_threads(min(usable_cpus(), pytorch_default))
     return torch.get_num_threads()
 
 
