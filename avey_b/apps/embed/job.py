@@ -219,6 +219,8 @@ def embed_corpus(model: str, source: str, output: str | os.PathLike, options: Em
                                                 "core): it resumes where it stopped")
             infos, documents = _embed_shards(read_documents(source, options), out, encoder, recorded, manifest,
                                              run, bar, options, ray, kept_schema)
+        if ray is None and target.type == "cpu":
+            run["threads"] = encoder.threads  # with auto, the count it ended on
         finish_manifest(out, source, manifest, run, infos, documents, started)
         return manifest
 
