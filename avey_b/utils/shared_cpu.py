@@ -35,7 +35,7 @@ the default; pretraining's ``train.threads: null``). The rule:
   fast as the current one); a count's rate is its work over its seconds on the shapes every count ran (all its
   work where they share none); a shape's first unit is warm-up and counts for nothing;
 * the fastest count is kept when it beats the current one by ``margin`` (noise does not move it), and one line
-  says so: ``the CPU is shared (...): 2 -> 1 thread(s), 3.1x faster on the last steps``;
+  says so: ``the CPU is shared (...): 2 -> 1 thread(s), Rx faster on the last steps`` (R: the measured ratio);
 * a trial runs on the first units of work (a CPU shared from the start) and whenever the watch fires (a CPU that
   others started using); after ``recheck_s`` seconds of work below the starting count, a trial that includes the
   starting count again can go back up when the load has gone;
