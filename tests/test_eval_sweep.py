@@ -41,6 +41,7 @@ def test_sweep_end_to_end_resume_and_failure_isolation(env, tmp_path, monkeypatc
     assert rc == 1  # one cell failed ...
     err = capsys.readouterr().err
     assert "1 cell(s) failed" in err and "broken/standard/sst2/lr0.001_seed0" in err
+    assert f"finetune sst2 of {env['avey']}: PyTorch on cpu" in err and ", auto (" in err  # each cell's start line
 
     # ... but the cells after it ran and were recorded
     records = {}

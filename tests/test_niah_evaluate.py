@@ -367,11 +367,13 @@ def _tc(data, out, *extra):
                       "--max-steps", "2", "--device", "cpu", "--no-retrieval", "--out", str(out), *extra])
 
 
-def test_token_classification_form_end_to_end(data, tmp_path):
+def test_token_classification_form_end_to_end(data, tmp_path, capsys):
     """Both default learning rates, 4 examples per step as micro-batches of 1 (4 forward passes a step), the
-    authors' score with the chance level, in the table."""
+    authors' score with the chance level, in the table; the start line of each fine-tuning names its threads."""
     out = tmp_path / "tc"
-    assert _tc(data, out) == 0
+    assert _tc(data, out, "--threads", "1") == 0
+    err = capsys.readouterr().err
+    assert "niah niah-2 of avey-b-tiny: PyTorch on cpu" in err and "1 CPU thread (" in err
     recs = read_jsonl(str(out / "results.jsonl"))
     assert sorted(r["lr"] for r in recs) == [1e-4, 5e-4] and {r["form"] for r in recs} == {"token-classification"}
     r = recs[0]

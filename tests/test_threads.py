@@ -14,8 +14,8 @@ from avey_b import testing as toy
 from avey_b.apps.options import EmbedOptions
 from avey_b.inference.encoder import Encoder
 from avey_b.inference.options import LoadOptions
-from avey_b.utils import device
-from avey_b.utils.shared_cpu import SharedCpuWatch, shared_cpu_message
+from avey_b.utils import device, shared_cpu
+from avey_b.utils.shared_cpu import SharedCpuWatch, ThreadTuner, shared_cpu_message, thread_counts, thread_tuner
 
 
 @pytest.fixture(autouse=True)
@@ -72,6 +72,117 @@ def test_the_first_sample_of_each_shape_is_warm_up_and_shapes_are_compared_with_
     for _ in range(10):  # then both run at a quarter of their own rates
         found = found or feed(watch, 12_500, 3, 0.5, "long") or feed(watch, 1_250, 3, 0.5, "short")
     assert found is not None and found[1][1] / found[1][0] == pytest.approx(0.25)
+
+
+# ------------------------------------------------------------------------------------------ the tuner (auto)
+class Machine:
+    """A fake CPU: the seconds a unit of work takes at each thread count (``step_s``, changed by the test), the
+    counts the tuner set, and what it said."""
+
+    def __init__(self, threads: int, step_s: dict[int, float]):
+        self.threads, self.step_s, self.set, self.said = threads, step_s, [], []
+
+    def set_threads(self, n: int) -> None:
+        self.set.append(n)
+        self.threads = n
+
+    def tuner(self, adapt: bool = True, **kw) -> ThreadTuner:
+        return ThreadTuner(self.threads, adapt=adapt, report=self.said.append, what="training", advice="ADVICE",
+                           unit="steps", set_threads=self.set_threads, **kw)
+
+    def run(self, tuner: ThreadTuner, seconds: float, shape=None) -> None:
+        """``seconds`` of work (at the current counts' speeds), one unit at a time, fed to ``tuner``."""
+        done = 0.0
+        while done < seconds:
+            step = self.step_s[self.threads]
+            tuner.add(1000.0, step, shape)
+            done += step
+
+
+@pytest.fixture
+def quiet_load(monkeypatch):
+    monkeypatch.setattr(shared_cpu, "load_note", lambda: "other processes keep 2.0 of the 2 CPUs busy now")
+
+
+def test_the_counts_tried_halve_down_to_one():
+    assert thread_counts(8) == [8, 4, 2, 1] and thread_counts(6) == [6, 3, 1] and thread_counts(1) == [1]
+
+
+def test_auto_drops_to_the_count_that_runs_fastest_and_says_so_once(quiet_load):
+    cpu = Machine(2, {2: 0.25, 1: 0.1})  # a shared CPU from the start: two threads 2.5 times slower than one
+    tuner = cpu.tuner()
+    cpu.run(tuner, 30)
+    assert tuner.threads == cpu.threads == 1 and cpu.set[-1] == 1
+    assert cpu.said == ["the CPU is shared (other processes keep 2.0 of the 2 CPUs busy now): 2 -> 1 thread(s), "
+                        "2.5x faster on the last steps"]
+    cpu = Machine(4, {4: 0.4, 2: 0.1, 1: 0.15})  # four: the middle count is the fastest
+    tuner = cpu.tuner()
+    cpu.run(tuner, 30)
+    assert tuner.threads == 2 and tuner.changes == [(4, 2, pytest.approx(4.0))] and len(cpu.said) == 1
+
+
+def test_auto_keeps_the_count_when_fewer_threads_are_not_faster_by_more_than_noise(quiet_load):
+    for one_s in (0.2, 0.095):  # one thread slower, or only 5% faster: noise
+        cpu = Machine(2, {2: 0.1, 1: one_s})
+        tuner = cpu.tuner()
+        cpu.run(tuner, 30)
+        assert tuner.threads == cpu.threads == 2 and cpu.said == [] and cpu.set[-1] == 2
+
+
+def test_auto_acts_when_the_watch_fires_and_goes_back_up_when_the_load_goes(quiet_load):
+    cpu = Machine(2, {2: 0.1, 1: 0.18})  # an idle machine: two threads are faster, and stay
+    tuner = cpu.tuner(recheck_s=60)
+    cpu.run(tuner, 60)
+    assert tuner.threads == 2 and cpu.said == []
+    cpu.step_s = {2: 0.5, 1: 0.2}  # a neighbour starts: two threads now five times slower than before
+    cpu.run(tuner, 60)
+    assert tuner.threads == 1 and cpu.said == ["the CPU is shared (other processes keep 2.0 of the 2 CPUs busy "
+                                               "now): 2 -> 1 thread(s), 2.5x faster on the last steps"]
+    cpu.step_s = {2: 2.0, 1: 1.0}  # it gets worse: one thread is the least there is, and says nothing more
+    cpu.run(tuner, 60)
+    assert tuner.threads == 1 and len(cpu.said) == 1
+    cpu.step_s = {2: 0.1, 1: 0.18}  # it ends: a later trial with the starting count goes back up
+    cpu.run(tuner, 120)
+    assert tuner.threads == 2 and cpu.said[-1].startswith("the CPU is less busy (")
+    assert "1 -> 2 thread(s)" in cpu.said[-1]
+
+
+def test_a_count_given_explicitly_never_changes_and_the_watch_only_says_it(quiet_load, monkeypatch, tmp_path):
+    monkeypatch.setattr(device, "usable_cpus", lambda: 2)
+    read_from(monkeypatch, fake_proc(tmp_path, running=3))
+    cpu = Machine(2, {2: 0.25, 1: 0.1})
+    tuner = cpu.tuner(adapt=False)
+    cpu.run(tuner, 60)
+    cpu.step_s = {2: 1.0, 1: 0.1}  # four times slower than its reference
+    cpu.run(tuner, 120)
+    assert cpu.set == [] and tuner.threads == 2 and tuner.changes == []
+    assert len(cpu.said) == 1 and "the CPU looks shared" in cpu.said[0] and "ADVICE" in cpu.said[0]
+
+
+def test_a_tuner_only_where_the_threads_can_change():
+    assert thread_tuner("cuda:0", 8, None, print, "x", "-") is None
+    assert thread_tuner("cpu", 1, None, print, "x", "-") is None
+    assert thread_tuner("cpu", 2, None, print, "x", "-").adapt  # auto
+    assert not thread_tuner(torch.device("cpu"), 2, 2, print, "x", "-").adapt  # --threads 2
+
+
+def test_every_threads_flag_takes_auto_by_default_a_count_or_says_what_is_wrong(capsys):
+    for verb, argv in (("demo", []), ("finetune", ["--model", "M", "--task", "sst2", "--lr", "1e-4",
+                                                  "--output-dir", "O"]),
+                       ("evaluate", ["--models", "m=M", "--tasks", "sst2", "--output-dir", "O"]),
+                       ("embed", ["M", "in.txt", "out"]), ("serve", ["M"])):
+        assert getattr(cli.parse(verb, argv), "threads", None) is None  # finetune, evaluate: the settings' default
+        assert cli.parse(verb, [*argv, "--threads", "auto"]).threads is None
+        assert cli.parse(verb, [*argv, "--threads", "3"]).threads == 3
+        for bad in ("0", "two"):
+            with pytest.raises(SystemExit):
+                cli.parse(verb, [*argv, "--threads", bad])
+            assert f"argument --threads: takes auto or a positive number of CPU threads, got '{bad}'" in \
+                capsys.readouterr().err
+    from avey_b.training.config import load_config
+
+    assert load_config(None, ["train.max_steps=1", "train.threads=auto"]).train.threads is None
+    assert load_config(None, ["train.max_steps=1", "train.threads=2"]).train.threads == 2
 
 
 def fake_proc(root, running: int, own_states: str = "R"):
@@ -186,7 +297,7 @@ def test_the_encoder_reports_a_slowdown_through_the_verbs_channel(model_dir, mon
         def add(self, work, seconds, shape=None):
             return (1000.0, 100.0) if len(said) == 0 and shape == (1, 3) else None  # a batch of 1 row of 4-7
 
-    monkeypatch.setattr("avey_b.inference.encoder.SharedCpuWatch", Slowed)
+    monkeypatch.setattr("avey_b.utils.shared_cpu.SharedCpuWatch", Slowed)
     encoder.watch_shared_cpu(said.append, "restart the server with --threads 1")
     batch, mask = encoder.pad([[5, 6, 7, 8, 9]])
     encoder.embed(batch, mask)
@@ -195,3 +306,38 @@ def test_the_encoder_reports_a_slowdown_through_the_verbs_channel(model_dir, mon
     one = Encoder(str(model_dir), LoadOptions(precision="fp32", threads=1))
     one.watch_shared_cpu(said.append, "-")
     assert one._watch is None  # one thread: nothing to change
+
+
+def test_finetune_on_own_data_prints_its_start_line_and_fits_the_threads_of_its_trainer(tmp_path, capfd):
+    from types import SimpleNamespace
+
+    from test_finetune_own_data import common_flags, reviews_csv
+
+    from avey_b.finetuning import threads
+
+    models = toy.encoders(tmp_path)
+    train = reviews_csv(tmp_path / "r.csv", n=24)
+    out = tmp_path / "out"
+    torch.set_num_threads(2)
+    assert cli.main(["finetune", "--task", "text-classification", "--train-file", train, "--text-column", "review",
+                     "--label-column", "sentiment", *common_flags(models["avey"], out), "--threads", "1"]) == 0
+    err = capfd.readouterr().err
+    assert f"finetune text-classification of {models['avey']}: PyTorch on cpu" in err and "1 CPU thread (" in err
+    assert torch.get_num_threads() == 1
+
+    added = []
+    trainer = SimpleNamespace(args=SimpleNamespace(device=torch.device("cpu")), add_callback=added.append)
+    options = SimpleNamespace(threads=None)
+    torch.set_num_threads(2)
+    threads.watch(trainer, options)  # auto on two threads: a callback that feeds each step's time to the tuner
+    (callback,) = added
+    assert isinstance(callback, threads.ThreadsCallback) and callback.tuner.adapt
+    fed = []
+    callback.tuner = SimpleNamespace(add=lambda work, seconds: fed.append((work, seconds)))
+    for _ in range(2):
+        callback.on_step_begin(None, None, None)
+        callback.on_step_end(None, None, None)
+    assert len(fed) == 2 and all(w == 1.0 and s >= 0 for w, s in fed)
+    torch.set_num_threads(1)
+    threads.watch(trainer, options)  # one thread: nothing to change
+    assert len(added) == 1

@@ -70,12 +70,12 @@ def test_the_default_thread_count_is_capped_at_the_usable_cpus(monkeypatch):
     before = torch.get_num_threads()
     try:
         monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
-        torch.set_num_threads(4)
         monkeypatch.setattr(device, "usable_cpus", lambda: 1)
-        assert device.set_cpu_threads(None) == 1 == torch.get_num_threads()
-        torch.set_num_threads(2)
+        assert device.set_cpu_threads(None, pytorch_default=4) == 1 == torch.get_num_threads()
         monkeypatch.setattr(device, "usable_cpus", lambda: 8)  # never more than PyTorch's own default
-        assert device.set_cpu_threads(None) == 2
+        assert device.set_cpu_threads(None, pytorch_default=2) == 2
+        torch.set_num_threads(1)  # what an earlier piece of work tuned it to (auto): each starts afresh
+        assert device.set_cpu_threads(None, pytorch_default=2) == 2
         assert device.set_cpu_threads(3) == 3  # train.threads wins
         torch.set_num_threads(4)
         monkeypatch.setenv("OMP_NUM_THREADS", "4")  # and so does the user's environment
@@ -96,7 +96,7 @@ def test_the_training_loop_says_it_once_on_a_cpu_run_with_several_threads(corpus
             seen.append((work, seconds))
             return (1000.0, 100.0) if len(seen) == 2 else None
 
-    monkeypatch.setattr(pretrain, "SharedCpuWatch", SlowAfterTwoSteps)
+    monkeypatch.setattr("avey_b.utils.shared_cpu.SharedCpuWatch", SlowAfterTwoSteps)
     # a run on two threads, as far as the loop knows (two busy threads on this shared test machine would be slow)
     monkeypatch.setattr(pretrain, "set_cpu_threads", lambda requested: torch.set_num_threads(requested) or 2)
     assert main(overrides(corpus, tmp_path / "two", steps=4)) == 0

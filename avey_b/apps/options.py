@@ -340,8 +340,9 @@ class DemoOptions:
     lengths: list[int] = field(default_factory=lambda: [1024, 4096, 16384])
     "sequence lengths to time (tokens)"
     threads: int | None = None
-    """CPU threads (PyTorch's); default: one per CPU this process may use, or OMP_NUM_THREADS (on a CPU that other
-    busy processes share, 1 is often several times faster)"""
+    """CPU threads (PyTorch's). auto: one per CPU this process may use, or OMP_NUM_THREADS, then the count that runs
+    a forward fastest on this machine (on a CPU that other busy processes share, fewer; docs/threads.md); N: that
+    count"""
 
     def __post_init__(self):
         if any(n < 1 for n in self.lengths):

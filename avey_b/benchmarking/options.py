@@ -61,8 +61,8 @@ class BenchOptions:
     device: str = "auto"
     "auto, cpu, cuda, cuda:1, ..."
     threads: int | None = None
-    """CPU threads (PyTorch's); default: one per CPU this process may use (affinity mask, cgroup quota), or
-    OMP_NUM_THREADS"""
+    """CPU threads (PyTorch's); auto: one per CPU this process may use (affinity mask, cgroup quota), or
+    OMP_NUM_THREADS, never changed while it times"""
     seed: int = 0
     "seed of the random input ids"
     text: list[str] | None = None

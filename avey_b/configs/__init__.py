@@ -106,7 +106,7 @@ def build(cls, data: dict, prefix: str = "", root=None):
 
 def _coerce(value, typ, key):
     # YAML parses `1e-3` as a string (YAML 1.1); accept numbers written that way for float/int fields.
-    if value is None:
+    if value is None or (key.rpartition(".")[2] == "threads" and value == "auto"):  # auto: threads_flag's None
         return None
     base = [t for t in getattr(typ, "__args__", (typ,)) if t is not type(None)]
     if float in base and isinstance(value, (int, str)) and not isinstance(value, bool):
@@ -233,6 +233,20 @@ def _flag_type(typ) -> tuple[type, type | None]:
     return typ, container
 
 
+def threads_flag(text: str) -> int | None:
+    """The value of every ``--threads`` flag: ``auto`` (None: the program picks the count and fits it to the machine,
+    :class:`avey_b.utils.shared_cpu.ThreadTuner`) or a positive integer (that count, never changed)."""
+    if text.strip().lower() == "auto":
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"takes auto or a positive number of CPU threads, got {text!r}")
+    return value
+
+
 def add_arguments(parser, cls, *, exclude=(), include=None, defaults: bool | dict = True,
                   choices: dict | None = None) -> list[str]:
     """One flag per field of the dataclass ``cls`` on ``parser`` (a parser or an argument group): ``--field-name``,
@@ -242,6 +256,7 @@ def add_arguments(parser, cls, *, exclude=(), include=None, defaults: bool | dic
     * ``list[T]`` / ``tuple[T, ...]`` (``T`` one of int, float, str): one or more values (``--lengths 128 256``),
       stored as that container.
     * A field without a default is a required flag.
+    * A field named ``threads`` (``int | None``) takes ``auto`` (None, its default) or a count (:func:`threads_flag`).
 
     ``include`` / ``exclude``: which fields. ``defaults``: True, the dataclass's defaults; a mapping, those defaults
     changed for some fields; False, a flag not given is absent from the namespace (so that it can override a file).
@@ -259,7 +274,9 @@ def add_arguments(parser, cls, *, exclude=(), include=None, defaults: bool | dic
         if isinstance(defaults, dict):
             default = defaults.get(f.name, default)
         kw = {"help": docs.get(f.name, "")}
-        if typ is not bool and default is not None and defaults is not False:  # argparse shows a bool's itself
+        if f.name == "threads" and defaults is not False:
+            kw["help"] += f" (default: {'auto' if default is None else default})"
+        elif typ is not bool and default is not None and defaults is not False:  # argparse shows a bool's itself
             kw["help"] += f" (default: {' '.join(map(str, default)) if container else default})"
         if required:
             kw["required"] = True
@@ -269,7 +286,9 @@ def add_arguments(parser, cls, *, exclude=(), include=None, defaults: bool | dic
             switch = f.name.startswith("no_") and default is False
             kw["action"] = "store_true" if switch else argparse.BooleanOptionalAction
         else:
-            kw["type"] = typ
+            kw["type"] = threads_flag if f.name == "threads" else typ
+            if f.name == "threads":
+                kw["metavar"] = "auto|N"
             if container:
                 kw["nargs"] = "+"
                 if container is tuple:

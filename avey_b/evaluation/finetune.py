@@ -39,6 +39,7 @@ from avey_b.utils.counting import count_parameters
 from avey_b.utils.device import pick_device, start_runtime, use_bf16
 from avey_b.utils.progress import Progress
 from avey_b.utils.records import save_pretrained_atomic, utc_timestamp, write_json_atomic
+from avey_b.utils.shared_cpu import thread_tuner
 
 from .ir_paper import is_zero_shot, run_zero_shot_cell
 from .protocol import run_config
@@ -131,6 +132,28 @@ def finetune_optimizer(model, cfg: RunConfig) -> torch.optim.Optimizer:
                              eps=cfg.adam_epsilon)
 
 
+def _step(model, task: Task, micro: list[dict[str, torch.Tensor]], cfg: RunConfig, device: torch.device,
+          tokens: torch.Tensor, step: int) -> float:
+    """The forward and backward passes of one optimizer step over its micro-batches (losses weighted by their
+    items), adding their real tokens to ``tokens``; the step's loss."""
+    items = [loss_items(b) for b in micro]
+    total = sum(items)
+    step_loss = 0.0
+    for batch, n in zip(micro, items, strict=True):
+        # real (non-padding) tokens through the encoder: both towers of an IR pair
+        for k, v in batch.items():
+            if k.endswith("attention_mask"):
+                tokens += v.sum()
+        with autocast_ctx(device, cfg.precision):
+            loss = task.loss(model, batch, cfg)
+        if not torch.isfinite(loss):
+            raise FloatingPointError(f"non-finite training loss {loss.item()} at step {step} (lr {cfg.lr})")
+        share = n / total if total else 1 / len(micro)
+        (loss * share).backward()
+        step_loss += loss.item() * share
+    return step_loss
+
+
 def train_model(model, task: Task, features: list[dict[str, Any]], cfg: RunConfig, pad_id: int,
                 device: torch.device) -> dict[str, Any]:
     if cfg.grad_accumulation > 1 and task.family == "IR":
@@ -150,33 +173,25 @@ def train_model(model, task: Task, features: list[dict[str, Any]], cfg: RunConfi
     tokens = torch.zeros((), dtype=torch.long, device=device)  # summed on the device: no extra sync per step
     t0 = time.perf_counter()
     progress = Progress(steps, f"finetune {task.name} (lr {cfg.lr:g}, seed {cfg.seed})")
+    tuner = thread_tuner(device, torch.get_num_threads(), cfg.threads, progress.write, "training",
+                         "run it again with --threads 1 (or one per idle core)", unit="steps")
     while step < steps:  # step budgets longer than one epoch cycle over the data (IR)
         for examples in loader:
+            t_step = time.perf_counter()
             micro = [{k: v.to(device) for k, v in task.collate(part, pad_id).items()}
                      for part in micro_batches(examples, cfg.grad_accumulation)]
-            items = [loss_items(b) for b in micro]
-            total = sum(items)
-            step_loss = 0.0
-            for batch, n in zip(micro, items, strict=True):
-                # real (non-padding) tokens through the encoder: both towers of an IR pair
-                for k, v in batch.items():
-                    if k.endswith("attention_mask"):
-                        tokens += v.sum()
-                with autocast_ctx(device, cfg.precision):
-                    loss = task.loss(model, batch, cfg)
-                if not torch.isfinite(loss):
-                    raise FloatingPointError(f"non-finite training loss {loss.item()} at step {step} (lr {cfg.lr})")
-                share = n / total if total else 1 / len(micro)
-                (loss * share).backward()
-                step_loss += loss.item() * share
+            losses.append(_step(model, task, micro, cfg, device, tokens, step))
             if cfg.grad_clip:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
             optimizer.step()
             scheduler.step()
             optimizer.zero_grad(set_to_none=True)
-            losses.append(step_loss)
             step += 1
             progress.update(loss=losses[-1])
+            if tuner is not None:  # the step's padded tokens, its rows and length in powers of two
+                ids = [v for b in micro for k, v in b.items() if k.endswith("input_ids")]
+                tuner.add(sum(v.numel() for v in ids), time.perf_counter() - t_step,
+                          tuple(n.bit_length() for n in ids[0].shape) if ids else None)
             if step >= steps:
                 break
     progress.close()
@@ -198,7 +213,7 @@ def run_cell(model_name: str, task_name: str, cfg: RunConfig, files: DataFiles,
     write the fine-tuned model and its tokenizer there (``from_pretrained`` loads them, head included).
     Retrieval under the paper protocol trains on MS MARCO pairs and scores zero-shot
     (:mod:`avey_b.evaluation.ir_paper`); ``finetuned`` then names a model trained so before, to score only."""
-    start_runtime(cfg.device, cfg.precision, cfg.threads)
+    start_runtime(cfg.device, cfg.precision, cfg.threads, what=f"finetune {task_name} of {model_name}")
     if is_zero_shot(task_name, cfg):
         return run_zero_shot_cell(model_name, task_name, cfg, files, tokenizer_name, save_model, finetuned)
     if finetuned is not None:

@@ -24,7 +24,7 @@ from typing import Any
 
 from avey_b.utils.files import DataFileError
 
-from . import common
+from . import common, threads
 from .data import Table, read_split
 from .loading import load_with_new_head
 from .options import OwnDataOptions
@@ -243,7 +243,7 @@ def train(options: OwnDataOptions) -> dict[str, Any]:
     import transformers
     from transformers import AutoModelForSequenceClassification, DataCollatorWithPadding
 
-    common.set_threads(options)
+    threads.start(options)
     lr, lr_source = common.learning_rate(options)
     columns = {"text": options.text_column, "text_pair": options.text_pair_column, "label": options.label_column}
     train_rows, val_rows = read_split(options, columns)

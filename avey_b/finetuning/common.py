@@ -30,6 +30,7 @@ from avey_b.training import rundir
 from avey_b.utils.files import DataFileError
 from avey_b.utils.records import no_save_bars, save_pretrained_atomic, utc_timestamp, write_json_atomic
 
+from . import threads
 from .loading import fill_special_ids
 from .options import OwnDataOptions
 
@@ -174,12 +175,6 @@ def learning_rate(options: OwnDataOptions) -> tuple[float, str]:
     return options.learning_rate(width if isinstance(width, int) else None)
 
 
-def set_threads(options: OwnDataOptions) -> int:
-    from avey_b.utils.device import set_cpu_threads
-
-    return set_cpu_threads(options.threads)
-
-
 # ------------------------------------------------------------------------------------------ the record
 
 
@@ -264,6 +259,7 @@ def train_with_trainer(options: OwnDataOptions, model, tokenizer, lr: float, tra
                           data_collator=collator, processing_class=tokenizer)
         show_progress(trainer, f"finetune {options.task}")
         fill_special_ids(trainer.model, trainer.processing_class)
+        threads.watch(trainer, options)
         result = trainer.train(resume_from_checkpoint=resume_from)
     return trainer, {"train_loss": rounded(result.training_loss, 4), "train_seconds": round(clock.seconds, 1),
                      "steps": result.global_step, "resumed_from": resume_from, "output_dir": options.output_dir}
@@ -282,6 +278,7 @@ def train_scored(options: OwnDataOptions, model, evaluate, names: dict[str, str]
     before = percent_scores(model, evaluate, names)
     trainer = show_progress(make_trainer(), f"finetune {options.task}")
     fill_special_ids(trainer.model, trainer.processing_class)
+    threads.watch(trainer, options)
     with Timer() as timer, no_save_bars():
         trainer.train(resume_from_checkpoint=resume_from)
     after = percent_scores(model, evaluate, names)

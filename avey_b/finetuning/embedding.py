@@ -34,7 +34,7 @@ from typing import Any
 from avey_b.model.loading import SENTENCE_TRANSFORMERS_MAX_LENGTH
 from avey_b.utils.files import DataFileError
 
-from . import common
+from . import common, threads
 from .data import Table, hold_out, read_table
 from .options import OwnDataOptions
 
@@ -161,7 +161,7 @@ def train(options: OwnDataOptions) -> dict[str, Any]:
     lr, lr_source = common.learning_rate(options)
     train_rows, held, roles = read_rows(options)
     columns = {role: getattr(options, f"{role}_column") for role in roles}
-    common.set_threads(options)
+    threads.start(options)
     device = str(pick_device(options.device))
     model = load_model(options, device)
     cut = sum(set_length(model, options, table, columns) for table in (train_rows, held))

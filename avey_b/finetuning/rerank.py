@@ -37,7 +37,7 @@ from typing import Any
 from avey_b.model.loading import SENTENCE_TRANSFORMERS_MAX_LENGTH
 from avey_b.utils.files import DataFileError
 
-from . import common
+from . import common, threads
 from .data import Table, hold_out, read_table
 from .loading import NewHeadReport
 from .options import OwnDataOptions
@@ -206,7 +206,7 @@ def train(options: OwnDataOptions) -> dict[str, Any]:
 
     lr, lr_source = common.learning_rate(options)
     table, queries, held = split_queries(options)
-    common.set_threads(options)
+    threads.start(options)
     transformers.set_seed(options.seed)  # the fresh head's initialisation, and so the score before training
     model = load_model(options, str(pick_device(options.device)))
     cut = set_length(model, options, table, queries) + set_length(model, options, table, held)

@@ -49,9 +49,11 @@ class TrainingSettings:
     train with transformers' Trainer, which takes the first visible GPU: choose another with
     CUDA_VISIBLE_DEVICES."""
     threads: int | None = None
-    """CPU threads for PyTorch; None: PyTorch's default capped at the CPUs this process may use (its affinity mask
-    and cgroup CPU quota), unless OMP_NUM_THREADS is set (a sweep worker: its share). Like the device, not part of
-    a run's settings: it changes no score."""
+    """CPU threads for PyTorch. auto (None in Python, the default): PyTorch's default capped at the CPUs this
+    process may use (its affinity mask and cgroup CPU quota), unless OMP_NUM_THREADS is set (a sweep worker: its
+    share); then fewer when fewer run the training steps faster on this machine (a CPU that other busy processes
+    share), said in one line (docs/threads.md). N: that count, never changed. Like the device, not part of a run's
+    settings: it changes no score."""
 
     def __post_init__(self) -> None:
         if self.precision not in configs.PRECISIONS:

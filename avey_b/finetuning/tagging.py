@@ -30,7 +30,7 @@ from typing import Any
 from avey_b.data.conll import ENTITY_TAG, read_conll
 from avey_b.utils.files import DataFileError
 
-from . import common
+from . import common, threads
 from .alignment import align_labels, word_index_of_tokens, word_predictions
 from .data import Table, is_conll, read_split, read_table
 from .loading import load_with_new_head
@@ -163,7 +163,7 @@ def train(options: OwnDataOptions) -> dict[str, Any]:
     import transformers
     from transformers import AutoModelForTokenClassification, DataCollatorForTokenClassification
 
-    common.set_threads(options)
+    threads.start(options)
     lr, lr_source = common.learning_rate(options)
     train_rows, val_rows = read_split(options, {}, read=lambda source: read_tagged(source, options))
     check_sentences(train_rows)

@@ -42,7 +42,7 @@ from avey_b.model.heads import sentence_embedding
 from avey_b.utils.batching import pad_right, token_budget_batches
 from avey_b.utils.device import pick_device, runtime_line, set_cpu_threads, usable_cpus, use_bf16
 from avey_b.utils.files import model_source
-from avey_b.utils.shared_cpu import SharedCpuWatch, shared_cpu_message
+from avey_b.utils.shared_cpu import ThreadTuner, thread_tuner
 
 if TYPE_CHECKING:
     import onnxruntime
@@ -97,7 +97,8 @@ class Encoder:
             self.bf16 = use_bf16(options.precision, self.device)
             self.threads = set_cpu_threads(options.threads)  # PyTorch's CPU threads (for its CPU work on a GPU too)
             self.runtime = EagerRuntime(self.name, cls, self.device, self.bf16)
-        self._watch: tuple[SharedCpuWatch, Callable[[str], None], str] | None = None
+        self.auto_threads = options.threads is None and options.onnx is None  # onnxruntime's count is its session's
+        self._watch: ThreadTuner | None = None
 
     def __repr__(self) -> str:
         return f"Encoder({self.name!r}, {self.architecture}, {self.runtime_name}, kinds={self.kinds})"
@@ -130,15 +131,16 @@ class Encoder:
         if self.onnx_file:
             precision = "int8" if ".int8." in self.onnx_file.name else "the ONNX model's precision"
             return runtime_line("cpu", precision, self.threads, runtime=f"onnxruntime ({self.onnx_file.name})")
-        return runtime_line(self.device, "bf16 autocast" if self.bf16 else "fp32", self.threads)
+        return runtime_line(self.device, "bf16 autocast" if self.bf16 else "fp32", self.threads, auto=self.auto_threads)
 
     def watch_shared_cpu(self, report: Callable[[str], None], advice: str) -> None:
-        """From now on, time every forward and say once, through ``report``, when they run far slower than the same
-        work ran earlier (:class:`avey_b.utils.shared_cpu.SharedCpuWatch`: a CPU shared with other processes);
-        ``advice``: how the verb changes its threads. Only on the CPU with several threads (one has nothing to
-        change)."""
-        if self.device.type == "cpu" and self.threads > 1:
-            self._watch = (SharedCpuWatch(), report, advice)
+        """From now on, time every forward for a :class:`avey_b.utils.shared_cpu.ThreadTuner`: with auto threads,
+        the count that runs fastest on this machine is kept (said through ``report`` when it changes); with a count
+        given, it says once when the forwards run far slower than the same work ran earlier (a CPU shared with other
+        processes), with ``advice``: how the verb changes its threads. Only on the CPU with several threads (one has
+        nothing to change)."""
+        self._watch = thread_tuner(self.device, self.threads, None if self.auto_threads else self.threads, report,
+                                   "the model", advice)
 
     def _run(self, output: str, batch: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """The runtime's ``output`` for a padded batch, timed for the shared-CPU watch when one is on."""
@@ -146,10 +148,9 @@ class Encoder:
             return self.runtime.run(output, batch, mask)
         t0 = time.perf_counter()
         result = self.runtime.run(output, batch, mask)
-        watch, report, advice = self._watch
         rows, length = batch.shape
-        if found := watch.add(float(mask.sum()), time.perf_counter() - t0, (rows.bit_length(), length.bit_length())):
-            report(shared_cpu_message(*found, self.threads, "the model", advice))
+        self._watch.add(float(mask.sum()), time.perf_counter() - t0, (rows.bit_length(), length.bit_length()))
+        self.threads = self._watch.threads
         return result
 
     @functools.cached_property

@@ -26,10 +26,10 @@ class LoadOptions:
     float32 run (sentence-transformers' encode, CrossEncoder.predict) in about the third decimal; fp32 for equal
     ones"""
     threads: int | None = None
-    """CPU threads of the model, eager (PyTorch's) or ONNX (onnxruntime's); default: one per CPU this process may
-    use (its affinity mask and cgroup CPU quota), or OMP_NUM_THREADS for the eager model. On a CPU that other busy
-    processes share, 1 (or one per idle core) is often several times faster: the start line says the count, and a
-    note says when the rate falls (benchmarks/serve/README.md)"""
+    """CPU threads of the model, eager (PyTorch's) or ONNX (onnxruntime's). auto (None in Python, the default): one
+    per CPU this process may use (its affinity mask and cgroup CPU quota), or OMP_NUM_THREADS for the eager model;
+    then, for the eager model, fewer when fewer run faster on this machine (a CPU that other busy processes share),
+    said in one line (docs/threads.md). N: that count, never changed; a note says when the rate falls"""
     onnx: str | None = None
     """run an exported ONNX model with onnxruntime (CPU) instead of the eager model: FILE (e.g.
     MODEL/onnx/model.int8.onnx from `avey-b export --quantize int8`), or MODEL/onnx/model.onnx when FILE is left out

@@ -132,8 +132,9 @@ class TrainConfig:
     seed: int = 0
     """Seeds the initialization, the masks and dropout."""
     threads: int | None = None
-    """CPU threads (``torch.set_num_threads``). null: ``OMP_NUM_THREADS`` if set, else one per CPU this process may
-    use (its affinity mask and cgroup CPU quota). On a CPU shared with other busy processes, 1 is often faster."""
+    """CPU threads (``torch.set_num_threads``). null (or auto): ``OMP_NUM_THREADS`` if set, else one per CPU this
+    process may use (its affinity mask and cgroup CPU quota), then fewer when fewer run faster (a CPU shared with
+    other busy processes; :class:`avey_b.utils.shared_cpu.ThreadTuner`, docs/threads.md); a number: that count."""
     peak_flops: float | None = None
     """Peak FLOP/s of one device for MFU (null: known GPUs are looked up; CPU MFU is skipped)."""
 
@@ -199,7 +200,7 @@ class PretrainConfig:
         for key, value in (("data.seq_len", d.seq_len), ("train.global_batch_tokens", t.global_batch_tokens),
                            ("train.micro_batch_size", t.micro_batch_size), ("train.max_steps", t.max_steps),
                            ("train.max_tokens", t.max_tokens), ("data.chunk_docs", d.chunk_docs),
-                           ("eval.max_sequences", self.eval.max_sequences)):
+                           ("eval.max_sequences", self.eval.max_sequences), ("train.threads", t.threads)):
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise ValueError(f"{key} must be a positive integer, got {value!r}")
         for key, value in (("data.num_workers", d.num_workers), ("eval.every", self.eval.every),

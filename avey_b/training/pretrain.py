@@ -46,7 +46,7 @@ from avey_b.utils.device import autocast as device_autocast
 from avey_b.utils.device import runtime_line, set_cpu_threads, use_bf16
 from avey_b.utils.progress import Progress
 from avey_b.utils.records import write_yaml_atomic
-from avey_b.utils.shared_cpu import SharedCpuWatch, shared_cpu_message
+from avey_b.utils.shared_cpu import thread_tuner
 
 from ..data.mlm import IGNORE_INDEX
 from ..data.packing import PackedSequences
@@ -288,7 +288,8 @@ def build_run(cfg: PretrainConfig, info, resume: str | None, overwrite: bool, tr
         _record_start(run_dir, cfg, state, resume_dir, saved is not None, changes, moved)
     logger = MetricsLogger(run_dir, info.is_main, tensorboard=cfg.logging.tensorboard, wandb=cfg.logging.wandb,
                            wandb_project=cfg.logging.wandb_project, config=to_dict(cfg), resume=saved is not None)
-    dist_utils.print0(runtime_line(info.device, "bf16 autocast" if bf16 else "fp32", threads, flag="train.threads"))
+    dist_utils.print0(runtime_line(info.device, "bf16 autocast" if bf16 else "fp32", threads, flag="train.threads",
+                                   auto=cfg.train.threads is None))
     dist_utils.print0(
         f"model {cfg.model.arch} ({n_params / 1e6:.2f}M parameters, vocab {len(tokenizer)}), "
         f"{info.world_size} rank(s); global batch "
@@ -317,23 +318,26 @@ def _record_start(run_dir: Path, cfg: PretrainConfig, state: TrainState, resume_
 
 class LogWindow:
     """The steps since the last log line: their mean loss, tokens per second and MFU. On a CPU run with several
-    threads, every step's time also goes to a :class:`~avey_b.utils.shared_cpu.SharedCpuWatch`, which says once
-    when the steps run far slower than they did earlier (a shared machine), within about half a minute whatever the
-    logging interval."""
+    threads, every step's time also goes to a :class:`~avey_b.utils.shared_cpu.ThreadTuner`: with
+    ``train.threads: null`` (auto) a single process keeps the count that runs fastest on this machine; with a count
+    (or several processes, whose counts are set alike), it says once when the steps run far slower than they did
+    earlier (a shared machine), within about half a minute whatever the logging interval."""
 
-    def __init__(self, run: Run):
+    def __init__(self, run: Run, write):
         self.run, self.loss, self.count = run, 0.0, 0
         self.t0, self.step0 = time.time(), run.state.step
-        watch = run.info.is_main and run.info.device.type == "cpu" and run.threads > 1
-        self.watch = SharedCpuWatch() if watch else None
+        info = run.info
+        requested = run.cfg.train.threads if info.world_size == 1 else run.threads
+        self.watch = thread_tuner(info.device, run.threads, requested, write, "training", (
+            "it may change on resume: stop (Ctrl-C saves a checkpoint), then `avey-b pretrain --config ... --resume "
+            "train.threads=1`"), unit="steps") if info.is_main else None
 
-    def add(self, loss: float, seconds: float, write) -> None:
+    def add(self, loss: float, seconds: float) -> None:
         """One step's loss and its time (fetching the batch and stepping: evaluations and checkpoints excluded)."""
         self.loss, self.count = self.loss + loss, self.count + 1
-        if self.watch is not None and (found := self.watch.add(self.run.tokens_per_step, seconds)):
-            write(shared_cpu_message(*found, self.run.threads, "training", "it may change on resume: stop (Ctrl-C "
-                                     "saves a checkpoint), then `avey-b pretrain --config ... --resume "
-                                     "train.threads=1`"))
+        if self.watch is not None:
+            self.watch.add(self.run.tokens_per_step, seconds)
+            self.run.threads = self.watch.threads
 
     def close(self, lr: float, grad_norm: float, write) -> None:
         """Log the window (metrics file and a line) and start the next one."""
@@ -368,7 +372,7 @@ def run_loop(run: Run) -> dict:
         bar = Progress(total_steps, "pretrain", initial=state.step, enabled=info.is_main and cfg.logging.progress,
                        cap=None if cap is None else (60 * cap - state.session_seconds(), f"train.max_minutes={cap:g}"))
         write = bar.write if info.is_main else (lambda *a: None)
-        window = LogWindow(run)
+        window = LogWindow(run, write)
         it = iter(parts.stream)
         run.model.train()
         try:
@@ -380,7 +384,7 @@ def run_loop(run: Run) -> dict:
                                                  run.autocast)
                 state.step += 1
                 step = state.step
-                window.add(loss, time.perf_counter() - t_step, write)
+                window.add(loss, time.perf_counter() - t_step)
                 bar.update(1, loss=round(loss, 3), lr=f"{lr:.2e}")
 
                 if step % cfg.logging.every == 0 or step == total_steps:

@@ -171,26 +171,31 @@ def _task_state(stat: Path) -> str:
         return ""
 
 
-def set_cpu_threads(requested: int | None = None) -> int:
-    """Set PyTorch's intra-op CPU threads and return the count: ``requested``; else, unless ``OMP_NUM_THREADS`` is
-    set, PyTorch's default (one per core it sees, which follows the affinity mask but not a cgroup quota) capped at
-    :func:`usable_cpus`."""
+#: PyTorch's own thread count when this module was imported: one per core it sees (it follows the affinity mask,
+#: not a cgroup quota), or ``OMP_NUM_THREADS``.
+PYTORCH_DEFAULT_THREADS = torch.get_num_threads()
+
+
+def set_cpu_threads(requested: int | None = None, pytorch_default: int = PYTORCH_DEFAULT_THREADS) -> int:
+    """Set PyTorch's intra-op CPU threads and return the count: ``requested``; else (auto), unless
+    ``OMP_NUM_THREADS`` is set, ``pytorch_default`` (:data:`PYTORCH_DEFAULT_THREADS`; tests pass another) capped at
+    :func:`usable_cpus` — whatever an earlier piece of work in this process tuned it to
+    (:class:`avey_b.utils.shared_cpu.ThreadTuner`)."""
     if requested:
         torch.set_num_threads(int(requested))
     elif not os.environ.get("OMP_NUM_THREADS"):
-        usable = usable_cpus()
-        if usable < torch.get_num_threads():
-            torch.set_num_threads(usable)
+        torch.set_num_threads(min(usable_cpus(), pytorch_default))
     return torch.get_num_threads()
 
 
 def runtime_line(device: torch.device | str, precision: str, threads: int | None = None, *, runtime: str = "PyTorch",
-                 flag: str = "--threads") -> str:
+                 flag: str = "--threads", auto: bool = False) -> str:
     """The one line every verb that runs a model prints at its start: ``runtime`` on ``device`` in ``precision``
     (``"fp32"``, ``"bf16 autocast"``, ``"int8"``) and, on the CPU, ``threads`` (default: PyTorch's) of the CPUs this
-    process may use (:func:`usable_cpus`) — the setting that decides the speed on a shared machine. When other
-    processes already keep the CPUs busy (:func:`others_busy`) and several threads run, a second line says what
-    ``flag`` to try (:mod:`avey_b.utils.shared_cpu` watches the rate later on)."""
+    process may use (:func:`usable_cpus`) — the setting that decides the speed on a shared machine — and ``auto``
+    when the program fits the count (:class:`avey_b.utils.shared_cpu.ThreadTuner`). When other processes already
+    keep the CPUs busy (:func:`others_busy`) and several threads run, a second line says what ``flag`` to try, or
+    that auto tries fewer (:mod:`avey_b.utils.shared_cpu` watches the rate later on)."""
     device = torch.device(device)
     where = f"{device} ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else str(device)
     line = f"{runtime} on {where}, {precision}"
@@ -198,25 +203,28 @@ def runtime_line(device: torch.device | str, precision: str, threads: int | None
         return line
     threads = threads or torch.get_num_threads()
     cpus = usable_cpus()
-    line += f", {threads} CPU thread{'s' if threads != 1 else ''} ({cpus} usable CPU{'s' if cpus != 1 else ''}; {flag})"
+    line += (f", {threads} CPU thread{'s' if threads != 1 else ''}{', auto' if auto else ''} ({cpus} usable "
+             f"CPU{'s' if cpus != 1 else ''}; {flag})")
     busy, now = others_busy()
     idle = max(1, cpus - math.floor((busy or 0.0) + 0.25))  # a core counts as busy from a load of 0.75
     if threads > 1 and threads > idle:
         said = (f"other processes keep {busy:.1f} of the {cpus} CPUs busy now" if now else
                 f"the load average is {busy:.1f} on {cpus} CPUs: other processes keep them busy")
-        line += (f"\nnote: {said}, and each operation waits for the slowest of the {threads} threads; {flag} {idle} "
-                 "(one per idle core) is often several times faster")
+        line += f"\nnote: {said}, and each operation waits for the slowest of the {threads} threads; " + (
+            "auto times fewer threads on the first steps and keeps the fastest" if auto else
+            f"{flag} {idle} (one per idle core) is often several times faster")
     return line
 
 
 def start_runtime(device: str | torch.device | None, precision: str, threads: int | None, *,
-                  flag: str = "--threads") -> tuple[torch.device, bool, int]:
+                  flag: str = "--threads", what: str = "") -> tuple[torch.device, bool, int]:
     """What a verb that runs a PyTorch model does first: pick the device (:func:`pick_device`), the precision
     (:func:`use_bf16`) and the CPU threads (:func:`set_cpu_threads`), and print its start line on stderr
-    (:func:`runtime_line`; ``flag`` is the option that sets the threads; stdout stays the verb's results). Returns
-    ``(device, bf16, threads)``."""
+    (:func:`runtime_line`, after ``what``, the verb's work, when given; ``flag`` is the option that sets the
+    threads; stdout stays the verb's results). ``threads`` None: auto. Returns ``(device, bf16, threads)``."""
     device = pick_device(device)
     bf16 = use_bf16(precision, device)
-    threads = set_cpu_threads(threads)
-    print(runtime_line(device, "bf16 autocast" if bf16 else "fp32", threads, flag=flag), file=sys.stderr, flush=True)
-    return device, bf16, threads
+    count = set_cpu_threads(threads)
+    line = runtime_line(device, "bf16 autocast" if bf16 else "fp32", count, flag=flag, auto=threads is None)
+    print(f"{what}: {line}" if what else line, file=sys.stderr, flush=True)
+    return device, bf16, count

@@ -256,6 +256,8 @@ def embed_corpus(model: str, source: str, output: str | os.PathLike, options: Em
             else:
                 infos, documents = _embed_shards(docs, out, encoder, recorded, manifest, run, bar, options, ray,
                                                  kept_schema)
+        if ray is None and target.type == "cpu":
+            run["threads"] = encoder.threads  # with auto, the count it ended on
         if options.update:  # the manifest written into the stage commits the update; then the renames
             finish_manifest(updater.stage, source, manifest, run, infos, documents, started)
             put_in_place(out, manifest)

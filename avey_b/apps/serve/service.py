@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
-import torch
 from fastapi import Depends, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ValidationError
@@ -112,8 +111,8 @@ class Service:
                 "block_tokens": self.documents.block}
 
     def threads(self) -> int | None:
-        """The threads the model runs on: onnxruntime's, else torch's."""
-        return self.encoder.threads if self.encoder.onnx_file else torch.get_num_threads()
+        """The threads the model runs on: onnxruntime's, else torch's (with auto threads, the count it runs at now)."""
+        return self.encoder.threads
 
     # ------------------------------------------------------------------ checks
     def needs(self, kind: str, route: str) -> None:

@@ -151,7 +151,7 @@ def evaluate_model(name: str, task: str, args, lr: float | None = None, log=prin
         write_json_atomic(settings_path, settings)
     trained = os.path.exists(os.path.join(run_dir, "train.json"))
 
-    device, _, _ = start_runtime(cfg.device, cfg.precision, cfg.threads)
+    device, _, _ = start_runtime(cfg.device, cfg.precision, cfg.threads, what=f"niah {task} of {name}")
     transformers.set_seed(args.seed)
     model, tok, limit, how = load_model_and_tokenizer(name, args, cfg,
                                                       weights=os.path.join(run_dir, "model") if trained else None)
