@@ -61,6 +61,14 @@ def test_an_append_computes_only_the_new_splits():
     assert state.computed - computed == 3
 
 
+def test_queries_with_more_distinct_ids_than_a_ranker_block_equal_a_fresh_forward():
+    """The new splits' distinct ids are ranked ``ranker_block_size`` at a time; the last block is a partial one."""
+    m = model(ranker_block_size=16)
+    ids = torch.randint(0, VOCAB, (150,), generator=torch.Generator().manual_seed(3))
+    state = DocumentState(m).feed(ids[:50]).feed(ids[50:])  # 100 new ids: 6 full blocks of 16 and one of 4
+    assert close(state.pooled(), fresh(m, ids)[0])
+
+
 @pytest.mark.parametrize("size,overlap", [(5, 0), (7, 3), (3, 1), (64, 0)])
 def test_late_chunks_equal_a_fresh_forward(size, overlap):
     m = model()
