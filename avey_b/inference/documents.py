@@ -15,15 +15,10 @@ on are recomputed (an append: the last split and the new ones).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
 
 from avey_b.model.streaming import DocumentState
 from avey_b.utils.device import autocast
-
-if TYPE_CHECKING:
-    from avey_b.inference.encoder import Encoder
 
 #: Tokens kept on each side of a change in the first window; each failed sync check widens it four times.
 MARGIN = 32
@@ -32,17 +27,19 @@ SYNC = 4
 
 
 class TextDocument:
-    """One text encoded in pieces with an :class:`~avey_b.inference.encoder.Encoder`'s model and tokenizer
-    (eager runtime). :meth:`append` and :meth:`replace` change the text; :meth:`vector` is
-    ``encoder.encode(document.text)`` and :meth:`chunks` the late chunks ``avey-b embed --chunking late
-    --chunk-tokens T`` gives, computed from the splits kept so far. ``tokens``: the token ids of the whole text as
-    the tokenizer gives them (special tokens included); ``len(document)`` their number; ``state``: the model-level
-    :class:`~avey_b.model.streaming.DocumentState` (its ``recomputed`` counts the splits the last change ran);
-    ``retokenized``: the characters the last change tokenized."""
+    """One text encoded in pieces by ``model`` (an Avey-B module in eval mode, any head) and its ``tokenizer`` (a
+    fast one), made by :meth:`Encoder.document <avey_b.inference.encoder.Encoder.document>`, which passes its own.
+    :meth:`append` and :meth:`replace` change the text; :meth:`vector` is ``encoder.encode(document.text)`` and
+    :meth:`chunks` the late chunks ``avey-b embed --chunking late --chunk-tokens T`` gives, computed from the splits
+    kept so far; ``normalize``: L2-normalize them (the config's ``normalize_embeddings``); ``bf16``: run under bf16
+    autocast. ``tokens``: the token ids of the whole text as the tokenizer gives them (special tokens included);
+    ``len(document)`` their number; ``state``: the model-level :class:`~avey_b.model.streaming.DocumentState` (its
+    ``recomputed`` counts the splits the last change ran); ``retokenized``: the characters the last change
+    tokenized."""
 
-    def __init__(self, encoder: Encoder, text: str = "", *, chunk_tokens: int | None = None, chunk_overlap: int = 0):
-        self.encoder = encoder
-        self.tokenizer = tokenizer = encoder.tokenizer
+    def __init__(self, model: torch.nn.Module, tokenizer, text: str = "", *, chunk_tokens: int | None = None,
+                 chunk_overlap: int = 0, normalize: bool = True, bf16: bool = False):
+        self.tokenizer = tokenizer
         if not tokenizer.is_fast:
             raise ValueError("a text document needs a fast tokenizer (character offsets); this model's is not one")
         probe = tokenizer("a", return_special_tokens_mask=True, verbose=False)
@@ -50,8 +47,8 @@ class TextDocument:
         lead = next(i for i, s in enumerate(mask + [0]) if not s)
         trail = next(i for i, s in enumerate(mask[::-1] + [0]) if not s)
         self._lead, self._trail = ids[:lead], ids[len(ids) - trail:]
-        self.normalize = bool(getattr(encoder.config, "normalize_embeddings", True))
-        self.state = DocumentState(encoder.model, chunk_tokens=chunk_tokens, chunk_overlap=chunk_overlap,
+        self.normalize, self.bf16 = normalize, bf16
+        self.state = DocumentState(model, chunk_tokens=chunk_tokens, chunk_overlap=chunk_overlap,
                                    special=(lead, trail))
         self.text = ""
         self.retokenized = 0
@@ -116,7 +113,7 @@ class TextDocument:
 
     # ------------------------------------------------------------------ tokenization
     def _precision(self):
-        return autocast(self.encoder.device, self.encoder.bf16)
+        return autocast(self.state.device, self.bf16)
 
     def _tokenize(self, text: str, start: int, end: int, special: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
         """The ids (n,) and character offsets (n, 2) of ``text[start:end]`` (offsets in ``text``), with the special

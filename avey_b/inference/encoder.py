@@ -256,7 +256,8 @@ class Encoder:
                              f"runs the ONNX model {self.onnx_file}: load it without LoadOptions(onnx=...)")
         if why := refusal(self.config):
             raise ValueError(f"{self.name} cannot encode a document in pieces: {why}")
-        return TextDocument(self, text, chunk_tokens=chunk_tokens, chunk_overlap=chunk_overlap)
+        return TextDocument(self.model, self.tokenizer, text, chunk_tokens=chunk_tokens, chunk_overlap=chunk_overlap,
+                            normalize=bool(getattr(self.config, "normalize_embeddings", True)), bf16=self.bf16)
 
     def logits(self, batch: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """The head's float32 logits of a padded batch, on the CPU."""
