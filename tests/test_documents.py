@@ -38,9 +38,10 @@ def prose(seed: int, n: int) -> str:
     return "".join(w + " " for w in words(seed, n))
 
 
-def bpe_tokenizer(directory: str, byte_level: bool) -> PreTrainedTokenizerFast:
+def bpe_tokenizer(directory: str, byte_level: bool, trim_offsets: bool = False) -> PreTrainedTokenizerFast:
     """A BPE tokenizer trained on made-up words, with [CLS]/[SEP] around every text: words split on whitespace and
-    punctuation (``byte_level`` False) or GPT-2's byte-level rule (True, as ModernBERT's tokenizer)."""
+    punctuation (``byte_level`` False) or GPT-2's byte-level rule (True, as ModernBERT's tokenizer); with
+    ``trim_offsets``, RoBERTa's post-processor: a token's offsets leave out its leading space."""
     specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
     tok = Tokenizer(models.BPE(unk_token=None if byte_level else "[UNK]"))
     tok.pre_tokenizer = (pre_tokenizers.ByteLevel(add_prefix_space=False) if byte_level
@@ -50,16 +51,18 @@ def bpe_tokenizer(directory: str, byte_level: bool) -> PreTrainedTokenizerFast:
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet() if byte_level else [])
     tok.train_from_iterator([prose(s, 500) for s in range(1000, 1020)], trainer)
     cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
-    tok.post_processor = processors.TemplateProcessing(single="[CLS] $A [SEP]", special_tokens=[("[CLS]", cls),
-                                                                                                ("[SEP]", sep)])
+    tok.post_processor = (
+        processors.RobertaProcessing(("[SEP]", sep), ("[CLS]", cls), trim_offsets=True, add_prefix_space=False)
+        if trim_offsets else
+        processors.TemplateProcessing(single="[CLS] $A [SEP]", special_tokens=[("[CLS]", cls), ("[SEP]", sep)]))
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="[PAD]", unk_token="[UNK]", cls_token="[CLS]",
                                    sep_token="[SEP]", mask_token="[MASK]")
     fast.save_pretrained(directory)
     return fast
 
 
-def checkpoint(directory, byte_level: bool = False, **overrides) -> str:
-    tok = bpe_tokenizer(str(directory), byte_level)
+def checkpoint(directory, byte_level: bool = False, trim_offsets: bool = False, **overrides) -> str:
+    tok = bpe_tokenizer(str(directory), byte_level, trim_offsets)
     seeded(AveyBForSentenceEmbedding, presets.tiny(vocab_size=len(tok), **overrides)).eval().save_pretrained(directory)
     return str(directory)
 
@@ -204,3 +207,18 @@ def test_random_edits_keep_the_tokens_of_the_whole_text(encoder):
         document.replace(start, end, new)
         assert document.tokens == encoder.tokenize([document.text])["input_ids"][0]
     assert close(document.vector(), encoder.encode(document.text))
+
+
+def test_a_tokenizer_whose_offsets_leave_out_the_spaces_still_tokenizes_a_window(tmp_path):
+    """RoBERTa's trimmed offsets: a token's span starts after its leading space, so a window starts where the token
+    before it ends (the space then belongs to the window's first token, as in the whole text)."""
+    encoder = Encoder(checkpoint(tmp_path, byte_level=True, trim_offsets=True), LoadOptions(precision="fp32")).load()
+    document = encoder.document(prose(51, 300))
+    assert document.tokenizer("ab cd", return_offsets_mapping=True)["offset_mapping"][2] == (3, 5)  # trimmed
+    document.append("xy zw")
+    check(encoder, document)
+    assert document.retokenized < 200  # the first window (32 tokens of about three characters and the new text)
+    middle = len(document.text) // 2
+    document.replace(middle, middle + 3, " qq ")
+    check(encoder, document)
+    assert document.retokenized < 200  # the first window, not widened: 32 tokens on either side

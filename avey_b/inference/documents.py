@@ -141,8 +141,10 @@ class TextDocument:
             j, k = max(0, before - margin), min(n, after + margin)
             if j == 0 and k == n:
                 return self._tokenize(text, 0, len(text))
-            a = int(offsets[j, 0]) if j else 0
-            b = int(offsets[k, 0]) + shift if k < n else len(text)
+            # from the end of the token before the window to the end of its last: the characters between two tokens
+            # (a space) go with the next one, whether or not its offsets count them (trimmed offsets do not)
+            a = int(offsets[j - 1, 1]) if j else 0
+            b = int(offsets[k - 1, 1]) + shift if k < n else len(text)
             w_ids, w_offsets = self._tokenize(text, a, b, special=False)
             if self._synced(w_ids, w_offsets, ids[j:j + SYNC], offsets[j:j + SYNC], j > 0, front=True) and \
                     self._synced(w_ids, w_offsets, ids[k - SYNC:k], offsets[k - SYNC:k] + shift, k < n, front=False):
