@@ -7,6 +7,8 @@
   ``encode(texts)`` (texts to vectors in one call), and the padded-batch calls under it (``tokenize``, ``pad``,
   ``embed``, ``hidden_states``, ``logits``).
 * :mod:`avey_b.inference.runtimes` — the eager PyTorch model and the ONNX model (onnxruntime) it runs in.
+* :mod:`avey_b.inference.documents` — :class:`TextDocument` (``Encoder.document(text)``): a text that grows and
+  changes, encoded in pieces (appends and edits recompute only the splits whose inputs changed).
 
 It stands on the model and the shared utilities (``utils/``, ``configs/``); the verbs of ``apps/`` (serve, embed,
 export, analyze) load through it, and it imports none of them. Importing this folder imports nothing.

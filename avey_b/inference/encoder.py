@@ -34,11 +34,13 @@ from typing import TYPE_CHECKING
 import torch
 from transformers import AutoConfig, AutoTokenizer
 
+from avey_b.inference.documents import TextDocument
 from avey_b.inference.options import MAX_BATCH_TOKENS, LoadOptions
 from avey_b.inference.runtimes import EagerRuntime, OnnxRuntime
 from avey_b.model import auto
 from avey_b.model.configuration import is_avey_b
 from avey_b.model.heads import sentence_embedding
+from avey_b.model.streaming import refusal
 from avey_b.utils.batching import pad_right, token_budget_batches
 from avey_b.utils.device import pick_device, runtime_line, set_cpu_threads, usable_cpus, use_bf16
 from avey_b.utils.files import model_source
@@ -241,6 +243,22 @@ class Encoder:
                 batch, mask = self.pad([ids[i] for i in rows])
                 out[rows] = self.embed(batch, mask, normalize).cpu()
         return out[0] if single else out
+
+    def document(self, text: str = "", *, chunk_tokens: int | None = None, chunk_overlap: int = 0) -> TextDocument:
+        """A document that grows and changes (:class:`avey_b.inference.documents.TextDocument`): ``append(text)``
+        and ``replace(start, end, text)`` recompute only the splits whose inputs changed, ``vector()`` is
+        :meth:`encode`'s vector of the whole text and ``chunks()`` its late chunks of ``chunk_tokens`` tokens
+        (``chunk_overlap`` shared by consecutive chunks). It runs the eager model (an ONNX model is refused) of a
+        config where a split's outputs depend only on the splits before it (the unidirectional ranker at the first
+        layer: :func:`avey_b.model.streaming.refusal` says why another is refused; encode the whole text with
+        :meth:`encode` instead)."""
+        if self.onnx_file:
+            raise ValueError(f"a document encoded in pieces needs the eager runtime (the PyTorch model); this encoder "
+                             f"runs the ONNX model {self.onnx_file}: load it without LoadOptions(onnx=...)")
+        if why := refusal(self.config):
+            raise ValueError(f"{self.name} cannot encode a document in pieces: {why}")
+        return TextDocument(self.model, self.tokenizer, text, chunk_tokens=chunk_tokens, chunk_overlap=chunk_overlap,
+                            normalize=bool(getattr(self.config, "normalize_embeddings", True)), bf16=self.bf16)
 
     def logits(self, batch: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """The head's float32 logits of a padded batch, on the CPU."""

@@ -21,6 +21,7 @@ PUBLIC = (
     "AveyBForMultipleChoice",
     "AveyBForSentenceEmbedding",
     "mean_pool",
+    "DocumentState",
     "presets",
     "remote_code",  # `from avey_b import remote_code`: the loading code saved beside 0.1.0 checkpoints imports it
 )

@@ -1,0 +1,169 @@
+"""A text that grows and changes, encoded in pieces: :class:`TextDocument` (made by :meth:`Encoder.document
+<avey_b.inference.encoder.Encoder.document>`) keeps the text, its tokenization and a
+:class:`~avey_b.model.streaming.DocumentState` of its token ids, so that appending text or editing a span
+recomputes only the splits whose inputs changed (a split's outputs depend only on its own tokens and the splits
+before it: the unidirectional ranker, §3.1, and the processor working on each split's row alone, §3.2).
+
+Text is not token ids: an append can change how the old tail tokenizes (a subword merge across the boundary:
+``"foo"`` then ``"bar"`` reads as ``"foobar"``). So each change re-tokenizes a window of text around it — from a
+few tokens before it to a few tokens after it, never the whole text — and splices the window's tokens between the
+unchanged ones. A window is accepted only when its first and last tokens (those far from the change) are the ones
+the text had there, ids and character offsets; else it is widened, up to the whole text, which is the full
+tokenization. The state then replaces the token ids from the first one that changed, so only the splits from there
+on are recomputed (an append: the last split and the new ones).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from avey_b.model.streaming import DocumentState
+from avey_b.utils.device import autocast
+
+#: Tokens kept on each side of a change in the first window; each failed sync check widens it four times.
+MARGIN = 32
+#: Tokens at each end of a window that must equal the text's own tokens there (ids and character offsets).
+SYNC = 4
+
+
+class TextDocument:
+    """One text encoded in pieces by ``model`` (an Avey-B module in eval mode, any head) and its ``tokenizer`` (a
+    fast one), made by :meth:`Encoder.document <avey_b.inference.encoder.Encoder.document>`, which passes its own.
+    :meth:`append` and :meth:`replace` change the text; :meth:`vector` is ``encoder.encode(document.text)`` and
+    :meth:`chunks` the late chunks ``avey-b embed --chunking late --chunk-tokens T`` gives, computed from the splits
+    kept so far; ``normalize``: L2-normalize them (the config's ``normalize_embeddings``); ``bf16``: run under bf16
+    autocast. ``tokens``: the token ids of the whole text as the tokenizer gives them (special tokens included);
+    ``len(document)`` their number; ``state``: the model-level :class:`~avey_b.model.streaming.DocumentState` (its
+    ``recomputed`` counts the splits the last change ran); ``retokenized``: the characters the last change
+    tokenized."""
+
+    def __init__(self, model: torch.nn.Module, tokenizer, text: str = "", *, chunk_tokens: int | None = None,
+                 chunk_overlap: int = 0, normalize: bool = True, bf16: bool = False):
+        self.tokenizer = tokenizer
+        if not tokenizer.is_fast:
+            raise ValueError("a text document needs a fast tokenizer (character offsets); this model's is not one")
+        probe = tokenizer("a", return_special_tokens_mask=True, verbose=False)
+        mask, ids = probe["special_tokens_mask"], probe["input_ids"]
+        lead = next(i for i, s in enumerate(mask + [0]) if not s)
+        trail = next(i for i, s in enumerate(mask[::-1] + [0]) if not s)
+        self._lead, self._trail = ids[:lead], ids[len(ids) - trail:]
+        self.normalize, self.bf16 = normalize, bf16
+        self.state = DocumentState(model, chunk_tokens=chunk_tokens, chunk_overlap=chunk_overlap,
+                                   special=(lead, trail))
+        self.text = ""
+        self.retokenized = 0
+        ids, self._offsets = self._tokenize(text, 0, len(text))
+        self.text = text
+        with self._precision():
+            self.state.feed(ids)
+
+    def __len__(self) -> int:
+        return self.state.length
+
+    def __repr__(self) -> str:
+        return f"TextDocument({len(self.text):,} characters, {len(self):,} tokens)"
+
+    @property
+    def tokens(self) -> list[int]:
+        """The token ids of the whole text, special tokens included (``encoder.tokenize([text])``'s)."""
+        return self.state.ids.tolist()
+
+    # ------------------------------------------------------------------ changes
+    def append(self, text: str) -> TextDocument:
+        """Add ``text`` at the end. Returns the document."""
+        return self.replace(len(self.text), len(self.text), text)
+
+    def replace(self, start: int, end: int, text: str) -> TextDocument:
+        """Replace the characters ``start:end`` (Python string indices, end exclusive) by ``text``: an insertion
+        where ``start == end``, a deletion where ``text`` is empty. Returns the document."""
+        if not 0 <= start <= end <= len(self.text):
+            raise ValueError(f"the span {start}:{end} is not within the document's {len(self.text)} characters")
+        if start == end and not text:
+            return self
+        new_text = self.text[:start] + text + self.text[end:]
+        ids, offsets = self._retokenize(new_text, start, end, len(text) - (end - start))
+        old = self.state.ids
+        n = min(len(old), len(ids))
+        differ = (old[:n] != ids[:n].to(old.dtype)).nonzero()
+        first = int(differ[0]) if len(differ) else n
+        same_end = (old.flip(0)[:n - first] != ids.flip(0)[:n - first].to(old.dtype)).nonzero()
+        last = int(same_end[0]) if len(same_end) else n - first  # ids equal at the end, after ``first``
+        with self._precision():
+            self.state.replace(first, len(old) - last, ids[first:len(ids) - last])
+        self.text, self._offsets = new_text, offsets
+        return self
+
+    # ------------------------------------------------------------------ vectors
+    def vector(self) -> torch.Tensor:
+        """(d,) float32: the document's embedding, as ``encoder.encode(text)`` gives it (the masked mean of the
+        last hidden state, L2-normalized when the config says ``normalize_embeddings``)."""
+        with self._precision():
+            return self.state.pooled(self.normalize).cpu()
+
+    def chunks(self) -> tuple[torch.Tensor, list[tuple[int, int]]]:
+        """The late chunks: ``(C, d)`` float32 vectors and each chunk's character span ``(start, end)``, end
+        exclusive — ``chunk_tokens`` consecutive text tokens a chunk, ``chunk_tokens - chunk_overlap`` apart, as
+        :func:`avey_b.apps.embed.chunks.chunk_ranges` cuts them and ``avey-b embed --chunking late`` pools them."""
+        if self.state.chunk is None:
+            raise ValueError("this document has no chunks: make it with encoder.document(chunk_tokens=...)")
+        with self._precision():
+            vectors = self.state.chunk_vectors(self.normalize).cpu()
+        spans = [(int(self._offsets[a, 0]), int(self._offsets[b - 1, 1])) for a, b in self.state.chunk_spans()]
+        return vectors, spans
+
+    # ------------------------------------------------------------------ tokenization
+    def _precision(self):
+        return autocast(self.state.device, self.bf16)
+
+    def _tokenize(self, text: str, start: int, end: int, special: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+        """The ids (n,) and character offsets (n, 2) of ``text[start:end]`` (offsets in ``text``), with the special
+        tokens (offsets (0, 0)) or without; counts the characters in ``retokenized``."""
+        enc = self.tokenizer(text[start:end], add_special_tokens=special, return_offsets_mapping=True, verbose=False)
+        ids = torch.tensor(enc["input_ids"], dtype=torch.long)
+        offsets = torch.tensor(enc["offset_mapping"], dtype=torch.long).reshape(-1, 2) + start
+        if special:
+            offsets[:len(self._lead)] = offsets[len(offsets) - len(self._trail):] = 0
+        self.retokenized = end - start
+        return ids, offsets
+
+    def _retokenize(self, text: str, start: int, end: int, shift: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The ids and offsets of the whole new ``text``, where the old text's ``start:end`` became
+        ``text[start:end + shift]``: the old tokens far from the change kept (those after it moved by ``shift``
+        characters), a window around it tokenized again; widened until its ends agree with the old tokens, at
+        worst the whole text."""
+        lead, trail = len(self._lead), len(self._trail)
+        ids, offsets = self.state.ids.long()[lead:len(self) - trail], self._offsets[lead:len(self) - trail]
+        n = len(ids)
+        before = int(torch.searchsorted(offsets[:, 1].contiguous(), start))  # tokens ending before the change
+        after = int(torch.searchsorted(offsets[:, 0].contiguous(), end, right=True))  # tokens starting at or before
+        margin = MARGIN
+        while True:
+            j, k = max(0, before - margin), min(n, after + margin)
+            if j == 0 and k == n:
+                return self._tokenize(text, 0, len(text))
+            # from the end of the token before the window to the end of its last: the characters between two tokens
+            # (a space) go with the next one, whether or not its offsets count them (trimmed offsets do not)
+            a = int(offsets[j - 1, 1]) if j else 0
+            b = int(offsets[k - 1, 1]) + shift if k < n else len(text)
+            w_ids, w_offsets = self._tokenize(text, a, b, special=False)
+            if self._synced(w_ids, w_offsets, ids[j:j + SYNC], offsets[j:j + SYNC], j > 0, front=True) and \
+                    self._synced(w_ids, w_offsets, ids[k - SYNC:k], offsets[k - SYNC:k] + shift, k < n, front=False):
+                break
+            margin *= 4
+        ids = torch.cat([torch.tensor(self._lead, dtype=torch.long), ids[:j], w_ids, ids[k:],
+                         torch.tensor(self._trail, dtype=torch.long)])
+        offsets = torch.cat([self._offsets[:lead + j], w_offsets, offsets[k:] + shift,
+                             self._offsets[len(self) - trail:]])
+        return ids, offsets
+
+    @staticmethod
+    def _synced(w_ids, w_offsets, ids, offsets, check: bool, front: bool) -> bool:
+        """Whether a window's first (``front``) or last tokens are ``ids`` at ``offsets``: the text's own tokens
+        there (always, where that end of the window is the text's own end: ``check`` False)."""
+        if not check:
+            return True
+        m = len(ids)
+        if len(w_ids) < m:
+            return False
+        got = slice(0, m) if front else slice(len(w_ids) - m, len(w_ids))
+        return torch.equal(w_ids[got], ids) and torch.equal(w_offsets[got], offsets)
