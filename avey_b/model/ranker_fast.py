@@ -363,20 +363,25 @@ def _best_match_columns(flat: torch.Tensor, c_keep: torch.Tensor | None, q: torc
 
 @torch.no_grad()
 def select_for_queries(q: torch.Tensor, q_keep: torch.Tensor | None, q_ids: torch.Tensor, q_splits: torch.Tensor,
-                       cand_splits: torch.Tensor, candidates, *, k: int, execution: ExecutionSettings, n_bound: int
-                       ) -> tuple[torch.Tensor, torch.Tensor]:
+                       cand_splits: torch.Tensor, candidates, vectors, *, k: int, execution: ExecutionSettings,
+                       n_bound: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The unidirectional choice of some splits of a sequence (the queries) among some of its splits (the
-    candidates), with the candidates' vectors made on demand, one tile at a time: what a document encoded in pieces
-    needs (:mod:`avey_b.model.streaming`), where only the new or edited splits are ranked and the earlier ones are
-    kept as token ids, not vectors.
+    candidates), the candidates kept as token ids and their vectors made on demand, one tile at a time: what a
+    document encoded in pieces needs (:mod:`avey_b.model.streaming`), where only the new or edited splits are ranked
+    and the earlier ones are kept as token ids, not vectors.
 
     q: (Q, S, d) the queries' unit vectors at the selection precision (:func:`selection_precision`), zero at padding;
     q_keep: (Q, S) or None; q_ids: (Q, S) their token ids; q_splits: (Q,) their split ids, ascending; cand_splits:
-    (J,) the candidates' split ids, ascending, each a full split; ``candidates(splits)`` -> (len, S, d) their unit
-    vectors at the same precision. A candidate is allowed for a query that follows it (§3.1). MaxSim is factored
-    through the queries' distinct ids, as the vocabulary path does (exact: the ranker's input is the token
-    embeddings); the candidates come in tiles of ``tile_bytes`` similarities and a running top-``k`` keeps the best,
-    ranked by :func:`ranking_keys` with ``n_bound`` (at least the number of splits) as their bound on distances.
+    (J,) the candidates' split ids, ascending, each a full split; ``candidates(splits)`` -> (len, S) their token
+    ids; ``vectors(ids)`` -> (len, d) the unit vectors of token ids at the same precision. A candidate is allowed for
+    a query that follows it (§3.1).
+
+    The ranker's input is the token embeddings, so the cosine of two tokens depends only on their ids: MaxSim is
+    factored through the ids on both sides, as the vocabulary path does on one. For a tile of candidates, the
+    cosines of their distinct ids with the queries' distinct ids are one small product, and
+    ``M[v, j] = max_{u∈j} cos(E_v, x_u)`` is gathered from it (work ``U_tile·U·d`` plus ``N·U`` lookups instead of
+    ``N·U·d``); a running top-``k`` keeps the best, ranked by :func:`ranking_keys` with ``n_bound`` (at least the
+    number of splits) as their bound on distances.
 
     Returns ``(idx, keys)``, (Q, k) each, best first: the chosen split ids and their float64 keys (``-inf`` for
     an empty slot: fewer than ``k`` allowed candidates)."""
@@ -390,21 +395,22 @@ def select_for_queries(q: torch.Tensor, q_keep: torch.Tensor | None, q_ids: torc
     rows = torch.full((Q * S,), U, dtype=torch.long, device=device).index_put_((real,), inv).view(Q, S)
     best_key = torch.full((Q, k), float("-inf"), dtype=torch.float64, device=device)
     best_idx = torch.zeros(Q, k, dtype=torch.long, device=device)
+    # a tile of candidates (its gathered cosines, tile·S × ub, within ranker_memory_mb) against ids in blocks of ub
     ub = max(1, min(U, execution.ranker_block_size))
-    budget = execution.tile_bytes_for(device.type, q.element_size()) // q.element_size()
-    tile = max(1, budget // (S * ub))
-    buffers: dict = {}
+    tile = max(1, min(memory_elements(execution) // 2, 1 << 22) // (S * ub))
     i_all = q_splits.to(device)
     for t0 in range(0, cand_splits.numel(), tile):
         js = cand_splits[t0:t0 + tile].to(device)
         a = int(torch.searchsorted(i_all, js[0], right=True))  # queries after the tile's first candidate
         if a == Q:
             break
-        c = candidates(js).reshape(-1, d)
+        c_vocab, c_inv = torch.unique(candidates(js).reshape(-1), return_inverse=True)
+        c = vectors(c_vocab)  # (U_tile, d)
         M = torch.zeros(U + 1, js.numel(), dtype=torch.float32, device=device)  # M[v, j]; the last row: padding
         for u0 in range(0, U, ub):
             u1 = min(U, u0 + ub)
-            M[u0:u1] = best_match(c, qv[:, u0:u1], None, S, buffers).t()
+            cos = (c @ qv[:, u0:u1])[c_inv]  # (tile·S, u1 - u0): each candidate token against these ids
+            M[u0:u1] = cos.view(js.numel(), S, u1 - u0).amax(1).t()
         score = F.embedding_bag(rows[a:], M, mode="sum", padding_idx=U)  # (Q - a, jt): MaxSim
         i, j = i_all[a:, None], js[None, :]
         key = ranking_keys(score.masked_fill_(~allowed_candidates(i, j, False), float("-inf")), i, j, n_bound,

@@ -333,12 +333,15 @@ class DocumentState:
         return torch.tensor(chunks, dtype=torch.long), torch.stack(sums) if sums else torch.zeros(0, d)
 
     # ------------------------------------------------------------------ the model's steps
-    def _vectors(self, split_ids: torch.Tensor, unit: bool) -> torch.Tensor:
-        """(len, S, d) the embeddings (or, ``unit``, the ranker's unit vectors at its selection precision) of full
-        splits, looked up again from their ids."""
-        pos = (split_ids.cpu()[:, None] * self.S + torch.arange(self.S)).reshape(-1)
-        x = self.model.embed_tokens(self._ids[pos].long().to(self.device)).view(len(split_ids), self.S, -1)
-        return ranker_fast.selection_precision(unit_vectors(x), self.model.config.execution) if unit else x
+    def _split_ids(self, split_ids: torch.Tensor) -> torch.Tensor:
+        """(len, S) the token ids of full splits, on the model's device."""
+        pos = split_ids.cpu()[:, None] * self.S + torch.arange(self.S)
+        return self._ids[pos].long().to(self.device)
+
+    def _unit_vectors(self, ids: torch.Tensor) -> torch.Tensor:
+        """(len, d) the ranker's unit vectors of token ids (their embeddings, §3.1) at its selection precision."""
+        x = self.model.embed_tokens(ids)
+        return ranker_fast.selection_precision(unit_vectors(x), self.model.config.execution)
 
     def _query(self, split_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """Splits as the model cuts them: ids (Q, S) (padded with 0), embeddings (Q, S, d), zero at padding, and
@@ -361,7 +364,7 @@ class DocumentState:
         ids, x, keep = self._query(queries)
         unit = ranker_fast.selection_precision(unit_vectors(x), execution)
         idx, keys = ranker_fast.select_for_queries(
-            unit, keep, ids, queries.to(self.device), candidates, lambda js: self._vectors(js, unit=True),
+            unit, keep, ids, queries.to(self.device), candidates, self._split_ids, self._unit_vectors,
             k=self.k, execution=execution, n_bound=KEY_SPLITS)
         return idx.cpu(), keys.cpu()
 
