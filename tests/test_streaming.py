@@ -50,6 +50,15 @@ def test_pieces_of_any_size_equal_a_fresh_forward(length, piece):
     assert state.done == length // 4 and torch.equal(state.ids.long(), ids)
 
 
+def test_distinct_ids_in_blocks_that_do_not_divide_them():
+    """The queries' distinct ids are ranked ``ranker_block_size`` at a time; a last, shorter block filled one row
+    too many (the padding row) and raised on any document with more distinct ids than a block, not a multiple."""
+    m = model(ranker_block_size=7)
+    ids = torch.randint(0, VOCAB, (90,), generator=torch.Generator().manual_seed(2))
+    state = DocumentState(m).feed(ids[:40]).feed(ids[40:])
+    assert close(state.pooled(), fresh(m, ids)[0])
+
+
 def test_an_append_computes_only_the_new_splits():
     m = model()
     ids = torch.randint(0, VOCAB, (200,), generator=torch.Generator().manual_seed(1))

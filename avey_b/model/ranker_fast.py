@@ -403,7 +403,7 @@ def select_for_queries(q: torch.Tensor, q_keep: torch.Tensor | None, q_ids: torc
         c = candidates(js).reshape(-1, d)
         M = torch.zeros(U + 1, js.numel(), dtype=torch.float32, device=device)  # M[v, j]; the last row: padding
         for u0 in range(0, U, ub):
-            M[u0:u0 + ub] = best_match(c, qv[:, u0:u0 + ub], None, S, buffers).t()
+            M[u0:min(u0 + ub, U)] = best_match(c, qv[:, u0:u0 + ub], None, S, buffers).t()  # not the padding row
         score = F.embedding_bag(rows[a:], M, mode="sum", padding_idx=U)  # (Q - a, jt): MaxSim
         i, j = i_all[a:, None], js[None, :]
         key = ranking_keys(score.masked_fill_(~allowed_candidates(i, j, False), float("-inf")), i, j, n_bound,
