@@ -172,6 +172,9 @@ def memory(args) -> None:
     from avey_b.utils.records import Envelope, append_jsonl
 
     ids_file, tmp = _text_ids_file(args)
+    # glibc returns every block of at least this size to the system when it is freed, so that RSS follows the live
+    # tensors (by default freed blocks stay in the heap or not, by history: tens of MB of noise on the baseline)
+    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": str(args.mmap_threshold)} if args.mmap_threshold else None
     for preset in args.presets:
         for tokens in args.tokens:
             pooled = {}
@@ -182,7 +185,7 @@ def memory(args) -> None:
                        str(args.block), "--threads", str(args.threads)]
                 envelope = Envelope.begin()
                 t0 = time.perf_counter()
-                proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+                proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env)
                 try:
                     stdout, _ = proc.communicate(timeout=args.cap)
                     row = json.loads(stdout.strip().splitlines()[-1]) if proc.returncode == 0 else {
@@ -198,7 +201,7 @@ def memory(args) -> None:
                     pooled[path] = torch.load(save)
                 if {"state", "forward"} <= pooled.keys():
                     row["max_abs_diff_vs_forward"] = float((pooled["state"] - pooled["forward"]).abs().max())
-                row |= {"command": " ".join(sys.argv), **envelope.end()}
+                row |= {"malloc_mmap_threshold": args.mmap_threshold, "command": " ".join(sys.argv), **envelope.end()}
                 append_jsonl(args.out, row, echo=True)
     tmp.cleanup()
 
@@ -356,6 +359,8 @@ def main() -> None:
                    help="state-last: a state of all but the last piece restored, then the last piece fed (the "
                         "peak of the whole encode, where the bookkeeping and the ranking are largest)")
     m.add_argument("--tokens", type=int, nargs="+", default=[65536, 262144, 1048576, 4194304])
+    m.add_argument("--mmap-threshold", type=int, default=65536,
+                   help="MALLOC_MMAP_THRESHOLD_ of the children (0: glibc's default, dynamic)")
     m.add_argument("--cap", type=float, default=300, help="seconds a point may run before it is killed")
     m.add_argument("--out", default=str(HERE / "memory.jsonl"))
     c = sub.add_parser("child", parents=[common])
