@@ -262,6 +262,36 @@ def append(args) -> None:
         append_jsonl(args.out, row, echo=True)
 
 
+# ---------------------------------------------------------------------------------------------- encode time
+def encode(args) -> None:
+    """A whole document encoded from scratch, the state (fed ``--piece`` tokens at a time) and today's forward
+    alternated in one process: times and the pooled vectors' difference."""
+    import torch
+
+    from avey_b.benchmarking.inputs import text_ids
+    from avey_b.utils.records import Envelope, append_jsonl
+
+    model = _model(args.preset, args.threads)
+    text = text_ids([args.text])
+    base = _renumber(text.ids, model.config.vocab_size)
+    for n in args.tokens:
+        envelope = Envelope.begin()
+        doc = _cycled(base, 0, n)
+        t0 = time.perf_counter()
+        ref = _forward_pooled(model, doc)
+        forward_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            vec = _state(model, doc, args.piece, args.block).pooled()
+        state_s = time.perf_counter() - t0
+        append_jsonl(args.out, {"section": "encode", "preset": args.preset, "tokens": n, "piece": args.piece,
+                                "block_tokens": args.block, "forward_s": round(forward_s, 2),
+                                "state_s": round(state_s, 2), "state_over_forward": round(state_s / forward_s, 3),
+                                "max_abs_diff_vs_forward": float((vec - ref).abs().max()),
+                                "threads": torch.get_num_threads(), "text": text.source,
+                                "command": " ".join(sys.argv), **envelope.end()}, echo=True)
+
+
 # ---------------------------------------------------------------------------------------------- edits
 def _sentences(path: str) -> list[list[str]]:
     """WikiText-2's articles as lists of sentences (a line is a paragraph; headings ``= ... =`` start articles)."""
@@ -390,8 +420,12 @@ def main() -> None:
     e.add_argument("--kinds", nargs="+", default=["same", "other"], choices=["same", "other"])
     e.add_argument("--seed", type=int, default=0)
     e.add_argument("--out", default=str(HERE / "edits.jsonl"))
+    t = sub.add_parser("encode", parents=[common], help="a whole document: state vs forward time, alternated")
+    t.add_argument("--preset", default="small")
+    t.add_argument("--tokens", type=int, nargs="+", default=[65536, 262144])
+    t.add_argument("--out", default=str(HERE / "encode.jsonl"))
     args = parser.parse_args()
-    {"memory": memory, "child": child, "append": append, "edits": edits}[args.section](args)
+    {"encode": encode, "memory": memory, "child": child, "append": append, "edits": edits}[args.section](args)
 
 
 if __name__ == "__main__":
