@@ -406,11 +406,11 @@ class DocumentState:
             idx, keys = self._rank(block, torch.arange(int(block[-1])))
             self._keep(block, idx, keys)
         rest = later[~held]
-        for rest in rest.split(self.block_splits) if rest.numel() and self.k else ():
-            new_idx, new_keys = self._rank(rest, edited)
-            val = torch.cat([self._keys[rest], new_keys], 1)
-            cand = torch.cat([self._idx[rest], new_idx], 1)
+        for part in rest.split(self.block_splits) if rest.numel() and self.k else ():
+            new_idx, new_keys = self._rank(part, edited)
+            val = torch.cat([self._keys[part], new_keys], 1)
+            cand = torch.cat([self._idx[part], new_idx], 1)
             val, p = val.topk(self.k, dim=-1)
-            changed = (val != self._keys[rest]).any(1)
+            changed = (val != self._keys[part]).any(1)
             if changed.any():
-                self._keep(rest[changed], cand.gather(1, p)[changed], val[changed])
+                self._keep(part[changed], cand.gather(1, p)[changed], val[changed])
