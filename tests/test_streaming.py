@@ -74,11 +74,12 @@ def test_late_chunks_equal_a_fresh_forward(size, overlap):
     assert spans[0][0] == 1 and spans[-1][1] == 40  # [CLS] and [SEP] belong to no chunk
 
 
-def test_edits_in_place_recompute_only_the_affected_splits():
+@pytest.mark.parametrize("block_tokens", [16384, 8])  # the affected splits in one block, or two splits at a time
+def test_edits_in_place_recompute_only_the_affected_splits(block_tokens):
     m = model(num_retrieved_splits=3)
     rng = random.Random(0)
     ids = torch.randint(0, VOCAB, (400,), generator=torch.Generator().manual_seed(2))
-    state = DocumentState(m, chunk_tokens=6, special=(1, 1)).feed(ids)
+    state = DocumentState(m, chunk_tokens=6, special=(1, 1), block_tokens=block_tokens).feed(ids)
     counts = []
     for _ in range(40):
         a = rng.randrange(0, 399)

@@ -255,7 +255,8 @@ class DocumentState:
     def _write(self, at: int, new: torch.Tensor) -> None:
         end = at + new.numel()
         if end > self._ids.numel():
-            self._ids = torch.cat([self._ids[:self.length], self._ids.new_zeros(max(end, 2 * self._ids.numel()))])
+            size = max(end, 2 * self._ids.numel())  # the new capacity (not the old length plus twice it)
+            self._ids = torch.cat([self._ids[:self.length], self._ids.new_zeros(size - self.length)])
         self._ids[at:end] = new
         self.length = end
         self._tail = None
@@ -403,21 +404,21 @@ class DocumentState:
     def _edit(self, edited: torch.Tensor) -> None:
         """After an in-place edit of the kept splits ``edited``: re-rank and recompute them, and every later kept
         split whose choice held one of them (re-ranked in full) or now takes one (its choice merged with the
-        edited splits' new scores: the other candidates' scores did not change)."""
+        edited splits' new scores: the other candidates' scores did not change); ``block_tokens`` at a time."""
         if not edited.numel():
             return
         later = torch.arange(int(edited[0]) + 1, self.done)
         later = later[~torch.isin(later, edited)]
         held = (torch.isin(self._idx[later], edited) & torch.isfinite(self._keys[later])).any(1)
-        rerank = torch.cat([edited, later[held]]).sort().values
-        idx, keys = self._rank(rerank, torch.arange(int(rerank[-1])))
-        self._keep(rerank, idx, keys)
+        for block in torch.cat([edited, later[held]]).sort().values.split(self.block_splits):  # bounded memory
+            idx, keys = self._rank(block, torch.arange(int(block[-1])))
+            self._keep(block, idx, keys)
         rest = later[~held]
-        if rest.numel() and self.k:
-            new_idx, new_keys = self._rank(rest, edited)
-            val = torch.cat([self._keys[rest], new_keys], 1)
-            cand = torch.cat([self._idx[rest], new_idx], 1)
+        for part in rest.split(self.block_splits) if rest.numel() and self.k else ():
+            new_idx, new_keys = self._rank(part, edited)
+            val = torch.cat([self._keys[part], new_keys], 1)
+            cand = torch.cat([self._idx[part], new_idx], 1)
             val, p = val.topk(self.k, dim=-1)
-            changed = (val != self._keys[rest]).any(1)
+            changed = (val != self._keys[part]).any(1)
             if changed.any():
-                self._keep(rest[changed], cand.gather(1, p)[changed], val[changed])
+                self._keep(part[changed], cand.gather(1, p)[changed], val[changed])
