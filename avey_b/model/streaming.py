@@ -254,9 +254,7 @@ class DocumentState:
 
     def _write(self, at: int, new: torch.Tensor) -> None:
         end = at + new.numel()
-        if end > self._ids.numel():
-            size = max(end, 2 * self._ids.numel())  # the new capacity (not the old length plus twice it)
-            self._ids = torch.cat([self._ids[:self.length], self._ids.new_zeros(size - self.length)])
+        self._ids = _capacity(self._ids, end, self.length)
         self._ids[at:end] = new
         self.length = end
         self._tail = None
@@ -269,12 +267,8 @@ class DocumentState:
         self._tail = None
 
     def _grow(self, n: int) -> None:
-        if n > self._sums.shape[0]:
-            size = max(n, 2 * self._sums.shape[0])
-            self._sums = torch.cat([self._sums, self._sums.new_zeros(size - self._sums.shape[0], self._sums.shape[1])])
-            self._idx = torch.cat([self._idx, self._idx.new_zeros(size - self._idx.shape[0], self.k)])
-            self._keys = torch.cat([self._keys, self._keys.new_full((size - self._keys.shape[0], self.k),
-                                                                    float("-inf"))])
+        """Room for ``n`` kept splits' sums, choices and keys (rows past ``done`` are written before they are read)."""
+        self._sums, self._idx, self._keys = (_capacity(t, n, self.done) for t in (self._sums, self._idx, self._keys))
 
     def _complete(self) -> None:
         """Compute and keep the splits the ids complete, a block at a time."""
@@ -422,3 +416,14 @@ class DocumentState:
             changed = (val != self._keys[part]).any(1)
             if changed.any():
                 self._keep(part[changed], cand.gather(1, p)[changed], val[changed])
+
+
+def _capacity(t: torch.Tensor, n: int, used: int) -> torch.Tensor:
+    """``t`` with room for ``n`` rows, its first ``used`` kept: grown by half when full, into an uninitialized buffer
+    (the old and the new one are alive together for the copy: 2.5× the old at the peak, not the 4× of concatenating
+    zeros onto a doubled buffer)."""
+    if n <= t.shape[0]:
+        return t
+    grown = t.new_empty(max(n, t.shape[0] * 3 // 2), *t.shape[1:])
+    grown[:used] = t[:used]
+    return grown
