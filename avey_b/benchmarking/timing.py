@@ -86,6 +86,16 @@ def gemm_rate(dtype: torch.dtype = torch.float32, n: int = 2048, repeats: int = 
     return 2 * n**3 / best
 
 
+def status_mb(key: str, pid: int | str = "self") -> float:
+    """A memory line of a process's ``/proc/PID/status`` (Linux) in MB: ``VmRSS`` (resident now), ``VmHWM`` (its
+    peak, which writing 5 to ``/proc/PID/clear_refs`` resets)."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) / 1024
+    raise RuntimeError(f"{key} not in /proc/{pid}/status")
+
+
 def _rss_bytes() -> int | None:
     """Current resident set size of this process, from /proc (Linux); None elsewhere."""
     try:

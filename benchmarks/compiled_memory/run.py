@@ -25,15 +25,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from avey_b.benchmarking.timing import status_mb
+
 TEXT = "/work/shared/data/wikitext-2/valid.tokens.txt"  # the project's shared data; any plain-text file works
-
-
-def _status_mb(key: str) -> float:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(key + ":"):
-                return int(line.split()[1]) / 1024
-    raise RuntimeError(f"{key} not in /proc/self/status")
 
 
 def child(args) -> None:
@@ -52,13 +46,13 @@ def child(args) -> None:
         t0 = time.perf_counter()
         forward(ids)  # warm-up (compiled: compiles)
         warm_s = time.perf_counter() - t0
-        before = _status_mb("VmRSS")
+        before = status_mb("VmRSS")
         with open("/proc/self/clear_refs", "w") as f:
             f.write("5")  # reset the peak RSS (VmHWM) to the current RSS
         t0 = time.perf_counter()
         out = forward(ids).last_hidden_state
         run_s = time.perf_counter() - t0
-        peak = _status_mb("VmHWM")
+        peak = status_mb("VmHWM")
     torch.save(out, args.save)
     print(json.dumps({"mode": args.mode, "tokens": tokens, "forward_mb": round(peak - before, 1),
                       "rss_before_mb": round(before, 1), "warmup_s": round(warm_s, 1), "forward_s": round(run_s, 2),

@@ -39,16 +39,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from avey_b.benchmarking.timing import status_mb
+
 TEXT = "/work/shared/data/wikitext-2/valid.tokens.txt"  # the project's shared data; any plain-text file works
 HERE = Path(__file__).resolve().parent
-
-
-def _status_mb(key: str) -> float:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(key + ":"):
-                return int(line.split()[1]) / 1024
-    raise RuntimeError(f"{key} not in /proc/self/status")
 
 
 def _model(preset: str, threads: int):
@@ -105,7 +99,7 @@ def child(args) -> None:
     warm = _cycled(base, 0, 4 * model.config.split_size * 16)
     _forward_pooled(model, warm) if args.path == "forward" else _state(model, warm, args.piece, args.block).pooled()
     del warm
-    rss_base = _status_mb("VmRSS")
+    rss_base = status_mb("VmRSS")
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")  # the peak RSS (VmHWM, ru_maxrss) starts again from the current RSS
     n = args.tokens[0]
@@ -152,7 +146,7 @@ def _restored(model, base, prior: int, block: int):
 
     from avey_b.model.streaming import DocumentState
 
-    rss_base = _status_mb("VmRSS")
+    rss_base = status_mb("VmRSS")
     n, config = prior // model.config.split_size, model.config
     data = {"ids": _cycled(base, 0, prior).to(torch.int32), "sums": torch.zeros(n, config.hidden_size),
             "choice": torch.zeros(n, config.num_retrieved_splits, dtype=torch.long),
@@ -160,7 +154,7 @@ def _restored(model, base, prior: int, block: int):
     state = DocumentState.restore(model, data, block_tokens=block)
     del data
     gc.collect()
-    rss = _status_mb("VmRSS")
+    rss = status_mb("VmRSS")
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")
     return round(rss_base, 1), round(rss, 1), state

@@ -49,10 +49,9 @@ class Server:
                 for s in f.samples if not s.labels}
 
     def peak_rss_mb(self) -> float:
-        for line in open(f"/proc/{self.proc.pid}/status"):
-            if line.startswith("VmHWM:"):
-                return round(int(line.split()[1]) / 1024)
-        return float("nan")
+        from avey_b.benchmarking.timing import status_mb
+
+        return round(status_mb("VmHWM", self.proc.pid))
 
     def stop(self) -> None:
         self.proc.send_signal(signal.SIGTERM)
