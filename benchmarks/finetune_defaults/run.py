@@ -31,6 +31,8 @@ import json
 import time
 from pathlib import Path
 
+from avey_b.configs import threads_flag
+
 HERE = Path(__file__).resolve().parent
 TASKS = ("text-classification", "token-classification", "embedding", "rerank")
 
@@ -74,7 +76,7 @@ def main() -> None:
     p.add_argument("--tasks", nargs="+", default=list(TASKS), choices=TASKS)
     p.add_argument("--lrs", nargs="+", default=["5e-5", "default"], help="peak learning rates; default: the library's")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
-    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--threads", type=threads_flag, default=2, help="auto or a count (the library's default: auto)")
     p.add_argument("--report-only", action="store_true")
     args = p.parse_args()
 
