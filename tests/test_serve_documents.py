@@ -288,8 +288,8 @@ def test_the_start_line_names_the_cache_and_the_block(tmp_path):
     saved(tmp_path)
     enc = encoder(tmp_path)
     line = Documents(enc, ServeOptions(block_tokens=18)).describe()
-    assert line == (f"prefix cache up to {256 * 2**20:,} bytes (--prefix-cache-bytes); inputs over 16 tokens run 16 "
-                    "at a time, other requests between")
+    assert line == (f"prefix cache up to {256 * 2**20:,} bytes (--prefix-cache-bytes) for inputs of 4 tokens or "
+                    "more; inputs over 16 tokens run 16 at a time, other requests between")
     assert Documents(enc, ServeOptions(prefix_cache_bytes=0, block_tokens=0)).describe() == (
         "prefix cache off (--prefix-cache-bytes 0); long inputs run whole (--block-tokens 0)")
     with pytest.raises(ValueError, match="prefix_cache_bytes must be at least 0"):

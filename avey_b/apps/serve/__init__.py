@@ -59,9 +59,9 @@ waits (--batch-wait-ms waits for more) sorted by length in batches of at most --
 Long and repeated inputs (embeddings on the eager runtime): an input of more than --block-tokens tokens runs as a
 document state, a block at a time, and the batches that wait run between its blocks, so a short request waits for
 about one block, never for a whole long input, and a long input's memory is bounded by the block. The prefix cache
-(--prefix-cache-bytes, least recently used evicted, 0: off) keeps the states of the inputs of at least one split:
-an input that extends (or equals) one already embedded — a conversation re-embedded at every turn, a log that
-grows — computes only its new part, matched split by split on its token ids. Neither changes an answer beyond
+(--prefix-cache-bytes, least recently used evicted, 0: off) keeps the states of the inputs of at least a quarter
+of a block: an input that extends (or equals) one already embedded — a conversation re-embedded at every turn, a
+log that grows — computes only its new part, matched split by split on its token ids. Neither changes an answer beyond
 float32 rounding. A model whose later tokens reach earlier splits (ranker='bidirectional', or the ranker at every
 layer) runs every input whole, and the start line says so. Measurements: benchmarks/streaming/chat/README.md.
 Precision follows the library's policy: bf16 autocast where the device multiplies bf16 natively, float32 elsewhere.

@@ -4,7 +4,9 @@ cache (:class:`avey_b.apps.serve.prefix.PrefixCache`), so that an input extendin
 only its new part.
 
 Which inputs take this path (:meth:`Documents.steps`): ``embed`` inputs of more than one block (``--block-tokens``),
-and, with the cache on, every ``embed`` input of at least one full split. Each runs as a generator the batcher
+and, with the cache on, every ``embed`` input of at least a quarter of a block (and one split): shorter inputs run in
+padded batches, which is faster for many short inputs, and recomputing them costs little. Each runs as a generator
+the batcher
 advances one block at a time (:class:`avey_b.apps.serve.batcher.Batcher`), running the batches that wait between
 two blocks. Its vector equals the full forward's (the state's pooled vector: float32 rounding apart).
 
@@ -42,13 +44,14 @@ class Documents:
         self.block = 0 if self.off or options.block_tokens == 0 else max(self.S, block // self.S * self.S)
         self.cache = (PrefixCache(options.prefix_cache_bytes, self.S)
                       if not self.off and options.prefix_cache_bytes else None)
+        self.cached_from = max(self.S, self.block // 4)  # tokens from which an input goes through the cache
 
     def describe(self) -> str:
         """The start line's words on the state path: the cache and the block, or why inputs run whole."""
         if self.off:
             return f"prefix cache off and long inputs run whole (serve falls back to full encodes): {self.off}"
-        cache = (f"prefix cache up to {self.cache.capacity:,} bytes (--prefix-cache-bytes)" if self.cache else
-                 "prefix cache off (--prefix-cache-bytes 0)")
+        cache = (f"prefix cache up to {self.cache.capacity:,} bytes (--prefix-cache-bytes) for inputs of "
+                 f"{self.cached_from:,} tokens or more" if self.cache else "prefix cache off (--prefix-cache-bytes 0)")
         if not self.block:
             return f"{cache}; long inputs run whole (--block-tokens 0)"
         return f"{cache}; inputs over {self.block:,} tokens run {self.block:,} at a time, other requests between"
@@ -57,7 +60,8 @@ class Documents:
         """The generator that computes ``job`` a block at a time (its value: the pooled vector, not normalized), or
         None when the job runs in a batch."""
         n = len(job.ids)
-        if job.kind != "embed" or self.off or not (self.block and n > self.block or self.cache and n >= self.S):
+        wanted = self.block and n > self.block or self.cache and n >= self.cached_from
+        if job.kind != "embed" or self.off or not wanted:
             return None
         return self._embed(torch.tensor(job.ids, dtype=torch.long))
 
