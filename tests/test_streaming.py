@@ -189,3 +189,17 @@ def test_bfloat16_within_its_rounding():
     for a in range(0, 90, 13):
         state.feed(ids[a:a + 13])
     assert float((state.pooled() - fresh(m, ids)[0].float()).abs().max()) <= 5e-3
+
+
+def test_update_to_a_new_version_replaces_only_what_changed():
+    m = model()
+    ids = torch.randint(0, VOCAB, (120,), generator=torch.Generator().manual_seed(9))
+    state = DocumentState(m).feed(ids)
+    grown = torch.cat([ids, torch.randint(0, VOCAB, (9,), generator=torch.Generator().manual_seed(10))])
+    computed = state.computed
+    assert close(state.update(grown).pooled(), fresh(m, grown)[0])
+    assert state.computed - computed == 129 // 4 - 120 // 4 + 1  # the new full splits, then the partial one
+    edited = grown.clone()
+    edited[50] = (edited[50] + 1) % VOCAB
+    assert close(state.update(edited).pooled(), fresh(m, edited)[0]) and state.recomputed < state.done
+    assert state.update(edited).recomputed == 0  # the same ids: nothing to do

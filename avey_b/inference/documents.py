@@ -26,6 +26,16 @@ MARGIN = 32
 SYNC = 4
 
 
+def special_ends(tokenizer) -> tuple[list[int], list[int]]:
+    """The special token ids ``tokenizer`` puts before and after every text (``[CLS]`` and ``[SEP]``: ``([cls],
+    [sep])``), which belong to no late chunk and stay at the ends whatever the text."""
+    probe = tokenizer("a", return_special_tokens_mask=True, verbose=False)
+    mask, ids = probe["special_tokens_mask"], probe["input_ids"]
+    lead = next(i for i, s in enumerate(mask + [0]) if not s)
+    trail = next(i for i, s in enumerate(mask[::-1] + [0]) if not s)
+    return ids[:lead], ids[len(ids) - trail:]
+
+
 class TextDocument:
     """One text encoded in pieces by ``model`` (an Avey-B module in eval mode, any head) and its ``tokenizer`` (a
     fast one), made by :meth:`Encoder.document <avey_b.inference.encoder.Encoder.document>`, which passes its own.
@@ -42,14 +52,10 @@ class TextDocument:
         self.tokenizer = tokenizer
         if not tokenizer.is_fast:
             raise ValueError("a text document needs a fast tokenizer (character offsets); this model's is not one")
-        probe = tokenizer("a", return_special_tokens_mask=True, verbose=False)
-        mask, ids = probe["special_tokens_mask"], probe["input_ids"]
-        lead = next(i for i, s in enumerate(mask + [0]) if not s)
-        trail = next(i for i, s in enumerate(mask[::-1] + [0]) if not s)
-        self._lead, self._trail = ids[:lead], ids[len(ids) - trail:]
+        self._lead, self._trail = special_ends(tokenizer)
         self.normalize, self.bf16 = normalize, bf16
         self.state = DocumentState(model, chunk_tokens=chunk_tokens, chunk_overlap=chunk_overlap,
-                                   special=(lead, trail))
+                                   special=(len(self._lead), len(self._trail)))
         self.text = ""
         self.retokenized = 0
         ids, self._offsets = self._tokenize(text, 0, len(text))
@@ -82,14 +88,8 @@ class TextDocument:
             return self
         new_text = self.text[:start] + text + self.text[end:]
         ids, offsets = self._retokenize(new_text, start, end, len(text) - (end - start))
-        old = self.state.ids
-        n = min(len(old), len(ids))
-        differ = (old[:n] != ids[:n].to(old.dtype)).nonzero()
-        first = int(differ[0]) if len(differ) else n
-        same_end = (old.flip(0)[:n - first] != ids.flip(0)[:n - first].to(old.dtype)).nonzero()
-        last = int(same_end[0]) if len(same_end) else n - first  # ids equal at the end, after ``first``
         with self._precision():
-            self.state.replace(first, len(old) - last, ids[first:len(ids) - last])
+            self.state.update(ids)
         self.text, self._offsets = new_text, offsets
         return self
 

@@ -150,6 +150,20 @@ class DocumentState:
             self._edit(edited[edited < self.done])
         return self
 
+    def update(self, ids: Sequence[int] | torch.Tensor) -> DocumentState:
+        """Make the document's ids ``ids``, computing only what changed: the span between their common prefix and
+        their common suffix with the current ids is replaced (:meth:`replace`). What a caller that holds a new
+        version of the whole document (a re-tokenized text, a corpus row) calls. Returns the state."""
+        new = self._check_ids(ids).long()
+        old = self.ids.long()
+        n = min(old.numel(), new.numel())
+        differ = (old[:n] != new[:n]).nonzero()
+        first = int(differ[0]) if differ.numel() else n
+        tail = n - first  # the common suffix may not overlap the common prefix
+        differ = (old.flip(0)[:tail] != new.flip(0)[:tail]).nonzero()
+        same = int(differ[0]) if differ.numel() else tail
+        return self.replace(first, old.numel() - same, new[first:new.numel() - same])
+
     # ------------------------------------------------------------------ keeping and moving a state
     def copy(self) -> DocumentState:
         """An independent copy (the model shared): what a cache hands out, so that feeding one copy leaves the

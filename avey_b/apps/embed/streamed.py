@@ -21,6 +21,7 @@ import torch
 
 from avey_b.apps.embed.documents import Document
 from avey_b.apps.options import LONG_DOCUMENT_TOKENS
+from avey_b.inference.documents import special_ends
 from avey_b.inference.encoder import Encoder
 from avey_b.model.streaming import DocumentState, refusal
 from avey_b.utils.device import autocast
@@ -67,11 +68,9 @@ class Pieces:
         self.normalize = bool(getattr(encoder.config, "normalize_embeddings", True))
         self.options: dict = {}
         if self.late and self.why_not is None:
-            mask = encoder.tokenizer("a", return_special_tokens_mask=True)["special_tokens_mask"]
-            lead = next((i for i, s in enumerate(mask) if not s), len(mask))
-            trail = next((i for i, s in enumerate(reversed(mask)) if not s), len(mask))
+            lead, trail = special_ends(encoder.tokenizer)
             self.options = {"chunk_tokens": settings.chunk_tokens, "chunk_overlap": settings.chunk_overlap or 0,
-                            "special": (lead, trail)}
+                            "special": (len(lead), len(trail))}
 
     def start_line(self, update: bool) -> str:
         """What the start line says of how documents are encoded: long ones (and with ``update``, changed ones)."""
@@ -102,27 +101,11 @@ class Pieces:
                 state = DocumentState(encoder.model, **self.options).feed(ids)
             else:
                 state = DocumentState.restore(encoder.model, saved, **self.options)
-                edit(state, torch.tensor(ids))
+                state.update(ids)  # an append replaces the old trailing [SEP] and a tail tokenized otherwise
             if self.late and state.chunk_spans() != [tuple(r[:2]) for r in ranges]:
                 return None
             vectors = state.chunk_vectors(self.normalize) if self.late else state.pooled(self.normalize)
         return vectors.numpy(), state, min(len(ids), state.computed * state.S)
-
-
-def edit(state: DocumentState, new: torch.Tensor) -> None:
-    """Make ``state``'s ids ``new``, computing only what changed: the ids between the first and the last that
-    differ are replaced (an append, the old trailing [SEP] included, replaces the end: the tokens after the common
-    prefix, which covers a tail the new text tokenizes otherwise)."""
-    old = state.ids.long()
-    n = min(old.numel(), new.numel())
-    differ = (old[:n] != new[:n]).nonzero()
-    p = int(differ[0]) if differ.numel() else n
-    if p == old.numel() == new.numel():
-        return
-    m = n - p  # the common suffix, not overlapping the common prefix
-    same = old.flip(0)[:m] == new.flip(0)[:m]
-    s = m if bool(same.all()) else int((~same).nonzero()[0])
-    state.replace(p, old.numel() - s, new[p:new.numel() - s])
 
 
 # ------------------------------------------------------------------------------------------------ saved records
