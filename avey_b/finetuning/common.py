@@ -245,21 +245,28 @@ def below_baseline(record: dict[str, Any]) -> str | None:
             "or more training data.")
 
 
+def prepared(trainer, options: OwnDataOptions):
+    """``trainer`` (transformers' or sentence-transformers') as every run trains: one progress bar with an ETA, the
+    model's special token ids filled from its tokenizer, and the thread count fitted to the machine."""
+    from .progress import show_progress
+
+    show_progress(trainer, f"finetune {options.task}")
+    fill_special_ids(trainer.model, trainer.processing_class)
+    threads.watch(trainer, options)
+    return trainer
+
+
 def train_with_trainer(options: OwnDataOptions, model, tokenizer, lr: float, train_set, collator):
     """Train ``model`` on ``train_set`` with transformers' ``Trainer`` (:func:`training_arguments`), resuming from
     the output directory's last checkpoint when ``--resume`` finds one; ``(trainer, facts)``, ``facts`` being the
     results record's training fields (loss, seconds, steps, where it resumed from, the output directory)."""
     from transformers import Trainer
 
-    from .progress import show_progress
-
     resume_from = begin(options)
     with Timer() as clock, no_save_bars():
-        trainer = Trainer(model=model, args=training_arguments(options, lr, len(train_set)), train_dataset=train_set,
-                          data_collator=collator, processing_class=tokenizer)
-        show_progress(trainer, f"finetune {options.task}")
-        fill_special_ids(trainer.model, trainer.processing_class)
-        threads.watch(trainer, options)
+        trainer = prepared(Trainer(model=model, args=training_arguments(options, lr, len(train_set)),
+                                   train_dataset=train_set, data_collator=collator, processing_class=tokenizer),
+                           options)
         result = trainer.train(resume_from_checkpoint=resume_from)
     return trainer, {"train_loss": rounded(result.training_loss, 4), "train_seconds": round(clock.seconds, 1),
                      "steps": result.global_step, "resumed_from": resume_from, "output_dir": options.output_dir}
@@ -272,13 +279,9 @@ def train_scored(options: OwnDataOptions, model, evaluate, names: dict[str, str]
     ``--resume`` finds one), then scored again. ``make_trainer`` (its loss, arguments and trainer) runs after
     :func:`begin` has made the output directory the run's and after the first scoring, so the trainer's seeding
     comes right before training. Returns the results record's scoring and training fields."""
-    from .progress import show_progress
-
     resume_from = begin(options)
     before = percent_scores(model, evaluate, names)
-    trainer = show_progress(make_trainer(), f"finetune {options.task}")
-    fill_special_ids(trainer.model, trainer.processing_class)
-    threads.watch(trainer, options)
+    trainer = prepared(make_trainer(), options)
     with Timer() as timer, no_save_bars():
         trainer.train(resume_from_checkpoint=resume_from)
     after = percent_scores(model, evaluate, names)
