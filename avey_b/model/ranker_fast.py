@@ -103,6 +103,15 @@ def top_k(score: torch.Tensor, q0: int, split_ok: torch.Tensor | None, *, k: int
     return layout(val, idx)
 
 
+def merge_top_k(keys: torch.Tensor, idx: torch.Tensor, new_keys: torch.Tensor, new_idx: torch.Tensor, k: int
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ``k`` best of two lists of candidates per query split, ``(keys, idx)`` then ``(new_keys, new_idx)``
+    (float64 ranking keys and split ids, (Q, ·) each): a running top-``k`` over tiles of candidates. Returns the
+    keys, best first, and their split ids."""
+    val, p = torch.cat([keys, new_keys], 1).topk(k, dim=-1)
+    return val, torch.cat([idx, new_idx], 1).gather(1, p)
+
+
 # -- plans ----------------------------------------------------------------------------------------------------------
 def memory_elements(execution: ExecutionSettings) -> int:
     """``ranker_memory_mb`` in units of 8 bytes: a similarity takes 4 (fp32) or 2 (bf16), the rest is headroom for
@@ -336,10 +345,8 @@ def _vocabulary_top_k(flat: torch.Tensor, keep: torch.Tensor | None, rows: torch
             allowed = allowed & split_ok[None, j0:j1]
         key = ranking_keys(score.masked_fill_(~allowed, float("-inf")), i, j, n, bidirectional)
         val, top = key.topk(min(k, j1 - j0), dim=-1)  # the tile's best, then merged with the running best
-        val = torch.cat([best_key[i0:], val], 1)
-        cand_idx = torch.cat([best_idx[i0:], j.expand(n - i0, -1).gather(1, top)], 1)
-        val, p = val.topk(k, dim=-1)
-        best_key[i0:], best_idx[i0:] = val, cand_idx.gather(1, p)
+        best_key[i0:], best_idx[i0:] = merge_top_k(best_key[i0:], best_idx[i0:], val,
+                                                   j.expand(n - i0, -1).gather(1, top), k)
     return layout(best_key, best_idx)
 
 
@@ -415,10 +422,7 @@ def select_for_queries(q: torch.Tensor, q_keep: torch.Tensor | None, q_ids: torc
         i, j = i_all[a:, None], js[None, :]
         key = ranking_keys(score.masked_fill_(~allowed_candidates(i, j, False), float("-inf")), i, j, n_bound,
                            False)
-        val = torch.cat([best_key[a:], key], 1)
-        cand_idx = torch.cat([best_idx[a:], j.expand(Q - a, -1)], 1)
-        val, p = val.topk(k, dim=-1)
-        best_key[a:], best_idx[a:] = val, cand_idx.gather(1, p)
+        best_key[a:], best_idx[a:] = merge_top_k(best_key[a:], best_idx[a:], key, j.expand(Q - a, -1), k)
     return best_idx, best_key
 
 

@@ -424,12 +424,10 @@ class DocumentState:
         rest = later[~held]
         for part in rest.split(self.block_splits) if rest.numel() and self.k else ():
             new_idx, new_keys = self._rank(part, edited)
-            val = torch.cat([self._keys[part], new_keys], 1)
-            cand = torch.cat([self._idx[part], new_idx], 1)
-            val, p = val.topk(self.k, dim=-1)
+            val, chosen = ranker_fast.merge_top_k(self._keys[part], self._idx[part], new_keys, new_idx, self.k)
             changed = (val != self._keys[part]).any(1)
             if changed.any():
-                self._keep(part[changed], cand.gather(1, p)[changed], val[changed])
+                self._keep(part[changed], chosen[changed], val[changed])
 
 
 def _capacity(t: torch.Tensor, n: int, used: int) -> torch.Tensor:
