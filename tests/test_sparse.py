@@ -1,6 +1,10 @@
 """Sparse (SPLADE) vectors from the masked-LM head: the chunked max equals SPLADE's formula over the whole logits,
 padding never counts, and :class:`avey_b.Encoder` gives them for a masked-LM checkpoint only."""
 
+import json
+import logging
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -82,3 +86,48 @@ def test_the_encoder_gives_a_masked_lms_sparse_vectors_and_refuses_other_heads(t
     with pytest.raises(ValueError, match=r"AveyBForSentenceEmbedding, which has no masked-LM head.*"
                                          r"--task sparse-embedding"):
         dense.sparse(batch, mask)
+
+
+def sparse_directory(tmp_path) -> str:
+    """A tiny pretrained masked-LM saved as a SPLADE directory (``embedding_kind="sparse"``)."""
+    tok = toy.tokenizer(str(tmp_path / "pretrained"))
+    model = AveyBForMaskedLM.from_pretrained(toy.avey_b(str(tmp_path / "pretrained"), tok))
+    model.config.embedding_kind = "sparse"
+    model.save_pretrained(tmp_path / "sparse")
+    return str(tmp_path / "sparse")
+
+
+def test_a_sparse_directory_is_a_splade_sparse_encoder_with_the_encoders_vectors(tmp_path, caplog):
+    st = pytest.importorskip("sentence_transformers")
+    directory = sparse_directory(tmp_path)
+    with caplog.at_level(logging.WARNING):
+        model = st.SparseEncoder(directory, device="cpu")
+    assert not [r for r in caplog.records if "Converting" in r.getMessage()]  # loaded as what it is
+    got = model.encode(TEXTS, convert_to_tensor=True).to_dense()
+    encoder = Encoder(directory, LoadOptions(device="cpu", precision="fp32")).load()
+    assert got.shape == (len(TEXTS), encoder.config.vocab_size)  # vocabulary-sized: SPLADE, not a CSR autoencoder
+    batch, mask = encoder.pad(encoder.tokenize(TEXTS)["input_ids"])
+    assert mask.sum(1).max() > 100  # the long text is not cut
+    for (indices, values), row in zip(encoder.sparse(batch, mask), got, strict=True):
+        assert row.nonzero().squeeze(-1).tolist() == indices.tolist()
+        torch.testing.assert_close(row[indices], values, rtol=0, atol=1e-5)
+    # the same directory as a SentenceTransformer: sentence-transformers' conversion, the backbone's mean vector
+    with caplog.at_level(logging.WARNING):
+        dense = st.SentenceTransformer(directory, device="cpu").encode(TEXTS, normalize_embeddings=True)
+    assert [r for r in caplog.records if "Converting SparseEncoder" in r.getMessage()]
+    torch.testing.assert_close(torch.as_tensor(dense), encoder.embed(batch, mask), rtol=0, atol=1e-5)
+
+
+def test_a_dense_directory_in_sparse_encoder_says_what_it_is_and_sparse_needs_a_masked_lm(tmp_path, caplog):
+    st = pytest.importorskip("sentence_transformers")
+    tok = toy.tokenizer(str(tmp_path / "pretrained"))
+    directory = toy.avey_b(str(tmp_path / "pretrained"), tok)  # a pretrained masked-LM: dense by default
+    assert json.loads(Path(directory, "config_sentence_transformers.json").read_text())["model_type"] == \
+        "SentenceTransformer"
+    with caplog.at_level(logging.WARNING):
+        st.SparseEncoder(directory, device="cpu")
+    assert [r for r in caplog.records if f"Converting SentenceTransformer model {directory}" in r.getMessage()]
+    emb = AveyBForSentenceEmbedding.from_pretrained(directory)
+    emb.config.embedding_kind = "sparse"
+    with pytest.raises(ValueError, match="needs the masked-LM head.*AveyBForSentenceEmbedding has none"):
+        emb.save_pretrained(tmp_path / "emb")
