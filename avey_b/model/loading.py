@@ -173,6 +173,9 @@ def _copy_saved_code(config, directory) -> None:
 #: sentence-transformers truncates inputs to its ``max_seq_length``; Avey-B has no length limit, so a saved directory
 #: says one billion tokens (its ``null`` would fall back to the tokenizer's, often 512).
 SENTENCE_TRANSFORMERS_MAX_LENGTH = 1_000_000_000
+#: The text method of a SPLADE directory's ``Transformer`` module (sentence-transformers' ``modality_config``): the
+#: masked-LM head's chunked ``splade``, whose ``sparse_embedding`` is the module's ``sentence_embedding``.
+SPLADE_MODALITY = {"text": {"method": "splade", "method_output_name": "sparse_embedding"}}
 #: Files that say a directory holds a tokenizer (transformers writes ``tokenizer_config.json`` for every one).
 TOKENIZER_FILES = ("tokenizer_config.json", "tokenizer.json")
 
@@ -233,7 +236,7 @@ def sparse_encoder_files(model) -> dict[str, object]:
                           "type": "sentence_transformers.base.modules.transformer.Transformer"}],
         "sentence_bert_config.json": {
             "transformer_task": "fill-mask",
-            "modality_config": {"text": {"method": "splade", "method_output_name": "sparse_embedding"}},
+            "modality_config": SPLADE_MODALITY,
             "module_output_name": "sentence_embedding", "max_seq_length": SENTENCE_TRANSFORMERS_MAX_LENGTH},
         "config_sentence_transformers.json": {"model_type": "SparseEncoder", "similarity_fn_name": "dot"},
     }
