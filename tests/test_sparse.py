@@ -131,3 +131,20 @@ def test_a_dense_directory_in_sparse_encoder_says_what_it_is_and_sparse_needs_a_
     emb.config.embedding_kind = "sparse"
     with pytest.raises(ValueError, match="needs the masked-LM head.*AveyBForSentenceEmbedding has none"):
         emb.save_pretrained(tmp_path / "emb")
+
+
+def test_no_chunk_computes_more_logits_than_the_rule_allows(mlm, ids, monkeypatch):
+    from avey_b.model import sparse
+
+    monkeypatch.setattr(sparse, "CHUNK_LOGITS", 5 * 99)  # two rows of a 99-entry vocabulary: 2 tokens per chunk
+    shapes = []
+    hook = mlm.decoder.register_forward_hook(lambda module, args, out: shapes.append(tuple(out.shape)))
+    try:
+        with torch.no_grad():
+            hidden = mlm.model(ids[:2]).last_hidden_state
+            got = splade_max(hidden, None, mlm.decoder)
+    finally:
+        hook.remove()
+    assert shapes == [(2, 2, 99)] * 6 + [(2, 1, 99)]  # 13 tokens, 2 at a time: never the (13, 99) logits
+    with torch.no_grad():
+        torch.testing.assert_close(got, formula(mlm, ids[:2], torch.ones_like(ids[:2])), rtol=0, atol=1e-6)
