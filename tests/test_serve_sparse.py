@@ -5,7 +5,7 @@ sparse call): per input, ``[{"index", "value"}]`` equal to ``Encoder.sparse``, l
 import pytest
 import torch
 
-from avey_b import AveyBForSentenceEmbedding
+from avey_b import AveyBForMaskedLM, AveyBForSentenceEmbedding
 from avey_b import testing as toy
 from avey_b.inference.encoder import Encoder
 from avey_b.inference.options import LoadOptions
@@ -19,7 +19,10 @@ def directories(tmp_path_factory):
     root = tmp_path_factory.mktemp("sparse")
     mlm = toy.avey_b(str(root / "mlm"), toy.tokenizer(str(root / "mlm")))
     AveyBForSentenceEmbedding.from_pretrained(mlm).save_pretrained(root / "emb")
-    return mlm, root / "emb"
+    splade = AveyBForMaskedLM.from_pretrained(mlm)
+    splade.config.embedding_kind = "sparse"  # a SPLADE directory: TEI's /info says its pooling is splade
+    splade.save_pretrained(root / "splade")
+    return str(root / "splade"), root / "emb"
 
 
 def test_embed_sparse_answers_teis_shape_with_the_encoders_vectors_long_inputs_whole(directories):
@@ -39,7 +42,8 @@ def test_embed_sparse_answers_teis_shape_with_the_encoders_vectors_long_inputs_w
             torch.testing.assert_close(torch.tensor([e["value"] for e in row]), values, rtol=0, atol=1e-5)
         single = httpx.post(url + "/embed_sparse", json={"inputs": "a good film"}, timeout=60).json()
         assert len(single) == 1 and [e["index"] for e in single[0]] == [e["index"] for e in got[0]]
-        assert "sparse" in httpx.get(url + "/info").json()["serves"]
+        info = httpx.get(url + "/info").json()
+        assert "sparse" in info["serves"] and info["model_type"] == {"embedding": {"pooling": "splade"}}
         refused = httpx.post(url + "/embed_sparse", json={"inputs": "a", "normalize": True})
         assert refused.status_code == 422 and "normalize" in refused.text  # not one of its fields
     finally:

@@ -64,7 +64,10 @@ def file_hashes(directory: Path, patterns: tuple[str, ...]) -> dict[str, str]:
 
 def record_settings(encoder: Encoder, source: str, options: EmbedOptions, previous: dict | None) -> Settings:
     """What the vectors depend on, from the options: the model's and tokenizer's files, the input, and the options
-    that change a vector or the layout, resolved (``max_tokens``, precision)."""
+    that change a vector or the layout, resolved (``max_tokens``, precision). Sparse outputs of a model without a
+    masked-LM head are refused here, before anything is written."""
+    if "sparse" in options.outputs:
+        encoder.require_sparse()
     hf = source.startswith("hf:")
     before = (previous or {}).get("settings", {})
     max_tokens = options.max_tokens
@@ -227,8 +230,6 @@ def embed_corpus(model: str, source: str, output: str | os.PathLike, options: Em
         resolved = "bf16" if use_bf16(options.load.precision, target) else "fp32"
         encoder = encoder_for(model_dir, device="cpu" if ray else options.load.device, precision=resolved,
                               threads=options.load.threads)
-        if "sparse" in options.outputs:
-            encoder.require_sparse()  # before anything is written: a model without a masked-LM head
         recorded = record_settings(encoder, source, options, previous)
         check_rerun(out, previous, recorded, update=options.update)
         run = {"started": utc_timestamp(), "device": str(target), "max_batch_tokens": options.max_batch_tokens,

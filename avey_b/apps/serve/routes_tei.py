@@ -138,8 +138,9 @@ def tei_info(request: Request, service: ServiceDep):
         model_type = {"reranker": {"id2label": config.id2label, "label2id": config.label2id}}
     elif "classify" in encoder.kinds:
         model_type = {"classifier": {"id2label": config.id2label, "label2id": config.label2id}}
-    else:
-        model_type = {"embedding": {"pooling": "mean"}}
+    else:  # TEI names a SPLADE model's pooling "splade"
+        sparse = getattr(config, "embedding_kind", "dense") == "sparse"
+        model_type = {"embedding": {"pooling": "splade" if sparse else "mean"}}
     return {"model_id": service.name, "model_sha": None,
             "model_dtype": "bfloat16" if encoder.bf16 else "float32", "model_type": model_type,
             "max_concurrent_requests": options.queue_size, "max_input_length": service.max_tokens,
