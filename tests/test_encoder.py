@@ -102,7 +102,7 @@ def test_a_masked_lm_also_fills_and_its_logits_are_the_models(tmp_path):
     model = seeded(AveyBForMaskedLM, presets.tiny(vocab_size=len(tok))).eval()
     model.save_pretrained(tmp_path)
     encoder = Encoder(str(tmp_path), LoadOptions(precision="fp32"))
-    assert encoder.kinds == ["embed", "fill"]
+    assert encoder.kinds == ["embed", "fill", "sparse"]
     enc = encoder.tokenize(["a [MASK] film", "bob"], offsets=True)
     assert enc["offset_mapping"][1][1] == (0, 3) and enc["special_tokens_mask"][1] == [1, 0, 1]
     batch, mask = encoder.pad(enc["input_ids"])

@@ -169,7 +169,7 @@ def test_a_masked_lm_checkpoint_also_serves_fill_mask(tmp_path):
     seeded(AveyBForMaskedLM, presets.tiny(vocab_size=len(tok))).save_pretrained(tmp_path)
     proc, url = start(tmp_path)
     try:
-        assert httpx.get(url + "/health").json()["serves"] == ["embed", "fill"]
+        assert httpx.get(url + "/health").json()["serves"] == ["embed", "fill", "sparse"]
         answer = httpx.post(url + "/v1/fill-mask", json={"inputs": ["a [MASK] film", "bob [MASK] alice"], "top_k": 3})
         assert answer.status_code == 200, answer.text
         results = answer.json()["results"]

@@ -108,7 +108,11 @@ CHUNKINGS = ("none", "late")
 #: The stored vectors' types.
 VECTOR_DTYPES = ("float32", "float16")
 #: The columns embed writes (``--keep-columns`` may not name them).
-OUTPUT_COLUMNS = ("id", "chunk", "char_start", "char_end", "n_tokens", "text", "vector")
+OUTPUT_COLUMNS = ("id", "chunk", "char_start", "char_end", "n_tokens", "text", "vector", "sparse_indices",
+                  "sparse_values")
+#: What ``avey-b embed --outputs`` stores per row, in the order the columns come: ``dense`` (``vector``), ``sparse``
+#: (``sparse_indices``, ``sparse_values``). A new kind is a name here and its columns in the shards.
+OUTPUT_KINDS = ("dense", "sparse")
 #: Tokens per shard when ``--shard-tokens`` is not given, and so the work a kill can lose: one full batch of the
 #: default ``--max-batch-tokens`` (smaller shards would make smaller batches; what that costs in time on a CPU:
 #: benchmarks/embed/README.md, "Shard size").
@@ -150,6 +154,10 @@ class EmbedOptions:
     """late chunking: a column of [start, end) character spans per document"""
     dtype: str = "float32"
     """the stored vectors' type"""
+    outputs: tuple[str, ...] = ("dense",)
+    """what each row stores, a comma list: dense (`vector`), sparse (SPLADE's non-zero weights from a masked-LM
+    checkpoint: `sparse_indices` int32 vocabulary ids, ascending, and `sparse_values` float32; not with --chunking
+    late or --update; documents run whole, up to --max-tokens)"""
     shard_tokens: int | None = None
     """tokens per Parquet shard at most, the work a kill can lose (a longer document is a shard alone); default:
     32,768, one full batch of the default --max-batch-tokens (the faster the device, the more tokens a shard may hold
@@ -216,6 +224,7 @@ class EmbedOptions:
                              f"({', '.join(OUTPUT_COLUMNS)}); the document's text is stored by --with-text, its id "
                              "by --id-column")
         object.__setattr__(self, "keep_columns", keep)
+        object.__setattr__(self, "outputs", output_kinds(self.outputs, self))
         if self.dtype not in VECTOR_DTYPES:
             raise ValueError(f"dtype must be one of {VECTOR_DTYPES}, got {self.dtype!r}")
         if self.load.onnx is not None:
@@ -227,6 +236,25 @@ class EmbedOptions:
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ValueError(f"{name} must be at least 1, got {value}")
+
+
+def output_kinds(given, options: EmbedOptions) -> tuple[str, ...]:
+    """``--outputs`` (``dense,sparse`` or ``dense sparse``) checked against :data:`OUTPUT_KINDS` and ``options``,
+    in that tuple's order (the same outputs are the same settings, however listed)."""
+    if isinstance(given, str):
+        raise TypeError(f"outputs is a tuple of names, got the string {given!r}")
+    names = [n.strip() for item in given for n in item.split(",")]
+    unknown = [n for n in names if n not in OUTPUT_KINDS]
+    if unknown or not names or len(set(names)) != len(names):
+        raise ValueError(f"--outputs: {','.join(given)!r} is not a list of distinct kinds among "
+                         f"{', '.join(OUTPUT_KINDS)}")
+    if "sparse" in names and options.chunking == "late":
+        raise ValueError("--outputs sparse stores one sparse vector per document: it does not apply with "
+                         "--chunking late")
+    if "sparse" in names and options.update:
+        raise ValueError("--update keeps the dense vectors' document states and computes only what changed; sparse "
+                         "outputs are not updated that way: embed into a new OUTPUT without --update")
+    return tuple(n for n in OUTPUT_KINDS if n in names)
 
 
 def embed_parser() -> argparse.ArgumentParser:

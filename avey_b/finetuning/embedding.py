@@ -81,7 +81,7 @@ def load_model(options: OwnDataOptions, device: str):
     from sentence_transformers.sentence_transformer import modules as models
     from transformers import AutoConfig
 
-    if _is_sentence_transformers_dir(options.model):
+    if saved_model_type(options.model) == "SentenceTransformer":
         model = SentenceTransformer(options.model, device=device)
     else:
         transformer = models.Transformer(options.model)
@@ -95,16 +95,18 @@ def load_model(options: OwnDataOptions, device: str):
     return model
 
 
-def _is_sentence_transformers_dir(path: str) -> bool:
-    """A local directory with ``modules.json`` whose type is ``SentenceTransformer`` (a Hub id: never, offline)."""
+def saved_model_type(path: str) -> str | None:
+    """The sentence-transformers class a local directory with ``modules.json`` is saved as (its
+    ``config_sentence_transformers.json``'s ``model_type``; ``SentenceTransformer`` where it names none, as
+    sentence-transformers reads it); None for anything else (a Hub id: never, offline)."""
     import json
 
     directory = Path(path)
     if not (directory / "modules.json").is_file():
-        return False
+        return None
     config = directory / "config_sentence_transformers.json"
-    kind = json.loads(config.read_text()).get("model_type", "SentenceTransformer") if config.is_file() else None
-    return kind in (None, "SentenceTransformer")
+    kind = json.loads(config.read_text()).get("model_type") if config.is_file() else None
+    return kind or "SentenceTransformer"
 
 
 def set_length(model, options: OwnDataOptions, table: Table, texts: dict[str, str]) -> int:
@@ -120,11 +122,10 @@ def set_length(model, options: OwnDataOptions, table: Table, texts: dict[str, st
     return cuts
 
 
-def evaluator(held: Table, columns: dict[str, str], batch_size: int):
-    """The held-out rows as a retrieval task: every distinct anchor searches every distinct held-out text of the
-    positive and negative columns; relevant: the positives of its rows."""
-    from sentence_transformers.sentence_transformer.evaluation import InformationRetrievalEvaluator
-
+def retrieval_task(held: Table, columns: dict[str, str]) -> tuple[dict, dict, dict]:
+    """The held-out rows as a retrieval task, ``(queries, corpus, relevant)`` as sentence-transformers' retrieval
+    evaluators take them: every distinct anchor searches every distinct held-out text of the positive and negative
+    columns; relevant: the positives of its rows."""
     queries: dict[str, str] = {}
     corpus: dict[str, str] = {}
     relevant: dict[str, set[str]] = {}
@@ -145,9 +146,19 @@ def evaluator(held: Table, columns: dict[str, str], batch_size: int):
         relevant.setdefault(qid_of[anchor], set()).add(document(row[columns["positive"]]))
         if "negative" in columns and columns["negative"] in row:  # a validation file may have none
             document(row[columns["negative"]])
-    return InformationRetrievalEvaluator(queries, corpus, relevant, batch_size=batch_size, show_progress_bar=False,
-                                         write_csv=False, accuracy_at_k=[1, 10], precision_recall_at_k=[1, 10])
+    return queries, corpus, relevant
 
+
+#: The retrieval evaluators' settings every task that scores a retrieval shares.
+EVALUATOR_SETTINGS = {"show_progress_bar": False, "write_csv": False, "accuracy_at_k": [1, 10],
+                      "precision_recall_at_k": [1, 10]}
+
+
+def evaluator(held: Table, columns: dict[str, str], batch_size: int):
+    """:func:`retrieval_task` scored by cosine similarity (sentence-transformers' ``InformationRetrievalEvaluator``)."""
+    from sentence_transformers.sentence_transformer.evaluation import InformationRetrievalEvaluator
+
+    return InformationRetrievalEvaluator(*retrieval_task(held, columns), batch_size=batch_size, **EVALUATOR_SETTINGS)
 
 
 def train(options: OwnDataOptions) -> dict[str, Any]:

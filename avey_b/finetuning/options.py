@@ -4,7 +4,8 @@ fields build the command line (:func:`avey_b.configs.add_arguments`), the Python
 
 ``avey-b finetune`` is one verb over one task table (:mod:`avey_b.finetuning.registry`), told apart by ``--task``:
 
-* your own data — ``text-classification``, ``token-classification``, ``embedding``, ``rerank``
+* your own data — ``text-classification``, ``token-classification``, ``embedding``, ``sparse-embedding``,
+  ``rerank``
   (:data:`OWN_DATA`: each task a ``train(options) -> dict``), registered here;
 * the paper's 12 benchmarks — ``sst2``, ``conll2003``, ``msmarco``, ... (one fine-tuning cell of the paper's
   protocol, with its own options), registered by the protocol's settings module.
@@ -34,6 +35,7 @@ OWN_TASKS: tuple[str, ...] = registry.register(OWN_DATA, {
     "text-classification": "avey_b.finetuning.classification:train",
     "token-classification": "avey_b.finetuning.tagging:train",
     "embedding": "avey_b.finetuning.embedding:train",
+    "sparse-embedding": "avey_b.finetuning.sparse_embedding:train",
     "rerank": "avey_b.finetuning.rerank:train",
 })
 
@@ -82,6 +84,8 @@ examples (one per task; every option below has a default but the model, the task
 
   # an embedding model from (anchor, positive[, negative]) pairs
   avey-b finetune --task embedding --model runs/quickstart/model --train-file pairs.jsonl --output-dir runs/emb
+  # a learned sparse (SPLADE) model from the same rows
+  avey-b finetune --task sparse-embedding --model runs/quickstart/model --train-file pairs.jsonl --output-dir runs/sp
 
   # a reranker from (query, document, label) rows or (query, positive[, negatives])
   avey-b finetune --task rerank --model runs/quickstart/model --train-file qd.jsonl --output-dir runs/rerank
@@ -104,7 +108,7 @@ class OwnDataOptions(TrainingSettings):
     model: str
     """Hub id or local directory of the encoder to start from (Avey-B, BERT, ModernBERT, ...)."""
     task: str
-    """text-classification | token-classification | embedding | rerank."""
+    """text-classification | token-classification | embedding | sparse-embedding | rerank."""
     train_file: str
     """Training data: a CSV, TSV, JSONL or Parquet file (token-classification also: CoNLL columns), or
     hf:NAME (also hf:NAME:CONFIG, hf:NAME@SPLIT, hf:NAME:CONFIG@SPLIT), a Hugging Face dataset by name or local
@@ -138,13 +142,13 @@ class OwnDataOptions(TrainingSettings):
     """token-classification, JSONL/Parquet/hf: the column of the tag list (one string tag per word); CoNLL files:
     a column number (default: the last column)."""
     anchor_column: str = "anchor"
-    """embedding: the column of the anchor (a query, a title, a question)."""
+    """embedding, sparse-embedding: the column of the anchor (a query, a title, a question)."""
     positive_column: str = "positive"
-    """embedding: the column of the text that should embed near the anchor; rerank, (query, positive[, negative])
-    rows: the relevant document."""
+    """embedding, sparse-embedding: the column of the text that should embed near the anchor; rerank, (query,
+    positive[, negative]) rows: the relevant document."""
     negative_column: str = "negative"
-    """embedding and rerank: the column of a text that should not match (a hard negative), used when the rows
-    have it; for rerank also a list of texts (JSONL, Parquet)."""
+    """embedding, sparse-embedding and rerank: the column of a text that should not match (a hard negative), used
+    when the rows have it; for rerank also a list of texts (JSONL, Parquet)."""
     query_column: str = "query"
     """rerank: the column of the query."""
     document_column: str = "document"
@@ -156,6 +160,11 @@ class OwnDataOptions(TrainingSettings):
     default) or lambda (LambdaLoss on each query's list of documents, listwise)."""
     mini_batch_size: int = 32
     """embedding with --loss cached-mnrl: rows per forward pass (memory), whatever --batch-size (the negatives)."""
+    query_regularizer_weight: float = 5e-5
+    """sparse-embedding: the FLOPS regularizer's weight on the queries' (anchors') vectors in SpladeLoss: larger,
+    sparser queries (sentence-transformers' documented default for SPLADE training)."""
+    document_regularizer_weight: float = 3e-5
+    """sparse-embedding: the FLOPS regularizer's weight on the documents' (positives', negatives') vectors."""
     sampled_negatives: int = 3
     """rerank: documents of other queries drawn (with --seed) as extra negatives for each training query; the
     held-out queries get as many, drawn with seed 0, so every run reranks the same candidates."""
@@ -197,6 +206,9 @@ class OwnDataOptions(TrainingSettings):
             raise ValueError(f"loss for {self.task} is {known}, got {self.loss!r}")
         if self.mini_batch_size < 1:
             raise ValueError(f"mini_batch_size must be >= 1, got {self.mini_batch_size}")
+        if min(self.query_regularizer_weight, self.document_regularizer_weight) < 0:
+            raise ValueError("the regularizer weights must be >= 0, got query "
+                             f"{self.query_regularizer_weight} and document {self.document_regularizer_weight}")
         if self.sampled_negatives < 0:
             raise ValueError(f"sampled_negatives must be >= 0, got {self.sampled_negatives}")
 

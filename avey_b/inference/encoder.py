@@ -40,9 +40,10 @@ from avey_b.inference.runtimes import EagerRuntime, OnnxRuntime
 from avey_b.model import auto
 from avey_b.model.configuration import is_avey_b
 from avey_b.model.heads import sentence_embedding
+from avey_b.model.sparse import sparse_rows, splade_max
 from avey_b.model.streaming import refusal
 from avey_b.utils.batching import pad_right, token_budget_batches
-from avey_b.utils.device import pick_device, runtime_line, set_cpu_threads, usable_cpus, use_bf16
+from avey_b.utils.device import autocast, pick_device, runtime_line, set_cpu_threads, usable_cpus, use_bf16
 from avey_b.utils.files import model_source
 from avey_b.utils.shared_cpu import ThreadTuner, thread_tuner
 
@@ -64,7 +65,8 @@ class Encoder:
     optimizations, ...), their intra-op threads set to the encoder's ``threads``.
 
     What it answers (``kinds``): ``embed`` (every checkpoint; with ONNX, a graph with ``sentence_embedding`` or
-    ``last_hidden_state``), ``fill`` (a masked-LM's logits) and ``classify`` (a sequence classifier's logits).
+    ``last_hidden_state``), ``fill`` (a masked-LM's logits), ``sparse`` (a masked-LM's SPLADE vectors, eager
+    runtime: :meth:`sparse`) and ``classify`` (a sequence classifier's logits).
     """
 
     def __init__(self, path: str | Path, options: LoadOptions | None = None, *, architecture: str | None = None,
@@ -157,13 +159,15 @@ class Encoder:
 
     @functools.cached_property
     def kinds(self) -> list[str]:
-        """What this checkpoint answers in this runtime: ``embed``, ``fill``, ``classify`` (in that order), and
-        ``rerank`` for a sequence classifier with one label (``num_labels=1``), which scores (query, document) pairs
-        as a cross-encoder."""
+        """What this checkpoint answers in this runtime: ``embed``, ``fill``, ``sparse`` (a masked-LM, eager),
+        ``classify`` (in that order), and ``rerank`` for a sequence classifier with one label (``num_labels=1``),
+        which scores (query, document) pairs as a cross-encoder."""
         outputs = self.runtime.outputs
         kinds = ["embed"] if {"sentence_embedding", "last_hidden_state"} & set(outputs) else []
         if "logits" in outputs and self.architecture in LOGIT_KINDS:
             kinds.append(LOGIT_KINDS[self.architecture])
+            if kinds[-1] == "fill" and isinstance(self.runtime, EagerRuntime):
+                kinds.append("sparse")  # SPLADE over the masked-LM head, chunked (Encoder.sparse)
             if kinds[-1] == "classify" and self.config.num_labels == 1:
                 kinds.append("rerank")  # one score per input: a cross-encoder (sentence-transformers' CrossEncoder)
         if not kinds:
@@ -266,3 +270,27 @@ class Encoder:
             raise ValueError(f"{self.onnx_file} has no logits output: export it with --head masked-lm or "
                              "sequence-classification")
         return self._run("logits", batch.to(self.device), mask.to(self.device)).float().cpu()
+
+    def sparse(self, batch: torch.Tensor, mask: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """SPLADE's sparse vectors of a padded batch, one ``(indices, values)`` pair per row on the CPU: the
+        vocabulary ids with a non-zero weight (int64, ascending) and their weights (float32). One backbone forward
+        over the whole rows, then the max over real tokens taken chunk by chunk through the masked-LM head
+        (:func:`avey_b.model.sparse.splade_max`: the ``(N, V)`` logits never exist at once). A checkpoint without
+        a masked-LM head (``sparse`` not in :attr:`kinds`) is a ``ValueError`` naming what is missing."""
+        self.require_sparse()
+        hidden = self.hidden_states(batch, mask)
+        with torch.no_grad(), autocast(self.device, self.bf16):
+            weights = splade_max(hidden, mask.to(self.device), self.model.decoder)
+        return sparse_rows(weights)
+
+    def require_sparse(self) -> None:
+        """A ``ValueError`` unless this checkpoint gives sparse vectors: what is missing and how to get it."""
+        if "sparse" in self.kinds:
+            return
+        if self.onnx_file:
+            raise ValueError(f"sparse vectors run in the eager runtime only: load {self.name} without --onnx "
+                             f"({self.onnx_file})")
+        raise ValueError(f"{self.name} is a {self.architecture}, which has no masked-LM head: sparse (SPLADE) "
+                         "vectors need one. Use a pretrained Avey-B checkpoint (an AveyBForMaskedLM: what `avey-b "
+                         "pretrain` saves, or the authors' release checkpoints) or train one with `avey-b finetune "
+                         "--task sparse-embedding`")

@@ -173,6 +173,10 @@ class AveyBConfig(PretrainedConfig):
             re-normalized, for each ``n`` listed. Servers answer ``dimensions=n`` for these sizes only.
         contrastive_scale (`float`, defaults to 20.0): logit scale of the sentence-embedding head's in-batch
             contrastive loss on cosine similarities (sentence-transformers' default for the same loss).
+        embedding_kind (`str`, defaults to `"dense"`): what a saved directory is for in sentence-transformers
+            (:func:`avey_b.model.loading.sentence_transformers_files`): `"dense"` (a `SentenceTransformer`) or
+            `"sparse"` (a masked-LM's directory as a SPLADE `SparseEncoder`; what `avey-b finetune --task
+            sparse-embedding` saves).
         context_len (`int`, *optional*): the input length the authors' release states (its ``AveyConfig``'s
             ``context_len``, 512 by default there, which its ``config.json`` holds as ``max_position_embeddings``
             "for compatibility with the eval lib"). Informational: the model has no position table and takes inputs
@@ -231,6 +235,7 @@ class AveyBConfig(PretrainedConfig):
         normalize_embeddings: bool = True,
         matryoshka_dimensions: list[int] | None = None,
         contrastive_scale: float = 20.0,
+        embedding_kind: str = "dense",
         context_len: int | None = None,
         retrieval_pooling: str | None = None,
         pad_token_id: int | None = None,
@@ -278,6 +283,7 @@ class AveyBConfig(PretrainedConfig):
         self.normalize_embeddings = normalize_embeddings
         self.matryoshka_dimensions = None if matryoshka_dimensions is None else list(matryoshka_dimensions)
         self.contrastive_scale = contrastive_scale
+        self.embedding_kind = embedding_kind
         self.context_len = context_len
         self.retrieval_pooling = retrieval_pooling
         self.mixer_types = mixer_types
@@ -407,6 +413,7 @@ class AveyBConfig(PretrainedConfig):
                 )
         _choice("initializer", self.initializer, ("xavier_normal", "normal"))
         _choice("classifier_head", self.classifier_head, ("linear", "avey-b1"))
+        _choice("embedding_kind", self.embedding_kind, ("dense", "sparse"))
         if self.retrieval_pooling is not None:
             _choice("retrieval_pooling", self.retrieval_pooling, RETRIEVAL_POOLINGS)
 

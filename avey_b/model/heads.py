@@ -23,6 +23,7 @@ from transformers.modeling_outputs import (
 
 from .configuration import AveyBConfig
 from .modeling import AveyBModel, AveyBPreTrainedModel
+from .sparse import SparseEmbeddingOutput, splade_max
 
 
 def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
@@ -127,6 +128,16 @@ class AveyBForMaskedLM(AveyBPreTrainedModel):
             loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=-100)
         output = MaskedLMOutput(loss=loss, logits=logits, hidden_states=out.hidden_states)
         return _finish(output, return_dict, self.config)
+
+    def splade(self, input_ids: torch.LongTensor | None = None, attention_mask: torch.Tensor | None = None,
+               inputs_embeds: torch.Tensor | None = None) -> SparseEmbeddingOutput:
+        """SPLADE's sparse vectors of a padded batch, ``(B, V)`` in ``sparse_embedding``: one backbone forward,
+        then the max over real tokens taken chunk by chunk through this head's decoder, so the ``(N, V)`` logits
+        of a long input never exist at once (:func:`avey_b.model.sparse.splade_max`, which cites the formula).
+        What ``avey-b serve``'s ``/embed_sparse``, ``avey-b embed --outputs sparse`` and sentence-transformers'
+        ``SparseEncoder`` (a sparse directory names this method) compute."""
+        hidden = self.model(input_ids, attention_mask, inputs_embeds, return_dict=True).last_hidden_state
+        return SparseEmbeddingOutput(sparse_embedding=splade_max(hidden, attention_mask, self.decoder))
 
 
 class _ReleaseSequenceHead(nn.Sequential):

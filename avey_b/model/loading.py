@@ -25,10 +25,24 @@ also a sentence-transformers model of the kind its head is for, tokenizer includ
 * A one-label sequence classifier (``AveyBForSequenceClassification``, ``num_labels=1``: a reranker) is a
   ``CrossEncoder``: pairs encoded whole with the tokenizer's pair encoding, one score each (the logit; ``CrossEncoder``
   applies its sigmoid, which keeps the order).
+* A masked-LM (``AveyBForMaskedLM``) whose ``config.embedding_kind`` is ``"sparse"`` (what ``avey-b finetune --task
+  sparse-embedding`` saves) is a SPLADE ``SparseEncoder``: sentence-transformers' own ``Transformer`` module with
+  the ``fill-mask`` task, whose ``modality_config`` names the head's ``splade`` method, so ``SparseEncoder(dir)``
+  runs the library's chunked SPLADE max (:mod:`avey_b.model.sparse`) and gives the vocabulary-sized vectors of
+  ``Encoder.sparse``, ``/embed_sparse`` and ``embed --outputs sparse``. ``embedding_kind="sparse"`` on another head
+  is an error when saving: SPLADE needs the masked-LM head.
 * Every other head, and the bare backbone, is a ``SentenceTransformer`` whose vectors are the ones ``avey-b serve``
   and ``avey-b embed`` give for the directory: the backbone's last hidden state, mean-pooled over the real tokens,
   L2-normalized when ``config.normalize_embeddings`` (True by default) -- ``heads.sentence_embedding``,
-  ``AveyBForSentenceEmbedding``'s ``pooler_output``.
+  ``AveyBForSentenceEmbedding``'s ``pooler_output``. A pretrained masked-LM (``embedding_kind="dense"``, the
+  default) is one of these: its ``Encoder`` still gives sparse vectors, but sentence-transformers reads one
+  ``model_type`` per directory (``config_sentence_transformers.json``), so the directory is either a
+  ``SentenceTransformer`` or a ``SparseEncoder``, never both. Each loads in the other class by
+  sentence-transformers' conversion, which says so (``Converting SentenceTransformer model ... to SparseEncoder``)
+  and builds another model: a ``SparseEncoder`` of a dense directory is a CSR autoencoder over the dense vector,
+  not SPLADE; a ``SentenceTransformer`` of a sparse directory is the backbone's mean-pooled vector, not
+  L2-normalized (``encode(..., normalize_embeddings=True)`` gives ``serve``'s vectors). To load a pretrained
+  masked-LM as SPLADE, save it with ``model.config.embedding_kind = "sparse"``.
 * Neither cuts inputs: the saved ``max_seq_length`` is one billion tokens.
 * The tokenizer: a model loaded from a local directory that holds one, saved where none is, takes a copy of it
   (``AveyBForSentenceEmbedding.from_pretrained(pretrained).save_pretrained(d)`` gives a directory that loads
@@ -159,6 +173,9 @@ def _copy_saved_code(config, directory) -> None:
 #: sentence-transformers truncates inputs to its ``max_seq_length``; Avey-B has no length limit, so a saved directory
 #: says one billion tokens (its ``null`` would fall back to the tokenizer's, often 512).
 SENTENCE_TRANSFORMERS_MAX_LENGTH = 1_000_000_000
+#: The text method of a SPLADE directory's ``Transformer`` module (sentence-transformers' ``modality_config``): the
+#: masked-LM head's chunked ``splade``, whose ``sparse_embedding`` is the module's ``sentence_embedding``.
+SPLADE_MODALITY = {"text": {"method": "splade", "method_output_name": "sparse_embedding"}}
 #: Files that say a directory holds a tokenizer (transformers writes ``tokenizer_config.json`` for every one).
 TOKENIZER_FILES = ("tokenizer_config.json", "tokenizer.json")
 
@@ -187,6 +204,8 @@ def sentence_transformers_files(model) -> dict[str, object]:
             "config_sentence_transformers.json": {"model_type": "CrossEncoder",
                                                   "activation_fn": "torch.nn.modules.activation.Sigmoid"},
         }
+    if getattr(model.config, "embedding_kind", "dense") == "sparse":
+        return sparse_encoder_files(model)
     normalize = bool(getattr(model.config, "normalize_embeddings", True))
     modules = [("", "Transformer"), ("1_Pooling", "Pooling")] + ([("2_Normalize", "Normalize")] if normalize else [])
     files = {
@@ -203,6 +222,24 @@ def sentence_transformers_files(model) -> dict[str, object]:
     if normalize:
         files["2_Normalize/config.json"] = {}
     return files
+
+
+def sparse_encoder_files(model) -> dict[str, object]:
+    """A SPLADE ``SparseEncoder``'s files for a masked-LM (the module docstring states the rule): one ``Transformer``
+    module whose text method is the head's ``splade`` (``sparse_embedding``: the chunked max of
+    :func:`avey_b.model.sparse.splade_max`), dot-product scoring as SPLADE's."""
+    if type(model).__name__ != "AveyBForMaskedLM":
+        raise ValueError(f"config.embedding_kind='sparse' needs the masked-LM head (AveyBForMaskedLM) for SPLADE; "
+                         f"a {type(model).__name__} has none: save it with embedding_kind='dense'")
+    return {
+        "modules.json": [{"idx": 0, "name": "0", "path": "",
+                          "type": "sentence_transformers.base.modules.transformer.Transformer"}],
+        "sentence_bert_config.json": {
+            "transformer_task": "fill-mask",
+            "modality_config": SPLADE_MODALITY,
+            "module_output_name": "sentence_embedding", "max_seq_length": SENTENCE_TRANSFORMERS_MAX_LENGTH},
+        "config_sentence_transformers.json": {"model_type": "SparseEncoder", "similarity_fn_name": "dot"},
+    }
 
 
 def write_sentence_transformers_files(model, directory) -> None:

@@ -29,7 +29,7 @@ from pathlib import Path
 
 #: The model's modules, leaves first (each imports only those before it).
 MODULES = ("config_keys", "file_modes", "release", "execution", "configuration", "similarity", "layers",
-           "ranker_fast", "ranker", "splits", "loading", "modeling", "heads")
+           "ranker_fast", "ranker", "splits", "loading", "modeling", "sparse", "heads")
 PREFIX = "avey_b_"
 
 #: Auto class -> "module.Class" of the saved code, for every head an Avey-B checkpoint may be loaded as.

@@ -60,6 +60,13 @@ token's state already saw the text on both sides of any chunk boundary: unlike c
 brings no context a chunk would otherwise miss; it only changes which token states each chunk averages (a sentence
 cut by a boundary is whole in one of two overlapping chunks, at the cost of more rows).
 
+Sparse vectors (``--outputs dense,sparse``; ``--outputs sparse`` alone drops ``vector``): a masked-LM
+checkpoint's SPLADE weights (:mod:`avey_b.model.sparse`, ``Encoder.sparse``), stored as two list columns,
+``sparse_indices`` (int32 vocabulary ids, ascending) and ``sparse_values`` (float32), one document per row. Each
+document runs in one forward (up to ``--max-tokens``; never in pieces), the SPLADE max over its tokens taken chunk by
+chunk through the masked-LM head so its ``(N, V)`` logits never exist at once. Not with ``--chunking late`` or
+``--update`` (refused); a model without a masked-LM head is refused before anything is written.
+
 Update (``--update``): bring OUTPUT to a new version of INPUT, by document id. An unchanged document is skipped (its
 vectors kept); one whose text extends its old text computes only the appended part, and an edited one only the
 splits the edit reaches (the document's saved state, :class:`avey_b.model.streaming.DocumentState`, fed the new

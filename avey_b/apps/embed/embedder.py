@@ -10,7 +10,9 @@ import torch
 from avey_b.inference.encoder import Encoder
 from avey_b.inference.options import LoadOptions
 from avey_b.model.heads import chunk_embeddings, sentence_embedding
+from avey_b.model.sparse import sparse_rows, splade_max
 from avey_b.utils.batching import token_budget_batches
+from avey_b.utils.device import autocast
 
 
 def local_model_dir(model: str) -> Path:
@@ -31,12 +33,16 @@ def encoder_for(model_dir: str | Path, *, device: str, precision: str, threads: 
 
 @torch.no_grad()
 def embed_ids(encoder: Encoder, ids: list[list[int]], chunks: list[list[tuple[int, int]]] | None,
-              max_batch_tokens: int) -> list[torch.Tensor]:
+              max_batch_tokens: int, sparse: bool = False) -> tuple[list[torch.Tensor], list[tuple] | None]:
     """Float32 vectors on the CPU: ``(d,)`` per document, or ``(n_chunks, d)`` with ``chunks`` (token ranges per
-    document, late chunking: one forward over the whole document), in the order of ``ids``."""
+    document, late chunking: one forward over the whole document), in the order of ``ids``; with ``sparse``, also
+    each document's SPLADE ``(indices, values)`` from the same hidden states (:meth:`Encoder.sparse`), else None."""
     encoder.load()
+    if sparse:
+        encoder.require_sparse()
     normalize = bool(getattr(encoder.config, "normalize_embeddings", True))
     out: list[torch.Tensor | None] = [None] * len(ids)
+    weights: list[tuple | None] = [None] * len(ids)
     for batch in token_budget_batches(range(len(ids)), max_batch_tokens, lambda i: len(ids[i])):
         tokens, mask = encoder.pad([ids[i] for i in batch])
         hidden = encoder.hidden_states(tokens, mask)
@@ -47,4 +53,9 @@ def embed_ids(encoder: Encoder, ids: list[list[int]], chunks: list[list[tuple[in
             vectors = [v.float().cpu() for v in chunk_embeddings(hidden, mask, [chunks[i] for i in batch], normalize)]
         for i, v in zip(batch, vectors, strict=True):
             out[i] = v
-    return out
+        if sparse:
+            with autocast(encoder.device, encoder.bf16):
+                rows = sparse_rows(splade_max(hidden, mask, encoder.model.decoder))
+            for i, row in zip(batch, rows, strict=True):
+                weights[i] = row
+    return out, weights if sparse else None

@@ -64,7 +64,10 @@ def file_hashes(directory: Path, patterns: tuple[str, ...]) -> dict[str, str]:
 
 def record_settings(encoder: Encoder, source: str, options: EmbedOptions, previous: dict | None) -> Settings:
     """What the vectors depend on, from the options: the model's and tokenizer's files, the input, and the options
-    that change a vector or the layout, resolved (``max_tokens``, precision)."""
+    that change a vector or the layout, resolved (``max_tokens``, precision). Sparse outputs of a model without a
+    masked-LM head are refused here, before anything is written."""
+    if "sparse" in options.outputs:
+        encoder.require_sparse()
     hf = source.startswith("hf:")
     before = (previous or {}).get("settings", {})
     max_tokens = options.max_tokens
@@ -85,7 +88,7 @@ def record_settings(encoder: Encoder, source: str, options: EmbedOptions, previo
         chunking=options.chunking, chunk_tokens=options.chunk_tokens, chunk_spans_column=options.chunk_spans_column,
         dtype=options.dtype, shard_size=shard_size, max_tokens=max_tokens,
         precision="bf16" if encoder.bf16 else "fp32", shard_tokens=shard_tokens, chunk_overlap=options.chunk_overlap,
-        keep_columns=list(options.keep_columns), with_text=options.with_text)
+        keep_columns=list(options.keep_columns), with_text=options.with_text, outputs=list(options.outputs))
 
 
 def _check_new_ids(group: list[Document], seen: dict[str, str]) -> None:

@@ -64,6 +64,8 @@ class Settings:
     chunk_overlap: int = 0
     keep_columns: list[str] = field(default_factory=list)
     with_text: bool = False
+    outputs: list[str] = field(default_factory=lambda: ["dense"])
+    """What the rows store (``--outputs``): ``dense``, ``sparse``."""
 
     @classmethod
     def from_json(cls, data: dict) -> Settings:
@@ -83,7 +85,8 @@ class Settings:
 
 
 #: The settings added after the first format, with the values that give what that format did.
-FIRST_FORMAT = {"shard_tokens": None, "chunk_overlap": 0, "keep_columns": [], "with_text": False}
+FIRST_FORMAT = {"shard_tokens": None, "chunk_overlap": 0, "keep_columns": [], "with_text": False,
+                "outputs": ["dense"]}
 
 
 # ------------------------------------------------------------------------------------------------ kept columns
@@ -174,7 +177,8 @@ def shard_info(path: Path) -> dict:
 
 def table_of(rows: list[dict], settings: Settings, dim: int, info: dict, kept_schema):
     """The shard's table: ``id``, with late chunking ``chunk``, ``char_start``, ``char_end``, then ``n_tokens``,
-    ``text`` (``--with-text``), the kept columns (typed by ``kept_schema``) and ``vector``."""
+    ``text`` (``--with-text``), the kept columns (typed by ``kept_schema``), ``vector`` (``dense`` outputs) and
+    ``sparse_indices`` (int32), ``sparse_values`` (float32) lists (``sparse`` outputs)."""
     import pyarrow as pa
 
     vectors = np.stack([r["vector"] for r in rows]) if rows else np.zeros((0, dim))
@@ -197,7 +201,12 @@ def table_of(rows: list[dict], settings: Settings, dim: int, info: dict, kept_sc
                 repeats.append(1)
         for c in settings.keep_columns:
             columns[c] = _kept_array(docs, repeats, c, kept_schema.field(c).type)
-    columns["vector"] = pa.FixedSizeListArray.from_arrays(flat, dim)
+    if "dense" in settings.outputs:
+        columns["vector"] = pa.FixedSizeListArray.from_arrays(flat, dim)
+    if "sparse" in settings.outputs:
+        columns["sparse_indices"] = pa.array([r["sparse"][0].astype(np.int32) for r in rows], pa.list_(pa.int32()))
+        columns["sparse_values"] = pa.array([r["sparse"][1].astype(np.float32) for r in rows],
+                                            pa.list_(pa.float32()))
     table = pa.table(columns)
     return table.replace_schema_metadata({METADATA_KEY: json.dumps(info).encode()})
 
@@ -230,18 +239,24 @@ def prepare_shard(encoder: Encoder, docs: list[Document], settings: Settings
     return work, skipped
 
 
-def embed_whole(encoder: Encoder, work: list[tuple], late: bool, max_batch_tokens: int) -> list[np.ndarray]:
-    """The vectors of ``work`` (:func:`prepare_shard`'s items), each document encoded whole, in batches."""
+def embed_whole(encoder: Encoder, work: list[tuple], late: bool, max_batch_tokens: int, sparse: bool = False
+                ) -> tuple[list[np.ndarray], list[tuple] | None]:
+    """The vectors of ``work`` (:func:`prepare_shard`'s items), each document encoded whole, in batches; with
+    ``sparse``, each document's ``(indices, values)`` too (else None)."""
     chunks = [[r[:2] for r in ranges] for _, _, ranges in work] if late else None
-    return [v.numpy() for v in embed_ids(encoder, [ids for _, ids, _ in work], chunks, max_batch_tokens)]
+    vectors, weights = embed_ids(encoder, [ids for _, ids, _ in work], chunks, max_batch_tokens, sparse)
+    return [v.numpy() for v in vectors], None if weights is None else [(i.numpy(), v.numpy()) for i, v in weights]
 
 
-def shard_rows(work: list[tuple], vectors: list[np.ndarray], late: bool) -> list[dict]:
-    """The shard's rows: one per document, or per late chunk, with its vector (``(d,)``, or ``(C, d)``)."""
+def shard_rows(work: list[tuple], vectors: list[np.ndarray], late: bool, sparse: list[tuple] | None = None
+               ) -> list[dict]:
+    """The shard's rows: one per document, or per late chunk, with its vector (``(d,)``, or ``(C, d)``) and, given
+    ``sparse``, the document's ``(indices, values)``."""
     rows = []
-    for (doc, ids, ranges), v in zip(work, vectors, strict=True):
+    for n, ((doc, ids, ranges), v) in enumerate(zip(work, vectors, strict=True)):
         if not late:
-            rows.append({"id": doc.id, "n_tokens": len(ids), "text": doc.text, "doc": doc, "vector": v})
+            rows.append({"id": doc.id, "n_tokens": len(ids), "text": doc.text, "doc": doc, "vector": v,
+                         "sparse": sparse[n] if sparse else None})
             continue
         for c, (t0, t1, c0, c1) in enumerate(ranges):
             rows.append({"id": doc.id, "chunk": c, "char_start": c0, "char_end": c1, "n_tokens": t1 - t0,
@@ -263,9 +278,11 @@ def _embed_shard(encoder: Encoder, docs: list[Document], settings: Settings, max
         if pieces.takes(len(ids)) and (done := pieces.encode(ids, ranges)) is not None:
             vectors[i] = done[0]
     whole = [i for i, v in enumerate(vectors) if v is None]
-    for i, v in zip(whole, embed_whole(encoder, [work[i] for i in whole], late, max_batch_tokens), strict=True):
+    sparse = "sparse" in settings.outputs  # then no document took the pieces (Pieces.why_not)
+    found, weights = embed_whole(encoder, [work[i] for i in whole], late, max_batch_tokens, sparse)
+    for i, v in zip(whole, found, strict=True):
         vectors[i] = v
-    return shard_rows(work, vectors, late), skipped, sum(len(ids) for _, ids, _ in work)
+    return shard_rows(work, vectors, late, weights), skipped, sum(len(ids) for _, ids, _ in work)
 
 
 def run_shard(encoder: Encoder, k: int, group: list[Document], out: Path, settings: Settings,

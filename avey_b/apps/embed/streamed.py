@@ -33,6 +33,10 @@ STATE_COLUMNS = {"ids": "int32", "sums": "float32", "choice": "int64", "keys": "
                  "segment_splits": "int64", "segment_chunks": "int64", "segment_sums": "float32"}
 SPANS_WHY = ("character-span chunks (--chunk-spans-column) are cut from the text, not by token counts, so a "
              "document state cannot pool them")
+#: Why sparse outputs take no pieces: SPLADE's max runs over the whole hidden state (one forward, up to --max-tokens),
+#: chunked through the masked-LM head so its (N, V) logits never exist at once (avey_b.model.sparse).
+SPARSE_WHY = ("--outputs sparse runs each document in one forward, the SPLADE max over its tokens taken chunk by "
+              "chunk through the masked-LM head")
 
 
 def text_hash(text: str, spans=None) -> str:
@@ -64,7 +68,8 @@ class Pieces:
     def __init__(self, encoder: Encoder, settings, long_tokens: int = LONG_DOCUMENT_TOKENS):
         self.encoder, self.long_tokens = encoder, long_tokens
         self.late = settings.chunking == "late"
-        self.why_not = refusal(encoder.config) or (SPANS_WHY if settings.chunk_spans_column else None)
+        self.why_not = (refusal(encoder.config) or (SPANS_WHY if settings.chunk_spans_column else None)
+                        or (SPARSE_WHY if "sparse" in settings.outputs else None))
         self.normalize = bool(getattr(encoder.config, "normalize_embeddings", True))
         self.options: dict = {}
         if self.late and self.why_not is None:

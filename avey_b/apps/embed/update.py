@@ -221,8 +221,8 @@ class Updater:
                 states[doc.id] = record(doc, state)
                 computed += n
         whole = [i for i, v in enumerate(vectors) if v is None]
-        for i, v in zip(whole, shards.embed_whole(self.encoder, [work[i] for i in whole], late,
-                                                   self.max_batch_tokens), strict=True):
+        found, _ = shards.embed_whole(self.encoder, [work[i] for i in whole], late, self.max_batch_tokens)
+        for i, v in zip(whole, found, strict=True):  # dense only: --update refuses sparse outputs
             vectors[i] = v
             computed += len(work[i][1])
         rows = [states.get(d.id) or record(d, None) for d in group]

@@ -1,6 +1,6 @@
 """The routes of Hugging Face's Text Embeddings Inference (TEI), with its request and response shapes: ``/embed``,
-``/embed_all``, ``/predict``, ``/rerank``, ``/tokenize``, ``/decode``, ``/info``, and ``POST /`` (what
-``huggingface_hub.InferenceClient(base_url=URL)`` posts to: text classification for a classifier, else
+``/embed_all``, ``/embed_sparse``, ``/predict``, ``/rerank``, ``/tokenize``, ``/decode``, ``/info``, and ``POST /``
+(what ``huggingface_hub.InferenceClient(base_url=URL)`` posts to: text classification for a classifier, else
 ``/embed``)."""
 
 import asyncio  # no `from __future__ import annotations`: FastAPI reads the routes' live annotations
@@ -13,6 +13,8 @@ from avey_b.apps.serve.schemas import (
     DecodeRequest,
     EmbedAllRequest,
     EmbedRequest,
+    EmbedSparseRequest,
+    EmbedSparseResponse,
     PredictRequest,
     RerankRequest,
     TextClassificationRequest,
@@ -45,6 +47,20 @@ async def embed_all(request: Request, service: ServiceDep,
                                    prompt_name=body.prompt_name)
     note(request, len(encoded.ids), encoded.tokens)
     return [v.tolist() for v in await service.run("tokens", encoded.ids)]
+
+
+@router.post("/embed_sparse", response_model=EmbedSparseResponse)
+async def embed_sparse(request: Request, service: ServiceDep,
+                       body: Annotated[EmbedSparseRequest, reading(EmbedSparseRequest, needs="sparse")]):
+    """SPLADE's sparse vectors (a masked-LM checkpoint), TEI's shape: per input, ``[{"index", "value"}]`` of its
+    non-zero weights. Every input runs whole, as one forward (up to --max-tokens), the max over its tokens taken
+    chunk by chunk through the masked-LM head: a long input never holds its ``(N, V)`` logits; it does not take the
+    block-at-a-time state path ``/embed`` takes."""
+    encoded = await service.encode(body.input, truncate=bool(body.truncate), direction=body.truncation_direction,
+                                   prompt_name=body.prompt_name)
+    note(request, len(encoded.ids), encoded.tokens)
+    return [[{"index": int(i), "value": float(v)} for i, v in zip(indices, values, strict=True)]
+            for indices, values in await service.run("sparse", encoded.ids)]
 
 
 @router.post("/predict")
@@ -122,8 +138,9 @@ def tei_info(request: Request, service: ServiceDep):
         model_type = {"reranker": {"id2label": config.id2label, "label2id": config.label2id}}
     elif "classify" in encoder.kinds:
         model_type = {"classifier": {"id2label": config.id2label, "label2id": config.label2id}}
-    else:
-        model_type = {"embedding": {"pooling": "mean"}}
+    else:  # TEI names a SPLADE model's pooling "splade"
+        sparse = getattr(config, "embedding_kind", "dense") == "sparse"
+        model_type = {"embedding": {"pooling": "splade" if sparse else "mean"}}
     return {"model_id": service.name, "model_sha": None,
             "model_dtype": "bfloat16" if encoder.bf16 else "float32", "model_type": model_type,
             "max_concurrent_requests": options.queue_size, "max_input_length": service.max_tokens,

@@ -89,6 +89,25 @@ class EmbedAllRequest(Truncation):
     prompt_name: str | None = None
 
 
+class EmbedSparseRequest(Truncation):
+    """TEI's ``/embed_sparse``: the fields of ``/embed`` that apply to a sparse vector (no normalization, no
+    Matryoshka size)."""
+
+    prompt_name: str | None = None
+
+
+class SparseValue(BaseModel):
+    """One non-zero weight of a sparse vector, as TEI's ``/embed_sparse`` answers it: the vocabulary id and its
+    weight."""
+
+    index: int
+    value: float
+
+
+#: ``/embed_sparse``'s answer: per input, its non-zero weights in ascending ``index`` order.
+EmbedSparseResponse = list[list[SparseValue]]
+
+
 class PredictRequest(Truncation):
     """TEI's ``/predict``: ``inputs`` is a text, a pair ``[a, b]``, or a list of texts and pairs (as TEI reads it,
     a list of exactly two strings is one pair)."""

@@ -22,11 +22,15 @@ def answer_batch(encoder: Encoder, kind: str, jobs: list[Job]) -> list:
     * ``tokens``: (n, d) the last hidden state of each of the input's n tokens;
     * ``chunks``: (C, d) late chunking, the mean of each chunk's token states (``job.extra``: token ranges);
     * ``logits``: (num_labels,) the classifier's logits;
-    * ``fill``: per [MASK] of the input, its top tokens ``[{"token", "score"}]`` (Python lists)."""
+    * ``fill``: per [MASK] of the input, its top tokens ``[{"token", "score"}]`` (Python lists);
+    * ``sparse``: SPLADE's ``(indices, values)`` of the input (:meth:`Encoder.sparse`: the whole input in one
+      forward, the max over its tokens taken chunk by chunk through the masked-LM head)."""
     ids = [j.ids for j in jobs]
     batch, mask = encoder.pad(ids)
     if kind == "embed":
         return list(encoder.embed(batch, mask, normalize=False).cpu().numpy())
+    if kind == "sparse":
+        return [(i.numpy(), v.numpy()) for i, v in encoder.sparse(batch, mask)]
     if kind in ("tokens", "chunks"):
         hidden = encoder.hidden_states(batch, mask).float()
         if kind == "chunks":
