@@ -102,3 +102,29 @@ def test_resaving_another_head_into_the_directory_removes_the_multi_vector_files
     assert not (tmp_path / "1_Dense" / "model.safetensors").exists()
     assert not (tmp_path / "3_Normalize" / "config.json").exists()
     assert json.loads((tmp_path / "modules.json").read_text())[1]["path"] == "1_Pooling"
+
+
+@pytest.mark.slow
+def test_finetune_multi_vector_trains_from_pairs_and_saves_a_directory_both_loaders_agree_on(tmp_path):
+    st = pytest.importorskip("sentence_transformers")
+    from test_finetune_retrieval import pairs, write_jsonl
+
+    from avey_b.cli import main
+
+    base = toy.avey_b(str(tmp_path / "base"), toy.tokenizer(str(tmp_path / "base")))
+    train = write_jsonl(tmp_path / "pairs.jsonl", pairs(40))
+    out = tmp_path / "mv"
+    assert main(["finetune", "--task", "multi-vector", "--model", base, "--train-file", train, "--output-dir",
+                 str(out), "--multivector-dim", "16", "--epochs", "1", "--batch-size", "8", "--precision", "fp32",
+                 "--device", "cpu", "--threads", "1"]) == 0
+    record = json.loads((out / "results.json").read_text())
+    assert set(record["metrics"]) == set(record["baseline"]) == {"recall@1", "recall@10", "ndcg@10", "mrr@10"}
+    assert record["multivector_dim"] == 16 and record["n_validation"] == 4
+    assert json.loads((out / "config.json").read_text())["architectures"] == ["AveyBForMultiVector"]
+    enc = encoder(out)
+    assert "multivector" in enc.kinds
+    ours = enc.multivectors(TEXTS)
+    got = st.MultiVectorEncoder(str(out), device="cpu").encode_document(TEXTS)
+    for g, o in zip(got, ours, strict=True):
+        assert o.shape[1] == 16
+        torch.testing.assert_close(g.cpu().float(), o, rtol=0, atol=1e-5)

@@ -81,7 +81,7 @@ def load_model(options: OwnDataOptions, device: str):
     from sentence_transformers.sentence_transformer import modules as models
     from transformers import AutoConfig
 
-    if _is_sentence_transformers_dir(options.model):
+    if saved_kind(options.model) == "SentenceTransformer":
         model = SentenceTransformer(options.model, device=device)
     else:
         transformer = models.Transformer(options.model)
@@ -95,16 +95,18 @@ def load_model(options: OwnDataOptions, device: str):
     return model
 
 
-def _is_sentence_transformers_dir(path: str) -> bool:
-    """A local directory with ``modules.json`` whose type is ``SentenceTransformer`` (a Hub id: never, offline)."""
+def saved_kind(path: str) -> str | None:
+    """The sentence-transformers class a local directory with ``modules.json`` is saved as (its
+    ``config_sentence_transformers.json``'s ``model_type``, ``SentenceTransformer`` where it names none); None for
+    anything else (a Hub id: never, offline)."""
     import json
 
     directory = Path(path)
     if not (directory / "modules.json").is_file():
-        return False
+        return None
     config = directory / "config_sentence_transformers.json"
-    kind = json.loads(config.read_text()).get("model_type", "SentenceTransformer") if config.is_file() else None
-    return kind in (None, "SentenceTransformer")
+    kind = json.loads(config.read_text()).get("model_type") if config.is_file() else None
+    return kind or "SentenceTransformer"
 
 
 def set_length(model, options: OwnDataOptions, table: Table, texts: dict[str, str]) -> int:
@@ -120,9 +122,10 @@ def set_length(model, options: OwnDataOptions, table: Table, texts: dict[str, st
     return cuts
 
 
-def evaluator(held: Table, columns: dict[str, str], batch_size: int):
+def evaluator(held: Table, columns: dict[str, str], batch_size: int, evaluator_class=None):
     """The held-out rows as a retrieval task: every distinct anchor searches every distinct held-out text of the
-    positive and negative columns; relevant: the positives of its rows."""
+    positive and negative columns; relevant: the positives of its rows. ``evaluator_class``: sentence-transformers'
+    ``InformationRetrievalEvaluator`` (None) or its counterpart for another model class (the multi-vector one)."""
     from sentence_transformers.sentence_transformer.evaluation import InformationRetrievalEvaluator
 
     queries: dict[str, str] = {}
@@ -145,8 +148,9 @@ def evaluator(held: Table, columns: dict[str, str], batch_size: int):
         relevant.setdefault(qid_of[anchor], set()).add(document(row[columns["positive"]]))
         if "negative" in columns and columns["negative"] in row:  # a validation file may have none
             document(row[columns["negative"]])
-    return InformationRetrievalEvaluator(queries, corpus, relevant, batch_size=batch_size, show_progress_bar=False,
-                                         write_csv=False, accuracy_at_k=[1, 10], precision_recall_at_k=[1, 10])
+    return (evaluator_class or InformationRetrievalEvaluator)(
+        queries, corpus, relevant, batch_size=batch_size, show_progress_bar=False, write_csv=False,
+        accuracy_at_k=[1, 10], precision_recall_at_k=[1, 10])
 
 
 

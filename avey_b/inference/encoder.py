@@ -40,7 +40,7 @@ from avey_b.inference.runtimes import EagerRuntime, OnnxRuntime
 from avey_b.model import auto
 from avey_b.model.configuration import is_avey_b
 from avey_b.model.heads import sentence_embedding
-from avey_b.model.multivector import late_interaction_scores
+from avey_b.model.multivector import query_scores
 from avey_b.model.streaming import refusal
 from avey_b.utils.batching import pad_right, token_budget_batches
 from avey_b.utils.device import pick_device, runtime_line, set_cpu_threads, usable_cpus, use_bf16
@@ -301,9 +301,4 @@ class Encoder:
         ``Σ_t max_u x_t · y_u`` over the query's and the document's token vectors (:meth:`multivectors`), by the
         library's one MaxSim (:func:`avey_b.model.similarity.maxsim`)."""
         vectors = self.multivectors([query, *documents], batch_tokens=batch_tokens)
-        q, docs = vectors[0], vectors[1:]
-        if not docs:
-            return torch.empty(0)
-        d = torch.nn.utils.rnn.pad_sequence(docs, batch_first=True)  # (J, N, D), zero rows at padding
-        keep = torch.nn.utils.rnn.pad_sequence([torch.ones(len(x), dtype=torch.bool) for x in docs], batch_first=True)
-        return late_interaction_scores(q[None], torch.ones(1, len(q), dtype=torch.bool), d, keep)[0]
+        return query_scores(vectors[0], vectors[1:])

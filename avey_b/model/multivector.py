@@ -56,6 +56,17 @@ def late_interaction_scores(q: torch.Tensor, q_keep: torch.Tensor, d: torch.Tens
     return maxsim(q[None], d[None], q_keep[None].bool(), d_keep[None].bool())[0]
 
 
+def query_scores(query: torch.Tensor, documents: list[torch.Tensor]) -> torch.Tensor:
+    """MaxSim of one query's token vectors (n, D) against each document's (m_j, D), real tokens only -> (J,) float32
+    scores in the documents' order (:func:`late_interaction_scores` over the documents padded with zero rows)."""
+    if not documents:
+        return torch.empty(0)
+    d = torch.nn.utils.rnn.pad_sequence(documents, batch_first=True)  # (J, M, D)
+    keep = torch.nn.utils.rnn.pad_sequence([torch.ones(len(x), dtype=torch.bool) for x in documents],
+                                           batch_first=True)
+    return late_interaction_scores(query[None], torch.ones(1, len(query), dtype=torch.bool), d, keep)[0]
+
+
 class AveyBForMultiVector(AveyBPreTrainedModel):
     """Token vectors for late-interaction retrieval (see the module docstring): ``embeddings`` (B, N, D).
 
