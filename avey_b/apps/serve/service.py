@@ -27,7 +27,12 @@ from avey_b.utils.batching import default_max_tokens
 #: what each kind of answer needs of the checkpoint, in words, for the refusal of a route it cannot serve
 NEEDS = {"classify": "a sequence-classification checkpoint (AveyBForSequenceClassification)",
          "rerank": "a cross-encoder: a sequence-classification checkpoint with one label (num_labels=1)",
-         "fill": "a masked-LM checkpoint (AveyBForMaskedLM)"}
+         "fill": "a masked-LM checkpoint (AveyBForMaskedLM)",
+         "multivector": "a multi-vector head (AveyBForMultiVector: a token vector per token, scored by MaxSim), which "
+                        "this model lacks: train one with `avey-b finetune --task multi-vector`"}
+#: The vector outputs a model can return (``/info``'s ``outputs``; ``avey-b embed --outputs`` names the same), from
+#: the Encoder's kinds: ``dense`` (one vector per input: every model), ``multivector`` (token vectors).
+OUTPUTS = {"embed": "dense", "multivector": "multivector"}
 
 
 def served_name(model: str) -> str:
