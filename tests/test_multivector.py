@@ -128,3 +128,59 @@ def test_finetune_multi_vector_trains_from_pairs_and_saves_a_directory_both_load
     for g, o in zip(got, ours, strict=True):
         assert o.shape[1] == 16
         torch.testing.assert_close(g.cpu().float(), o, rtol=0, atol=1e-5)
+
+
+def test_embed_stores_dense_and_token_vectors_in_the_same_shards_and_resumes(tmp_path, multivector_dir,
+                                                                              monkeypatch):
+    pq = pytest.importorskip("pyarrow.parquet")
+    from avey_b.apps.embed import EmbedOptions, embed_corpus, shards
+    from avey_b.apps.options import embed_options, embed_parser
+
+    args = embed_parser().parse_args(["m", "i", "o", "--outputs", "dense,multivector"])
+    assert embed_options(args).outputs == ("dense", "multivector")
+    docs = TEXTS + ["the film", "paris " * 50, "bob"]
+    (tmp_path / "d.jsonl").write_text("".join(json.dumps({"id": f"d{i}", "text": t}) + "\n"
+                                              for i, t in enumerate(docs)))
+    options = EmbedOptions(outputs=("dense,multivector",), shard_size=2, long_document_tokens=40, progress=False,
+                           load=LoadOptions(precision="fp32"))
+    run = lambda out: embed_corpus(str(multivector_dir), str(tmp_path / "d.jsonl"), str(tmp_path / out), options)
+    write, written = shards.write_shard, []
+
+    def killed_after_one(path, table):
+        if written:
+            raise KeyboardInterrupt
+        written.append(path.name)
+        write(path, table)
+
+    monkeypatch.setattr(shards, "write_shard", killed_after_one)
+    with pytest.raises(KeyboardInterrupt):
+        run("out")
+    monkeypatch.setattr(shards, "write_shard", write)
+    manifest = run("out")
+    table = pq.read_table(tmp_path / "out")
+    assert [r["shards_written"] for r in manifest["runs"]] == [1, 2]
+    assert table.schema.field("multivector").type.value_type.list_size == 16
+    enc = encoder(multivector_dir)
+    kept = [i for i, t in enumerate(docs) if len(enc.tokenize([t])["input_ids"][0]) <= 40]
+    assert table["id"].to_pylist() == [f"d{i}" for i in kept] and len(kept) == len(docs) - 2  # two too long: listed
+    assert all("token vectors" in s["reason"] for s in manifest["skipped"])
+    for i, dense, tokens in zip(kept, table["vector"].to_pylist(), table["multivector"].to_pylist(), strict=True):
+        torch.testing.assert_close(torch.tensor(tokens), enc.multivectors(docs[i])[0], rtol=0, atol=1e-5)
+        torch.testing.assert_close(torch.tensor(dense), enc.encode(docs[i]), rtol=0, atol=1e-5)
+    run("whole")  # an uninterrupted run: the same rows, bit for bit
+    assert pq.read_table(tmp_path / "whole")["multivector"].to_pylist() == table["multivector"].to_pylist()
+
+
+def test_embed_refuses_token_vectors_where_they_cannot_go_naming_why(tmp_path, model_dir):
+    from avey_b.apps.embed import EmbedOptions, embed_corpus
+
+    with pytest.raises(ValueError, match="--outputs is a comma list of dense, multivector"):
+        EmbedOptions(outputs=("dense,colbert",))
+    with pytest.raises(ValueError, match="does not apply with --chunking late"):
+        EmbedOptions(outputs=("multivector",), chunking="late", chunk_tokens=8)
+    with pytest.raises(ValueError, match="run without --update"):
+        EmbedOptions(outputs=("multivector",), update=True)
+    (tmp_path / "d.txt").write_text("a good film")
+    with pytest.raises(ValueError, match=r"needs a multi-vector model .*avey-b finetune --task multi-vector"):
+        embed_corpus(str(model_dir), str(tmp_path / "d.txt"), str(tmp_path / "out"),
+                     EmbedOptions(outputs=("multivector",), progress=False))

@@ -107,8 +107,11 @@ def serve_parser() -> argparse.ArgumentParser:
 CHUNKINGS = ("none", "late")
 #: The stored vectors' types.
 VECTOR_DTYPES = ("float32", "float16")
+#: What ``--outputs`` may name: ``dense``, one vector per row (column ``vector``); ``multivector``, the multi-vector
+#: head's token vectors (column ``multivector``: a list of fixed-size vectors per row).
+EMBED_OUTPUTS = ("dense", "multivector")
 #: The columns embed writes (``--keep-columns`` may not name them).
-OUTPUT_COLUMNS = ("id", "chunk", "char_start", "char_end", "n_tokens", "text", "vector")
+OUTPUT_COLUMNS = ("id", "chunk", "char_start", "char_end", "n_tokens", "text", "vector", "multivector")
 #: Tokens per shard when ``--shard-tokens`` is not given, and so the work a kill can lose: one full batch of the
 #: default ``--max-batch-tokens`` (smaller shards would make smaller batches; what that costs in time on a CPU:
 #: benchmarks/embed/README.md, "Shard size").
@@ -148,6 +151,10 @@ class EmbedOptions:
     """late chunking with --chunk-tokens: tokens that consecutive chunks share (less than --chunk-tokens)"""
     chunk_spans_column: str | None = None
     """late chunking: a column of [start, end) character spans per document"""
+    outputs: tuple[str, ...] = ("dense",)
+    """what to store, a comma list: dense (one vector per row, `vector`), multivector (a multi-vector model's token
+    vectors, `multivector`: one per token, special tokens included; `avey-b finetune --task multi-vector` trains
+    one); --outputs dense,multivector stores both"""
     dtype: str = "float32"
     """the stored vectors' type"""
     shard_tokens: int | None = None
@@ -216,6 +223,7 @@ class EmbedOptions:
                              f"({', '.join(OUTPUT_COLUMNS)}); the document's text is stored by --with-text, its id "
                              "by --id-column")
         object.__setattr__(self, "keep_columns", keep)
+        self._check_outputs()
         if self.dtype not in VECTOR_DTYPES:
             raise ValueError(f"dtype must be one of {VECTOR_DTYPES}, got {self.dtype!r}")
         if self.load.onnx is not None:
@@ -227,6 +235,24 @@ class EmbedOptions:
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ValueError(f"{name} must be at least 1, got {value}")
+
+
+    def _check_outputs(self) -> None:
+        """``outputs``: a comma list (or tuple) of :data:`EMBED_OUTPUTS`, each once; what token vectors cannot take
+        yet is refused."""
+        if isinstance(self.outputs, str):
+            raise TypeError(f"outputs is a tuple of names, got the string {self.outputs!r}")
+        outputs = tuple(o.strip() for item in self.outputs for o in item.split(","))
+        if not outputs or len(set(outputs)) != len(outputs) or not set(outputs) <= set(EMBED_OUTPUTS):
+            raise ValueError(f"--outputs is a comma list of {', '.join(EMBED_OUTPUTS)}, each once; got "
+                             f"{','.join(self.outputs)!r}")
+        object.__setattr__(self, "outputs", outputs)
+        if "multivector" in outputs and self.chunking == "late":
+            raise ValueError("--outputs multivector stores a document's token vectors in its row: it does not apply "
+                             "with --chunking late (one row per chunk)")
+        if "multivector" in outputs and self.update:
+            raise ValueError("--update keeps each document's state for dense vectors only: token vectors "
+                             "(--outputs multivector) are not updated in place; run without --update")
 
 
 def embed_parser() -> argparse.ArgumentParser:

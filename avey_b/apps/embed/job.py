@@ -85,7 +85,7 @@ def record_settings(encoder: Encoder, source: str, options: EmbedOptions, previo
         chunking=options.chunking, chunk_tokens=options.chunk_tokens, chunk_spans_column=options.chunk_spans_column,
         dtype=options.dtype, shard_size=shard_size, max_tokens=max_tokens,
         precision="bf16" if encoder.bf16 else "fp32", shard_tokens=shard_tokens, chunk_overlap=options.chunk_overlap,
-        keep_columns=list(options.keep_columns), with_text=options.with_text)
+        keep_columns=list(options.keep_columns), with_text=options.with_text, outputs=list(options.outputs))
 
 
 def _check_new_ids(group: list[Document], seen: dict[str, str]) -> None:
@@ -227,6 +227,10 @@ def embed_corpus(model: str, source: str, output: str | os.PathLike, options: Em
         resolved = "bf16" if use_bf16(options.load.precision, target) else "fp32"
         encoder = encoder_for(model_dir, device="cpu" if ray else options.load.device, precision=resolved,
                               threads=options.load.threads)
+        if "multivector" in options.outputs and "multivector" not in encoder.kinds:
+            raise ValueError(f"--outputs multivector needs a multi-vector model (AveyBForMultiVector: token vectors "
+                             f"for late interaction); {model} is a {encoder.architecture}: train one with "
+                             "`avey-b finetune --task multi-vector`")
         recorded = record_settings(encoder, source, options, previous)
         check_rerun(out, previous, recorded, update=options.update)
         run = {"started": utc_timestamp(), "device": str(target), "max_batch_tokens": options.max_batch_tokens,
