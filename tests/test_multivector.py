@@ -84,13 +84,14 @@ def test_the_saved_directory_loads_in_sentence_transformers_multi_vector_encoder
     info = json.loads((multivector_dir / "config_sentence_transformers.json").read_text())
     assert info["model_type"] == "MultiVectorEncoder"
     model = st.MultiVectorEncoder(str(multivector_dir), device="cpu")
-    ours = encoder(multivector_dir).multivectors(TEXTS)
+    enc = encoder(multivector_dir)
+    ours = enc.multivectors(TEXTS)
     for encode in (model.encode_query, model.encode_document):
         got = encode(TEXTS)
         for g, o in zip(got, ours, strict=True):
             torch.testing.assert_close(g.cpu().float(), o, rtol=0, atol=1e-5)
     scores = model.similarity(model.encode_query(TEXTS[:1]), model.encode_document(TEXTS))[0]
-    torch.testing.assert_close(scores.cpu().float(), encoder(multivector_dir).maxsim(TEXTS[0], TEXTS),
+    torch.testing.assert_close(scores.cpu().float(), enc.maxsim(TEXTS[0], TEXTS),
                                rtol=0, atol=1e-4)
 
 
