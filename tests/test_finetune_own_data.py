@@ -289,7 +289,7 @@ def test_help_shows_one_example_per_task_and_both_families(capsys):
     with pytest.raises(SystemExit):
         main(["finetune", "--help"])
     text = capsys.readouterr().out
-    for task in ("text-classification", "token-classification", "embedding", "rerank", "sst2"):
+    for task in ("text-classification", "token-classification", "embedding", "rerank", "multi-vector", "sst2"):
         assert f"avey-b finetune --task {task} " in text
     assert "--label-column" in text and "--text-pair-column" in text and "--protocol" in text
 

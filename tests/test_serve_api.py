@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from avey_b import AveyBForSentenceEmbedding, AveyBForSequenceClassification
+from avey_b import AveyBForMultiVector, AveyBForSentenceEmbedding, AveyBForSequenceClassification
 from avey_b import testing as toy
 from avey_b.model import presets
 from avey_b.testing import seeded
@@ -68,6 +68,17 @@ def reranker(tmp_path_factory):
     directory = tmp_path_factory.mktemp("reranker")
     tok = toy.tokenizer(str(directory))
     seeded(AveyBForSequenceClassification, presets.tiny(vocab_size=len(tok), num_labels=1)).save_pretrained(directory)
+    url, server = serve(directory, max_tokens=2000)
+    yield directory, url
+    server.should_exit = True
+
+
+@pytest.fixture(scope="module")
+def multivector(tmp_path_factory):
+    """A random-weight multi-vector model (16-wide token vectors) saved with its tokenizer: (directory, url)."""
+    directory = tmp_path_factory.mktemp("multivector")
+    tok = toy.tokenizer(str(directory))
+    seeded(AveyBForMultiVector, presets.tiny(vocab_size=len(tok), multivector_dim=16)).save_pretrained(directory)
     url, server = serve(directory, max_tokens=2000)
     yield directory, url
     server.should_exit = True
@@ -277,6 +288,41 @@ def test_both_rerank_shapes_rank_as_sentence_transformers_cross_encoder_does(rer
     by_text, by_ids = (httpx.post(url + "/v1/classify", json={"input": given}).json()["results"][0]["scores"]
                        for given in ("a good film", [p["id"] for p in ids]))  # token ids wherever texts go
     assert by_text == pytest.approx(by_ids, abs=1e-6) and labels[0].score == pytest.approx(by_text["LABEL_0"])
+
+
+def test_a_multi_vector_model_serves_its_token_vectors_and_maxsim_as_multi_vector_encoder_scores(multivector):
+    """The library's scores and vectors, which sentence-transformers' ``MultiVectorEncoder`` gives too
+    (tests/test_multivector.py)."""
+    from huggingface_hub import InferenceClient
+
+    from avey_b.inference.encoder import Encoder
+    from avey_b.inference.options import LoadOptions
+
+    directory, url = multivector
+    query = "who met alice in paris"
+    documents = ["bob met alice in paris", "the film was awful", "a good film " * 40, "alice", "paris in the spring"]
+    own = Encoder(directory, LoadOptions(device="cpu", precision="fp32")).load()
+    expected = own.maxsim(query, documents).numpy()
+    order = [int(i) for i in np.argsort(-expected)]
+    ranked = httpx.post(url + "/maxsim", json={"query": query, "texts": documents, "return_text": True}).json()
+    assert [r["index"] for r in ranked] == order and [r["text"] for r in ranked] == [documents[i] for i in order]
+    np.testing.assert_allclose([r["score"] for r in ranked], expected[order], rtol=0, atol=1e-4)
+    assert "text" not in httpx.post(url + "/maxsim", json={"query": query, "texts": documents[:1]}).json()[0]
+    tokens = InferenceClient(base_url=url + "/embed_all").feature_extraction(documents[0])  # TEI's route, its client
+    np.testing.assert_allclose(tokens[0], own.multivectors(documents[0])[0].numpy(), rtol=0, atol=1e-5)
+    info = httpx.get(url + "/info").json()
+    assert info["outputs"] == ["dense", "multivector"] and "multivector" in info["serves"]
+    assert httpx.post(url + "/maxsim", json={"query": query, "texts": []}).status_code == 400
+    vectors = httpx.post(url + "/v1/embeddings", json={"input": [query]}).json()["data"]  # OpenAI: still dense
+    assert len(vectors[0]["embedding"]) == presets.tiny().hidden_size
+
+
+def test_maxsim_on_a_model_without_the_head_says_what_is_missing_and_how_to_train_it(embedder):
+    _, _, url = embedder
+    answer = httpx.post(url + "/maxsim", json={"query": "a", "texts": ["b"]}, headers=AUTH)
+    assert answer.status_code == 400
+    assert "multi-vector head" in answer.text and "avey-b finetune --task multi-vector" in answer.text
+    assert httpx.get(url + "/info", headers=AUTH).json()["outputs"] == ["dense"]
 
 
 def test_the_config_declares_matryoshka_sizes_within_the_width():

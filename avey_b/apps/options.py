@@ -109,10 +109,11 @@ CHUNKINGS = ("none", "late")
 VECTOR_DTYPES = ("float32", "float16")
 #: The columns embed writes (``--keep-columns`` may not name them).
 OUTPUT_COLUMNS = ("id", "chunk", "char_start", "char_end", "n_tokens", "text", "vector", "sparse_indices",
-                  "sparse_values")
+                  "sparse_values", "multivector")
 #: What ``avey-b embed --outputs`` stores per row, in the order the columns come: ``dense`` (``vector``), ``sparse``
-#: (``sparse_indices``, ``sparse_values``). A new kind is a name here and its columns in the shards.
-OUTPUT_KINDS = ("dense", "sparse")
+#: (``sparse_indices``, ``sparse_values``), ``multivector`` (the multi-vector head's token vectors, ``multivector``: a
+#: list of fixed-size vectors per row). A new kind is a name here and its columns in the shards.
+OUTPUT_KINDS = ("dense", "sparse", "multivector")
 #: Tokens per shard when ``--shard-tokens`` is not given, and so the work a kill can lose: one full batch of the
 #: default ``--max-batch-tokens`` (smaller shards would make smaller batches; what that costs in time on a CPU:
 #: benchmarks/embed/README.md, "Shard size").
@@ -156,8 +157,10 @@ class EmbedOptions:
     """the stored vectors' type"""
     outputs: tuple[str, ...] = ("dense",)
     """what each row stores, a comma list: dense (`vector`), sparse (SPLADE's non-zero weights from a masked-LM
-    checkpoint: `sparse_indices` int32 vocabulary ids, ascending, and `sparse_values` float32; not with --chunking
-    late or --update; documents run whole, up to --max-tokens)"""
+    checkpoint: `sparse_indices` int32 vocabulary ids, ascending, and `sparse_values` float32; documents run whole,
+    up to --max-tokens), multivector (a multi-vector model's token vectors, `multivector`: one per token, special
+    tokens included; `avey-b finetune --task multi-vector` trains one); sparse and multivector not with --chunking
+    late or --update"""
     shard_tokens: int | None = None
     """tokens per Parquet shard at most, the work a kill can lose (a longer document is a shard alone); default:
     32,768, one full batch of the default --max-batch-tokens (the faster the device, the more tokens a shard may hold
@@ -248,12 +251,14 @@ def output_kinds(given, options: EmbedOptions) -> tuple[str, ...]:
     if unknown or not names or len(set(names)) != len(names):
         raise ValueError(f"--outputs: {','.join(given)!r} is not a list of distinct kinds among "
                          f"{', '.join(OUTPUT_KINDS)}")
-    if "sparse" in names and options.chunking == "late":
-        raise ValueError("--outputs sparse stores one sparse vector per document: it does not apply with "
-                         "--chunking late")
-    if "sparse" in names and options.update:
-        raise ValueError("--update keeps the dense vectors' document states and computes only what changed; sparse "
-                         "outputs are not updated that way: embed into a new OUTPUT without --update")
+    for kind, what in (("sparse", "one sparse vector per document"),
+                       ("multivector", "a document's token vectors in its row")):
+        if kind in names and options.chunking == "late":
+            raise ValueError(f"--outputs {kind} stores {what}: it does not apply with --chunking late (one row per "
+                             "chunk)")
+        if kind in names and options.update:
+            raise ValueError(f"--update keeps each document's state for dense vectors only: --outputs {kind} is not "
+                             "updated in place; embed into a new OUTPUT without --update")
     return tuple(n for n in OUTPUT_KINDS if n in names)
 
 

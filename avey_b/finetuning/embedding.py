@@ -154,11 +154,13 @@ EVALUATOR_SETTINGS = {"show_progress_bar": False, "write_csv": False, "accuracy_
                       "precision_recall_at_k": [1, 10]}
 
 
-def evaluator(held: Table, columns: dict[str, str], batch_size: int):
-    """:func:`retrieval_task` scored by cosine similarity (sentence-transformers' ``InformationRetrievalEvaluator``)."""
+def evaluator(held: Table, columns: dict[str, str], batch_size: int, evaluator_class=None):
+    """:func:`retrieval_task` scored by ``evaluator_class``: sentence-transformers' ``InformationRetrievalEvaluator``
+    (None: cosine similarity) or its counterpart for another model class (the multi-vector one)."""
     from sentence_transformers.sentence_transformer.evaluation import InformationRetrievalEvaluator
 
-    return InformationRetrievalEvaluator(*retrieval_task(held, columns), batch_size=batch_size, **EVALUATOR_SETTINGS)
+    return (evaluator_class or InformationRetrievalEvaluator)(*retrieval_task(held, columns), batch_size=batch_size,
+                                                              **EVALUATOR_SETTINGS)
 
 
 def train(options: OwnDataOptions) -> dict[str, Any]:

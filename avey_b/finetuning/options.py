@@ -5,7 +5,7 @@ fields build the command line (:func:`avey_b.configs.add_arguments`), the Python
 ``avey-b finetune`` is one verb over one task table (:mod:`avey_b.finetuning.registry`), told apart by ``--task``:
 
 * your own data — ``text-classification``, ``token-classification``, ``embedding``, ``sparse-embedding``,
-  ``rerank``
+  ``multi-vector``, ``rerank``
   (:data:`OWN_DATA`: each task a ``train(options) -> dict``), registered here;
 * the paper's 12 benchmarks — ``sst2``, ``conll2003``, ``msmarco``, ... (one fine-tuning cell of the paper's
   protocol, with its own options), registered by the protocol's settings module.
@@ -37,6 +37,7 @@ OWN_TASKS: tuple[str, ...] = registry.register(OWN_DATA, {
     "embedding": "avey_b.finetuning.embedding:train",
     "sparse-embedding": "avey_b.finetuning.sparse_embedding:train",
     "rerank": "avey_b.finetuning.rerank:train",
+    "multi-vector": "avey_b.finetuning.multivector:train",
 })
 
 #: The default peak learning rate by the model's width (its config's ``hidden_size``): ``(width, lr)`` points; between
@@ -66,7 +67,8 @@ def default_lr(width: int | None) -> float:
 
 
 #: The losses of the retrieval tasks, the default first (``--loss``; sentence-transformers' names in the modules).
-LOSSES: dict[str, tuple[str, ...]] = {"embedding": ("mnrl", "cached-mnrl"), "rerank": ("bce", "lambda")}
+LOSSES: dict[str, tuple[str, ...]] = {"embedding": ("mnrl", "cached-mnrl"), "rerank": ("bce", "lambda"),
+                                      "multi-vector": ("mnrl", "cached-mnrl")}
 
 #: ``problem_type`` values of a text classifier (transformers' names, saved in the model's config).
 PROBLEM_TYPES = ("auto", "single_label_classification", "multi_label_classification", "regression")
@@ -86,6 +88,9 @@ examples (one per task; every option below has a default but the model, the task
   avey-b finetune --task embedding --model runs/quickstart/model --train-file pairs.jsonl --output-dir runs/emb
   # a learned sparse (SPLADE) model from the same rows
   avey-b finetune --task sparse-embedding --model runs/quickstart/model --train-file pairs.jsonl --output-dir runs/sp
+
+  # a late-interaction (ColBERT) model from the same pairs: 128-wide unit vectors per token, scored by MaxSim
+  avey-b finetune --task multi-vector --model runs/quickstart/model --train-file pairs.jsonl --output-dir runs/mv
 
   # a reranker from (query, document, label) rows or (query, positive[, negatives])
   avey-b finetune --task rerank --model runs/quickstart/model --train-file qd.jsonl --output-dir runs/rerank
@@ -108,7 +113,7 @@ class OwnDataOptions(TrainingSettings):
     model: str
     """Hub id or local directory of the encoder to start from (Avey-B, BERT, ModernBERT, ...)."""
     task: str
-    """text-classification | token-classification | embedding | sparse-embedding | rerank."""
+    """text-classification | token-classification | embedding | sparse-embedding | multi-vector | rerank."""
     train_file: str
     """Training data: a CSV, TSV, JSONL or Parquet file (token-classification also: CoNLL columns), or
     hf:NAME (also hf:NAME:CONFIG, hf:NAME@SPLIT, hf:NAME:CONFIG@SPLIT), a Hugging Face dataset by name or local
@@ -142,29 +147,34 @@ class OwnDataOptions(TrainingSettings):
     """token-classification, JSONL/Parquet/hf: the column of the tag list (one string tag per word); CoNLL files:
     a column number (default: the last column)."""
     anchor_column: str = "anchor"
-    """embedding, sparse-embedding: the column of the anchor (a query, a title, a question)."""
+    """embedding, sparse-embedding, multi-vector: the column of the anchor (a query, a title, a question)."""
     positive_column: str = "positive"
-    """embedding, sparse-embedding: the column of the text that should embed near the anchor; rerank, (query,
-    positive[, negative]) rows: the relevant document."""
+    """embedding, sparse-embedding, multi-vector: the column of the text that should embed near the anchor; rerank,
+    (query, positive[, negative]) rows: the relevant document."""
     negative_column: str = "negative"
-    """embedding, sparse-embedding and rerank: the column of a text that should not match (a hard negative), used
-    when the rows have it; for rerank also a list of texts (JSONL, Parquet)."""
+    """embedding, sparse-embedding, multi-vector and rerank: the column of a text that should not match (a hard
+    negative), used when the rows have it; for rerank also a list of texts (JSONL, Parquet)."""
     query_column: str = "query"
     """rerank: the column of the query."""
     document_column: str = "document"
     """rerank: the column of the document of (query, document, label) rows; rows without it are read as (query,
     positive[, negative])."""
     loss: str | None = None
-    """embedding: mnrl (MultipleNegativesRankingLoss, the default: in-batch negatives) or cached-mnrl (its
-    GradCache form, for a batch larger than memory holds); rerank: bce (BinaryCrossEntropyLoss on each pair, the
-    default) or lambda (LambdaLoss on each query's list of documents, listwise)."""
+    """embedding and multi-vector: mnrl (MultipleNegativesRankingLoss, the default: in-batch negatives; MaxSim
+    scores for multi-vector) or cached-mnrl (its GradCache form, for a batch larger than memory holds); rerank: bce
+    (BinaryCrossEntropyLoss on each pair, the default) or lambda (LambdaLoss on each query's list of documents,
+    listwise)."""
     mini_batch_size: int = 32
-    """embedding with --loss cached-mnrl: rows per forward pass (memory), whatever --batch-size (the negatives)."""
+    """embedding, multi-vector with --loss cached-mnrl: rows per forward pass (memory), whatever --batch-size (the
+    negatives)."""
     query_regularizer_weight: float = 5e-5
     """sparse-embedding: the FLOPS regularizer's weight on the queries' (anchors') vectors in SpladeLoss: larger,
     sparser queries (sentence-transformers' documented default for SPLADE training)."""
     document_regularizer_weight: float = 3e-5
     """sparse-embedding: the FLOPS regularizer's weight on the documents' (positives', negatives') vectors."""
+    multivector_dim: int = 128
+    """multi-vector: the size of each token vector, the new projection's output (a multi-vector directory keeps
+    its own)."""
     sampled_negatives: int = 3
     """rerank: documents of other queries drawn (with --seed) as extra negatives for each training query; the
     held-out queries get as many, drawn with seed 0, so every run reranks the same candidates."""
@@ -204,6 +214,8 @@ class OwnDataOptions(TrainingSettings):
         if self.loss is not None and self.loss not in LOSSES.get(self.task, ()):
             known = f"one of {LOSSES[self.task]}" if self.task in LOSSES else "not taken: leave it out"
             raise ValueError(f"loss for {self.task} is {known}, got {self.loss!r}")
+        if self.multivector_dim < 1:
+            raise ValueError(f"multivector_dim must be >= 1, got {self.multivector_dim}")
         if self.mini_batch_size < 1:
             raise ValueError(f"mini_batch_size must be >= 1, got {self.mini_batch_size}")
         if min(self.query_regularizer_weight, self.document_regularizer_weight) < 0:
@@ -213,7 +225,8 @@ class OwnDataOptions(TrainingSettings):
             raise ValueError(f"sampled_negatives must be >= 0, got {self.sampled_negatives}")
 
     def loss_name(self) -> str | None:
-        """The loss of an embedding or rerank run: ``loss``, or the task's default (the first of :data:`LOSSES`)."""
+        """The loss of an embedding, multi-vector or rerank run: ``loss``, or the task's default (the first of
+        :data:`LOSSES`)."""
         return self.loss or (LOSSES[self.task][0] if self.task in LOSSES else None)
 
     def learning_rate(self, width: int | None = None) -> tuple[float, str]:

@@ -40,6 +40,7 @@ from avey_b.inference.runtimes import EagerRuntime, OnnxRuntime
 from avey_b.model import auto
 from avey_b.model.configuration import is_avey_b
 from avey_b.model.heads import sentence_embedding
+from avey_b.model.multivector import query_scores
 from avey_b.model.sparse import sparse_rows, splade_max
 from avey_b.model.streaming import refusal
 from avey_b.utils.batching import pad_right, token_budget_batches
@@ -66,7 +67,8 @@ class Encoder:
 
     What it answers (``kinds``): ``embed`` (every checkpoint; with ONNX, a graph with ``sentence_embedding`` or
     ``last_hidden_state``), ``fill`` (a masked-LM's logits), ``sparse`` (a masked-LM's SPLADE vectors, eager
-    runtime: :meth:`sparse`) and ``classify`` (a sequence classifier's logits).
+    runtime: :meth:`sparse`), ``classify`` (a sequence classifier's logits) and ``multivector`` (the multi-vector
+    head's token vectors, :meth:`multivectors`, scored by :meth:`maxsim`).
     """
 
     def __init__(self, path: str | Path, options: LoadOptions | None = None, *, architecture: str | None = None,
@@ -160,8 +162,9 @@ class Encoder:
     @functools.cached_property
     def kinds(self) -> list[str]:
         """What this checkpoint answers in this runtime: ``embed``, ``fill``, ``sparse`` (a masked-LM, eager),
-        ``classify`` (in that order), and ``rerank`` for a sequence classifier with one label (``num_labels=1``),
-        which scores (query, document) pairs as a cross-encoder."""
+        ``classify`` (in that order), ``rerank`` for a sequence classifier with one label (``num_labels=1``), which
+        scores (query, document) pairs as a cross-encoder, and ``multivector`` for the multi-vector head (an
+        ``embeddings`` output)."""
         outputs = self.runtime.outputs
         kinds = ["embed"] if {"sentence_embedding", "last_hidden_state"} & set(outputs) else []
         if "logits" in outputs and self.architecture in LOGIT_KINDS:
@@ -170,6 +173,8 @@ class Encoder:
                 kinds.append("sparse")  # SPLADE over the masked-LM head, chunked (Encoder.sparse)
             if kinds[-1] == "classify" and self.config.num_labels == 1:
                 kinds.append("rerank")  # one score per input: a cross-encoder (sentence-transformers' CrossEncoder)
+        if "embeddings" in outputs:
+            kinds.append("multivector")
         if not kinds:
             raise ValueError(f"{self.onnx_file}: outputs {outputs} answer nothing for a {self.architecture}: export "
                              "it with --head embedding (embeddings), masked-lm or sequence-classification")
@@ -294,3 +299,35 @@ class Encoder:
                          "vectors need one. Use a pretrained Avey-B checkpoint (an AveyBForMaskedLM: what `avey-b "
                          "pretrain` saves, or the authors' release checkpoints) or train one with `avey-b finetune "
                          "--task sparse-embedding`")
+
+    # ------------------------------------------------------------------ multi-vector (late interaction)
+    def token_vectors(self, batch: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """(B, N, D) float32 token vectors of a padded batch, on ``device``: the multi-vector head's unit vectors
+        (:mod:`avey_b.model.multivector`), zero at padding. A checkpoint without the head is refused, with how to
+        train one."""
+        if "multivector" not in self.kinds:
+            raise ValueError(f"{self.name} is a {self.architecture}, without a multi-vector head (token vectors for "
+                             "late interaction): train one with `avey-b finetune --task multi-vector`")
+        return self._run("embeddings", batch.to(self.device), mask.to(self.device)).float()
+
+    def multivectors(self, texts: str | Sequence[str], *, batch_tokens: int = MAX_BATCH_TOKENS) -> list[torch.Tensor]:
+        """The token vectors of each text, as sentence-transformers' ``MultiVectorEncoder.encode`` gives them: one
+        ``(n_i, D)`` float32 CPU tensor per text (a single string: a list of one), a row per real token, the
+        tokenizer's special tokens included; queries and documents alike. Batched as :meth:`encode` batches."""
+        texts = [texts] if isinstance(texts, str) else list(texts)
+        out: list[torch.Tensor] = [torch.empty(0)] * len(texts)
+        if texts:
+            ids = self.tokenize(texts)["input_ids"]
+            for rows in token_budget_batches(range(len(ids)), batch_tokens, lambda i: len(ids[i])):
+                batch, mask = self.pad([ids[i] for i in rows])
+                vectors = self.token_vectors(batch, mask).cpu()
+                for row, i in enumerate(rows):
+                    out[i] = vectors[row, mask[row].bool()]
+        return out
+
+    def maxsim(self, query: str, documents: Sequence[str], *, batch_tokens: int = MAX_BATCH_TOKENS) -> torch.Tensor:
+        """(len(documents),) float32 MaxSim scores of ``query`` against each document, in the documents' order:
+        ``Σ_t max_u x_t · y_u`` over the query's and the document's token vectors (:meth:`multivectors`), by the
+        library's one MaxSim (:func:`avey_b.model.similarity.maxsim`)."""
+        vectors = self.multivectors([query, *documents], batch_tokens=batch_tokens)
+        return query_scores(vectors[0], vectors[1:])

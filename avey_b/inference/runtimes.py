@@ -18,17 +18,21 @@ if TYPE_CHECKING:
 
 #: The heads whose output has ``logits``.
 LOGIT_HEADS = ("AveyBForMaskedLM", "AveyBForSequenceClassification", "AveyBForTokenClassification")
+#: The heads whose output has ``embeddings``: one unit vector per token (the multi-vector head).
+TOKEN_VECTOR_HEADS = ("AveyBForMultiVector",)
 #: The inputs of an ``avey-b export`` graph, in order.
 ONNX_INPUTS = ["input_ids", "attention_mask"]
 
 
 class EagerRuntime:
     """The PyTorch model on a device, in float32 weights, run under bf16 autocast where ``bf16`` says so. Outputs:
-    ``last_hidden_state`` (the backbone's), and ``logits`` for a head that has them."""
+    ``last_hidden_state`` (the backbone's), ``logits`` for a head that has them and ``embeddings`` (token vectors)
+    for the multi-vector head."""
 
     def __init__(self, path: str, cls: type, device: torch.device, bf16: bool):
         self.path, self.cls, self.device, self.bf16 = path, cls, device, bf16
-        self.outputs = ("last_hidden_state", "logits") if cls.__name__ in LOGIT_HEADS else ("last_hidden_state",)
+        self.outputs = ("last_hidden_state",) + (("logits",) if cls.__name__ in LOGIT_HEADS else ()) \
+            + (("embeddings",) if cls.__name__ in TOKEN_VECTOR_HEADS else ())
         self.model = None
 
     def load(self) -> None:

@@ -20,6 +20,7 @@ PUBLIC = (
     "AveyBForQuestionAnswering",
     "AveyBForMultipleChoice",
     "AveyBForSentenceEmbedding",
+    "AveyBForMultiVector",
     "mean_pool",
     "DocumentState",
     "presets",

@@ -26,6 +26,7 @@ from .heads import (
     mean_pool,
 )
 from .modeling import AveyBModel, AveyBPreTrainedModel
+from .multivector import AveyBForMultiVector
 from .streaming import DocumentState
 
 AutoConfig.register(AveyBConfig.model_type, AveyBConfig, exist_ok=True)

@@ -177,6 +177,9 @@ class AveyBConfig(PretrainedConfig):
             (:func:`avey_b.model.loading.sentence_transformers_files`): `"dense"` (a `SentenceTransformer`) or
             `"sparse"` (a masked-LM's directory as a SPLADE `SparseEncoder`; what `avey-b finetune --task
             sparse-embedding` saves).
+        multivector_dim (`int`, defaults to 128): the size of the multi-vector head's token vectors (late
+            interaction, ColBERT's 128 by default): a linear projection of each token's last hidden state, normalized
+            to a unit vector (:class:`avey_b.model.multivector.AveyBForMultiVector`), scored by MaxSim (§3.1).
         context_len (`int`, *optional*): the input length the authors' release states (its ``AveyConfig``'s
             ``context_len``, 512 by default there, which its ``config.json`` holds as ``max_position_embeddings``
             "for compatibility with the eval lib"). Informational: the model has no position table and takes inputs
@@ -236,6 +239,7 @@ class AveyBConfig(PretrainedConfig):
         matryoshka_dimensions: list[int] | None = None,
         contrastive_scale: float = 20.0,
         embedding_kind: str = "dense",
+        multivector_dim: int = 128,
         context_len: int | None = None,
         retrieval_pooling: str | None = None,
         pad_token_id: int | None = None,
@@ -284,6 +288,7 @@ class AveyBConfig(PretrainedConfig):
         self.matryoshka_dimensions = None if matryoshka_dimensions is None else list(matryoshka_dimensions)
         self.contrastive_scale = contrastive_scale
         self.embedding_kind = embedding_kind
+        self.multivector_dim = multivector_dim
         self.context_len = context_len
         self.retrieval_pooling = retrieval_pooling
         self.mixer_types = mixer_types
@@ -421,6 +426,9 @@ class AveyBConfig(PretrainedConfig):
         """Scales, temperatures, epsilons, dropouts and the stated length."""
         if not self.contrastive_scale > 0:
             raise ValueError(f"AveyBConfig.contrastive_scale must be > 0, got {self.contrastive_scale!r}")
+        dim = self.multivector_dim
+        if isinstance(dim, bool) or not isinstance(dim, int) or dim < 1:
+            raise ValueError(f"AveyBConfig.multivector_dim must be an integer >= 1, got {self.multivector_dim!r}")
         if self.context_len is not None and (isinstance(self.context_len, bool) or not isinstance(self.context_len, int)
                                              or self.context_len < 1):
             raise ValueError(f"AveyBConfig.context_len must be None or an integer >= 1, got {self.context_len!r}")

@@ -31,6 +31,10 @@ also a sentence-transformers model of the kind its head is for, tokenizer includ
   runs the library's chunked SPLADE max (:mod:`avey_b.model.sparse`) and gives the vocabulary-sized vectors of
   ``Encoder.sparse``, ``/embed_sparse`` and ``embed --outputs sparse``. ``embedding_kind="sparse"`` on another head
   is an error when saving: SPLADE needs the masked-LM head.
+* The multi-vector head (``AveyBForMultiVector``) is a ``MultiVectorEncoder``: the backbone's last hidden state, the
+  head's projection as a token-level ``Dense`` (its weights written into ``1_Dense/`` too, from the same tensor), a
+  ``MultiVectorMask`` that keeps every real token and a token-level ``Normalize``: the head's ``embeddings`` at the
+  real tokens.
 * Every other head, and the bare backbone, is a ``SentenceTransformer`` whose vectors are the ones ``avey-b serve``
   and ``avey-b embed`` give for the directory: the backbone's last hidden state, mean-pooled over the real tokens,
   L2-normalized when ``config.normalize_embeddings`` (True by default) -- ``heads.sentence_embedding``,
@@ -185,6 +189,35 @@ def is_cross_encoder(model) -> bool:
     return type(model).__name__ == "AveyBForSequenceClassification" and model.config.num_labels == 1
 
 
+def is_multi_vector(model) -> bool:
+    """Whether ``model`` (a saved head) is the multi-vector head (:mod:`avey_b.model.multivector`)."""
+    return type(model).__name__ == "AveyBForMultiVector"
+
+
+def _multi_vector_files(model) -> dict[str, object]:
+    """A ``MultiVectorEncoder`` as sentence-transformers 6 writes one for a plain transformer and a projection (the
+    ``Dense`` weights: :func:`write_sentence_transformers_files`)."""
+    module = "sentence_transformers.{}"
+    modules = [("", "base.modules.transformer.Transformer"), ("1_Dense", "base.modules.dense.Dense"),
+               ("2_MultiVectorMask", "multi_vector_encoder.modules.multi_vector_mask.MultiVectorMask"),
+               ("3_Normalize", "base.modules.normalize.Normalize")]
+    tokens = {"module_input_name": "token_embeddings", "module_output_name": "token_embeddings"}
+    return {
+        "modules.json": [{"idx": i, "name": str(i), "path": path, "type": module.format(kind)}
+                         for i, (path, kind) in enumerate(modules)],
+        "sentence_bert_config.json": {
+            "transformer_task": "feature-extraction",
+            "modality_config": {"text": {"method": "forward", "method_output_name": "last_hidden_state"}},
+            "module_output_name": "token_embeddings", "max_seq_length": SENTENCE_TRANSFORMERS_MAX_LENGTH},
+        "config_sentence_transformers.json": {"model_type": "MultiVectorEncoder", "similarity_fn_name": "maxsim"},
+        "1_Dense/config.json": {"in_features": model.config.hidden_size, "out_features": model.config.multivector_dim,
+                                "bias": False, "activation_function": "torch.nn.modules.linear.Identity", **tokens},
+        "2_MultiVectorMask/config.json": {"skiplist_words": [], "skiplist_tasks": ["document"],
+                                          "keep_only_token_ids": None},
+        "3_Normalize/config.json": tokens,
+    }
+
+
 def sentence_transformers_files(model) -> dict[str, object]:
     """The sentence-transformers files (name -> JSON content) that make ``model``'s saved directory load in the
     class of its kind, with what ``serve`` and ``embed`` compute (the module docstring states the rule).
@@ -192,7 +225,8 @@ def sentence_transformers_files(model) -> dict[str, object]:
     A ``SentenceTransformer`` is written in the format sentence-transformers has read since its 2.x releases
     (``modules.json``, ``1_Pooling/``, ``2_Normalize/``, ``sentence_bert_config.json``); a ``CrossEncoder`` as
     sentence-transformers 6 writes one (``model_type`` in ``config_sentence_transformers.json``, the transformer's
-    task in ``sentence_bert_config.json``; earlier versions load a cross-encoder from ``config.json`` alone)."""
+    task in ``sentence_bert_config.json``; earlier versions load a cross-encoder from ``config.json`` alone); a
+    ``MultiVectorEncoder`` as sentence-transformers 6 writes one (the class is new in 6)."""
     if is_cross_encoder(model):
         return {
             "modules.json": [{"idx": 0, "name": "0", "path": "",
@@ -206,6 +240,8 @@ def sentence_transformers_files(model) -> dict[str, object]:
         }
     if getattr(model.config, "embedding_kind", "dense") == "sparse":
         return sparse_encoder_files(model)
+    if is_multi_vector(model):
+        return _multi_vector_files(model)
     normalize = bool(getattr(model.config, "normalize_embeddings", True))
     modules = [("", "Transformer"), ("1_Pooling", "Pooling")] + ([("2_Normalize", "Normalize")] if normalize else [])
     files = {
@@ -244,15 +280,22 @@ def sparse_encoder_files(model) -> dict[str, object]:
 
 def write_sentence_transformers_files(model, directory) -> None:
     """Write :func:`sentence_transformers_files` into ``directory`` (a model directory ``save_pretrained`` filled).
-    Files of the other kind, left by an earlier save of another head into the same directory, are removed."""
+    Files of the other kind, left by an earlier save of another head into the same directory, are removed. A
+    multi-vector head's projection is written as the ``Dense`` module's weights (``1_Dense/model.safetensors``)."""
+    from safetensors.torch import save_file
+
     directory = Path(directory)
     files = sentence_transformers_files(model)
-    for stale in ("1_Pooling/config.json", "2_Normalize/config.json"):
-        if stale not in files and (directory / stale).is_file():
+    for stale in ("1_Pooling/config.json", "2_Normalize/config.json", "1_Dense/config.json",
+                  "1_Dense/model.safetensors", "2_MultiVectorMask/config.json", "3_Normalize/config.json"):
+        if stale.replace("model.safetensors", "config.json") not in files and (directory / stale).is_file():
             (directory / stale).unlink()
     for name, content in files.items():
         (directory / name).parent.mkdir(parents=True, exist_ok=True)
         (directory / name).write_text(json.dumps(content, indent=2) + "\n")
+    if is_multi_vector(model):
+        weight = model.projection.weight.detach().to("cpu", torch.float32).contiguous()
+        save_file({"linear.weight": weight}, str(directory / "1_Dense" / "model.safetensors"))
 
 
 def _copy_tokenizer(config, directory) -> None:

@@ -29,13 +29,14 @@ def maxsim(q: torch.Tensor, c: torch.Tensor, q_keep: torch.Tensor | None = None,
            c_keep: torch.Tensor | None = None) -> torch.Tensor:
     """MaxSim of query splits against candidate splits (§3.1): ``MaxSim(i, j) = Σ_{t∈i} max_{u∈j} cos(x_t, x_u)``.
 
-    q: (..., nq, S, d) and c: (..., J, S, d) unit vectors (zero at padding); q_keep: (..., nq, S) and c_keep:
-    (..., J, S) real-token masks, or None when every token is real. A padded candidate token is never the max (a
+    q: (..., nq, S, d) and c: (..., J, S', d) unit vectors (zero at padding; the ranker's splits have S' = S, the
+    multi-vector head's texts are one split each, of their padded lengths); q_keep: (..., nq, S) and c_keep:
+    (..., J, S') real-token masks, or None when every token is real. A padded candidate token is never the max (a
     split of padding only scores ``-inf``) and a padded query token does not vote. Returns (..., nq, J), summed in
     float32 (float64 for float64 input). Holds every similarity of every pair at once."""
     nq, S = q.shape[-3:-1]
     best = best_match(c.flatten(-3, -2), q.flatten(-3, -2).transpose(-1, -2),
-                      None if c_keep is None else c_keep.flatten(-2), S)  # (..., J, nq·S): max_{u∈j} cos(x_t, x_u)
+                      None if c_keep is None else c_keep.flatten(-2), c.shape[-2])  # (..., J, nq·S): max_{u∈j}
     return vote(best.unflatten(-1, (nq, S)), q_keep)
 
 

@@ -24,7 +24,10 @@ Output: OUTPUT holds ``part-00000.parquet``, ... in input order; columns ``id``,
 ``--keep-columns a,b,c`` (input fields carried beside the vectors, repeated on each chunk's row: a source, offsets,
 metadata, any value pyarrow stores — a Parquet column keeps its type, JSON values take the one type pyarrow infers
 over all rows, a null stays null; a row without one is an error naming the column and the file and line), and
-``vector`` (``--dtype`` float32 or float16) — and ``_manifest.json``: the model and the SHA-256 of its files,
+``vector`` (``--dtype`` float32 or float16; ``--outputs`` names what is stored: ``dense``, the default, is
+``vector``; ``multivector`` adds ``multivector``, a multi-vector model's token vectors as a list of fixed-size vectors
+per row, one per token, special tokens included — not with ``--update`` or late chunking, and a document longer than
+``--long-document-tokens`` is then skipped and listed) — and ``_manifest.json``: the model and the SHA-256 of its files,
 every setting, counts, run times, and every skipped document with its length (``pyarrow.parquet.read_table(OUTPUT)``
 reads the shards; names starting with ``_`` or ``.`` are not data).
 

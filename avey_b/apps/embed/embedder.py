@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from avey_b.inference.encoder import Encoder
@@ -29,6 +30,21 @@ def encoder_for(model_dir: str | Path, *, device: str, precision: str, threads: 
     """The encoder embed runs: any head's checkpoint or a bare backbone, embedding with its backbone, on
     ``threads`` CPU threads (None: :func:`avey_b.utils.device.set_cpu_threads`'s default)."""
     return Encoder(model_dir, LoadOptions(device=device, precision=precision, threads=threads))
+
+
+@torch.no_grad()
+def token_vectors_of(encoder: Encoder, ids: list[list[int]], max_batch_tokens: int) -> list[np.ndarray]:
+    """Each document's ``(n, D)`` float32 token vectors (the multi-vector head's: :meth:`Encoder.token_vectors`,
+    every token, special tokens included), in the order of ``ids``; a forward of its own, apart from the dense
+    vectors'."""
+    encoder.load()
+    out: list[np.ndarray | None] = [None] * len(ids)
+    for batch in token_budget_batches(range(len(ids)), max_batch_tokens, lambda i: len(ids[i])):
+        tokens, mask = encoder.pad([ids[i] for i in batch])
+        vectors = encoder.token_vectors(tokens, mask).cpu().numpy()
+        for row, i in enumerate(batch):
+            out[i] = vectors[row, :len(ids[i])]
+    return out
 
 
 @torch.no_grad()

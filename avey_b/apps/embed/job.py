@@ -65,9 +65,14 @@ def file_hashes(directory: Path, patterns: tuple[str, ...]) -> dict[str, str]:
 def record_settings(encoder: Encoder, source: str, options: EmbedOptions, previous: dict | None) -> Settings:
     """What the vectors depend on, from the options: the model's and tokenizer's files, the input, and the options
     that change a vector or the layout, resolved (``max_tokens``, precision). Sparse outputs of a model without a
-    masked-LM head are refused here, before anything is written."""
+    masked-LM head, and token vectors of one without a multi-vector head, are refused here, before anything is
+    written."""
     if "sparse" in options.outputs:
         encoder.require_sparse()
+    if "multivector" in options.outputs and "multivector" not in encoder.kinds:
+        raise ValueError(f"--outputs multivector needs a multi-vector model (AveyBForMultiVector: token vectors for "
+                         f"late interaction); {encoder.name} is a {encoder.architecture}: train one with "
+                         "`avey-b finetune --task multi-vector`")
     hf = source.startswith("hf:")
     before = (previous or {}).get("settings", {})
     max_tokens = options.max_tokens

@@ -15,7 +15,7 @@ import numpy as np
 
 from avey_b.apps.embed.chunks import chunk_ranges
 from avey_b.apps.embed.documents import Document
-from avey_b.apps.embed.embedder import embed_ids
+from avey_b.apps.embed.embedder import embed_ids, token_vectors_of
 from avey_b.apps.options import LONG_DOCUMENT_TOKENS
 from avey_b.inference.encoder import Encoder
 from avey_b.utils.files import load_json
@@ -65,7 +65,8 @@ class Settings:
     keep_columns: list[str] = field(default_factory=list)
     with_text: bool = False
     outputs: list[str] = field(default_factory=lambda: ["dense"])
-    """What the rows store (``--outputs``): ``dense``, ``sparse``."""
+    """What each row stores (``--outputs``): ``dense`` (``vector``), ``sparse`` (``sparse_indices``,
+    ``sparse_values``), ``multivector`` (token vectors, ``multivector``)."""
 
     @classmethod
     def from_json(cls, data: dict) -> Settings:
@@ -175,14 +176,13 @@ def shard_info(path: Path) -> dict:
     return json.loads(pq.read_schema(path).metadata[METADATA_KEY])
 
 
-def table_of(rows: list[dict], settings: Settings, dim: int, info: dict, kept_schema):
+def table_of(rows: list[dict], settings: Settings, dims: dict[str, int], info: dict, kept_schema):
     """The shard's table: ``id``, with late chunking ``chunk``, ``char_start``, ``char_end``, then ``n_tokens``,
-    ``text`` (``--with-text``), the kept columns (typed by ``kept_schema``), ``vector`` (``dense`` outputs) and
-    ``sparse_indices`` (int32), ``sparse_values`` (float32) lists (``sparse`` outputs)."""
+    ``text`` (``--with-text``), the kept columns (typed by ``kept_schema``), ``vector`` (``dense``),
+    ``sparse_indices`` (int32) and ``sparse_values`` (float32) lists (``sparse``) and ``multivector`` (a list of
+    ``dims["multivector"]``-wide vectors per row). ``dims``: each output's width."""
     import pyarrow as pa
 
-    vectors = np.stack([r["vector"] for r in rows]) if rows else np.zeros((0, dim))
-    flat = pa.array(vectors.astype(settings.dtype).reshape(-1))
     columns = {"id": pa.array([r["id"] for r in rows], pa.string())}
     if settings.chunking == "late":
         columns["chunk"] = pa.array([r["chunk"] for r in rows], pa.int32())
@@ -202,13 +202,29 @@ def table_of(rows: list[dict], settings: Settings, dim: int, info: dict, kept_sc
         for c in settings.keep_columns:
             columns[c] = _kept_array(docs, repeats, c, kept_schema.field(c).type)
     if "dense" in settings.outputs:
-        columns["vector"] = pa.FixedSizeListArray.from_arrays(flat, dim)
+        vectors = np.stack([r["vector"] for r in rows]) if rows else np.zeros((0, dims["dense"]))
+        columns["vector"] = pa.FixedSizeListArray.from_arrays(pa.array(vectors.astype(settings.dtype).reshape(-1)),
+                                                             dims["dense"])
     if "sparse" in settings.outputs:
         columns["sparse_indices"] = pa.array([r["sparse"][0].astype(np.int32) for r in rows], pa.list_(pa.int32()))
         columns["sparse_values"] = pa.array([r["sparse"][1].astype(np.float32) for r in rows],
                                             pa.list_(pa.float32()))
+    if "multivector" in settings.outputs:
+        columns["multivector"] = token_vector_column([r["multivector"] for r in rows], dims["multivector"],
+                                                     settings.dtype)
     table = pa.table(columns)
     return table.replace_schema_metadata({METADATA_KEY: json.dumps(info).encode()})
+
+
+def token_vector_column(vectors: list[np.ndarray], dim: int, dtype: str):
+    """Each row's ``(n_i, dim)`` token vectors as one Arrow list of fixed-size lists (``list<fixed_size_list<dtype,
+    dim>>``): ``table["multivector"][i]`` reads back as row ``i``'s ``n_i`` vectors."""
+    import pyarrow as pa
+
+    flat = np.concatenate([v.reshape(-1, dim) for v in vectors]) if vectors else np.zeros((0, dim))
+    inner = pa.FixedSizeListArray.from_arrays(pa.array(flat.astype(dtype).reshape(-1)), dim)
+    offsets = np.concatenate([[0], np.cumsum([len(v) for v in vectors])]).astype(np.int32)
+    return pa.ListArray.from_arrays(pa.array(offsets), inner)
 
 
 def prepare_shard(encoder: Encoder, docs: list[Document], settings: Settings
@@ -267,22 +283,36 @@ def shard_rows(work: list[tuple], vectors: list[np.ndarray], late: bool, sparse:
 def _embed_shard(encoder: Encoder, docs: list[Document], settings: Settings, max_batch_tokens: int,
                  long_tokens: int) -> tuple[list[dict], list[dict], int]:
     """The rows of one shard in input order, its skipped documents, and the tokens it embedded: a document longer
-    than ``long_tokens`` in pieces where the model allows it (bounded memory), the others whole in batches."""
+    than ``long_tokens`` in pieces where the model allows it (bounded memory), the others whole in batches. With
+    token vectors (``multivector``), which are computed whole, a document longer than ``long_tokens`` is skipped and
+    listed instead (raise ``--long-document-tokens`` to embed it whole)."""
     from avey_b.apps.embed.streamed import Pieces
 
     late = settings.chunking == "late"
     work, skipped = prepare_shard(encoder, docs, settings)
-    pieces = Pieces(encoder, settings, long_tokens)
+    if "multivector" in settings.outputs:
+        skipped += [{"id": doc.id, "n_tokens": len(ids), "reason": f"longer than --long-document-tokens "
+                     f"({long_tokens:,}): token vectors (--outputs multivector) are computed whole, never in pieces"}
+                    for doc, ids, _ in work if len(ids) > long_tokens]
+        work = [w for w in work if len(w[1]) <= long_tokens]
     vectors: list[np.ndarray | None] = [None] * len(work)
-    for i, (_, ids, ranges) in enumerate(work):
-        if pieces.takes(len(ids)) and (done := pieces.encode(ids, ranges)) is not None:
-            vectors[i] = done[0]
-    whole = [i for i, v in enumerate(vectors) if v is None]
-    sparse = "sparse" in settings.outputs  # then no document took the pieces (Pieces.why_not)
-    found, weights = embed_whole(encoder, [work[i] for i in whole], late, max_batch_tokens, sparse)
-    for i, v in zip(whole, found, strict=True):
-        vectors[i] = v
-    return shard_rows(work, vectors, late, weights), skipped, sum(len(ids) for _, ids, _ in work)
+    weights = None
+    if {"dense", "sparse"} & set(settings.outputs):
+        pieces = Pieces(encoder, settings, long_tokens)
+        for i, (_, ids, ranges) in enumerate(work):
+            if pieces.takes(len(ids)) and (done := pieces.encode(ids, ranges)) is not None:
+                vectors[i] = done[0]
+        whole = [i for i, v in enumerate(vectors) if v is None]
+        sparse = "sparse" in settings.outputs  # then no document took the pieces (Pieces.why_not)
+        found, weights = embed_whole(encoder, [work[i] for i in whole], late, max_batch_tokens, sparse)
+        for i, v in zip(whole, found, strict=True):
+            vectors[i] = v
+    rows = shard_rows(work, vectors, late, weights)
+    if "multivector" in settings.outputs:
+        tokens = token_vectors_of(encoder, [ids for _, ids, _ in work], max_batch_tokens)
+        for row, v in zip(rows, tokens, strict=True):
+            row["multivector"] = v
+    return rows, skipped, sum(len(ids) for _, ids, _ in work)
 
 
 def run_shard(encoder: Encoder, k: int, group: list[Document], out: Path, settings: Settings,
@@ -292,7 +322,8 @@ def run_shard(encoder: Encoder, k: int, group: list[Document], out: Path, settin
     rows, skipped, tokens = _embed_shard(encoder, group, settings, max_batch_tokens, long_tokens)
     info = {"shard": k, "documents": len(group), "first_id": group[0].id, "last_id": group[-1].id,
             "rows": len(rows), "tokens": tokens, "skipped": skipped}
-    table = table_of(rows, settings, encoder.config.hidden_size, info, kept_schema)
+    dims = {"dense": encoder.config.hidden_size, "multivector": getattr(encoder.config, "multivector_dim", None)}
+    table = table_of(rows, settings, dims, info, kept_schema)
     write_shard(out / SHARD.format(k), table)
     return info
 

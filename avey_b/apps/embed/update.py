@@ -232,7 +232,8 @@ class Updater:
                 "rows": 0, "tokens": sum(len(ids) for _, ids, _ in work), "skipped": skipped}
         table_rows = shards.shard_rows(work, vectors, late)
         info["rows"] = len(table_rows)
-        table = shards.table_of(table_rows, self.settings, self.encoder.config.hidden_size, info, kept_schema)
+        table = shards.table_of(table_rows, self.settings, {"dense": self.encoder.config.hidden_size}, info,
+                                  kept_schema)
         shards.write_shard(self.stage / shards.SHARD.format(k), table)
         self._count(done, info)
         return info

@@ -7,7 +7,8 @@ tokenization, in the request and response shapes of the OpenAI API, Hugging Face
 
 What a checkpoint serves: every one embeds (masked mean pooling of the backbone, L2-normalized when the config says
 normalize_embeddings; for an embedding checkpoint exactly its pooler_output); a masked-LM fills masks; a
-sequence classifier classifies; a sequence classifier with one label (num_labels=1) is a cross-encoder and
+sequence classifier classifies; a multi-vector model (AveyBForMultiVector) gives token vectors and MaxSim scores; a
+sequence classifier with one label (num_labels=1) is a cross-encoder and
 reranks, scoring each (query, document) pair whole, as the tokenizer encodes a pair, never cut (the directory also
 loads as sentence_transformers.CrossEncoder(MODEL), whose predict gives the same scores: the sigmoid of the
 logit; equal to float32's under --precision fp32, while the default, auto, runs bf16 autocast on CUDA and on CPUs
@@ -29,15 +30,19 @@ as given, no special tokens added):
 TEI:
   POST /embed        inputs, normalize (default true), truncate, truncation_direction (left | right), dimensions,
                      prompt_name (a name in config_sentence_transformers.json's prompts) -> [[float]]
-  POST /embed_all    inputs, truncate, truncation_direction, prompt_name -> per input, a vector per token
+  POST /embed_all    inputs, truncate, truncation_direction, prompt_name -> per input, a vector per token: the
+                     multi-vector head's unit token vectors on a multi-vector model, else the last hidden state
   POST /predict      inputs: a text, a pair [a, b], or a list of them; raw_scores, truncate, truncation_direction
                      -> [{score, label}] best first (a list of them per input for a list)
   POST /rerank       query, texts, raw_scores, return_text, truncate, truncation_direction -> [{index, score[, text]}]
                      best first (score: the sigmoid of the logit; raw_scores: the logit)
+  POST /maxsim       (this server's, in /rerank's shape) query, texts, return_text, truncate, truncation_direction
+                     -> [{index, score[, text]}] best first: late interaction (MaxSim) on a multi-vector model
   POST /tokenize     inputs, add_special_tokens, prompt_name -> per input [{id, text, special, start, stop}]
   POST /decode       ids (a list, or lists), skip_special_tokens -> [text]
-  GET  /info         model, type, limits, threads, device;  POST /  what huggingface_hub.InferenceClient(
-                     base_url=URL) posts: text classification ({inputs, parameters}) on a classifier, else /embed
+  GET  /info         model, type, outputs (the vector kinds it returns: dense, multivector), limits, threads,
+                     device;  POST /  what huggingface_hub.InferenceClient(base_url=URL) posts: text
+                     classification ({inputs, parameters}) on a classifier, else /embed
 Also: GET /health (the model, what it serves, its limits; no API key needed) and GET /metrics (Prometheus:
 avey_b_requests_total by method, route, status; avey_b_request_duration_seconds; avey_b_inputs_total and
 avey_b_tokens_total by route; avey_b_queue_inputs; with the prefix cache, avey_b_prefix_cache_hits_total,

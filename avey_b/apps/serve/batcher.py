@@ -28,9 +28,9 @@ from avey_b.utils.batching import token_budget_batches
 
 @dataclass
 class Job:
-    """One input for the model: ``kind`` says what is computed (``embed``, ``tokens``, ``chunks``, ``logits``,
-    ``fill``, ``sparse``: :func:`avey_b.apps.serve.work.answer_batch`), ``ids`` its token ids, ``extra`` what the
-    kind needs besides (the token ranges of late chunking); the result arrives in ``future``."""
+    """One input for the model: ``kind`` says what is computed (``embed``, ``tokens``, ``multivector``, ``chunks``,
+    ``logits``, ``fill``, ``sparse``: :func:`avey_b.apps.serve.work.answer_batch`), ``ids`` its token ids, ``extra``
+    what the kind needs besides (the token ranges of late chunking); the result arrives in ``future``."""
 
     kind: str
     ids: list[int]

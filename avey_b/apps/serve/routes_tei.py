@@ -1,12 +1,13 @@
 """The routes of Hugging Face's Text Embeddings Inference (TEI), with its request and response shapes: ``/embed``,
 ``/embed_all``, ``/embed_sparse``, ``/predict``, ``/rerank``, ``/tokenize``, ``/decode``, ``/info``, and ``POST /``
 (what ``huggingface_hub.InferenceClient(base_url=URL)`` posts to: text classification for a classifier, else
-``/embed``)."""
+``/embed``); and ``/maxsim``, late-interaction scoring in ``/rerank``'s shape, for a multi-vector model."""
 
 import asyncio  # no `from __future__ import annotations`: FastAPI reads the routes' live annotations
 from typing import Annotated
 
 import numpy as np
+import torch
 from fastapi import APIRouter, Depends, HTTPException, Request
 
 from avey_b.apps.serve.schemas import (
@@ -15,13 +16,16 @@ from avey_b.apps.serve.schemas import (
     EmbedRequest,
     EmbedSparseRequest,
     EmbedSparseResponse,
+    MaxSimRequest,
+    MaxSimResult,
     PredictRequest,
     RerankRequest,
     TextClassificationRequest,
     TokenizeRequest,
 )
-from avey_b.apps.serve.service import ServiceDep, note, read, reading
+from avey_b.apps.serve.service import OUTPUTS, ServiceDep, note, read, reading
 from avey_b.apps.serve.work import finish_vector, scores
+from avey_b.model.multivector import query_scores
 
 router = APIRouter()
 
@@ -43,10 +47,13 @@ async def embed(request: Request, service: ServiceDep, body: Annotated[EmbedRequ
 @router.post("/embed_all")
 async def embed_all(request: Request, service: ServiceDep,
                     body: Annotated[EmbedAllRequest, reading(EmbedAllRequest)]):
+    """Per input, a vector per token: the multi-vector head's unit token vectors (``multivector_dim`` wide, what
+    ``/maxsim`` scores) when the model has the head, else the backbone's last hidden state (``hidden_size`` wide)."""
+    kind = "multivector" if "multivector" in service.encoder.kinds else "tokens"
     encoded = await service.encode(body.input, truncate=bool(body.truncate), direction=body.truncation_direction,
                                    prompt_name=body.prompt_name)
     note(request, len(encoded.ids), encoded.tokens)
-    return [v.tolist() for v in await service.run("tokens", encoded.ids)]
+    return [v.tolist() for v in await service.run(kind, encoded.ids)]
 
 
 @router.post("/embed_sparse", response_model=EmbedSparseResponse)
@@ -95,6 +102,23 @@ async def rerank(request: Request, service: ServiceDep,
     note(request, len(body.texts), encoded.tokens)
     values = [float(scores(v, body.raw_scores)[0]) for v in await service.run("logits", encoded.ids)]
     return [{"index": i, "score": values[i], **({"text": body.texts[i]} if body.return_text else {})}
+            for i in sorted(range(len(values)), key=lambda i: -values[i])]
+
+
+@router.post("/maxsim", response_model=list[MaxSimResult], response_model_exclude_none=True)
+async def maxsim(request: Request, service: ServiceDep,
+                 body: Annotated[MaxSimRequest, reading(MaxSimRequest, needs="multivector")]):
+    """The query's MaxSim against each text (late interaction: the sum over the query's token vectors of the best
+    dot product with the text's, :func:`avey_b.model.similarity.maxsim`), as ``/rerank`` answers a cross-encoder's:
+    ``[{index, score[, text]}]``, best first. The texts are encoded as the query is (no markers, every token)."""
+    if not body.texts:
+        raise HTTPException(400, "texts is empty")
+    encoded = await service.encode([body.query, *body.texts], truncate=bool(body.truncate),
+                                   direction=body.truncation_direction)
+    note(request, len(body.texts), encoded.tokens)
+    vectors = [torch.from_numpy(v) for v in await service.run("multivector", encoded.ids)]
+    values = (await asyncio.to_thread(query_scores, vectors[0], vectors[1:])).tolist()
+    return [MaxSimResult(index=i, score=values[i], text=body.texts[i] if body.return_text else None)
             for i in sorted(range(len(values)), key=lambda i: -values[i])]
 
 
@@ -147,6 +171,7 @@ def tei_info(request: Request, service: ServiceDep):
             "max_batch_tokens": options.max_batch_tokens, "max_batch_requests": None,
             "max_client_batch_size": options.max_request_inputs, "tokenization_workers": None,
             "version": request.app.version, "architecture": encoder.architecture, "serves": encoder.kinds,
+            "outputs": [name for kind, name in OUTPUTS.items() if kind in encoder.kinds],
             **service.limits(), "hidden_size": config.hidden_size, "matryoshka_dimensions": service.matryoshka,
             "normalize_embeddings": bool(getattr(config, "normalize_embeddings", True)),
             "prompts": service.prompts, "device": str(encoder.device),

@@ -123,6 +123,22 @@ class RerankRequest(TruncationFields):
     return_text: bool = False
 
 
+class MaxSimRequest(TruncationFields):
+    """``/maxsim``: TEI ``/rerank``'s request, scored by late interaction (MaxSim) instead of a cross-encoder."""
+
+    query: str
+    texts: list[str]
+    return_text: bool = False
+
+
+class MaxSimResult(BaseModel):
+    """One text of a ``/maxsim`` answer: its index in ``texts``, its MaxSim score and (``return_text``) the text."""
+
+    index: int
+    score: float
+    text: str | None = None
+
+
 class TokenizeRequest(InputBody):
     input: str | list[str] = Field(validation_alias=AliasChoices("input", "inputs"))
     add_special_tokens: bool = True

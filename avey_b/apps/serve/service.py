@@ -29,7 +29,13 @@ NEEDS = {"classify": "a sequence-classification checkpoint (AveyBForSequenceClas
          "rerank": "a cross-encoder: a sequence-classification checkpoint with one label (num_labels=1)",
          "fill": "a masked-LM checkpoint (AveyBForMaskedLM)",
          "sparse": "a masked-LM head for SPLADE's sparse vectors (an AveyBForMaskedLM: a pretrained Avey-B, or one "
-                   "trained with `avey-b finetune --task sparse-embedding`; eager runtime, not --onnx)"}
+                   "trained with `avey-b finetune --task sparse-embedding`; eager runtime, not --onnx)",
+         "multivector": "a multi-vector head (AveyBForMultiVector: a token vector per token, scored by MaxSim), which "
+                        "this model lacks: train one with `avey-b finetune --task multi-vector`"}
+#: The vector outputs a model can return (``/info``'s ``outputs``; ``avey-b embed --outputs`` names the same), from
+#: the Encoder's kinds: ``dense`` (one vector per input: every model), ``sparse`` (SPLADE's vocabulary weights: a
+#: masked-LM head), ``multivector`` (token vectors).
+OUTPUTS = {"embed": "dense", "sparse": "sparse", "multivector": "multivector"}
 
 
 def served_name(model: str) -> str:

@@ -20,6 +20,7 @@ def answer_batch(encoder: Encoder, kind: str, jobs: list[Job]) -> list:
 
     * ``embed``: (d,) masked mean of the backbone's last hidden state, not normalized (the route normalizes);
     * ``tokens``: (n, d) the last hidden state of each of the input's n tokens;
+    * ``multivector``: (n, D) the multi-vector head's unit vector of each of the input's n tokens;
     * ``chunks``: (C, d) late chunking, the mean of each chunk's token states (``job.extra``: token ranges);
     * ``logits``: (num_labels,) the classifier's logits;
     * ``fill``: per [MASK] of the input, its top tokens ``[{"token", "score"}]`` (Python lists);
@@ -31,6 +32,9 @@ def answer_batch(encoder: Encoder, kind: str, jobs: list[Job]) -> list:
         return list(encoder.embed(batch, mask, normalize=False).cpu().numpy())
     if kind == "sparse":
         return [(i.numpy(), v.numpy()) for i, v in encoder.sparse(batch, mask)]
+    if kind == "multivector":
+        vectors = encoder.token_vectors(batch, mask).cpu().numpy()
+        return [vectors[i, :len(row)] for i, row in enumerate(ids)]
     if kind in ("tokens", "chunks"):
         hidden = encoder.hidden_states(batch, mask).float()
         if kind == "chunks":
