@@ -12,7 +12,7 @@ import importlib.util
 from dataclasses import dataclass, field
 
 from avey_b import configs
-from avey_b.inference.options import MAX_BATCH_TOKENS, LoadOptions, add_load_arguments
+from avey_b.inference.options import MAX_BATCH_TOKENS, OUTPUTS, LoadOptions, add_load_arguments
 from avey_b.utils.cluster import BACKENDS, check_backend
 
 # ------------------------------------------------------------------------------------------ serve
@@ -110,10 +110,6 @@ VECTOR_DTYPES = ("float32", "float16")
 #: The columns embed writes (``--keep-columns`` may not name them).
 OUTPUT_COLUMNS = ("id", "chunk", "char_start", "char_end", "n_tokens", "text", "vector", "sparse_indices",
                   "sparse_values", "multivector")
-#: What ``avey-b embed --outputs`` stores per row, in the order the columns come: ``dense`` (``vector``), ``sparse``
-#: (``sparse_indices``, ``sparse_values``), ``multivector`` (the multi-vector head's token vectors, ``multivector``: a
-#: list of fixed-size vectors per row). A new kind is a name here and its columns in the shards.
-OUTPUT_KINDS = ("dense", "sparse", "multivector")
 #: Tokens per shard when ``--shard-tokens`` is not given, and so the work a kill can lose: one full batch of the
 #: default ``--max-batch-tokens`` (smaller shards would make smaller batches; what that costs in time on a CPU:
 #: benchmarks/embed/README.md, "Shard size").
@@ -242,15 +238,17 @@ class EmbedOptions:
 
 
 def output_kinds(given, options: EmbedOptions) -> tuple[str, ...]:
-    """``--outputs`` (``dense,sparse`` or ``dense sparse``) checked against :data:`OUTPUT_KINDS` and ``options``,
-    in that tuple's order (the same outputs are the same settings, however listed)."""
+    """``--outputs`` (``dense,sparse`` or ``dense sparse``) checked against :data:`OUTPUTS` and ``options``,
+    in that tuple's order (the same outputs are the same settings, however listed). What each stores per row:
+    ``dense`` the column ``vector``, ``sparse`` ``sparse_indices`` and ``sparse_values``, ``multivector`` the
+    column ``multivector`` (a list of fixed-size token vectors)."""
     if isinstance(given, str):
         raise TypeError(f"outputs is a tuple of names, got the string {given!r}")
     names = [n.strip() for item in given for n in item.split(",")]
-    unknown = [n for n in names if n not in OUTPUT_KINDS]
+    unknown = [n for n in names if n not in OUTPUTS]
     if unknown or not names or len(set(names)) != len(names):
         raise ValueError(f"--outputs: {','.join(given)!r} is not a list of distinct kinds among "
-                         f"{', '.join(OUTPUT_KINDS)}")
+                         f"{', '.join(OUTPUTS)}")
     for kind, what in (("sparse", "one sparse vector per document"),
                        ("multivector", "a document's token vectors in its row")):
         if kind in names and options.chunking == "late":
@@ -259,7 +257,7 @@ def output_kinds(given, options: EmbedOptions) -> tuple[str, ...]:
         if kind in names and options.update:
             raise ValueError(f"--update keeps each document's state for dense vectors only: --outputs {kind} is not "
                              "updated in place; embed into a new OUTPUT without --update")
-    return tuple(n for n in OUTPUT_KINDS if n in names)
+    return tuple(n for n in OUTPUTS if n in names)
 
 
 def embed_parser() -> argparse.ArgumentParser:

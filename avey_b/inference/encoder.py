@@ -35,9 +35,9 @@ import torch
 from transformers import AutoConfig, AutoTokenizer
 
 from avey_b.inference.documents import TextDocument
-from avey_b.inference.options import MAX_BATCH_TOKENS, LoadOptions
+from avey_b.inference.options import MAX_BATCH_TOKENS, OUTPUTS, LoadOptions
 from avey_b.inference.runtimes import EagerRuntime, OnnxRuntime
-from avey_b.model import auto
+from avey_b.model import auto, multivector
 from avey_b.model.configuration import is_avey_b
 from avey_b.model.heads import sentence_embedding
 from avey_b.model.multivector import query_scores
@@ -180,6 +180,11 @@ class Encoder:
                              "it with --head embedding (embeddings), masked-lm or sequence-classification")
         return kinds
 
+    @property
+    def vector_outputs(self) -> list[str]:
+        """The :data:`OUTPUTS` this checkpoint gives in this runtime (``dense`` wherever it embeds)."""
+        return [o for o in OUTPUTS if ("embed" if o == "dense" else o) in self.kinds]
+
     @functools.cached_property
     def tokenizer(self):
         """The checkpoint's tokenizer (loaded on first use: export and analysis need none)."""
@@ -282,11 +287,38 @@ class Encoder:
         over the whole rows, then the max over real tokens taken chunk by chunk through the masked-LM head
         (:func:`avey_b.model.sparse.splade_max`: the ``(N, V)`` logits never exist at once). A checkpoint without
         a masked-LM head (``sparse`` not in :attr:`kinds`) is a ``ValueError`` naming what is missing."""
-        self.require_sparse()
+        return self.vectors(batch, mask, ("sparse",))["sparse"]
+
+    @torch.no_grad()
+    def vectors(self, batch: torch.Tensor, mask: torch.Tensor, outputs: Sequence[str] = ("dense",)) -> dict[str, list]:
+        """Any subset of :data:`OUTPUTS` for a padded batch from one backbone forward, each head run on the one last
+        hidden state; per output a list with one entry per row, on the CPU: ``dense`` the ``(d,)`` float32 vector
+        (:meth:`embed`'s, normalized as the config says), ``sparse`` the ``(indices, values)`` of :meth:`sparse`,
+        ``multivector`` the ``(n_i, D)`` float32 token vectors of the row's real tokens (:meth:`token_vectors`'). An
+        output the checkpoint lacks is refused as its own method refuses it; sparse and multi-vector outputs need
+        the eager runtime."""
+        if unknown := [o for o in outputs if o not in OUTPUTS]:
+            raise ValueError(f"unknown outputs {unknown}: the outputs are {', '.join(OUTPUTS)}")
+        if "sparse" in outputs:
+            self.require_sparse()
+        if "multivector" in outputs:
+            self.require_multivector()
+        if self.onnx_file and "multivector" in outputs:
+            raise ValueError(f"token vectors with other outputs from one forward need the eager runtime; this encoder "
+                             f"runs the ONNX model {self.onnx_file}: call token_vectors and embed apart")
         hidden = self.hidden_states(batch, mask)
-        with torch.no_grad(), autocast(self.device, self.bf16):
-            weights = splade_max(hidden, mask.to(self.device), self.model.decoder)
-        return sparse_rows(weights)
+        mask = mask.to(hidden.device)
+        out: dict[str, list] = {}
+        if "dense" in outputs:
+            normalize = bool(getattr(self.config, "normalize_embeddings", True))
+            out["dense"] = list(sentence_embedding(hidden.float(), mask, normalize).cpu())
+        with autocast(self.device, self.bf16):
+            if "sparse" in outputs:
+                out["sparse"] = sparse_rows(splade_max(hidden, mask, self.model.decoder))
+            if "multivector" in outputs:
+                tokens = multivector.token_vectors(hidden, self.model.projection, mask).float().cpu()
+                out["multivector"] = [tokens[i, row.bool()] for i, row in enumerate(mask.cpu())]
+        return out
 
     def require_sparse(self) -> None:
         """A ``ValueError`` unless this checkpoint gives sparse vectors: what is missing and how to get it."""
@@ -305,10 +337,14 @@ class Encoder:
         """(B, N, D) float32 token vectors of a padded batch, on ``device``: the multi-vector head's unit vectors
         (:mod:`avey_b.model.multivector`), zero at padding. A checkpoint without the head is refused, with how to
         train one."""
+        self.require_multivector()
+        return self._run("embeddings", batch.to(self.device), mask.to(self.device)).float()
+
+    def require_multivector(self) -> None:
+        """A ``ValueError`` unless this checkpoint has the multi-vector head: what is missing and how to train it."""
         if "multivector" not in self.kinds:
             raise ValueError(f"{self.name} is a {self.architecture}, without a multi-vector head (token vectors for "
                              "late interaction): train one with `avey-b finetune --task multi-vector`")
-        return self._run("embeddings", batch.to(self.device), mask.to(self.device)).float()
 
     def multivectors(self, texts: str | Sequence[str], *, batch_tokens: int = MAX_BATCH_TOKENS) -> list[torch.Tensor]:
         """The token vectors of each text, as sentence-transformers' ``MultiVectorEncoder.encode`` gives them: one

@@ -12,6 +12,11 @@ from avey_b import configs
 
 #: Padded tokens per batch by default: of :meth:`avey_b.Encoder.encode`, ``avey-b serve`` and ``avey-b embed``.
 MAX_BATCH_TOKENS = 32_768
+#: The vectors an encoder gives, any subset from one forward (:meth:`avey_b.Encoder.vectors`), in this order:
+#: ``dense`` (one per input: every checkpoint), ``sparse`` (SPLADE's vocabulary weights: a masked-LM head),
+#: ``multivector`` (token vectors: the multi-vector head). ``avey-b embed --outputs`` and ``serve``'s ``/info`` name
+#: the same.
+OUTPUTS = ("dense", "sparse", "multivector")
 
 
 @dataclass(frozen=True)

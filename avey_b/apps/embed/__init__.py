@@ -25,9 +25,10 @@ Output: OUTPUT holds ``part-00000.parquet``, ... in input order; columns ``id``,
 metadata, any value pyarrow stores — a Parquet column keeps its type, JSON values take the one type pyarrow infers
 over all rows, a null stays null; a row without one is an error naming the column and the file and line), and
 ``vector`` (``--dtype`` float32 or float16; ``--outputs`` names what is stored: ``dense``, the default, is
-``vector``; ``multivector`` adds ``multivector``, a multi-vector model's token vectors as a list of fixed-size vectors
-per row, one per token, special tokens included — not with ``--update`` or late chunking, and a document longer than
-``--long-document-tokens`` is then skipped and listed) — and ``_manifest.json``: the model and the SHA-256 of its files,
+``vector``; ``sparse`` adds ``sparse_indices`` and ``sparse_values``, a masked-LM's SPLADE weights; ``multivector``
+adds ``multivector``, a multi-vector model's token vectors as a list of fixed-size vectors per row, one per token,
+special tokens included; every output from one forward, each document whole, and not with ``--update`` or late
+chunking) — and ``_manifest.json``: the model and the SHA-256 of its files,
 every setting, counts, run times, and every skipped document with its length (``pyarrow.parquet.read_table(OUTPUT)``
 reads the shards; names starting with ``_`` or ``.`` are not data).
 
@@ -63,12 +64,13 @@ token's state already saw the text on both sides of any chunk boundary: unlike c
 brings no context a chunk would otherwise miss; it only changes which token states each chunk averages (a sentence
 cut by a boundary is whole in one of two overlapping chunks, at the cost of more rows).
 
-Sparse vectors (``--outputs dense,sparse``; ``--outputs sparse`` alone drops ``vector``): a masked-LM
-checkpoint's SPLADE weights (:mod:`avey_b.model.sparse`, ``Encoder.sparse``), stored as two list columns,
-``sparse_indices`` (int32 vocabulary ids, ascending) and ``sparse_values`` (float32), one document per row. Each
-document runs in one forward (up to ``--max-tokens``; never in pieces), the SPLADE max over its tokens taken chunk by
-chunk through the masked-LM head so its ``(N, V)`` logits never exist at once. Not with ``--chunking late`` or
-``--update`` (refused); a model without a masked-LM head is refused before anything is written.
+Sparse and token vectors (``--outputs dense,sparse``, ``dense,multivector``; without ``dense`` no ``vector``): a
+masked-LM checkpoint's SPLADE weights (:mod:`avey_b.model.sparse`, ``Encoder.sparse``), stored as two list columns,
+``sparse_indices`` (int32 vocabulary ids, ascending) and ``sparse_values`` (float32), and a multi-vector model's
+token vectors (``multivector``), one document per row. Each document runs in one forward that gives every output
+(``Encoder.vectors``; up to ``--max-tokens``, never in pieces), the SPLADE max over its tokens taken chunk by chunk
+through the masked-LM head so its ``(N, V)`` logits never exist at once. Not with ``--chunking late`` or
+``--update`` (refused); a model without the head an output needs is refused before anything is written.
 
 Update (``--update``): bring OUTPUT to a new version of INPUT, by document id. An unchanged document is skipped (its
 vectors kept); one whose text extends its old text computes only the appended part, and an edited one only the

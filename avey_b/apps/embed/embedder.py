@@ -5,15 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from avey_b.inference.encoder import Encoder
 from avey_b.inference.options import LoadOptions
-from avey_b.model.heads import chunk_embeddings, sentence_embedding
-from avey_b.model.sparse import sparse_rows, splade_max
+from avey_b.model.heads import chunk_embeddings
 from avey_b.utils.batching import token_budget_batches
-from avey_b.utils.device import autocast
 
 
 def local_model_dir(model: str) -> Path:
@@ -33,45 +30,24 @@ def encoder_for(model_dir: str | Path, *, device: str, precision: str, threads: 
 
 
 @torch.no_grad()
-def token_vectors_of(encoder: Encoder, ids: list[list[int]], max_batch_tokens: int) -> list[np.ndarray]:
-    """Each document's ``(n, D)`` float32 token vectors (the multi-vector head's: :meth:`Encoder.token_vectors`,
-    every token, special tokens included), in the order of ``ids``; a forward of its own, apart from the dense
-    vectors'."""
-    encoder.load()
-    out: list[np.ndarray | None] = [None] * len(ids)
-    for batch in token_budget_batches(range(len(ids)), max_batch_tokens, lambda i: len(ids[i])):
-        tokens, mask = encoder.pad([ids[i] for i in batch])
-        vectors = encoder.token_vectors(tokens, mask).cpu().numpy()
-        for row, i in enumerate(batch):
-            out[i] = vectors[row, :len(ids[i])]
-    return out
-
-
-@torch.no_grad()
 def embed_ids(encoder: Encoder, ids: list[list[int]], chunks: list[list[tuple[int, int]]] | None,
-              max_batch_tokens: int, sparse: bool = False) -> tuple[list[torch.Tensor], list[tuple] | None]:
-    """Float32 vectors on the CPU: ``(d,)`` per document, or ``(n_chunks, d)`` with ``chunks`` (token ranges per
-    document, late chunking: one forward over the whole document), in the order of ``ids``; with ``sparse``, also
-    each document's SPLADE ``(indices, values)`` from the same hidden states (:meth:`Encoder.sparse`), else None."""
+              max_batch_tokens: int, outputs: tuple[str, ...] = ("dense",)) -> dict[str, list]:
+    """Each of ``outputs`` for each document, in the order of ``ids``, from one forward per batch
+    (:meth:`Encoder.vectors`), as numpy arrays on the CPU: ``dense`` float32 ``(d,)``, or ``(n_chunks, d)`` with
+    ``chunks`` (token ranges per document, late chunking: one forward over the whole document; dense only);
+    ``sparse`` ``(indices, values)``; ``multivector`` ``(n, D)`` token vectors."""
     encoder.load()
-    if sparse:
-        encoder.require_sparse()
     normalize = bool(getattr(encoder.config, "normalize_embeddings", True))
-    out: list[torch.Tensor | None] = [None] * len(ids)
-    weights: list[tuple | None] = [None] * len(ids)
+    out: dict[str, list] = {o: [None] * len(ids) for o in outputs}
     for batch in token_budget_batches(range(len(ids)), max_batch_tokens, lambda i: len(ids[i])):
         tokens, mask = encoder.pad([ids[i] for i in batch])
-        hidden = encoder.hidden_states(tokens, mask)
-        mask = mask.to(hidden.device)
         if chunks is None:
-            vectors = list(sentence_embedding(hidden, mask, normalize).float().cpu())
+            found = encoder.vectors(tokens, mask, outputs)
         else:
-            vectors = [v.float().cpu() for v in chunk_embeddings(hidden, mask, [chunks[i] for i in batch], normalize)]
-        for i, v in zip(batch, vectors, strict=True):
-            out[i] = v
-        if sparse:
-            with autocast(encoder.device, encoder.bf16):
-                rows = sparse_rows(splade_max(hidden, mask, encoder.model.decoder))
-            for i, row in zip(batch, rows, strict=True):
-                weights[i] = row
-    return out, weights if sparse else None
+            hidden = encoder.hidden_states(tokens, mask)
+            found = {"dense": list(chunk_embeddings(hidden, mask.to(hidden.device), [chunks[i] for i in batch],
+                                                    normalize))}
+        for o, values in found.items():
+            for i, v in zip(batch, values, strict=True):
+                out[o][i] = tuple(x.numpy() for x in v) if o == "sparse" else v.float().cpu().numpy()
+    return out

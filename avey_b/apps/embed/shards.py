@@ -15,7 +15,7 @@ import numpy as np
 
 from avey_b.apps.embed.chunks import chunk_ranges
 from avey_b.apps.embed.documents import Document
-from avey_b.apps.embed.embedder import embed_ids, token_vectors_of
+from avey_b.apps.embed.embedder import embed_ids
 from avey_b.apps.options import LONG_DOCUMENT_TOKENS
 from avey_b.inference.encoder import Encoder
 from avey_b.utils.files import load_json
@@ -255,63 +255,49 @@ def prepare_shard(encoder: Encoder, docs: list[Document], settings: Settings
     return work, skipped
 
 
-def embed_whole(encoder: Encoder, work: list[tuple], late: bool, max_batch_tokens: int, sparse: bool = False
-                ) -> tuple[list[np.ndarray], list[tuple] | None]:
-    """The vectors of ``work`` (:func:`prepare_shard`'s items), each document encoded whole, in batches; with
-    ``sparse``, each document's ``(indices, values)`` too (else None)."""
+def embed_whole(encoder: Encoder, work: list[tuple], late: bool, max_batch_tokens: int,
+                outputs: tuple[str, ...] = ("dense",)) -> dict[str, list]:
+    """``outputs`` of ``work`` (:func:`prepare_shard`'s items), each document encoded whole, in batches, one forward
+    for all of them (:func:`avey_b.apps.embed.embedder.embed_ids`)."""
     chunks = [[r[:2] for r in ranges] for _, _, ranges in work] if late else None
-    vectors, weights = embed_ids(encoder, [ids for _, ids, _ in work], chunks, max_batch_tokens, sparse)
-    return [v.numpy() for v in vectors], None if weights is None else [(i.numpy(), v.numpy()) for i, v in weights]
+    return embed_ids(encoder, [ids for _, ids, _ in work], chunks, max_batch_tokens, outputs)
 
 
-def shard_rows(work: list[tuple], vectors: list[np.ndarray], late: bool, sparse: list[tuple] | None = None
-               ) -> list[dict]:
-    """The shard's rows: one per document, or per late chunk, with its vector (``(d,)``, or ``(C, d)``) and, given
-    ``sparse``, the document's ``(indices, values)``."""
+def shard_rows(work: list[tuple], found: dict[str, list], late: bool) -> list[dict]:
+    """The shard's rows: one per document, or per late chunk, with each output ``found`` for it (``found[kind][i]``
+    of ``work[i]``): ``vector`` (``(d,)``, or ``(C, d)`` split into the chunks' rows), ``sparse``, ``multivector``."""
     rows = []
-    for n, ((doc, ids, ranges), v) in enumerate(zip(work, vectors, strict=True)):
+    for n, (doc, ids, ranges) in enumerate(work):
         if not late:
-            rows.append({"id": doc.id, "n_tokens": len(ids), "text": doc.text, "doc": doc, "vector": v,
-                         "sparse": sparse[n] if sparse else None})
+            rows.append({"id": doc.id, "n_tokens": len(ids), "text": doc.text, "doc": doc,
+                         **{"vector" if kind == "dense" else kind: values[n] for kind, values in found.items()}})
             continue
         for c, (t0, t1, c0, c1) in enumerate(ranges):
             rows.append({"id": doc.id, "chunk": c, "char_start": c0, "char_end": c1, "n_tokens": t1 - t0,
-                         "text": doc.text[c0:c1], "doc": doc, "vector": v[c]})
+                         "text": doc.text[c0:c1], "doc": doc, "vector": found["dense"][n][c]})
     return rows
 
 
 def _embed_shard(encoder: Encoder, docs: list[Document], settings: Settings, max_batch_tokens: int,
                  long_tokens: int) -> tuple[list[dict], list[dict], int]:
     """The rows of one shard in input order, its skipped documents, and the tokens it embedded: a document longer
-    than ``long_tokens`` in pieces where the model allows it (bounded memory), the others whole in batches. With
-    token vectors (``multivector``), which are computed whole, a document longer than ``long_tokens`` is skipped and
-    listed instead (raise ``--long-document-tokens`` to embed it whole)."""
+    than ``long_tokens`` in pieces where the model allows it (bounded memory; dense outputs alone), the others whole
+    in batches, every output from one forward."""
     from avey_b.apps.embed.streamed import Pieces
 
     late = settings.chunking == "late"
     work, skipped = prepare_shard(encoder, docs, settings)
-    if "multivector" in settings.outputs:
-        skipped += [{"id": doc.id, "n_tokens": len(ids), "reason": f"longer than --long-document-tokens "
-                     f"({long_tokens:,}): token vectors (--outputs multivector) are computed whole, never in pieces"}
-                    for doc, ids, _ in work if len(ids) > long_tokens]
-        work = [w for w in work if len(w[1]) <= long_tokens]
-    vectors: list[np.ndarray | None] = [None] * len(work)
-    weights = None
-    if {"dense", "sparse"} & set(settings.outputs):
-        pieces = Pieces(encoder, settings, long_tokens)
-        for i, (_, ids, ranges) in enumerate(work):
-            if pieces.takes(len(ids)) and (done := pieces.encode(ids, ranges)) is not None:
-                vectors[i] = done[0]
-        whole = [i for i, v in enumerate(vectors) if v is None]
-        sparse = "sparse" in settings.outputs  # then no document took the pieces (Pieces.why_not)
-        found, weights = embed_whole(encoder, [work[i] for i in whole], late, max_batch_tokens, sparse)
-        for i, v in zip(whole, found, strict=True):
-            vectors[i] = v
-    rows = shard_rows(work, vectors, late, weights)
-    if "multivector" in settings.outputs:
-        tokens = token_vectors_of(encoder, [ids for _, ids, _ in work], max_batch_tokens)
-        for row, v in zip(rows, tokens, strict=True):
-            row["multivector"] = v
+    found: dict[str, list] = {o: [None] * len(work) for o in settings.outputs}
+    pieces = Pieces(encoder, settings, long_tokens)  # takes none with other outputs than dense (its why_not)
+    for i, (_, ids, ranges) in enumerate(work):
+        if pieces.takes(len(ids)) and (done := pieces.encode(ids, ranges)) is not None:
+            found["dense"][i] = done[0]
+    whole = [i for i in range(len(work)) if found[settings.outputs[0]][i] is None]
+    computed = embed_whole(encoder, [work[i] for i in whole], late, max_batch_tokens, settings.outputs)
+    for kind, values in computed.items():
+        for i, v in zip(whole, values, strict=True):
+            found[kind][i] = v
+    rows = shard_rows(work, found, late)
     return rows, skipped, sum(len(ids) for _, ids, _ in work)
 
 

@@ -35,8 +35,8 @@ SPANS_WHY = ("character-span chunks (--chunk-spans-column) are cut from the text
              "document state cannot pool them")
 #: Why sparse outputs take no pieces: SPLADE's max runs over the whole hidden state (one forward, up to --max-tokens),
 #: chunked through the masked-LM head so its (N, V) logits never exist at once (avey_b.model.sparse).
-SPARSE_WHY = ("--outputs sparse runs each document in one forward, the SPLADE max over its tokens taken chunk by "
-              "chunk through the masked-LM head")
+WHOLE_WHY = ("--outputs sparse and multivector run each document in one forward (up to --max-tokens), every output "
+             "from its one last hidden state (the SPLADE max taken chunk by chunk through the masked-LM head)")
 
 
 def text_hash(text: str, spans=None) -> str:
@@ -69,7 +69,7 @@ class Pieces:
         self.encoder, self.long_tokens = encoder, long_tokens
         self.late = settings.chunking == "late"
         self.why_not = (refusal(encoder.config) or (SPANS_WHY if settings.chunk_spans_column else None)
-                        or (SPARSE_WHY if "sparse" in settings.outputs else None))
+                        or (WHOLE_WHY if set(settings.outputs) - {"dense"} else None))
         self.normalize = bool(getattr(encoder.config, "normalize_embeddings", True))
         self.options: dict = {}
         if self.late and self.why_not is None:

@@ -221,8 +221,8 @@ class Updater:
                 states[doc.id] = record(doc, state)
                 computed += n
         whole = [i for i, v in enumerate(vectors) if v is None]
-        found, _ = shards.embed_whole(self.encoder, [work[i] for i in whole], late, self.max_batch_tokens)
-        for i, v in zip(whole, found, strict=True):  # dense only: --update refuses sparse outputs
+        found = shards.embed_whole(self.encoder, [work[i] for i in whole], late, self.max_batch_tokens)["dense"]
+        for i, v in zip(whole, found, strict=True):  # dense only: --update refuses the other outputs
             vectors[i] = v
             computed += len(work[i][1])
         rows = [states.get(d.id) or record(d, None) for d in group]
@@ -230,7 +230,7 @@ class Updater:
         write_records(self.stage / STATE_DIR / shards.SHARD.format(k), rows, done)
         info = {"shard": k, "documents": len(group), "first_id": group[0].id, "last_id": group[-1].id,
                 "rows": 0, "tokens": sum(len(ids) for _, ids, _ in work), "skipped": skipped}
-        table_rows = shards.shard_rows(work, vectors, late)
+        table_rows = shards.shard_rows(work, {"dense": vectors}, late)
         info["rows"] = len(table_rows)
         table = shards.table_of(table_rows, self.settings, {"dense": self.encoder.config.hidden_size}, info,
                                   kept_schema)

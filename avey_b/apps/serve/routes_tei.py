@@ -23,7 +23,7 @@ from avey_b.apps.serve.schemas import (
     TextClassificationRequest,
     TokenizeRequest,
 )
-from avey_b.apps.serve.service import OUTPUTS, ServiceDep, note, read, reading
+from avey_b.apps.serve.service import ServiceDep, note, read, reading
 from avey_b.apps.serve.work import finish_vector, scores
 from avey_b.model.multivector import query_scores
 
@@ -171,7 +171,7 @@ def tei_info(request: Request, service: ServiceDep):
             "max_batch_tokens": options.max_batch_tokens, "max_batch_requests": None,
             "max_client_batch_size": options.max_request_inputs, "tokenization_workers": None,
             "version": request.app.version, "architecture": encoder.architecture, "serves": encoder.kinds,
-            "outputs": [name for kind, name in OUTPUTS.items() if kind in encoder.kinds],
+            "outputs": encoder.vector_outputs,
             **service.limits(), "hidden_size": config.hidden_size, "matryoshka_dimensions": service.matryoshka,
             "normalize_embeddings": bool(getattr(config, "normalize_embeddings", True)),
             "prompts": service.prompts, "device": str(encoder.device),

@@ -32,10 +32,6 @@ NEEDS = {"classify": "a sequence-classification checkpoint (AveyBForSequenceClas
                    "trained with `avey-b finetune --task sparse-embedding`; eager runtime, not --onnx)",
          "multivector": "a multi-vector head (AveyBForMultiVector: a token vector per token, scored by MaxSim), which "
                         "this model lacks: train one with `avey-b finetune --task multi-vector`"}
-#: The vector outputs a model can return (``/info``'s ``outputs``; ``avey-b embed --outputs`` names the same), from
-#: the Encoder's kinds: ``dense`` (one vector per input: every model), ``sparse`` (SPLADE's vocabulary weights: a
-#: masked-LM head), ``multivector`` (token vectors).
-OUTPUTS = {"embed": "dense", "sparse": "sparse", "multivector": "multivector"}
 
 
 def served_name(model: str) -> str:

@@ -2,7 +2,7 @@
 from the same pretrained small model with the same budget, beside BM25 and a BERT of the same size trained the
 same way — on the project's retrieval set and on a long-document variant.
 
-    python benchmarks/hybrid/run.py --shared ../shared/data --work runs/hybrid
+    python benchmarks/every_vector/hybrid.py --shared ../shared/data --work runs/every_vector_hybrid
 
 Steps (each resumable: a finished pretraining run or fine-tuning cell is not redone):
 
@@ -26,7 +26,7 @@ Steps (each resumable: a finished pretraining run or fine-tuning cell is not red
      of filler only; each held-out query retrieves the document that holds its article. BERT reads its first 512
      tokens (its position limit); Avey-B reads every token.
 
-   recall@10, NDCG@10 and MRR@10 in percent; ``results.md`` and ``results.jsonl`` here.
+   recall@10, NDCG@10 and MRR@10 in percent; ``hybrid.md`` and ``hybrid.jsonl`` here.
 
 The models are small (2.9M parameters) and briefly trained on one CPU: the table compares the kinds of vectors
 under one budget, not what the kinds reach at scale.
@@ -207,7 +207,7 @@ def metrics(sim, gold: list[int]) -> dict[str, float]:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--shared", default="../shared/data")
-    p.add_argument("--work", default="runs/hybrid")
+    p.add_argument("--work", default="runs/every_vector_hybrid")
     p.add_argument("--threads", type=int, default=1, help="threads per job")
     p.add_argument("--workers", type=int, default=2, help="fine-tuning cells run at once")
     p.add_argument("--epochs", type=float, default=1.0)
@@ -241,17 +241,17 @@ def main() -> None:
         for method, sim in sims.items():
             rows.append({"set": set_name, "method": method, "queries": len(queries), "documents": len(docs),
                          **metrics(sim, gold)})
-    with open(HERE / "results.jsonl", "w") as f:
+    with open(HERE / "hybrid.jsonl", "w") as f:
         f.writelines(json.dumps(r) + "\n" for r in rows)
     env.end()
-    (HERE / "results.md").write_text(report(rows, args, time.time() - t0, env))
-    print((HERE / "results.md").read_text())
+    (HERE / "hybrid.md").write_text(report(rows, args, time.time() - t0, env))
+    print((HERE / "hybrid.md").read_text())
 
 
 def report(rows: list[dict], args, seconds: float, env) -> str:
     """The table of every (set, method) and the run's facts."""
     lines = ["# Hybrid retrieval: dense, sparse, multi-vector, fused, BM25", "",
-             f"```\npython benchmarks/hybrid/run.py --work {args.work} --threads {args.threads} "
+             f"```\npython benchmarks/every_vector/hybrid.py --work {args.work} --threads {args.threads} "
              f"--workers {args.workers} --epochs {args.epochs:g} --seed {args.seed}\n```", "",
              f"{env.line()}; {seconds / 60:.0f} min.", "",
              "Scores in percent; one seed; see run.py's docstring for the sets and the models.", ""]
