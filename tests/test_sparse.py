@@ -133,16 +133,17 @@ def test_a_dense_directory_in_sparse_encoder_says_what_it_is_and_sparse_needs_a_
         emb.save_pretrained(tmp_path / "emb")
 
 
-def test_no_chunk_computes_more_logits_than_the_rule_allows(mlm, ids, monkeypatch):
-    from avey_b.model import sparse
+def test_no_chunk_computes_more_logits_than_the_rule_allows(mlm, ids):
+    from avey_b.model.sparse import CHUNK_LOGITS, chunk_tokens
 
-    monkeypatch.setattr(sparse, "CHUNK_LOGITS", 5 * 99)  # two rows of a 99-entry vocabulary: 2 tokens per chunk
+    assert chunk_tokens(2, 99, 5 * 99) == 2 and chunk_tokens(4, 50_000, 100) == 1  # never more logits, never 0 tokens
+    assert chunk_tokens(1, 50_368) * 50_368 <= CHUNK_LOGITS < (chunk_tokens(1, 50_368) + 1) * 50_368
     shapes = []
     hook = mlm.decoder.register_forward_hook(lambda module, args, out: shapes.append(tuple(out.shape)))
     try:
         with torch.no_grad():
             hidden = mlm.model(ids[:2]).last_hidden_state
-            got = splade_max(hidden, None, mlm.decoder)
+            got = splade_max(hidden, None, mlm.decoder, chunk=chunk_tokens(2, 99, 5 * 99))
     finally:
         hook.remove()
     assert shapes == [(2, 2, 99)] * 6 + [(2, 1, 99)]  # 13 tokens, 2 at a time: never the (13, 99) logits

@@ -44,7 +44,7 @@ def splade_max(hidden: torch.Tensor, attention_mask: torch.Tensor | None, decode
     weighs nothing."""
     rows, length = hidden.shape[:2]
     vocab = decoder.out_features
-    chunk = chunk or max(1, CHUNK_LOGITS // max(1, rows * vocab))
+    chunk = chunk or chunk_tokens(rows, vocab)
     real = None if attention_mask is None else attention_mask.to(hidden.device).bool()
     best = torch.full((rows, vocab), float("-inf"), device=hidden.device)
     for start in range(0, length, chunk):
@@ -53,6 +53,12 @@ def splade_max(hidden: torch.Tensor, attention_mask: torch.Tensor | None, decode
             logits = logits.masked_fill(~real[:, start:start + chunk, None], float("-inf"))
         best = torch.maximum(best, logits.max(dim=1).values)  # max saves indices, not the chunk, for backward
     return torch.log1p(torch.relu(best))
+
+
+def chunk_tokens(rows: int, vocab: int, budget: int = CHUNK_LOGITS) -> int:
+    """The chunk rule (module docstring): the token positions one chunk of ``rows`` rows computes so that at most
+    ``budget`` logits of a ``vocab``-entry head exist at once (at least one)."""
+    return max(1, budget // max(1, rows * vocab))
 
 
 def sparse_rows(weights: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
