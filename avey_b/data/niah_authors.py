@@ -67,6 +67,8 @@ HAYSTACK_WORDS = (
 )
 #: The lengths (in words) the authors generated; longer ones follow the same rules.
 AUTHORS_LENGTHS = (1000, 2000, 3800, 4000, 8000, 16000, 32000)
+#: Their script's default ``--random-seed`` (:mod:`avey_b.data.niah_replay` replays its stream).
+AUTHORS_SEED = 11
 #: Examples per length: 10,000 training, 1,000 test (their script's defaults).
 AUTHORS_N_TRAIN, AUTHORS_N_TEST = 10_000, 1_000
 #: The needle kind of each task, as the question names it.
