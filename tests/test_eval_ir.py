@@ -332,3 +332,20 @@ def test_the_release_config_sets_the_length_and_the_pooling_of_the_paper_protoco
     bert = ir_paper.load_sentence_transformer(env["bert"], cfg, torch.device("cpu"))
     assert bert[0].auto_model.config._attn_implementation == "eager"
     assert SentenceTransformer(path, device="cpu").max_seq_length != 20  # a user's own SentenceTransformer
+
+
+def test_the_paper_protocols_retrieval_limit_takes_the_tokenizers_model_max_length(tmp_path):
+    """EncodEval's SentenceTransformer of a pretrained encoder is cut at the smaller of the stated length and the
+    tokenizer's ``model_max_length``; a checkpoint of ours (no stated length, a sentence_bert_config.json saying
+    one billion) is still cut at the tokenizer's; a tokenizer that states none leaves the length alone."""
+    cfg = RunConfig(device="cpu", max_length=None)
+    for name, mml, context_len, want in (("short", 16, 20, 16), ("long", 64, 20, 20), ("ours", 12, None, 12)):
+        tok = toy.tokenizer(str(tmp_path / f"tok-{name}"))
+        tok.model_max_length = mml
+        overrides = {"context_len": context_len} if context_len else {}
+        path = toy.avey_b(str(tmp_path / name), tok, **overrides)
+        st = ir_paper.load_sentence_transformer(path, cfg, torch.device("cpu"))
+        assert (name, st.max_seq_length) == (name, want)
+        assert ir_paper.tokenizer_stated_length(path) == mml
+    assert ir_paper.tokenizer_stated_length(toy.avey_b(str(tmp_path / "none"), toy.tokenizer(str(tmp_path / "t")))) \
+        is None
