@@ -171,7 +171,7 @@ def test_cells_of_the_paper_protocol_and_the_standard_one(env, tmp_path):
 def test_paper_data_mapping_follows_encodeval(tmp_path):
     d = tmp_path / "beir"
     (d / "qrels").mkdir(parents=True)
-    docs = {"a": ("Title A", "alpha text"), "b": ("", "beta text"), "c": ("", "gamma"), "z": ("", "never judged")}
+    docs = {"a": ("Title A", "alpha text "), "b": ("", "beta text"), "c": ("", "gamma"), "z": ("", "never judged")}
     (d / "corpus.jsonl").write_text("".join(json.dumps({"_id": k, "title": t, "text": x}) + "\n"
                                             for k, (t, x) in docs.items()))
     (d / "queries.jsonl").write_text('{"_id": "q1", "text": "first"}\n{"_id": "q2", "text": "second"}\n'
@@ -182,12 +182,12 @@ def test_paper_data_mapping_follows_encodeval(tmp_path):
     rs = get_task("msmarco").load("eval", files, protocol="paper")
     assert rs.qrels == {"q1": {"a": 1.0, "b": 0.0}, "q2": {"b": 0.0}}  # binary relevance of the test split
     assert sorted(rs.corpus) == ["a", "b", "c"]  # documents judged in validation or test, no others
-    assert rs.corpus["a"] == "Document: alpha text" and rs.queries["q1"] == "Query: first"
+    assert rs.corpus["a"] == "Document: alpha text " and rs.queries["q1"] == "Query: first"  # unstripped
     nq = get_task("nq").load("eval", files, protocol="paper")
-    assert nq.corpus == {"a": "Document: Title A. alpha text", "b": "Document: . beta text"}  # NQ: title. text
+    assert nq.corpus == {"a": "Document: Title A. alpha text ", "b": "Document: . beta text"}  # NQ: title. text
     # the ideal DCG counts the retrieved documents only; q2 has no relevant document and is not scored
     cfg = RunConfig(protocol="paper")
-    emb = {"Document: alpha text": [0.0, 1.0], "Document: beta text": [1.0, 0.0], "Document: gamma": [0.9, 0.1]}
+    emb = {"Document: alpha text ": [0.0, 1.0], "Document: beta text": [1.0, 0.0], "Document: gamma": [0.9, 0.1]}
 
     def embed(texts, query):
         return torch.tensor([[1.0, 0.0] if query else emb[t] for t in texts])
