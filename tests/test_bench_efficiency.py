@@ -461,9 +461,15 @@ def test_authors_protocol_options_fill_only_what_was_left_at_the_library_default
 
 
 @pytest.mark.slow
-def test_authors_protocol_times_compiled_layers_and_default_attention_on_ones(tmp_path, monkeypatch):
-    """Avey-B twice (eager; each layer's forward compiled, as the release's decorator), the baseline once at its
-    default attention (no compile-layers series), every point on ids all ones with the mean of its 3 timed calls."""
+def test_authors_protocol_times_compiled_layers_on_ones(tmp_path, monkeypatch):
+    """The series of the protocol: Avey-B eager and with each layer's forward compiled (as the release's decorator),
+    a baseline once, at its default attention (no compile-layers series); a compile-layers point runs on ids all
+    ones with the mean of its 3 timed calls."""
+    authors = options.bench_options(options.BenchOptions(out="o", protocol="authors",
+                                                         models=["avey-b-tiny", "modernbert-tiny"]))
+    assert list(efficiency._series(authors, ["float32"])) == [
+        ("avey-b-tiny", None, "eager", "float32"), ("avey-b-tiny", None, "compile-layers", "float32"),
+        ("modernbert-tiny", "default", "eager", "float32")]
     compiled = []
     real = torch.compile
 
@@ -476,16 +482,13 @@ def test_authors_protocol_times_compiled_layers_and_default_attention_on_ones(tm
     monkeypatch.setattr(efficiency, "measure",
                         lambda forward, **kw: (seen.append(kw), timing.measure(forward, **kw))[1])
     out = tmp_path / "a"
-    bench("run", "--protocol", "authors", "--models", "avey-b-tiny", "modernbert-tiny", "--lengths", "16",
+    bench("run", "--protocol", "authors", "--models", "avey-b-tiny", "--modes", "compile-layers", "--lengths", "16",
           "--batch-size", "2", "--flops-up-to", "1", "--compile-backend", "eager", "--device", "cpu", "--out", str(out))
-    recs = results.read_records(str(out / "results.jsonl"))
-    assert sorted((r["model"], r["mode"], r["attn"]) for r in recs) == [
-        ("avey-b-tiny", "compile-layers", None), ("avey-b-tiny", "eager", None),
-        ("modernbert-tiny", "eager", "default")]
+    (r,) = results.read_records(str(out / "results.jsonl"))
     assert len(compiled) == models.build_config("avey-b-tiny").num_hidden_layers
-    for r in recs:
-        assert (r["status"], r["ids"], r["batch_size"], r["warmup"], r["repeats"]) == ("ok", "ones", 2, 3, 3)
-        assert math.isclose(results.latency_of(r, "mean"), sum(r["times_s"]) / 3)
-    assert all((kw["warmup"], kw["repeats"]) == (3, 3) for kw in seen)
+    assert (r["mode"], r["status"], r["ids"], r["batch_size"], r["warmup"], r["repeats"]) == (
+        "compile-layers", "ok", "ones", 2, 3, 3)
+    assert math.isclose(results.latency_of(r, "mean"), sum(r["times_s"]) / 3)
+    assert [(kw["warmup"], kw["repeats"]) for kw in seen] == [(3, 3)]
     (run,) = read_jsonl(str(out / "options.jsonl"))
     assert run["options"]["protocol"] == "authors" and run["options"]["lengths"] == [16]

@@ -517,20 +517,21 @@ def test_paper_protocol_cuts_inputs_at_encodeval_limit_instead_of_skipping_the_l
     """EncodEval cuts every NIAH input at round(0.99 x the model's stated length) (the answer possibly with it) and
     scores it; the standard protocol records a length past the model's window as "max_length". The limit here is
     made small (100 tokens: the questions take 54, the 24- and 40-word inputs 150 to 250) so that every input passes
-    it; two seeds, two records per length."""
+    it; two seeds, one record each."""
     root, _ = authors_data
     monkeypatch.setattr(runs, "input_limit", lambda config, tok, protocol: 100)
-    assert _paper(root, tmp_path / "cut", "--protocol", "paper", "--seeds", "0", "1") == 0
+    assert _paper(root, tmp_path / "cut", "--protocol", "paper", "--seeds", "0", "1", "--lengths", "24") == 0
     recs = read_jsonl(str(tmp_path / "cut" / "results.jsonl"))
-    assert sorted((r["seed"], r["settings"]["train"]["length"]) for r in recs) == [(0, 24), (0, 40), (1, 24), (1, 40)]
+    assert sorted((r["seed"], r["settings"]["train"]["length"]) for r in recs) == [(0, 24), (1, 24)]
     for r in recs:
         (res,) = r["results"].values()
         assert (r["max_length"], res["status"], res["truncated"]) == (100, "ok", True)
         assert res["input_tokens_max"] > 100 and "round(0.99 x max_position_embeddings 512)" in r["input_limit_rule"]
     monkeypatch.setattr(runs.model_spec, "max_length", lambda config, **k: 100)
-    assert _paper(root, tmp_path / "skip", "--form", "token-classification", "--train-length", "24") == 0
+    assert _paper(root, tmp_path / "skip", "--form", "token-classification", "--train-length", "24",
+                  "--lengths", "24") == 0
     (rec,) = read_jsonl(str(tmp_path / "skip" / "results.jsonl"))
-    assert {k: v["status"] for k, v in rec["results"].items()} == {"24": "max_length", "40": "max_length"}
+    assert {k: v["status"] for k, v in rec["results"].items()} == {"24": "max_length"}
 
 
 def test_paper_protocol_defaults_and_explicit_flags_win():
