@@ -224,7 +224,7 @@ def test_fit_on_min_latency_ignores_slow_outliers():
     assert best["beta"] == pytest.approx(1.0) and best["alpha"] == pytest.approx(0.0, abs=1e-9)
     assert abs(med["beta"] - 1.0) > 0.05
     with pytest.raises(ValueError, match="stat"):
-        results.latency_of(recs[0], "mean")
+        results.latency_of(recs[0], "average")  # "mean" is a stat now (the authors protocol)
 
 
 def test_power_law_fit_rejects_degenerate_input():
