@@ -131,8 +131,8 @@ class FitOptions:
     max_length: int | None = None
     "largest length in the fit range"
     stat: str = "median"
-    """what to fit: median or min wall latency of the repeats, or median process CPU time (the stable measure on a
-    shared CPU)"""
+    """what to fit: median, min or mean (the authors' figure) wall latency of the repeats, or median process CPU
+    time (the stable measure on a shared CPU)"""
     out: str | None = None
     "also write the table (markdown) to this file"
 
