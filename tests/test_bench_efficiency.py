@@ -224,7 +224,7 @@ def test_fit_on_min_latency_ignores_slow_outliers():
     assert best["beta"] == pytest.approx(1.0) and best["alpha"] == pytest.approx(0.0, abs=1e-9)
     assert abs(med["beta"] - 1.0) > 0.05
     with pytest.raises(ValueError, match="stat"):
-        results.latency_of(recs[0], "mean")
+        results.latency_of(recs[0], "average")  # "mean" is a stat now (the authors protocol)
 
 
 def test_power_law_fit_rejects_degenerate_input():
@@ -443,3 +443,52 @@ def test_run_on_real_text_records_its_ids(tmp_path):
         assert r["ids"].startswith(str(tmp_path / "tok")) and r["distinct_ids"] <= 12
         assert r["cycled"] == (2 * r["seq_len"] > total)
         assert ("utilization" in r) == (r["seq_len"] <= 40)  # FLOPs counted only up to --flops-up-to
+
+
+def test_authors_protocol_options_fill_only_what_was_left_at_the_library_defaults():
+    """``--protocol authors``: their 29 lengths (128 ... 2,048, then every 4,096 to 98,304), batch 8, 3 + 3 calls,
+    ids all ones, the release's Avey-B eager and with compiled layers, baselines at transformers' default attention;
+    a flag given keeps its value."""
+    assert len(options.AUTHORS_LENGTHS) == 29 and options.AUTHORS_LENGTHS[4:6] == [2048, 4096]
+    assert options.AUTHORS_LENGTHS[-1] == 98304 and all(b - a == 4096 for a, b in zip(
+        options.AUTHORS_LENGTHS[5:-1], options.AUTHORS_LENGTHS[6:], strict=True))
+    mine = options.bench_options(options.BenchOptions(out="o", protocol="authors", lengths=[64], models=["x"]))
+    assert (mine.lengths, mine.models, mine.batch_size, mine.warmup, mine.repeats, mine.ids, mine.attn,
+            mine.modes) == ([64], ["x"], 8, 3, 3, "ones", ["default"], ["eager", "compile-layers"])
+    assert options.bench_options(options.BenchOptions(out="o")) == options.BenchOptions(out="o")
+    with pytest.raises(ValueError, match="--protocol must be one of"):
+        options.BenchOptions(out="o", protocol="paper")
+
+
+@pytest.mark.slow
+def test_authors_protocol_times_compiled_layers_on_ones(tmp_path, monkeypatch):
+    """The series of the protocol: Avey-B eager and with each layer's forward compiled (as the release's decorator),
+    a baseline once, at its default attention (no compile-layers series); a compile-layers point runs on ids all
+    ones with the mean of its 3 timed calls."""
+    authors = options.bench_options(options.BenchOptions(out="o", protocol="authors",
+                                                         models=["avey-b-tiny", "modernbert-tiny"]))
+    assert list(efficiency._series(authors, ["float32"])) == [
+        ("avey-b-tiny", None, "eager", "float32"), ("avey-b-tiny", None, "compile-layers", "float32"),
+        ("modernbert-tiny", "default", "eager", "float32")]
+    compiled = []
+    real = torch.compile
+
+    def spy(fn, **kw):
+        compiled.append(fn)
+        return real(fn, **kw)
+
+    monkeypatch.setattr(efficiency.torch, "compile", spy)
+    seen = []
+    monkeypatch.setattr(efficiency, "measure",
+                        lambda forward, **kw: (seen.append(kw), timing.measure(forward, **kw))[1])
+    out = tmp_path / "a"
+    bench("run", "--protocol", "authors", "--models", "avey-b-tiny", "--modes", "compile-layers", "--lengths", "16",
+          "--batch-size", "2", "--flops-up-to", "1", "--compile-backend", "eager", "--device", "cpu", "--out", str(out))
+    (r,) = results.read_records(str(out / "results.jsonl"))
+    assert len(compiled) == models.build_config("avey-b-tiny").num_hidden_layers
+    assert (r["mode"], r["status"], r["ids"], r["batch_size"], r["warmup"], r["repeats"]) == (
+        "compile-layers", "ok", "ones", 2, 3, 3)
+    assert math.isclose(results.latency_of(r, "mean"), sum(r["times_s"]) / 3)
+    assert [(kw["warmup"], kw["repeats"]) for kw in seen] == [(3, 3)]
+    (run,) = read_jsonl(str(out / "options.jsonl"))
+    assert run["options"]["protocol"] == "authors" and run["options"]["lengths"] == [16]

@@ -171,7 +171,7 @@ def test_cells_of_the_paper_protocol_and_the_standard_one(env, tmp_path):
 def test_paper_data_mapping_follows_encodeval(tmp_path):
     d = tmp_path / "beir"
     (d / "qrels").mkdir(parents=True)
-    docs = {"a": ("Title A", "alpha text"), "b": ("", "beta text"), "c": ("", "gamma"), "z": ("", "never judged")}
+    docs = {"a": ("Title A", "alpha text "), "b": ("", "beta text"), "c": ("", "gamma"), "z": ("", "never judged")}
     (d / "corpus.jsonl").write_text("".join(json.dumps({"_id": k, "title": t, "text": x}) + "\n"
                                             for k, (t, x) in docs.items()))
     (d / "queries.jsonl").write_text('{"_id": "q1", "text": "first"}\n{"_id": "q2", "text": "second"}\n'
@@ -182,12 +182,12 @@ def test_paper_data_mapping_follows_encodeval(tmp_path):
     rs = get_task("msmarco").load("eval", files, protocol="paper")
     assert rs.qrels == {"q1": {"a": 1.0, "b": 0.0}, "q2": {"b": 0.0}}  # binary relevance of the test split
     assert sorted(rs.corpus) == ["a", "b", "c"]  # documents judged in validation or test, no others
-    assert rs.corpus["a"] == "Document: alpha text" and rs.queries["q1"] == "Query: first"
+    assert rs.corpus["a"] == "Document: alpha text " and rs.queries["q1"] == "Query: first"  # unstripped
     nq = get_task("nq").load("eval", files, protocol="paper")
-    assert nq.corpus == {"a": "Document: Title A. alpha text", "b": "Document: . beta text"}  # NQ: title. text
+    assert nq.corpus == {"a": "Document: Title A. alpha text ", "b": "Document: . beta text"}  # NQ: title. text
     # the ideal DCG counts the retrieved documents only; q2 has no relevant document and is not scored
     cfg = RunConfig(protocol="paper")
-    emb = {"Document: alpha text": [0.0, 1.0], "Document: beta text": [1.0, 0.0], "Document: gamma": [0.9, 0.1]}
+    emb = {"Document: alpha text ": [0.0, 1.0], "Document: beta text": [1.0, 0.0], "Document: gamma": [0.9, 0.1]}
 
     def embed(texts, query):
         return torch.tensor([[1.0, 0.0] if query else emb[t] for t in texts])
@@ -332,3 +332,21 @@ def test_the_release_config_sets_the_length_and_the_pooling_of_the_paper_protoco
     bert = ir_paper.load_sentence_transformer(env["bert"], cfg, torch.device("cpu"))
     assert bert[0].auto_model.config._attn_implementation == "eager"
     assert SentenceTransformer(path, device="cpu").max_seq_length != 20  # a user's own SentenceTransformer
+
+
+def test_the_paper_protocols_retrieval_limit_takes_the_tokenizers_model_max_length(tmp_path):
+    """EncodEval's SentenceTransformer of a pretrained encoder is cut at the smaller of the stated length and the
+    tokenizer's ``model_max_length`` (the stated length alone when the tokenizer states more or none: the test
+    above); a checkpoint of ours (no stated length) is cut at the tokenizer's; a tokenizer that states none says
+    None."""
+    cfg = RunConfig(device="cpu", max_length=None)
+    for name, mml, context_len, want in (("short", 16, 20, 16), ("ours", 12, None, 12)):
+        tok = toy.tokenizer(str(tmp_path / f"tok-{name}"))
+        tok.model_max_length = mml
+        overrides = {"context_len": context_len} if context_len else {}
+        path = toy.avey_b(str(tmp_path / name), tok, **overrides)
+        st = ir_paper.load_sentence_transformer(path, cfg, torch.device("cpu"))
+        assert (name, st.max_seq_length) == (name, want)
+        assert ir_paper.tokenizer_stated_length(path) == mml
+    assert ir_paper.tokenizer_stated_length(toy.avey_b(str(tmp_path / "none"), toy.tokenizer(str(tmp_path / "t")))) \
+        is None

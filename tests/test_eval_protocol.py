@@ -309,3 +309,30 @@ def test_a_cell_recorded_before_the_new_settings_resumes(tmp_path):
     cell.cfg = RunConfig(lr=1e-4, adam_beta2=0.95)
     with pytest.raises(ValueError, match="other settings than requested"):
         sweep.is_done(str(tmp_path), cell)
+
+
+def test_the_paper_protocol_decays_weights_as_transformers_4_50_did():
+    """transformers 4.50 (the release's pin) exempts LayerNorm modules and names holding bias/layernorm/rmsnorm:
+    Avey-B's RMSNorm weights (``...layers.i.norm.weight``) are decayed there; transformers 5's rule, the standard
+    protocol's, exempts them. A BERT's LayerNorm stays exempt under both."""
+    from avey_b import AveyBForMaskedLM
+    from avey_b.model import presets
+
+    avey = toy.seeded(AveyBForMaskedLM, presets.tiny(vocab_size=64))
+    bert = BertForSequenceClassification(BertConfig(vocab_size=64, hidden_size=16, num_hidden_layers=1,
+                                                    num_attention_heads=2, intermediate_size=32))
+
+    def groups(model, protocol):
+        seen = finetune.finetune_optimizer(model, RunConfig(lr=1e-4, weight_decay=0.1, protocol=protocol))
+        names = {id(p): n for n, p in model.named_parameters()}
+        return [{names[id(p)] for p in g["params"]} for g in seen.param_groups]
+
+    norm = "model.layers.0.norm.weight"
+    assert norm in dict(avey.named_parameters())
+    decayed, exempt = groups(avey, "paper")
+    assert norm in decayed and not any("bias" in n for n in decayed)
+    decayed, exempt = groups(avey, "standard")
+    assert norm in exempt
+    for protocol in ("paper", "standard"):
+        decayed, exempt = groups(bert, protocol)
+        assert "bert.embeddings.LayerNorm.weight" in exempt and "classifier.weight" in decayed

@@ -493,7 +493,7 @@ def test_paper_protocol_fine_tunes_at_each_test_length_in_bf16_ending_inputs_as_
         return real(model, features, cfg, *a, **k)
 
     monkeypatch.setattr(runs, "train_token_classifier", spy)
-    assert _paper(root, tmp_path / "paper", "--protocol", "paper") == 0
+    assert _paper(root, tmp_path / "paper", "--protocol", "paper", "--seeds", "0") == 0
     recs = sorted(read_jsonl(str(tmp_path / "paper" / "results.jsonl")), key=lambda r: r["settings"]["train"]["length"])
     assert [(r["settings"]["train"]["length"], list(r["results"])) for r in recs] == [(24, ["24"]), (40, ["40"])]
     for r in recs:
@@ -512,14 +512,36 @@ def test_paper_protocol_fine_tunes_at_each_test_length_in_bf16_ending_inputs_as_
     assert [s["last"] for s in seen] == [{tok.eos_token_id}] and seen[0]["dtype"] == torch.float32
 
 
+def test_paper_protocol_cuts_inputs_at_encodeval_limit_instead_of_skipping_the_length(authors_data, tmp_path,
+                                                                                      monkeypatch):
+    """EncodEval cuts every NIAH input at round(0.99 x the model's stated length) (the answer possibly with it) and
+    scores it; the standard protocol records a length past the model's window as "max_length". The limit here is
+    made small (100 tokens: the questions take 54, the 24- and 40-word inputs 150 to 250) so that every input passes
+    it; two seeds, one record each."""
+    root, _ = authors_data
+    monkeypatch.setattr(runs, "input_limit", lambda config, tok, protocol: 100)
+    assert _paper(root, tmp_path / "cut", "--protocol", "paper", "--seeds", "0", "1", "--lengths", "24") == 0
+    recs = read_jsonl(str(tmp_path / "cut" / "results.jsonl"))
+    assert sorted((r["seed"], r["settings"]["train"]["length"]) for r in recs) == [(0, 24), (1, 24)]
+    for r in recs:
+        (res,) = r["results"].values()
+        assert (r["max_length"], res["status"], res["truncated"]) == (100, "ok", True)
+        assert res["input_tokens_max"] > 100 and "round(0.99 x max_position_embeddings 512)" in r["input_limit_rule"]
+    monkeypatch.setattr(runs.model_spec, "max_length", lambda config, **k: 100)
+    assert _paper(root, tmp_path / "skip", "--form", "token-classification", "--train-length", "24",
+                  "--lengths", "24") == 0
+    (rec,) = read_jsonl(str(tmp_path / "skip" / "results.jsonl"))
+    assert {k: v["status"] for k, v in rec["results"].items()} == {"24": "max_length"}
+
+
 def test_paper_protocol_defaults_and_explicit_flags_win():
     def resolved(*flags):
         return niah_evaluate_options(cli.parse("niah", ["evaluate", "--data", "d", "--models", "m", "--out", "o",
                                                         *flags]))
 
     paper = resolved("--protocol", "paper")
-    assert (paper.form, paper.train_length, paper.each_length, paper.lr) == (
-        "token-classification", "each", True, [2e-5, 6e-5, 1e-4, 5e-4])
+    assert (paper.form, paper.train_length, paper.each_length, paper.lr, paper.seeds) == (
+        "token-classification", "each", True, [1e-4, 5e-4], list(range(10)))  # the release's NIAH configs, run.py
     s = paper.settings
     assert (s.protocol, s.weights_dtype, s.precision, s.batch_size, s.weight_decay, paper.micro_batch) == (
         "paper", "bfloat16", "bf16", 32, 0.1, 1)

@@ -454,7 +454,7 @@ def test_generate_defaults_follow_the_protocol_and_the_generator():
     """Under the paper protocol the authors' generator with their sizes, lengths and distributions (train sets at
     every test length); the library's stays the standard default and needs a tokenizer."""
     opts = niah_generate_options(cli.parse("niah", ["generate", "--out", "o", "--protocol", "paper"]))
-    assert opts.generator == "authors"
+    assert opts.generator == "authors-replay"
     assert opts.lengths == opts.train_lengths == ["1000", "2000", "3800", "4000", "8000", "16000", "32000"]
     assert (opts.n_train, opts.n_test) == (10_000, 1_000)
     assert (opts.train_distractors, opts.test_distractors) == ("authors", "authors")
@@ -468,8 +468,8 @@ def test_generate_defaults_follow_the_protocol_and_the_generator():
 
 
 def test_generate_cli_writes_the_authors_sets(tmp_path):
-    assert niah(["generate", "--protocol", "paper", "--out", str(tmp_path), "--tasks", "niah-2", "--lengths", "30",
-                 "45", "--n-train", "6", "--n-test", "4", "--format", "jsonl"]) == 0
+    assert niah(["generate", "--generator", "authors", "--out", str(tmp_path), "--tasks", "niah-2", "--lengths",
+                 "30", "45", "--n-train", "6", "--n-test", "4", "--format", "jsonl"]) == 0
     for split, n in (("train", 6), ("test", 4)):
         for length in (30, 45):
             rows = read_jsonl(str(tmp_path / "niah-2" / f"{split}_{length}.jsonl"))

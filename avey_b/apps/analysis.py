@@ -10,9 +10,9 @@ The appendix's study is also a command, for any saved Avey-B (a local directory 
 It writes the per-static-layer statistics table (``static_layers.md``, ``.json``, ``.csv``) and the heat maps of
 every static layer's ``V`` (``static_matrices.png``; matplotlib, the ``analysis`` extra). ``--paper-table`` lays the
 table out as the appendix's table "Layer statistics for coupled vs. decoupled settings": 15 static layers,
-uniformly subsampled (every one of a 15-static-layer decoupled model; 15 of the coupled model's 30), numbered 1-15,
-with "Avg." over those 15. The paper does not say which 15 of the 30 it kept; the table records the model layer
-of each row.
+uniformly subsampled (every one of a 15-static-layer decoupled model; every second of the coupled model's 30, static
+layers 2, 4, ..., 30, the choice that holds the layers 14, 22, 24 and 26 the paper's figure names), numbered 1-15,
+with "Avg." over those 15. The table records the model layer of each row.
 """
 
 from __future__ import annotations
@@ -65,13 +65,13 @@ def static_matrix_stats(model: nn.Module) -> list[dict[str, float]]:
 
 
 def subsample(items: list, n: int | None) -> list:
-    """At most ``n`` of ``items``, spread uniformly from the first to the last (the paper's figure and table show
-    "15 matrices uniformly subsampled from 30 static layers" of the coupled model); ``None`` or 0: all of them."""
+    """At most ``n`` of ``items``, one every ``len(items) / n`` ending at the last (rounded): 15 of 30 static layers
+    are layers 2, 4, ..., 30. The paper's figure and table show "15 matrices uniformly subsampled from 30 static
+    layers" of the coupled model, and its caption names coupled layers 14, 22, 24 and 26 among them: every second
+    layer fits, a spread from the first to the last (1, 3, ..., 15, 18, ..., 30) does not. ``None`` or 0: all."""
     if not n or len(items) <= n:
         return list(items)
-    if n == 1:
-        return [items[0]]
-    return [items[round(i * (len(items) - 1) / (n - 1))] for i in range(n)]
+    return [items[round((i + 1) * len(items) / n) - 1] for i in range(n)]
 
 
 def _import_pyplot():
@@ -130,8 +130,8 @@ def static_layer_table(model: nn.Module, max_layers: int | None = None) -> tuple
     """The appendix's table for ``model``: one row per static layer (:func:`static_matrix_stats`, plus
     ``static_layer``, its 1-based rank among the static layers, which is how the paper numbers them; ``layer`` is
     its 0-based index in the model), and the "Avg." row (the mean of each column over the rows). With
-    ``max_layers``, at most that many static layers spread uniformly from the first to the last (:func:`subsample`,
-    the rule of the heat maps), each with ``table_row``, its 1-based row in the table, and the average over those
+    ``max_layers``, at most that many static layers uniformly subsampled (:func:`subsample`, the rule of the heat
+    maps: every second of 30), each with ``table_row``, its 1-based row in the table, and the average over those
     rows only (the paper's table: 15 of the coupled model's 30, "Avg." over the 15)."""
     rows = [{"static_layer": i + 1, **row} for i, row in enumerate(static_matrix_stats(model))]
     if not rows:

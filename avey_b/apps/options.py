@@ -326,8 +326,8 @@ class AnalyzeOptions:
     """draw the heat maps (matplotlib, the analysis extra); --no-heatmaps: only the table"""
     paper_table: bool = False
     """the paper's table (appendix "Layer statistics for coupled vs. decoupled settings"): 15 static layers
-    uniformly subsampled from the first to the last (all of them when there are 15 or fewer), numbered 1-15, and
-    their average"""
+    uniformly subsampled (every second of 30: static layers 2, 4, ..., 30, which hold the coupled layers 14, 22, 24
+    and 26 the paper's figure names; all of them when there are 15 or fewer), numbered 1-15, and their average"""
 
 
 def analyze_parser() -> argparse.ArgumentParser:

@@ -15,6 +15,8 @@ not only the default one. transformers offers, for these models:
 ``flash_attention_2``  the ``flash-attn`` package's kernels: CUDA only, and only where ``flash-attn`` is
                        installed (:func:`unavailable_reason` says which is missing).
 ``eager``              attention written out in PyTorch (what the authors' EncodEval configs set).
+``default``            no choice passed: whichever transformers picks (``sdpa`` where it can), as the authors'
+                       efficiency scripts built their baselines.
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ def unavailable_reason(attn: str, device: torch.device | str) -> str | None:
     device = torch.device(device)
     if attn not in ATTENTIONS:
         return f"unknown attention {attn!r}: use one of {ATTENTIONS}"
+    if attn == "default":  # whatever transformers picks: it runs wherever the model does
+        return None
     if attn == "flash_attention_2":
         if device.type != "cuda":
             return "flash_attention_2 runs on CUDA GPUs only (flash-attn has no CPU kernels)"

@@ -85,7 +85,7 @@ from avey_b.utils.records import Envelope, append_jsonl, length_table, utc_times
 from .attention import is_compiled, static_shapes, unavailable_reason
 from .fit import fit_table_from_file
 from .inputs import TextIds, text_ids
-from .options import DTYPES, BenchOptions, FitOptions, PlotOptions, TableOptions
+from .options import DTYPES, BenchOptions, FitOptions, PlotOptions, TableOptions, bench_options
 from .plot import plot_results
 from .results import latency_of, point_key, read_records, series_key, throughput_of
 from .timing import gemm_rate, measure
@@ -138,7 +138,10 @@ def run_point(model, config, *, length: int, options: BenchOptions, device: torc
     counted once (up to ``options.flops_up_to``) and its utilization is reported against a ``gemm_dtype`` GEMM timed
     right before and after the point, in this process. ``text``: real-text ids instead of random ones."""
     batch_size = options.batch_size
-    if text is None:
+    if text is None and options.ids == "ones":  # the authors' scripts: torch.ones ids, no mask
+        ids = torch.ones(batch_size, length, dtype=torch.long, device=device)
+        mask, facts = torch.ones_like(ids), {"ids": "ones"}
+    elif text is None:
         ids, mask = random_batch(config, batch_size, length, device, seed=options.seed)
         facts = {"ids": f"random (seed {options.seed})"}
     else:
@@ -168,6 +171,7 @@ def run_point(model, config, *, length: int, options: BenchOptions, device: torc
         "latency_median_s": t.median_s,
         "latency_min_s": t.min_s,
         "latency_max_s": t.max_s,
+        "latency_mean_s": statistics.fmean(t.times_s),
         "throughput_tok_s": batch_size * length / t.median_s,
         "repeats": len(t.times_s),
         "warmup": options.warmup,
@@ -194,6 +198,8 @@ def _series(options: BenchOptions, dtypes: list[str]) -> Iterable[tuple[str, str
         attns = [None] if is_avey_b(config) else options.attn
         for dtype in dtypes:
             for mode in options.modes:
+                if mode == "compile-layers" and not is_avey_b(config):
+                    continue  # the release compiles Avey-B's layers; a baseline has no such series
                 for attn in attns:
                     yield spec, attn, mode, dtype
 
@@ -249,7 +255,7 @@ def run_benchmark(options: BenchOptions) -> list[dict[str, Any]]:
     progress.close()
     all_records = read_records(jsonl)
     write_csv(all_records, os.path.join(options.out, "results.csv"))
-    print(format_table(all_records), file=sys.stderr)
+    print(format_table(all_records, stat="mean" if options.protocol == "authors" else "median"), file=sys.stderr)
     return records
 
 
@@ -271,7 +277,11 @@ def _run_series(spec_str: str, attn: str | None, mode: str, dtype: str, options:
     reason = unavailable_reason(attn, device) if attn else None
     try:
         if reason is None:
-            model = random_model(config, attn_implementation=attn).to(device=device, dtype=weight_dtype)
+            model = random_model(config, attn_implementation=None if attn == "default" else attn
+                                 ).to(device=device, dtype=weight_dtype)
+            if mode == "compile-layers":  # the release's @torch.compile on each layer's forward, torch's defaults
+                for layer in model.layers:
+                    layer.forward = torch.compile(layer.forward, backend=options.compile_backend)
     except (ValueError, ImportError) as e:  # the model class does not support this attention implementation
         reason = str(e)
     if reason is not None:
@@ -303,7 +313,7 @@ def _time_length(model, config, n: int, mode: str, dtype: str, options: BenchOpt
     """:func:`run_point` at length ``n``, compiled for it with static shapes under ``--modes compile`` or with a
     compiled attention kernel (``flex_attention``); out of memory is recorded as status ``oom``, any other error is
     raised."""
-    compiled = mode == "compile" or is_compiled(attn)
+    compiled = mode == "compile" or is_compiled(attn)  # compile-layers: compiled once, as the release
     fwd = model
     with static_shapes() if compiled else contextlib.nullcontext():
         if mode == "compile":
@@ -386,7 +396,7 @@ def format_table(records: list[dict[str, Any]], what: str = "throughput", stat: 
 def run(args: argparse.Namespace) -> int:
     """The runner of ``avey-b bench`` (:mod:`avey_b.cli`; its options: :mod:`.options`)."""
     if args.command == "run":
-        run_benchmark(configs.from_args(BenchOptions, args))
+        run_benchmark(bench_options(configs.from_args(BenchOptions, args)))
     elif args.command == "fit":
         o = configs.from_args(FitOptions, args)
         _print(fit_table_from_file(args.results, min_length=o.min_length, max_length=o.max_length, stat=o.stat),

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from dataclasses import dataclass, field
 
 from avey_b import configs
@@ -16,9 +17,24 @@ from .results import STATS
 #: The sequence lengths of the paper's efficiency figures (§5.4).
 PAPER_LENGTHS = [128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 98304]
 DTYPES = ("float32", "bfloat16", "autocast-bf16")
-MODES = ("eager", "compile")
-#: Attention implementations of the Transformer baselines (:mod:`.attention` says what each is).
-ATTENTIONS = ("sdpa", "flex_attention", "flash_attention_2", "eager")
+MODES = ("eager", "compile", "compile-layers")
+#: Attention implementations of the Transformer baselines (:mod:`.attention` says what each is); ``default``:
+#: whichever transformers picks when none is asked for.
+ATTENTIONS = ("sdpa", "flex_attention", "flash_attention_2", "eager", "default")
+#: The input ids of a point: random (seeded, no special ids) or all ones (the authors' scripts).
+IDS = ("random", "ones")
+#: ``bench run --protocol``: library (this library's benchmark, the defaults below) or authors (:data:`AUTHORS_BENCH`).
+PROTOCOLS = ("library", "authors")
+#: The lengths of the authors' efficiency scripts: 128 ... 2,048 by doubling, then every 4,096 up to 98,304 (29).
+AUTHORS_LENGTHS = [128, 256, 512, 1024, 2048, *range(4096, 98304 + 1, 4096)]
+#: What ``bench run --protocol authors`` sets, as the authors' ``bench_throughput.py`` / ``bench_latency.py`` ran:
+#: the release's Avey-B (its parameterization, ``avey-b-avey-b1``: the config the release converter makes of a
+#: release ``config.json``) eager and with each layer compiled (the release's ``@torch.compile`` on its layers'
+#: ``forward``), ModernBERT and NeoBERT at transformers' default attention, batch 8, their 29 lengths, 3 warm-up and
+#: 3 timed calls (their figure: the mean), input ids all ones. Options left at the library's defaults take these.
+AUTHORS_BENCH = {"models": ["avey-b-avey-b1", "modernbert-base", "neobert"], "lengths": AUTHORS_LENGTHS,
+                 "batch_size": 8, "modes": ["eager", "compile-layers"], "attn": ["default"], "warmup": 3,
+                 "repeats": 3, "ids": "ones"}
 #: What ``bench run`` times a baseline with by default: every fast one; one that cannot run here (FlashAttention-2 on
 #: a CPU or without flash-attn) is recorded as ``unavailable`` with the reason.
 DEFAULT_ATTENTIONS = ("sdpa", "flex_attention", "flash_attention_2")
@@ -31,6 +47,12 @@ class BenchOptions:
 
     out: str
     "output directory (results.jsonl, results.csv, options.jsonl)"
+    protocol: str = "library"
+    """library: this library's benchmark (the defaults below: every fast attention, random ids, the median of 5);
+    authors: the authors' efficiency scripts as they ran them (avey_b.benchmarking.options.AUTHORS_BENCH: the
+    release's Avey-B eager and with compiled layers, baselines at transformers' default attention, batch 8, 29
+    lengths 128 ... 98,304, 3 warm-up and 3 timed calls, the mean, ids all ones); options left at their defaults
+    take the protocol's values"""
     models: list[str] = field(default_factory=lambda: ["avey-b-base", "modernbert-base", "neobert"])
     "model specs NAME[:key=value,...] (see avey_b.utils.model_spec)"
     lengths: list[int] = field(default_factory=lambda: list(PAPER_LENGTHS))
@@ -41,7 +63,8 @@ class BenchOptions:
     """float32; bfloat16 (weights and activations); autocast-bf16 (fp32 weights, bf16 autocast, the paper's mixed
     precision). Default: bfloat16 on GPU, float32 on CPU"""
     modes: list[str] = field(default_factory=lambda: ["eager"])
-    "eager and/or compile (torch.compile, recompiled for every length)"
+    """eager, compile (torch.compile of the whole model, recompiled for every length) and/or compile-layers (each
+    Avey-B layer's forward compiled as the release's @torch.compile does; Avey-B only)"""
     attn: list[str] = field(default_factory=lambda: list(DEFAULT_ATTENTIONS))
     """attention implementations of the Transformer baselines: sdpa, flex_attention (compiled for each length with
     static shapes), flash_attention_2 (CUDA with flash-attn; recorded unavailable elsewhere), eager. Tables add
@@ -65,6 +88,8 @@ class BenchOptions:
     OMP_NUM_THREADS, never changed while it times"""
     seed: int = 0
     "seed of the random input ids"
+    ids: str = "random"
+    "input ids: random (seeded) or ones (every id 1, the authors' scripts)"
     text: list[str] | None = None
     """time on the token ids of these text files instead of random ids (real text has fewer distinct ids than
     tokens, which the ranker's vocabulary path uses); see avey_b.benchmarking.inputs"""
@@ -79,10 +104,22 @@ class BenchOptions:
     def __post_init__(self):
         if self.batch_size < 1 or any(n < 1 for n in self.lengths):
             raise ValueError(f"--batch-size and --lengths must be positive, got {self.batch_size} and {self.lengths}")
+        if self.protocol not in PROTOCOLS or self.ids not in IDS:
+            raise ValueError(f"--protocol must be one of {PROTOCOLS} and --ids one of {IDS}")
         for name, allowed in (("dtype", DTYPES), ("modes", MODES), ("attn", ATTENTIONS)):
             bad = [v for v in getattr(self, name) or () if v not in allowed]
             if bad:
                 raise ValueError(f"--{name} {bad[0]!r} is not one of {allowed}")
+
+
+def bench_options(options: BenchOptions) -> BenchOptions:
+    """``options`` with its protocol's values (:data:`AUTHORS_BENCH` under ``authors``) for the fields left at the
+    library's defaults."""
+    if options.protocol == "library":
+        return options
+    library = BenchOptions(out=options.out)
+    return dataclasses.replace(options, **{k: v for k, v in AUTHORS_BENCH.items()
+                                           if getattr(options, k) == getattr(library, k)})
 
 
 @dataclass
@@ -94,8 +131,8 @@ class FitOptions:
     max_length: int | None = None
     "largest length in the fit range"
     stat: str = "median"
-    """what to fit: median or min wall latency of the repeats, or median process CPU time (the stable measure on a
-    shared CPU)"""
+    """what to fit: median, min or mean (the authors' figure) wall latency of the repeats, or median process CPU
+    time (the stable measure on a shared CPU)"""
     out: str | None = None
     "also write the table (markdown) to this file"
 
@@ -134,7 +171,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = p.add_subparsers(dest="command", required=True)
     r = sub.add_parser("run", help="time forward passes vs sequence length")
-    configs.add_arguments(r, BenchOptions, choices={"dtype": DTYPES, "modes": MODES, "attn": ATTENTIONS})
+    configs.add_arguments(r, BenchOptions, choices={"dtype": DTYPES, "modes": MODES, "attn": ATTENTIONS,
+                                                    "protocol": PROTOCOLS, "ids": IDS})
     for name, cls, help_ in (("fit", FitOptions, "power-law fits of throughput and latency"),
                              ("table", TableOptions, "markdown tables of throughput and latency per length"),
                              ("plot", PlotOptions, "log-log throughput and latency plots")):

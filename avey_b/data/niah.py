@@ -2,7 +2,8 @@
 (``avey-b niah generate``; the evaluation protocol is :mod:`avey_b.evaluation.niah`). This is the library's
 generator (``--generator library``, the standard protocol's default); the authors' own, rule for rule (fixed
 haystack words, lengths in words, their needles and questions), is :mod:`avey_b.data.niah_authors`
-(``--generator authors``, the default under ``--protocol paper``).
+(``--generator authors``), and their sets themselves, their script's random stream replayed, are
+:mod:`avey_b.data.niah_replay` (``--generator authors-replay``, the default under ``--protocol paper``).
 
 Each example is a passage of random distractor words with one or two *needles* ``"The value of KEY is
 VALUE ."`` inserted at random word positions, and a question holding only the key; the answer is the

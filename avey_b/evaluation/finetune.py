@@ -119,12 +119,18 @@ def loss_items(batch: dict[str, torch.Tensor]) -> int:
 #: Parameters transformers' Trainer exempts from weight decay (``Trainer.get_decay_parameter_names``, transformers
 #: 5): those of LayerNorm modules and those whose name holds a bias or a norm.
 NO_DECAY_PATTERNS = [r"bias", r"layernorm", r"rmsnorm", r"(?:^|\.)norm(?:$|\.)", r"_norm(?:$|\.)"]
+#: The same rule in transformers 4.50, which the authors' release pins: LayerNorm modules and names holding "bias",
+#: "layernorm" or "rmsnorm" (lower-cased), so a norm module named ``norm`` that is not a LayerNorm (Avey-B's
+#: RMSNorm, the release's ``layers.i.norm``) is decayed.
+NO_DECAY_PATTERNS_4_50 = [r"bias", r"layernorm", r"rmsnorm"]
 
 
 def finetune_optimizer(model, cfg: RunConfig) -> torch.optim.Optimizer:
     """AdamW with the cell's β, ε and decoupled weight decay, the decay on the parameters transformers' Trainer
-    decays (EncodEval trains with the Trainer): not on biases and norm weights."""
-    decayed = set(get_parameter_names(model, [torch.nn.LayerNorm], NO_DECAY_PATTERNS))
+    decays (EncodEval trains with the Trainer): not on biases and norm weights; under the paper protocol by the rule
+    of transformers 4.50, the release's pin (:data:`NO_DECAY_PATTERNS_4_50`: RMSNorm weights decayed)."""
+    patterns = NO_DECAY_PATTERNS_4_50 if cfg.protocol == "paper" else NO_DECAY_PATTERNS
+    decayed = set(get_parameter_names(model, [torch.nn.LayerNorm], patterns))
     params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     groups = [{"params": [p for n, p in params if n in decayed], "weight_decay": cfg.weight_decay},
               {"params": [p for n, p in params if n not in decayed], "weight_decay": 0.0}]

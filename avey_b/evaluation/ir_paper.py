@@ -91,12 +91,22 @@ def _st_modules():
         CachedMultipleNegativesRankingLoss
 
 
+def tokenizer_stated_length(name_or_path: str, trust_remote_code: bool = False) -> int | None:
+    """The ``model_max_length`` the tokenizer of ``name_or_path`` states in its own files (None: none, or
+    transformers' "no limit"), as the SentenceTransformer EncodEval builds from a pretrained encoder takes it
+    into its length limit (a directory's ``sentence_bert_config.json`` would override it in the loaded tokenizer)."""
+    stated = transformers.AutoTokenizer.from_pretrained(str(name_or_path),
+                                                        trust_remote_code=trust_remote_code).model_max_length
+    return int(stated) if stated is not None and stated < 10**8 else None
+
+
 def load_sentence_transformer(name_or_path: str, cfg: RunConfig, device: torch.device,
                               tokenizer_name: str | None = None):
     """``SentenceTransformer(name_or_path)`` as EncodEval builds it: a plain encoder gets masked mean pooling, a
     sentence-transformers directory its own modules; ``attn_implementation="eager"`` (every EncodEval config sets
     it); weights in ``cfg.weights_dtype``; the length limit is sentence-transformers' own (the smaller of
-    ``max_position_embeddings`` and the tokenizer's; for Avey-B the length its release states,
+    ``max_position_embeddings`` and the ``model_max_length`` the tokenizer's files state, even where a saved
+    ``sentence_bert_config.json`` says otherwise; for Avey-B the length its release states,
     ``AveyBConfig.context_len``, which the authors' config exposes as ``max_position_embeddings``), capped by
     ``cfg.max_length``; a model whose config sets ``retrieval_pooling: eos`` pools the last token instead of the
     mean (EncodEval's switch); a ``Normalize`` module is dropped, as EncodEval's plain encoders have none (cosine
@@ -120,6 +130,9 @@ def load_sentence_transformer(name_or_path: str, cfg: RunConfig, device: torch.d
         limit = SENTENCE_TRANSFORMERS_MAX_LENGTH
     if is_avey_b(config) and getattr(config, "context_len", None):  # what the authors' config states
         limit = min(limit, config.context_len)
+    stated = tokenizer_stated_length(name_or_path, cfg.trust_remote_code)
+    if stated is not None:  # EncodEval's SentenceTransformer: min(max_position_embeddings, model_max_length)
+        limit = min(limit, stated)
     if cfg.max_length is not None:
         limit = min(limit, cfg.max_length)
     st.max_seq_length = limit

@@ -15,9 +15,10 @@ harness with one YAML file per task x learning rate x seed. Every file of a task
 * IR: one fine-tuning on ``msmarco_pairs`` (``per_device_train_batch_size: 16``, ``max_steps: 1000``), scored
   zero-shot on ``mldr_en`` (eval batch 4), ``msmarco`` and ``nq`` (eval batch 512).
 
-The paper's text and the configs disagree on the sweep: the text reports learning rates {2e-5, 6e-5, 1e-4, 5e-4}
-x 10 seeds (the default, ``GRIDS["paper"]``), the configs hold {2e-5, 6e-5, 1e-4, 5e-4, 1e-3, 2e-3} x 20 seeds
-(``GRIDS["encodeval"]``, ``avey-b evaluate --grid encodeval``).
+The sweep: the paper's text reports learning rates {2e-5, 6e-5, 1e-4, 5e-4} x 10 seeds, and the release's driver
+(``run.py``) runs exactly those (the default, ``GRIDS["paper"]``); the config files the release ships cover more,
+{2e-5, 6e-5, 1e-4, 5e-4, 1e-3, 2e-3} x 20 seeds (``GRIDS["encodeval"]``, ``avey-b evaluate --grid encodeval``),
+and NIAH's only 1e-4 and 5e-4 (``avey-b niah evaluate --protocol paper`` runs those x 10 seeds).
 
 Beyond the optimizer settings, a ``paper`` cell follows EncodEval in what it reads and how it scores:
 
@@ -32,6 +33,14 @@ Beyond the optimizer settings, a ``paper`` cell follows EncodEval in what it rea
   names, integer tags without names as EncodEval's ids; QA rows without ``id`` or answer kept, SQuAD's white space
   stripped without moving the answer offsets, misplaced offsets counted, not refused (:mod:`.tasks.tc`,
   :mod:`.tasks.qa`);
+* weight decay on the parameters transformers 4.50's Trainer decays (the release pins 4.50): all but LayerNorm
+  modules and names holding ``bias``, ``layernorm`` or ``rmsnorm``, so Avey-B's RMSNorm weights are decayed
+  (transformers 5 exempts them; the standard protocol follows 5: :data:`.finetune.NO_DECAY_PATTERNS_4_50`);
+* retrieval's input limit includes the tokenizer's stated ``model_max_length`` (EncodEval's SentenceTransformer),
+  and its documents are formatted from the title and text as they are, unstripped (:mod:`.ir_paper`, :mod:`.tasks.ir`);
+* NIAH on the authors' sets themselves (their ``gen_niah.py`` replayed byte for byte, :mod:`avey_b.data.niah_replay`),
+  inputs cut at ``round(0.99 x`` the stated length``)`` like every task here (ModernBERT 8,110, NeoBERT 4,055 tokens),
+  not skipped;
 * QA scored as EncodEval's code computes it: predictions at the padding of its scoring batches (16, ReCoRD 4)
   counted (``f1``; ``f1_real_tokens`` beside it; :meth:`.tasks.qa.QuestionAnsweringTask._paper_scores`).
 
@@ -49,8 +58,24 @@ the padding side of the scoring batches                always right; EncodEval p
                                                        the right for every model of Table 3
 an explicit ``max_length`` (a shrunk run)              used as given; EncodEval takes 99% of ``min(model limit,
                                                        max_length)``, but every one of its configs sets ``null``
-which 15 of the coupled model's 30 static layers the   ``avey-b analyze weights --paper-table`` spreads 15 from the
-paper's weight-statistics table shows                  first to the last and records each row's model layer
+which 15 of the coupled model's 30 static layers the   every second (static layers 2, 4, ..., 30): the only uniform
+paper's weight-statistics table shows                  choice holding the layers 14, 22, 24, 26 its figure names
+NQ's test queries                                      all of them; EncodEval scores a random half per run
+                                                       (``random.sample`` after ``set_seed(seed)``, the rest its
+                                                       validation): which half depends on every Python draw between
+                                                       the two, which only running its harness shows
+bf16 while scoring                                     weights in bf16 and bf16 autocast, for every task; EncodEval's
+                                                       Trainer-scored tasks predict through the model accelerate
+                                                       wrapped for training (autocast), but its IR scoring encodes
+                                                       with ``SentenceTransformer.encode`` outside the Trainer:
+                                                       plain bf16 weights there (a rounding-level difference)
+which word counts made the paper's NIAH 64K and 96K    not in the release (its generator counts words, the paper's
+columns                                                columns tokens); ``niah generate --lengths`` takes any
+                                                       word count, by the same stream
+the authors' efficiency runs                           ``avey-b bench run --protocol authors`` runs their protocol
+                                                       (:mod:`avey_b.benchmarking.options`); NeoBERT is the library's
+                                                       stand-in, not their packed flash-attn path, and their dtype is
+                                                       not stated: the device's default here
 =====================================================  ==============================================================
 
 The ``standard`` protocol has no table: its cells take :class:`RunConfig`'s defaults. In both, what a suite or the

@@ -103,8 +103,9 @@ class EvaluateOptions:
     seeds: int | None = None
     """Number of seeds 0..N-1 (default 10)."""
     grid: str | None = None
-    """Learning rates x seeds unless --lrs/--seeds: paper (the paper's text, 2e-5 6e-5 1e-4 5e-4 x 10 seeds;
-    default) or encodeval (the authors' configs, also 1e-3 2e-3, x 20 seeds)."""
+    """Learning rates x seeds unless --lrs/--seeds: paper (the paper's text and the release's driver run.py, 2e-5
+    6e-5 1e-4 5e-4 x 10 seeds; default) or encodeval (every config file the release ships, also 1e-3 2e-3, x 20
+    seeds; its driver ran the paper's 4 x 10)."""
     aggregate: str | None = None
     """Median over seeds at the best lr (paper, default) or best single run (ablations)."""
     output_dir: str | None = None

@@ -39,7 +39,8 @@ Precedence of settings: RunConfig defaults < the protocol's table (``paper``: En
 model (``models: {name: {model: ..., trust_remote_code: true}}``) < its ``settings`` (where the command-line flags
 go).
 The learning rates and seeds come from the first of: ``--lrs``/``--seeds``, ``--grid``, the suite's ``lrs``/``seeds``,
-its ``grid``, the paper's grid (4 x 10; ``--grid encodeval``: the release's configs, 6 x 20).
+its ``grid``, the paper's grid (4 x 10, what the release's driver ran; ``--grid encodeval``: every config file the
+release ships, 6 x 20).
 
 A suite is a YAML file (a path, or the name of one shipped in ``avey_b/configs/eval/``) read by the package's
 config dialect (:mod:`avey_b.configs`) into :class:`~avey_b.evaluation.suites.SuiteConfig`: its keys are that

@@ -8,6 +8,7 @@ Evaluation (``avey-b niah evaluate``): see :func:`evaluate`; the options are dec
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import shutil
 import sys
@@ -16,7 +17,7 @@ from avey_b.data.tokenization import load_tokenizer
 from avey_b.utils.records import append_jsonl, read_jsonl, write_jsonl_atomic
 
 from ...data import niah as niah_data
-from ...data import niah_authors
+from ...data import niah_authors, niah_replay
 from ...data.niah import parse_lengths
 from .forms import HEADLINE, form_of
 from .options import (
@@ -52,7 +53,7 @@ def generate(args: argparse.Namespace | NiahGenerateOptions) -> int:
     authors' (:func:`avey_b.data.niah_authors.generate_authors`), as :class:`NiahGenerateOptions` ask."""
     opts = args if isinstance(args, NiahGenerateOptions) else niah_generate_options(args)
     log = lambda s: print(s, file=sys.stderr)  # noqa: E731
-    authors = opts.generator == "authors"
+    authors = opts.generator != "library"
     try:
         distractors = {split: niah_data.parse_distribution(text, split, max_needles=None if authors else
                                                           len(niah_data.ORDINALS))
@@ -60,7 +61,14 @@ def generate(args: argparse.Namespace | NiahGenerateOptions) -> int:
         test_lengths, train_lengths = parse_lengths(opts.lengths), parse_lengths(opts.train_lengths)
     except ValueError as exc:
         raise SystemExit(f"avey-b niah generate: {exc}") from None
-    if authors:
+    if opts.generator == "authors-replay":
+        if train_lengths != test_lengths:
+            raise SystemExit("avey-b niah generate: the authors' script draws a train and a test set at each length: "
+                             "--train-lengths must equal --lengths under --generator authors-replay")
+        niah_replay.replay(opts.out, lengths=test_lengths, n_train=opts.n_train, n_test=opts.n_test, seed=opts.seed,
+                           tasks=opts.tasks, distributions=distractors, log=log)
+        return 0
+    if opts.generator == "authors":
         if opts.tokenizer is not None:
             log("avey-b niah generate: --tokenizer has no effect on the authors' generator (lengths in words)")
         niah_authors.generate_authors(opts.out, tasks=opts.tasks, test_lengths=test_lengths,
@@ -87,8 +95,9 @@ def generate(args: argparse.Namespace | NiahGenerateOptions) -> int:
 
 
 def evaluate(args: NiahEvaluateOptions) -> int:
-    """``avey-b niah evaluate`` with ``args``: every model x task x learning rate fine-tuned and scored at every
-    test length, resumably (:data:`avey_b.evaluation.niah.options.NIAH_EVALUATE_DESCRIPTION`, its ``--help``)."""
+    """``avey-b niah evaluate`` with ``args``: every model x task x learning rate x seed fine-tuned and scored at
+    every test length, resumably (:data:`avey_b.evaluation.niah.options.NIAH_EVALUATE_DESCRIPTION`, its
+    ``--help``)."""
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, "results.jsonl")
     done = {(r["model"], r["task"], form_of(r), r["lr"], r["seed"], record_train_length(r)): r
@@ -97,27 +106,35 @@ def evaluate(args: NiahEvaluateOptions) -> int:
         for task in args.tasks:
             plans = training_plan(args, task)
             for lr in args.lr:
-                for train_length, lengths in plans:
-                    key = (name, task, args.form, lr, args.seed, train_length)
-                    what = f"{name} {task} {args.form} lr {lr:g} seed {args.seed} train length {train_length}"
-                    if key in done:
-                        _, settings = planned_run(name, task, lr, args, train_length, lengths)
-                        refuse_changed(f"{path} ({what})", done[key].get("settings"), settings)
-                        print(f"{what}: already in {path}, skipped", file=sys.stderr)
-                        continue
-                    rec = evaluate_model(name, task, args, lr, log=lambda s: print(s, file=sys.stderr),
-                                         plan=(train_length, lengths))
-                    append_jsonl(path, rec)
-                    run_dir = run_directory(args.out, name, task, args.form, lr, args.seed,
-                                            train_length if args.each_length else None)
-                    shutil.rmtree(os.path.join(run_dir, "model"), ignore_errors=True)  # the record holds everything
-                    metric = HEADLINE[args.form]
-                    append_jsonl(None, {"model": name, "task": task, "form": args.form, "lr": lr, "seed": args.seed,
-                                        "train_length": train_length,
-                                        metric: {k: cell_text(v, metric) for k, v in rec["results"].items()},
-                                        "chance": {k: chance_text(v) for k, v in rec["results"].items()}}, echo=True)
+                for seed in args.seeds or [args.seed]:
+                    for plan in plans:
+                        _fine_tune_cell(dataclasses.replace(args, seed=seed), name, task, lr, plan, done, path)
     write_tables_and_plots(read_jsonl(path), args.out)
     return 0
+
+
+def _fine_tune_cell(args: NiahEvaluateOptions, name: str, task: str, lr: float, plan: tuple[int, list[int]],
+                    done: dict, path: str) -> None:
+    """One fine-tuning of ``evaluate`` (at ``args.seed``) and its record appended to ``path``; one already in
+    ``done`` is skipped (its settings must match)."""
+    train_length, lengths = plan
+    key = (name, task, args.form, lr, args.seed, train_length)
+    what = f"{name} {task} {args.form} lr {lr:g} seed {args.seed} train length {train_length}"
+    if key in done:
+        _, settings = planned_run(name, task, lr, args, train_length, lengths)
+        refuse_changed(f"{path} ({what})", done[key].get("settings"), settings)
+        print(f"{what}: already in {path}, skipped", file=sys.stderr)
+        return
+    rec = evaluate_model(name, task, args, lr, log=lambda s: print(s, file=sys.stderr), plan=plan)
+    append_jsonl(path, rec)
+    run_dir = run_directory(args.out, name, task, args.form, lr, args.seed,
+                            train_length if args.each_length else None)
+    shutil.rmtree(os.path.join(run_dir, "model"), ignore_errors=True)  # the record holds everything
+    metric = HEADLINE[args.form]
+    append_jsonl(None, {"model": name, "task": task, "form": args.form, "lr": lr, "seed": args.seed,
+                        "train_length": train_length,
+                        metric: {k: cell_text(v, metric) for k, v in rec["results"].items()},
+                        "chance": {k: chance_text(v) for k, v in rec["results"].items()}}, echo=True)
 
 
 def report(results: list[str], out: str) -> int:

@@ -45,14 +45,16 @@ def value_offset(row: dict[str, Any]) -> int:
     return len(needle_prefix(row["key"])) if row.get("key") else 0
 
 
-def needle_token_sets(rows: list[dict[str, Any]], feats: list[dict[str, Any]], tok, end: str | None = None
-                      ) -> list[list[set[int]]]:
-    """Per example, the token positions of every needle's value in the authors' input (ended by ``end``), in the
-    order of ``needle_char_starts`` (the library's sets: text order; the authors': the order drawn, which their
-    ordinal counts)."""
+def needle_token_sets(rows: list[dict[str, Any]], feats: list[dict[str, Any]], tok, end: str | None = None,
+                      max_length: int | None = None) -> list[list[set[int]]]:
+    """Per example, the token positions of every needle's value in the authors' input (ended by ``end``; its
+    passage truncated at ``max_length`` when given, a needle cut away then an empty set), in the order of
+    ``needle_char_starts`` (the library's sets: text order; the authors': the order drawn, which their ordinal
+    counts)."""
     out = []
     for r, f in zip(rows, feats, strict=True):
-        enc = niah_data.prompt_encoding(tok, r["question"], r["context"], end, return_offsets_mapping=True)
+        enc = niah_data.prompt_encoding(tok, r["question"], r["context"], end, return_offsets_mapping=True,
+                                        truncation="only_second" if max_length else False, max_length=max_length)
         if len(enc["input_ids"]) != len(f["input_ids"]):
             raise ValueError(f"{r['id']}: truncated input; needle positions need the whole passage")
         prefix = value_offset(r)

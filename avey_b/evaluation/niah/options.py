@@ -17,7 +17,7 @@ from avey_b import configs
 from avey_b.data import niah as niah_data
 from avey_b.data import niah_authors as authors
 
-from ..settings import GRIDS, PROTOCOLS, RunConfig, given_settings
+from ..settings import PROTOCOLS, RunConfig, given_settings
 from .forms import FORM_DEFAULTS, FORMS
 
 #: The fine-tuning settings ``niah evaluate`` takes (flags generated from RunConfig); the window (``max_length``,
@@ -29,7 +29,7 @@ NIAH_SETTINGS = ("protocol", "epochs", "max_steps", "batch_size", "eval_batch_si
 
 #: RunConfig's defaults that ``niah evaluate`` changes (before the form's, :data:`FORM_DEFAULTS`)
 NIAH_RUN_DEFAULTS = {"epochs": 1.0, "batch_size": 8, "eval_batch_size": 8}
-GENERATORS = ("library", "authors")
+GENERATORS = ("library", "authors", "authors-replay")
 LENGTH_UNITS = ("input", "context", "prompt")
 FORMATS = ("jsonl", "hf", "both")
 #: ``niah evaluate --train-length each``: fine-tune once per test length, on the train set of that length
@@ -42,17 +42,20 @@ class NiahGenerateOptions:
     generator's defaults (:func:`niah_generate_defaults`)."""
 
     out: str
-    """Output directory (one folder per task: {split}_{length}.jsonl, manifest.json, hf/)."""
+    """Output directory (one folder per task: {split}_{length}.jsonl, manifest.json, hf/; authors-replay: the
+    authors' folders, {word|number}_{length}_controllable/{train,test}.jsonl)."""
     tokenizer: str | None = None
     """HF tokenizer name or local path: the library generator counts lengths in its tokens and draws its haystack
     from its vocabulary (required there; the authors' generator counts words and needs none)."""
     protocol: str = "standard"
-    """standard or paper: picks the generator when --generator is not given (paper: the authors')."""
+    """standard or paper: picks the generator when --generator is not given (paper: authors-replay)."""
     generator: str | None = None
     """library: this library's sets (key-value needles, a haystack of the tokenizer's words, lengths in tokens, the
     nth occurrence in text order asked for); authors: the sets the paper's NIAH tables were made with
-    (avey_b.data.niah_authors: 131 fixed haystack words, [a-z0-9]{8-12} or 7-digit needles, lengths in words).
-    Default: authors under --protocol paper, library otherwise."""
+    (avey_b.data.niah_authors: 131 fixed haystack words, [a-z0-9]{8-12} or 7-digit needles, lengths in words),
+    each set from its own seeded generator; authors-replay: the authors' sets themselves, their gen_niah.py's one
+    random stream replayed (avey_b.data.niah_replay: byte for byte their files, in their folder layout).
+    Default: authors-replay under --protocol paper, library otherwise."""
     tasks: list[str] = field(default_factory=lambda: list(niah_data.NIAH_TASKS))
     """NIAH tasks (niah-1: alphanumeric needles, niah-2: numbers)."""
     lengths: list[str] | None = None
@@ -64,8 +67,9 @@ class NiahGenerateOptions:
     """Training examples per training length. Default: library 1,000; authors 10,000."""
     n_test: int | None = None
     """Test examples per test length. Default: library 200 up to 32,768 tokens and 100 beyond; authors 1,000."""
-    seed: int = 0
-    """Seed; each (task, split, length) set draws from its own generator seeded with it."""
+    seed: int | None = None
+    """Seed; each (task, split, length) set draws from its own generator seeded with it (authors-replay: their
+    script's --random-seed, one stream for every set). Default: 0; authors-replay 11 (their script's)."""
     length_unit: str = "input"
     """Library generator: count the whole model input (question + passage + special tokens), the passage only
     (context) or the authors' token-classification input (prompt)."""
@@ -102,10 +106,13 @@ def niah_generate_defaults(options: NiahGenerateOptions) -> NiahGenerateOptions:
     unset: the authors' lengths, sizes and distributions, or the library's."""
     if options.protocol not in PROTOCOLS:
         raise ValueError(f"protocol must be one of {PROTOCOLS}, got {options.protocol!r}")
-    generator = options.generator or ("authors" if options.protocol == "paper" else "library")
+    generator = options.generator or ("authors-replay" if options.protocol == "paper" else "library")
     if generator not in GENERATORS:
         raise ValueError(f"generator must be one of {GENERATORS}, got {generator!r}")
-    if generator == "authors":
+    seed = options.seed if options.seed is not None else (
+        authors.AUTHORS_SEED if generator == "authors-replay" else 0)
+    options = dataclasses.replace(options, seed=seed)
+    if generator != "library":
         lengths = options.lengths or [str(n) for n in authors.AUTHORS_LENGTHS]
         return dataclasses.replace(
             options, generator=generator, lengths=lengths, train_lengths=options.train_lengths or lengths,
@@ -151,10 +158,13 @@ class NiahEvaluateOptions:
     lengths: list[str] | None = None
     """Test lengths (default: every test_<L>.jsonl found)."""
     lr: list[float] = field(default_factory=lambda: [5e-5])
-    """Peak learning rate(s), one fine-tuning each (default: 5e-05; token-classification: 1e-4 5e-4; the paper
-    protocol: its grid, 2e-5 6e-5 1e-4 5e-4)."""
+    """Peak learning rate(s), one fine-tuning each (default: 5e-05; token-classification and the paper protocol:
+    1e-4 5e-4, the release's NIAH configs)."""
     seed: int = 0
-    """Fine-tuning seed."""
+    """Fine-tuning seed (of one fine-tuning; --seeds runs several)."""
+    seeds: list[int] | None = None
+    """Fine-tuning seeds, one fine-tuning each (default: --seed alone; the paper protocol: 0 ... 9, the ten seeds
+    of the release's driver, run.py)."""
     micro_batch: int | None = None
     """Token-classification: examples per forward pass; gradients accumulate to --batch-size (default: 1)."""
     retrieval: bool = True
@@ -173,10 +183,14 @@ class NiahEvaluateOptions:
 #: What ``niah evaluate --protocol paper`` changes, as the release's EncodEval runs NIAH (its LC configs and
 #: ``run.py``): the token-classification form, one fine-tuning per test length on the train set of that length
 #: (``niah1()``/``niah2()`` read ``niah/{word|number}_{L}_controllable/{train,test}.jsonl``), weights in bf16
-#: (``dtype: bfloat16``) with bf16 autocast (``bf16: true``), the paper's learning-rate grid (``run.py``'s LRs),
-#: and inputs ended by the model's eos token, else the unknown token (its ``end_token`` rule).
+#: (``dtype: bfloat16``) with bf16 autocast (``bf16: true``), the learning rates the release has NIAH configs for
+#: (1e-4 and 5e-4: ``run.py`` lists 4 rates for every task, but 2e-5 and 6e-5 have no LC config), ``run.py``'s
+#: ten seeds, and inputs ended by the model's eos token, else the unknown token (its ``end_token`` rule); inputs
+#: are cut at EncodEval's limit (``round(0.99 x`` the stated length``)``, :func:`~avey_b.evaluation.tasks.base.
+#: input_limit`), not skipped past it.
 PAPER_NIAH: dict[str, Any] = {"form": "token-classification", "train_length": EACH_LENGTH,
-                              "lr": list(GRIDS["paper"][0]), "weights_dtype": "bfloat16", "precision": "bf16"}
+                              "lr": [1e-4, 5e-4], "seeds": list(range(10)), "weights_dtype": "bfloat16",
+                              "precision": "bf16"}
 
 
 def add_niah_evaluate_arguments(e: argparse.ArgumentParser) -> None:
@@ -246,22 +260,30 @@ NIAH_GENERATE_DESCRIPTION = """\
 - ``library`` (default under the standard protocol; :mod:`avey_b.data.niah`): "The value of KEY is VALUE ."
   needles in a haystack of the tokenizer's own words, lengths in that tokenizer's tokens, the n-th occurrence in
   text order asked for; needs ``--tokenizer``.
-- ``authors`` (default under ``--protocol paper``; :mod:`avey_b.data.niah_authors`): the rules of the generator
+- ``authors`` (:mod:`avey_b.data.niah_authors`): the rules of the generator
   the paper's NIAH tables were made with (the release's ``gen_niah.py``): 131 fixed haystack words, needles of
   ``[a-z0-9]{8-12}`` (NIAH-1) or 7 digits (NIAH-2), "What is the {ordinal} special {word|number} in this
   passage?" with the ordinal counting the needles as drawn (not their order in the text), lengths in words
   (1000 ... 32000, longer ones by the same rules), 10,000 training and 1,000 test examples a length, distractor
   needles 0:0.2,1:0.8 (train) and 0:0.4,1:0.6 (test).
 
-Each set is drawn from its own generator seeded with (seed, task, split, length): reproducible alone."""
+  Each set is drawn from its own generator seeded with (seed, task, split, length): reproducible alone.
+- ``authors-replay`` (default under ``--protocol paper``; :mod:`avey_b.data.niah_replay`): the authors' sets
+  themselves: their script's one random stream (``--seed``, default 11 as theirs) replayed in its order (NIAH-1
+  then NIAH-2, the lengths in the order given, train then test), so that the files are theirs byte for byte, in
+  their layout (``{word|number}_{L}_controllable/{train,test}.jsonl``, which ``niah evaluate`` reads). A set
+  depends on the sets drawn before it: both tasks are always drawn, ``--tasks`` picks the folders written;
+  ``--train-lengths`` must equal the lengths (their script draws both splits at each) and only jsonl is written."""
 
 NIAH_EVALUATE_DESCRIPTION = """\
 ``avey-b niah evaluate``: fine-tune each model at the train length (default 2,048) on each task's train split,
 once per learning rate, then score every test length with the whole input in one window, the chance level next to
 each score. ``--protocol paper`` runs it as the paper's authors did (the release's EncodEval): the
 token-classification form, one fine-tuning per test length on the train set of that same length
-(``--train-length each``), weights in bf16, bf16 autocast, the learning rates 2e-5 6e-5 1e-4 5e-4, and every input
-ended by the model's eos token, else its unknown token; generate its sets with ``niah generate --protocol paper``.
+(``--train-length each``), weights in bf16, bf16 autocast, the learning rates 1e-4 5e-4 (the release's NIAH
+configs) x seeds 0 ... 9, every input ended by the model's eos token, else its unknown token, and cut at
+``round(0.99 x`` the model's stated length``)`` (EncodEval's rule) rather than skipped; generate its sets with
+``niah generate --protocol paper`` (the authors' own, replayed).
 Two forms (``--form``):
 
 - ``qa`` (default): an extractive-QA head (start/end logits) through the same QA harness as SQuAD

@@ -22,7 +22,7 @@ from avey_b.utils.records import save_pretrained_atomic, slug, write_json_atomic
 
 from ...data.niah import parse_lengths
 from ..finetune import train_model
-from ..tasks.base import end_token, pad_id_of
+from ..tasks.base import end_token, input_limit, input_limit_rule, pad_id_of
 from ..tasks.qa import QuestionAnsweringTask
 from .answer_tokens import token_classification_features, train_token_classifier
 from .forms import HEADLINE, OPTIMIZER, longest_input
@@ -118,6 +118,7 @@ class FineTuning:
     limit: int | None  # the model's maximum input length (None: no limit)
     train_len: int  # the longest training input, in tokens
     end: str | None = None  # the authors' inputs' end token (paper protocol: EncodEval's); None: the form's own
+    cut: bool = False  # inputs past ``limit`` truncated (EncodEval's rule, paper protocol) instead of recorded "—"
 
     @property
     def task_dir(self) -> str:
@@ -158,14 +159,18 @@ def evaluate_model(name: str, task: str, args, lr: float | None = None, log=prin
     model.to(device)
     paper = cfg.protocol == "paper" and args.form == "token-classification"
     end = end_token(tok, model.config) if paper else None
+    if paper:  # EncodEval cuts every input at round(0.99 x the stated length), the answer possibly with it
+        limit = input_limit(model.config, tok, "paper")
     train_len = longest_input(tok, squad_examples(train_rows), args.form, end)
     if args.form == "qa":  # train on whole examples (one window each) unless the model cannot take the train length
         cfg = dataclasses.replace(cfg, max_length=min(train_len, limit) if limit else train_len,
                                   doc_stride=min(128, max(0, (min(train_len, limit or train_len)) // 4)))
-    run = FineTuning(name, task, args, cfg, run_dir, model, tok, limit, train_len, end)
+    run = FineTuning(name, task, args, cfg, run_dir, model, tok, limit, train_len, end, cut=paper)
     training = fine_tune(run, train_rows, log)
     retrieval = getattr(args, "retrieval", True) and model_spec.is_avey_b(model.config)
-    return {"model": name, "built": how, "task": task, "form": args.form, "max_length": limit, "train": training,
+    return {"model": name, "built": how, "task": task, "form": args.form, "max_length": limit,
+            "input_limit_rule": input_limit_rule(model.config, "paper") if paper else "the model's window, not cut",
+            "train": training,
             "lr": lr, "seed": args.seed, "device": str(device), "settings": settings, "protocol": cfg.protocol,
             "end_token": end, "weights_dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
             "results": score_lengths(run, lengths, retrieval, log)}
@@ -210,7 +215,7 @@ def score_lengths(run: FineTuning, lengths: list[int], retrieval: bool, log) -> 
             res = load_json(path)
         else:
             res = score_length(run.model, run.tok, run.task_dir, length, run.args, run.cfg, run.limit,
-                               run.train_len, stop, retrieval, run.end)
+                               run.train_len, stop, retrieval, run.end, cut=run.cut)
             write_json_atomic(path, res)
         if res["status"] == "oom" and stop is None:
             stop = length

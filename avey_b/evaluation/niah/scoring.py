@@ -24,10 +24,11 @@ from .sets import read_set, set_path, squad_examples
 
 
 def score_length(model, tok, task_dir: str, length: int, args, cfg, limit, train_len: int, stop,
-                 retrieval: bool, end: str | None = None) -> dict[str, Any]:
-    """One test length's result: the form's scores with the chance level, "max_length" past the model's window,
-    or "oom" (``stop``: an earlier length ran out of memory, so this one is not tried). ``end``: the authors'
-    inputs' end token (None: :func:`avey_b.data.niah.prompt_encoding`'s own)."""
+                 retrieval: bool, end: str | None = None, cut: bool = False) -> dict[str, Any]:
+    """One test length's result: the form's scores with the chance level, "max_length" past the model's window
+    (``cut``: the inputs truncated at ``limit`` instead, EncodEval's rule), or "oom" (``stop``: an earlier length
+    ran out of memory, so this one is not tried). ``end``: the authors' inputs' end token (None:
+    :func:`avey_b.data.niah.prompt_encoding`'s own)."""
     rows = read_set(set_path(task_dir, "test", length))
     if args.settings.max_eval_examples:
         rows = rows[: args.settings.max_eval_examples]
@@ -37,8 +38,9 @@ def score_length(model, tok, task_dir: str, length: int, args, cfg, limit, train
     res: dict[str, Any] = {"input_tokens_max": need, "n": len(examples),
                            "chance": 100 * niah_data.set_chance_level(rows),
                            "chance_realized": 100 * sum(1 / r["num_needles"] for r in rows) / len(rows)}
-    if limit is not None and need > limit:
+    if limit is not None and need > limit and not cut:
         return res | {"status": "max_length"}
+    res["truncated"] = limit is not None and need > limit
     if stop is not None:
         return res | {"status": "oom", "inferred": True}
     bs = max(1, args.settings.eval_batch_size * train_len // need)
@@ -55,7 +57,8 @@ def score_length(model, tok, task_dir: str, length: int, args, cfg, limit, train
                                             for e in examples] for m, fn in (("exact", squad_exact), ("f1", squad_f1))},
                            needles=needle_breakdown(rows, predictions))
             else:
-                res.update(status="ok", **score_token_classification(model, tok, rows, cfg, bs, end))
+                res.update(status="ok", **score_token_classification(model, tok, rows, cfg, bs, end,
+                                                                     limit if cut else None))
         res["seconds"] = time.perf_counter() - t1
         if retrieval:  # the ranker's choice in those same forward passes
             encode = None if args.form == "qa" else (lambda q, c: niah_data.prompt_encoding(tok, q, c, end))
@@ -68,15 +71,16 @@ def score_length(model, tok, task_dir: str, length: int, args, cfg, limit, train
     return res
 
 
-def score_token_classification(model, tok, rows: list[dict[str, Any]], cfg, batch_size: int, end: str | None = None
-                               ) -> dict[str, Any]:
+def score_token_classification(model, tok, rows: list[dict[str, Any]], cfg, batch_size: int, end: str | None = None,
+                               max_length: int | None = None) -> dict[str, Any]:
     """The authors' score of one test set (mean of :func:`authors_token_score`, in %), per example, and the
-    breakdown by number of needles (``other_value``: a multi-needle example labelled exactly as another needle)."""
-    feats = token_classification_features(tok, rows, end=end)
+    breakdown by number of needles (``other_value``: a multi-needle example labelled exactly as another needle);
+    ``max_length``: the passages truncated there (EncodEval's cut)."""
+    feats = token_classification_features(tok, rows, max_length=max_length, end=end)
     predicted = predict_answer_tokens(model, feats, batch_size, pad_id_of(tok), cfg.precision)
     scores = [authors_token_score(p, {i for i, y in enumerate(f["labels"]) if y == 1})
               for p, f in zip(predicted, feats, strict=True)]
-    needles = needle_token_sets(rows, feats, tok, end)
+    needles = needle_token_sets(rows, feats, tok, end, max_length)
     # what labelling every needle scores: the token F1 gives it partial credit (2/3 with two needles), above chance
     every = [authors_token_score(set().union(*n), {i for i, y in enumerate(f["labels"]) if y == 1})
              for n, f in zip(needles, feats, strict=True)]

@@ -57,11 +57,11 @@ class RetrievalSet:
 
 
 def _doc_text(row: dict[str, Any], template: str | None = None) -> str:
-    """A corpus row as one text: ``title text`` (standard), or ``template`` filled with its title and text (the
-    paper protocol's ``Document: ...`` formats)."""
+    """A corpus row as one text: ``title text``, each stripped (standard), or ``template`` filled with its title and
+    text as they are (the paper protocol's ``Document: ...`` formats; EncodEval does not strip them)."""
+    if template is not None:  # EncodEval's loaders format the fields as they are, unstripped
+        return template.format(title=row.get("title") or "", text=row.get("text") or "")
     title, text = (row.get("title") or "").strip(), (row.get("text") or "").strip()
-    if template is not None:
-        return template.format(title=title, text=text)
     return f"{title} {text}" if title else text
 
 
