@@ -42,7 +42,7 @@ from avey_b.utils.records import save_pretrained_atomic, utc_timestamp, write_js
 from avey_b.utils.shared_cpu import thread_tuner
 
 from .ir_paper import is_zero_shot, run_zero_shot_cell
-from .protocol import run_config
+from .protocol import avey_b_settings, run_config
 from .settings import DataFiles, FinetuneOptions, RunConfig, given_data, given_settings
 from .tasks import get_task
 from .tasks.base import (
@@ -135,7 +135,8 @@ def finetune_optimizer(model, cfg: RunConfig) -> torch.optim.Optimizer:
 def _step(model, task: Task, micro: list[dict[str, torch.Tensor]], cfg: RunConfig, device: torch.device,
           tokens: torch.Tensor, step: int) -> float:
     """The forward and backward passes of one optimizer step over its micro-batches (losses weighted by their
-    items), adding their real tokens to ``tokens``; the step's loss."""
+    items; with ``avey_b_accumulation: sum``, each micro-batch's mean loss at weight 1), adding their real tokens
+    to ``tokens``; the step's loss (weighted by items either way)."""
     items = [loss_items(b) for b in micro]
     total = sum(items)
     step_loss = 0.0
@@ -149,7 +150,7 @@ def _step(model, task: Task, micro: list[dict[str, torch.Tensor]], cfg: RunConfi
         if not torch.isfinite(loss):
             raise FloatingPointError(f"non-finite training loss {loss.item()} at step {step} (lr {cfg.lr})")
         share = n / total if total else 1 / len(micro)
-        (loss * share).backward()
+        (loss if cfg.avey_b_accumulation == "sum" else loss * share).backward()
         step_loss += loss.item() * share
     return step_loss
 
@@ -235,6 +236,11 @@ def run_cell(model_name: str, task_name: str, cfg: RunConfig, files: DataFiles,
                                   query_max_length=limit if cfg.query_max_length is None else cfg.query_max_length)
     if cfg.protocol == "paper":
         task.end_token = end_token(tokenizer, model.config)
+    avey_b = avey_b_settings(model.config, cfg)  # None for other models: masked padding, micro-batch means
+    if avey_b is not None:
+        model.config.padding = avey_b["padding"]  # read at every forward pass
+    cfg = dataclasses.replace(cfg, avey_b_padding=avey_b and avey_b["padding"],
+                              avey_b_accumulation=avey_b and avey_b["accumulation"])
 
     t0 = time.perf_counter()
     features = task.train_features(train, tokenizer, cfg)
@@ -252,6 +258,7 @@ def run_cell(model_name: str, task_name: str, cfg: RunConfig, files: DataFiles,
         "eval_seconds": t2 - t1, "n_parameters": count_parameters(model),
         "config": given.to_dict(),
         "input_limit": {"max_length": cfg.max_length, "query_max_length": cfg.query_max_length, "rule": limit_rule},
+        "avey_b": avey_b,
         "data": vars(files), "device": str(device),
         "versions": {"python": platform.python_version(), "torch": torch.__version__,
                      "transformers": transformers.__version__},

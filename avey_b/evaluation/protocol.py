@@ -61,6 +61,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from avey_b.utils.model_spec import is_avey_b
+
 from .settings import GRIDS, RunConfig
 from .tasks import TASKS
 from .tasks.ir import MSMARCOPairs
@@ -114,3 +116,18 @@ def grid(name: str) -> tuple[list[float], int]:
         raise ValueError(f"unknown grid {name!r}; known: {', '.join(GRIDS)}")
     lrs, seeds = GRIDS[name]
     return list(lrs), seeds
+
+
+def avey_b_settings(model_config, cfg: RunConfig) -> dict[str, str] | None:
+    """How an Avey-B cell runs its padding and its accumulated steps, ``{"padding": ..., "accumulation": ...}``
+    (recorded in its ``results.json`` as ``avey_b``); None for any other model, which masks its padding and averages
+    its micro-batches. The cell's ``avey_b_padding`` / ``avey_b_accumulation`` win; else, under ``paper``, the
+    release's padding for the authors' checkpoints (the ``avey_b1`` parameterization, ``enricher_layout:
+    release``; ours keep their own) and summed micro-batch means for every Avey-B, as EncodEval's Trainer computed
+    them (the table above); under ``standard``, the checkpoint's own padding and means."""
+    if not is_avey_b(model_config):
+        return None
+    paper = cfg.protocol == "paper"
+    authors = getattr(model_config, "enricher_layout", None) == "release"
+    padding = cfg.avey_b_padding or ("release" if paper and authors else model_config.padding)
+    return {"padding": padding, "accumulation": cfg.avey_b_accumulation or ("sum" if paper else "mean")}
