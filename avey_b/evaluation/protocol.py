@@ -51,6 +51,23 @@ an explicit ``max_length`` (a shrunk run)              used as given; EncodEval 
                                                        max_length)``, but every one of its configs sets ``null``
 which 15 of the coupled model's 30 static layers the   ``avey-b analyze weights --paper-table`` spreads 15 from the
 paper's weight-statistics table shows                  first to the last and records each row's model layer
+the release's padding (Avey-B ignores                  reproduced: ``AveyBConfig.padding="release"`` (zero rows pad
+``attention_mask``: split and batch padding are        the last split, batch padding is a token, the SC head averages
+mixed like tokens)                                     every position), equal to the release's forward on short,
+                                                       padded and batched inputs; the authors' checkpoints run it
+                                                       (``avey_b_padding``), each cell records it (``avey_b``)
+the order of exactly tied splits under that padding    the nearer split first (the library's rule); the release takes
+(splits holding the pad token tie)                     ``torch.topk``'s order, implementation-defined (CPU: the top 3
+                                                       of 5 equal scores are 2, 4, 3), which no rule reproduces; only
+                                                       inputs of more than one split (256 tokens) rank at all
+whether transformers 4.50's Trainer (EncodEval's)      it does: its ``training_step`` divides by the accumulation
+sums the micro-batch losses of the release's heads     steps only ``if not self.model_accepts_loss_kwargs``, and a
+(``forward(..., **kwargs)``)                           toy model's grad_norm at accumulation 2 doubles with
+                                                       ``**kwargs`` (1.373 -> 2.747) and not without
+                                                       (benchmarks/paper_protocol_cpu/accumulation_450.py); so Avey-B
+                                                       sums its micro-batch means (``avey_b_accumulation``: QA x2,
+                                                       ReCoRD x8) before the 1.0 clip; the baselines' token heads
+                                                       take no ``**kwargs`` in 4.50 and keep means
 =====================================================  ==============================================================
 
 The ``standard`` protocol has no table: its cells take :class:`RunConfig`'s defaults. In both, what a suite or the
