@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from safetensors.torch import save_file
 from transformers import AutoConfig, AutoModelForMaskedLM, AutoModelForSequenceClassification
 
-from avey_b import AveyBForMaskedLM, AveyBForTokenClassification, AveyBModel, cli
+from avey_b import AveyBForMaskedLM, AveyBForSequenceClassification, AveyBForTokenClassification, AveyBModel, cli
 from avey_b.apps.convert import ReleaseConversionError, convert_release_checkpoint
 
 V, D, L, S, K, EPS = 50, 16, 3, 4, 2, 1e-12
@@ -50,10 +50,13 @@ def write_release(path, weights, extra_config=None):
 
 
 def release_hidden(w, ids):
-    """The release's forward pass, one sequence whose length is a multiple of S, with plain loops."""
+    """The release's forward pass on one row of ids as the release takes it (whatever pads the batch is a token),
+    with plain loops: the row zero-padded to a multiple of S after embedding, the zero rows ranked, compressed and
+    mixed like tokens, and cut off at the end."""
     w = {k: v.double() for k, v in w.items()}
     x = w["embed.weight"][ids]  # (N, d)
-    n = x.shape[0] // S
+    N, n = x.shape[0], -(-x.shape[0] // S)
+    x = torch.cat([x, torch.zeros(n * S - N, D, dtype=x.dtype)])  # split padding: zero rows
     splits = [x[i * S:(i + 1) * S] for i in range(n)]
     unit = lambda v: v / (v.norm() + EPS)  # noqa: E731  ranker cosine: x / (|x| + eps)
     h_splits = []
@@ -86,7 +89,7 @@ def release_hidden(w, ids):
             fused = torch.cat([gate * mixed, bypass], -1) @ w[p + "fuser.weight"].T + w[p + "fuser.bias"]
             h = fused + w[p + "alpha"] * h
         out.append(h)
-    return torch.cat(out), w
+    return torch.cat(out)[:N], w
 
 
 @pytest.fixture
@@ -132,6 +135,56 @@ def test_classification_release_heads_match(tmp_path, ids):
     expected = torch.tanh(hidden @ w["dense.0.weight"].T + w["dense.0.bias"]) @ w["classifier.weight"].T
     with torch.no_grad():
         torch.testing.assert_close(tok_model(ids[:1]).logits[0], expected + w["classifier.bias"])
+
+
+def release_logits(head, w, hidden):
+    """The release head's logits on the release's hidden states of one row (N, d): the masked-LM decoder tied to
+    the embedding, the sequence head's MLP on the mean over every position, the token head's tanh layer."""
+    if head == "masked_lm":
+        return hidden @ w["embed.weight"].T
+    if head == "sequence_classification":
+        pooled = hidden.mean(0)
+        for i in (0, 2):
+            pooled = F.gelu(pooled @ w[f"dense.{i}.weight"].T + w[f"dense.{i}.bias"])
+        pooled = pooled @ w["dense.4.weight"].T + w["dense.4.bias"]
+        return pooled @ w["classifier.weight"].T + w["classifier.bias"]
+    return torch.tanh(hidden @ w["dense.0.weight"].T + w["dense.0.bias"]) @ w["classifier.weight"].T \
+        + w["classifier.bias"]
+
+
+@pytest.mark.parametrize("head, cls", [("masked_lm", AveyBForMaskedLM),
+                                       ("sequence_classification", AveyBForSequenceClassification),
+                                       ("token_classification", AveyBForTokenClassification)])
+def test_release_padding_gives_the_releases_logits_on_short_padded_and_batched_inputs(tmp_path, head, cls):
+    """``padding="release"``: the release's logits on an input shorter than a split, on one whose last split is
+    padded, and on a batch whose shorter rows are padded with a pad id (the release ignores ``attention_mask``:
+    every row is computed as its padded ids, so a row's logits depend on the batch's longest row). The rows'
+    lengths avoid exact MaxSim ties between different splits (two splits that both hold a pad token score the same
+    for a split of pad tokens): the release orders tied splits as ``torch.topk`` happens to, which no rule
+    reproduces (``avey_b/model/ranker.py``)."""
+    weights = release_weights(head, num_labels=3)
+    model = cls.from_pretrained(write_release(tmp_path / head, weights), padding="release").double().eval()
+    assert model.config.padding == "release"
+    g = torch.Generator().manual_seed(2)
+    short, odd = torch.randint(0, V, (1, S - 1), generator=g), torch.randint(0, V, (1, 2 * S + 1), generator=g)
+    lengths, pad_id = (2 * S + 1, S + 1, 2 * S), 1
+    batch = torch.full((3, 2 * S + 1), pad_id)
+    for b, n in enumerate(lengths):
+        batch[b, :n] = torch.randint(2, V, (n,), generator=g)
+    mask = (torch.arange(2 * S + 1) < torch.tensor(lengths)[:, None]).long()
+    with torch.no_grad():
+        for ids, attention_mask in ((short, None), (odd, None), (batch, mask)):
+            logits = model(ids, attention_mask=attention_mask).logits
+            for b in range(ids.shape[0]):
+                hidden, w = release_hidden(weights, ids[b])
+                torch.testing.assert_close(logits[b], release_logits(head, w, hidden), rtol=1e-9, atol=1e-9)
+        alone = model(batch[1:2, :lengths[1]]).logits  # the second row without the batch's padding
+        masked = cls.from_pretrained(tmp_path / head).double().eval()  # the library's default: padding masked
+        assert masked.config.padding == "masked"
+        masked_logits = masked(batch, attention_mask=mask).logits
+    first = logits[1] if head == "sequence_classification" else logits[1, :lengths[1]]
+    assert (first - alone[0]).abs().max() > 1e-6  # the release's row depends on the batch's padding
+    assert (masked_logits[1] - logits[1]).abs().max() > 1e-6
 
 
 def test_convert_then_save_then_load_round_trip(tmp_path, ids):

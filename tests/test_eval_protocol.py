@@ -164,6 +164,48 @@ def test_accumulation_takes_the_same_step_as_one_batch(env, task_name, data):
         torch.testing.assert_close(params[2][name], p, rtol=1e-5, atol=1e-6)
 
 
+def test_summed_accumulation_adds_the_micro_batch_means(env):
+    """Summed accumulation (``avey_b_accumulation: sum``) backpropagates each micro-batch's mean loss at weight 1,
+    as transformers 4.50's Trainer does for a model whose forward takes ``**kwargs``
+    (benchmarks/paper_protocol_cpu/accumulation_450.py): at 2 micro-batches of equal size the gradient is twice the
+    weighted mean's."""
+    task = get_task("sst2")
+    train = task.load("train", DataFiles(train=env["sst2"]))
+    task.model_kwargs(train, train, RunConfig())
+    features = task.train_features(train[:4], env["tok"], RunConfig(max_length=32))
+    micro = [task.collate(features[:2], 0), task.collate(features[2:], 0)]
+    grads = {}
+    for accumulation in ("mean", "sum"):
+        torch.manual_seed(0)
+        model = BertForSequenceClassification(_bert(env["tok"]))
+        cfg = RunConfig(lr=1e-3, grad_accumulation=2, precision="fp32")
+        finetune._step(model, task, micro, cfg, torch.device("cpu"), torch.zeros((), dtype=torch.long), 0,
+                       summed=accumulation == "sum")
+        grads[accumulation] = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
+    torch.testing.assert_close(grads["sum"], 2 * grads["mean"])
+
+
+def test_avey_b_padding_and_accumulation_follow_the_protocol():
+    """Under ``paper`` the authors' checkpoints (the avey_b1 parameterization) run the release's padding and every
+    Avey-B sums its micro-batch means; ours keep their padding; ``standard`` keeps both; explicit settings win;
+    other models get None (masked padding, means)."""
+    from avey_b import AveyBConfig
+    from avey_b.evaluation.protocol import avey_b_settings
+
+    ours, authors = AveyBConfig(), AveyBConfig(enricher_layout="release")
+    paper, standard = RunConfig(protocol="paper"), RunConfig()
+    assert avey_b_settings(authors, paper) == {"padding": "release", "accumulation": "sum"}
+    assert avey_b_settings(ours, paper) == {"padding": "masked", "accumulation": "sum"}
+    assert avey_b_settings(authors, standard) == {"padding": "masked", "accumulation": "mean"}
+    assert avey_b_settings(ours, RunConfig(avey_b_padding="release", avey_b_accumulation="mean")) == {
+        "padding": "release", "accumulation": "mean"}
+    assert avey_b_settings(BertConfig(), paper) is None
+    with pytest.raises(ValueError, match="avey_b_padding must be one of"):
+        RunConfig(avey_b_padding="zeros")
+    with pytest.raises(ValueError, match="AveyBConfig.padding='zeros' is not one of"):
+        AveyBConfig(padding="zeros")
+
+
 def test_the_loop_builds_adamw_from_the_settings(env, monkeypatch):
     seen = []
     real = torch.optim.AdamW
@@ -235,6 +277,9 @@ def test_the_paper_protocol_cuts_avey_b_where_its_release_states_and_the_standar
     standard = finetune.run_cell(path, "conll2003", RunConfig(**settings), DataFiles(train=env["conll"],
                                                                                       eval=env["conll"]))
     assert standard["input_limit"]["max_length"] is None and "no position table" in standard["input_limit"]["rule"]
+    assert paper["avey_b"] == {"padding": "masked", "accumulation": "sum"}  # our checkpoint: its own padding
+    assert standard["avey_b"] == {"padding": "masked", "accumulation": "mean"}
+    assert (paper["train"]["micro_batch_losses"], standard["train"]["micro_batch_losses"]) == ("sum", "mean")
     task = get_task("conll2003")
     long = [{"tokens": ["alice", "met", "bob"] * 10, "tags": ["O"] * 30}]
     task.model_kwargs(long, [], RunConfig(protocol="paper"))

@@ -42,7 +42,7 @@ from avey_b.utils.records import save_pretrained_atomic, utc_timestamp, write_js
 from avey_b.utils.shared_cpu import thread_tuner
 
 from .ir_paper import is_zero_shot, run_zero_shot_cell
-from .protocol import run_config
+from .protocol import avey_b_settings, run_config
 from .settings import DataFiles, FinetuneOptions, RunConfig, given_data, given_settings
 from .tasks import get_task
 from .tasks.base import (
@@ -139,9 +139,10 @@ def finetune_optimizer(model, cfg: RunConfig) -> torch.optim.Optimizer:
 
 
 def _step(model, task: Task, micro: list[dict[str, torch.Tensor]], cfg: RunConfig, device: torch.device,
-          tokens: torch.Tensor, step: int) -> float:
+          tokens: torch.Tensor, step: int, summed: bool = False) -> float:
     """The forward and backward passes of one optimizer step over its micro-batches (losses weighted by their
-    items), adding their real tokens to ``tokens``; the step's loss."""
+    items; ``summed``: each micro-batch's mean loss at weight 1, see :func:`avey_b.evaluation.protocol.
+    avey_b_settings`), adding their real tokens to ``tokens``; the step's loss (weighted by items either way)."""
     items = [loss_items(b) for b in micro]
     total = sum(items)
     step_loss = 0.0
@@ -155,7 +156,7 @@ def _step(model, task: Task, micro: list[dict[str, torch.Tensor]], cfg: RunConfi
         if not torch.isfinite(loss):
             raise FloatingPointError(f"non-finite training loss {loss.item()} at step {step} (lr {cfg.lr})")
         share = n / total if total else 1 / len(micro)
-        (loss * share).backward()
+        (loss if summed else loss * share).backward()
         step_loss += loss.item() * share
     return step_loss
 
@@ -170,6 +171,8 @@ def train_model(model, task: Task, features: list[dict[str, Any]], cfg: RunConfi
     )
     steps = resolve_steps(task, cfg, len(loader))
     optimizer = finetune_optimizer(model, cfg)
+    avey_b = avey_b_settings(model.config, cfg)  # Avey-B under the paper protocol sums its micro-batch means
+    summed = avey_b is not None and avey_b["accumulation"] == "sum"
     # transformers' Trainer (EncodEval) rounds the warm-up up; the standard protocol keeps its round-down
     warmup = math.ceil(cfg.warmup_ratio * steps) if cfg.protocol == "paper" else int(cfg.warmup_ratio * steps)
     scheduler = get_linear_schedule_with_warmup(optimizer, warmup, steps)
@@ -186,7 +189,7 @@ def train_model(model, task: Task, features: list[dict[str, Any]], cfg: RunConfi
             t_step = time.perf_counter()
             micro = [{k: v.to(device) for k, v in task.collate(part, pad_id).items()}
                      for part in micro_batches(examples, cfg.grad_accumulation)]
-            losses.append(_step(model, task, micro, cfg, device, tokens, step))
+            losses.append(_step(model, task, micro, cfg, device, tokens, step, summed))
             if cfg.grad_clip:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
             optimizer.step()
@@ -208,6 +211,7 @@ def train_model(model, task: Task, features: list[dict[str, Any]], cfg: RunConfi
     return {"steps": steps, "batches_per_epoch": len(loader), "tokens": tokens,
             "tokens_per_s": round(tokens / seconds, 1) if seconds > 0 else None,
             "autocast": "bf16" if use_bf16(cfg.precision, device) else "fp32",
+            "micro_batch_losses": "sum" if summed else "mean",
             "weights": str(next(model.parameters()).dtype).removeprefix("torch."), "loss_first": _mean(losses[:tenth]),
             "loss_last": _mean(losses[-tenth:]), "losses": [round(x, 5) for x in losses[:: max(1, steps // 100)]]}
 
@@ -241,6 +245,9 @@ def run_cell(model_name: str, task_name: str, cfg: RunConfig, files: DataFiles,
                                   query_max_length=limit if cfg.query_max_length is None else cfg.query_max_length)
     if cfg.protocol == "paper":
         task.end_token = end_token(tokenizer, model.config)
+    avey_b = avey_b_settings(model.config, cfg)  # None for other models: masked padding, micro-batch means
+    if avey_b is not None:
+        model.config.padding = avey_b["padding"]  # read at every forward pass
 
     t0 = time.perf_counter()
     features = task.train_features(train, tokenizer, cfg)
@@ -258,6 +265,7 @@ def run_cell(model_name: str, task_name: str, cfg: RunConfig, files: DataFiles,
         "eval_seconds": t2 - t1, "n_parameters": count_parameters(model),
         "config": given.to_dict(),
         "input_limit": {"max_length": cfg.max_length, "query_max_length": cfg.query_max_length, "rule": limit_rule},
+        "avey_b": avey_b,
         "data": vars(files), "device": str(device),
         "versions": {"python": platform.python_version(), "torch": torch.__version__,
                      "transformers": transformers.__version__},

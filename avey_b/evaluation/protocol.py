@@ -76,6 +76,23 @@ the authors' efficiency runs                           ``avey-b bench run --prot
                                                        (:mod:`avey_b.benchmarking.options`); NeoBERT is the library's
                                                        stand-in, not their packed flash-attn path, and their dtype is
                                                        not stated: the device's default here
+the release's padding (Avey-B ignores                  reproduced: ``AveyBConfig.padding="release"`` (zero rows pad
+``attention_mask``: split and batch padding are        the last split, batch padding is a token, the SC head averages
+mixed like tokens)                                     every position), equal to the release's forward on short,
+                                                       padded and batched inputs; the authors' checkpoints run it
+                                                       (``avey_b_padding``), each cell records it (``avey_b``)
+the order of exactly tied splits under that padding    the nearer split first (the library's rule); the release takes
+(splits holding the pad token tie)                     ``torch.topk``'s order, implementation-defined (CPU: the top 3
+                                                       of 5 equal scores are 2, 4, 3), which no rule reproduces; only
+                                                       inputs of more than one split (256 tokens) rank at all
+whether transformers 4.50's Trainer (EncodEval's)      it does: its ``training_step`` divides by the accumulation
+sums the micro-batch losses of the release's heads     steps only ``if not self.model_accepts_loss_kwargs``, and a
+(``forward(..., **kwargs)``)                           toy model's grad_norm at accumulation 2 doubles with
+                                                       ``**kwargs`` (1.373 -> 2.747) and not without
+                                                       (benchmarks/paper_protocol_cpu/accumulation_450.py); so Avey-B
+                                                       sums its micro-batch means (``avey_b_accumulation``: QA x2,
+                                                       ReCoRD x8, NIAH x32) before the 1.0 clip; the baselines'
+                                                       token heads take no ``**kwargs`` in 4.50 and keep means
 =====================================================  ==============================================================
 
 The ``standard`` protocol has no table: its cells take :class:`RunConfig`'s defaults. In both, what a suite or the
@@ -85,6 +102,8 @@ command line sets explicitly wins over the table (:func:`run_config`), so a run 
 from __future__ import annotations
 
 from typing import Any
+
+from avey_b.utils.model_spec import is_avey_b
 
 from .settings import GRIDS, RunConfig
 from .tasks import TASKS
@@ -139,3 +158,18 @@ def grid(name: str) -> tuple[list[float], int]:
         raise ValueError(f"unknown grid {name!r}; known: {', '.join(GRIDS)}")
     lrs, seeds = GRIDS[name]
     return list(lrs), seeds
+
+
+def avey_b_settings(model_config, cfg: RunConfig) -> dict[str, str] | None:
+    """How an Avey-B cell runs its padding and its accumulated steps, ``{"padding": ..., "accumulation": ...}``
+    (recorded in its ``results.json`` as ``avey_b``); None for any other model, which masks its padding and averages
+    its micro-batches. The cell's ``avey_b_padding`` / ``avey_b_accumulation`` win; else, under ``paper``, the
+    release's padding for the authors' checkpoints (the ``avey_b1`` parameterization, ``enricher_layout:
+    release``; ours keep their own) and summed micro-batch means for every Avey-B, as EncodEval's Trainer computed
+    them (the table above); under ``standard``, the checkpoint's own padding and means."""
+    if not is_avey_b(model_config):
+        return None
+    paper = cfg.protocol == "paper"
+    authors = getattr(model_config, "enricher_layout", None) == "release"
+    padding = cfg.avey_b_padding or ("release" if paper and authors else model_config.padding)
+    return {"padding": padding, "accumulation": cfg.avey_b_accumulation or ("sum" if paper else "mean")}

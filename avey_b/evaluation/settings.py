@@ -36,6 +36,8 @@ TASK_NAMES: tuple[str, ...] = registry.register(BENCHMARKS, {
     "msmarco": "avey_b.evaluation.tasks.ir:MSMARCO", "nq": "avey_b.evaluation.tasks.ir:NQ",
 })
 PROTOCOLS = ("standard", "paper")
+AVEY_B_PADDINGS = ("masked", "release")  # AveyBConfig.padding's options
+AVEY_B_ACCUMULATIONS = ("mean", "sum")
 WEIGHTS_DTYPES = ("float32", "bfloat16")
 AGGREGATES = ("median", "best")
 
@@ -106,6 +108,16 @@ class RunConfig(TrainingSettings):
     """Run a Hub model's own code (NeoBERT)."""
     corpus_chunk: int = 65536
     """IR only: corpus documents encoded and scored per chunk (bounds the memory of retrieval)."""
+    avey_b_padding: str | None = None
+    """Avey-B only (SC, TC, QA): ``masked`` or ``release``, the model's ``AveyBConfig.padding`` for the cell
+    (``release``: padding processed as tokens, as the authors' release computes). None: the protocol's choice,
+    ``release`` for the authors' checkpoints under ``paper`` (:func:`avey_b.evaluation.protocol.avey_b_settings`),
+    else the checkpoint's own. Each ``results.json`` records what ran (``avey_b``)."""
+    avey_b_accumulation: str | None = None
+    """Avey-B only: how the micro-batch losses of an accumulated step combine, ``mean`` (weighted: the step equals
+    one pass over the whole batch; every baseline) or ``sum`` (the micro-batch means added, as transformers 4.50's
+    Trainer, which EncodEval ran, does for the release's heads). None: the protocol's choice, ``sum`` under
+    ``paper``, else ``mean``."""
 
     def __post_init__(self) -> None:
         super().__post_init__()  # the shared fields' checks
@@ -113,6 +125,11 @@ class RunConfig(TrainingSettings):
             raise ValueError(f"weights_dtype must be one of {WEIGHTS_DTYPES}, got {self.weights_dtype!r}")
         if self.protocol not in PROTOCOLS:
             raise ValueError(f"protocol must be one of {PROTOCOLS}, got {self.protocol!r}")
+        if self.avey_b_padding not in (None, *AVEY_B_PADDINGS):
+            raise ValueError(f"avey_b_padding must be one of {AVEY_B_PADDINGS} or None, got {self.avey_b_padding!r}")
+        if self.avey_b_accumulation not in (None, *AVEY_B_ACCUMULATIONS):
+            raise ValueError(f"avey_b_accumulation must be one of {AVEY_B_ACCUMULATIONS} or None, got "
+                             f"{self.avey_b_accumulation!r}")
         if self.corpus_chunk < 1:
             raise ValueError(f"corpus_chunk must be >= 1, got {self.corpus_chunk}")
         if self.max_steps is not None and self.max_steps < 1:
@@ -137,7 +154,8 @@ class RunConfig(TrainingSettings):
         ``evaluate`` and ``niah evaluate``. ``lr`` and ``seed`` are left to each command (one value, or a list)."""
         return configs.add_arguments(parser, cls, exclude=exclude, include=include, defaults=defaults,
                                      choices={"precision": configs.PRECISIONS, "protocol": PROTOCOLS,
-                                              "weights_dtype": WEIGHTS_DTYPES})
+                                              "weights_dtype": WEIGHTS_DTYPES, "avey_b_padding": AVEY_B_PADDINGS,
+                                              "avey_b_accumulation": AVEY_B_ACCUMULATIONS})
 
     @classmethod
     def from_args(cls, args, **given) -> RunConfig:

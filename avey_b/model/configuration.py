@@ -41,6 +41,7 @@ DYNAMIC_NORMALIZATIONS = ("sum", "l1", "rms", "softmax", "scaled_softmax", "none
 RANKER_MODES = ("unidirectional", "bidirectional", "off")
 RANKER_PLACEMENTS = ("embeddings", "every_layer")
 RETRIEVAL_POOLINGS = ("mean", "eos")
+PADDINGS = ("masked", "release")
 
 
 def _generation_keys() -> frozenset[str]:
@@ -187,6 +188,14 @@ class AveyBConfig(PretrainedConfig):
             EncodEval's rule cuts every model's inputs at ``round(0.99 x`` this ``)``. Kept under its own name
             because generic code (sentence-transformers, for one) reads ``max_position_embeddings`` as a hard
             limit and would cut Avey-B everywhere. None (our own checkpoints): no stated length.
+        padding (`str`, defaults to `"masked"`): what padding is to the model. `"masked"`: split padding and
+            ``attention_mask == 0`` are left out of the ranker, the compressor, every mixing layer and every pooling,
+            so real tokens never see padding. `"release"`: as the authors' release computes (to reproduce what they
+            fine-tuned and scored): ``attention_mask`` is ignored by the backbone, the last split is padded with
+            zero rows that the ranker, the compressor and the static and dynamic mixing take as tokens, batch
+            padding (the pad token's embedding) is processed as tokens too, so an output depends on the batch's
+            longest input, and the sequence-classification head averages over every position, batch padding
+            included.
         retrieval_pooling (`str`, *optional*): the release's switch for retrieval embeddings: `"eos"` pools the
             last token (the end token EncodEval appends) instead of the masked mean, and the paper protocol's
             retrieval honours it as EncodEval does; `"mean"` or None: the masked mean.
@@ -242,6 +251,7 @@ class AveyBConfig(PretrainedConfig):
         multivector_dim: int = 128,
         context_len: int | None = None,
         retrieval_pooling: str | None = None,
+        padding: str = "masked",
         pad_token_id: int | None = None,
         tie_word_embeddings: bool = True,
         **kwargs,
@@ -291,6 +301,7 @@ class AveyBConfig(PretrainedConfig):
         self.multivector_dim = multivector_dim
         self.context_len = context_len
         self.retrieval_pooling = retrieval_pooling
+        self.padding = padding
         self.mixer_types = mixer_types
         if "max_position_embeddings" in kwargs:
             raise ValueError("AveyBConfig has no max_position_embeddings: Avey-B has no position table and takes "
@@ -421,6 +432,7 @@ class AveyBConfig(PretrainedConfig):
         _choice("embedding_kind", self.embedding_kind, ("dense", "sparse"))
         if self.retrieval_pooling is not None:
             _choice("retrieval_pooling", self.retrieval_pooling, RETRIEVAL_POOLINGS)
+        _choice("padding", self.padding, PADDINGS)
 
     def _validate_numbers(self) -> None:
         """Scales, temperatures, epsilons, dropouts and the stated length."""

@@ -167,7 +167,8 @@ def _classification_loss(config: AveyBConfig, logits: torch.Tensor, labels: torc
 
 
 class AveyBForSequenceClassification(AveyBPreTrainedModel):
-    """Masked mean pooling -> (release MLP) -> dropout -> linear classifier."""
+    """Masked mean pooling (``padding="release"``: the mean over every position) -> (release MLP) -> dropout ->
+    linear classifier."""
 
     def __init__(self, config: AveyBConfig):
         super().__init__(config)
@@ -192,7 +193,8 @@ class AveyBForSequenceClassification(AveyBPreTrainedModel):
         **kwargs,
     ) -> SequenceClassifierOutput | tuple:
         out = self.model(input_ids, attention_mask, inputs_embeds, output_hidden_states, return_dict=True)
-        pooled = mean_pool(out.last_hidden_state, attention_mask)
+        # the release's head averages over every position, batch padding included (AveyBConfig.padding)
+        pooled = mean_pool(out.last_hidden_state, None if self.config.padding == "release" else attention_mask)
         if self.dense is not None:
             pooled = self.dense(pooled)
         logits = self.classifier(self.dropout(pooled))

@@ -15,6 +15,8 @@ Notable choices:
   tokens are moved to its front before the splits are cut and put back after, so the real tokens' outputs equal
   those of the unpadded sequence. Splits with no real token skip the processor; rows of different lengths are
   ranked each over its own splits. This bookkeeping lives in :mod:`avey_b.model.splits` (cut, then restore).
+  ``config.padding="release"`` reproduces the authors' release instead: ``attention_mask`` is ignored and both
+  kinds of padding are processed as tokens (:func:`avey_b.model.splits.cut_as_release`).
 - The ranker runs once, on the embedding output; the processor sees ``(B·n, C, d)`` rows, independent of ``N``,
   which is why the processor's cost is linear in ``N``; it runs them in chunks, eager and compiled alike, so its
   memory is linear in ``N`` too. The ablation ``ranker_placement="every_layer"`` (appendix
@@ -162,7 +164,10 @@ class AveyBModel(AveyBPreTrainedModel):
         # branch on values: every bookkeeping step of the cut is taken.
         x, ids = self._embed(input_ids, inputs_embeds)  # (B, N, d); ids: the token ids x embeds exactly, or None
         all_hidden = [x] if output_hidden_states else None
-        sp = splits.cut(x, attention_mask, ids, config.split_size, general=torch.compiler.is_compiling())
+        if config.padding == "release":  # the authors' release: no mask, padding processed as tokens
+            sp = splits.cut_as_release(x, ids, config.split_size, general=torch.compiler.is_compiling())
+        else:
+            sp = splits.cut(x, attention_mask, ids, config.split_size, general=torch.compiler.is_compiling())
 
         if self.every_layer:  # the ablation: a new choice, new rows, before every layer
             h = self._rank_every_layer(sp, all_hidden)  # (R, S, d)

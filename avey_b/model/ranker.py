@@ -10,7 +10,9 @@ The ranker runs once per forward pass, on the embedding output (§3.1), in the p
    (padding never matches and never votes).
 2. **Top-k** (:func:`reference_choice`): the ``k`` allowed candidates with the highest MaxSim — unidirectionally
    the preceding splits, bidirectionally (§4.1) every other split, never a split with no real token. Repeated text
-   makes exact ties common: the nearer split wins, at equal distance the preceding one.
+   makes exact ties common: the nearer split wins, at equal distance the preceding one. (The authors' release
+   takes ``torch.topk``'s order, which is implementation-defined for ties — on CPU, the top 3 of 5 equal scores
+   are 2, 4, 3 — so no rule reproduces it; under ``padding="release"`` ties arise where splits hold the pad token.)
 3. **Weighted selective split** (:meth:`Ranker.weighted_selective_split`): the selected scores are divided by the
    largest of them (the release: the smallest), each selected split is weighted by its normalized score and
    concatenated before the current split, ``X_cat = [w_1 X_{j1} | … | w_k X_{jk} | X_i]``, empty slots as zeros on

@@ -10,6 +10,9 @@ Avey-B works on splits of ``S`` tokens (§3): a ``(B, N, d)`` batch becomes ``(B
   to the ranker, the compressor and the layers: positions where ``keep`` is False.
 * **Empty splits.** A split with no real token need not be processed (eager only: how many there are depends on
   the values): :attr:`Splits.rows` lists the processor rows that hold one; the others come back as zeros.
+* **The release's padding** (``AveyBConfig.padding="release"``, :func:`cut_as_release`): the authors' release
+  ignores ``attention_mask``; the last split is padded with zero rows that the ranker, the compressor and every
+  layer take as tokens, and batch padding (the pad token's embedding) is a token like any other.
 * **Compiling and exporting** (``general=True``): the graph must not branch on values, so every step is taken
   whether it is needed or not (the results are the same), and under ``torch.export`` the split count is computed
   as a value with its facts stated, so that the exported graph holds for every length.
@@ -133,3 +136,21 @@ def cut(x: torch.Tensor, attention_mask: torch.Tensor | None, ids: torch.Tensor 
             rows = nonempty.nonzero().squeeze(1)
     return Splits(x=x.reshape(B, n, S, d), keep=keep, ids=None if ids is None else ids.reshape(B, n, S),
                   order=order, rows=rows, length=N)
+
+
+def cut_as_release(x: torch.Tensor, ids: torch.Tensor | None, S: int, general: bool = False) -> Splits:
+    """``x`` (B, N, d) cut into splits of ``S`` tokens as the authors' release cuts it (``AveyBConfig.padding=
+    "release"``): no mask, the last split padded with zero rows, which the ranker (§3.1), the compressor (§4.3) and
+    the static and dynamic mixing (§4.2) then take as tokens; whatever pads the batch's rows is embedded and
+    processed as tokens too. The padding is dropped at the end (:meth:`Splits.restore`), as the release drops it.
+
+    Token ``ids`` (B, N) are kept only without split padding: a zero row embeds no token id, so the ranker's
+    vocabulary path does not apply to it. ``general``: take every step regardless of the values (when compiling or
+    exporting)."""
+    B, N, d = x.shape
+    n = split_count(N, S)
+    pad = n * S - N
+    if general or pad:
+        x, ids = F.pad(x, (0, 0, 0, pad)), None
+    return Splits(x=x.reshape(B, n, S, d), keep=None, ids=None if ids is None else ids.reshape(B, n, S),
+                  order=None, rows=None, length=N)
