@@ -71,13 +71,18 @@ Which runtime answers faster depends on the machine and on the lengths of the re
 inputs, least on long ones): measure yours with benchmarks/serve/ (int8.py: one runtime at a time, by length;
 load.py: a server under concurrent clients; recorded results in its README.md).
 Logs on stderr (--log-level): one access line per request (method, path, status, inputs, tokens, ms). SIGTERM:
-the requests in flight are answered, new connections refused, then the server exits.
+the server drains — every new request gets 503 with `Connection: close` for at least --drain-s and until the
+requests in flight are answered — then its port closes and it exits.
+Doors (SECURITY.md): with no API key it serves loopback addresses only, unless --allow-no-key-on-network; a
+request's headers, then its body, must each arrive within --body-timeout-s (else 408, the connection closed); idle
+connections close after --keep-alive-s; past --max-connections a request gets 503.
 """
 
 # The modules: batcher (the queue and the worker), work (what a batch computes), schemas (the request bodies),
 # service (names, limits, tokenization off the event loop; the routes' dependencies), routes_openai, routes_tei and
-# routes_server (/health, /metrics: module-level routers), observe (API key, body cap, access log, metrics) and app
-# (build_app, run). This package imports them when one of their names is first asked for, so that ``avey-b serve
+# routes_server (/health, /metrics: module-level routers), observe (drain, API key, body cap and timeout, access
+# log, metrics), guard (the network check, uvicorn's timeouts and limits, the drain at SIGTERM) and app (build_app,
+# run). This package imports them when one of their names is first asked for, so that ``avey-b serve
 # --help`` (which shows this docstring) imports no torch.
 
 import importlib
