@@ -33,8 +33,9 @@ class ServeOptions:
     """the model's name in every response and in /v1/models, and the only `model` a request may name (another:
     404); default: the model directory's name (a Hub id as given); a server path is never shown"""
     api_key: str | None = None
-    """require `Authorization: Bearer KEY` on every route but /health (without it: 401); default: the environment
-    variable AVEY_B_API_KEY, if set (safer: a flag shows in the process list); none: no key asked"""
+    """require `Authorization: Bearer KEY` on every route but /health and /openapi.json (without it: 401);
+    default: the environment variable AVEY_B_API_KEY, if set (safer: a flag shows in the process list); none: no
+    key asked"""
     allow_no_key_on_network: bool = False
     """serve with no API key on an address other than loopback (127.0.0.1, ::1, localhost): anyone who reaches
     the address uses the model; without this flag such a server refuses to start (give --api-key or

@@ -10,8 +10,9 @@ Model: a tiny cross-encoder (``presets.tiny``, one label, seed 0, the toy WordPi
 route), which is counted as the client's error it is. Server: ``avey-b serve MODEL --api-key KEY --threads 1
 --precision fp32`` (default limits but ``--max-request-inputs 64``). Load: ``--clients`` threads (httpx, one
 kept-alive connection each) share a rate of ``--rate`` requests a second (a token bucket); each request is drawn
-(seeded) from the valid requests of every route (texts of 1 to ``--longest`` toy words, log-uniform; a third of the
-embedding requests extend a fixed conversation, which the prefix cache serves) or, with probability
+(seeded) from the valid requests of every route (texts of 1 to ``--longest`` toy words, log-uniform; a tenth of the
+requests are the next turn, of 1 to 100 words, of a conversation of 20 turns re-embedded whole at every turn, which
+the prefix cache serves) or, with probability
 ``--malformed``, from the malformed ones (invalid JSON, a wrong type, an unknown field, no key, a wrong key, an empty
 input, too many inputs, a token id outside the vocabulary, an unknown route, a wrong method). Each window line:
 requests by outcome, the server's RSS (``VmRSS``) at its end, p50/p99 latency of the valid requests answered 200,
@@ -49,9 +50,11 @@ def text(rng: random.Random, longest: int) -> str:
 def valid(rng: random.Random, longest: int, conversation: list[str]) -> tuple[str, str, object, int]:
     """(method, path, JSON body or None, the status expected)."""
     t = lambda: text(rng, longest)  # noqa: E731
-    if rng.random() < 0.1:  # a conversation re-embedded at every turn: the prefix cache's case
-        conversation.append(t())
-        return "POST", "/v1/embeddings", {"input": " ".join(conversation[-40:])}, 200
+    if rng.random() < 0.1:  # a conversation re-embedded at every turn (the prefix cache's case), 20 turns long
+        if len(conversation) == 20:
+            conversation.clear()
+        conversation.append(text(rng, 100))
+        return "POST", "/v1/embeddings", {"input": " ".join(conversation)}, 200
     return rng.choice([
         ("GET", "/health", None, 200), ("GET", "/metrics", None, 200), ("GET", "/v1/models", None, 200),
         ("GET", "/v1/models/soak", None, 200), ("GET", "/info", None, 200),
@@ -185,7 +188,7 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=20, help="requests a second, all clients together")
     parser.add_argument("--clients", type=int, default=4)
     parser.add_argument("--malformed", type=float, default=0.1)
-    parser.add_argument("--longest", type=int, default=2000, help="the longest text, in words")
+    parser.add_argument("--longest", type=int, default=1000, help="the longest text, in words")
     parser.add_argument("--window-s", type=float, default=30)
     parser.add_argument("--out", default=str(HERE / "soak.jsonl"))
     args = parser.parse_args()

@@ -38,7 +38,8 @@ TEI:
   POST /decode       ids (a list, or lists), skip_special_tokens -> [text]
   GET  /info         model, type, limits, threads, device;  POST /  what huggingface_hub.InferenceClient(
                      base_url=URL) posts: text classification ({inputs, parameters}) on a classifier, else /embed
-Also: GET /health (the model, what it serves, its limits; no API key needed) and GET /metrics (Prometheus:
+Also: GET /health (the model, what it serves, its limits; no API key needed), GET /openapi.json (every route's
+request and answer bodies; no API key needed) and GET /metrics (Prometheus:
 avey_b_requests_total by method, route, status; avey_b_request_duration_seconds; avey_b_inputs_total and
 avey_b_tokens_total by route; avey_b_queue_inputs; with the prefix cache, avey_b_prefix_cache_hits_total,
 _misses_total, _tokens_saved_total, _tokens_computed_total, _evictions_total, _bytes and _entries).

@@ -22,6 +22,7 @@ from avey_b.apps.options import ServeOptions
 from avey_b.apps.serve import routes_openai, routes_server, routes_tei
 from avey_b.apps.serve.batcher import Batcher
 from avey_b.apps.serve.observe import Gate, Metrics, Traffic, error_body, log
+from avey_b.apps.serve.openapi import openapi_schema
 from avey_b.apps.serve.service import Service
 from avey_b.apps.serve.work import answer_batch
 from avey_b.inference.encoder import Encoder
@@ -32,9 +33,15 @@ API_KEY_VARIABLE = "AVEY_B_API_KEY"
 
 
 async def http_error(request, error: StarletteHTTPException) -> JSONResponse:
-    """An HTTP error answered with :func:`error_body` (and the error's headers)."""
-    return JSONResponse(error_body(error.status_code, str(error.detail), error.detail),
-                        status_code=error.status_code, headers=getattr(error, "headers", None))
+    """An HTTP error answered with :func:`error_body` (and the error's headers); the router's bare "Not Found" and
+    "Method Not Allowed" name the request's method and path, and what the server has instead."""
+    message, headers = str(error.detail), getattr(error, "headers", None)
+    where = f"{request.method} {request.url.path}"
+    if error.status_code == 404 and message == "Not Found":
+        message = f"no route {where}: this server's routes and their bodies are listed at GET /openapi.json"
+    elif error.status_code == 405 and message == "Method Not Allowed":
+        message = f"{where}: the route has no {request.method}; it takes {(headers or {}).get('Allow', 'another')}"
+    return JSONResponse(error_body(error.status_code, message), status_code=error.status_code, headers=headers)
 
 
 async def invalid_request(request, error: RequestValidationError) -> JSONResponse:
@@ -84,6 +91,7 @@ def build_app(encoder: Encoder, options: ServeOptions) -> FastAPI:
                        traffic=app.state.traffic, body_timeout_s=options.body_timeout_s)
     for router in (routes_server.router, routes_openai.router, routes_tei.router):
         app.include_router(router)
+    app.openapi = functools.partial(openapi_schema, app)
     return app
 
 

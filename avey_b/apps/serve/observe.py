@@ -16,8 +16,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 #: the access log (one line per request at info) and the server's messages
 log = logging.getLogger("avey_b.serve")
 
-#: routes reachable without the API key
-OPEN_PATHS = ("/health",)
+#: routes reachable without the API key: the health check, and the API's schema (what a client needs to know to call
+#: it, nothing of the model's answers)
+OPEN_PATHS = ("/health", "/openapi.json")
 
 
 class Metrics:

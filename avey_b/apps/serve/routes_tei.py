@@ -9,6 +9,7 @@ from typing import Annotated
 import numpy as np
 from fastapi import APIRouter, Depends, HTTPException, Request
 
+from avey_b.apps.serve.answers import Info, Label, Predictions, Ranked, Token, Vectors, ok
 from avey_b.apps.serve.schemas import (
     DecodeRequest,
     EmbedAllRequest,
@@ -29,7 +30,7 @@ def labelled(values: np.ndarray, id2label: dict) -> list[dict]:
     return sorted(({"score": float(v), "label": id2label[i]} for i, v in enumerate(values)), key=lambda d: -d["score"])
 
 
-@router.post("/embed")
+@router.post("/embed", responses=ok(Vectors))
 async def embed(request: Request, service: ServiceDep, body: Annotated[EmbedRequest, reading(EmbedRequest)]):
     dims = service.dimensions(body.dimensions)
     encoded = await service.encode(body.input, truncate=bool(body.truncate), direction=body.truncation_direction,
@@ -38,7 +39,7 @@ async def embed(request: Request, service: ServiceDep, body: Annotated[EmbedRequ
     return [finish_vector(v, dims, body.normalize).tolist() for v in await service.run("embed", encoded.ids)]
 
 
-@router.post("/embed_all")
+@router.post("/embed_all", responses=ok(list[list[list[float]]]))
 async def embed_all(request: Request, service: ServiceDep,
                     body: Annotated[EmbedAllRequest, reading(EmbedAllRequest)]):
     encoded = await service.encode(body.input, truncate=bool(body.truncate), direction=body.truncation_direction,
@@ -47,7 +48,7 @@ async def embed_all(request: Request, service: ServiceDep,
     return [v.tolist() for v in await service.run("tokens", encoded.ids)]
 
 
-@router.post("/predict")
+@router.post("/predict", responses=ok(Predictions))
 async def predict(request: Request, service: ServiceDep,
                   body: Annotated[PredictRequest, reading(PredictRequest, needs="classify")]):
     given = body.input
@@ -69,7 +70,7 @@ async def predict(request: Request, service: ServiceDep,
     return out[0] if single else out
 
 
-@router.post("/rerank")
+@router.post("/rerank", responses=ok(list[Ranked]))
 async def rerank(request: Request, service: ServiceDep,
                  body: Annotated[RerankRequest, reading(RerankRequest, needs="rerank")]):
     if not body.texts:
@@ -82,7 +83,7 @@ async def rerank(request: Request, service: ServiceDep,
             for i in sorted(range(len(values)), key=lambda i: -values[i])]
 
 
-@router.post("/tokenize")
+@router.post("/tokenize", responses=ok(list[list[Token]]))
 async def tokenize(request: Request, service: ServiceDep, body: Annotated[TokenizeRequest, reading(TokenizeRequest)]):
     texts, prefix = service.rows(body.input), service.prefix(body.prompt_name)
     texts = [prefix + t for t in texts]
@@ -103,7 +104,7 @@ def token_table(tokenizer, texts: list[str], add_special_tokens: bool) -> list[l
                                                     enc["offset_mapping"], strict=True)]
 
 
-@router.post("/decode")
+@router.post("/decode", responses=ok(list[str]))
 async def decode(request: Request, service: ServiceDep, body: Annotated[DecodeRequest, reading(DecodeRequest)]):
     rows = service.rows(body.ids)
     try:
@@ -115,7 +116,7 @@ async def decode(request: Request, service: ServiceDep, body: Annotated[DecodeRe
                                    skip_special_tokens=body.skip_special_tokens)
 
 
-@router.get("/info")
+@router.get("/info", responses=ok(Info))
 def tei_info(request: Request, service: ServiceDep):
     encoder, config, options = service.encoder, service.encoder.config, service.options
     if "rerank" in encoder.kinds:  # TEI's fields, then this server's
@@ -139,10 +140,14 @@ def tei_info(request: Request, service: ServiceDep):
 
 async def inference_client_body(request: Request, service: ServiceDep) -> TextClassificationRequest | EmbedRequest:
     """``POST /``'s body: text classification's on a classifier, else ``/embed``'s."""
-    return await read(request, TextClassificationRequest if "classify" in service.encoder.kinds else EmbedRequest)
+    return await read(request, inference_client_body.body_type(service))
 
 
-@router.post("/")
+inference_client_body.body_type = lambda service: (TextClassificationRequest if "classify" in service.encoder.kinds
+                                                   else EmbedRequest)
+
+
+@router.post("/", responses=ok(Vectors | list[list[Label]]))
 async def root(request: Request, service: ServiceDep,
                body: Annotated[TextClassificationRequest | EmbedRequest, Depends(inference_client_body)]):
     """``InferenceClient(base_url=URL)``'s tasks: text classification on a classifier, else ``/embed``."""
