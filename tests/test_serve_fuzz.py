@@ -106,14 +106,16 @@ def test_every_route_has_its_request_and_answer_bodies_in_the_schema(cross_encod
 
 
 def test_an_unknown_route_and_a_wrong_method_are_named_in_the_answer(cross_encoder):
-    """Found by the fuzz run: the router's bare "Not Found" / "Method Not Allowed" named neither the route nor the
-    way out."""
+    """Found by the fuzz run (benchmarks/serve/fuzz.jsonl, seed 4): a model name with a newline is no route, and
+    the router's bare "Not Found" (and "Method Not Allowed") named neither the route nor the way out."""
     auth = {"Authorization": f"Bearer {KEY}"}
     missing = httpx.post(cross_encoder + "/v1/nothing", json={}, headers=auth)
     wrong = httpx.put(cross_encoder + "/embed", json={"inputs": "a"}, headers=auth)
     assert missing.status_code == 404 and missing.json()["error"]["message"].startswith(
         "no route POST /v1/nothing: this server's routes and their bodies are listed at GET /openapi.json")
     assert wrong.status_code == 405 and wrong.json()["detail"] == "PUT /embed: the route has no PUT; it takes POST"
+    odd = httpx.get(cross_encoder + "/v1/models/c%C2%B4%0A", headers=auth)  # the fuzz run's case: a newline
+    assert odd.status_code == 404 and odd.json()["error"]["message"].startswith("no route GET /v1/models/c")
 
 
 def test_without_the_key_generated_requests_get_401s_that_conform(cross_encoder):

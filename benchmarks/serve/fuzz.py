@@ -77,10 +77,11 @@ def run(url: str, seed: int, seconds: int, with_key: bool) -> tuple[dict, str]:
     started = time.monotonic()
     done = subprocess.run(command, capture_output=True, text=True, env=env)
     out = done.stdout + done.stderr
-    found = re.search(r"(\d+) generated(?:, (\d+) passed)?(?:, (\d+) failed)?", out)
-    generated, passed, failed = (int(found.group(i) or 0) for i in (1, 2, 3)) if found else (0, 0, 0)
-    return {"seed": seed, "with_key": with_key, "exit": done.returncode, "generated": generated, "passed": passed,
-            "failed": failed, "seconds": round(time.monotonic() - started, 1),
+    generated = re.search(r"(\d+) generated", out)
+    unique = re.search(r"(\d+) unique failure", out)
+    return {"seed": seed, "with_key": with_key, "exit": done.returncode,
+            "generated": int(generated.group(1)) if generated else 0,
+            "unique_failures": int(unique.group(1)) if unique else 0, "seconds": round(time.monotonic() - started, 1),
             "loadavg": open("/proc/loadavg").read().split()[:3]}, out
 
 
