@@ -114,8 +114,9 @@ def test_an_unknown_route_and_a_wrong_method_are_named_in_the_answer(cross_encod
     assert missing.status_code == 404 and missing.json()["error"]["message"].startswith(
         "no route POST /v1/nothing: this server's routes and their bodies are listed at GET /openapi.json")
     assert wrong.status_code == 405 and wrong.json()["detail"] == "PUT /embed: the route has no PUT; it takes POST"
-    odd = httpx.get(cross_encoder + "/v1/models/c%C2%B4%0A", headers=auth)  # the fuzz run's case: a newline
-    assert odd.status_code == 404 and odd.json()["error"]["message"].startswith("no route GET /v1/models/c")
+    odd = httpx.get(cross_encoder + "/v1/models/c%C2%B4%0Ab", headers=auth)  # the fuzz run's case: a newline
+    message = odd.json()["error"]["message"]
+    assert odd.status_code == 404 and message.startswith(("no route GET /v1/models/c", "the model 'c")), message
 
 
 def test_without_the_key_generated_requests_get_401s_that_conform(cross_encoder):
