@@ -302,38 +302,47 @@ def test_serve_onnx_names_a_missing_model_file(tmp_path):
 
 
 @pytest.mark.slow
-def test_sigterm_answers_the_requests_in_flight_and_refuses_new_ones(tmp_path):
-    """A 3 s batch wait holds a request in flight (the queue gauge says it waits); SIGTERM then: the server stops
-    taking connections at once, answers that request, and exits."""
+def test_sigterm_answers_the_requests_in_flight_and_new_ones_get_503_with_connection_close(tmp_path):
+    """A 3 s batch wait holds a request in flight (the queue gauge says it waits); SIGTERM then: the server drains —
+    every new request, on a new connection or on one kept alive, is answered 503 with Connection: close (never a
+    reset connection) — answers the request in flight, and exits; then connections are refused."""
     import threading
 
     from prometheus_client.parser import text_string_to_metric_families
 
     tok = toy.tokenizer(str(tmp_path))
     seeded(AveyBForSentenceEmbedding, presets.tiny(vocab_size=len(tok))).save_pretrained(tmp_path)
-    proc, url = start(tmp_path, "--batch-wait-ms", "3000")
+    proc, url = start(tmp_path, "--batch-wait-ms", "3000", "--drain-s", "1")
+    kept = httpx.Client(base_url=url)
     answers = {}
     thread = threading.Thread(target=lambda: answers.update(
         late=httpx.post(url + "/v1/embeddings", json={"input": "a good film"}, timeout=60)))
     thread.start()
 
     def waiting() -> float:
-        families = text_string_to_metric_families(httpx.get(url + "/metrics").text)
+        families = text_string_to_metric_families(kept.get("/metrics").text)
         return next(f for f in families if f.name == "avey_b_queue_inputs").samples[0].value
 
     deadline = time.time() + 30
     while waiting() != 1:
         assert time.time() < deadline, "the request never reached the queue"
     proc.send_signal(signal.SIGTERM)
-    refused = False
-    while not refused and thread.is_alive():
-        try:
-            httpx.get(url + "/health", timeout=1)
-        except httpx.TransportError:
+    during, refused = [], False
+    while thread.is_alive() and not refused:
+        try:  # any other transport error (a reset connection) fails the test
+            during.append(httpx.get(url + "/health", timeout=5))
+            during.append(kept.post("/embed", json={"inputs": "b"}, timeout=5))
+        except httpx.ConnectError:  # the drain ended: the answer in flight was sent before the port closed
             refused = True
+        time.sleep(0.2)
     thread.join()
     out, _ = proc.communicate(timeout=60)
-    assert refused, out[-2000:]
+    assert during, out[-2000:]
+    for answer in during:
+        assert answer.status_code == 503 and answer.headers["connection"] == "close", (answer, out[-2000:])
+        assert "shutting down" in answer.json()["error"]["message"]
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(url + "/health", timeout=1)
     assert answers["late"].status_code == 200 and len(answers["late"].json()["data"]) == 1
     assert "avey-b serve: shut down" in out
     assert "avey_b.serve: POST /v1/embeddings 200 inputs=1 tokens=5 " in out  # the access log, on stderr

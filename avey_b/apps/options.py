@@ -33,8 +33,24 @@ class ServeOptions:
     """the model's name in every response and in /v1/models, and the only `model` a request may name (another:
     404); default: the model directory's name (a Hub id as given); a server path is never shown"""
     api_key: str | None = None
-    """require `Authorization: Bearer KEY` on every route but /health (without it: 401); default: the environment
-    variable AVEY_B_API_KEY, if set (safer: a flag shows in the process list); none: no key asked"""
+    """require `Authorization: Bearer KEY` on every route but /health and /openapi.json (without it: 401);
+    default: the environment variable AVEY_B_API_KEY, if set (safer: a flag shows in the process list); none: no
+    key asked"""
+    allow_no_key_on_network: bool = False
+    """serve with no API key on an address other than loopback (127.0.0.1, ::1, localhost): anyone who reaches
+    the address uses the model; without this flag such a server refuses to start (give --api-key or
+    AVEY_B_API_KEY instead)"""
+    body_timeout_s: float = 30.0
+    """a request's headers must arrive within this many seconds of its first byte (else the connection is closed),
+    then its whole body within as many more (else 408 and the connection is closed), so that a slow client (a body
+    sent a byte a second) cannot hold a connection"""
+    keep_alive_s: float = 5.0
+    """an idle keep-alive connection is closed after this many seconds"""
+    max_connections: int = 512
+    """open connections (and requests in flight) at most: past it a new request gets 503 at once"""
+    drain_s: float = 1.0
+    """after SIGTERM, every new request gets 503 (Connection: close) for at least this many seconds, and until the
+    requests in flight are answered; then the port closes and the server exits"""
     log_level: str = "info"
     """the log on stderr: one access line per request at info (method, path, status, inputs, tokens, ms)"""
     max_tokens: int | None = None
@@ -76,6 +92,12 @@ class ServeOptions:
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ValueError(f"{name} must be at least 1, got {value}")
+        for name in ("body_timeout_s", "keep_alive_s"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.max_connections < 1 or self.drain_s < 0:
+            raise ValueError(f"max_connections must be at least 1 and drain_s at least 0, got "
+                             f"{self.max_connections} and {self.drain_s}")
         for name in ("prefix_cache_bytes", "block_tokens"):
             if (value := getattr(self, name)) is not None and value < 0:
                 raise ValueError(f"{name} must be at least 0, got {value}")

@@ -77,7 +77,13 @@ def from_pretrained(cls, load: Callable, name_or_path, *model_args, **kwargs):
     A release checkpoint's config comes from its ``config.json`` (its number of labels from the classifier's
     weights); keyword arguments naming config fields override it (e.g. ``num_labels=5`` with
     ``ignore_mismatched_sizes=True``).
+
+    Weights are never unpickled: safetensors, or a ``.bin`` read by ``torch.load(weights_only=True)`` (tensors
+    only; a file that needs more is refused), and ``weights_only=False`` is refused.
     """
+    if kwargs.get("weights_only", True) is not True:
+        raise ValueError("weights_only=False would unpickle the checkpoint (running any code it holds): Avey-B "
+                         "loads safetensors, or a .bin with weights_only=True only")
     directory = None if name_or_path is None else release.resolve_release_directory(name_or_path, **kwargs)
     if directory is not None:
         config, state_dict = _release_config_and_weights(cls, directory, kwargs)

@@ -106,13 +106,14 @@ def save_checkpoint(run_dir, step: int, model, tokenizer, train_state: dict, kee
 
 def load_train_state(ckpt: str | Path, trust_unverified: bool = False) -> dict:
     """The training state of a checkpoint, after checking every file of it (:func:`check_model_dir`; one without
-    ``SHA256SUMS`` only with ``trust_unverified``)."""
+    ``SHA256SUMS`` only with ``trust_unverified``). Read with ``weights_only=True``: tensors and plain Python
+    values only, never an arbitrary pickle (a file that needs more is refused, nothing of it run)."""
     path = Path(ckpt) / STATE_FILE
     if not path.exists():
         raise FileNotFoundError(f"{ckpt} is not a training checkpoint (no {STATE_FILE})")
     check_model_dir(ckpt, "--resume", trust_unverified)
     try:
-        return torch.load(path, map_location="cpu", weights_only=False)
+        return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as error:  # a checkpoint from before SHA256SUMS can still be damaged: name the file
         raise DamagedCheckpoint(f"{path} cannot be read ({type(error).__name__}: {error})") from error
 

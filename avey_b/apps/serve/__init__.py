@@ -40,10 +40,11 @@ TEI:
                      -> [{index, score[, text]}] best first: late interaction (MaxSim) on a multi-vector model
   POST /tokenize     inputs, add_special_tokens, prompt_name -> per input [{id, text, special, start, stop}]
   POST /decode       ids (a list, or lists), skip_special_tokens -> [text]
-  GET  /info         model, type, outputs (the vector kinds it returns: dense, multivector), limits, threads,
-                     device;  POST /  what huggingface_hub.InferenceClient(base_url=URL) posts: text
+  GET  /info         model, type, outputs (the vector kinds it returns: dense, sparse, multivector), limits,
+                     threads, device;  POST /  what huggingface_hub.InferenceClient(base_url=URL) posts: text
                      classification ({inputs, parameters}) on a classifier, else /embed
-Also: GET /health (the model, what it serves, its limits; no API key needed) and GET /metrics (Prometheus:
+Also: GET /health (the model, what it serves, its limits; no API key needed), GET /openapi.json (every route's
+request and answer bodies; no API key needed) and GET /metrics (Prometheus:
 avey_b_requests_total by method, route, status; avey_b_request_duration_seconds; avey_b_inputs_total and
 avey_b_tokens_total by route; avey_b_queue_inputs; with the prefix cache, avey_b_prefix_cache_hits_total,
 _misses_total, _tokens_saved_total, _tokens_computed_total, _evictions_total, _bytes and _entries).
@@ -76,13 +77,18 @@ Which runtime answers faster depends on the machine and on the lengths of the re
 inputs, least on long ones): measure yours with benchmarks/serve/ (int8.py: one runtime at a time, by length;
 load.py: a server under concurrent clients; recorded results in its README.md).
 Logs on stderr (--log-level): one access line per request (method, path, status, inputs, tokens, ms). SIGTERM:
-the requests in flight are answered, new connections refused, then the server exits.
+the server drains — every new request gets 503 with `Connection: close` for at least --drain-s and until the
+requests in flight are answered — then its port closes and it exits.
+Doors (SECURITY.md): with no API key it serves loopback addresses only, unless --allow-no-key-on-network; a
+request's headers, then its body, must each arrive within --body-timeout-s (else 408, the connection closed); idle
+connections close after --keep-alive-s; past --max-connections a request gets 503.
 """
 
 # The modules: batcher (the queue and the worker), work (what a batch computes), schemas (the request bodies),
 # service (names, limits, tokenization off the event loop; the routes' dependencies), routes_openai, routes_tei and
-# routes_server (/health, /metrics: module-level routers), observe (API key, body cap, access log, metrics) and app
-# (build_app, run). This package imports them when one of their names is first asked for, so that ``avey-b serve
+# routes_server (/health, /metrics: module-level routers), observe (drain, API key, body cap and timeout, access
+# log, metrics), guard (the network check, uvicorn's timeouts and limits, the drain at SIGTERM) and app (build_app,
+# run). This package imports them when one of their names is first asked for, so that ``avey-b serve
 # --help`` (which shows this docstring) imports no torch.
 
 import importlib

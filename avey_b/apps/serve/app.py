@@ -21,7 +21,8 @@ from avey_b import configs
 from avey_b.apps.options import ServeOptions
 from avey_b.apps.serve import routes_openai, routes_server, routes_tei
 from avey_b.apps.serve.batcher import Batcher
-from avey_b.apps.serve.observe import Gate, Metrics, error_body, log
+from avey_b.apps.serve.observe import Gate, Metrics, Traffic, error_body, log
+from avey_b.apps.serve.openapi import openapi_schema
 from avey_b.apps.serve.service import Service
 from avey_b.apps.serve.work import answer_batch
 from avey_b.inference.encoder import Encoder
@@ -32,9 +33,15 @@ API_KEY_VARIABLE = "AVEY_B_API_KEY"
 
 
 async def http_error(request, error: StarletteHTTPException) -> JSONResponse:
-    """An HTTP error answered with :func:`error_body` (and the error's headers)."""
-    return JSONResponse(error_body(error.status_code, str(error.detail), error.detail),
-                        status_code=error.status_code, headers=getattr(error, "headers", None))
+    """An HTTP error answered with :func:`error_body` (and the error's headers); the router's bare "Not Found" and
+    "Method Not Allowed" name the request's method and path, and what the server has instead."""
+    message, headers = str(error.detail), getattr(error, "headers", None)
+    where = f"{request.method} {request.url.path}"
+    if error.status_code == 404 and message == "Not Found":
+        message = f"no route {where}: this server's routes and their bodies are listed at GET /openapi.json"
+    elif error.status_code == 405 and message == "Method Not Allowed":
+        message = f"{where}: the route has no {request.method}; it takes {(headers or {}).get('Allow', 'another')}"
+    return JSONResponse(error_body(error.status_code, message), status_code=error.status_code, headers=headers)
 
 
 async def invalid_request(request, error: RequestValidationError) -> JSONResponse:
@@ -65,6 +72,11 @@ def _version() -> str:
         return "unknown"
 
 
+def api_key_of(options: ServeOptions) -> str | None:
+    """The API key: ``options.api_key``, else the environment's ``AVEY_B_API_KEY``, else None (no key asked)."""
+    return options.api_key or os.environ.get(API_KEY_VARIABLE) or None
+
+
 def build_app(encoder: Encoder, options: ServeOptions) -> FastAPI:
     """The FastAPI application serving ``encoder`` (its batcher starts with the app and stops at shutdown, after
     the requests in flight are answered). The API key is ``options.api_key``, else the environment's
@@ -74,20 +86,23 @@ def build_app(encoder: Encoder, options: ServeOptions) -> FastAPI:
     app = FastAPI(title="avey-b serve", version=_version(), lifespan=lifespan,
                   exception_handlers={StarletteHTTPException: http_error, RequestValidationError: invalid_request})
     app.state.service, app.state.metrics, app.state.max_tokens = service, metrics, service.max_tokens
-    api_key = options.api_key or os.environ.get(API_KEY_VARIABLE) or None
-    app.add_middleware(Gate, api_key=api_key, max_body_bytes=options.max_body_bytes, metrics=metrics)
+    app.state.traffic = Traffic()
+    app.add_middleware(Gate, api_key=api_key_of(options), max_body_bytes=options.max_body_bytes, metrics=metrics,
+                       traffic=app.state.traffic, body_timeout_s=options.body_timeout_s)
     for router in (routes_server.router, routes_openai.router, routes_tei.router):
         app.include_router(router)
+    app.openapi = functools.partial(openapi_schema, app)
     return app
 
 
 def run(args: argparse.Namespace) -> int:
     """``avey-b serve MODEL``: load the model once, then serve until SIGTERM / Ctrl-C."""
     try:
-        import uvicorn
+        from avey_b.apps.serve import guard
     except ImportError:
         raise SystemExit("avey-b serve needs the serving extra: pip install 'avey-b[serve]'") from None
     options = configs.from_args(ServeOptions, args)
+    guard.check_exposure(options, api_key_of(options))  # before the model loads: a refusal at once
     logging.basicConfig(stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     log.setLevel(options.log_level.upper())
     encoder = Encoder(args.model, configs.from_args(LoadOptions, args)).load()
@@ -100,5 +115,5 @@ def run(args: argparse.Namespace) -> int:
           f"{app.state.max_tokens:,} tokens; {service.documents.describe()}\n{encoder.describe()}", flush=True)
     encoder.watch_shared_cpu(lambda message: print(message, file=sys.stderr, flush=True),
                              "restart the server with --threads 1 (or one per idle core)")
-    uvicorn.run(app, host=options.host, port=options.port, log_level=options.log_level, access_log=False)
+    guard.server(app, options).run()
     return 0

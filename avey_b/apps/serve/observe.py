@@ -1,8 +1,10 @@
-"""What wraps every request: the API key, the cap on body bytes, one access-log line, and the Prometheus metrics
-(``prometheus-client``, a registry of the app's own, served at ``GET /metrics``)."""
+"""What wraps every request: the drain at shutdown, the API key, the cap on body bytes and on the time to send the
+body, one access-log line, and the Prometheus metrics (``prometheus-client``, a registry of the app's own, served at
+``GET /metrics``)."""
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
 import logging
@@ -14,8 +16,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 #: the access log (one line per request at info) and the server's messages
 log = logging.getLogger("avey_b.serve")
 
-#: routes reachable without the API key
-OPEN_PATHS = ("/health",)
+#: routes reachable without the API key: the health check, and the API's schema (what a client needs to know to call
+#: it, nothing of the model's answers)
+OPEN_PATHS = ("/health", "/openapi.json")
 
 
 class Metrics:
@@ -69,14 +72,30 @@ class BodyTooLarge(Exception):
     pass
 
 
-class Gate:
-    """ASGI middleware, outermost but for the server-error handler: refuses a request without the API key (401,
-    saying whether the key is missing, malformed or wrong)
-    or with a body over ``max_body_bytes`` (413: by its Content-Length before reading it, else while reading it),
-    then writes the access-log line and the metrics of every answer."""
+class BodyTooSlow(Exception):
+    pass
 
-    def __init__(self, app, *, api_key: str | None, max_body_bytes: int, metrics: Metrics):
+
+class Traffic:
+    """The requests in flight (passed to the routes), and whether the server drains (after SIGTERM: every new
+    request is answered 503; :class:`avey_b.apps.serve.guard.DrainingServer`)."""
+
+    def __init__(self):
+        self.in_flight, self.draining = 0, False
+
+
+class Gate:
+    """ASGI middleware, outermost but for the server-error handler: refuses every request while the server drains
+    (503, ``Connection: close``), a request without the API key (401, saying whether the key is missing, malformed
+    or wrong; the key is compared in constant time and never repeated), with a body over ``max_body_bytes`` (413: by
+    its Content-Length before reading it, else while reading it) or whose body has not all arrived
+    ``body_timeout_s`` after its headers (408); the last two close the connection. Then it writes the access-log
+    line and the metrics of every answer."""
+
+    def __init__(self, app, *, api_key: str | None, max_body_bytes: int, metrics: Metrics, traffic: Traffic,
+                 body_timeout_s: float):
         self.app, self.api_key, self.max_body_bytes, self.metrics = app, api_key, max_body_bytes, metrics
+        self.traffic, self.body_timeout_s = traffic, body_timeout_s
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -100,27 +119,51 @@ class Gate:
         try:
             length = headers.get(b"content-length")
             refusal = self.refusal(headers) if self.api_key and scope["path"] not in OPEN_PATHS else None
-            if refusal:
+            if self.traffic.draining:
+                await refuse(503, "the server is shutting down: retry on another instance or once it is back",
+                             {"connection": "close", "retry-after": "1"})
+            elif refusal:
                 await refuse(401, refusal, {"www-authenticate": "Bearer"})
             elif length is not None and length.isdigit() and int(length) > self.max_body_bytes:
-                await refuse(413, self.too_large(f"{int(length):,} bytes"))
+                await refuse(413, self.too_large(f"{int(length):,} bytes"), {"connection": "close"})
             else:
-                read = 0
-
-                async def counted():
-                    nonlocal read
-                    message = await receive()
-                    read += len(message.get("body", b""))
-                    if read > self.max_body_bytes:
-                        raise BodyTooLarge
-                    return message
-
-                try:
-                    await self.app(scope, counted, send_status)
-                except BodyTooLarge:
-                    await refuse(413, self.too_large(f"more than {self.max_body_bytes:,} bytes"))
+                await self.admit(scope, self.bounded(receive, started), send_status, refuse)
         finally:
             self.record(scope, state, status[0], time.perf_counter() - started)
+
+    def bounded(self, receive, started: float):
+        """``receive`` that raises :class:`BodyTooLarge` past ``max_body_bytes`` and :class:`BodyTooSlow` when the
+        body is not complete ``body_timeout_s`` after ``started``."""
+        read, complete = 0, False
+
+        async def counted():
+            nonlocal read, complete
+            if complete:  # after the body, only the disconnect is left to wait for: no bound
+                return await receive()
+            try:
+                message = await asyncio.wait_for(receive(), started + self.body_timeout_s - time.perf_counter())
+            except TimeoutError:
+                raise BodyTooSlow from None
+            read += len(message.get("body", b""))
+            complete = message["type"] != "http.request" or not message.get("more_body", False)
+            if read > self.max_body_bytes:
+                raise BodyTooLarge
+            return message
+
+        return counted
+
+    async def admit(self, scope, receive, send, refuse) -> None:
+        """Pass the request to the app (counted in flight), answering 413 / 408 when its body breaks a bound."""
+        self.traffic.in_flight += 1
+        try:
+            await self.app(scope, receive, send)
+        except BodyTooLarge:
+            await refuse(413, self.too_large(f"more than {self.max_body_bytes:,} bytes"), {"connection": "close"})
+        except BodyTooSlow:
+            await refuse(408, f"the request body did not arrive within this server's --body-timeout-s "
+                              f"{self.body_timeout_s:g} seconds: send it at once", {"connection": "close"})
+        finally:
+            self.traffic.in_flight -= 1
 
     def too_large(self, size: str) -> str:
         return (f"the request body has {size}, more than this server's --max-body-bytes {self.max_body_bytes:,}: "

@@ -8,6 +8,15 @@ from typing import Annotated
 from fastapi import APIRouter, HTTPException, Request
 
 from avey_b.apps.embed.chunks import chunk_ranges
+from avey_b.apps.serve.answers import (
+    ClassifyAnswer,
+    CohereRerankAnswer,
+    EmbeddingList,
+    FillMaskAnswer,
+    ModelCard,
+    ModelList,
+    ok,
+)
 from avey_b.apps.serve.schemas import (
     ClassifyRequest,
     CohereRerankRequest,
@@ -31,18 +40,18 @@ def card(service: Service) -> dict:
     return {"id": service.name, "object": "model", "created": service.created, "owned_by": "avey-b"}
 
 
-@router.get("/v1/models")
+@router.get("/v1/models", responses=ok(ModelList))
 def models(service: ServiceDep):
     return {"object": "list", "data": [card(service)]}
 
 
-@router.get("/v1/models/{model:path}")
+@router.get("/v1/models/{model:path}", responses=ok(ModelCard))
 def model(model: str, service: ServiceDep):
     service.check_model(model)
     return card(service)
 
 
-@router.post("/v1/embeddings")
+@router.post("/v1/embeddings", responses=ok(EmbeddingList))
 async def embeddings(request: Request, service: ServiceDep,
                      body: Annotated[EmbeddingRequest, reading(EmbeddingRequest)]):
     if body.encoding_format not in ENCODINGS:
@@ -70,7 +79,7 @@ async def embeddings(request: Request, service: ServiceDep,
             "usage": {"prompt_tokens": encoded.tokens, "total_tokens": encoded.tokens}}
 
 
-@router.post("/v1/classify")
+@router.post("/v1/classify", responses=ok(ClassifyAnswer))
 async def classify(request: Request, service: ServiceDep,
                    body: Annotated[ClassifyRequest, reading(ClassifyRequest, needs="classify")]):
     encoded = await service.encode(body.input)
@@ -83,7 +92,7 @@ async def classify(request: Request, service: ServiceDep,
             "usage": {"prompt_tokens": encoded.tokens, "total_tokens": encoded.tokens}}
 
 
-@router.post("/v1/fill-mask")
+@router.post("/v1/fill-mask", responses=ok(FillMaskAnswer))
 async def fill_mask(request: Request, service: ServiceDep,
                     body: Annotated[FillMaskRequest, reading(FillMaskRequest, needs="fill")]):
     tokenizer = service.encoder.tokenizer
@@ -114,8 +123,9 @@ async def cohere_rerank(request: Request, service: ServiceDep,
             "usage": {"total_tokens": encoded.tokens}}
 
 
-router.post("/v1/rerank")(cohere_rerank)  # one route on the two paths the rerank clients post to
-router.post("/v2/rerank")(cohere_rerank)
+# one route on the two paths the rerank clients post to
+router.post("/v1/rerank", responses=ok(CohereRerankAnswer))(cohere_rerank)
+router.post("/v2/rerank", responses=ok(CohereRerankAnswer))(cohere_rerank)
 
 
 def late_chunks(encoded, chunk_tokens: int | None, chunk_spans: list | None) -> list[list[tuple[int, int, int, int]]]:

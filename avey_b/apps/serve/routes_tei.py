@@ -10,14 +10,13 @@ import numpy as np
 import torch
 from fastapi import APIRouter, Depends, HTTPException, Request
 
+from avey_b.apps.serve.answers import Info, Label, Predictions, Ranked, SparseValue, Token, Vectors, ok
 from avey_b.apps.serve.schemas import (
     DecodeRequest,
     EmbedAllRequest,
     EmbedRequest,
     EmbedSparseRequest,
-    EmbedSparseResponse,
     MaxSimRequest,
-    MaxSimResult,
     PredictRequest,
     RerankRequest,
     TextClassificationRequest,
@@ -35,7 +34,7 @@ def labelled(values: np.ndarray, id2label: dict) -> list[dict]:
     return sorted(({"score": float(v), "label": id2label[i]} for i, v in enumerate(values)), key=lambda d: -d["score"])
 
 
-@router.post("/embed")
+@router.post("/embed", responses=ok(Vectors))
 async def embed(request: Request, service: ServiceDep, body: Annotated[EmbedRequest, reading(EmbedRequest)]):
     dims = service.dimensions(body.dimensions)
     encoded = await service.encode(body.input, truncate=bool(body.truncate), direction=body.truncation_direction,
@@ -44,7 +43,7 @@ async def embed(request: Request, service: ServiceDep, body: Annotated[EmbedRequ
     return [finish_vector(v, dims, body.normalize).tolist() for v in await service.run("embed", encoded.ids)]
 
 
-@router.post("/embed_all")
+@router.post("/embed_all", responses=ok(list[list[list[float]]]))
 async def embed_all(request: Request, service: ServiceDep,
                     body: Annotated[EmbedAllRequest, reading(EmbedAllRequest)]):
     """Per input, a vector per token: the multi-vector head's unit token vectors (``multivector_dim`` wide, what
@@ -56,7 +55,7 @@ async def embed_all(request: Request, service: ServiceDep,
     return [v.tolist() for v in await service.run(kind, encoded.ids)]
 
 
-@router.post("/embed_sparse", response_model=EmbedSparseResponse)
+@router.post("/embed_sparse", responses=ok(list[list[SparseValue]]))
 async def embed_sparse(request: Request, service: ServiceDep,
                        body: Annotated[EmbedSparseRequest, reading(EmbedSparseRequest, needs="sparse")]):
     """SPLADE's sparse vectors (a masked-LM checkpoint), TEI's shape: per input, ``[{"index", "value"}]`` of its
@@ -70,7 +69,7 @@ async def embed_sparse(request: Request, service: ServiceDep,
             for indices, values in await service.run("sparse", encoded.ids)]
 
 
-@router.post("/predict")
+@router.post("/predict", responses=ok(Predictions))
 async def predict(request: Request, service: ServiceDep,
                   body: Annotated[PredictRequest, reading(PredictRequest, needs="classify")]):
     given = body.input
@@ -92,7 +91,7 @@ async def predict(request: Request, service: ServiceDep,
     return out[0] if single else out
 
 
-@router.post("/rerank")
+@router.post("/rerank", responses=ok(list[Ranked]))
 async def rerank(request: Request, service: ServiceDep,
                  body: Annotated[RerankRequest, reading(RerankRequest, needs="rerank")]):
     if not body.texts:
@@ -101,11 +100,16 @@ async def rerank(request: Request, service: ServiceDep,
                                          direction=body.truncation_direction)
     note(request, len(body.texts), encoded.tokens)
     values = [float(scores(v, body.raw_scores)[0]) for v in await service.run("logits", encoded.ids)]
-    return [{"index": i, "score": values[i], **({"text": body.texts[i]} if body.return_text else {})}
+    return ranked(values, body.texts, body.return_text)
+
+
+def ranked(values: list[float], texts: list[str], return_text: bool) -> list[dict]:
+    """``/rerank``'s and ``/maxsim``'s answer: ``[{index, score[, text]}]``, best first."""
+    return [{"index": i, "score": values[i], **({"text": texts[i]} if return_text else {})}
             for i in sorted(range(len(values)), key=lambda i: -values[i])]
 
 
-@router.post("/maxsim", response_model=list[MaxSimResult], response_model_exclude_none=True)
+@router.post("/maxsim", responses=ok(list[Ranked]))
 async def maxsim(request: Request, service: ServiceDep,
                  body: Annotated[MaxSimRequest, reading(MaxSimRequest, needs="multivector")]):
     """The query's MaxSim against each text (late interaction: the sum over the query's token vectors of the best
@@ -118,11 +122,10 @@ async def maxsim(request: Request, service: ServiceDep,
     note(request, len(body.texts), encoded.tokens)
     vectors = [torch.from_numpy(v) for v in await service.run("multivector", encoded.ids)]
     values = (await asyncio.to_thread(query_scores, vectors[0], vectors[1:])).tolist()
-    return [MaxSimResult(index=i, score=values[i], text=body.texts[i] if body.return_text else None)
-            for i in sorted(range(len(values)), key=lambda i: -values[i])]
+    return ranked(values, body.texts, body.return_text)
 
 
-@router.post("/tokenize")
+@router.post("/tokenize", responses=ok(list[list[Token]]))
 async def tokenize(request: Request, service: ServiceDep, body: Annotated[TokenizeRequest, reading(TokenizeRequest)]):
     texts, prefix = service.rows(body.input), service.prefix(body.prompt_name)
     texts = [prefix + t for t in texts]
@@ -143,7 +146,7 @@ def token_table(tokenizer, texts: list[str], add_special_tokens: bool) -> list[l
                                                     enc["offset_mapping"], strict=True)]
 
 
-@router.post("/decode")
+@router.post("/decode", responses=ok(list[str]))
 async def decode(request: Request, service: ServiceDep, body: Annotated[DecodeRequest, reading(DecodeRequest)]):
     rows = service.rows(body.ids)
     try:
@@ -155,7 +158,7 @@ async def decode(request: Request, service: ServiceDep, body: Annotated[DecodeRe
                                    skip_special_tokens=body.skip_special_tokens)
 
 
-@router.get("/info")
+@router.get("/info", responses=ok(Info))
 def tei_info(request: Request, service: ServiceDep):
     encoder, config, options = service.encoder, service.encoder.config, service.options
     if "rerank" in encoder.kinds:  # TEI's fields, then this server's
@@ -181,10 +184,14 @@ def tei_info(request: Request, service: ServiceDep):
 
 async def inference_client_body(request: Request, service: ServiceDep) -> TextClassificationRequest | EmbedRequest:
     """``POST /``'s body: text classification's on a classifier, else ``/embed``'s."""
-    return await read(request, TextClassificationRequest if "classify" in service.encoder.kinds else EmbedRequest)
+    return await read(request, inference_client_body.body_type(service))
 
 
-@router.post("/")
+inference_client_body.body_type = lambda service: (TextClassificationRequest if "classify" in service.encoder.kinds
+                                                   else EmbedRequest)
+
+
+@router.post("/", responses=ok(Vectors | list[list[Label]]))
 async def root(request: Request, service: ServiceDep,
                body: Annotated[TextClassificationRequest | EmbedRequest, Depends(inference_client_body)]):
     """``InferenceClient(base_url=URL)``'s tasks: text classification on a classifier, else ``/embed``."""

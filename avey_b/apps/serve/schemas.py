@@ -96,18 +96,6 @@ class EmbedSparseRequest(Truncation):
     prompt_name: str | None = None
 
 
-class SparseValue(BaseModel):
-    """One non-zero weight of a sparse vector, as TEI's ``/embed_sparse`` answers it: the vocabulary id and its
-    weight."""
-
-    index: int
-    value: float
-
-
-#: ``/embed_sparse``'s answer: per input, its non-zero weights in ascending ``index`` order.
-EmbedSparseResponse = list[list[SparseValue]]
-
-
 class PredictRequest(Truncation):
     """TEI's ``/predict``: ``inputs`` is a text, a pair ``[a, b]``, or a list of texts and pairs (as TEI reads it,
     a list of exactly two strings is one pair)."""
@@ -129,14 +117,6 @@ class MaxSimRequest(TruncationFields):
     query: str
     texts: list[str]
     return_text: bool = False
-
-
-class MaxSimResult(BaseModel):
-    """One text of a ``/maxsim`` answer: its index in ``texts``, its MaxSim score and (``return_text``) the text."""
-
-    index: int
-    score: float
-    text: str | None = None
 
 
 class TokenizeRequest(InputBody):

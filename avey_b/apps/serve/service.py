@@ -303,6 +303,7 @@ def reading(body_type: type[BaseModel], needs: str | None = None):
             service.needs(needs, request.scope["route"].path)
         return body
 
+    body.body_type = body_type  # the request body in the OpenAPI schema (avey_b.apps.serve.openapi)
     return Depends(body)
 
 
