@@ -259,12 +259,13 @@ def build_run(cfg: PretrainConfig, info, resume: str | None, overwrite: bool, tr
         raise rundir.RunDirError(f"--resume {resume_dir}: run_dir {run_dir} holds another run "
                                  f"({rundir.describe_contents(run_dir)}); "
                                  "resume into that checkpoint's own run dir or an empty one")
-    rundir.prepare(run_dir, resuming=resume_dir is not None, overwrite=overwrite, act=False)
+    # --resume before a first checkpoint (a run killed early) starts afresh in its own run dir
+    rundir.prepare(run_dir, resuming=resume is not None, overwrite=overwrite, act=False)
     geometry = BatchGeometry.of(cfg, info.world_size)
     check_inputs(cfg, resume_dir, trust_unverified)
     moved = None
     if info.is_main:
-        moved = rundir.prepare(run_dir, resuming=resume_dir is not None, overwrite=overwrite)
+        moved = rundir.prepare(run_dir, resuming=resume is not None, overwrite=overwrite)
         run_dir.mkdir(parents=True, exist_ok=True)
     if info.enabled:
         torch.distributed.barrier()
