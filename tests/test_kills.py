@@ -1,6 +1,6 @@
 """Jobs killed with SIGKILL at seeded random times, then resumed, end with the uninterrupted run's output (bit for bit,
 as each job promises), and nothing a kill leaves looks complete: the bounded slice of the schedule in
-``benchmarks/kills/kills.py`` (20 points per job there, with its recorded results), one point per job here,
+``benchmarks/kills/kills.py`` (20 points per job there, with its recorded results), one point per trainer here,
 mid-job: past a seeded milestone (a step, an epoch, a shard) plus a seeded delay."""
 
 import importlib.util
@@ -26,14 +26,14 @@ def inputs(kills, tmp_path_factory):
     return kills.prepare_inputs(tmp_path_factory.mktemp("kills"))
 
 
-@pytest.mark.parametrize("job", ["pretrain", "finetune", "embed"])
+# embed's kill mid-job is tests/test_embed.py's (SIGTERM) and the schedule's (SIGKILL); here the two trainers
+@pytest.mark.parametrize("job", ["pretrain", "finetune"])
 def test_a_job_killed_at_a_random_point_resumes_to_the_uninterrupted_output(kills, inputs, job, tmp_path):
     reference_dir = tmp_path / "reference"
-    duration = kills.run_to_end(kills.command(job, inputs, reference_dir))
+    kills.run_to_end(kills.command(job, inputs, reference_dir))
     reference = kills.output(job, reference_dir)
-    assert kills.same(job, reference, kills.output(job, reference_dir)) is None
     rng = random.Random(f"{job}-suite")
     milestone = rng.randint(1, kills.MILESTONES[job] - 1)  # mid-job
-    extra = rng.uniform(0, duration / (kills.MILESTONES[job] + 1))
+    extra = rng.uniform(0, 0.5)  # within the next step, epoch or shard: the job is still running
     result = kills.point(job, inputs, reference, tmp_path / "killed", milestone, extra)
     assert result["killed"] and result["equal"], result
