@@ -210,7 +210,7 @@ def test_the_release_converter_round_trip_is_exact(tmp_path_factory, seed, layer
 # -- slow lane: compiled and exported ------------------------------------------------------------------------------
 
 @pytest.mark.slow
-@few(4)
+@few(2)
 @given(batch=st.lists(rows(), min_size=1, max_size=3))
 def test_compiled_equals_eager(batch):
     m = model()
@@ -225,7 +225,7 @@ def test_compiled_equals_eager(batch):
 
 
 @pytest.mark.slow
-@few(6)
+@few(3)
 @given(batch=st.lists(rows(), min_size=1, max_size=3))
 def test_the_onnx_export_equals_eager(tmp_path_factory, batch):
     import onnxruntime as ort
