@@ -161,6 +161,21 @@ def test_an_interrupted_run_resumes_from_its_checkpoint_with_the_same_options_on
     assert (out / "results.json").is_file() and not (out / "checkpoints").exists()
 
 
+def test_resume_takes_the_newest_checkpoint_written_to_its_end(tmp_path):
+    """A kill while transformers writes a checkpoint leaves ``checkpoint-N`` without ``trainer_state.json`` (written
+    last) or with it cut short; --resume takes the newest complete one, never the partial one (transformers'
+    get_last_checkpoint took the highest number)."""
+    from avey_b.finetuning.common import last_complete_checkpoint
+
+    for step, state in ((3, '{"global_step": 3}'), (6, '{"global_st'), (9, None)):
+        (tmp_path / f"checkpoint-{step}").mkdir()
+        (tmp_path / f"checkpoint-{step}" / "model.safetensors").write_bytes(b"...")
+        if state is not None:
+            (tmp_path / f"checkpoint-{step}" / "trainer_state.json").write_text(state)
+    assert last_complete_checkpoint(tmp_path) == str(tmp_path / "checkpoint-3")
+    assert last_complete_checkpoint(tmp_path / "none") is None
+
+
 def test_multi_label_from_jsonl_lists(models, tmp_path):
     rng = random.Random(1)
     path = tmp_path / "tags.jsonl"

@@ -104,6 +104,17 @@ def test_resume_into_a_run_dir_of_another_run_is_refused(corpus, tmp_path):  # n
         main(["--resume", str(list_checkpoints(a)[-1])] + overrides(corpus, b, steps=4))
 
 
+def test_resume_of_a_run_killed_before_its_first_checkpoint_starts_afresh_in_its_run_dir(corpus, tmp_path):  # noqa: F811
+    """Found by the kill schedule (benchmarks/kills/): a run killed before its first checkpoint leaves its config,
+    history and metrics; --resume then said the directory "already holds a run. Pass --resume to continue it"."""
+    run = tmp_path / "run"
+    assert main(overrides(corpus, run, steps=2, **{"checkpoint.every": 0})) == 0
+    shutil.rmtree(run / "checkpoints")
+    shutil.rmtree(run / "model")  # what a kill before the first checkpoint leaves: config, history, metrics
+    assert main(["--resume"] + overrides(corpus, run, steps=2, **{"checkpoint.every": 0})) == 0
+    assert [p.name for p in list_checkpoints(run)] == ["step_00000002"] and (run / "model").is_dir()
+
+
 def test_misspelled_model_overrides_are_errors_for_hf_architectures_too(corpus, tmp_path):  # noqa: F811
     bert = overrides(corpus, tmp_path / "bert", steps=1, **{"model.arch": "bert",
                                                            "model.overrides": "{hidden_sise: 32}"})

@@ -77,11 +77,24 @@ def begin(options: OwnDataOptions) -> str | None:
         rundir.check_resume(json.loads(saved.read_text()), options.to_dict(), mutable=RESUMABLE_CHANGES)
     else:
         write_json_atomic(saved, options.to_dict())
-    if not options.resume:
-        return None
-    from transformers.trainer_utils import get_last_checkpoint
+    return last_complete_checkpoint(checkpoint_dir(options)) if options.resume else None
 
-    return get_last_checkpoint(str(checkpoint_dir(options))) if checkpoint_dir(options).is_dir() else None
+
+def last_complete_checkpoint(folder: Path) -> str | None:
+    """The newest trainer checkpoint under ``folder`` that was written to its end, or None. transformers writes a
+    ``checkpoint-N`` in place, ``trainer_state.json`` last, and its ``get_last_checkpoint`` takes the highest ``N``
+    whatever the directory holds: after a kill mid-save, that is a checkpoint without its state (or with it cut
+    short), which ``--resume`` must not read as complete."""
+    found = []
+    for path in Path(folder).glob("checkpoint-*"):
+        if not path.name.removeprefix("checkpoint-").isdigit():
+            continue
+        try:
+            json.loads((path / "trainer_state.json").read_text())
+        except (OSError, ValueError):
+            continue
+        found.append((int(path.name.removeprefix("checkpoint-")), path))
+    return str(max(found)[1]) if found else None
 
 
 def finish(options: OwnDataOptions, model, tokenizer, record: dict[str, Any]) -> dict[str, Any]:

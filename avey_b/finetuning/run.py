@@ -9,6 +9,7 @@ from typing import Any
 
 from avey_b.configs import from_args
 from avey_b.utils.files import check_model_source, model_source
+from avey_b.utils.locks import exclusive_directory
 
 from . import registry
 from .common import below_baseline, check_output_dir, finished_record, summary_line
@@ -18,7 +19,14 @@ from .options import OwnDataOptions
 def finetune(options: OwnDataOptions) -> dict[str, Any]:
     """Train and score ``options.task`` on your data; returns the results record, also written to
     ``<output_dir>/results.json`` with the model. An output directory that holds a run is refused unless
-    ``overwrite`` (moved aside) or ``resume``; resuming a finished run returns its record and trains nothing."""
+    ``overwrite`` (moved aside) or ``resume``; resuming a finished run returns its record and trains nothing. A
+    second run on the same output directory is refused while the first runs
+    (:func:`~avey_b.utils.locks.exclusive_directory`)."""
+    with exclusive_directory(options.output_dir, "avey-b finetune"):  # one run at a time in a directory
+        return _finetune(options)
+
+
+def _finetune(options: OwnDataOptions) -> dict[str, Any]:
     check_output_dir(options)
     from transformers import AutoConfig
 

@@ -257,6 +257,8 @@ class DocumentState:
     # ------------------------------------------------------------------ bookkeeping
     def _check_ids(self, ids) -> torch.Tensor:
         new = torch.as_tensor(ids)
+        if new.numel() == 0 and not isinstance(ids, torch.Tensor):
+            new = new.long()  # an empty list (a deletion: replace(a, b, [])) has no integer dtype of its own
         if new.dim() != 1 or new.is_floating_point() or new.is_complex() or new.dtype == torch.bool:
             raise TypeError(f"token ids must be a 1-D sequence of integers, got {new.dtype} of shape "
                             f"{tuple(new.shape)}")

@@ -44,6 +44,7 @@ from avey_b.data.tokenization import eot_id
 from avey_b.utils.counting import count_flops, count_parameters
 from avey_b.utils.device import autocast as device_autocast
 from avey_b.utils.device import runtime_line, set_cpu_threads, use_bf16
+from avey_b.utils.locks import exclusive_directory
 from avey_b.utils.progress import Progress
 from avey_b.utils.records import write_yaml_atomic
 from avey_b.utils.shared_cpu import thread_tuner
@@ -234,10 +235,12 @@ def _stream_options(cfg: PretrainConfig, info, tokenizer) -> dict:
 
 def _train(cfg: PretrainConfig, info, resume: str | None, overwrite: bool = False,
            trust_unverified: bool = False) -> dict:
-    """Set the run up, run the loop, finish (last checkpoint, final evaluation, the model, fill-mask examples)."""
-    run = build_run(cfg, info, resume, overwrite, trust_unverified)
-    results = run_loop(run)
-    return finish(run, results)
+    """Set the run up, run the loop, finish (last checkpoint, final evaluation, the model, fill-mask examples); the
+    first rank holds the run dir's lock throughout, so a second run on it is refused while this one runs."""
+    with exclusive_directory(cfg.run_dir, "avey-b pretrain") if info.is_main else nullcontext():
+        run = build_run(cfg, info, resume, overwrite, trust_unverified)
+        results = run_loop(run)
+        return finish(run, results)
 
 
 def build_run(cfg: PretrainConfig, info, resume: str | None, overwrite: bool, trust_unverified: bool) -> Run:
@@ -256,12 +259,13 @@ def build_run(cfg: PretrainConfig, info, resume: str | None, overwrite: bool, tr
         raise rundir.RunDirError(f"--resume {resume_dir}: run_dir {run_dir} holds another run "
                                  f"({rundir.describe_contents(run_dir)}); "
                                  "resume into that checkpoint's own run dir or an empty one")
-    rundir.prepare(run_dir, resuming=resume_dir is not None, overwrite=overwrite, act=False)
+    # --resume before a first checkpoint (a run killed early) starts afresh in its own run dir
+    rundir.prepare(run_dir, resuming=resume is not None, overwrite=overwrite, act=False)
     geometry = BatchGeometry.of(cfg, info.world_size)
     check_inputs(cfg, resume_dir, trust_unverified)
     moved = None
     if info.is_main:
-        moved = rundir.prepare(run_dir, resuming=resume_dir is not None, overwrite=overwrite)
+        moved = rundir.prepare(run_dir, resuming=resume is not None, overwrite=overwrite)
         run_dir.mkdir(parents=True, exist_ok=True)
     if info.enabled:
         torch.distributed.barrier()

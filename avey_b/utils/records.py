@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
+import glob
 import importlib.metadata
 import json
 import os
@@ -177,12 +179,36 @@ def read_jsonl(path: str | os.PathLike, *, objects_only: bool = False) -> list[A
 TMP_SUFFIX = ".tmp"
 
 
+@contextlib.contextmanager
+def naming_full_disk(path: str | os.PathLike):
+    """Re-raise a full disk or quota (``ENOSPC``, ``EDQUOT``) met while writing ``path`` as an ``OSError`` that names
+    it: a file object's write says only "No space left on device", and the writers of safetensors and torch.save wrap
+    the same error in their own exception types, with the OS's words or their own (``os error 28``, ``StorageFull``).
+    The atomic writers here leave nothing under the name, so the job stops in a resumable state: free
+    space and run it again."""
+    try:
+        yield
+    except Exception as e:
+        if isinstance(e, OSError) and e.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        if not isinstance(e, OSError) and not _FULL.search(str(e)):
+            raise
+        code = e.errno if isinstance(e, OSError) else errno.ENOSPC
+        raise OSError(code, f"{os.strerror(code)} while writing {path}: nothing was written under its name; free "
+                            "space and run the job again (it resumes)", os.fspath(path)) from e
+
+
+#: How wrapped ENOSPC / EDQUOT errors read (safetensors' Rust IoError, torch's stream writer, the OS's words).
+_FULL = re.compile(r"No space left on device|Disk quota exceeded|os error (28|122)|StorageFull|QuotaExceeded")
+
+
 def _atomic_write(path: str | os.PathLike, write: Callable[[Any], None], binary: bool = False) -> None:
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=directory, prefix="." + os.path.basename(path) + ".", suffix=TMP_SUFFIX)
     try:
-        with (os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", encoding="utf-8", newline="")) as f:
+        with naming_full_disk(path), \
+                (os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", encoding="utf-8", newline="")) as f:
             write(f)
             f.flush()
             os.fsync(f.fileno())
@@ -256,19 +282,24 @@ def save_pretrained_atomic(dest: Path, model, tokenizer, state_dict=None, extra:
 
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
+    # a killed writer's temporary directory (another pid): the job's lock (avey_b.utils.locks) makes it stale
+    for stale in dest.parent.glob(f".tmp-{glob.escape(dest.name)}-*"):
+        shutil.rmtree(stale, ignore_errors=True)
     tmp = dest.parent / f".tmp-{dest.name}-{os.getpid()}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
     tmp.mkdir()
-    with no_save_bars():
-        model.save_pretrained(tmp, state_dict=state_dict)
-    if tokenizer is not None:
-        tokenizer.save_pretrained(tmp)
-    for name, obj in (extra or {}).items():
-        torch.save(obj, tmp / name)
-    for name, text in (texts or {}).items():
-        (tmp / name).write_text(text)
-    write_manifest(tmp)
+    try:
+        with naming_full_disk(dest), no_save_bars():
+            model.save_pretrained(tmp, state_dict=state_dict)
+            if tokenizer is not None:
+                tokenizer.save_pretrained(tmp)
+            for name, obj in (extra or {}).items():
+                torch.save(obj, tmp / name)
+            for name, text in (texts or {}).items():
+                (tmp / name).write_text(text)
+            write_manifest(tmp)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)  # a full disk or an error: nothing left behind, nothing under dest
+        raise
     honour_umask(*(p for p in tmp.rglob("*") if p.is_file()))  # safetensors writes weights 0600
     if dest.exists():  # re-saving the same step (e.g. interrupted right after a periodic save)
         old = dest.parent / f".old-{dest.name}-{os.getpid()}"

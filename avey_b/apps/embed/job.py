@@ -48,6 +48,7 @@ from avey_b.inference.encoder import Encoder
 from avey_b.utils.batching import default_max_tokens
 from avey_b.utils.device import pick_device, use_bf16
 from avey_b.utils.files import content_hash, sha256_of_file
+from avey_b.utils.locks import exclusive_directory
 from avey_b.utils.progress import Progress
 from avey_b.utils.records import utc_timestamp, write_json_atomic
 
@@ -223,7 +224,12 @@ def embed_corpus(model: str, source: str, output: str | os.PathLike, options: Em
         raise ImportError("avey-b embed writes Parquet with pyarrow: pip install 'avey-b[embed]'") from None
     check_columns(source, options)
     total, kept_schema = scan_input(source, options)  # bad input stops here, before anything is written
-    out = Path(output)
+    with exclusive_directory(output, "avey-b embed"):  # a second job on this directory is refused while it runs
+        return _embed_into(model, source, Path(output), options, total, kept_schema)
+
+
+def _embed_into(model: str, source: str, out: Path, options: EmbedOptions, total: int | None, kept_schema) -> dict:
+    """:func:`embed_corpus` once the input is checked and the directory's lock is held."""
     if out.is_dir():
         finish_switch(out)  # an update that stopped after its commit, during its renames
     previous = previous_manifest(out)
