@@ -163,37 +163,49 @@ def evaluator(held: Table, columns: dict[str, str], batch_size: int, evaluator_c
                                                               **EVALUATOR_SETTINGS)
 
 
-def train(options: OwnDataOptions) -> dict[str, Any]:
-    """Train and score an embedding model as the module docstring says; returns the results record (also
-    ``results.json`` in ``options.output_dir``, with the model)."""
-    from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments
-    from sentence_transformers.sentence_transformer import losses
-
+def train_pairs(options: OwnDataOptions, load, evaluate_on, loss_of, classes: tuple, metrics: dict[str, str]
+                ) -> tuple[Any, dict[str, Any]]:
+    """What every task trained from (anchor, positive[, negative]) rows runs (``embedding``, ``sparse-embedding``,
+    ``multi-vector``): the rows read and split, the model loaded (``load(options, device)``), inputs cut to what
+    memory allows, the held-out retrieval scored before and after training (``evaluate_on(held, columns)``, its
+    scores named by ``metrics``) by sentence-transformers' trainer and arguments ``classes`` with ``loss_of(model)``,
+    batches without duplicate texts. Returns the trained model and the results record without the task's own
+    fields."""
     from avey_b.utils.device import pick_device
 
     lr, lr_source = common.learning_rate(options)
     train_rows, held, roles = read_rows(options)
     columns = {role: getattr(options, f"{role}_column") for role in roles}
     threads.start(options)
-    device = str(pick_device(options.device))
-    model = load_model(options, device)
+    model = load(options, str(pick_device(options.device)))
     cut = sum(set_length(model, options, table, columns) for table in (train_rows, held))
-    evaluate = evaluator(held, columns, options.batch_size)
+    evaluate = evaluate_on(held, columns)
+    trainer_class, arguments_class = classes
 
     def make_trainer():
         dataset = train_rows.to_dataset({role: train_rows.column(name) for role, name in columns.items()})
-        if options.loss_name() == "cached-mnrl":
-            loss = losses.CachedMultipleNegativesRankingLoss(model, mini_batch_size=options.mini_batch_size)
-        else:
-            loss = losses.MultipleNegativesRankingLoss(model)
         args = common.training_arguments(options, lr, len(dataset), batch_sampler="no_duplicates",
-                                         arguments_class=SentenceTransformerTrainingArguments)
-        return SentenceTransformerTrainer(model=model, args=args, train_dataset=dataset, loss=loss)
+                                         arguments_class=arguments_class)
+        return trainer_class(model=model, args=args, train_dataset=dataset, loss=loss_of(model))
 
-    scored = common.train_scored(options, model, evaluate, METRICS, MAIN_METRIC, make_trainer)
-
-    record = common.base_record(options, lr, lr_source) | {
-        "loss": options.loss_name(), "columns": columns, "n_train": len(train_rows), "n_validation": len(held),
-        "n_queries": len(evaluate.queries), "n_documents": len(evaluate.corpus), "inputs_cut": cut,
+    scored = common.train_scored(options, model, evaluate, metrics, MAIN_METRIC, make_trainer)
+    return model, common.base_record(options, lr, lr_source) | {
+        "columns": columns, "n_train": len(train_rows), "n_validation": len(held), "n_queries": len(evaluate.queries),
+        "n_documents": len(evaluate.corpus), "inputs_cut": cut,
     } | scored
-    return common.finish_sentence_transformers(options, model, record)
+
+
+def train(options: OwnDataOptions) -> dict[str, Any]:
+    """Train and score an embedding model as the module docstring says; returns the results record (also
+    ``results.json`` in ``options.output_dir``, with the model)."""
+    from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments
+    from sentence_transformers.sentence_transformer import losses
+
+    def loss_of(model):
+        if options.loss_name() == "cached-mnrl":
+            return losses.CachedMultipleNegativesRankingLoss(model, mini_batch_size=options.mini_batch_size)
+        return losses.MultipleNegativesRankingLoss(model)
+
+    model, record = train_pairs(options, load_model, lambda held, columns: evaluator(held, columns, options.batch_size),
+                                loss_of, (SentenceTransformerTrainer, SentenceTransformerTrainingArguments), METRICS)
+    return common.finish_sentence_transformers(options, model, {"loss": options.loss_name(), **record})

@@ -27,15 +27,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import common, threads
-from .embedding import evaluator, read_rows, saved_model_type, set_length
+from . import common
+from .embedding import evaluator, saved_model_type, train_pairs
 from .options import OwnDataOptions
 
 #: The retrieval scores recorded, sentence-transformers' key (MaxSim) -> ours.
 METRICS = {"maxsim_recall@1": "recall@1", "maxsim_recall@10": "recall@10", "maxsim_ndcg@10": "ndcg@10",
            "maxsim_mrr@10": "mrr@10"}
-#: The score ``results.json`` leads with.
-MAIN_METRIC = "ndcg@10"
 
 
 def load_model(options: OwnDataOptions, device: str):
@@ -87,32 +85,17 @@ def train(options: OwnDataOptions) -> dict[str, Any]:
     from sentence_transformers.multi_vector_encoder import losses
     from sentence_transformers.multi_vector_encoder.evaluation import MultiVectorInformationRetrievalEvaluator
 
-    from avey_b.utils.device import pick_device
-
-    lr, lr_source = common.learning_rate(options)
-    train_rows, held, roles = read_rows(options)
-    columns = {role: getattr(options, f"{role}_column") for role in roles}
-    threads.start(options)
-    model = load_model(options, str(pick_device(options.device)))
-    cut = sum(set_length(model, options, table, columns) for table in (train_rows, held))
-    evaluate = evaluator(held, columns, options.batch_size, MultiVectorInformationRetrievalEvaluator)
-
-    def make_trainer():
-        dataset = train_rows.to_dataset({role: train_rows.column(name) for role, name in columns.items()})
+    def loss_of(model):
         if options.loss_name() == "cached-mnrl":
-            loss = losses.CachedMultiVectorMultipleNegativesRankingLoss(model, mini_batch_size=options.mini_batch_size)
-        else:
-            loss = losses.MultiVectorMultipleNegativesRankingLoss(model)
-        args = common.training_arguments(options, lr, len(dataset), batch_sampler="no_duplicates",
-                                         arguments_class=MultiVectorEncoderTrainingArguments)
-        return MultiVectorEncoderTrainer(model=model, args=args, train_dataset=dataset, loss=loss)
+            return losses.CachedMultiVectorMultipleNegativesRankingLoss(model, mini_batch_size=options.mini_batch_size)
+        return losses.MultiVectorMultipleNegativesRankingLoss(model)
 
-    scored = common.train_scored(options, model, evaluate, METRICS, MAIN_METRIC, make_trainer)
-    record = common.base_record(options, lr, lr_source) | {
-        "loss": options.loss_name(), "columns": columns, "n_train": len(train_rows), "n_validation": len(held),
-        "n_queries": len(evaluate.queries), "n_documents": len(evaluate.corpus), "inputs_cut": cut,
-        "multivector_dim": model[1].linear.out_features,
-    } | scored
+    def evaluate_on(held, columns):
+        return evaluator(held, columns, options.batch_size, MultiVectorInformationRetrievalEvaluator)
+
+    model, record = train_pairs(options, load_model, evaluate_on, loss_of,
+                                (MultiVectorEncoderTrainer, MultiVectorEncoderTrainingArguments), METRICS)
+    record = {"loss": options.loss_name(), **record, "multivector_dim": model[1].linear.out_features}
     head = avey_b_head(model)
     if head is None:
         return common.finish_sentence_transformers(options, model, record)

@@ -33,15 +33,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import common, threads
-from .embedding import EVALUATOR_SETTINGS, read_rows, retrieval_task, saved_model_type, set_length
+from . import common
+from .embedding import EVALUATOR_SETTINGS, retrieval_task, saved_model_type, train_pairs
 from .options import OwnDataOptions
 
 #: The retrieval scores recorded, sentence-transformers' key (dot product) -> ours.
 METRICS = {"dot_recall@1": "recall@1", "dot_recall@10": "recall@10", "dot_ndcg@10": "ndcg@10",
            "dot_mrr@10": "mrr@10"}
-#: The score ``results.json`` leads with.
-MAIN_METRIC = "ndcg@10"
 
 
 def load_model(options: OwnDataOptions, device: str):
@@ -103,29 +101,18 @@ def train(options: OwnDataOptions) -> dict[str, Any]:
     from sentence_transformers.sparse_encoder import SparseEncoderTrainer, SparseEncoderTrainingArguments
     from sentence_transformers.sparse_encoder.losses import SparseMultipleNegativesRankingLoss, SpladeLoss
 
-    from avey_b.utils.device import pick_device
-
-    lr, lr_source = common.learning_rate(options)
-    train_rows, held, roles = read_rows(options)
-    columns = {role: getattr(options, f"{role}_column") for role in roles}
-    threads.start(options)
-    model = load_model(options, str(pick_device(options.device)))
-    cut = sum(set_length(model, options, table, columns) for table in (train_rows, held))
-    evaluate = Evaluator(held, columns, options.batch_size)
     weights = {"query_regularizer_weight": options.query_regularizer_weight,
                "document_regularizer_weight": options.document_regularizer_weight}
+    evaluators = []
 
-    def make_trainer():
-        dataset = train_rows.to_dataset({role: train_rows.column(name) for role, name in columns.items()})
-        loss = SpladeLoss(model, SparseMultipleNegativesRankingLoss(model), **weights)
-        args = common.training_arguments(options, lr, len(dataset), batch_sampler="no_duplicates",
-                                         arguments_class=SparseEncoderTrainingArguments)
-        return SparseEncoderTrainer(model=model, args=args, train_dataset=dataset, loss=loss)
+    def evaluate_on(held, columns):
+        evaluators.append(Evaluator(held, columns, options.batch_size))
+        return evaluators[-1]
 
-    scored = common.train_scored(options, model, evaluate, METRICS, MAIN_METRIC, make_trainer)
-    record = common.base_record(options, lr, lr_source) | {
-        "loss": "splade(sparse-mnrl + flops)", **weights, "columns": columns, "n_train": len(train_rows),
-        "n_validation": len(held), "n_queries": len(evaluate.queries), "n_documents": len(evaluate.corpus),
-        "inputs_cut": cut, "active_dims": {"before": evaluate.active_dims[0], "after": evaluate.active_dims[-1]},
-    } | scored
+    model, record = train_pairs(options, load_model, evaluate_on,
+                                lambda model: SpladeLoss(model, SparseMultipleNegativesRankingLoss(model), **weights),
+                                (SparseEncoderTrainer, SparseEncoderTrainingArguments), METRICS)
+    active = evaluators[0].active_dims
+    record = {"loss": "splade(sparse-mnrl + flops)", **weights, **record,
+              "active_dims": {"before": active[0], "after": active[-1]}}
     return common.finish_sentence_transformers(options, model, record)
