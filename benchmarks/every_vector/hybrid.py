@@ -99,7 +99,7 @@ def long_set(shared: Path, work: Path, tokenizer) -> tuple[list[str], list[str],
     arts = pairs.articles(shared / "wikitext-2" / "valid.tokens.txt")
     held = held_titles(arts)
     text = lambda a: " ".join(" ".join(s["text"]) for s in a["sections"])  # noqa: E731
-    lines = (shared / "tiny-shakespeare" / "input.txt").read_text(encoding="utf-8").split("\n\n")
+    lines = (shared / "tinyshakespeare" / "input.txt").read_text(encoding="utf-8").split("\n\n")
     filler = [text(a) for a in arts if a["title"] not in held] + [" ".join(p.split()) for p in lines if p.strip()]
     rng = random.Random(0)
     targets = [a for a in arts if a["title"] in held]

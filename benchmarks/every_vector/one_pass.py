@@ -94,12 +94,21 @@ def main() -> None:
     text = tokenize_text(english_text(args.data), label="english_text (cl100k_base)")
     rows = [r for preset in args.presets for length in args.lengths for r in point(preset, length, text, args.rounds)]
     env.end()
-    with open(HERE / "one_pass.jsonl", "w") as f:
-        f.writelines(json.dumps({**r, "envelope": env.end()}) + "\n" for r in rows)
+    rows = [{**r, "envelope": env.end()} for r in rows]
+    path = HERE / "one_pass.jsonl"  # points of earlier runs that this one did not time are kept
+    key = lambda r: (r["preset"], r["tokens"], r["precision"], r["way"])  # noqa: E731
+    done = {key(r) for r in rows}
+    old = [json.loads(line) for line in path.open()] if path.exists() else []
+    rows = sorted([r for r in old if key(r) not in done] + rows,
+                  key=lambda r: (r["preset"] != "small", r["tokens"], r["precision"], r["way"] != "dense",
+                                 r["way"] == "all three"))
+    with open(path, "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in rows)
     lines = ["# Every vector from one pass: the cost of dense + sparse + multi-vector next to dense alone", "",
              "```", f"python benchmarks/every_vector/one_pass.py --threads {args.threads} --rounds {args.rounds}",
-             "```", "", f"{env.line()}; {args.threads} threads; batch 1; the median of {args.rounds} alternated "
-             "rounds; real text (cl100k_base ids renumbered into 50,368).", "",
+             "```", "", f"Each row's machine, commit and load are in one_pass.jsonl (its envelope); {args.threads} "
+             f"threads; batch 1; the median of the alternated rounds; real text (cl100k_base ids renumbered into "
+             "50,368). The last run's: " + env.line() + ".", "",
              "| preset | tokens | precision | GEMM GFLOP/s | dense s | dense+sparse s (×) | all three s (×) |",
              "|---|---:|---|---:|---:|---:|---:|"]
     for i in range(0, len(rows), 3):
