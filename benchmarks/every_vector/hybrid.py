@@ -254,7 +254,7 @@ def report(rows: list[dict], args, seconds: float, env) -> str:
              f"```\npython benchmarks/every_vector/hybrid.py --work {args.work} --threads {args.threads} "
              f"--workers {args.workers} --epochs {args.epochs:g} --seed {args.seed}\n```", "",
              f"{env.line()}; {seconds / 60:.0f} min.", "",
-             "Scores in percent; one seed; see run.py's docstring for the sets and the models.", ""]
+             "Scores in percent; one seed; see hybrid.py's docstring for the sets and the models.", ""]
     for set_name in dict.fromkeys(r["set"] for r in rows):
         sub = [r for r in rows if r["set"] == set_name]
         lines += [f"## {set_name} ({sub[0]['queries']} queries, {sub[0]['documents']} documents)", "",
