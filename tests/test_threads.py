@@ -5,6 +5,7 @@ half a minute of work, whatever the step time, and not a slow window, a mild slo
 work. The torch thread count is restored after each test."""
 
 import json
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -243,11 +244,13 @@ def test_the_start_line_names_device_precision_threads_and_a_busy_machine(tmp_pa
 # ------------------------------------------------------------------------------------------ the verbs
 def test_serve_threads_take_effect_in_the_server_process_and_health_reports_them(model_dir, monkeypatch, capsys):
     pytest.importorskip("fastapi")
-    import uvicorn
     from fastapi.testclient import TestClient
 
-    served = {}
-    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: served.setdefault("app", app))
+    from avey_b.apps.serve import guard
+
+    served = {}  # the app the server would run, instead of running it
+    monkeypatch.setattr(guard, "server",
+                        lambda app, options: SimpleNamespace(run=lambda: served.setdefault("app", app)))
     torch.set_num_threads(1)
     assert cli.main(["serve", str(model_dir), "--threads", "3", "--precision", "fp32"]) == 0
     assert torch.get_num_threads() == 3
