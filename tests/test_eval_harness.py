@@ -200,7 +200,8 @@ def test_every_run_setting_is_a_flag_of_finetune_evaluate_and_niah():
               "warmup_ratio": 0.25, "weight_decay": 0.01, "adam_beta1": 0.8, "adam_beta2": 0.9, "adam_epsilon": 1e-6,
               "weights_dtype": "bfloat16", "grad_accumulation": 2, "grad_clip": 0.5, "precision": "fp32",
               "normalize_embeddings": False, "ir_scale": 10.0, "max_train_examples": 19, "max_eval_examples": 23,
-              "device": "cpu", "threads": 2, "trust_remote_code": True, "corpus_chunk": 29}
+              "device": "cpu", "threads": 2, "trust_remote_code": True, "corpus_chunk": 29,
+              "avey_b_padding": "release", "avey_b_accumulation": "sum"}
     assert sorted(values) == sorted(f.name for f in fields), "a new RunConfig field: give it a value here"
     argv = []
     for name, value in values.items():
@@ -221,3 +222,12 @@ def test_every_run_setting_is_a_flag_of_finetune_evaluate_and_niah():
                                                     "--grad-clip", "0.5", "--max-steps", "9"]))
     cfg = args.settings
     assert (cfg.grad_clip, cfg.max_steps, cfg.batch_size, cfg.eval_batch_size, cfg.epochs) == (0.5, 9, 8, 8, 1.0)
+
+
+def test_the_protocols_padding_choices_are_the_configs():
+    """The settings module names AveyBConfig.padding's options without importing the model (--help imports no
+    torch): the two lists are one."""
+    from avey_b.evaluation.settings import AVEY_B_PADDINGS
+    from avey_b.model.configuration import PADDINGS
+
+    assert AVEY_B_PADDINGS == PADDINGS
