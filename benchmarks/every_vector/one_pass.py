@@ -59,14 +59,14 @@ def calls(model: AveyBForMaskedLM, projection: torch.nn.Linear, ids: torch.Tenso
             "all three": lambda: run(True, True)}
 
 
-def point(preset: str, length: int, text, rounds: int) -> list[dict]:
-    """Both precisions at one (preset, length): the three ways' median seconds and their ratios to dense."""
+def point(preset: str, length: int, text, rounds: int, precisions: list[str]) -> list[dict]:
+    """The precisions at one (preset, length): the three ways' median seconds and their ratios to dense."""
     torch.manual_seed(0)
     model = AveyBForMaskedLM(presets.get(preset)).eval()
     projection = torch.nn.Linear(model.config.hidden_size, MULTIVECTOR_DIM, bias=False)
     ids, _, facts = text.batch(model.config.vocab_size, 1, length)
     rows = []
-    for bf16 in (False, True):
+    for bf16 in (p == "bf16" for p in precisions):
         ways = calls(model, projection, ids, bf16)
         for fn in ways.values():
             fn()  # warm-up
@@ -88,11 +88,13 @@ def main() -> None:
     p.add_argument("--lengths", nargs="+", type=int, default=[2048, 32768])
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--precisions", nargs="+", choices=["fp32", "bf16"], default=["fp32", "bf16"])
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     env = Envelope.begin()
     text = tokenize_text(english_text(args.data), label="english_text (cl100k_base)")
-    rows = [r for preset in args.presets for length in args.lengths for r in point(preset, length, text, args.rounds)]
+    rows = [r for preset in args.presets for length in args.lengths for r in point(preset, length, text, args.rounds,
+                                                                                   args.precisions)]
     env.end()
     rows = [{**r, "envelope": env.end()} for r in rows]
     path = HERE / "one_pass.jsonl"  # points of earlier runs that this one did not time are kept
