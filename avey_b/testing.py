@@ -23,7 +23,7 @@ from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers,
 from transformers import BertConfig, BertForMaskedLM, PreTrainedTokenizerFast
 
 from avey_b.model import presets
-from avey_b.model.auto import AveyBForMaskedLM  # (and registers Avey-B with the Auto classes)
+from avey_b.model.auto import AveyBForMaskedLM, AveyBForSequenceClassification  # (and registers Avey-B)
 
 _POS = ["good", "great", "lovely", "superb", "fine"]
 _NEG = ["bad", "awful", "poor", "dreadful", "weak"]
@@ -78,6 +78,18 @@ def avey_b(directory: str, tok, seed: int = 0, **overrides) -> str:
         model = AveyBForMaskedLM(cfg)
     model.save_pretrained(directory)
     tok.save_pretrained(directory)
+    return directory
+
+
+def served_model(directory: str, kind: str) -> str:
+    """A tiny model for a server under test, with its tokenizer, saved in ``directory``: ``"cross-encoder"`` (a
+    one-label sequence classifier: embeds, classifies, reranks) or ``"masked-lm"`` (embeds, fills masks)."""
+    tok = tokenizer(directory)
+    if kind == "cross-encoder":
+        model = seeded(AveyBForSequenceClassification, presets.tiny(vocab_size=len(tok), num_labels=1))
+    else:
+        model = seeded(AveyBForMaskedLM, presets.tiny(vocab_size=len(tok)))
+    model.save_pretrained(directory)
     return directory
 
 

@@ -16,10 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from avey_b import AveyBForMaskedLM, AveyBForSequenceClassification
 from avey_b import testing as toy
-from avey_b.model import presets
-from avey_b.testing import seeded
 
 httpx = pytest.importorskip("httpx")
 uvicorn = pytest.importorskip("uvicorn")
@@ -54,12 +51,7 @@ def serve(directory):
 def served(tmp_path_factory, kind: str):
     """A server for a tiny cross-encoder (embeds, classifies, reranks) or masked LM (embeds, fills masks)."""
     directory = tmp_path_factory.mktemp(kind)
-    tok = toy.tokenizer(str(directory))
-    if kind == "cross-encoder":
-        model = seeded(AveyBForSequenceClassification, presets.tiny(vocab_size=len(tok), num_labels=1))
-    else:
-        model = seeded(AveyBForMaskedLM, presets.tiny(vocab_size=len(tok)))
-    model.save_pretrained(directory)
+    toy.served_model(str(directory), kind)
     url, running = serve(directory)
     yield url
     running.should_exit = True

@@ -30,20 +30,6 @@ CHECKS = ("not_a_server_error,status_code_conformance,content_type_conformance,r
           "response_schema_conformance,negative_data_rejection,error_names_the_problem")
 
 
-def build(directory: Path, kind: str) -> None:
-    from avey_b import AveyBForMaskedLM, AveyBForSequenceClassification
-    from avey_b import testing as toy
-    from avey_b.model import presets
-    from avey_b.testing import seeded
-
-    tok = toy.tokenizer(str(directory))
-    if kind == "cross-encoder":
-        model = seeded(AveyBForSequenceClassification, presets.tiny(vocab_size=len(tok), num_labels=1))
-    else:
-        model = seeded(AveyBForMaskedLM, presets.tiny(vocab_size=len(tok)))
-    model.save_pretrained(directory)
-
-
 def start(directory: Path) -> tuple[subprocess.Popen, str]:
     import httpx
 
@@ -95,10 +81,12 @@ def main() -> None:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                             cwd=ROOT).stdout.strip()
     total, seed, failures, started = 0, 0, 0, time.monotonic()
+    from avey_b.testing import served_model
+
     with tempfile.TemporaryDirectory() as tmp, open(args.out, "a") as record:
         servers = {}
         for kind in ("cross-encoder", "masked-lm"):
-            build(Path(tmp) / kind, kind)
+            served_model(str(Path(tmp) / kind), kind)
             servers[kind] = start(Path(tmp) / kind)
         print(json.dumps({"run": "fuzz", "commit": commit, "target_cases": args.cases, "minutes": args.minutes}),
               file=record, flush=True)
