@@ -38,7 +38,6 @@ import argparse
 import hashlib
 import json
 import random
-import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -142,17 +141,8 @@ def finetune(models: dict[str, Path], files: dict, work: Path, args) -> dict[tup
                                          "--batch-size", "32", "--threads", str(args.threads), "--device", "cpu",
                                          "--overwrite"])
 
-    def run(cell) -> None:
-        out, cmd = cell
-        if (out / "results.json").exists():
-            return
-        print("$", " ".join(cmd), flush=True)
-        with open(work / f"log-{out.name}.txt", "w") as log:
-            if subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT).returncode:
-                raise SystemExit(f"failed: see {work / f'log-{out.name}.txt'}")
-
     with ThreadPoolExecutor(args.workers) as pool:
-        list(pool.map(run, cells.values()))
+        list(pool.map(lambda cell: pairs.run_cell(work, *cell), cells.values()))
     return {key: out for key, (out, _) in cells.items()}
 
 

@@ -174,24 +174,26 @@ def main() -> None:
                    "--device", "cpu", "--overwrite", *extra]
             cells.append(({"cell": out.name, "task": task, "model": name, "seed": seed}, out, cmd))
 
-    def run(cell) -> None:
-        _, out, cmd = cell
-        if (out / "results.json").exists():
-            return
-        print("$", " ".join(cmd), flush=True)
-        with open(work / f"log-{out.name}.txt", "w") as log:
-            if subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT).returncode:
-                raise SystemExit(f"failed: see {work / f'log-{out.name}.txt'}")
-
     if not args.report_only:
         with ThreadPoolExecutor(args.workers) as pool:
-            list(pool.map(run, cells))
+            list(pool.map(lambda cell: run_cell(work, cell[1], cell[2]), cells))
     rows = [{**json.loads((out / "results.json").read_text()), **key} for key, out, _ in cells
             if (out / "results.json").exists()]
     with open(HERE / "retrieval.jsonl", "w") as f:  # every cell's results.json, one per line
         f.writelines(json.dumps(r) + "\n" for r in rows)
     (HERE / "retrieval.md").write_text(report(rows, sizes, args, None if args.report_only else time.time() - t0, env))
     print((HERE / "retrieval.md").read_text())
+
+
+def run_cell(work: Path, out: Path, cmd: list[str]) -> None:
+    """Run one cell's command unless its ``results.json`` exists (a finished cell is not redone), its output in
+    ``work/log-<cell>.txt``; a failure stops the benchmark, naming the log."""
+    if (out / "results.json").exists():
+        return
+    print("$", " ".join(cmd), flush=True)
+    with open(work / f"log-{out.name}.txt", "w") as log:
+        if subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT).returncode:
+            raise SystemExit(f"failed: see {work / f'log-{out.name}.txt'}")
 
 
 def spread(values: list[float]) -> str:
