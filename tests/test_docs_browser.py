@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import threading
 from dataclasses import dataclass, field
 from functools import partial
@@ -31,6 +32,7 @@ import pytest
 #: Flags that let Chromium run as root, offline, without reaching for its own services.
 CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+DEBIAN_CHROMIUM = "/usr/bin/chromium"  # apt-get install chromium
 LINKING = {"a": "href", "link": "href", "area": "href", "img": "src", "script": "src", "source": "src",
            "iframe": "src", "video": "src", "audio": "src"}
 
@@ -129,10 +131,23 @@ def test_the_search_index_has_every_page(built_site):
 
 def _chromium(playwright) -> str | None:
     """``$AVEY_B_CHROMIUM``, else Playwright's own Chromium, else Debian's; None when none is installed."""
-    for path in (os.environ.get("AVEY_B_CHROMIUM"), playwright.chromium.executable_path, "/usr/bin/chromium"):
+    for path in (os.environ.get("AVEY_B_CHROMIUM"), playwright.chromium.executable_path, DEBIAN_CHROMIUM):
         if path and Path(path).is_file():
             return path
     return None
+
+
+def test_chromium_is_the_one_named_else_playwrights_else_debians(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    named, own, debian = (tmp_path / name for name in ("named", "own", "debian"))
+    playwright = SimpleNamespace(chromium=SimpleNamespace(executable_path=str(own)))
+    monkeypatch.setattr(sys.modules[__name__], "DEBIAN_CHROMIUM", str(debian))
+    monkeypatch.setenv("AVEY_B_CHROMIUM", str(named))
+    assert _chromium(playwright) is None  # none installed: the browser tests are skipped
+    for path, found in ((debian, debian), (own, own), (named, named)):
+        path.write_bytes(b"")
+        assert _chromium(playwright) == str(found)
 
 
 class _Quiet(SimpleHTTPRequestHandler):
