@@ -23,7 +23,11 @@ from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers,
 from transformers import BertConfig, BertForMaskedLM, PreTrainedTokenizerFast
 
 from avey_b.model import presets
-from avey_b.model.auto import AveyBForMaskedLM, AveyBForSequenceClassification  # (and registers Avey-B)
+from avey_b.model.auto import (  # (and registers Avey-B)
+    AveyBForMaskedLM,
+    AveyBForMultiVector,
+    AveyBForSequenceClassification,
+)
 
 _POS = ["good", "great", "lovely", "superb", "fine"]
 _NEG = ["bad", "awful", "poor", "dreadful", "weak"]
@@ -83,10 +87,13 @@ def avey_b(directory: str, tok, seed: int = 0, **overrides) -> str:
 
 def served_model(directory: str, kind: str) -> str:
     """A tiny model for a server under test, with its tokenizer, saved in ``directory``: ``"cross-encoder"`` (a
-    one-label sequence classifier: embeds, classifies, reranks) or ``"masked-lm"`` (embeds, fills masks)."""
+    one-label sequence classifier: embeds, classifies, reranks), ``"masked-lm"`` (embeds, fills masks, gives sparse
+    vectors) or ``"multi-vector"`` (embeds, gives token vectors and MaxSim scores)."""
     tok = tokenizer(directory)
     if kind == "cross-encoder":
         model = seeded(AveyBForSequenceClassification, presets.tiny(vocab_size=len(tok), num_labels=1))
+    elif kind == "multi-vector":
+        model = seeded(AveyBForMultiVector, presets.tiny(vocab_size=len(tok), multivector_dim=16))
     else:
         model = seeded(AveyBForMaskedLM, presets.tiny(vocab_size=len(tok)))
     model.save_pretrained(directory)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from mkdocs.exceptions import PluginError
 from mkdocs.structure.files import File
+from routes_page import add_page as add_routes_page  # docs/ is on sys.path while MkDocs loads a hook
 
 REPOSITORY = Path(__file__).resolve().parents[1]
 PREFIX = "repo"  # where repository files appear in the site
@@ -71,12 +72,12 @@ def on_files(files, config):
             files.append(File.generated(config, uri, abs_src_path=str(found[0])))
             if found[0].suffix == ".md":
                 queue.append(found[0])
-    return files
+    return add_routes_page(files, config)
 
 
 def on_page_markdown(markdown, page, config, files):
     docs = Path(config.docs_dir).resolve()
-    source = Path(page.file.abs_src_path)
+    source = Path(page.file.abs_src_path or docs / page.file.src_uri)  # a generated page has no source file
     here = posixpath.dirname(page.file.src_uri)
     edits = []
     for match, target in _targets(markdown):

@@ -1,13 +1,17 @@
 """The response bodies of every route (pydantic), as the OpenAPI schema publishes them (each route's
 ``responses={200: ...}``; the routes return plain values, not validated again on the way out) and the error body
 every 4xx and 5xx answer carries (:data:`ERRORS`). The schema's ``/openapi.json`` is what the suite fuzzes the server
-from (tests/test_serve_fuzz.py)."""
+from (tests/test_serve_fuzz.py). A field's docstring is its description in the schema."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
+
+
+class Answer(BaseModel):
+    model_config = ConfigDict(use_attribute_docstrings=True)
 
 
 class ErrorObject(BaseModel):
@@ -36,41 +40,58 @@ def ok(model) -> dict:
     return {200: {"model": model}}
 
 
-class Usage(BaseModel):
+class Usage(Answer):
     prompt_tokens: int
+    """the tokens of the request's inputs, special tokens included"""
     total_tokens: int
+    """the same count (no tokens are generated)"""
 
 
-class ModelCard(BaseModel):
+class ModelCard(Answer):
     id: str
+    """the served model's name (--served-model-name)"""
     object: str
+    """`model`"""
     created: int
+    """when the server started (Unix seconds)"""
     owned_by: str
+    """`avey-b`"""
 
 
-class ModelList(BaseModel):
+class ModelList(Answer):
     object: str
+    """`list`"""
     data: list[ModelCard]
+    """the served model, alone"""
 
 
-class Embedding(BaseModel):
+class Embedding(Answer):
     object: str
+    """`embedding`"""
     index: int
+    """the input's position in the request"""
     embedding: list[float] | str
+    """the vector: numbers, or their float32 bytes in base64 (`encoding_format`)"""
     chunk: int | None = None
+    """late chunking: the chunk's position in its input"""
     span: list[int] | None = None
+    """late chunking: the chunk's `[start, end)` in the input's characters (tokens for token ids)"""
 
 
-class EmbeddingList(BaseModel):
+class EmbeddingList(Answer):
     object: str
+    """`list`"""
     model: str
+    """the served model's name"""
     data: list[Embedding]
     usage: Usage
 
 
-class Classified(BaseModel):
+class Classified(Answer):
     label: str
+    """the best label"""
     scores: dict[str, float]
+    """every label's probability (the softmax; the sigmoid for one label)"""
 
 
 class ClassifyAnswer(BaseModel):
@@ -79,24 +100,31 @@ class ClassifyAnswer(BaseModel):
     usage: Usage
 
 
-class Filled(BaseModel):
+class Filled(Answer):
     token: str
+    """a token proposed for the mask"""
     score: float
+    """its probability"""
 
 
-class FillMaskAnswer(BaseModel):
+class FillMaskAnswer(Answer):
     model: str
+    """the served model's name"""
     results: list[list[list[Filled]]]
+    """per input, per mask token, the `top_k` likeliest tokens, best first"""
 
 
 class CohereText(BaseModel):
     text: str
 
 
-class CohereResult(BaseModel):
+class CohereResult(Answer):
     index: int
+    """the document's position in `documents`"""
     relevance_score: float
+    """the sigmoid of the cross-encoder's logit for (query, document)"""
     document: CohereText | None = None
+    """the document (`return_documents`)"""
 
 
 class CohereUsage(BaseModel):
@@ -110,49 +138,70 @@ class CohereRerankAnswer(BaseModel):
     usage: CohereUsage
 
 
-class Label(BaseModel):
+class Label(Answer):
     score: float
+    """the label's score"""
     label: str
+    """the label's name (the config's id2label)"""
 
 
-class Ranked(BaseModel):
+class Ranked(Answer):
     """One text of ``/rerank``'s and ``/maxsim``'s answers, best first: its index in ``texts``, its score and
     (``return_text``) the text."""
 
     index: int
+    """the text's position in `texts`"""
     score: float
+    """its score"""
     text: str | None = None
+    """the text (`return_text`)"""
 
 
-class SparseValue(BaseModel):
+class SparseValue(Answer):
     """One non-zero weight of a sparse vector, as TEI's ``/embed_sparse`` answers it: the vocabulary id and its
     weight (per input, in ascending ``index`` order)."""
 
     index: int
+    """the vocabulary id"""
     value: float
+    """its weight"""
 
 
-class Token(BaseModel):
+class Token(Answer):
     id: int
+    """the token's id"""
     text: str
+    """its text in the input (a special token: the token itself)"""
     special: bool
+    """whether the tokenizer added it"""
     start: int | None
+    """its first character in the input (null for a special token)"""
     stop: int | None
+    """one past its last character (null for a special token)"""
 
 
-class Health(BaseModel):
+class Health(Answer):
     status: str
+    """`ok`"""
     model: str
+    """the served model's name"""
     architecture: str
+    """the checkpoint's class (AveyBForMaskedLM, ...)"""
     serves: list[str]
+    """what it answers: `embed`, `fill`, `sparse`, `classify`, `rerank`, `multivector`"""
     max_tokens: int
+    """the longest input in tokens (--max-tokens); the other limits follow it in the answer"""
     device: str
+    """where the model runs"""
     bf16: bool
+    """whether it runs under bf16 autocast"""
     threads: int | None
+    """the threads it runs on"""
     onnx: str | None
+    """the ONNX file it runs (--onnx), else null"""
 
 
-class Info(BaseModel):
+class Info(Answer):
     model_id: str
     model_dtype: str
     model_type: dict[str, Any]

@@ -1,7 +1,7 @@
 """The server's application (:func:`build_app`: the routers, the middleware, the error handlers and the batcher's
 lifespan) and the command's runner (:func:`run`); the routes are in :mod:`avey_b.apps.serve.routes_openai`,
-:mod:`avey_b.apps.serve.routes_tei` and :mod:`avey_b.apps.serve.routes_server`, the package docstring is the guide
-(``avey-b serve --help``)."""
+:mod:`avey_b.apps.serve.routes_tei` and :mod:`avey_b.apps.serve.routes_server`; their reference is the manual's
+page docs/reference/routes.md, generated from the schema (docs/routes_page.py)."""
 
 import argparse
 import functools

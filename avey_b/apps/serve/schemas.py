@@ -1,7 +1,8 @@
 """The request bodies of every route (pydantic): each names its fields, and a field it does not have is refused
 (422 naming it), so that a typo or another API's option is never silently ignored. Each API's own optional fields
 are accepted. The texts of a request are in ``input`` (the OpenAI name) or ``inputs`` (the Hugging Face / TEI
-name), never both."""
+name), never both. Each field's docstring is its description in the OpenAPI schema (``GET /openapi.json``) and on
+the routes' reference page (docs/reference/routes.md)."""
 
 from __future__ import annotations
 
@@ -14,11 +15,13 @@ Inputs = str | list[str] | list[StrictInt] | list[list[StrictInt]]
 
 
 class Body(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
 
 class InputBody(Body):
     input: Inputs = Field(validation_alias=AliasChoices("input", "inputs"))
+    """a text, a list of texts, one list of token ids (one input, run as given: no special tokens added) or a list
+    of such lists; also accepted as `inputs`"""
 
     @model_validator(mode="before")
     @classmethod
@@ -33,7 +36,10 @@ class TruncationFields(Body):
     (special tokens kept) on the ``truncation_direction`` side instead of refusing it with 413."""
 
     truncate: bool | None = None
+    """cut an input longer than the server's --max-tokens to that many tokens, special tokens kept (for a pair, the
+    second text is cut); otherwise such an input is refused with 413"""
     truncation_direction: Literal["left", "right"] = "right"
+    """the side `truncate` cuts from (any case: TEI writes `Right`)"""
 
     @field_validator("truncation_direction", mode="before")
     @classmethod
@@ -48,45 +54,67 @@ class Truncation(TruncationFields, InputBody):
 # ------------------------------------------------------------------------------------------------ OpenAI
 class EmbeddingRequest(InputBody):
     model: str | None = None
+    """the served model's name (--served-model-name); another name: 404"""
     encoding_format: str = "float"
+    """`float` (JSON numbers) or `base64` (the little-endian float32 bytes, the openai SDK's default, which it
+    decodes); another value: 400"""
     dimensions: int | None = None
-    user: str | None = None  # the OpenAI API's end-user tag: accepted, unused
+    """a shorter vector: one of the config's matryoshka_dimensions (the first values, re-normalized); another size:
+    400"""
+    user: str | None = None
+    """the OpenAI API's end-user tag: accepted, unused"""
     chunk_tokens: int | None = Field(None, ge=1)
+    """late chunking: one vector per run of this many text tokens, each computed with the whole input in view"""
     chunk_spans: list[list[tuple[int, int]]] | None = None
+    """late chunking: per input, the `[start, end)` character spans to embed (token positions for token-id
+    inputs); not with `chunk_tokens`"""
 
 
 class ClassifyRequest(InputBody):
     model: str | None = None
+    """the served model's name (--served-model-name); another name: 404"""
 
 
 class FillMaskRequest(InputBody):
     model: str | None = None
+    """the served model's name (--served-model-name); another name: 404"""
     top_k: int = Field(5, ge=1, le=50)
+    """how many tokens to propose for each mask token"""
 
 
 class CohereDocument(Body):
     text: str
+    """the document's text"""
 
 
 class CohereRerankRequest(Body):
     """The Cohere / Jina / vLLM rerank body."""
 
     model: str | None = None
+    """the served model's name (--served-model-name); another name: 404"""
     query: str
+    """the query every document is scored against"""
     documents: list[str | CohereDocument]
+    """the documents to rank: texts, or objects with a `text`"""
     top_n: int | None = Field(None, ge=1)
+    """answer only the best `top_n` documents (default: all)"""
     return_documents: bool = True
+    """give each result its document's text"""
 
 
 # ------------------------------------------------------------------------------------------------ TEI
 class EmbedRequest(Truncation):
     normalize: bool = True
+    """scale each vector to unit length"""
     prompt_name: str | None = None
+    """a prompt of the model's config_sentence_transformers.json, put before each text"""
     dimensions: int | None = None
+    """a shorter vector: one of the config's matryoshka_dimensions; another size: 400"""
 
 
 class EmbedAllRequest(Truncation):
     prompt_name: str | None = None
+    """a prompt of the model's config_sentence_transformers.json, put before each text"""
 
 
 class EmbedSparseRequest(Truncation):
@@ -94,6 +122,7 @@ class EmbedSparseRequest(Truncation):
     Matryoshka size)."""
 
     prompt_name: str | None = None
+    """a prompt of the model's config_sentence_transformers.json, put before each text"""
 
 
 class PredictRequest(Truncation):
@@ -101,43 +130,62 @@ class PredictRequest(Truncation):
     a list of exactly two strings is one pair)."""
 
     input: str | list[str | list[str]] = Field(validation_alias=AliasChoices("input", "inputs"))
+    """a text, a pair `[a, b]`, or a list of texts and pairs (a list of exactly two texts is one pair); also
+    accepted as `inputs`"""
     raw_scores: bool = False
+    """the logits instead of the softmax (the sigmoid for one label)"""
 
 
 class RerankRequest(TruncationFields):
     query: str
+    """the query every text is scored against, as the pair (query, text)"""
     texts: list[str]
+    """the texts to rank"""
     raw_scores: bool = False
+    """the logit instead of its sigmoid"""
     return_text: bool = False
+    """give each result its text"""
 
 
 class MaxSimRequest(TruncationFields):
     """``/maxsim``: TEI ``/rerank``'s request, scored by late interaction (MaxSim) instead of a cross-encoder."""
 
     query: str
+    """the query every text is scored against"""
     texts: list[str]
+    """the texts to rank"""
     return_text: bool = False
+    """give each result its text"""
 
 
 class TokenizeRequest(InputBody):
     input: str | list[str] = Field(validation_alias=AliasChoices("input", "inputs"))
+    """a text or a list of texts; also accepted as `inputs`"""
     add_special_tokens: bool = True
+    """add the tokenizer's special tokens (`[CLS]`, `[SEP]`, ...)"""
     prompt_name: str | None = None
+    """a prompt of the model's config_sentence_transformers.json, put before each text"""
 
 
 class DecodeRequest(Body):
     ids: list[StrictInt] | list[list[StrictInt]]
+    """one list of token ids, or a list of such lists"""
     skip_special_tokens: bool = True
+    """leave the special tokens out of the text"""
 
 
 # ------------------------------------------------------------------------------------------------ Hugging Face
 class ClassificationParameters(Body):
     function_to_apply: Literal["sigmoid", "softmax", "none"] | None = None
+    """what turns the logits into scores (default: the softmax, the sigmoid for one label)"""
     top_k: int | None = Field(None, ge=1)
+    """answer only the best `top_k` labels (default: all)"""
 
 
 class TextClassificationRequest(InputBody):
     """The Hugging Face inference API's text classification (``InferenceClient.text_classification``)."""
 
     input: str | list[str] = Field(validation_alias=AliasChoices("input", "inputs"))
+    """a text or a list of texts; also accepted as `inputs`"""
     parameters: ClassificationParameters | None = None
+    """how to score and how many labels to answer"""
