@@ -21,7 +21,7 @@ from avey_b.model import presets
 pytestmark = pytest.mark.slow
 
 
-def test_twenty_random_lengths_compile_nothing_new_and_equal_eager():
+def test_random_lengths_compile_nothing_new_and_equal_eager():
     torch._dynamo.reset()
     counters.clear()
     torch.manual_seed(0)
@@ -41,8 +41,8 @@ def test_twenty_random_lengths_compile_nothing_new_and_equal_eager():
         run(length)
     warm = counters["stats"]["unique_graphs"]
     assert warm <= 16
-    rng = random.Random(0)
-    for length in [rng.randint(1, 20_000) for _ in range(20)]:
+    rng = random.Random(0)  # the length classes are what matter; many chunks are the next test's
+    for length in [rng.randint(1, 5_000) for _ in range(12)]:
         run(length)
     assert counters["stats"]["unique_graphs"] == warm  # no new graph for any length
 
