@@ -6,9 +6,11 @@
 
 **What is an offence** (one pattern each, case-insensitive, on one line):
 
-* a speed ratio: a number followed by ``×`` or ``x`` (``2.3×``, ``1.44x``), or "N times faster / slower / ...";
-* a throughput: ``WORD/s`` for a count per second (``tokens/s``, ``requests/s``, ``GFLOP/s``, ``it/s``, ...) or
-  "per second" after a number;
+* a speed ratio: a number written against ``×`` or ``x`` (``2.3×``, ``1.44x``, ``×2.0``), or "N times faster /
+  slower / ..." (a product written with spaces, ``16 × 2``, is arithmetic, not a ratio);
+* a throughput: a number, then at most two words, then ``WORD/s`` (``7,906 tokens/s``, ``137 short requests/s``,
+  ``12 GFLOP/s``, ``3 it/s``) or "per second" (a unit named without a number, "throughput (tokens/s)", states
+  nothing);
 * a timing: a number with a unit of time (``47 s``, ``0.84 s``, ``5-7 minutes``, ``120 ms``, ``2 hours``);
 * a memory figure: a number with a unit of bytes (``0.7 GB``, ``512 MiB``);
 * a date: ``2026-11-01`` or a month and a year (``November 2026``).
@@ -22,11 +24,13 @@ or an output sample that shows a timing is a measurement too; quote it from its 
 on one day): a page says it in words ("a few minutes on a laptop's CPU") and links the record that timed it. So
 no rule exempts them.
 
-**The allowlist** (:data:`ALLOWED`) holds only text that matches a pattern and is not a measurement: an option
-whose name carries its unit (``--keep-alive-s 5``, ``--timeout-s 30``), a limit or default the reader sets (``at
-most 600 s``), sizes that are settings (a shard of ``256 MB``). Each entry is a narrow regular expression, matched
-on the same line and removed before the patterns run. Version numbers ("PyTorch 2.13"), core counts ("2 cores")
-and paper citations ("ICLR 2026") match no pattern, so they need no entry.
+**The allowlist** (:data:`ALLOWED`) holds only text that matches a pattern and is not a measurement, each entry a
+narrow regular expression removed from the line before the patterns run: an option whose name carries its unit
+with its value (``--keep-alive-s 5``); an option's default (``default 256 MiB``); a period the program keeps (``a
+line every 30 s``); a rule of memory (``24·d bytes per token``); the server's start line stating its cache limit.
+Version numbers ("PyTorch 2.13"), core counts ("2 cores"), sizes in tokens ("16K tokens"), a hyphenated setting
+("a 15-minute cap"), arithmetic written with spaces ("16 × 2") and paper citations ("ICLR 2026") match no pattern,
+so they need no entry.
 
 An offence is reported as ``file:line: the text``, every one of them at once.
 """
@@ -44,7 +48,7 @@ from avey_b import cli
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 
-_NUMBER = r"(?<![\w.])\d+(?:[.,]\d+)*(?:\s*[-–]\s*\d+(?:[.,]\d+)*)?"
+_NUMBER = r"(?<![\w.-])\d+(?:[.,]\d+)*(?:\s*[-–]\s*\d+(?:[.,]\d+)*)?"
 _MONTHS = "january|february|march|april|may|june|july|august|september|october|november|december"
 
 #: What a figure looks like, by kind.
@@ -65,6 +69,7 @@ ALLOWED = [
     re.compile(r"\bdefault:?\s+[\d.,]+\s?\w+"),  # an option's default: "default 256 MiB"
     re.compile(r"\bevery\s+[\d.]+\s?(?:s|seconds|minutes)\b"),  # a period the program keeps: "a line every 30 s"
     re.compile(r"\b\d+(?:·d)?\s+bytes\s+per\b"),  # a rule of memory: "24 bytes per token"
+    re.compile(r"\bprefix cache up to [\d,]+ bytes \(--prefix-cache-bytes\)"),  # the server's start line: a setting
 ]
 
 _LINK_TO_RECORD = re.compile(r"\]\([^)]*benchmarks/[^)]*\)|\bbenchmarks/[\w./-]+")
@@ -127,7 +132,8 @@ def test_the_check_catches_a_planted_figure_and_accepts_it_quoted_from_its_recor
     record, is caught; the same figures in a quote that links their record pass, as do the allowed non-figures."""
     planted = ["Avey-B base is 2.31× faster at 2K tokens.", "It is 3 times faster.", "7,906 tokens/s with 8 clients.",
                "The job takes 5-7 minutes.", "Done in 47 s.", "0.84 s with a 0.7 GB peak.", "Measured 2026-11-01.",
-               "Measured in November 2026.", "```text\nstep 10  12.5 it/s\n```", "> 1.44x on 2 CPU cores."]
+               "Measured in November 2026.", "```text\nstep 10  12.5 it/s\n```", "> 1.44x on 2 CPU cores.",
+               "int8 took 155 ms (×2.0)", "137 short requests/s for one client"]
     for text in planted:
         assert offences(text, "page.md"), text
     assert offences("intro\n\n" + planted[0], "page.md") == [f"page.md:3: {planted[0]}"]
@@ -137,5 +143,7 @@ def test_the_check_catches_a_planted_figure_and_accepts_it_quoted_from_its_recor
     assert offences(record + "\n\nAnd in prose: 2.31× at 2K tokens.", "page.md") == \
         ["page.md:4: And in prose: 2.31× at 2K tokens."]
     fine = ["Avey-B (Acharya & Hammoud, ICLR 2026) on PyTorch 2.13, 2 cores, batch 8, 4,096 tokens.",
-            "avey-b serve MODEL --keep-alive-s 5", "a 3x3 grid", "the lr x seed protocol", "split size 256"]
+            "avey-b serve MODEL --keep-alive-s 5", "a 3x3 grid", "the lr x seed protocol", "split size 256",
+            "QA runs 32 as 16 × 2", "latency and throughput (tokens/s)", "a 15-minute cap", "a line every 30 s",
+            "the cache (default 256 MiB)"]
     assert [text for text in fine if offences(text, "page.md")] == []
