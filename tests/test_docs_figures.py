@@ -1,8 +1,8 @@
 """Figures live in their records: no page and no help text states a measurement outside a quoted record block.
 
 **What is checked**: ``README.md``, every ``docs/**/*.md`` (tutorials and reference pages included), the top-level
-``avey-b --help`` and every verb's ``avey-b VERB --help`` (the parsers built in this process from
-:data:`avey_b.cli.COMMANDS`, without torch).
+``avey-b --help``, every verb's ``avey-b VERB --help`` and every sub-command's (``avey-b niah generate --help``),
+the parsers built in this process from :data:`avey_b.cli.COMMANDS`, without torch.
 
 **What is an offence** (one pattern each, case-insensitive, on one line):
 
@@ -105,13 +105,17 @@ def _quoted_record_lines(lines: list[str]) -> set[int]:
 
 
 def help_texts() -> dict[str, str]:
-    """``avey-b --help`` and every verb's ``--help``, as the user sees them (no torch imported)."""
+    """``avey-b --help``, every verb's and every sub-command's ``--help``, as the user sees them (no torch)."""
     texts = {"avey-b --help": cli._usage()}
     for name, verb in cli.COMMANDS.items():
         for module in verb.registers:
             importlib.import_module(module)
         module, _, function = verb.parser.partition(":")
-        texts[f"avey-b {name} --help"] = getattr(importlib.import_module(module), function)().format_help()
+        parser = getattr(importlib.import_module(module), function)()
+        texts[f"avey-b {name} --help"] = parser.format_help()
+        for action in parser._subparsers._group_actions if parser._subparsers else ():  # niah generate, ...
+            for sub, subparser in action.choices.items():
+                texts[f"avey-b {name} {sub} --help"] = subparser.format_help()
     return texts
 
 
