@@ -245,7 +245,7 @@ def test_a_malformed_page_is_refused_naming_where():
         parse_page("1. a step\n\n    ```python\n    print(1)\n    ```\n", "bad.md")
     with pytest.raises(TutorialError, match=r"bad\.md: no ```bash or ```python block to run"):
         parse_page("# Only prose\n\n```text\noutput\n```\n", "bad.md")
-    with pytest.raises(TutorialError, match=r"bad\.md:5: port 8000 is used by an earlier server block"):
+    with pytest.raises(TutorialError, match=r"bad\.md:4: port 8000 is used by an earlier server block"):
         parse_page('```bash title="second terminal"\navey-b serve a --port 8000\n```\n'
                    '```bash title="second terminal"\navey-b serve b --port 8000\n```\n', "bad.md")
 
