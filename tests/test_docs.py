@@ -1,6 +1,6 @@
 """The manual cannot rot: the documentation site builds with ``mkdocs build --strict`` (a broken link, a missing
 page or an API reference to a name that does not exist fails it), and every Python block of the README and of
-``docs/`` runs.
+``docs/`` runs (but the tutorials': ``docs/tutorials/`` pages run top to bottom, in order, in test_tutorials.py).
 
 Each block runs in its own process, in a scratch directory, with what it names made small and local:
 
@@ -27,7 +27,8 @@ import pytest
 from avey_b import testing as toy
 
 ROOT = Path(__file__).resolve().parents[1]
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+PAGES = [ROOT / "README.md", *sorted(page for page in (ROOT / "docs").rglob("*.md")
+                                      if (ROOT / "docs" / "tutorials") not in page.parents)]
 FENCE = re.compile(r"^```python\n(.*?)^```", re.M | re.S)
 
 #: What a block names, and what it runs with here (``{model}``, ``{tokenizer}``, ``{url}``: made by the fixtures).
