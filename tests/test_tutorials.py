@@ -52,6 +52,9 @@ CREATES_QUICKSTART = "avey-b pretrain --config quickstart"
 SMALL = {
     # the install: this test's environment has it; check that it does
     'pip install -e ".[train,embed]"': 'python -c "import avey_b, pyarrow, yaml, tqdm"',
+    'pip install -e ".[finetune,serve]" httpx': 'python -c "import avey_b, accelerate, fastapi, uvicorn, httpx"',
+    # the classifier: one epoch over the page's CSV (the tiny model learns nothing either way; the run is the same)
+    "--output-dir runs/sentiment --epochs 20": "--output-dir runs/sentiment --epochs 1",
     # the quickstart at test size: a 2-layer, 32-wide model, a 512-token BPE on 500 documents, 20 steps
     CREATES_QUICKSTART: CREATES_QUICKSTART + " train.max_steps=20 tokenizer.vocab_size=512"
                         " tokenizer.train_documents=500 'model.overrides={hidden_size: 32, num_hidden_layers: 2,"
