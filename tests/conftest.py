@@ -1,6 +1,12 @@
 """Shared fixtures: a tiny Avey-B in the style of transformers' ModelTester (d=32, L=2, S=4, k=2, V=99, N=13,
 so N is not a multiple of S). Everything is offline and CPU-only."""
 
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -28,3 +34,17 @@ def model_dir(tmp_path_factory):
     tok = toy.tokenizer(str(directory))
     seeded(AveyBForSentenceEmbedding, presets.tiny(vocab_size=len(tok))).save_pretrained(directory)
     return directory
+
+
+@pytest.fixture(scope="session")
+def built_site(tmp_path_factory) -> Path:
+    """The documentation site, built once per test session with ``mkdocs build --strict`` (a warning fails it):
+    the directory of the built site, for every test that reads it."""
+    root = Path(__file__).resolve().parents[1]
+    mkdocs = shutil.which("mkdocs", path=str(Path(sys.executable).parent)) or shutil.which("mkdocs")
+    assert mkdocs, "mkdocs is part of the dev install: pip install -e '.[dev]'"
+    site = tmp_path_factory.mktemp("site") / "site"
+    run = subprocess.run([mkdocs, "build", "--strict", "--site-dir", str(site)], cwd=root, capture_output=True,
+                         text=True, timeout=600, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+    assert run.returncode == 0, "mkdocs build --strict failed:\n" + run.stdout[-3000:] + run.stderr[-5000:]
+    return site

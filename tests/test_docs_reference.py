@@ -66,6 +66,15 @@ def test_pretrain_lists_its_config_keys_with_defaults():
         assert f"| `{key}` | `{default!r}` |" in page
 
 
+def test_every_public_name_has_an_api_entry():
+    """Every name of ``from avey_b import ...`` is documented on one of the API pages (``docs/api/*.md``)."""
+    import avey_b
+
+    entries = {line.split()[1].rpartition(".")[2] for page in (ROOT / "docs" / "api").glob("*.md")
+               for line in page.read_text(encoding="utf-8").splitlines() if line.startswith("::: ")}
+    assert [name for name in avey_b.__all__ if name not in entries] == []
+
+
 def test_no_generated_page_shows_raw_rest_markup(pages):
     for uri, page in pages.items():
         prose = re.sub(r"^```.*?^```", "", page, flags=re.M | re.S)
@@ -86,3 +95,26 @@ def test_a_verb_whose_parser_cannot_be_built_is_refused(monkeypatch):
     monkeypatch.setitem(COMMANDS, "broken", Verb("avey_b.cli:main", "avey_b.cli:main", "broken"))
     with pytest.raises(cli_reference.ReferenceError, match="not an argparse.ArgumentParser"):
         cli_reference.build("broken")
+
+
+@pytest.mark.slow
+def test_the_api_pages_render_no_raw_markup_and_the_config_as_a_table(built_site):
+    pages = sorted((built_site / "api").glob("*/index.html"))
+    assert pages
+    for page in pages:
+        html = page.read_text(encoding="utf-8")
+        assert not RAW_ROLE.search(html), page
+        assert "``" not in html, page
+    html = (built_site / "api" / "model" / "index.html").read_text(encoding="utf-8")
+    config = html[html.index('id="avey_b.model.configuration.AveyBConfig"'):]
+    table = config[config.index("<table"):config.index("</table>")]
+    for name, default in (("vocab_size", "50368"), ("hidden_size", "768"), ("padding", "&#39;masked&#39;")):
+        assert f"<code>{name}</code>" in table and default in table, name
+    assert 'href="#avey_b.model.execution.ExecutionSettings"' in config  # a role became a cross-reference
+
+
+@pytest.mark.slow
+def test_the_command_line_pages_are_in_the_site(built_site):
+    for verb in COMMANDS:
+        html = (built_site / "reference" / "cli" / verb / "index.html").read_text(encoding="utf-8")
+        assert f'<h1 id="avey-b-{verb}">avey-b {verb}' in html and "<table>" in html, verb
