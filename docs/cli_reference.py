@@ -8,8 +8,10 @@ Three shapes of parser are read beside plain ``argparse``: sub-commands (``add_s
 pretrain``: the keys of its YAML config, with their defaults and documentation, which its epilog lists as text).
 
 Help texts are written for a terminal and for Python docstrings: their reST roles (``:class:`X```, double
-backticks) become Markdown code here. Building a parser imports no torch (``tests/test_layout.py``), but importing
-the package ``avey_b`` does. The docs hook (``docs/hooks.py``) adds the pages to the site.
+backticks) become Markdown code here. Building a parser imports no torch (``tests/test_layout.py``); the package
+``avey_b`` itself imports the model on import except in the ``avey-b`` command line, so in a process that has not
+imported it yet (``mkdocs build``) it is imported the way the command line imports it (:func:`commands`). The docs
+hook (``docs/hooks.py``) adds the pages to the site.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import re
+import sys
 import textwrap
 
 PREFIX = "reference/cli"
@@ -24,8 +27,23 @@ PREFIX = "reference/cli"
 ROLE = re.compile(r":(?:class|func|mod|meth|data|attr|exc|obj):`(~?)([^`]+)`")
 DOUBLE = re.compile(r"``(.+?)``")
 #: The first words of lines that make an indented block shell commands (else plain text).
-COMMANDS = ("avey-b", "curl", "python", "pip", "torchrun", "#")
+SHELL_WORDS = ("avey-b", "curl", "python", "pip", "torchrun", "#")
 DEFAULT = re.compile(r"\s*\(default: ([^()]*(?:\([^()]*\)[^()]*)*)\)\s*$")
+
+
+def commands() -> dict:
+    """``avey_b.cli.COMMANDS``. Where ``avey_b`` is not imported yet, it is imported as the ``avey-b`` command line
+    imports it (``avey_b._imported_by_the_command_line``: the model, torch and transformers on first use only), so
+    that the pages are written as fast as ``avey-b VERB --help`` answers."""
+    if "avey_b" not in sys.modules:
+        argv0, sys.argv[0:1] = sys.argv[:1], ["avey-b"]
+        try:
+            import avey_b  # noqa: F401
+        finally:
+            sys.argv[0:1] = argv0
+    from avey_b.cli import COMMANDS
+
+    return COMMANDS
 
 
 class ReferenceError(RuntimeError):
@@ -80,7 +98,8 @@ def _flush(out: list[str], kind: str | None, block: list[str]) -> None:
     if kind == "code":
         width = min(len(line) - len(line.lstrip()) for line in block)
         code = "\n".join(line[width:] for line in block)
-        language = "bash" if all(line.split()[0] in COMMANDS for line in code.splitlines() if line.strip()) else "text"
+        shell = all(line.split()[0] in SHELL_WORDS for line in code.splitlines() if line.strip())
+        language = "bash" if shell else "text"
         last = max((i for i, line in enumerate(out) if line), default=None)
         if last is not None and out[last].startswith(f"```{language}\n") and out[last].endswith("```"):
             out[last] = out[last].removesuffix("\n```") + "\n\n" + code + "\n```"  # one block across blank lines
@@ -97,11 +116,10 @@ def _flush(out: list[str], kind: str | None, block: list[str]) -> None:
 def build(verb: str):
     """The parser of ``verb`` (``avey_b.cli.COMMANDS``), after importing what the verb registers, as the command
     line does; a parser that cannot be built is a :class:`ReferenceError` naming the verb."""
-    from avey_b.cli import COMMANDS
-
-    if verb not in COMMANDS:
+    verbs = commands()
+    if verb not in verbs:
         raise ReferenceError(f"no verb {verb!r} in avey_b.cli.COMMANDS")
-    spec = COMMANDS[verb]
+    spec = verbs[verb]
     try:
         for module in spec.registers:
             importlib.import_module(module)
@@ -174,10 +192,9 @@ def _usage(parser: argparse.ArgumentParser) -> str:
 
 def page(verb: str) -> str:
     """The Markdown page of ``verb``."""
-    from avey_b.cli import COMMANDS
-
     parser = build(verb)
-    out = [f"# avey-b {verb}", "", markdown_text(COMMANDS[verb].help[:1].upper() + COMMANDS[verb].help[1:]) + ".",
+    summary = commands()[verb].help
+    out = [f"# avey-b {verb}", "", markdown_text(summary[:1].upper() + summary[1:]) + ".",
            "", "Generated from the command's parser; `avey-b " + verb + " --help` prints the same.", "",
            _usage(parser), "", prose(parser.description), "", *options(parser, 2)]
     for title, part in getattr(parser, "parts", list)():
@@ -195,9 +212,7 @@ def page(verb: str) -> str:
 
 
 def index() -> str:
-    from avey_b.cli import COMMANDS
-
-    rows = [f"| [`{name}`]({name}.md) | {markdown_text(verb.help)} |" for name, verb in COMMANDS.items()]
+    rows = [f"| [`{name}`]({name}.md) | {markdown_text(verb.help)} |" for name, verb in commands().items()]
     return "\n".join(["# Command line", "", "Every action of the library is a verb of one command, `avey-b VERB`. "
                       "These pages are generated from the verbs' parsers, so they list exactly what `avey-b VERB "
                       "--help` accepts.", "", "```bash", "avey-b --help", "avey-b finetune --help", "```", "",
@@ -206,6 +221,4 @@ def index() -> str:
 
 def pages() -> dict[str, str]:
     """``{uri: markdown}`` of the whole command-line reference."""
-    from avey_b.cli import COMMANDS
-
-    return {f"{PREFIX}/index.md": index(), **{f"{PREFIX}/{verb}.md": page(verb) for verb in COMMANDS}}
+    return {f"{PREFIX}/index.md": index(), **{f"{PREFIX}/{verb}.md": page(verb) for verb in commands()}}
