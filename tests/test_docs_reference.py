@@ -18,6 +18,7 @@ RAW_ROLE = re.compile(r":(?:class|func|mod|meth|data|attr|exc|obj):`")
 sys.path.insert(0, str(ROOT / "docs"))
 try:
     import cli_reference
+    import griffe_docstrings
 finally:
     sys.path.remove(str(ROOT / "docs"))
 
@@ -85,6 +86,19 @@ def test_no_generated_page_shows_raw_rest_markup(pages):
 def test_rest_roles_become_code():
     text = "see :class:`avey_b.x.Y`, :func:`~avey_b.z.f` and ``key=value`` | a <b> *c* [d][e]"
     assert cli_reference.markdown_text(text) == r"see `avey_b.x.Y`, `f` and `key=value` \| a &lt;b> \*c\* \[d]\[e]"
+
+
+def test_the_griffe_extension_rewrites_roles_and_transformers_args():
+    """The API pages' docstrings: roles become optional cross-references (code where the target is not documented),
+    transformers' ``name (`type`, defaults to x):`` entries Google's ``name (type):``."""
+    text = griffe_docstrings.markdown("see :class:`~avey_b.x.Y` and :func:`f`, ``k=v``", "avey_b.m")
+    assert text == ('see <autoref identifier="avey_b.x.Y" optional><code>Y</code></autoref> and '
+                    '<autoref identifier="avey_b.m.f" optional><code>f</code></autoref>, `k=v`')
+    doc = ("Summary.\n\nArgs:\n    size (`int`, defaults to 3): the size; see\n        x (`a`): not an entry.\n"
+           "    names (`list[str]`, *optional*): names.\n    flag: a flag.\n\nReturns:\n    x (`int`): kept.")
+    assert griffe_docstrings.google_args(doc) == (
+        "Summary.\n\nArgs:\n    size (int): the size; see\n        x (`a`): not an entry.\n"
+        "    names (list[str]): names.\n    flag: a flag.\n\nReturns:\n    x (`int`): kept.")
 
 
 def test_a_verb_whose_parser_cannot_be_built_is_refused(monkeypatch):
