@@ -6,12 +6,16 @@ this hook adds every such file to the site under ``repo/`` (a Markdown file as a
 follows the links of the Markdown files it adds, and rewrites each link to the file's place in the site. A link to a
 file that does not exist stops the build (``mkdocs build --strict`` runs in the test suite), as does one that leaves
 the repository. A link to a folder goes to its ``README.md``.
+
+It also writes the command-line reference, ``reference/cli/``: one page per verb, generated from the verbs' parsers
+(``docs/cli_reference.py``), so that it lists exactly what ``avey-b VERB --help`` accepts.
 """
 
 from __future__ import annotations
 
 import posixpath
 import re
+import sys
 from pathlib import Path
 
 from mkdocs.exceptions import PluginError
@@ -19,6 +23,10 @@ from mkdocs.structure.files import File
 from routes_page import add_page as add_routes_page  # docs/ is on sys.path while MkDocs loads a hook
 
 REPOSITORY = Path(__file__).resolve().parents[1]
+if str(REPOSITORY) not in sys.path:  # the checkout's avey_b, whose parsers the reference reads
+    sys.path.insert(0, str(REPOSITORY))
+import cli_reference  # noqa: E402  (beside this file: mkdocs puts its folder on sys.path while it loads the hook)
+
 PREFIX = "repo"  # where repository files appear in the site
 LINK = re.compile(r"(\]\()([^)\s]+)(\))")  # [text](target) and ![alt](target)
 FENCE = re.compile(r"^(```|~~~).*?^\1", re.M | re.S)  # links inside code blocks are code, not links
@@ -72,6 +80,8 @@ def on_files(files, config):
             files.append(File.generated(config, uri, abs_src_path=str(found[0])))
             if found[0].suffix == ".md":
                 queue.append(found[0])
+    for uri, content in cli_reference.pages().items():
+        files.append(File.generated(config, uri, content=content))
     return add_routes_page(files, config)
 
 

@@ -38,12 +38,13 @@ def model_dir(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def built_site(tmp_path_factory) -> Path:
-    """The documentation site, built once per test session with ``mkdocs build --strict`` (as ``.ci/docs`` builds
-    it): the directory of the built HTML."""
+    """The documentation site, built once per test session with ``mkdocs build --strict`` (a warning fails it):
+    the directory of the built site, for every test that reads it."""
+    root = Path(__file__).resolve().parents[1]
     mkdocs = shutil.which("mkdocs", path=str(Path(sys.executable).parent)) or shutil.which("mkdocs")
     assert mkdocs, "mkdocs is part of the dev install: pip install -e '.[dev]'"
-    site = tmp_path_factory.mktemp("site")
-    run = subprocess.run([mkdocs, "build", "--strict", "--site-dir", str(site)], cwd=Path(__file__).parents[1],
-                         capture_output=True, text=True, timeout=600, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-5000:]
+    site = tmp_path_factory.mktemp("site") / "site"
+    run = subprocess.run([mkdocs, "build", "--strict", "--site-dir", str(site)], cwd=root, capture_output=True,
+                         text=True, timeout=600, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+    assert run.returncode == 0, "mkdocs build --strict failed:\n" + run.stdout[-3000:] + run.stderr[-5000:]
     return site

@@ -193,18 +193,25 @@ def field_docs(cls) -> dict[str, str]:
     return docs
 
 
-def describe(root) -> str:
-    """Every key of the dataclass tree ``root`` (an instance: its values are the defaults shown), documented."""
-    lines = ["config keys (override with key=value):"]
-    docs = field_docs(type(root))
+def keys(root) -> list[tuple[str, object, str]]:
+    """``(dotted key, default, documentation)`` of every key of the dataclass tree ``root`` (an instance: its values
+    are the defaults), one level of sections deep."""
+    out, docs = [], field_docs(type(root))
     for f in dataclasses.fields(root):
         value = getattr(root, f.name)
         if dataclasses.is_dataclass(value):
             sub = field_docs(type(value))
-            for g in dataclasses.fields(value):
-                lines.append(f"  {f.name}.{g.name} = {getattr(value, g.name)!r}\n      {sub.get(g.name, '')}")
+            out += [(f"{f.name}.{g.name}", getattr(value, g.name), sub.get(g.name, ""))
+                    for g in dataclasses.fields(value)]
         else:
-            lines.append(f"  {f.name} = {value!r}\n      {docs.get(f.name, '')}")
+            out.append((f.name, value, docs.get(f.name, "")))
+    return out
+
+
+def describe(root) -> str:
+    """Every key of the dataclass tree ``root`` (an instance: its values are the defaults shown), documented."""
+    lines = ["config keys (override with key=value):"]
+    lines += [f"  {key} = {default!r}\n      {doc}" for key, default, doc in keys(root)]
     return "\n".join(lines)
 
 

@@ -288,11 +288,15 @@ class FinetuneParser(argparse.ArgumentParser):
         parser.prog = "avey-b finetune --task {" + ",".join(registry.names(family)) + "}"
         return parser
 
+    def parts(self) -> list[tuple[str, argparse.ArgumentParser]]:
+        """(heading, parser) of every family's options, as ``--help`` prints them after ``--task``."""
+        return [(f"{family.title} (--task {' | '.join(registry.names(family))})", self.family_parser(family))
+                for family in registry.families()]
+
     def format_help(self) -> str:
         rule = "-" * 100
-        return super().format_help() + "".join(
-            f"\n{rule}\n{family.title} (--task {' | '.join(registry.names(family))})\n{rule}\n"
-            + self.family_parser(family).format_help() for family in registry.families())
+        return super().format_help() + "".join(f"\n{rule}\n{title}\n{rule}\n" + part.format_help()
+                                               for title, part in self.parts())
 
     def parse_args(self, args=None, namespace=None):
         argv = list(sys.argv[1:] if args is None else args)

@@ -139,12 +139,6 @@ class AveyBConfig(PretrainedConfig):
             Details: ``AveyBModel._rank_every_layer``; cost: ``benchmarks/ranker_every_layer/``.
         ranker_weighting (`str`, defaults to `"max"`): the selected MaxSim scores are divided by the largest
             (`"max"`, paper) or the smallest (`"min"`, release, weights ≥ 1) selected score.
-        ranker_algorithm, ranker_block_size, ranker_memory_mb, ranker_selection_precision, chunk_tokens, tile_bytes,
-            order_by_last_split, auto_overhead, auto_min_splits: the execution settings, how the forward pass runs
-            (the ranker's algorithm, blocks, tiles and memory cap, the processor's chunk size), which changes speed
-            and memory, not the outputs. Documented in :class:`avey_b.model.execution.ExecutionSettings`, which
-            holds them as ``config.execution``; keyword arguments and attributes of the config, as transformers'
-            ``attn_implementation`` is, and never saved in ``config.json``.
         compressor (`bool`, defaults to `True`): the neural compressor ``X̂ = P·X_cat (+ X_i)`` (§4.3). When off,
             each split is processed together with its ``k`` retrieved splits (``(k+1)S`` tokens) and only the
             current split's outputs are kept.
@@ -159,8 +153,9 @@ class AveyBConfig(PretrainedConfig):
         norm_eps (`float`, defaults to 1e-6): epsilon of the RMSNorms.
         dynamic_eps (`float`, defaults to 1e-6): ``ε`` of the dynamic row normalization.
         ranker_eps (`float`, defaults to 1e-6): added to the ranker's weight denominator.
-        embedding_dropout, hidden_dropout, classifier_dropout (`float`, default 0.0): dropout on the embeddings,
-            on each fuser output, and before classification heads.
+        embedding_dropout (`float`, defaults to 0.0): dropout on the embeddings.
+        hidden_dropout (`float`, defaults to 0.0): dropout on each fuser output.
+        classifier_dropout (`float`, defaults to 0.0): dropout before classification heads.
         initializer (`str`, defaults to `"xavier_normal"`): `"xavier_normal"` (the release's scheme) or `"normal"`
             (``N(0, initializer_range)``) for linear, embedding, static ``V`` and compressor ``P`` weights.
         initializer_range (`float`, defaults to 0.02): std of the `"normal"` initializer.
@@ -199,6 +194,14 @@ class AveyBConfig(PretrainedConfig):
         retrieval_pooling (`str`, *optional*): the release's switch for retrieval embeddings: `"eos"` pools the
             last token (the end token EncodEval appends) instead of the masked mean, and the paper protocol's
             retrieval honours it as EncodEval does; `"mean"` or None: the masked mean.
+
+    The execution settings (``ranker_algorithm``, ``ranker_block_size``, ``ranker_memory_mb``,
+    ``ranker_selection_precision``, ``chunk_tokens``, ``tile_bytes``, ``order_by_last_split``, ``auto_overhead``,
+    ``auto_min_splits``) are keyword arguments and attributes of the config too, as transformers'
+    ``attn_implementation`` is: how the forward pass runs (the ranker's algorithm, blocks, tiles and memory cap, the
+    processor's chunk size), which changes speed and memory, not the outputs. They are documented in
+    :class:`avey_b.model.execution.ExecutionSettings`, held as ``config.execution`` and never saved in
+    ``config.json``.
     """
 
     model_type = "avey-b"

@@ -275,6 +275,11 @@ class _PretrainParser(argparse.ArgumentParser):
             parsed.resume = "auto"
         return parsed, extras
 
+    def config_keys(self) -> list[tuple[str, object, str]]:
+        """``(key, default, documentation)`` of every key of :class:`PretrainConfig`: the epilog lists them as text,
+        the manual's page of the verb as a table."""
+        return configs.keys(PretrainConfig())
+
 
 def build_parser() -> argparse.ArgumentParser:
     """The command line of ``avey-b pretrain``: a run config (``--config``), ``key=value`` overrides of it, and how
