@@ -29,17 +29,18 @@ AUTH = {"Authorization": f"Bearer {KEY}"}
 
 
 def serve(directory, **options):
-    """A uvicorn server on a free port in a daemon thread: (url, server)."""
+    """A server for ``directory`` in a daemon thread on a free port, as ``avey-b serve`` runs it
+    (:func:`avey_b.apps.serve.guard.server`, fp32), with these :class:`ServeOptions`: (url, server)."""
     from avey_b.apps.options import ServeOptions
-    from avey_b.apps.serve import build_app
+    from avey_b.apps.serve import build_app, guard
     from avey_b.inference.encoder import Encoder
     from avey_b.inference.options import LoadOptions
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    app = build_app(Encoder(str(directory), LoadOptions(precision="fp32")), ServeOptions(**options))
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", access_log=False))
+    options = ServeOptions(**{"log_level": "warning", **options, "port": port})
+    server = guard.server(build_app(Encoder(str(directory), LoadOptions(precision="fp32")), options), options)
     threading.Thread(target=server.run, daemon=True).start()
     deadline = time.time() + 60
     while not server.started:

@@ -7,16 +7,14 @@ content type, headers, body), invalid data is refused, every 4xx body names the 
 here; the run of 10,000+ cases is benchmarks/serve/fuzz.py."""
 
 import os
-import socket
 import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
 
 import pytest
 
 from avey_b import testing as toy
+from tests.test_serve_api import serve
 
 httpx = pytest.importorskip("httpx")
 uvicorn = pytest.importorskip("uvicorn")
@@ -28,31 +26,11 @@ CHECKS = ("not_a_server_error,status_code_conformance,content_type_conformance,r
 HOOKS = Path(__file__).parent / "fixtures" / "serve_fuzz_checks.py"
 
 
-def serve(directory):
-    """A server for ``directory`` with the key (guard.server: as ``avey-b serve`` runs it): (url, server)."""
-    from avey_b.apps.options import ServeOptions
-    from avey_b.apps.serve import build_app, guard
-    from avey_b.inference.encoder import Encoder
-    from avey_b.inference.options import LoadOptions
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    options = ServeOptions(port=port, api_key=KEY, max_tokens=4096, max_request_inputs=64, log_level="warning")
-    server = guard.server(build_app(Encoder(str(directory), LoadOptions(precision="fp32")), options), options)
-    threading.Thread(target=server.run, daemon=True).start()
-    deadline = time.time() + 60
-    while not server.started:
-        assert time.time() < deadline, "the server did not come up"
-        time.sleep(0.05)
-    return f"http://127.0.0.1:{port}", server
-
-
 def served(tmp_path_factory, kind: str):
     """A server for a tiny cross-encoder (embeds, classifies, reranks) or masked LM (embeds, fills masks)."""
     directory = tmp_path_factory.mktemp(kind)
     toy.served_model(str(directory), kind)
-    url, running = serve(directory)
+    url, running = serve(directory, api_key=KEY, max_tokens=4096, max_request_inputs=64)
     yield url
     running.should_exit = True
 

@@ -7,7 +7,6 @@ unpickle (a malicious pickle that would write a file is refused and the file nev
 import logging
 import pickle
 import socket
-import threading
 import time
 
 import pytest
@@ -18,17 +17,12 @@ from avey_b import AveyBForMaskedLM, AveyBForSentenceEmbedding, AveyBForSequence
 from avey_b import testing as toy
 from avey_b.model import presets
 from avey_b.testing import seeded
+from tests.test_serve_api import serve
 
 httpx = pytest.importorskip("httpx")
 uvicorn = pytest.importorskip("uvicorn")
 
 KEY = "the-key-0123456789"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -43,22 +37,9 @@ def directory(tmp_path_factory):
 def guarded(directory):
     """A server (uvicorn, as ``avey-b serve`` runs it: :func:`guard.server`) with a key and a 1 s body timeout:
     (url, port, server)."""
-    from avey_b.apps.options import ServeOptions
-    from avey_b.apps.serve import build_app, guard
-    from avey_b.inference.encoder import Encoder
-    from avey_b.inference.options import LoadOptions
-
-    options = ServeOptions(port=free_port(), api_key=KEY, body_timeout_s=1.0, max_connections=64, keep_alive_s=1.0)
-    server = guard.server(build_app(Encoder(str(directory), LoadOptions(precision="fp32")), options), options)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.time() + 60
-    while not server.started:
-        assert time.time() < deadline, "the server did not come up"
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{options.port}", options.port, server
+    url, server = serve(directory, api_key=KEY, body_timeout_s=1.0, max_connections=64, keep_alive_s=1.0)
+    yield url, server.config.port, server
     server.should_exit = True
-    thread.join(30)
 
 
 def trickle(port: int, head: bytes, body: bytes, every: float = 0.2) -> tuple[bytes, float]:
