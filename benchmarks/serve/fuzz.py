@@ -16,12 +16,13 @@ import argparse
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from run import serve  # this folder's one way to start a server
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -31,23 +32,8 @@ CHECKS = ("not_a_server_error,status_code_conformance,content_type_conformance,r
 
 
 def start(directory: Path) -> tuple[subprocess.Popen, str]:
-    import httpx
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-m", "avey_b.cli", "serve", str(directory), "--port", str(port),
-                             "--api-key", KEY, "--precision", "fp32", "--threads", "1", "--max-tokens", "4096",
-                             "--max-request-inputs", "64", "--log-level", "warning"], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
-    url = f"http://127.0.0.1:{port}"
-    while True:
-        assert proc.poll() is None, proc.stdout.read()
-        try:
-            if httpx.get(url + "/health", timeout=1).status_code == 200:
-                return proc, url
-        except httpx.TransportError:
-            time.sleep(0.5)
+    return serve(directory, 1, "--api-key", KEY, "--precision", "fp32", "--threads", "1", "--max-tokens", "4096",
+                 "--max-request-inputs", "64", "--log-level", "warning")
 
 
 def run(url: str, seed: int, seconds: int, with_key: bool) -> tuple[dict, str]:

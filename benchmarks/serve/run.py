@@ -65,6 +65,8 @@ def free_port() -> int:
 
 
 def serve(directory: Path, threads: int, *extra: str):
+    """``avey-b serve DIRECTORY --port FREE *extra`` in a process of its own with ``threads`` OpenMP threads, once
+    its ``/health`` answers: (process, url). The one way this folder's scripts start a server."""
     import httpx
 
     port = free_port()
@@ -78,6 +80,8 @@ def serve(directory: Path, threads: int, *extra: str):
                 return proc, url
         except httpx.TransportError:
             time.sleep(0.2)
+        if proc.poll() is not None:  # it stopped: say why now, not after the wait
+            break
     proc.kill()
     raise RuntimeError(proc.stdout.read())
 

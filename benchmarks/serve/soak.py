@@ -24,17 +24,18 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import random
 import signal
-import socket
 import statistics
 import subprocess
-import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
+
+from run import serve  # this folder's one way to start a server
+
+from avey_b.testing import served_model
 
 HERE = Path(__file__).resolve().parent
 KEY = "soak-key"
@@ -89,12 +90,6 @@ MALFORMED = [  # (method, path, raw body, headers override, the status expected)
     ("POST", "/rerank", b'{"query": "a", "texts": []}', None, 400),
     ("POST", "/decode", b'{"ids": "abc"}', None, 422),
 ]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def rss_mb(pid: int) -> float:
@@ -172,16 +167,6 @@ def window(records: list[dict], pid: int, started: float, index: int) -> dict:
             "p99_ms": round(q[98], 2), "loadavg": open("/proc/loadavg").read().split()[:3], "examples": odd}
 
 
-def build_model(directory: Path) -> None:
-    from avey_b import AveyBForSequenceClassification
-    from avey_b import testing as toy
-    from avey_b.model import presets
-    from avey_b.testing import seeded
-
-    tok = toy.tokenizer(str(directory))
-    seeded(AveyBForSequenceClassification, presets.tiny(vocab_size=len(tok), num_labels=1)).save_pretrained(directory)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--minutes", type=float, default=30)
@@ -195,22 +180,9 @@ def main() -> None:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp) / "soak"
-        build_model(directory)
-        port = free_port()
-        server = subprocess.Popen([sys.executable, "-m", "avey_b.cli", "serve", str(directory), "--port", str(port),
-                                   "--api-key", KEY, "--threads", "1", "--precision", "fp32", "--log-level",
-                                   "warning", "--max-request-inputs", "64"], stdout=subprocess.PIPE,
-                                  stderr=subprocess.STDOUT, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
-        url = f"http://127.0.0.1:{port}"
-        import httpx
-
-        while True:
-            assert server.poll() is None, server.stdout.read()
-            try:
-                if httpx.get(url + "/health", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                time.sleep(0.5)
+        served_model(str(directory), "cross-encoder")
+        server, url = serve(directory, 1, "--api-key", KEY, "--threads", "1", "--precision", "fp32", "--log-level",
+                            "warning", "--max-request-inputs", "64")
         results: list[dict] = []
         stop, bucket = threading.Event(), Bucket(args.rate)
         threads = [threading.Thread(target=client, args=(url, seed, args, bucket, stop, results), daemon=True)
