@@ -22,9 +22,10 @@ import re
 import sys
 import textwrap
 
+from griffe_docstrings import ROLE  # the reST roles, as the API pages read them (beside this file)
+
 PREFIX = "reference/cli"
-#: ``:class:`avey_b.x.Y``` and its kin (``~`` keeps the last name only), then double backticks.
-ROLE = re.compile(r":(?:class|func|mod|meth|data|attr|exc|obj):`(~?)([^`]+)`")
+#: Double backticks (the roles: ROLE, ``~`` keeping the last name only).
 DOUBLE = re.compile(r"``(.+?)``")
 #: The first words of lines that make an indented block shell commands (else plain text).
 SHELL_WORDS = ("avey-b", "curl", "python", "pip", "torchrun", "#")
