@@ -56,9 +56,9 @@ class Route:
 
 
 TEXTS = ["the film was good", "the cast was awful"]
-SERVER, OPENAI, COHERE, TEI, HUB, SCHEMA = ("The server", "OpenAI API", "Cohere, Jina and vLLM rerank",
-                                            "Text Embeddings Inference (TEI)", "Hugging Face InferenceClient",
-                                            "The schema and its viewers")
+SERVER, OPENAI, COHERE, TEI, HUB, OWN, SCHEMA = (
+    "The server", "OpenAI API", "Cohere, Jina and vLLM rerank", "Text Embeddings Inference (TEI)",
+    "Hugging Face InferenceClient", "This server's own routes (no other API has them)", "The schema and its viewers")
 ROUTES: dict[tuple[str, str], Route] = {
     ("GET", "/health"): Route(
         SERVER, "health checks (load balancers, Kubernetes probes)",
@@ -88,11 +88,11 @@ ROUTES: dict[tuple[str, str], Route] = {
                     "`chunk_tokens` and `chunk_spans`; `chunk_spans` not one list per input, or a span not "
                     "`0 <= start < end`"}),
     ("POST", "/v1/classify"): Route(
-        OPENAI, "any HTTP client (this server's route, in the OpenAI API's conventions: `input`, `model`, `usage`)",
+        OWN, "any HTTP client (this server's route, in the OpenAI API's conventions: `input`, `model`, `usage`)",
         "Each input's best label and the score of every label (the softmax; the sigmoid for one label).",
         needs="classifier", examples=(("classifier", {"input": TEXTS}, None),)),
     ("POST", "/v1/fill-mask"): Route(
-        OPENAI, "any HTTP client (this server's route, in the OpenAI API's conventions)",
+        OWN, "any HTTP client (this server's route, in the OpenAI API's conventions)",
         "Per input, per mask token, the `top_k` likeliest tokens with their probabilities.",
         needs="masked-lm", examples=(("masked-lm", {"input": "the film was [MASK] .", "top_k": 3}, None),),
         notes={400: "an input without the tokenizer's mask token"}),
@@ -135,7 +135,7 @@ ROUTES: dict[tuple[str, str], Route] = {
         examples=(("cross-encoder", {"query": "was the film good", "texts": TEXTS, "return_text": True}, None),),
         notes={400: "`texts` empty"}),
     ("POST", "/maxsim"): Route(
-        TEI, "any HTTP client (this server's route, in the shape of TEI's `/rerank`)",
+        OWN, "any HTTP client (this server's route, in the shape of TEI's `/rerank`)",
         "The texts ranked by late interaction (MaxSim): the sum over the query's token vectors of the best dot "
         "product with each text's.", needs="multi-vector",
         examples=(("multi-vector", {"query": "was the film good", "texts": TEXTS}, None),),
@@ -167,15 +167,14 @@ ROUTES: dict[tuple[str, str], Route] = {
         SCHEMA, "a browser",
         "FastAPI's Swagger UI over the schema (an HTML page whose scripts load from a CDN). It needs the key when "
         "the server has one, so a browser opens it only on a server without a key.", examples=(("any", None, None),)),
-    ("GET", "/docs/oauth2-redirect"): Route(
-        SCHEMA, "Swagger UI", "The page Swagger UI's OAuth2 sign-in returns to (unused by this server's key).",
-        examples=(("any", None, None),)),
     ("GET", "/redoc"): Route(
         SCHEMA, "a browser", "ReDoc's view of the schema (an HTML page whose scripts load from a CDN).",
         examples=(("any", None, None),)),
 }
+GROUPS = (SERVER, OPENAI, COHERE, TEI, HUB, OWN, SCHEMA)
+ROUTES = dict(sorted(ROUTES.items(), key=lambda item: GROUPS.index(item[1].group)))  # a section per group, in order
 #: the routes that are not in the OpenAPI schema (FastAPI's own pages), and those open without the key among them
-UNLISTED, OPEN_UNLISTED = ("/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"), ("/openapi.json",)
+UNLISTED, OPEN_UNLISTED = ("/openapi.json", "/docs", "/redoc"), ("/openapi.json",)
 
 # --------------------------------------------------------------------------------------------- the snapshot
 

@@ -165,6 +165,7 @@ class Reading:
     statuses: dict[str, int] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
     offsite: list[str] = field(default_factory=list)
+    cut: list[str] = field(default_factory=list)
 
 
 def _watch(page, reading: Reading) -> None:
@@ -186,6 +187,11 @@ def _watch(page, reading: Reading) -> None:
     page.on("response", response)
 
 
+#: The first characters of each code block whose lines run past its box (hidden behind a scroll bar).
+HIDDEN_CODE = """() => [...document.querySelectorAll("pre > code")]
+    .filter(code => code.scrollWidth > code.clientWidth + 1).map(code => code.textContent.slice(0, 60))"""
+
+
 @pytest.fixture(scope="module")
 def reading(built_site):
     """Serve the site on a free loopback port and load every page once in one headless Chromium page."""
@@ -205,6 +211,7 @@ def reading(built_site):
             for path in _pages(built_site):
                 answer = page.goto(found.base + path, wait_until="load")
                 found.statuses[path] = answer.status if answer else 0
+                found.cut += [f"{path}: {line}" for line in page.evaluate(HIDDEN_CODE)]
             page.wait_for_load_state("networkidle")
             yield found
             browser.close()
@@ -218,6 +225,12 @@ def test_every_page_loads_without_errors(reading, built_site):
     assert len(reading.statuses) == len(_pages(built_site)) > 1
     assert {path: status for path, status in reading.statuses.items() if status != 200} == {}
     assert reading.errors == []
+
+
+@pytest.mark.slow
+def test_no_code_block_hides_its_lines_at_the_readers_width(reading):
+    """At 1280 px every line of every code block is in view (they wrap: docs/stylesheets/extra.css)."""
+    assert reading.cut == []
 
 
 @pytest.mark.slow

@@ -150,3 +150,28 @@ def test_the_keyless_routes_on_the_page_are_those_the_server_opens(clients):
     assert open_on_page == set(OPEN_PATHS)
     answer = clients["masked-lm"].get("/health")
     assert answer.status_code == 200 and json.loads(answer.text)["model"] == routes_page.SERVED_NAME
+
+
+def test_every_page_that_names_the_open_routes_names_the_servers():
+    """A page (or help text) that says which routes need no key ("every route but ...") names exactly the server's
+    open paths: the manual once said only /health where /openapi.json is open too."""
+    from avey_b.apps.serve.observe import OPEN_PATHS
+
+    places = [*ROOT.glob("docs/**/*.md"), ROOT / "README.md", ROOT / "SECURITY.md", *ROOT.glob("avey_b/apps/**/*.py")]
+    claims = {}
+    for place in places:
+        text = re.sub(r"\s+", " ", place.read_text(encoding="utf-8"))
+        for claim in re.findall(r"every route but (.{0,80})", text):
+            named = set(re.findall(r"/[a-z][a-z_.]*", claim.split(" ask")[0].split(" need")[0].split(". ")[0]))
+            claims[f"{place.relative_to(ROOT)}: every route but {claim[:60]}"] = named
+    assert claims, "no page names the open routes any more: drop this test"
+    assert {where: named for where, named in claims.items() if named != set(OPEN_PATHS)} == {}
+
+
+def test_each_group_of_routes_is_one_section_and_only_other_apis_routes_are_filed_under_them():
+    page = routes_page.page()
+    headings = re.findall(r"^## (.+)$", page, re.M)
+    assert len(headings) == len(set(headings)), "a group of routes split into two sections"
+    groups = {path: route.group for (_, path), route in routes_page.ROUTES.items()}
+    for own in ("/v1/classify", "/v1/fill-mask", "/maxsim"):  # no OpenAI or TEI client has them
+        assert groups[own] == routes_page.OWN, own
