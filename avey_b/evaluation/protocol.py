@@ -61,8 +61,11 @@ the padding side of the scoring batches                always right; EncodEval p
                                                        the right for every model of Table 3
 an explicit ``max_length`` (a shrunk run)              used as given; EncodEval takes 99% of ``min(model limit,
                                                        max_length)``, but every one of its configs sets ``null``
-which 15 of the coupled model's 30 static layers the   every second (static layers 2, 4, ..., 30): the only uniform
-paper's weight-statistics table shows                  choice holding the layers 14, 22, 24, 26 its figure names
+which 15 of the coupled model's 30 static layers the   every second, static layers 2, 4, ..., 30 (1-based): a
+paper's weight-statistics table shows                  uniform choice holding the layers 14, 22, 24, 26 its figure
+                                                       names; the other parity (1, 3, ..., 29) holds the same
+                                                       numbers under 0-based labels (0, 2, ..., 28), which the paper
+                                                       does not state
 NQ's test queries                                      all of them; EncodEval scores a random half per run
                                                        (``random.sample`` after ``set_seed(seed)``, the rest its
                                                        validation): which half depends on every Python draw between
@@ -76,9 +79,13 @@ which word counts made the paper's NIAH 64K and 96K    not in the release (its g
 columns                                                columns tokens); ``niah generate --lengths`` takes any
                                                        word count, by the same stream
 the authors' efficiency runs                           ``avey-b bench run --protocol authors`` runs their protocol
-                                                       (:mod:`avey_b.benchmarking.options`); NeoBERT is the library's
-                                                       stand-in, not their packed flash-attn path, and their dtype is
-                                                       not stated: the device's default here
+                                                       (:mod:`avey_b.benchmarking.options`), in their dtype: their
+                                                       scripts load bf16 weights and run under bf16 autocast
+                                                       (``--dtype bfloat16-autocast``, its default); it times this
+                                                       library's Avey-B in the release's shape, and with
+                                                       ``--release-code DIR`` the release's own ``modeling_avey.py``
+                                                       beside it (:mod:`avey_b.benchmarking.release_code`); NeoBERT
+                                                       is the library's stand-in, not their packed flash-attn path
 the release's padding (Avey-B ignores                  reproduced: ``AveyBConfig.padding="release"`` (zero rows pad
 ``attention_mask``: split and batch padding are        the last split, batch padding is a token, the SC head averages
 mixed like tokens)                                     every position), equal to the release's forward on short,
