@@ -48,3 +48,19 @@ def built_site(tmp_path_factory) -> Path:
                          text=True, timeout=600, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
     assert run.returncode == 0, "mkdocs build --strict failed:\n" + run.stdout[-3000:] + run.stderr[-5000:]
     return site
+
+
+@pytest.fixture(scope="session")
+def reference_copy():
+    """``reference_copy(name)``: the directory of a reference copy outside the project (``../shared/reference/NAME``
+    beside the checkout, or under ``$AVEY_B_REFERENCE``: the authors' release, the EncodEval harness), read for facts
+    only; a test that needs one is skipped, saying so, where it is absent."""
+    root = Path(os.environ.get("AVEY_B_REFERENCE") or Path(__file__).resolve().parents[2] / "shared" / "reference")
+
+    def find(name: str) -> Path:
+        directory = root / name
+        if not directory.is_dir():
+            pytest.skip(f"no reference copy {directory} (set AVEY_B_REFERENCE to the folder holding {name}/)")
+        return directory
+
+    return find

@@ -492,3 +492,33 @@ def test_authors_protocol_times_compiled_layers_on_ones(tmp_path, monkeypatch):
     assert [(kw["warmup"], kw["repeats"]) for kw in seen] == [(3, 3)]
     (run,) = read_jsonl(str(out / "options.jsonl"))
     assert run["options"]["protocol"] == "authors" and run["options"]["lengths"] == [16]
+
+
+def test_release_code_is_timed_beside_the_library_in_the_same_shape(tmp_path, reference_copy):
+    """``--release-code DIR``: the authors' own ``modeling_avey.py`` from a copy the user points to, built in the
+    shape of each Avey-B model (its AveyConfig from the spec's d, L, S, k, vocabulary) and timed as its own series
+    ``release:MODEL``, beside this library's; a baseline gets none. Timing is not checked, only that it runs and
+    records. The authors' dtype is the protocol's default: bf16 weights under bf16 autocast."""
+    from avey_b.benchmarking import release_code
+
+    directory = reference_copy("avey-b-release")
+    out = tmp_path / "r"
+    bench("run", "--release-code", str(directory), "--models", "avey-b-tiny", "bert-tiny", "--attn", "sdpa",
+          "--lengths", "16", "--batch-size", "2", "--warmup", "0", "--repeats", "1", "--flops-up-to", "0",
+          "--device", "cpu", "--dtype", "float32", "--out", str(out))
+    recs = {r["model"]: r for r in results.read_records(str(out / "results.jsonl"))}
+    assert set(recs) == {"avey-b-tiny", "release:avey-b-tiny", "bert-tiny"}
+    mine = recs["release:avey-b-tiny"]
+    assert (mine["status"], mine["mode"], mine["seq_len"], mine["dtype"]) == ("ok", "eager", 16, "float32")
+    assert str(directory) in mine["code"] and "code" not in recs["avey-b-tiny"]
+    model = release_code.release_model(directory, models.build_config("avey-b-tiny"), "eager")
+    assert type(model).__module__ == "avey_release.modeling_avey" and mine["n_params"] == sum(
+        p.numel() for p in model.parameters())
+    config, ours = model.config, models.build_config("avey-b-tiny")
+    assert (config.d_embed, config.n_layers, config.chunk_size, config.k, config.vocab_size) == (
+        ours.hidden_size, ours.num_hidden_layers, ours.split_size, ours.num_retrieved_splits, ours.vocab_size)
+    (run,) = read_jsonl(str(out / "options.jsonl"))
+    assert run["options"]["release_code"] == str(directory)
+    with pytest.raises(ValueError, match="no modeling_avey.py, configuration_avey.py there"):
+        options.BenchOptions(out="o", release_code=str(tmp_path))
+    assert options.bench_options(options.BenchOptions(out="o", protocol="authors")).dtype == ["bfloat16-autocast"]

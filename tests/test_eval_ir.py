@@ -350,3 +350,57 @@ def test_the_paper_protocols_retrieval_limit_takes_the_tokenizers_model_max_leng
         assert ir_paper.tokenizer_stated_length(path) == mml
     assert ir_paper.tokenizer_stated_length(toy.avey_b(str(tmp_path / "none"), toy.tokenizer(str(tmp_path / "t")))) \
         is None
+
+
+def test_retrieval_training_decays_what_every_other_paper_cell_decays(env, monkeypatch):
+    """The paper protocol's IR training (sentence-transformers' trainer) decays the parameters the library's loop
+    decays, by transformers 4.50's rule (the release's pin): Avey-B's RMSNorm weights decayed, biases exempt; the
+    installed trainer's own rule (transformers 5) would exempt the norm weights."""
+    from avey_b.evaluation import finetune
+    from avey_b.evaluation.protocol import decayed_parameter_names
+
+    real, args_cls, collator_cls, loss_cls = ir_paper._st_modules()
+
+    class Groups(Exception):
+        pass
+
+    class Trainer(real):
+        def train(self, *args, **kwargs):  # the optimizer the trainer builds, then stop
+            self.create_optimizer()
+            names = {id(p): n for n, p in self.loss.named_parameters()}
+            raise Groups([({names[id(p)] for p in g["params"]}, g["weight_decay"])
+                          for g in self.optimizer.param_groups])
+
+    monkeypatch.setattr(ir_paper, "_st_modules", lambda: (Trainer, args_cls, collator_cls, loss_cls))
+    cfg = RunConfig(device="cpu", protocol="paper", batch_size=4, max_steps=1, weight_decay=0.1, max_length=24,
+                    precision="fp32", weights_dtype="float32")
+    with pytest.raises(Groups) as caught:
+        ir_paper.train_pairs(env["avey"], cfg, DataFiles(train=env["pairs"]), env["root"] / "unused")
+    (decayed, decay), (exempt, none) = caught.value.args[0]
+    assert (decay, none) == (0.1, 0.0)
+    st = ir_paper.load_sentence_transformer(env["avey"], cfg, torch.device("cpu"))
+    loop = finetune.finetune_optimizer(st, cfg)
+    names = {id(p): n for n, p in st.named_parameters()}
+    assert decayed == {f"model.{names[id(p)]}" for p in loop.param_groups[0]["params"]}  # the loss wraps the model
+    norm = next(n for n in decayed if n.endswith("layers.0.norm.weight"))  # Avey-B's first RMSNorm
+    assert exempt and all(n.endswith("bias") for n in exempt)
+    assert norm not in real.get_decay_parameter_names(None, _loss(st))  # the installed trainer's rule exempts it
+    assert norm not in decayed_parameter_names(_loss(st), "standard")  # as the standard protocol's does
+
+
+def _loss(st):
+    """A module holding ``st`` as the loss does (its parameters named ``model.…``)."""
+    return torch.nn.ModuleDict({"model": st})
+
+
+def test_the_authors_checkpoint_retrieves_under_the_release_padding(env, tmp_path):
+    """Under the paper protocol the authors' checkpoints (the avey_b1 parameterization) train and score retrieval
+    with the release's padding, as every other cell; ours keep their own; the standard protocol the checkpoint's."""
+    from avey_b.model.presets import AVEY_B1_ARCHITECTURE
+
+    tok = toy.tokenizer(str(tmp_path / "tok"))
+    authors = toy.avey_b(str(tmp_path / "authors"), tok, **AVEY_B1_ARCHITECTURE)
+    for path, protocol, padding in ((authors, "paper", "release"), (authors, "standard", "masked"),
+                                    (env["avey"], "paper", "masked")):
+        st = ir_paper.load_sentence_transformer(path, RunConfig(device="cpu", protocol=protocol), torch.device("cpu"))
+        assert st[0].auto_model.config.padding == padding, (path, protocol)

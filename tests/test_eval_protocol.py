@@ -1,11 +1,13 @@
 """`--protocol paper` is EncodEval's protocol, setting for setting (paper §5.1 adopts it); the standard protocol
-keeps RunConfig's defaults. Expected values are written out from the authors' EncodEval configs (one YAML per
-task x lr x seed in their release; tabulated in the reference copy's README)."""
+keeps RunConfig's defaults. Expected values are read from the authors' EncodEval configs themselves (one YAML per
+task x lr at seed 0 in the reference copy, ``../shared/reference/encodeval/configs``), each rate from its own file."""
 
 import argparse
+from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from transformers import BertConfig, BertForSequenceClassification, RobertaConfig
 
 from avey_b import cli
@@ -13,55 +15,111 @@ from avey_b import testing as toy
 from avey_b.configs import from_args
 from avey_b.evaluation import finetune, sweep
 from avey_b.evaluation.finetune import resolve_steps, train_model
-from avey_b.evaluation.protocol import PAPER_SETTINGS, protocol_settings
-from avey_b.evaluation.settings import FinetuneOptions
+from avey_b.evaluation.protocol import PAPER_SETTINGS, grid, protocol_settings, run_config
+from avey_b.evaluation.settings import GRIDS, FinetuneOptions
 from avey_b.evaluation.suites import SuiteConfig, suite_from_args
 from avey_b.evaluation.tasks import TASKS, DataFiles, RunConfig, get_task
 from avey_b.evaluation.tasks.base import buffered, end_token, input_limit, load_model
 
-# Every EncodEval config: AdamW beta1 0.9, beta2 0.95, eps 1e-5, weight decay 0.1, linear schedule, warmup ratio 0.1,
-# the Trainer's max_grad_norm 1.0, dtype bfloat16 + bf16 true, max_length null.
-EVERY_TASK = {"adam_beta1": 0.9, "adam_beta2": 0.95, "adam_epsilon": 1e-5, "weight_decay": 0.1, "warmup_ratio": 0.1,
-              "grad_clip": 1.0, "weights_dtype": "bfloat16", "precision": "bf16", "max_length": None}
-# task: (train batch, accumulation, eval batch, epochs, steps, head)
-PER_TASK = {
-    "mnli": (32, 1, 32, 1.0, None, "sequence-classification"),
-    "qqp": (32, 1, 32, 1.0, None, "sequence-classification"),
-    "sst2": (32, 1, 32, 1.0, None, "sequence-classification"),
-    "conll2003": (32, 1, 32, 1.0, None, "token-classification"),
-    "ontonotes": (32, 1, 32, 1.0, None, "token-classification"),
-    "uner": (32, 1, 32, 1.0, None, "token-classification"),
-    "squad": (32, 2, 16, 4.0, None, "token-classification"),  # per device 16, train_batch_size 32
-    "squad_v2": (32, 2, 16, 4.0, None, "token-classification"),
-    "record": (32, 8, 4, 4.0, None, "token-classification"),  # per device 4, train_batch_size 32
-    "mldr": (16, 1, 4, None, 1000, "embedding"),  # trained on msmarco_pairs, batch 16, 1,000 steps
-    "msmarco": (16, 1, 512, None, 1000, "embedding"),
-    "nq": (16, 1, 512, None, 1000, "embedding"),
-}
-PAPER_LRS = [2e-5, 6e-5, 1e-4, 5e-4]  # the paper's text
-ENCODEVAL_LRS = [2e-5, 6e-5, 1e-4, 5e-4, 1e-3, 2e-3]  # the release's configs
+#: EncodEval's dataset names (its file names) that are not this library's task names
+ENCODEVAL_NAMES = {"mnli_m": "mnli", "conll2003_en": "conll2003", "uner_en": "uner", "mldr_en": "mldr"}
+#: EncodEval's model classes -> this library's heads
+HEADS = {"transformers.AutoModelForSequenceClassification": "sequence-classification",
+         "transformers.AutoModelForTokenClassification": "token-classification",
+         "sentence_transformers.SentenceTransformer": "embedding"}
 
 
-def test_every_paper_cell_resolves_to_encodevals_settings():
-    assert set(PER_TASK) == set(TASKS)
+class _EncodEvalYaml(yaml.SafeLoader):
+    """EncodEval's YAML: an ``!ext module.name`` tag reads as the name."""
+
+
+_EncodEvalYaml.add_multi_constructor("!", lambda loader, suffix, node: loader.construct_scalar(node))
+
+
+def _read(path: Path) -> dict:
+    return yaml.load(path.read_text(), Loader=_EncodEvalYaml)["eval_config"]
+
+
+def _fields(train: dict, scoring: dict | None = None) -> dict:
+    """The RunConfig fields a training file (and, for IR, a scoring file) sets, read as EncodEval reads them
+    (``abstract_eval.py``: accumulation = train_batch_size / (GPUs x per-device batch), one GPU here); gradient
+    clipping is the Trainer's ``max_grad_norm`` default, 1.0, which no file overrides."""
+    tr = train["tr_args_kwargs"]
+    per_device = tr["per_device_train_batch_size"]
+    batch = tr.get("train_batch_size", per_device)
+    steps = tr.get("max_steps")
+    out = {"batch_size": batch, "grad_accumulation": max(1, int(batch / per_device)),
+           "epochs": None if steps else float(tr["num_train_epochs"]), "max_steps": steps,
+           "adam_beta1": tr["adam_beta1"], "adam_beta2": tr["adam_beta2"], "adam_epsilon": tr["adam_epsilon"],
+           "weight_decay": tr["weight_decay"], "warmup_ratio": tr["warmup_ratio"],
+           "grad_clip": tr.get("max_grad_norm", 1.0),
+           "weights_dtype": {"torch.bfloat16": "bfloat16", "torch.float32": "float32"}[train["model_kwargs"]["dtype"]],
+           "precision": "bf16" if tr["bf16"] else "fp32", "max_length": train["max_length"]}
+    evaluation = (scoring or train)["tr_args_kwargs"].get("per_device_eval_batch_size")
+    if evaluation is not None:
+        out["eval_batch_size"] = evaluation
+    if scoring is not None:
+        out["query_max_length"] = scoring["max_length"]  # queries are cut like documents
+    return out
+
+
+@pytest.fixture(scope="module")
+def encodeval(reference_copy) -> dict[tuple[str, float], tuple[dict, dict]]:
+    """(task, lr) -> (the RunConfig fields its seed-0 file sets, the file's model settings) for every task at every
+    learning rate EncodEval ships (the IR benchmarks: the msmarco_pairs training file at that rate and the
+    benchmark's scoring file; ``msmarco_pairs`` itself; NIAH under ``niah1``/``niah2``)."""
+    configs = reference_copy("encodeval") / "configs"
+    files = {p.stem.removesuffix("_sd0"): _read(p) for p in sorted(configs.glob("*/*_sd0.yaml"))}
+    assert len(files) == 82, sorted(files)  # 12 tasks x 6 rates, msmarco_pairs x 6, niah1/niah2 x 2
+    out = {}
+    for stem, config in files.items():
+        name, lr = stem.rsplit("_lr", 1)
+        lr = float(lr)
+        if name.endswith("_msmarco_pairs"):  # a zero-shot scoring of the model trained at that rate
+            train = files[f"msmarco_pairs_lr{stem.rsplit('_lr', 1)[1]}"]
+            name = name.removesuffix("_msmarco_pairs")
+            assert config["model_kwargs"]["ft_model_config_dir"] == f"msmarco_pairs/lr{stem.rsplit('_lr', 1)[1]}_sd0"
+            fields, model = _fields(train, config), train
+        else:
+            fields, model = _fields(config), config
+        out[(ENCODEVAL_NAMES.get(name, name), lr)] = (fields, model)
+    return out
+
+
+def test_every_task_at_every_rate_resolves_to_its_own_encodeval_file(encodeval):
+    """Each (task, learning rate) cell of ``--protocol paper`` takes the settings of that rate's own file (ReCoRD at
+    2e-5 runs 16 rows a device, accumulation 2, where its other rates run 4, accumulation 8), its head and labels."""
+    assert {t for t, _ in encodeval} == set(TASKS) | {"msmarco_pairs", "niah1", "niah2"}
+    assert sorted({lr for t, lr in encodeval if t in TASKS}) == grid("encodeval")[0] == list(GRIDS["encodeval"][0])
+    for (task, lr), (want, model) in encodeval.items():
+        if task.startswith("niah"):
+            continue  # niah evaluate's own table: test_niah_evaluate
+        cfg = run_config(task, {"protocol": "paper", "lr": lr, "seed": 0})
+        assert {k: getattr(cfg, k) for k in want} == want, (task, lr)
+        if task in TASKS:
+            assert get_task(task).head(cfg) == HEADS[model["model_class"]], task
+            if get_task(task).family == "QA":
+                assert get_task(task).model_kwargs([], [], cfg) == {"num_labels": model["model_kwargs"]["num_labels"]}
+    assert protocol_settings("record", "paper", 2e-5)["grad_accumulation"] == 2
+    assert protocol_settings("record", "paper", 1e-4)["grad_accumulation"] == 8
+    assert protocol_settings("record", "paper") == PAPER_SETTINGS["record"]  # no rate: the task's settings alone
+
+
+def test_every_paper_cell_resolves_to_encodevals_settings(encodeval):
     cells, _, how = sweep.build_cells(sweep.load_suite("paper"))
     assert how == "median"
-    for task, (batch, accumulation, eval_batch, epochs, steps, head) in PER_TASK.items():
+    paper_lrs = sorted(GRIDS["paper"][0])
+    for task in TASKS:
         mine = [c for c in cells if c.task == task]
-        assert sorted({c.cfg.lr for c in mine}) == PAPER_LRS
+        assert sorted({c.cfg.lr for c in mine}) == paper_lrs
         assert sorted({c.cfg.seed for c in mine}) == list(range(10))
         for cfg in {id(c.cfg): c.cfg for c in mine if c.model_name == "avey-b-base"}.values():
             assert cfg.protocol == "paper"
-            for name, value in EVERY_TASK.items():
-                assert getattr(cfg, name) == value, (task, name)
-            assert (cfg.batch_size, cfg.grad_accumulation, cfg.eval_batch_size) == (batch, accumulation, eval_batch)
-            assert (cfg.epochs, cfg.max_steps) == (epochs, steps), task
-            assert get_task(task).head(cfg) == head
+            want, _ = encodeval[(task, cfg.lr)]
+            assert {k: getattr(cfg, k) for k in want} == want, (task, cfg.lr)
         # an epoch of 1,000 examples is ceil(1000 / 32) optimizer steps, whatever the accumulation
-        assert resolve_steps(get_task(task), mine[0].cfg, 32) == (steps or int(epochs * 32))
-    qa = get_task("squad")
-    assert qa.model_kwargs([], [], mine[0].cfg) == {"num_labels": 2}  # answer token or not
-    assert PAPER_SETTINGS["nq"]["query_max_length"] is None  # queries are truncated like documents
+        cfg = mine[0].cfg
+        assert resolve_steps(get_task(task), cfg, 32) == (cfg.max_steps or int(cfg.epochs * 32))
 
 
 def test_models_of_table_3_and_neobert_runs_its_own_code():
@@ -78,7 +136,7 @@ def test_grid_flag_and_explicit_settings_win_over_the_table():
     suite = sweep.load_suite("paper")
     cells, _, _ = sweep.build_cells(suite_from_args(argparse.Namespace(grid="encodeval", tasks=["sst2"],
                                                                        models=["m=x"]), suite))
-    assert sorted({c.cfg.lr for c in cells}) == ENCODEVAL_LRS and len(cells) == 6 * 20
+    assert sorted({c.cfg.lr for c in cells}) == grid("encodeval")[0] and len(cells) == 6 * 20
     cells, _, _ = sweep.build_cells(suite_from_args(argparse.Namespace(grid="encodeval", seeds=3, tasks=["sst2"],
                                                                        models=["x"]), suite))
     assert len(cells) == 6 * 3
@@ -381,3 +439,55 @@ def test_the_paper_protocol_decays_weights_as_transformers_4_50_did():
     for protocol in ("paper", "standard"):
         decayed, exempt = groups(bert, protocol)
         assert "bert.embeddings.LayerNorm.weight" in exempt and "classifier.weight" in decayed
+
+
+def test_niah_under_the_paper_protocol_takes_encodevals_lc_files(encodeval):
+    """``niah evaluate --protocol paper`` runs the LC files' settings: their learning rates, 32 examples a step as
+    micro-batches of their per-device batch, their epochs, optimizer and dtype, scored one input at a time."""
+    from avey_b.evaluation.niah.forms import OPTIMIZER
+    from avey_b.evaluation.niah.options import niah_evaluate_options
+
+    options = niah_evaluate_options(argparse.Namespace(protocol="paper", data="d", models=["m"], out="o"))
+    files = {lr: fields for (task, lr), (fields, _) in encodeval.items() if task in ("niah1", "niah2")}
+    assert sorted(files) == options.lr
+    opt = OPTIMIZER[options.form]
+    for want in files.values():
+        s = options.settings
+        assert (s.batch_size, s.batch_size // options.micro_batch, s.epochs, s.eval_batch_size) == (
+            want["batch_size"], want["grad_accumulation"], want["epochs"], want["eval_batch_size"])
+        assert (opt["betas"], opt["eps"], s.weight_decay, s.warmup_ratio, s.weights_dtype, s.precision) == (
+            (want["adam_beta1"], want["adam_beta2"]), want["adam_epsilon"], want["weight_decay"],
+            want["warmup_ratio"], want["weights_dtype"], want["precision"])
+
+
+def test_the_paper_protocol_pads_with_encodevals_id_and_records_it(env, tmp_path, monkeypatch):
+    """EncodEval pads with the config's ``pad_token_id``, else its eos (the end token), else the unknown token:
+    under ``paper`` every batch of training and scoring is padded with that id and the cell records it, with the
+    padding the authors' checkpoint ran (the release's); the standard protocol keeps the tokenizer's pad."""
+    from avey_b.evaluation.tasks import base
+    from avey_b.evaluation.tasks.base import encodeval_pad_id
+    from avey_b.model.presets import AVEY_B1_ARCHITECTURE
+
+    tok = env["tok"]  # BERT-style: [PAD] 0, [UNK] 1, no eos
+    assert encodeval_pad_id(tok, BertConfig(pad_token_id=None)) == tok.unk_token_id
+    assert encodeval_pad_id(tok, BertConfig(pad_token_id=None, eos_token_id=3)) == 3
+    assert encodeval_pad_id(tok, BertConfig(pad_token_id=5, eos_token_id=3)) == 5
+    used = []
+    real = base.pad_batch
+    monkeypatch.setattr(base, "pad_batch", lambda features, pad_id: (used.append(pad_id), real(features, pad_id))[1])
+    settings = {"lr": 1e-3, "max_steps": 1, "batch_size": 4, "eval_batch_size": 4, "max_length": None,
+                "device": "cpu"}
+    for pad, protocol, want, padding in ((None, "paper", tok.unk_token_id, "release"), (5, "paper", 5, "release"),
+                                         (None, "standard", tok.pad_token_id, "masked")):
+        path = toy.avey_b(str(tmp_path / f"authors-{pad}"), tok, **AVEY_B1_ARCHITECTURE)
+        config = tmp_path / f"authors-{pad}" / "config.json"
+        config.write_text(config.read_text().replace('"pad_token_id": 0', f'"pad_token_id": {json_null(pad)}'))
+        used.clear()
+        rec = finetune.run_cell(path, "sst2", RunConfig(protocol=protocol, **settings),
+                                DataFiles(train=env["sst2"], eval=env["sst2"]))
+        assert set(used) == {want} and rec["pad_id"] == want, (pad, protocol)
+        assert rec["avey_b"]["padding"] == padding
+
+
+def json_null(value) -> str:
+    return "null" if value is None else str(value)

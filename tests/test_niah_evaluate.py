@@ -556,3 +556,22 @@ def test_each_length_needs_a_train_set_at_every_test_length(data, tmp_path):
     """The library's sets of the module fixture hold a train set at 128 tokens only."""
     with pytest.raises(FileNotFoundError, match=r"none at \[256, 640\]"):
         _evaluate(data, tmp_path / "each", "bert-tiny", extra=("--train-length", "each"))
+
+
+def test_paper_protocol_runs_the_authors_checkpoint_with_the_release_padding(authors_data, tmp_path):
+    """NIAH under the paper protocol runs the authors' checkpoints (the avey_b1 parameterization) with the release's
+    padding, as the other cells of the protocol do, and pads with EncodEval's id; each record says so (``avey_b``,
+    ``pad_id``)."""
+    root, tok = authors_data
+    argv = ["evaluate", "--data", str(root / "data"), "--tokenizer", str(root / "tok"), "--tasks", "niah-2",
+            "--lr", "1e-3", "--max-steps", "1", "--batch-size", "2", "--device", "cpu", "--no-retrieval",
+            "--lengths", "24", "--seeds", "0"]
+    model = "avey-b-tiny:enricher_layout=release,enricher_activation=gelu,mixing_activation=identity"
+    assert niah([*argv, "--models", model, "--protocol", "paper", "--out", str(tmp_path / "paper")]) == 0
+    (rec,) = read_jsonl(str(tmp_path / "paper" / "results.jsonl"))
+    assert rec["avey_b"] == {"padding": "release", "accumulation": "sum"}
+    assert rec["pad_id"] == tok.pad_token_id  # the config's pad id (a model built from config takes the tokenizer's)
+    assert niah([*argv, "--models", model, "--form", "token-classification", "--train-length", "24",
+                 "--out", str(tmp_path / "standard")]) == 0
+    (rec,) = read_jsonl(str(tmp_path / "standard" / "results.jsonl"))
+    assert rec["avey_b"] == {"padding": "masked", "accumulation": "mean"}

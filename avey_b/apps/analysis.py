@@ -11,7 +11,7 @@ It writes the per-static-layer statistics table (``static_layers.md``, ``.json``
 every static layer's ``V`` (``static_matrices.png``; matplotlib, the ``analysis`` extra). ``--paper-table`` lays the
 table out as the appendix's table "Layer statistics for coupled vs. decoupled settings": 15 static layers,
 uniformly subsampled (every one of a 15-static-layer decoupled model; every second of the coupled model's 30, static
-layers 2, 4, ..., 30, the choice that holds the layers 14, 22, 24 and 26 the paper's figure names), numbered 1-15,
+layers 2, 4, ..., 30, a choice that holds the layers 14, 22, 24 and 26 the paper's figure names), numbered 1-15,
 with "Avg." over those 15. The table records the model layer of each row.
 """
 

@@ -17,7 +17,10 @@ and any Hugging Face encoder built from its config with random weights (:mod:`av
 ``torch.no_grad``:
 
 * ``--dtype``: ``float32``; ``bfloat16`` (weights and activations in bf16); ``autocast-bf16`` (fp32 weights,
-  bf16 autocast, the paper's "mixed precision"). Default: ``bfloat16`` on GPU, ``float32`` on CPU.
+  bf16 autocast, the paper's "mixed precision"); ``bfloat16-autocast`` (bf16 weights under bf16 autocast, the
+  authors' scripts, ``--protocol authors``' default). Default: ``bfloat16`` on GPU, ``float32`` on CPU.
+* ``--release-code DIR``: also time the authors' own ``modeling_avey.py`` (a copy the user points to) in the shape
+  of each Avey-B model, as the series ``release:MODEL`` (:mod:`.release_code`), beside this library's.
 * ``--modes``: ``eager`` and/or ``compile`` (``torch.compile``; dynamo is reset and the model recompiled
   for every length so no point falls back to eager after the recompile limit; the first warm-up call,
   which includes compilation, is recorded as ``first_call_s``).
@@ -87,6 +90,7 @@ from .fit import fit_table_from_file
 from .inputs import TextIds, text_ids
 from .options import DTYPES, BenchOptions, FitOptions, PlotOptions, TableOptions, bench_options
 from .plot import plot_results
+from .release_code import RELEASE_PREFIX, release_model
 from .results import latency_of, point_key, read_records, series_key, throughput_of
 from .timing import gemm_rate, measure
 
@@ -126,6 +130,8 @@ def _dtype_setup(dtype: str, device: torch.device):
         return torch.bfloat16, contextlib.nullcontext
     if dtype == "autocast-bf16":
         return torch.float32, lambda: autocast(device)
+    if dtype == "bfloat16-autocast":  # the authors' scripts: bf16 weights under bf16 autocast
+        return torch.bfloat16, lambda: autocast(device)
     raise ValueError(f"--dtype {dtype!r} is not one of {DTYPES}")
 
 
@@ -202,6 +208,8 @@ def _series(options: BenchOptions, dtypes: list[str]) -> Iterable[tuple[str, str
                     continue  # the release compiles Avey-B's layers; a baseline has no such series
                 for attn in attns:
                     yield spec, attn, mode, dtype
+                if options.release_code and is_avey_b(config):  # the authors' own code in this model's shape
+                    yield RELEASE_PREFIX + spec, None, mode, dtype
 
 
 #: Statuses that a ``--resume`` run keeps; skipped and inferred-OOM points are tried again (e.g. with a
@@ -265,23 +273,23 @@ def _run_series(spec_str: str, attn: str | None, mode: str, dtype: str, options:
     """The points of one series (model, attention, mode, dtype) that ``done`` lacks, shortest first: a length past
     the model's limit is ``max_length``; after an OOM or a latency over ``--max-latency``, the longer lengths are
     recorded as such without running (``inferred``)."""
-    spec = parse_spec(spec_str)
+    release = spec_str.startswith(RELEASE_PREFIX)
+    spec = parse_spec(spec_str.removeprefix(RELEASE_PREFIX))
     config = build_config(spec)
     weight_dtype, autocast_ctx = _dtype_setup(dtype, device)
     limit = max_length(config)
     batch_size = options.batch_size
-    base = {"model": spec.label, "attn": attn, "mode": mode, "dtype": dtype, "batch_size": batch_size, **env}
-    todo = [n for n in lengths if (spec.label, attn, mode, dtype, batch_size, n) not in done]
+    label = RELEASE_PREFIX + spec.label if release else spec.label
+    base = {"model": label, "attn": attn, "mode": mode, "dtype": dtype, "batch_size": batch_size, **env}
+    if release:
+        base["code"] = f"the release's modeling_avey.py ({options.release_code})"
+    todo = [n for n in lengths if (label, attn, mode, dtype, batch_size, n) not in done]
     if not todo:
         return
     reason = unavailable_reason(attn, device) if attn else None
     try:
         if reason is None:
-            model = random_model(config, attn_implementation=None if attn == "default" else attn
-                                 ).to(device=device, dtype=weight_dtype)
-            if mode == "compile-layers":  # the release's @torch.compile on each layer's forward, torch's defaults
-                for layer in model.layers:
-                    layer.forward = torch.compile(layer.forward, backend=options.compile_backend)
+            model = _series_model(config, attn, mode, options, release).to(device=device, dtype=weight_dtype)
     except (ValueError, ImportError) as e:  # the model class does not support this attention implementation
         reason = str(e)
     if reason is not None:
@@ -306,6 +314,19 @@ def _run_series(spec_str: str, attn: str | None, mode: str, dtype: str, options:
         emit(rec)
         if rec["status"] == "ok" and options.max_latency and rec["latency_median_s"] > options.max_latency:
             stop = ("skipped_time", f"latency {rec['latency_median_s']:.2f}s > --max-latency at length {n}")
+
+
+def _series_model(config, attn: str | None, mode: str, options: BenchOptions, release: bool) -> torch.nn.Module:
+    """The random-weight model of a series: this library's (``compile-layers``: each layer's forward compiled, as
+    the release's ``@torch.compile`` does, torch's defaults) or, for ``release``, the release's own code in
+    ``config``'s shape (:func:`.release_code.release_model`, which compiles its layers itself)."""
+    if release:
+        return release_model(options.release_code, config, mode)
+    model = random_model(config, attn_implementation=None if attn == "default" else attn)
+    if mode == "compile-layers":
+        for layer in model.layers:
+            layer.forward = torch.compile(layer.forward, backend=options.compile_backend)
+    return model
 
 
 def _time_length(model, config, n: int, mode: str, dtype: str, options: BenchOptions, *, device: torch.device,

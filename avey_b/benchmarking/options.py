@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from avey_b import configs
 
@@ -16,7 +17,7 @@ from .results import STATS
 
 #: The sequence lengths of the paper's efficiency figures (§5.4).
 PAPER_LENGTHS = [128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 98304]
-DTYPES = ("float32", "bfloat16", "autocast-bf16")
+DTYPES = ("float32", "bfloat16", "autocast-bf16", "bfloat16-autocast")
 MODES = ("eager", "compile", "compile-layers")
 #: Attention implementations of the Transformer baselines (:mod:`.attention` says what each is); ``default``:
 #: whichever transformers picks when none is asked for.
@@ -31,10 +32,13 @@ AUTHORS_LENGTHS = [128, 256, 512, 1024, 2048, *range(4096, 98304 + 1, 4096)]
 #: the release's Avey-B (its parameterization, ``avey-b-avey-b1``: the config the release converter makes of a
 #: release ``config.json``) eager and with each layer compiled (the release's ``@torch.compile`` on its layers'
 #: ``forward``), ModernBERT and NeoBERT at transformers' default attention, batch 8, their 29 lengths, 3 warm-up and
-#: 3 timed calls (their figure: the mean), input ids all ones. Options left at the library's defaults take these.
+#: 3 timed calls (their figure: the mean), input ids all ones, weights in bf16 under bf16 autocast (their scripts
+#: load ``dtype=torch.bfloat16`` and run under ``torch.autocast(dtype=torch.bfloat16)``). Options left at the
+#: library's defaults take these. It times this library's implementation in the release's shape; ``--release-code
+#: DIR`` adds the release's own ``modeling_avey.py`` (:mod:`.release_code`).
 AUTHORS_BENCH = {"models": ["avey-b-avey-b1", "modernbert-base", "neobert"], "lengths": AUTHORS_LENGTHS,
                  "batch_size": 8, "modes": ["eager", "compile-layers"], "attn": ["default"], "warmup": 3,
-                 "repeats": 3, "ids": "ones"}
+                 "repeats": 3, "ids": "ones", "dtype": ["bfloat16-autocast"]}
 #: What ``bench run`` times a baseline with by default: every fast one; one that cannot run here (FlashAttention-2 on
 #: a CPU or without flash-attn) is recorded as ``unavailable`` with the reason.
 DEFAULT_ATTENTIONS = ("sdpa", "flex_attention", "flash_attention_2")
@@ -51,8 +55,8 @@ class BenchOptions:
     """library: this library's benchmark (the defaults below: every fast attention, random ids, the median of 5);
     authors: the authors' efficiency scripts as they ran them (avey_b.benchmarking.options.AUTHORS_BENCH: the
     release's Avey-B eager and with compiled layers, baselines at transformers' default attention, batch 8, 29
-    lengths 128 ... 98,304, 3 warm-up and 3 timed calls, the mean, ids all ones); options left at their defaults
-    take the protocol's values"""
+    lengths 128 ... 98,304, 3 warm-up and 3 timed calls, the mean, ids all ones, bf16 weights under bf16
+    autocast); options left at their defaults take the protocol's values"""
     models: list[str] = field(default_factory=lambda: ["avey-b-base", "modernbert-base", "neobert"])
     "model specs NAME[:key=value,...] (see avey_b.utils.model_spec)"
     lengths: list[int] = field(default_factory=lambda: list(PAPER_LENGTHS))
@@ -61,7 +65,8 @@ class BenchOptions:
     "sequences per forward pass"
     dtype: list[str] | None = None
     """float32; bfloat16 (weights and activations); autocast-bf16 (fp32 weights, bf16 autocast, the paper's mixed
-    precision). Default: bfloat16 on GPU, float32 on CPU"""
+    precision); bfloat16-autocast (bf16 weights under bf16 autocast, the authors' scripts). Default: bfloat16 on
+    GPU, float32 on CPU (--protocol authors: bfloat16-autocast)"""
     modes: list[str] = field(default_factory=lambda: ["eager"])
     """eager, compile (torch.compile of the whole model, recompiled for every length) and/or compile-layers (each
     Avey-B layer's forward compiled as the release's @torch.compile does; Avey-B only)"""
@@ -100,16 +105,37 @@ class BenchOptions:
     each model's vocabulary"""
     resume: bool = False
     "append to OUT/results.jsonl, skipping done points"
+    release_code: str | None = None
+    """also time the authors' own model code: a directory holding the release's modeling_avey.py and
+    configuration_avey.py (a copy of github.com/rimads/avey-b's avey_b/), built in the shape of each Avey-B model
+    (series release:MODEL; see avey_b.benchmarking.release_code)"""
 
     def __post_init__(self):
         if self.batch_size < 1 or any(n < 1 for n in self.lengths):
             raise ValueError(f"--batch-size and --lengths must be positive, got {self.batch_size} and {self.lengths}")
         if self.protocol not in PROTOCOLS or self.ids not in IDS:
             raise ValueError(f"--protocol must be one of {PROTOCOLS} and --ids one of {IDS}")
+        if self.release_code is not None:
+            check_release_directory(self.release_code)
         for name, allowed in (("dtype", DTYPES), ("modes", MODES), ("attn", ATTENTIONS)):
             bad = [v for v in getattr(self, name) or () if v not in allowed]
             if bad:
                 raise ValueError(f"--{name} {bad[0]!r} is not one of {allowed}")
+
+
+#: The files a ``--release-code`` directory must hold (:mod:`.release_code`).
+RELEASE_FILES = ("modeling_avey.py", "configuration_avey.py")
+
+
+def check_release_directory(directory: str | Path) -> Path:
+    """``directory`` as a Path, after checking that it holds the release's two files (the error names the missing
+    ones)."""
+    path = Path(directory)
+    missing = [name for name in RELEASE_FILES if not (path / name).is_file()]
+    if missing:
+        raise ValueError(f"--release-code {directory}: no {', '.join(missing)} there (a copy of the authors' "
+                         "avey_b/ folder: modeling_avey.py and configuration_avey.py)")
+    return path
 
 
 def bench_options(options: BenchOptions) -> BenchOptions:

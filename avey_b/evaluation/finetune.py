@@ -32,7 +32,6 @@ from typing import Any
 import torch
 import transformers
 from transformers import get_linear_schedule_with_warmup
-from transformers.trainer_pt_utils import get_parameter_names
 
 from avey_b.configs import from_args
 from avey_b.utils.counting import count_parameters
@@ -42,7 +41,7 @@ from avey_b.utils.records import save_pretrained_atomic, utc_timestamp, write_js
 from avey_b.utils.shared_cpu import thread_tuner
 
 from .ir_paper import is_zero_shot, run_zero_shot_cell
-from .protocol import avey_b_settings, run_config
+from .protocol import avey_b_settings, decayed_parameter_names, run_config
 from .settings import DataFiles, FinetuneOptions, RunConfig, given_data, given_settings
 from .tasks import get_task
 from .tasks.base import (
@@ -56,6 +55,7 @@ from .tasks.base import (
     load_task_tokenizer,
     pad_id_of,
     resolve_steps,
+    use_encodeval_pad,
 )
 
 
@@ -116,21 +116,12 @@ def loss_items(batch: dict[str, torch.Tensor]) -> int:
     return next(iter(batch.values())).shape[0]
 
 
-#: Parameters transformers' Trainer exempts from weight decay (``Trainer.get_decay_parameter_names``, transformers
-#: 5): those of LayerNorm modules and those whose name holds a bias or a norm.
-NO_DECAY_PATTERNS = [r"bias", r"layernorm", r"rmsnorm", r"(?:^|\.)norm(?:$|\.)", r"_norm(?:$|\.)"]
-#: The same rule in transformers 4.50, which the authors' release pins: LayerNorm modules and names holding "bias",
-#: "layernorm" or "rmsnorm" (lower-cased), so a norm module named ``norm`` that is not a LayerNorm (Avey-B's
-#: RMSNorm, the release's ``layers.i.norm``) is decayed.
-NO_DECAY_PATTERNS_4_50 = [r"bias", r"layernorm", r"rmsnorm"]
-
-
 def finetune_optimizer(model, cfg: RunConfig) -> torch.optim.Optimizer:
     """AdamW with the cell's β, ε and decoupled weight decay, the decay on the parameters transformers' Trainer
     decays (EncodEval trains with the Trainer): not on biases and norm weights; under the paper protocol by the rule
-    of transformers 4.50, the release's pin (:data:`NO_DECAY_PATTERNS_4_50`: RMSNorm weights decayed)."""
-    patterns = NO_DECAY_PATTERNS_4_50 if cfg.protocol == "paper" else NO_DECAY_PATTERNS
-    decayed = set(get_parameter_names(model, [torch.nn.LayerNorm], patterns))
+    of transformers 4.50, the release's pin (:func:`~avey_b.evaluation.protocol.decayed_parameter_names`: RMSNorm
+    weights decayed)."""
+    decayed = set(decayed_parameter_names(model, cfg.protocol))
     params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     groups = [{"params": [p for n, p in params if n in decayed], "weight_decay": cfg.weight_decay},
               {"params": [p for n, p in params if n not in decayed], "weight_decay": 0.0}]
@@ -243,8 +234,9 @@ def run_cell(model_name: str, task_name: str, cfg: RunConfig, files: DataFiles,
         limit_rule = input_limit_rule(model.config, cfg.protocol)
         cfg = dataclasses.replace(cfg, max_length=limit if cfg.max_length is None else cfg.max_length,
                                   query_max_length=limit if cfg.query_max_length is None else cfg.query_max_length)
-    if cfg.protocol == "paper":
+    if cfg.protocol == "paper":  # EncodEval's end and pad tokens, from the model's config
         task.end_token = end_token(tokenizer, model.config)
+        use_encodeval_pad(tokenizer, model.config)
     avey_b = avey_b_settings(model.config, cfg)  # None for other models: masked padding, micro-batch means
     if avey_b is not None:
         model.config.padding = avey_b["padding"]  # read at every forward pass
@@ -265,7 +257,7 @@ def run_cell(model_name: str, task_name: str, cfg: RunConfig, files: DataFiles,
         "eval_seconds": t2 - t1, "n_parameters": count_parameters(model),
         "config": given.to_dict(),
         "input_limit": {"max_length": cfg.max_length, "query_max_length": cfg.query_max_length, "rule": limit_rule},
-        "avey_b": avey_b,
+        "avey_b": avey_b, "pad_id": pad_id_of(tokenizer),
         "data": vars(files), "device": str(device),
         "versions": {"python": platform.python_version(), "torch": torch.__version__,
                      "transformers": transformers.__version__},

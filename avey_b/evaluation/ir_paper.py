@@ -10,11 +10,15 @@ training on them. Under ``--protocol paper`` the library does the same:
   ``CachedMultipleNegativesRankingLoss(mini_batch_size=256)``: in-batch negatives over cosine similarities times
   ``RunConfig.ir_scale`` (20, the loss's default), the gradient cache only bounding memory. Optimizer and schedule
   come from the cell's ``RunConfig`` (EncodEval: batch 16, 1,000 steps, AdamW β = (0.9, 0.95), ε = 1e-5, weight
-  decay 0.1 — the Trainer exempts biases and normalization weights from it —, linear decay after 10% warm-up,
+  decay 0.1 on the parameters every other cell decays, by transformers 4.50's rule, the release's pin
+  (:func:`~avey_b.evaluation.protocol.decayed_parameter_names`: biases exempt, RMSNorm weights decayed; the
+  installed trainer's own rule would exempt them), linear decay after 10% warm-up,
   gradient norm clipped at 1, weights in bf16 and bf16 autocast). Inputs read ``Query: …`` and ``Document: …``
   and are tokenized as EncodEval's collator does: the text and the tokenizer's end token (its unknown token when
   it has none: :func:`~avey_b.evaluation.tasks.base.end_token`), no other special tokens, truncated at 99% of the
-  length limit (:func:`~avey_b.evaluation.tasks.base.buffered`).
+  length limit (:func:`~avey_b.evaluation.tasks.base.buffered`), padded with the tokenizer's pad token, else its end
+  token (EncodEval's SentenceTransformer keeps its tokenizer as loaded). The authors' checkpoints run the release's
+  padding, in training and scoring (:func:`~avey_b.evaluation.protocol.avey_b_settings`; each record's ``avey_b``).
 - **Scoring** (:func:`score_zero_shot`) loads the saved model and embeds with ``SentenceTransformer.encode`` (the
   tokenizer's own special tokens, the full limit, ``eval_batch_size`` texts at a time: EncodEval 4 for MLDR, 512
   otherwise); ranking and NDCG@10 are the retrieval task's (:meth:`RetrievalTask.score`) on the data mapped as
@@ -28,8 +32,8 @@ the scorings that read it, and reuses it on a rerun (:mod:`avey_b.evaluation.swe
 Why sentence-transformers' trainer here and the library's loop elsewhere: this is the protocol's own code path, so
 running it is the surest way to match it. On the same embeddings the loss is exactly the library's
 :func:`~avey_b.evaluation.tasks.ir.multiple_negatives_ranking_loss` (the tests check the value and the gradient);
-the runs still differ from the library's loop in what the Trainer decides (weight decay exemptions, data order)
-and in the tokenization above.
+the runs still differ from the library's loop in what the Trainer decides (data order) and in the tokenization
+above; the weight decay is the same rule.
 """
 
 from __future__ import annotations
@@ -51,6 +55,7 @@ from avey_b.utils.counting import count_parameters
 from avey_b.utils.device import pick_device, use_bf16
 from avey_b.utils.records import save_pretrained_atomic, utc_timestamp
 
+from .protocol import avey_b_settings, decayed_parameter_names
 from .tasks import TASKS, get_task
 from .tasks.base import (
     EVAL_ATTENTION,
@@ -111,7 +116,7 @@ def load_sentence_transformer(name_or_path: str, cfg: RunConfig, device: torch.d
     ``cfg.max_length``; a model whose config sets ``retrieval_pooling: eos`` pools the last token instead of the
     mean (EncodEval's switch); a ``Normalize`` module is dropped, as EncodEval's plain encoders have none (cosine
     similarity ranks the same either way); a tokenizer without an end or padding token gets EncodEval's stand-ins
-    (unknown, end)."""
+    (unknown, end); an Avey-B runs the padding :func:`~avey_b.evaluation.protocol.avey_b_settings` chooses."""
     try:
         from sentence_transformers import SentenceTransformer
     except ImportError as e:  # pragma: no cover - the eval extra installs it
@@ -125,6 +130,9 @@ def load_sentence_transformer(name_or_path: str, cfg: RunConfig, device: torch.d
     if cfg.weights_dtype == "bfloat16":
         st.to(torch.bfloat16)
     config = st[0].auto_model.config
+    avey_b = avey_b_settings(config, cfg)  # the authors' checkpoints under the paper protocol: the release's padding
+    if avey_b is not None:
+        config.padding = avey_b["padding"]  # read at every forward pass
     limit = st.max_seq_length
     if limit is None or limit > SENTENCE_TRANSFORMERS_MAX_LENGTH:  # no limit (Avey-B): the tokenizer's sentinel
         limit = SENTENCE_TRANSFORMERS_MAX_LENGTH
@@ -212,6 +220,8 @@ def train_pairs(model_name: str, cfg: RunConfig, files: DataFiles, dest: str | o
         loss = loss_cls(st, scale=cfg.ir_scale, mini_batch_size=CACHE_MINI_BATCH)
         trainer = trainer_cls(model=st, args=args, train_dataset=dataset, loss=loss,
                               data_collator=collator_cls(tokenize))
+        # the weight decay rule of every other cell, not the installed transformers' own (read by create_optimizer)
+        trainer.get_decay_parameter_names = lambda model: decayed_parameter_names(model, cfg.protocol)
         t0 = time.perf_counter()
         trainer.train()
         seconds = time.perf_counter() - t0
@@ -226,7 +236,8 @@ def train_pairs(model_name: str, cfg: RunConfig, files: DataFiles, dest: str | o
             "loss_last": _mean(losses[-tenth:]), "losses": [round(x, 5) for x in losses],
             "autocast": "bf16" if bf16 else "fp32", "weights_dtype": cfg.weights_dtype,
             "loss": f"CachedMultipleNegativesRankingLoss(scale={cfg.ir_scale:g}, mini_batch_size={CACHE_MINI_BATCH})",
-            "max_length": limit, "pooling": _pooling_mode(st)}
+            "max_length": limit, "pooling": _pooling_mode(st), "avey_b": avey_b_settings(st[0].auto_model.config, cfg),
+            "pad_id": tok.pad_token_id}
 
 
 def score_zero_shot(task_name: str, finetuned: str, cfg: RunConfig, files: DataFiles) -> dict[str, Any]:
@@ -244,7 +255,7 @@ def score_zero_shot(task_name: str, finetuned: str, cfg: RunConfig, files: DataF
 
     with torch.no_grad():
         metrics = task.score(examples, embed, cfg)
-    return metrics | {"n_parameters": count_parameters(st)}
+    return metrics | {"n_parameters": count_parameters(st), "avey_b": avey_b_settings(st[0].auto_model.config, cfg)}
 
 
 def run_zero_shot_cell(model_name: str, task_name: str, cfg: RunConfig, files: DataFiles,
@@ -268,12 +279,12 @@ def run_zero_shot_cell(model_name: str, task_name: str, cfg: RunConfig, files: D
         t0 = time.perf_counter()
         metrics = score_zero_shot(task_name, finetuned, cfg, files)
         seconds = time.perf_counter() - t0
-    n_parameters = metrics.pop("n_parameters")
+    n_parameters, avey_b = metrics.pop("n_parameters"), metrics.pop("avey_b")
     return {
         "model": model_name, "task": task.name, "family": task.family, "protocol": cfg.protocol,
         "lr": cfg.lr, "seed": cfg.seed, "metric": task.metric, "score": metrics[task.metric], "metrics": metrics,
         "train": training | {"task": PAIRS_TASK}, "eval_seconds": seconds, "n_parameters": n_parameters,
-        "config": cfg.to_dict(), "data": vars(files), "device": str(pick_device(cfg.device)),
+        "config": cfg.to_dict(), "avey_b": avey_b, "data": vars(files), "device": str(pick_device(cfg.device)),
         "versions": {"python": platform.python_version(), "torch": torch.__version__,
                      "transformers": transformers.__version__, "sentence_transformers": _st_version()},
         "finished": utc_timestamp(),

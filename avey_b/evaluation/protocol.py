@@ -1,8 +1,9 @@
 """The settings of a ``paper``-protocol cell: EncodEval's, setting for setting (paper §5.1).
 
 The paper "adopt[s] the evaluation protocol of Boukhlef et al." (EncodEval), and the authors' release ships that
-harness with one YAML file per task x learning rate x seed. Every file of a task has the same settings apart from
-``learning_rate``, ``seed`` and ``output_subdir``; they are, per task (``PAPER_SETTINGS`` below):
+harness with one YAML file per task x learning rate x seed. The files of a task and learning rate differ only in
+``seed`` and ``output_subdir``, and the files of a task hold the same settings at every learning rate but one
+(ReCoRD at 2e-5, below); they are, per task (``PAPER_SETTINGS`` below, :func:`protocol_settings` for a rate):
 
 * every task: transformers' ``TrainingArguments`` with ``adam_beta1: 0.9``, ``adam_beta2: 0.95``,
   ``adam_epsilon: 1e-5``, ``weight_decay: 0.1``, ``lr_scheduler_type: linear``, ``warmup_ratio: 0.1``, the
@@ -11,7 +12,8 @@ harness with one YAML file per task x learning rate x seed. Every file of a task
 * SC (``sst2``, ``qqp``, ``mnli_m``): ``train_batch_size: 32``, per device 32, eval 32, 1 epoch;
 * TC (``conll2003_en``, ``ontonotes``, ``uner_en``): the same;
 * QA (``squad``, ``squad_v2``, ``record``): a 2-label token classifier, ``train_batch_size: 32`` as per-device
-  16 x 2 accumulation (ReCoRD 4 x 8), eval batch = the per-device batch, 4 epochs;
+  16 x 2 accumulation (ReCoRD 4 x 8, but 16 x 2 in its files at lr 2e-5: ``PAPER_SETTINGS_BY_LR``), eval batch 16
+  (ReCoRD 4, at every rate), 4 epochs;
 * IR: one fine-tuning on ``msmarco_pairs`` (``per_device_train_batch_size: 16``, ``max_steps: 1000``), scored
   zero-shot on ``mldr_en`` (eval batch 4), ``msmarco`` and ``nq`` (eval batch 512).
 
@@ -35,7 +37,8 @@ Beyond the optimizer settings, a ``paper`` cell follows EncodEval in what it rea
   :mod:`.tasks.qa`);
 * weight decay on the parameters transformers 4.50's Trainer decays (the release pins 4.50): all but LayerNorm
   modules and names holding ``bias``, ``layernorm`` or ``rmsnorm``, so Avey-B's RMSNorm weights are decayed
-  (transformers 5 exempts them; the standard protocol follows 5: :data:`.finetune.NO_DECAY_PATTERNS_4_50`);
+  (transformers 5 exempts them; the standard protocol follows 5: :func:`decayed_parameter_names`), in every cell:
+  the library's loop and retrieval's sentence-transformers trainer alike (:mod:`.ir_paper`);
 * retrieval's input limit includes the tokenizer's stated ``model_max_length`` (EncodEval's SentenceTransformer),
   and its documents are formatted from the title and text as they are, unstripped (:mod:`.ir_paper`, :mod:`.tasks.ir`);
 * NIAH on the authors' sets themselves (their ``gen_niah.py`` replayed byte for byte, :mod:`avey_b.data.niah_replay`),
@@ -58,8 +61,11 @@ the padding side of the scoring batches                always right; EncodEval p
                                                        the right for every model of Table 3
 an explicit ``max_length`` (a shrunk run)              used as given; EncodEval takes 99% of ``min(model limit,
                                                        max_length)``, but every one of its configs sets ``null``
-which 15 of the coupled model's 30 static layers the   every second (static layers 2, 4, ..., 30): the only uniform
-paper's weight-statistics table shows                  choice holding the layers 14, 22, 24, 26 its figure names
+which 15 of the coupled model's 30 static layers the   every second, static layers 2, 4, ..., 30 (1-based): a
+paper's weight-statistics table shows                  uniform choice holding the layers 14, 22, 24, 26 its figure
+                                                       names; the other parity (1, 3, ..., 29) holds the same
+                                                       numbers under 0-based labels (0, 2, ..., 28), which the paper
+                                                       does not state
 NQ's test queries                                      all of them; EncodEval scores a random half per run
                                                        (``random.sample`` after ``set_seed(seed)``, the rest its
                                                        validation): which half depends on every Python draw between
@@ -73,9 +79,13 @@ which word counts made the paper's NIAH 64K and 96K    not in the release (its g
 columns                                                columns tokens); ``niah generate --lengths`` takes any
                                                        word count, by the same stream
 the authors' efficiency runs                           ``avey-b bench run --protocol authors`` runs their protocol
-                                                       (:mod:`avey_b.benchmarking.options`); NeoBERT is the library's
-                                                       stand-in, not their packed flash-attn path, and their dtype is
-                                                       not stated: the device's default here
+                                                       (:mod:`avey_b.benchmarking.options`), in their dtype: their
+                                                       scripts load bf16 weights and run under bf16 autocast
+                                                       (``--dtype bfloat16-autocast``, its default); it times this
+                                                       library's Avey-B in the release's shape, and with
+                                                       ``--release-code DIR`` the release's own ``modeling_avey.py``
+                                                       beside it (:mod:`avey_b.benchmarking.release_code`); NeoBERT
+                                                       is the library's stand-in, not their packed flash-attn path
 the release's padding (Avey-B ignores                  reproduced: ``AveyBConfig.padding="release"`` (zero rows pad
 ``attention_mask``: split and batch padding are        the last split, batch padding is a token, the SC head averages
 mixed like tokens)                                     every position), equal to the release's forward on short,
@@ -91,8 +101,9 @@ sums the micro-batch losses of the release's heads     steps only ``if not self.
                                                        ``**kwargs`` (1.373 -> 2.747) and not without
                                                        (benchmarks/paper_protocol_cpu/accumulation_450.py); so Avey-B
                                                        sums its micro-batch means (``avey_b_accumulation``: QA x2,
-                                                       ReCoRD x8, NIAH x32) before the 1.0 clip; the baselines'
-                                                       token heads take no ``**kwargs`` in 4.50 and keep means
+                                                       ReCoRD x8, x2 at 2e-5; NIAH x32) before the 1.0 clip; the
+                                                       baselines' token heads take no ``**kwargs`` in 4.50 and keep
+                                                       means
 =====================================================  ==============================================================
 
 The ``standard`` protocol has no table: its cells take :class:`RunConfig`'s defaults. In both, what a suite or the
@@ -101,6 +112,7 @@ command line sets explicitly wins over the table (:func:`run_config`), so a run 
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from avey_b.utils.model_spec import is_avey_b
@@ -126,6 +138,11 @@ _BY_TASK: dict[str, dict[str, Any]] = {
     "record": {"grad_accumulation": 8, "eval_batch_size": 4},  # per device 4, accumulated to 32
     "mldr": {"eval_batch_size": 4},
 }
+#: (task, learning rate) -> what that rate's files set apart from the task's other rates: ReCoRD's files at 2e-5 run
+#: ``per_device_train_batch_size: 16`` (accumulation 2) where its other rates run 4 (accumulation 8).
+PAPER_SETTINGS_BY_LR: dict[tuple[str, float], dict[str, Any]] = {
+    ("record", 2e-5): {"grad_accumulation": 2},
+}
 
 #: task -> the RunConfig fields a ``paper``-protocol cell of that task takes from EncodEval; ``msmarco_pairs`` is
 #: the retrieval fine-tuning the three IR benchmarks are scored with (:mod:`.ir_paper`), not a benchmark itself.
@@ -135,21 +152,25 @@ PAPER_SETTINGS: dict[str, dict[str, Any]] = {
 }
 
 
-def protocol_settings(task: str, protocol: str) -> dict[str, Any]:
-    """The RunConfig fields the protocol sets for ``task`` (a copy; empty for ``standard``)."""
+def protocol_settings(task: str, protocol: str, lr: float | None = None) -> dict[str, Any]:
+    """The RunConfig fields the protocol sets for ``task`` at learning rate ``lr`` (a copy; empty for
+    ``standard``): the task's settings, then what the files of that rate set apart (:data:`PAPER_SETTINGS_BY_LR`;
+    ``lr=None``: the task's settings alone)."""
     if task not in PAPER_SETTINGS:
         raise ValueError(f"unknown task {task!r}; known tasks: {', '.join(TASKS)}")
     if protocol == "paper":
-        return dict(PAPER_SETTINGS[task])
+        by_lr = [v for (name, rate), v in PAPER_SETTINGS_BY_LR.items()
+                 if name == task and lr is not None and math.isclose(rate, lr, rel_tol=1e-9)]
+        return dict(PAPER_SETTINGS[task]) | (by_lr[0] if by_lr else {})
     if protocol == "standard":
         return {}
     raise ValueError(f"protocol must be 'standard' or 'paper', got {protocol!r}")
 
 
 def run_config(task: str, given: dict[str, Any]) -> RunConfig:
-    """A cell's settings: RunConfig's defaults < the protocol's table for ``task`` < ``given`` (what a suite or
-    the command line set explicitly, ``protocol`` included)."""
-    return RunConfig(**(protocol_settings(task, given.get("protocol", "standard")) | given))
+    """A cell's settings: RunConfig's defaults < the protocol's table for ``task`` at ``given["lr"]`` < ``given``
+    (what a suite or the command line set explicitly, ``protocol`` included)."""
+    return RunConfig(**(protocol_settings(task, given.get("protocol", "standard"), given.get("lr")) | given))
 
 
 def grid(name: str) -> tuple[list[float], int]:
@@ -158,6 +179,27 @@ def grid(name: str) -> tuple[list[float], int]:
         raise ValueError(f"unknown grid {name!r}; known: {', '.join(GRIDS)}")
     lrs, seeds = GRIDS[name]
     return list(lrs), seeds
+
+
+#: Parameters transformers' Trainer exempts from weight decay (``Trainer.get_decay_parameter_names``, transformers
+#: 5): those of LayerNorm modules and those whose name holds a bias or a norm.
+NO_DECAY_PATTERNS = [r"bias", r"layernorm", r"rmsnorm", r"(?:^|\.)norm(?:$|\.)", r"_norm(?:$|\.)"]
+#: The same rule in transformers 4.50, which the authors' release pins: LayerNorm modules and names holding "bias",
+#: "layernorm" or "rmsnorm" (lower-cased), so a norm module named ``norm`` that is not a LayerNorm (Avey-B's
+#: RMSNorm, the release's ``layers.i.norm``) is decayed.
+NO_DECAY_PATTERNS_4_50 = [r"bias", r"layernorm", r"rmsnorm"]
+
+
+def decayed_parameter_names(model, protocol: str) -> list[str]:
+    """The names of ``model``'s parameters that AdamW's weight decay applies to, by transformers' Trainer's rule:
+    under ``paper`` the rule of transformers 4.50, the release's pin (:data:`NO_DECAY_PATTERNS_4_50`), else
+    transformers 5's (:data:`NO_DECAY_PATTERNS`). One rule for every cell of a protocol: the fine-tuning loop's
+    optimizer (:func:`.finetune.finetune_optimizer`) and the retrieval trainer's (:func:`.ir_paper.train_pairs`)."""
+    from torch import nn
+    from transformers.trainer_pt_utils import get_parameter_names
+
+    patterns = NO_DECAY_PATTERNS_4_50 if protocol == "paper" else NO_DECAY_PATTERNS
+    return get_parameter_names(model, [nn.LayerNorm], patterns)
 
 
 def avey_b_settings(model_config, cfg: RunConfig) -> dict[str, str] | None:

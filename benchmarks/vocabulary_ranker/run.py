@@ -31,10 +31,8 @@ above 100%). Records are appended to ``results.jsonl`` beside this script with t
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 import tempfile
-import types
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -44,6 +42,7 @@ import torch
 from avey_b import AveyBModel
 from avey_b.benchmarking.english_text import english_text
 from avey_b.benchmarking.inputs import FIRST_ID, tokenize_text
+from avey_b.benchmarking.release_code import load_release
 from avey_b.benchmarking.timing import gemm_rate, timed_call
 from avey_b.model import presets
 from avey_b.model.ranker_fast import plan
@@ -77,19 +76,6 @@ def dense_flops(ranker, n: int, S: int, d: int, element_size: int) -> int:
         q1 = min(n, q0 + blk)
         total += (q1 - q0) * (n if ranker.bidirectional else q1)
     return total * S * S * d * 2
-
-
-def load_release(directory: Path):
-    """The release's modeling module, imported as a package, with ``torch.compile`` an identity (eager vs eager)."""
-    compile_ = torch.compile
-    torch.compile = lambda fn=None, **kw: fn if fn is not None else (lambda f: f)
-    try:
-        pkg = types.ModuleType("avey_release")
-        pkg.__path__ = [str(directory)]
-        sys.modules["avey_release"] = pkg
-        return importlib.import_module("avey_release.modeling_avey")
-    finally:
-        torch.compile = compile_
 
 
 def record(out: Path, point: dict, measure: Callable[[], dict]) -> None:

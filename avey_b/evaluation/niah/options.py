@@ -187,10 +187,11 @@ class NiahEvaluateOptions:
 #: (1e-4 and 5e-4: ``run.py`` lists 4 rates for every task, but 2e-5 and 6e-5 have no LC config), ``run.py``'s
 #: ten seeds, and inputs ended by the model's eos token, else the unknown token (its ``end_token`` rule); inputs
 #: are cut at EncodEval's limit (``round(0.99 x`` the stated length``)``, :func:`~avey_b.evaluation.tasks.base.
-#: input_limit`), not skipped past it.
+#: input_limit`), not skipped past it; scored one input at a time (``per_device_eval_batch_size: 1``), padded with
+#: EncodEval's pad id, the authors' checkpoints under the release's padding (:func:`.runs.evaluate_model`).
 PAPER_NIAH: dict[str, Any] = {"form": "token-classification", "train_length": EACH_LENGTH,
                               "lr": [1e-4, 5e-4], "seeds": list(range(10)), "weights_dtype": "bfloat16",
-                              "precision": "bf16"}
+                              "precision": "bf16", "eval_batch_size": 1}
 
 
 def add_niah_evaluate_arguments(e: argparse.ArgumentParser) -> None:

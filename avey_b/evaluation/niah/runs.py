@@ -22,7 +22,8 @@ from avey_b.utils.records import save_pretrained_atomic, slug, write_json_atomic
 
 from ...data.niah import parse_lengths
 from ..finetune import train_model
-from ..tasks.base import end_token, input_limit, input_limit_rule, pad_id_of
+from ..protocol import avey_b_settings
+from ..tasks.base import end_token, input_limit, input_limit_rule, pad_id_of, use_encodeval_pad
 from ..tasks.qa import QuestionAnsweringTask
 from .answer_tokens import token_classification_features, train_token_classifier
 from .forms import HEADLINE, OPTIMIZER, longest_input
@@ -131,8 +132,10 @@ def evaluate_model(name: str, task: str, args, lr: float | None = None, log=prin
     ``plan``: (train length, test lengths), one of :func:`training_plan` (default: its first).
 
     Under the paper protocol the authors' inputs end with EncodEval's token (:func:`~avey_b.evaluation.tasks.base.
-    end_token` of the model's config: its eos, else the unknown token) and the weights are bf16 (``weights_dtype``);
-    the record holds both (``end_token``, ``weights_dtype``).
+    end_token` of the model's config: its eos, else the unknown token), batches are padded with EncodEval's pad id
+    (:func:`~avey_b.evaluation.tasks.base.encodeval_pad_id`), the weights are bf16 (``weights_dtype``) and the
+    authors' checkpoints run the release's padding (:func:`~avey_b.evaluation.protocol.avey_b_settings`); the
+    record holds each (``end_token``, ``pad_id``, ``weights_dtype``, ``avey_b``).
 
     Resumable: the run directory (:func:`run_directory`) holds ``settings.json``, the fine-tuned model and
     ``train.json`` once training finished, and one ``length_<L>.json`` per scored length, each written atomically;
@@ -161,6 +164,10 @@ def evaluate_model(name: str, task: str, args, lr: float | None = None, log=prin
     end = end_token(tok, model.config) if paper else None
     if paper:  # EncodEval cuts every input at round(0.99 x the stated length), the answer possibly with it
         limit = input_limit(model.config, tok, "paper")
+        use_encodeval_pad(tok, model.config)  # and pads with the config's pad id, else its end token
+    avey_b = avey_b_settings(model.config, cfg)  # the authors' checkpoints: the release's padding under paper
+    if avey_b is not None:
+        model.config.padding = avey_b["padding"]  # read at every forward pass
     train_len = longest_input(tok, squad_examples(train_rows), args.form, end)
     if args.form == "qa":  # train on whole examples (one window each) unless the model cannot take the train length
         cfg = dataclasses.replace(cfg, max_length=min(train_len, limit) if limit else train_len,
@@ -172,7 +179,8 @@ def evaluate_model(name: str, task: str, args, lr: float | None = None, log=prin
             "input_limit_rule": input_limit_rule(model.config, "paper") if paper else "the model's window, not cut",
             "train": training,
             "lr": lr, "seed": args.seed, "device": str(device), "settings": settings, "protocol": cfg.protocol,
-            "end_token": end, "weights_dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
+            "end_token": end, "avey_b": avey_b, "pad_id": pad_id_of(tok),
+            "weights_dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
             "results": score_lengths(run, lengths, retrieval, log)}
 
 

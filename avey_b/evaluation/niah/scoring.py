@@ -43,7 +43,9 @@ def score_length(model, tok, task_dir: str, length: int, args, cfg, limit, train
     res["truncated"] = limit is not None and need > limit
     if stop is not None:
         return res | {"status": "oom", "inferred": True}
-    bs = max(1, args.settings.eval_batch_size * train_len // need)
+    # the paper protocol scores EncodEval's batch as it is (1: under the release's padding a batch's padding is
+    # tokens); otherwise as many inputs of this length as the training batch's tokens allow
+    bs = args.settings.eval_batch_size if cut else max(1, args.settings.eval_batch_size * train_len // need)
     try:
         t1 = time.perf_counter()
         with RankerChoices(model) if retrieval else contextlib.nullcontext() as rc:

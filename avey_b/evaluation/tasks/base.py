@@ -309,8 +309,30 @@ def load_task_tokenizer(name_or_path: str, cfg: RunConfig):
 
 
 def pad_id_of(tokenizer) -> int:
-    # The pad id only fills positions that attention_mask hides, so any id works when none is defined.
+    """The id a batch is padded with: the tokenizer's pad token, else 0. Under masked padding it only fills positions
+    that ``attention_mask`` hides, so any id works; under the release's padding (``AveyBConfig.padding="release"``)
+    and where predictions at padding count (the paper protocol's QA scores) it changes outputs, and the paper
+    protocol sets EncodEval's (:func:`use_encodeval_pad`)."""
     return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+
+
+def encodeval_pad_id(tokenizer, model_config) -> int:
+    """The id EncodEval pads a transformers model's batches with (``abstract_eval.py``): it copies the config's
+    ``pad_token_id`` and ``eos_token_id`` onto the tokenizer, pads with that pad id when the config sets one, else
+    with the eos id copied, else (no eos either) with the unknown token, which it makes the eos: the config's
+    ``pad_token_id``, else :func:`end_token`'s token."""
+    pad = getattr(model_config, "pad_token_id", None)
+    if pad is not None:
+        return int(pad)
+    return tokenizer.convert_tokens_to_ids(end_token(tokenizer, model_config))
+
+
+def use_encodeval_pad(tokenizer, model_config) -> int:
+    """Make :func:`encodeval_pad_id` the tokenizer's pad token (what :func:`pad_id_of` then reads, in training and
+    scoring) for a paper-protocol run of a transformers model; returns the id."""
+    pad = encodeval_pad_id(tokenizer, model_config)
+    tokenizer.pad_token = tokenizer.convert_ids_to_tokens(pad)
+    return pad
 
 
 def encode_texts(model, tokenizer, texts: Sequence[str], max_length: int | None, batch_size: int,

@@ -5,6 +5,6 @@ set -euo pipefail
 out=${1:-benchmarks/efficiency_cpu/authors_protocol/run-baselines}
 mkdir -p "$(dirname "$out")"
 cat /proc/loadavg > "$out.loadavg.before"
-timeout 540 avey-b bench run --protocol authors --device cpu --models modernbert-base neobert --lengths 128 \
+timeout 540 avey-b bench run --protocol authors --device cpu --dtype float32 --models modernbert-base neobert --lengths 128 \
     --flops-up-to 0 --out "$out" || echo "stopped by the time bound (exit $?)"
 cat /proc/loadavg > "$out.loadavg.after"
