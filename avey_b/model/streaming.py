@@ -33,10 +33,9 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 
-from . import ranker_fast, splits
+from . import chunks, ranker_fast, splits
 from .modeling import AveyBModel
 from .ranker import Choice
-from .similarity import unit_vectors
 
 #: The bound on split distances in the stored ranking keys (:func:`avey_b.model.ranker_fast.ranking_keys`): one
 #: value for every key, so keys computed at different lengths compare; documents of up to 2^22 splits.
@@ -60,11 +59,15 @@ class DocumentState:
     ids would (masked mean of the last hidden state, L2-normalized as :func:`avey_b.model.heads.sentence_embedding`).
 
     ``model``: an :class:`~avey_b.model.modeling.AveyBModel` or a head on one, in eval mode. Late chunks
-    (``chunk_tokens``): chunk ``c`` holds the tokens from ``first + c·(chunk_tokens - chunk_overlap)``, up to
-    ``chunk_tokens`` of them, where ``special = (first, last)`` counts the leading and trailing tokens that belong to
-    no chunk (a tokenizer's ``[CLS]`` and ``[SEP]``: ``(1, 1)``); chunks follow one another until one reaches the
-    last chunked token, as :func:`avey_b.apps.embed.chunks.chunk_ranges` cuts them. ``block_tokens``: how many new
-    tokens are ranked at a time (memory: their vectors and the similarity tiles).
+    (``chunk_tokens`` with ``chunk_overlap``), where ``special = (first, last)`` counts the leading and trailing
+    tokens that belong to no chunk (a tokenizer's ``[CLS]`` and ``[SEP]``: ``(1, 1)``): the rule of
+    :mod:`avey_b.model.chunks`. ``block_tokens``: how many new tokens are ranked at a time (memory: their vectors
+    and the similarity tiles); the processor runs them in chunks of rows as the forward does
+    (:meth:`~avey_b.model.modeling.AveyBModel.process`).
+
+    Each step is the forward's: the splits cut by :func:`avey_b.model.splits.cut_splits`, ranked by
+    :meth:`avey_b.model.ranker.Ranker.choose`, run by :meth:`~avey_b.model.modeling.AveyBModel.process` and
+    :meth:`~avey_b.model.modeling.AveyBModel.finish`; the state keeps the bookkeeping.
 
     ``recomputed`` counts the splits the last :meth:`feed`, :meth:`replace` or :meth:`truncate` ran through the
     processor; ``computed`` all of them since the state was made."""
@@ -76,9 +79,8 @@ class DocumentState:
             raise TypeError(f"DocumentState needs an AveyBModel or a head on one, got {type(model).__name__}")
         if why := refusal(backbone.config):
             raise ValueError(f"this model cannot encode a document in pieces: {why}")
-        if chunk_tokens is not None and not 0 <= chunk_overlap < chunk_tokens:
-            raise ValueError(f"chunk_overlap ({chunk_overlap}) must be at least 0 and less than chunk_tokens "
-                             f"({chunk_tokens})")
+        if chunk_tokens is not None:
+            chunks.check_overlap(chunk_tokens, chunk_overlap)
         self.model = backbone
         config = backbone.config
         self.S = config.split_size
@@ -244,15 +246,10 @@ class DocumentState:
         return F.normalize(pooled, dim=-1) if normalize else pooled
 
     def chunk_spans(self) -> list[tuple[int, int]]:
-        """The late chunks' token ranges ``(start, end)`` over the document's ids, end exclusive."""
+        """The late chunks' token ranges ``(start, end)`` over the document's ids, end exclusive
+        (:func:`avey_b.model.chunks.chunk_spans`)."""
         size, step = self.chunk
-        first, stop = self.special[0], self.length - self.special[1]
-        spans = []
-        for a in range(first, stop, step):
-            spans.append((a, min(a + size, stop)))
-            if a + size >= stop:
-                break
-        return spans
+        return chunks.chunk_spans(self.length, size, size - step, self.special)
 
     # ------------------------------------------------------------------ bookkeeping
     def _check_ids(self, ids) -> torch.Tensor:
@@ -325,90 +322,67 @@ class DocumentState:
                 self._segments.append(segment)
 
     def _chunk_segments(self, split: int, out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """For the outputs ``out`` (r, d) of the first ``r`` tokens of ``split``: the chunks they fall in and the
-        sums of their tokens in each."""
+        """For the outputs ``out`` (r, d) of the first ``r`` tokens of ``split``: the chunks they fall in
+        (:func:`avey_b.model.chunks.chunks_of`) and the sums of their tokens in each."""
         d = out.shape[-1]
         if self.chunk is None:
             return torch.zeros(0, dtype=torch.long), torch.zeros(0, d)
         size, step = self.chunk
-        p0 = split * self.S
-        lo, hi = max(p0, self.special[0]), min(p0 + out.shape[0], self.length - self.special[1])
-        chunks, sums = [], []
-        if lo < hi:
-            first = self.special[0]
-            for c in range(max(0, -(-(lo - first - size + 1) // step)), (hi - 1 - first) // step + 1):
-                a, b = max(lo, first + c * step), min(hi, first + c * step + size)
-                if a < b:
-                    chunks.append(c)
-                    sums.append(out[a - p0:b - p0].sum(0, dtype=torch.float32).cpu())
-        return torch.tensor(chunks, dtype=torch.long), torch.stack(sums) if sums else torch.zeros(0, d)
+        start = split * self.S
+        lo, hi = max(start, self.special[0]), min(start + out.shape[0], self.length - self.special[1])
+        found = chunks.chunks_of(lo, hi, size, size - step, self.special[0])
+        sums = [out[a - start:b - start].sum(0, dtype=torch.float32).cpu() for _, a, b in found]
+        return (torch.tensor([c for c, _, _ in found], dtype=torch.long),
+                torch.stack(sums) if sums else torch.zeros(0, d))
 
     # ------------------------------------------------------------------ the model's steps
-    def _split_ids(self, split_ids: torch.Tensor) -> torch.Tensor:
-        """(len, S) the token ids of full splits, on the model's device."""
-        pos = split_ids.cpu()[:, None] * self.S + torch.arange(self.S)
-        return self._ids[pos].long().to(self.device)
+    def _cut(self, which: torch.Tensor) -> splits.Splits:
+        """The splits ``which`` of the document, cut as the forward cuts it (:func:`avey_b.model.splits.cut_splits`)."""
+        return splits.cut_splits(self.ids, which, self.S, self.model.embed_tokens)
 
-    def _unit_vectors(self, ids: torch.Tensor) -> torch.Tensor:
-        """(len, d) the ranker's unit vectors of token ids (their embeddings, §3.1) at its selection precision."""
-        x = self.model.embed_tokens(ids)
-        return ranker_fast.selection_precision(unit_vectors(x), self.model.config.execution)
-
-    def _query(self, split_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-        """Splits as the model cuts them: ids (Q, S) (padded with 0), embeddings (Q, S, d), zero at padding, and
-        the real-token mask (None when every split is full). The last may be the partial split."""
-        pos = split_ids.cpu()[:, None] * self.S + torch.arange(self.S)
-        real = pos < self.length
-        ids = torch.where(real, self._ids[pos.clamp(max=max(self.length - 1, 0))].long(), 0).to(self.device)
-        keep = None if bool(real.all()) else real.to(self.device)
-        x = self.model.embed_tokens(ids)
-        return ids, x if keep is None else x * keep.unsqueeze(-1).to(x.dtype), keep
+    def _candidate_ids(self, which: torch.Tensor) -> torch.Tensor:
+        """(len, S) the token ids of the full splits ``which``, on the model's device."""
+        return splits.split_ids(self.ids, which.cpu(), self.S)[0].to(self.device)
 
     def _rank(self, queries: torch.Tensor, candidates: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The choice (split ids, keys; (Q, k), best first) of the ``queries`` among ``candidates`` (each query
-        among those before it)."""
-        Q = queries.numel()
-        if self.k == 0 or candidates.numel() == 0:
+        among those before it): :meth:`avey_b.model.ranker.Ranker.choose`."""
+        Q, ranker = queries.numel(), self.model.ranker
+        if ranker is None or self.k == 0 or candidates.numel() == 0:
             return (torch.zeros(Q, self.k, dtype=torch.long),
                     torch.full((Q, self.k), float("-inf"), dtype=torch.float64))
-        execution = self.model.config.execution
-        ids, x, keep = self._query(queries)
-        unit = ranker_fast.selection_precision(unit_vectors(x), execution)
-        idx, keys = ranker_fast.select_for_queries(
-            unit, keep, ids, queries.to(self.device), candidates, self._split_ids, self._unit_vectors,
-            k=self.k, execution=execution, n_bound=KEY_SPLITS)
-        return idx.cpu(), keys.cpu()
+        choice = ranker.choose(self._cut(queries), queries, candidates, self._candidate_ids, self.model.embed_tokens,
+                               n_bound=KEY_SPLITS)
+        return choice.ranked[0].cpu(), choice.keys[0].cpu()
 
     @torch.no_grad()
     def _process(self, queries: torch.Tensor, idx: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
-        """(Q, S, d) the last hidden state of the ``queries`` splits, given their choice, in chunks of rows
-        (``chunk_tokens``): each chunk's splits and the splits they chose, as the model's forward builds the
-        rows (the weighted selective split, the compressor, the layers: §3.1-§4.3), then the final norm."""
-        if self.model.training:
+        """(Q, S, d) the last hidden state of the ``queries`` splits, given their choice (split ids and keys, best
+        first): a chunk of rows at a time, each chunk's splits and the splits they chose cut, their choice laid out
+        (:meth:`avey_b.model.ranker.Choice.of_ranked`), then :meth:`~avey_b.model.modeling.AveyBModel.process` and
+        :meth:`~avey_b.model.modeling.AveyBModel.finish`, as the forward runs them."""
+        model = self.model
+        if model.training:
             raise ValueError("a document state runs the model in eval mode: call model.eval() first")
         self.recomputed += queries.numel()
         self.computed += queries.numel()
-        model = self.model
-        rows = max(1, model.config.execution.chunk_tokens_for(self.device.type) // model.config.context_size)
+        rows = max(1, model.config.execution.processor_chunk_tokens_for(self.device.type) // model.config.context_size)
         out = []
         for q0 in range(0, queries.numel(), rows):
-            q, i, ok = queries[q0:q0 + rows], idx[q0:q0 + rows], torch.isfinite(keys[q0:q0 + rows])
-            local, where = torch.unique(torch.cat([q, i[ok]]), return_inverse=True)  # the splits these rows need
-            ids, x, keep = self._query(local)
-            sp = splits.Splits(x=x[None], keep=None if keep is None else keep[None], ids=None, order=None, rows=None,
-                               length=local.numel() * self.S)
+            q, chosen, key = queries[q0:q0 + rows], idx[q0:q0 + rows], keys[q0:q0 + rows]
+            held = torch.isfinite(key)
+            needed, local = torch.unique(torch.cat([q, chosen[held]]), return_inverse=True)  # the splits these rows need
+            sp = self._cut(needed)
+            own = local[:q.numel()]  # the rows' own splits, as ids into `needed`
             choice = None
-            mine = where[:q.numel()]  # the rows' own splits, as local ids
-            if model.ranker is not None:  # the choice in local ids, laid out as X_cat takes it
-                slot = torch.zeros_like(i)
-                slot[ok] = where[q.numel():]
-                chosen = torch.zeros(local.numel(), self.k, dtype=torch.long)
-                filled = torch.zeros(local.numel(), self.k, dtype=torch.bool)
-                chosen[mine], filled[mine] = ranker_fast.layout(keys[q0:q0 + rows], slot)
-                choice = Choice(x=sp.x, keep=sp.keep, unit=unit_vectors(sp.x), idx=chosen[None].to(self.device),
-                                filled=filled[None].to(self.device))
-            h = model._process_rows(sp, choice, mine.to(self.device), model.compressor, model.layers)
-            out.append(h if model.norm is None else model.norm(h))
+            if model.ranker is not None:  # the choice in ids into `needed`; the other splits choose nothing
+                ranked = torch.zeros(needed.numel(), self.k, dtype=torch.long)
+                ranked_keys = torch.full((needed.numel(), self.k), float("-inf"), dtype=torch.float64)
+                slot = torch.zeros_like(chosen)
+                slot[held] = local[q.numel():]
+                ranked[own], ranked_keys[own] = slot, key
+                choice = Choice.of_ranked(sp, ranked[None].to(self.device), ranked_keys[None].to(self.device))
+            out.append(model.finish(model.process(sp, choice, own.to(self.device))))
         return torch.cat(out)
 
     def _edit(self, edited: torch.Tensor) -> None:
