@@ -200,11 +200,11 @@ class AveyBConfig(PretrainedConfig):
 
     The execution settings (``ranker_algorithm``, ``ranker_block_size``, ``ranker_memory_mb``,
     ``ranker_selection_precision``, ``processor_chunk_tokens`` (old name ``chunk_tokens``, still read), ``tile_bytes``,
-    ``order_by_last_split``, ``auto_overhead``, ``auto_min_splits``) are keyword arguments and attributes of the config too, as transformers'
-    ``attn_implementation`` is: how the forward pass runs (the ranker's algorithm, blocks, tiles and memory cap, the
-    processor's chunk size), which changes speed and memory, not the outputs. They are documented in
-    :class:`avey_b.model.execution.ExecutionSettings`, held as ``config.execution`` and never saved in
-    ``config.json``.
+    ``order_by_last_split``, ``auto_overhead``, ``auto_min_splits``) are keyword arguments and attributes of the
+    config too, as transformers' ``attn_implementation`` is: how the forward pass runs (the ranker's algorithm,
+    blocks, tiles and memory cap, the processor's chunk size), which changes speed and memory, not the outputs. They
+    are documented in :class:`avey_b.model.execution.ExecutionSettings`, held as ``config.execution`` and never
+    saved in ``config.json``.
     """
 
     model_type = "avey-b"

@@ -91,7 +91,8 @@ class Choice:
     (:meth:`Ranker.choose`, :meth:`of_ranked`); None from :meth:`Ranker.forward`."""
     keys: torch.Tensor | None = None
     """(B, n, k) float64 the ranking keys of ``ranked`` (:func:`~avey_b.model.ranker_fast.ranking_keys`), ``-inf``
-    in empty slots: what a choice among other candidates is merged with (:func:`~avey_b.model.ranker_fast.merge_top_k`)."""
+    in empty slots: what a choice among other candidates is merged with
+    (:func:`~avey_b.model.ranker_fast.merge_top_k`)."""
 
     @classmethod
     def of_ranked(cls, sp: Splits, ranked: torch.Tensor, keys: torch.Tensor) -> Choice:

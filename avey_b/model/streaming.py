@@ -238,9 +238,9 @@ class DocumentState:
             raise ValueError("this document state has no chunks: make it with chunk_tokens")
         spans = self.chunk_spans()
         total = torch.zeros(len(spans), self._sums.shape[1])
-        for chunks, sums in [*self._segments, self._tail_part()[1]]:
-            keep = chunks < len(spans)
-            total.index_add_(0, chunks[keep], sums[keep])
+        for owned, sums in [*self._segments, self._tail_part()[1]]:
+            keep = owned < len(spans)
+            total.index_add_(0, owned[keep], sums[keep])
         count = torch.tensor([b - a for a, b in spans], dtype=torch.float32).clamp_min(1)
         pooled = (total / count[:, None]).to(self.model.dtype).float()
         return F.normalize(pooled, dim=-1) if normalize else pooled
@@ -371,7 +371,8 @@ class DocumentState:
         for q0 in range(0, queries.numel(), rows):
             q, chosen, key = queries[q0:q0 + rows], idx[q0:q0 + rows], keys[q0:q0 + rows]
             held = torch.isfinite(key)
-            needed, local = torch.unique(torch.cat([q, chosen[held]]), return_inverse=True)  # the splits these rows need
+            # the splits these rows need, and each one's place among them
+            needed, local = torch.unique(torch.cat([q, chosen[held]]), return_inverse=True)
             sp = self._cut(needed)
             own = local[:q.numel()]  # the rows' own splits, as ids into `needed`
             choice = None
