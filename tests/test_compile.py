@@ -54,7 +54,7 @@ def test_a_compiled_forward_over_many_chunks_equals_eager_with_one_graph_for_eve
     torch._dynamo.reset()
     counters.clear()
     torch.manual_seed(0)
-    model = AveyBModel(presets.tiny(chunk_tokens=8)).eval()  # two rows of S = 4 tokens a chunk
+    model = AveyBModel(presets.tiny(processor_chunk_tokens=8)).eval()  # two rows of S = 4 tokens a chunk
     compiled = torch.compile(model, dynamic=True)
     chunk_sizes = []
     real_rows = AveyBModel._process_rows

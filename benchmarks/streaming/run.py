@@ -132,7 +132,7 @@ def child(args) -> None:
                       "rss_base_mb": round(rss_base, 1), **held, "peak_mb": round(peak, 1),
                       "peak_minus_base_mb": round(peak - held.get("rss_base_mb", rss_base), 1),
                       "threads": torch.get_num_threads(),
-                      "chunk_tokens": model.config.execution.chunk_tokens_for("cpu")}))
+                      "processor_chunk_tokens": model.config.execution.processor_chunk_tokens_for("cpu")}))
 
 
 def _restored(model, base, prior: int, block: int):
