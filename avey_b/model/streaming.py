@@ -93,11 +93,12 @@ class DocumentState:
         self.recomputed = self.computed = 0
         self.d = d = config.hidden_size
         self._ids = torch.zeros(1024, dtype=torch.int32 if config.vocab_size < 2**31 else torch.long)
+        # per kept split (rows past `done` unused): the sum of its outputs, its chosen splits best first, their keys
         self._sums = torch.zeros(64, d)
-        self._idx = torch.zeros(64, self.k, dtype=torch.long)
+        self._choices = torch.zeros(64, self.k, dtype=torch.long)
         self._keys = torch.full((64, self.k), float("-inf"), dtype=torch.float64)
         self._segments: list[tuple[torch.Tensor, torch.Tensor]] = []  # per kept split: (chunk ids, their sums)
-        self._tail = None  # the partial split's (sum, segments), made on demand
+        self._partial = None  # the partial split's (sum, segments), made on demand
 
     # ------------------------------------------------------------------ the document
     @property
@@ -126,7 +127,7 @@ class DocumentState:
         self.recomputed = 0
         self._drop(length // self.S)
         self.length = length
-        self._tail = None
+        self._partial = None
         return self
 
     def replace(self, start: int, end: int, ids: Sequence[int] | torch.Tensor) -> DocumentState:
@@ -147,7 +148,7 @@ class DocumentState:
         changed = (self.ids[start:end] != new).nonzero().squeeze(1) + start
         if changed.numel():
             self._ids[start:end] = new
-            self._tail = None
+            self._partial = None
             edited = torch.unique(changed // self.S)
             self._edit(edited[edited < self.done])
         return self
@@ -171,9 +172,8 @@ class DocumentState:
         """An independent copy (the model shared): what a cache hands out, so that feeding one copy leaves the
         other as it was."""
         other = copy.copy(self)
-        other._ids, other._sums, other._idx, other._keys = (t.clone() for t in (self.ids, self._sums[:self.done],
-                                                                               self._idx[:self.done],
-                                                                               self._keys[:self.done]))
+        kept = (self.ids, self._sums[:self.done], self._choices[:self.done], self._keys[:self.done])
+        other._ids, other._sums, other._choices, other._keys = (t.clone() for t in kept)
         other._segments = list(self._segments)  # its tuples are never changed in place, only replaced
         return other
 
@@ -181,7 +181,7 @@ class DocumentState:
     def nbytes(self) -> int:
         """Bytes this state holds beyond the model: the ids and, per kept split, its output sum, choice and keys
         (and chunk sums): what a cache bounded in bytes counts."""
-        held = [self.ids, self._sums[:self.done], self._idx[:self.done], self._keys[:self.done]]
+        held = [self.ids, self._sums[:self.done], self._choices[:self.done], self._keys[:self.done]]
         held += [t for segment in self._segments for t in segment]
         return sum(t.numel() * t.element_size() for t in held)
 
@@ -191,7 +191,7 @@ class DocumentState:
         ``segment_sums`` with ``segment_splits``, the split each row belongs to. Never token states.
         :meth:`restore` takes it back."""
         n = self.done
-        data = {"ids": self.ids.clone(), "sums": self._sums[:n].clone(), "choice": self._idx[:n].clone(),
+        data = {"ids": self.ids.clone(), "sums": self._sums[:n].clone(), "choice": self._choices[:n].clone(),
                 "keys": self._keys[:n].clone()}
         if self.chunk is not None:
             data["segment_splits"] = torch.cat([torch.full((len(c),), s, dtype=torch.long)
@@ -214,7 +214,7 @@ class DocumentState:
             raise ValueError("the saved state was made with other chunk options than these")
         state._write(0, ids.to(state._ids.dtype))
         state._grow(n)
-        state._sums[:n], state._idx[:n], state._keys[:n] = sums, data["choice"], data["keys"]
+        state._sums[:n], state._choices[:n], state._keys[:n] = sums, data["choice"], data["keys"]
         state.done = n
         if state.chunk is not None:
             owner = data["segment_splits"]
@@ -227,7 +227,7 @@ class DocumentState:
         """(d,) float32: the mean of the last hidden state over every token (L2-normalized with ``normalize``)."""
         if not self.length:
             raise ValueError("the document is empty: feed it token ids first")
-        total = self._sums[:self.done].sum(0) + self._tail_part()[0]
+        total = self._sums[:self.done].sum(0) + self._partial_split()[0]
         pooled = (total / self.length).to(self.model.dtype).float()
         return F.normalize(pooled, dim=-1) if normalize else pooled
 
@@ -238,7 +238,7 @@ class DocumentState:
             raise ValueError("this document state has no chunks: make it with chunk_tokens")
         spans = self.chunk_spans()
         total = torch.zeros(len(spans), self._sums.shape[1])
-        for owned, sums in [*self._segments, self._tail_part()[1]]:
+        for owned, sums in [*self._segments, self._partial_split()[1]]:
             keep = owned < len(spans)
             total.index_add_(0, owned[keep], sums[keep])
         count = torch.tensor([b - a for a, b in spans], dtype=torch.float32).clamp_min(1)
@@ -270,18 +270,19 @@ class DocumentState:
         self._ids = _capacity(self._ids, end, self.length)
         self._ids[at:end] = new
         self.length = end
-        self._tail = None
+        self._partial = None
 
     def _drop(self, first: int) -> None:
         """Forget the kept outputs of the splits from ``first`` on."""
         if first < self.done:
             self.done = first
             del self._segments[first:]
-        self._tail = None
+        self._partial = None
 
     def _grow(self, n: int) -> None:
         """Room for ``n`` kept splits' sums, choices and keys (rows past ``done`` are written before they are read)."""
-        self._sums, self._idx, self._keys = (_capacity(t, n, self.done) for t in (self._sums, self._idx, self._keys))
+        held = (self._sums, self._choices, self._keys)
+        self._sums, self._choices, self._keys = (_capacity(t, n, self.done) for t in held)
 
     def _complete(self) -> None:
         """Compute and keep the splits the ids complete, a block at a time."""
@@ -293,23 +294,23 @@ class DocumentState:
             self._keep(block, idx, keys)
             self.done = int(block[-1]) + 1
 
-    def _tail_part(self) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+    def _partial_split(self) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
         """The partial last split's output sum and chunk segments (zeros when there is none), cached."""
-        if self._tail is None:
+        if self._partial is None:
             d = self._sums.shape[1]
             nothing = (torch.zeros(0, dtype=torch.long), torch.zeros(0, d))
             if self.length % self.S == 0:
-                self._tail = torch.zeros(d), nothing
+                self._partial = torch.zeros(d), nothing
             else:
                 split = torch.tensor([self.done])
                 idx, keys = self._rank(split, torch.arange(self.done))
                 out = self._process(split, idx, keys)[0, :self.length % self.S]
-                self._tail = out.sum(0, dtype=torch.float32).cpu(), self._chunk_segments(self.done, out)
-        return self._tail
+                self._partial = out.sum(0, dtype=torch.float32).cpu(), self._chunk_segments(self.done, out)
+        return self._partial
 
     def _keep(self, block: torch.Tensor, idx: torch.Tensor, keys: torch.Tensor) -> None:
         """Process the full splits ``block`` with their choice and keep what pooling and edits need."""
-        self._idx[block], self._keys[block] = idx.cpu(), keys.cpu()
+        self._choices[block], self._keys[block] = idx.cpu(), keys.cpu()
         out = self._process(block, idx, keys)
         self._sums[block] = out.sum(1, dtype=torch.float32).cpu()
         if self.chunk is None:
@@ -394,14 +395,14 @@ class DocumentState:
             return
         later = torch.arange(int(edited[0]) + 1, self.done)
         later = later[~torch.isin(later, edited)]
-        held = (torch.isin(self._idx[later], edited) & torch.isfinite(self._keys[later])).any(1)
+        held = (torch.isin(self._choices[later], edited) & torch.isfinite(self._keys[later])).any(1)
         for block in torch.cat([edited, later[held]]).sort().values.split(self.block_splits):  # bounded memory
             idx, keys = self._rank(block, torch.arange(int(block[-1])))
             self._keep(block, idx, keys)
         rest = later[~held]
         for part in rest.split(self.block_splits) if rest.numel() and self.k else ():
             new_idx, new_keys = self._rank(part, edited)
-            val, chosen = ranker_fast.merge_top_k(self._keys[part], self._idx[part], new_keys, new_idx, self.k)
+            val, chosen = ranker_fast.merge_top_k(self._keys[part], self._choices[part], new_keys, new_idx, self.k)
             changed = (val != self._keys[part]).any(1)
             if changed.any():
                 self._keep(part[changed], chosen[changed], val[changed])

@@ -119,7 +119,7 @@ def child(args) -> None:
         pooled = state.pooled()
         held = {"state_nbytes_mb": round(state.nbytes / 2**20, 2),
                 "state_allocated_mb": round(sum(t.numel() * t.element_size() for t in
-                                                (state._ids, state._sums, state._idx, state._keys)) / 2**20, 2),
+                                                (state._ids, state._sums, state._choices, state._keys)) / 2**20, 2),
                 "splits": state.done, "computed": state.computed}
     seconds = time.perf_counter() - t0
     n = args.piece if args.path == "state-last" else n
