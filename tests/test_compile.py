@@ -17,6 +17,7 @@ from torch._dynamo.utils import counters
 
 from avey_b import AveyBModel
 from avey_b.model import presets
+from avey_b.model.ranker import Compressor
 
 pytestmark = pytest.mark.slow
 
@@ -54,17 +55,17 @@ def test_a_compiled_forward_over_many_chunks_equals_eager_with_one_graph_for_eve
     torch._dynamo.reset()
     counters.clear()
     torch.manual_seed(0)
-    model = AveyBModel(presets.tiny(chunk_tokens=8)).eval()  # two rows of S = 4 tokens a chunk
+    model = AveyBModel(presets.tiny(processor_chunk_tokens=8)).eval()  # two rows of S = 4 tokens a chunk
     compiled = torch.compile(model, dynamic=True)
     chunk_sizes = []
-    real_rows = AveyBModel._process_rows
+    real_compressor = Compressor.forward
 
-    @torch.compiler.disable(recursive=False)  # the spy runs as Python; the chunk step it calls is compiled
-    def spy(self, sp, choice, sel, *args):
-        chunk_sizes.append(sel.numel())
-        return real_rows(self, sp, choice, sel, *args)
+    @torch.compiler.disable(recursive=False)  # the spy runs as Python; the compressor it calls is compiled
+    def spy(self, x_cat, x):  # once per chunk of rows: (rows, (k+1)S, d)
+        chunk_sizes.append(x_cat.shape[0])
+        return real_compressor(self, x_cat, x)
 
-    monkeypatch.setattr(AveyBModel, "_process_rows", spy)
+    monkeypatch.setattr(Compressor, "forward", spy)
 
     g = torch.Generator().manual_seed(0)
     for length in (97, 100, 183, 200):  # with and without a partial last split (two length classes), then others

@@ -152,7 +152,7 @@ def test_replacing_a_span_in_the_middle_equals_encoding_the_new_text(encoder):
 
 @pytest.mark.parametrize("size,overlap", [(5, 0), (8, 3)])
 def test_late_chunks_equal_a_fresh_forwards_with_the_same_character_spans(encoder, size, overlap):
-    from avey_b.apps.embed.chunks import chunk_ranges
+    from avey_b.inference.chunks import chunk_ranges
 
     document = encoder.document(chunk_tokens=size, chunk_overlap=overlap)
     text = prose(21, 50)

@@ -208,7 +208,7 @@ def test_processing_rows_in_chunks_changes_nothing(name):
     """Long inputs run the processor in chunks of rows (bounded activation memory): same outputs as one pass,
     with and without padding."""
     whole = seeded(AveyBModel, presets.tiny(**VARIANTS[name]))
-    chunked = seeded(AveyBModel, presets.tiny(**VARIANTS[name], chunk_tokens=8))  # 2 rows of 4 tokens a chunk
+    chunked = seeded(AveyBModel, presets.tiny(**VARIANTS[name], processor_chunk_tokens=8))  # 2 rows of 4 tokens a chunk
     seqs, ids, mask, where = _batch_with_padding_everywhere()
     with torch.no_grad():
         for kwargs in ({"attention_mask": mask}, {}):

@@ -13,7 +13,7 @@ bfloat16 autocast), not chosen.
 
 Ids come from a vocabulary of 2,000 (the tiny config's 99 repeats ids so often that exact MaxSim ties are common,
 and a tie may be broken by a 1e-7 rounding difference: that is not a padding property). The tiny config runs with a
-processor chunk of four splits (``chunk_tokens=16``) and a ranker block of 8 tokens, so that a few dozen tokens
+processor chunk of four splits (``processor_chunk_tokens=16``) and a ranker block of 8 tokens, so that a few dozen tokens
 already cross chunks and blocks. One thread: the model is tiny, and threads only contend on a busy machine.
 
 The fast lane runs a fixed, small number of examples, derandomized and without an example database (the same
@@ -67,7 +67,7 @@ def model(algorithm: str = "dense") -> AveyBModel:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(0)
             _MODELS[algorithm] = AveyBModel(presets.tiny(
-                vocab_size=VOCAB, chunk_tokens=CHUNK, ranker_block_size=8, ranker_algorithm=algorithm,
+                vocab_size=VOCAB, processor_chunk_tokens=CHUNK, ranker_block_size=8, ranker_algorithm=algorithm,
                 auto_min_splits=1)).eval()
     return _MODELS[algorithm]
 

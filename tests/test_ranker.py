@@ -1,7 +1,8 @@
 """The ranker's reference (:func:`maxsim`, :func:`reference_choice` and the weighted selective split, paper §3.1)
 against slow loops written here from the paper, then every path that computes the choice (dense tiles, the
-vocabulary factoring, and the loop-free formulas of both that exported graphs run) against the reference, on random
-inputs and on heavily repeated token ids, where exact ties are common."""
+vocabulary factoring, the loop-free formulas of both that exported graphs run, and the incremental path of a
+document fed in pieces, unidirectional) against the reference, on random inputs and on heavily repeated token ids,
+where exact ties are common."""
 
 import copy
 import math
@@ -11,12 +12,12 @@ import torch
 import torch.nn.functional as F
 
 from avey_b import AveyBModel
-from avey_b.model import presets, ranker_fast
+from avey_b.model import presets, ranker_fast, splits
 from avey_b.model.ranker import Choice, Compressor, Ranker, reference_choice
 from avey_b.model.ranker_fast import _PAIR_BYTES, plan, plan_vocabulary
 from avey_b.model.similarity import maxsim, unit_vectors
 
-PATHS = ["dense", "vocabulary", "export", "export-vocabulary"]
+PATHS = ["dense", "vocabulary", "export", "export-vocabulary", "incremental"]
 
 
 def with_execution(config, **settings):
@@ -82,8 +83,33 @@ def oracle(x, keep, k, bidirectional, weighting, eps):
     return x_cat, {(b, i): idx[b, i][ok[b, i]].tolist() for b in range(x.shape[0]) for i in range(x.shape[1])}
 
 
+def incremental(ranker, x, keep, ids):
+    """(idx, ok) of :meth:`Ranker.choose` (the incremental path) on embeddings x (B, n, S, d) of token ids, real
+    tokens first in each row: per row, every split with a real token among the full splits, the candidates kept as
+    token ids (a document fed in pieces: the last split may be partial)."""
+    if ranker.bidirectional:
+        pytest.skip("the incremental path is unidirectional")
+    B, n, S, d = x.shape
+    keep = torch.ones(B, n, S, dtype=torch.bool) if keep is None else keep
+    table = torch.nn.Embedding(int(ids.max()) + 1, d, dtype=x.dtype)
+    with torch.no_grad():
+        table.weight[ids[keep]] = x[keep]  # the embeddings x holds, by id
+    idx = torch.zeros(B, n, ranker.k, dtype=torch.long)
+    ok = torch.zeros(B, n, ranker.k, dtype=torch.bool)
+    for b in range(B):
+        row = ids[b][keep[b]]  # the row's token ids, as a document state keeps them
+        queries = torch.arange(-(-row.numel() // S))
+        full = torch.arange(row.numel() // S)
+        choice = ranker.choose(splits.cut_splits(row, queries, S, table), queries, full,
+                               lambda js, row=row: splits.split_ids(row, js, S)[0], table, n_bound=n)
+        idx[b, :queries.numel()], ok[b, :queries.numel()] = choice.idx[0], choice.filled[0]
+    return idx, ok
+
+
 def choose(ranker, x, keep, ids, path):
     """(idx, ok) of one path on embeddings x (B, n, S, d)."""
+    if path == "incremental":
+        return incremental(ranker, x, keep, ids)
     xn = F.normalize(x, dim=-1, eps=1e-12)
     keep_all = torch.ones(x.shape[:3], dtype=torch.bool) if keep is None else keep
     if path == "export":

@@ -134,16 +134,17 @@ def test_a_dense_directory_in_sparse_encoder_says_what_it_is_and_sparse_needs_a_
 
 
 def test_no_chunk_computes_more_logits_than_the_rule_allows(mlm, ids):
-    from avey_b.model.sparse import CHUNK_LOGITS, chunk_tokens
+    from avey_b.model.sparse import CHUNK_LOGITS, logit_chunk_tokens
 
-    assert chunk_tokens(2, 99, 5 * 99) == 2 and chunk_tokens(4, 50_000, 100) == 1  # never more logits, never 0 tokens
-    assert chunk_tokens(1, 50_368) * 50_368 <= CHUNK_LOGITS < (chunk_tokens(1, 50_368) + 1) * 50_368
+    # never more logits, never 0 tokens
+    assert logit_chunk_tokens(2, 99, 5 * 99) == 2 and logit_chunk_tokens(4, 50_000, 100) == 1
+    assert logit_chunk_tokens(1, 50_368) * 50_368 <= CHUNK_LOGITS < (logit_chunk_tokens(1, 50_368) + 1) * 50_368
     shapes = []
     hook = mlm.decoder.register_forward_hook(lambda module, args, out: shapes.append(tuple(out.shape)))
     try:
         with torch.no_grad():
             hidden = mlm.model(ids[:2]).last_hidden_state
-            got = splade_max(hidden, None, mlm.decoder, chunk=chunk_tokens(2, 99, 5 * 99))
+            got = splade_max(hidden, None, mlm.decoder, chunk=logit_chunk_tokens(2, 99, 5 * 99))
     finally:
         hook.remove()
     assert shapes == [(2, 2, 99)] * 6 + [(2, 1, 99)]  # 13 tokens, 2 at a time: never the (13, 99) logits

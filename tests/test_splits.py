@@ -77,3 +77,23 @@ def test_empty_splits_are_dropped_and_come_back_as_zeros():
 @pytest.mark.parametrize("N,S,n", [(1, 4, 1), (4, 4, 1), (5, 4, 2), (64, 16, 4), (65, 16, 5)])
 def test_split_count(N, S, n):
     assert splits.split_count(N, S) == n
+
+
+@pytest.mark.parametrize("N", [1, 4, 7, 12])
+def test_some_splits_of_one_row_are_cut_as_the_whole_row_is(N):
+    """cut_splits (what a document fed in pieces runs) gives the splits it is asked for as cut gives them from the
+    whole row: the same ids, embeddings zero at the split padding, the same keep mask (None when all real)."""
+    S = 4
+    embed = torch.nn.Embedding(50, 3)
+    ids = torch.randint(5, 50, (N,), generator=torch.Generator().manual_seed(N))
+    with torch.no_grad():
+        whole = splits.cut(embed(ids)[None], None, ids[None], S)
+        n = whole.x.shape[1]
+        for which in (torch.arange(n), torch.arange(n)[n // 2:], torch.tensor([n - 1, 0])[:n]):
+            some = splits.cut_splits(ids, which, S, embed)
+            assert torch.equal(some.x[0], whole.x[0, which]) and torch.equal(some.ids[0], whole.ids[0, which])
+            want_keep = None if whole.keep is None else whole.keep[0, which]
+            if want_keep is not None and bool(want_keep.all()):
+                want_keep = None  # every token of these splits is real
+            assert (some.keep is None) == (want_keep is None)
+            assert want_keep is None or torch.equal(some.keep[0], want_keep)

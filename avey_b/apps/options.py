@@ -84,7 +84,7 @@ class ServeOptions:
     """an embedding input of more tokens runs as a document state, this many tokens at a time, with the other
     requests' batches between its blocks (a short request waits for about one block, not the whole input) in
     memory bounded by the block (0: every input runs whole); default: the model's chunk of processor rows on
-    the device (execution.chunk_tokens); rounded down to whole splits"""
+    the device (execution.processor_chunk_tokens); rounded down to whole splits"""
 
     def __post_init__(self):
         for name in ("max_input_chars", "max_body_bytes", "max_request_inputs", "max_batch_tokens", "queue_size",

@@ -7,6 +7,8 @@
   ``encode(texts)`` (texts to vectors in one call), and the padded-batch calls under it (``tokenize``, ``pad``,
   ``embed``, ``hidden_states``, ``logits``).
 * :mod:`avey_b.inference.runtimes` — the eager PyTorch model and the ONNX model (onnxruntime) it runs in.
+* :mod:`avey_b.inference.chunks` — :func:`chunk_ranges`: a tokenized text's late chunks as token and character
+  ranges (the model's rule, :mod:`avey_b.model.chunks`, mapped to the tokenizer's offsets).
 * :mod:`avey_b.inference.documents` — :class:`TextDocument` (``Encoder.document(text)``): a text that grows and
   changes, encoded in pieces (appends and edits recompute only the splits whose inputs changed).
 

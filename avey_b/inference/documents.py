@@ -103,7 +103,7 @@ class TextDocument:
     def chunks(self) -> tuple[torch.Tensor, list[tuple[int, int]]]:
         """The late chunks: ``(C, d)`` float32 vectors and each chunk's character span ``(start, end)``, end
         exclusive — ``chunk_tokens`` consecutive text tokens a chunk, ``chunk_tokens - chunk_overlap`` apart, as
-        :func:`avey_b.apps.embed.chunks.chunk_ranges` cuts them and ``avey-b embed --chunking late`` pools them."""
+        :func:`avey_b.inference.chunks.chunk_ranges` cuts them and ``avey-b embed --chunking late`` pools them."""
         if self.state.chunk is None:
             raise ValueError("this document has no chunks: make it with encoder.document(chunk_tokens=...)")
         with self._precision():

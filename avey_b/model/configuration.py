@@ -20,7 +20,7 @@ from transformers import GenerationConfig, PretrainedConfig
 from . import release
 from .config_keys import unknown_key
 from .execution import FIELDS as EXECUTION_KEYS
-from .execution import ExecutionSettings
+from .execution import OLD_NAMES, ExecutionSettings, renamed
 
 #: Named layer arrangements of the paper's "How to arrange static and dynamic layers?" appendix.
 #: Each maps the number of layers L to a string of ``S`` (static) / ``D`` (dynamic) letters.
@@ -73,8 +73,11 @@ class _ExecutionKey:
     ``config.execution``, set by replacing that record (validated, an unknown value named); never saved in
     ``config.json``."""
 
+    def __init__(self, field: str | None = None):
+        self.field = field  # the field, where the attribute is its old name
+
     def __set_name__(self, owner, name: str) -> None:
-        self.name = name
+        self.name = self.field or name
 
     def __get__(self, config, owner=None):
         return self if config is None else getattr(config.execution, self.name)
@@ -134,7 +137,7 @@ class AveyBConfig(PretrainedConfig):
             embedding output, before the first layer (§3.1; Avey-B as published). `"every_layer"`: the ablation of
             the paper's appendix "Ablation Study": before each layer the top-``k`` splits are chosen again on that
             layer's input and the rows rebuilt from it, each layer with its own compressor ``P_ℓ`` (our reading; the
-            paper does not say); the layers then take all rows at once (``chunk_tokens`` does not apply) and
+            paper does not say); the layers then take all rows at once (``processor_chunk_tokens`` does not apply) and
             `"vocabulary"` is refused (MaxSim factors through token ids only on the embeddings). Needs a ranker.
             Details: ``AveyBModel._rank_every_layer``; cost: ``benchmarks/ranker_every_layer/``.
         ranker_weighting (`str`, defaults to `"max"`): the selected MaxSim scores are divided by the largest
@@ -196,12 +199,12 @@ class AveyBConfig(PretrainedConfig):
             retrieval honours it as EncodEval does; `"mean"` or None: the masked mean.
 
     The execution settings (``ranker_algorithm``, ``ranker_block_size``, ``ranker_memory_mb``,
-    ``ranker_selection_precision``, ``chunk_tokens``, ``tile_bytes``, ``order_by_last_split``, ``auto_overhead``,
-    ``auto_min_splits``) are keyword arguments and attributes of the config too, as transformers'
-    ``attn_implementation`` is: how the forward pass runs (the ranker's algorithm, blocks, tiles and memory cap, the
-    processor's chunk size), which changes speed and memory, not the outputs. They are documented in
-    :class:`avey_b.model.execution.ExecutionSettings`, held as ``config.execution`` and never saved in
-    ``config.json``.
+    ``ranker_selection_precision``, ``processor_chunk_tokens`` (old name ``chunk_tokens``, still read), ``tile_bytes``,
+    ``order_by_last_split``, ``auto_overhead``, ``auto_min_splits``) are keyword arguments and attributes of the
+    config too, as transformers' ``attn_implementation`` is: how the forward pass runs (the ranker's algorithm,
+    blocks, tiles and memory cap, the processor's chunk size), which changes speed and memory, not the outputs. They
+    are documented in :class:`avey_b.model.execution.ExecutionSettings`, held as ``config.execution`` and never
+    saved in ``config.json``.
     """
 
     model_type = "avey-b"
@@ -278,7 +281,8 @@ class AveyBConfig(PretrainedConfig):
         self.ranker_placement = ranker_placement
         self.ranker_weighting = ranker_weighting
         # the execution settings, by name (also how a config.json saved before they moved out of it holds some)
-        self._execution = ExecutionSettings(**{k: kwargs.pop(k) for k in EXECUTION_KEYS if k in kwargs})
+        self._execution = ExecutionSettings(**renamed({k: kwargs.pop(k) for k in (*EXECUTION_KEYS, *OLD_NAMES)
+                                                       if k in kwargs}))
         self.compressor = compressor
         self.compressor_residual = compressor_residual
         self.mixing_bias = mixing_bias
@@ -325,7 +329,8 @@ class AveyBConfig(PretrainedConfig):
     ranker_block_size = _ExecutionKey()
     ranker_memory_mb = _ExecutionKey()
     ranker_selection_precision = _ExecutionKey()
-    chunk_tokens = _ExecutionKey()
+    processor_chunk_tokens = _ExecutionKey()
+    chunk_tokens = _ExecutionKey("processor_chunk_tokens")  # the old name of processor_chunk_tokens
     tile_bytes = _ExecutionKey()
     order_by_last_split = _ExecutionKey()
     auto_overhead = _ExecutionKey()
@@ -340,7 +345,7 @@ class AveyBConfig(PretrainedConfig):
     @execution.setter
     def execution(self, value) -> None:
         raise AttributeError("AveyBConfig.execution is read-only: set an execution setting by name, e.g. "
-                             "config.chunk_tokens = 8192 or AveyBConfig(ranker_algorithm='dense')")
+                             "config.processor_chunk_tokens = 8192 or AveyBConfig(ranker_algorithm='dense')")
 
     def to_dict(self) -> dict:
         """``PretrainedConfig.to_dict`` without the execution settings: ``config.json`` holds the architecture."""

@@ -11,14 +11,19 @@ here, apart from the architecture:
   runs on a laptop with the laptop's settings. Checkpoints saved before the split, whose ``config.json`` holds
   ``chunk_tokens``, ``ranker_algorithm``, ``ranker_block_size``, ``ranker_memory_mb`` or
   ``ranker_selection_precision``, still load: those keys become the loaded model's settings.
+* **Old names.** ``chunk_tokens`` is the old name of ``processor_chunk_tokens`` (:data:`OLD_NAMES`), still read
+  wherever a setting is given by name (a keyword, a saved ``config.json``, a model spec). Late chunks keep the name
+  ``chunk_tokens`` elsewhere (:mod:`avey_b.model.chunks`), and SPLADE's logits are cut into ``logit_chunk_tokens``
+  (:mod:`avey_b.model.sparse`).
 * **Per model, never module state.** Each config carries its own :class:`ExecutionSettings` (``config.execution``),
   which the model reads at every forward pass, so two models in one process cannot change each other's behaviour
   (models built from one config object share it, as they share the architecture), and a benchmark or test sets a
   model's settings instead of patching this package.
 * **Set by name, like transformers' run-time knobs.** transformers keeps its own (``attn_implementation``) on the
   config object but out of ``config.json``; these work the same way, one way for every field (:data:`FIELDS`): a
-  keyword where a config is made or loaded (``AveyBConfig(chunk_tokens=8192)``, ``presets.small(chunk_tokens=8192)``,
-  ``from_pretrained(path, ranker_algorithm="dense")``, the model spec ``avey-b-small:chunk_tokens=8192``), or an
+  keyword where a config is made or loaded (``AveyBConfig(processor_chunk_tokens=8192)``,
+  ``presets.small(processor_chunk_tokens=8192)``, ``from_pretrained(path, ranker_algorithm="dense")``, the model spec
+  ``avey-b-small:processor_chunk_tokens=8192``), or an
   attribute of a model's config (``model.config.ranker_memory_mb = 1024``). ``config.execution`` is the record
   the model reads, and the fast paths of the ranker take it as an argument.
 """
@@ -31,7 +36,8 @@ from dataclasses import dataclass, field
 from .config_keys import unknown_key
 
 RANKER_ALGORITHMS = ("auto", "dense", "vocabulary")
-#: ``chunk_tokens`` by device type where it is left at ``None`` (any other device: 65536); see ExecutionSettings.
+#: ``processor_chunk_tokens`` by device type where it is left at ``None`` (any other device: 65536); see
+#: ExecutionSettings.
 DEFAULT_CHUNK_TOKENS = {"cpu": 4096}
 
 
@@ -64,7 +70,8 @@ class ExecutionSettings:
             is faster wherever bf16 GEMMs outrun float32 ones (AVX512-BF16 or AMX CPUs, GPUs;
             ``benchmarks/vocabulary_ranker/``). Only near-ties can be chosen differently: the weights of the chosen
             splits are always recomputed at full precision.
-        chunk_tokens (`int`, defaults to `None`: 4096 on CPU, 65536 on other devices): after the ranker's choice,
+        processor_chunk_tokens (`int`, defaults to `None`: 4096 on CPU, 65536 on other devices; old name
+            ``chunk_tokens``): after the ranker's choice,
             processor rows are built and run through the layers in chunks of about this many tokens, eager and
             compiled alike, so activation memory is linear in the input length (exported graphs, and
             ``output_hidden_states``, take all rows at once); a number applies on every device. The rule for the
@@ -89,19 +96,19 @@ class ExecutionSettings:
     ranker_block_size: int = 512
     ranker_memory_mb: float = 256
     ranker_selection_precision: str = "exact"
-    chunk_tokens: int | None = None
+    processor_chunk_tokens: int | None = None
     tile_bytes: dict[tuple[str, int], int] = field(default_factory=_default_tile_bytes)
     order_by_last_split: bool = True
     auto_overhead: float = 1.25
     auto_min_splits: int = 16
 
     def __post_init__(self) -> None:
-        for name in ("ranker_block_size", "chunk_tokens", "auto_min_splits"):
+        for name in ("ranker_block_size", "processor_chunk_tokens", "auto_min_splits"):
             value = getattr(self, name)
-            if name == "chunk_tokens" and value is None:  # by device: chunk_tokens_for
+            if name == "processor_chunk_tokens" and value is None:  # by device: processor_chunk_tokens_for
                 continue
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                by_device = " (or None: by device)" if name == "chunk_tokens" else ""
+                by_device = " (or None: by device)" if name == "processor_chunk_tokens" else ""
                 raise ValueError(f"ExecutionSettings.{name} must be an integer >= 1{by_device}, got {value!r}")
         for name in ("ranker_memory_mb", "auto_overhead"):
             value = getattr(self, name)
@@ -126,20 +133,38 @@ class ExecutionSettings:
     def replace(self, **changes) -> ExecutionSettings:
         """A copy with ``changes``; an unknown name is an error naming the closest field."""
         names = [f.name for f in dataclasses.fields(self)]
+        changes = renamed(changes)
         for key in changes:
             if key not in names:
                 raise unknown_key(key, names, "ExecutionSettings' fields are")
         return dataclasses.replace(self, **changes)
 
-    def chunk_tokens_for(self, device: str) -> int:
-        """Tokens per chunk of processor rows on ``device`` (a device type): ``chunk_tokens``, or by device."""
-        if self.chunk_tokens is not None:
-            return self.chunk_tokens
+    def processor_chunk_tokens_for(self, device: str) -> int:
+        """Tokens per chunk of processor rows on ``device`` (a device type): ``processor_chunk_tokens``, or by
+        device."""
+        if self.processor_chunk_tokens is not None:
+            return self.processor_chunk_tokens
         return DEFAULT_CHUNK_TOKENS.get(device, 65536)
 
     def tile_bytes_for(self, device: str, element_size: int) -> int:
         """Bytes of similarities per tile on ``device`` (a device type) for elements of ``element_size`` bytes."""
         return self.tile_bytes.get((device, element_size), 64 * 2**20)
+
+
+#: Old names of settings, still read where settings are given by name (keywords, ``config.json``, model specs).
+OLD_NAMES = {"chunk_tokens": "processor_chunk_tokens"}
+
+
+def renamed(settings: dict) -> dict:
+    """``settings`` (name -> value) with every old name (:data:`OLD_NAMES`) replaced by its new one; both names of
+    one setting is an error naming them."""
+    out = dict(settings)
+    for old, new in OLD_NAMES.items():
+        if old in out:
+            if new in out:
+                raise ValueError(f"{old!r} is the old name of {new!r}: give one of them, not both")
+            out[new] = out.pop(old)
+    return out
 
 
 #: The settings, each of which an ``AveyBConfig`` takes as a keyword argument and an attribute of the same name (and

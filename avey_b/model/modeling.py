@@ -76,7 +76,7 @@ class AveyBPreTrainedModel(PreTrainedModel):
             logger.warning_once(
                 f"attn_implementation={attn_implementation!r} is ignored: Avey-B has no attention layers, so there is "
                 "no attention implementation to choose and the model computes the same with any (its execution "
-                "settings, e.g. chunk_tokens or ranker_algorithm, choose how it runs)")
+                "settings, e.g. processor_chunk_tokens or ranker_algorithm, choose how it runs)")
         return "eager"
 
     @classmethod
@@ -174,20 +174,11 @@ class AveyBModel(AveyBPreTrainedModel):
         else:
             # 2. Rank (§3.1): the top-k splits of every split, chosen once, on the embeddings.
             choice = None if self.ranker is None else self.ranker(sp.x, sp.keep, sp.ids)  # idx, filled: (B, n, k)
-            # 3-4. Each split with its weighted retrieved splits, compressed (§4.3), through the L layers (§3.2), in
-            # chunks of rows (memory linear in N); all rows at once where every layer's states are returned, and in
-            # an exported graph, which must hold for every length (a number of chunks would freeze it).
-            if torch.compiler.is_exporting():
-                h = self._process_rows(sp, choice, sp.row_ids, self.compressor, self.layers)  # (R, S, d)
-            else:
-                chunk_tokens = config.execution.chunk_tokens_for(x.device.type)
-                chunk = None if all_hidden is not None else max(1, chunk_tokens // config.context_size)
-                h = self._process_in_chunks(sp, choice, chunk, all_hidden)  # (R, S, d)
+            # 3-4. Each split with its weighted retrieved splits, compressed (§4.3), through the L layers (§3.2).
+            h = self.process(sp, choice, all_hidden=all_hidden)  # (R, S, d)
 
         # 5. Reassemble: each split's own outputs, back in the input's order, without split padding.
-        out = sp.restore(h)  # (B, N, d)
-        if self.norm is not None:
-            out = self.norm(out)
+        out = self.finish(sp.restore(h))  # (B, N, d)
         hidden_states = tuple(all_hidden) if output_hidden_states else None
         if not return_dict:
             return tuple(v for v in (out, hidden_states) if v is not None)
@@ -204,19 +195,39 @@ class AveyBModel(AveyBPreTrainedModel):
         exact = not (self.training and self.embed_dropout.p > 0)
         return self.embed_dropout(self.embed_tokens(input_ids)), input_ids if exact else None
 
+    def process(self, sp: splits.Splits, choice: Choice | None, rows: torch.Tensor | None = None, *,
+                all_hidden: list | None = None) -> torch.Tensor:
+        """The neural processor (§3.2) on the rows of the splits ``rows`` of ``sp`` (indices into its ``B·n`` flat
+        splits; None: :attr:`~avey_b.model.splits.Splits.row_ids`): each split after its weighted retrieved splits
+        (the ranker's ``choice``, §3.1), compressed to ``S`` tokens (§4.3), through the ``L`` layers. Returns
+        (R, S, d), each split's own outputs, before :meth:`finish`.
+
+        Rows are independent after the choice, so they run in chunks of about ``processor_chunk_tokens`` tokens
+        (:class:`~avey_b.model.execution.ExecutionSettings`): memory linear in ``N``. All rows at once where every
+        layer's states are appended to ``all_hidden``, and in an exported graph, which must hold for every length
+        (a number of chunks would freeze it)."""
+        if torch.compiler.is_exporting():
+            return self._process_rows(sp, choice, sp.row_ids if rows is None else rows, self.compressor, self.layers)
+        tokens = self.config.execution.processor_chunk_tokens_for(sp.x.device.type)
+        chunk = None if all_hidden is not None else max(1, tokens // self.config.context_size)
+        return self._process_in_chunks(sp, choice, rows, chunk, all_hidden)
+
+    def finish(self, hidden: torch.Tensor) -> torch.Tensor:
+        """What follows the layers: the final norm (``config.final_norm``), token by token, on the processor's
+        outputs ((B, N, d) restored, or (R, S, d) rows). Returns the last hidden state."""
+        return hidden if self.norm is None else self.norm(hidden)
+
     @torch.compiler.disable(recursive=False)
-    def _process_in_chunks(self, sp: splits.Splits, choice: Choice | None, chunk: int | None,
-                           all_hidden: list | None = None) -> torch.Tensor:
-        """The neural processor (§3.2) on every split's row (:meth:`_process_rows`), ``chunk`` rows at a time
-        (chunks of equal size within a row; None: all rows at once): (R, S, d), each split's own outputs. Rows are
-        independent after the choice, so chunks bound activation memory whatever the length. ``all_hidden`` (every
-        layer's states of every split, appended to it) takes all rows at once.
+    def _process_in_chunks(self, sp: splits.Splits, choice: Choice | None, rows: torch.Tensor | None,
+                           chunk: int | None, all_hidden: list | None = None) -> torch.Tensor:
+        """:meth:`process` of the splits ``rows``, ``chunk`` rows at a time (chunks of equal size within a row;
+        None: all rows at once), each chunk by :meth:`_process_rows`.
 
         Under ``torch.compile`` this loop runs outside the graph (``recursive=False``: only this frame), since the
         number of chunks depends on the length, and each chunk, :meth:`_process_rows`, is compiled: one graph
         serves every chunk, and a compiled forward holds one chunk's activations at a time, as an eager one does.
         ``torch.export`` refuses such a frame: an exported graph runs :meth:`_process_rows` on every row."""
-        rows = sp.row_ids
+        rows = sp.row_ids if rows is None else rows
         chunks = [rows] if chunk is None else rows.tensor_split(-(-rows.numel() // chunk))
         if len(chunks) == 1:
             return self._process_rows(sp, choice, rows, self.compressor, self.layers, all_hidden)

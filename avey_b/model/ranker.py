@@ -34,6 +34,7 @@ training never stores the ``O(N²)`` similarity blocks for backward.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -44,6 +45,7 @@ from . import ranker_fast
 from .configuration import AveyBConfig
 from .execution import ExecutionSettings
 from .similarity import maxsim, unit_vectors
+from .splits import Splits
 
 
 def reference_choice(unit: torch.Tensor, keep: torch.Tensor, k: int, bidirectional: bool
@@ -84,6 +86,21 @@ class Choice:
     """(B, n, k) the chosen splits (ids within the row) in ``X_cat`` order: descending score, empty slots first."""
     filled: torch.Tensor
     """(B, n, k) whether a slot holds a split."""
+    ranked: torch.Tensor | None = None
+    """(B, n, k) the chosen splits best first, where the choice carries its ranking ``keys``
+    (:meth:`Ranker.choose`, :meth:`of_ranked`); None from :meth:`Ranker.forward`."""
+    keys: torch.Tensor | None = None
+    """(B, n, k) float64 the ranking keys of ``ranked`` (:func:`~avey_b.model.ranker_fast.ranking_keys`), ``-inf``
+    in empty slots: what a choice among other candidates is merged with
+    (:func:`~avey_b.model.ranker_fast.merge_top_k`)."""
+
+    @classmethod
+    def of_ranked(cls, sp: Splits, ranked: torch.Tensor, keys: torch.Tensor) -> Choice:
+        """The choice over the splits of ``sp`` of the splits ``ranked`` (ids within the row) with their ranking
+        ``keys``, (B, n, k) best first, ``-inf`` in empty slots: laid out as ``X_cat`` takes it
+        (:func:`~avey_b.model.ranker_fast.layout`)."""
+        idx, filled = ranker_fast.layout(keys, ranked)
+        return cls(x=sp.x, keep=sp.keep, unit=unit_vectors(sp.x), idx=idx, filled=filled, ranked=ranked, keys=keys)
 
     @property
     def retrieved(self) -> torch.Tensor:
@@ -92,7 +109,8 @@ class Choice:
 
 
 class Ranker(nn.Module):
-    """The ranker: :meth:`forward` chooses the top-``k`` candidate splits of every split (a :class:`Choice`), and
+    """The ranker: :meth:`forward` chooses the top-``k`` candidate splits of every split (a :class:`Choice`),
+    :meth:`choose` those of some splits among some others (a document fed in pieces), and
     :meth:`weighted_selective_split` builds ``X_cat`` for any set of chosen splits (the model builds them chunk by
     chunk). No parameters. The choice is computed by the fast paths of :mod:`avey_b.model.ranker_fast`, called with
     the ranker's ``k`` and direction and the model's execution settings."""
@@ -138,6 +156,39 @@ class Ranker(nn.Module):
             idx, ok = ranker_fast.select(xn, keep, vocabulary_ids, k=self.k, bidirectional=self.bidirectional,
                                          execution=self.execution)
         return Choice(x=x, keep=keep, unit=xn, idx=idx, filled=ok)
+
+    def choose(self, queries: Splits, query_splits: torch.Tensor, candidate_splits: torch.Tensor,
+               candidate_ids: Callable[[torch.Tensor], torch.Tensor], embed: nn.Embedding, *, n_bound: int
+               ) -> Choice:
+        """The choice of some splits of one row among some of its splits, candidates kept as token ids: the
+        incremental path (:func:`~avey_b.model.ranker_fast.select_for_queries`), what a document encoded in pieces
+        runs (:mod:`avey_b.model.streaming`). Unidirectional only (§3.1: a candidate precedes its query).
+
+        ``queries``: their splits (:func:`avey_b.model.splits.cut_splits`: one row, with token ids); ``query_splits``
+        (Q,) their split ids, ascending; ``candidate_splits`` (J,) the candidates' split ids, ascending, each a full
+        split; ``candidate_ids(splits)`` -> (len, S) their token ids; ``embed`` the token embedding (the ranker's
+        input, §3.1); ``n_bound`` bounds the split distances in the keys (at least the number of splits). Returns
+        the :class:`Choice` over ``queries`` with ``ranked`` (split ids of the row) and ``keys``."""
+        if self.bidirectional:
+            raise ValueError("the incremental choice is unidirectional: ranker='bidirectional' ranks later splits too")
+        Q, device = query_splits.numel(), queries.x.device
+        xn = unit_vectors(queries.x)
+        if self.k == 0 or candidate_splits.numel() == 0:
+            ranked = torch.zeros(1, Q, self.k, dtype=torch.long, device=device)
+            keys = torch.full((1, Q, self.k), float("-inf"), dtype=torch.float64, device=device)
+        else:
+            execution = self.execution
+
+            def vectors(ids: torch.Tensor) -> torch.Tensor:
+                return ranker_fast.selection_precision(unit_vectors(embed(ids)), execution)
+
+            ranked, keys = ranker_fast.select_for_queries(
+                ranker_fast.selection_precision(xn[0], execution), None if queries.keep is None else queries.keep[0],
+                queries.ids[0], query_splits.to(device), candidate_splits, candidate_ids, vectors, k=self.k,
+                execution=execution, n_bound=n_bound)
+            ranked, keys = ranked[None], keys[None]
+        idx, filled = ranker_fast.layout(keys, ranked)
+        return Choice(x=queries.x, keep=queries.keep, unit=xn, idx=idx, filled=filled, ranked=ranked, keys=keys)
 
     def weighted_selective_split(self, choice: Choice, sel) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The weighted selective split (§3.1) of the splits ``sel`` (a slice or an index tensor into the ``B·n``

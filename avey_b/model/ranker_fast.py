@@ -13,6 +13,10 @@ compute the same MaxSim in pieces (its two steps, :func:`~avey_b.model.similarit
   choice. Candidates are taken in tiles of ``M`` columns with a running top-``k`` per query split, so neither ``M``
   nor the ``n × n`` scores are held whole. Unidirectionally an id is compared only with the splits before the last
   split it occurs in (ids are ordered by that split, so each candidate tile multiplies a suffix of them).
+* **incremental** (:func:`select_for_queries`, through :meth:`avey_b.model.ranker.Ranker.choose`): the
+  unidirectional choice of some splits of a row (new or edited ones) among some of its full splits, kept as token
+  ids: MaxSim factored through the ids on both sides, the candidates' vectors made one tile at a time; what a
+  document encoded in pieces runs (:mod:`avey_b.model.streaming`).
 * **export** (:func:`select_for_export`): one loop-free computation whose graph holds at every length, for
   ``torch.export`` / ONNX: MaxSim over all pairs, or given token ids the vocabulary factoring over the batch's
   distinct ids.

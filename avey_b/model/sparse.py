@@ -11,10 +11,10 @@ token ``t``. ``log(1 + relu(x))`` rises with ``x``, so the max is taken over the
 once to the ``(B, V)`` maxima: the same weights, and (in training) the same gradient, through each entry's
 arg-max token.
 
-The chunk rule: the ``(B, N, V)`` logits are computed ``chunk`` token positions at a time from the backbone's last
-hidden state, ``chunk = max(1, CHUNK_LOGITS // (B * V))`` (at most :data:`CHUNK_LOGITS` logits exist at once:
-64 MiB in float32, whatever ``N``), and folded into a running ``(B, V)`` maximum. A 1M-token document with a
-50K vocabulary never holds its 200 GB of logits: one chunk of them at a time.
+The chunk rule (:func:`logit_chunk_tokens`): the ``(B, N, V)`` logits are computed ``chunk`` token positions at a
+time from the backbone's last hidden state, ``chunk = max(1, CHUNK_LOGITS // (B * V))`` (at most :data:`CHUNK_LOGITS`
+logits exist at once: 64 MiB in float32, whatever ``N``), and folded into a running ``(B, V)`` maximum. A 1M-token
+document with a 50K vocabulary never holds its 200 GB of logits: one chunk of them at a time.
 """
 
 from __future__ import annotations
@@ -40,11 +40,11 @@ def splade_max(hidden: torch.Tensor, attention_mask: torch.Tensor | None, decode
                chunk: int | None = None) -> torch.Tensor:
     """The ``(B, V)`` float32 SPLADE weights of a padded batch (module docstring) from the backbone's ``(B, N, d)``
     last hidden state and the masked-LM ``decoder`` (``h -> logits``), ``chunk`` token positions at a time
-    (default: the chunk rule). Positions where ``attention_mask`` is 0 are left out; a row with no real token
-    weighs nothing."""
+    (default: the chunk rule, :func:`logit_chunk_tokens`). Positions where ``attention_mask`` is 0 are left out; a
+    row with no real token weighs nothing."""
     rows, length = hidden.shape[:2]
     vocab = decoder.out_features
-    chunk = chunk or chunk_tokens(rows, vocab)
+    chunk = chunk or logit_chunk_tokens(rows, vocab)
     real = None if attention_mask is None else attention_mask.to(hidden.device).bool()
     best = torch.full((rows, vocab), float("-inf"), device=hidden.device)
     for start in range(0, length, chunk):
@@ -55,7 +55,7 @@ def splade_max(hidden: torch.Tensor, attention_mask: torch.Tensor | None, decode
     return torch.log1p(torch.relu(best))
 
 
-def chunk_tokens(rows: int, vocab: int, budget: int = CHUNK_LOGITS) -> int:
+def logit_chunk_tokens(rows: int, vocab: int, budget: int = CHUNK_LOGITS) -> int:
     """The chunk rule (module docstring): the token positions one chunk of ``rows`` rows computes so that at most
     ``budget`` logits of a ``vocab``-entry head exist at once (at least one)."""
     return max(1, budget // max(1, rows * vocab))

@@ -13,6 +13,9 @@ Avey-B works on splits of ``S`` tokens (§3): a ``(B, N, d)`` batch becomes ``(B
 * **The release's padding** (``AveyBConfig.padding="release"``, :func:`cut_as_release`): the authors' release
   ignores ``attention_mask``; the last split is padded with zero rows that the ranker, the compressor and every
   layer take as tokens, and batch padding (the pad token's embedding) is a token like any other.
+* **Some splits of one row** (:func:`cut_splits`): what a document encoded in pieces
+  (:mod:`avey_b.model.streaming`) runs, the splits it ranks or processes cut from the row's token ids as
+  :func:`cut` cuts them (the last split's padding past the row's end a zero vector with ``keep`` False).
 * **Compiling and exporting** (``general=True``): the graph must not branch on values, so every step is taken
   whether it is needed or not (the results are the same), and under ``torch.export`` the split count is computed
   as a value with its facts stated, so that the exported graph holds for every length.
@@ -24,6 +27,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 
 @dataclass
@@ -154,3 +158,27 @@ def cut_as_release(x: torch.Tensor, ids: torch.Tensor | None, S: int, general: b
         x, ids = F.pad(x, (0, 0, 0, pad)), None
     return Splits(x=x.reshape(B, n, S, d), keep=None, ids=None if ids is None else ids.reshape(B, n, S),
                   order=None, rows=None, length=N)
+
+
+def split_ids(ids: torch.Tensor, which: torch.Tensor, S: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The token ids (Q, S) int64 of the splits ``which`` (Q,) of one row of token ids ``ids`` (N,), as :func:`cut`
+    lays them out, and their real-token mask (Q, S), None when every token is real. Past the row's end (the last
+    split's padding) the id is 0 and the mask False."""
+    N = ids.numel()
+    pos = which.to(ids.device)[:, None] * S + torch.arange(S, device=ids.device)
+    real = pos < N
+    out = torch.where(real, ids[pos.clamp(max=max(N - 1, 0))].long(), 0)
+    return out, None if bool(real.all()) else real
+
+
+def cut_splits(ids: torch.Tensor, which: torch.Tensor, S: int, embed: nn.Embedding) -> Splits:
+    """The splits ``which`` (Q,) of one row of token ids ``ids`` (N,), cut as :func:`cut` cuts the row (the ids by
+    :func:`split_ids`), embedded by ``embed`` on its device: one row of ``Q`` splits, ``x`` (1, Q, S, d) zero at
+    padding, ``ids`` (1, Q, S), ``keep`` (1, Q, S) or None when every token is real."""
+    device = embed.weight.device
+    tokens, keep = split_ids(ids, which, S)
+    tokens, keep = tokens.to(device), None if keep is None else keep.to(device)
+    x = embed(tokens)
+    x = x if keep is None else x * keep.unsqueeze(-1).to(x.dtype)
+    return Splits(x=x[None], keep=None if keep is None else keep[None], ids=tokens[None], order=None, rows=None,
+                  length=which.numel() * S)

@@ -33,10 +33,9 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 
-from . import ranker_fast, splits
+from . import chunks, ranker_fast, splits
 from .modeling import AveyBModel
 from .ranker import Choice
-from .similarity import unit_vectors
 
 #: The bound on split distances in the stored ranking keys (:func:`avey_b.model.ranker_fast.ranking_keys`): one
 #: value for every key, so keys computed at different lengths compare; documents of up to 2^22 splits.
@@ -60,11 +59,15 @@ class DocumentState:
     ids would (masked mean of the last hidden state, L2-normalized as :func:`avey_b.model.heads.sentence_embedding`).
 
     ``model``: an :class:`~avey_b.model.modeling.AveyBModel` or a head on one, in eval mode. Late chunks
-    (``chunk_tokens``): chunk ``c`` holds the tokens from ``first + c·(chunk_tokens - chunk_overlap)``, up to
-    ``chunk_tokens`` of them, where ``special = (first, last)`` counts the leading and trailing tokens that belong to
-    no chunk (a tokenizer's ``[CLS]`` and ``[SEP]``: ``(1, 1)``); chunks follow one another until one reaches the
-    last chunked token, as :func:`avey_b.apps.embed.chunks.chunk_ranges` cuts them. ``block_tokens``: how many new
-    tokens are ranked at a time (memory: their vectors and the similarity tiles).
+    (``chunk_tokens`` with ``chunk_overlap``), where ``special = (first, last)`` counts the leading and trailing
+    tokens that belong to no chunk (a tokenizer's ``[CLS]`` and ``[SEP]``: ``(1, 1)``): the rule of
+    :mod:`avey_b.model.chunks`. ``block_tokens``: how many new tokens are ranked at a time (memory: their vectors
+    and the similarity tiles); the processor runs them in chunks of rows as the forward does
+    (:meth:`~avey_b.model.modeling.AveyBModel.process`).
+
+    Each step is the forward's: the splits cut by :func:`avey_b.model.splits.cut_splits`, ranked by
+    :meth:`avey_b.model.ranker.Ranker.choose`, run by :meth:`~avey_b.model.modeling.AveyBModel.process` and
+    :meth:`~avey_b.model.modeling.AveyBModel.finish`; the state keeps the bookkeeping.
 
     ``recomputed`` counts the splits the last :meth:`feed`, :meth:`replace` or :meth:`truncate` ran through the
     processor; ``computed`` all of them since the state was made."""
@@ -76,9 +79,8 @@ class DocumentState:
             raise TypeError(f"DocumentState needs an AveyBModel or a head on one, got {type(model).__name__}")
         if why := refusal(backbone.config):
             raise ValueError(f"this model cannot encode a document in pieces: {why}")
-        if chunk_tokens is not None and not 0 <= chunk_overlap < chunk_tokens:
-            raise ValueError(f"chunk_overlap ({chunk_overlap}) must be at least 0 and less than chunk_tokens "
-                             f"({chunk_tokens})")
+        if chunk_tokens is not None:
+            chunks.check_overlap(chunk_tokens, chunk_overlap)
         self.model = backbone
         config = backbone.config
         self.S = config.split_size
@@ -91,11 +93,12 @@ class DocumentState:
         self.recomputed = self.computed = 0
         self.d = d = config.hidden_size
         self._ids = torch.zeros(1024, dtype=torch.int32 if config.vocab_size < 2**31 else torch.long)
+        # per kept split (rows past `done` unused): the sum of its outputs, its chosen splits best first, their keys
         self._sums = torch.zeros(64, d)
-        self._idx = torch.zeros(64, self.k, dtype=torch.long)
+        self._choices = torch.zeros(64, self.k, dtype=torch.long)
         self._keys = torch.full((64, self.k), float("-inf"), dtype=torch.float64)
         self._segments: list[tuple[torch.Tensor, torch.Tensor]] = []  # per kept split: (chunk ids, their sums)
-        self._tail = None  # the partial split's (sum, segments), made on demand
+        self._partial = None  # the partial split's (sum, segments), made on demand
 
     # ------------------------------------------------------------------ the document
     @property
@@ -124,7 +127,7 @@ class DocumentState:
         self.recomputed = 0
         self._drop(length // self.S)
         self.length = length
-        self._tail = None
+        self._partial = None
         return self
 
     def replace(self, start: int, end: int, ids: Sequence[int] | torch.Tensor) -> DocumentState:
@@ -145,7 +148,7 @@ class DocumentState:
         changed = (self.ids[start:end] != new).nonzero().squeeze(1) + start
         if changed.numel():
             self._ids[start:end] = new
-            self._tail = None
+            self._partial = None
             edited = torch.unique(changed // self.S)
             self._edit(edited[edited < self.done])
         return self
@@ -169,9 +172,8 @@ class DocumentState:
         """An independent copy (the model shared): what a cache hands out, so that feeding one copy leaves the
         other as it was."""
         other = copy.copy(self)
-        other._ids, other._sums, other._idx, other._keys = (t.clone() for t in (self.ids, self._sums[:self.done],
-                                                                               self._idx[:self.done],
-                                                                               self._keys[:self.done]))
+        kept = (self.ids, self._sums[:self.done], self._choices[:self.done], self._keys[:self.done])
+        other._ids, other._sums, other._choices, other._keys = (t.clone() for t in kept)
         other._segments = list(self._segments)  # its tuples are never changed in place, only replaced
         return other
 
@@ -179,7 +181,7 @@ class DocumentState:
     def nbytes(self) -> int:
         """Bytes this state holds beyond the model: the ids and, per kept split, its output sum, choice and keys
         (and chunk sums): what a cache bounded in bytes counts."""
-        held = [self.ids, self._sums[:self.done], self._idx[:self.done], self._keys[:self.done]]
+        held = [self.ids, self._sums[:self.done], self._choices[:self.done], self._keys[:self.done]]
         held += [t for segment in self._segments for t in segment]
         return sum(t.numel() * t.element_size() for t in held)
 
@@ -189,7 +191,7 @@ class DocumentState:
         ``segment_sums`` with ``segment_splits``, the split each row belongs to. Never token states.
         :meth:`restore` takes it back."""
         n = self.done
-        data = {"ids": self.ids.clone(), "sums": self._sums[:n].clone(), "choice": self._idx[:n].clone(),
+        data = {"ids": self.ids.clone(), "sums": self._sums[:n].clone(), "choice": self._choices[:n].clone(),
                 "keys": self._keys[:n].clone()}
         if self.chunk is not None:
             data["segment_splits"] = torch.cat([torch.full((len(c),), s, dtype=torch.long)
@@ -212,7 +214,7 @@ class DocumentState:
             raise ValueError("the saved state was made with other chunk options than these")
         state._write(0, ids.to(state._ids.dtype))
         state._grow(n)
-        state._sums[:n], state._idx[:n], state._keys[:n] = sums, data["choice"], data["keys"]
+        state._sums[:n], state._choices[:n], state._keys[:n] = sums, data["choice"], data["keys"]
         state.done = n
         if state.chunk is not None:
             owner = data["segment_splits"]
@@ -225,7 +227,7 @@ class DocumentState:
         """(d,) float32: the mean of the last hidden state over every token (L2-normalized with ``normalize``)."""
         if not self.length:
             raise ValueError("the document is empty: feed it token ids first")
-        total = self._sums[:self.done].sum(0) + self._tail_part()[0]
+        total = self._sums[:self.done].sum(0) + self._partial_split()[0]
         pooled = (total / self.length).to(self.model.dtype).float()
         return F.normalize(pooled, dim=-1) if normalize else pooled
 
@@ -236,23 +238,18 @@ class DocumentState:
             raise ValueError("this document state has no chunks: make it with chunk_tokens")
         spans = self.chunk_spans()
         total = torch.zeros(len(spans), self._sums.shape[1])
-        for chunks, sums in [*self._segments, self._tail_part()[1]]:
-            keep = chunks < len(spans)
-            total.index_add_(0, chunks[keep], sums[keep])
+        for owned, sums in [*self._segments, self._partial_split()[1]]:
+            keep = owned < len(spans)
+            total.index_add_(0, owned[keep], sums[keep])
         count = torch.tensor([b - a for a, b in spans], dtype=torch.float32).clamp_min(1)
         pooled = (total / count[:, None]).to(self.model.dtype).float()
         return F.normalize(pooled, dim=-1) if normalize else pooled
 
     def chunk_spans(self) -> list[tuple[int, int]]:
-        """The late chunks' token ranges ``(start, end)`` over the document's ids, end exclusive."""
+        """The late chunks' token ranges ``(start, end)`` over the document's ids, end exclusive
+        (:func:`avey_b.model.chunks.chunk_spans`)."""
         size, step = self.chunk
-        first, stop = self.special[0], self.length - self.special[1]
-        spans = []
-        for a in range(first, stop, step):
-            spans.append((a, min(a + size, stop)))
-            if a + size >= stop:
-                break
-        return spans
+        return chunks.chunk_spans(self.length, size, size - step, self.special)
 
     # ------------------------------------------------------------------ bookkeeping
     def _check_ids(self, ids) -> torch.Tensor:
@@ -273,18 +270,19 @@ class DocumentState:
         self._ids = _capacity(self._ids, end, self.length)
         self._ids[at:end] = new
         self.length = end
-        self._tail = None
+        self._partial = None
 
     def _drop(self, first: int) -> None:
         """Forget the kept outputs of the splits from ``first`` on."""
         if first < self.done:
             self.done = first
             del self._segments[first:]
-        self._tail = None
+        self._partial = None
 
     def _grow(self, n: int) -> None:
         """Room for ``n`` kept splits' sums, choices and keys (rows past ``done`` are written before they are read)."""
-        self._sums, self._idx, self._keys = (_capacity(t, n, self.done) for t in (self._sums, self._idx, self._keys))
+        held = (self._sums, self._choices, self._keys)
+        self._sums, self._choices, self._keys = (_capacity(t, n, self.done) for t in held)
 
     def _complete(self) -> None:
         """Compute and keep the splits the ids complete, a block at a time."""
@@ -296,23 +294,23 @@ class DocumentState:
             self._keep(block, idx, keys)
             self.done = int(block[-1]) + 1
 
-    def _tail_part(self) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+    def _partial_split(self) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
         """The partial last split's output sum and chunk segments (zeros when there is none), cached."""
-        if self._tail is None:
+        if self._partial is None:
             d = self._sums.shape[1]
             nothing = (torch.zeros(0, dtype=torch.long), torch.zeros(0, d))
             if self.length % self.S == 0:
-                self._tail = torch.zeros(d), nothing
+                self._partial = torch.zeros(d), nothing
             else:
                 split = torch.tensor([self.done])
                 idx, keys = self._rank(split, torch.arange(self.done))
                 out = self._process(split, idx, keys)[0, :self.length % self.S]
-                self._tail = out.sum(0, dtype=torch.float32).cpu(), self._chunk_segments(self.done, out)
-        return self._tail
+                self._partial = out.sum(0, dtype=torch.float32).cpu(), self._chunk_segments(self.done, out)
+        return self._partial
 
     def _keep(self, block: torch.Tensor, idx: torch.Tensor, keys: torch.Tensor) -> None:
         """Process the full splits ``block`` with their choice and keep what pooling and edits need."""
-        self._idx[block], self._keys[block] = idx.cpu(), keys.cpu()
+        self._choices[block], self._keys[block] = idx.cpu(), keys.cpu()
         out = self._process(block, idx, keys)
         self._sums[block] = out.sum(1, dtype=torch.float32).cpu()
         if self.chunk is None:
@@ -325,90 +323,68 @@ class DocumentState:
                 self._segments.append(segment)
 
     def _chunk_segments(self, split: int, out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """For the outputs ``out`` (r, d) of the first ``r`` tokens of ``split``: the chunks they fall in and the
-        sums of their tokens in each."""
+        """For the outputs ``out`` (r, d) of the first ``r`` tokens of ``split``: the chunks they fall in
+        (:func:`avey_b.model.chunks.chunks_of`) and the sums of their tokens in each."""
         d = out.shape[-1]
         if self.chunk is None:
             return torch.zeros(0, dtype=torch.long), torch.zeros(0, d)
         size, step = self.chunk
-        p0 = split * self.S
-        lo, hi = max(p0, self.special[0]), min(p0 + out.shape[0], self.length - self.special[1])
-        chunks, sums = [], []
-        if lo < hi:
-            first = self.special[0]
-            for c in range(max(0, -(-(lo - first - size + 1) // step)), (hi - 1 - first) // step + 1):
-                a, b = max(lo, first + c * step), min(hi, first + c * step + size)
-                if a < b:
-                    chunks.append(c)
-                    sums.append(out[a - p0:b - p0].sum(0, dtype=torch.float32).cpu())
-        return torch.tensor(chunks, dtype=torch.long), torch.stack(sums) if sums else torch.zeros(0, d)
+        start = split * self.S
+        lo, hi = max(start, self.special[0]), min(start + out.shape[0], self.length - self.special[1])
+        found = chunks.chunks_of(lo, hi, size, size - step, self.special[0])
+        sums = [out[a - start:b - start].sum(0, dtype=torch.float32).cpu() for _, a, b in found]
+        return (torch.tensor([c for c, _, _ in found], dtype=torch.long),
+                torch.stack(sums) if sums else torch.zeros(0, d))
 
     # ------------------------------------------------------------------ the model's steps
-    def _split_ids(self, split_ids: torch.Tensor) -> torch.Tensor:
-        """(len, S) the token ids of full splits, on the model's device."""
-        pos = split_ids.cpu()[:, None] * self.S + torch.arange(self.S)
-        return self._ids[pos].long().to(self.device)
+    def _cut(self, which: torch.Tensor) -> splits.Splits:
+        """The splits ``which`` of the document, cut as the forward cuts it (:func:`avey_b.model.splits.cut_splits`)."""
+        return splits.cut_splits(self.ids, which, self.S, self.model.embed_tokens)
 
-    def _unit_vectors(self, ids: torch.Tensor) -> torch.Tensor:
-        """(len, d) the ranker's unit vectors of token ids (their embeddings, §3.1) at its selection precision."""
-        x = self.model.embed_tokens(ids)
-        return ranker_fast.selection_precision(unit_vectors(x), self.model.config.execution)
-
-    def _query(self, split_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-        """Splits as the model cuts them: ids (Q, S) (padded with 0), embeddings (Q, S, d), zero at padding, and
-        the real-token mask (None when every split is full). The last may be the partial split."""
-        pos = split_ids.cpu()[:, None] * self.S + torch.arange(self.S)
-        real = pos < self.length
-        ids = torch.where(real, self._ids[pos.clamp(max=max(self.length - 1, 0))].long(), 0).to(self.device)
-        keep = None if bool(real.all()) else real.to(self.device)
-        x = self.model.embed_tokens(ids)
-        return ids, x if keep is None else x * keep.unsqueeze(-1).to(x.dtype), keep
+    def _candidate_ids(self, which: torch.Tensor) -> torch.Tensor:
+        """(len, S) the token ids of the full splits ``which``, on the model's device."""
+        return splits.split_ids(self.ids, which.cpu(), self.S)[0].to(self.device)
 
     def _rank(self, queries: torch.Tensor, candidates: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The choice (split ids, keys; (Q, k), best first) of the ``queries`` among ``candidates`` (each query
-        among those before it)."""
-        Q = queries.numel()
-        if self.k == 0 or candidates.numel() == 0:
+        among those before it): :meth:`avey_b.model.ranker.Ranker.choose`."""
+        Q, ranker = queries.numel(), self.model.ranker
+        if ranker is None or self.k == 0 or candidates.numel() == 0:
             return (torch.zeros(Q, self.k, dtype=torch.long),
                     torch.full((Q, self.k), float("-inf"), dtype=torch.float64))
-        execution = self.model.config.execution
-        ids, x, keep = self._query(queries)
-        unit = ranker_fast.selection_precision(unit_vectors(x), execution)
-        idx, keys = ranker_fast.select_for_queries(
-            unit, keep, ids, queries.to(self.device), candidates, self._split_ids, self._unit_vectors,
-            k=self.k, execution=execution, n_bound=KEY_SPLITS)
-        return idx.cpu(), keys.cpu()
+        choice = ranker.choose(self._cut(queries), queries, candidates, self._candidate_ids, self.model.embed_tokens,
+                               n_bound=KEY_SPLITS)
+        return choice.ranked[0].cpu(), choice.keys[0].cpu()
 
     @torch.no_grad()
     def _process(self, queries: torch.Tensor, idx: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
-        """(Q, S, d) the last hidden state of the ``queries`` splits, given their choice, in chunks of rows
-        (``chunk_tokens``): each chunk's splits and the splits they chose, as the model's forward builds the
-        rows (the weighted selective split, the compressor, the layers: §3.1-§4.3), then the final norm."""
-        if self.model.training:
+        """(Q, S, d) the last hidden state of the ``queries`` splits, given their choice (split ids and keys, best
+        first): a chunk of rows at a time, each chunk's splits and the splits they chose cut, their choice laid out
+        (:meth:`avey_b.model.ranker.Choice.of_ranked`), then :meth:`~avey_b.model.modeling.AveyBModel.process` and
+        :meth:`~avey_b.model.modeling.AveyBModel.finish`, as the forward runs them."""
+        model = self.model
+        if model.training:
             raise ValueError("a document state runs the model in eval mode: call model.eval() first")
         self.recomputed += queries.numel()
         self.computed += queries.numel()
-        model = self.model
-        rows = max(1, model.config.execution.chunk_tokens_for(self.device.type) // model.config.context_size)
+        rows = max(1, model.config.execution.processor_chunk_tokens_for(self.device.type) // model.config.context_size)
         out = []
         for q0 in range(0, queries.numel(), rows):
-            q, i, ok = queries[q0:q0 + rows], idx[q0:q0 + rows], torch.isfinite(keys[q0:q0 + rows])
-            local, where = torch.unique(torch.cat([q, i[ok]]), return_inverse=True)  # the splits these rows need
-            ids, x, keep = self._query(local)
-            sp = splits.Splits(x=x[None], keep=None if keep is None else keep[None], ids=None, order=None, rows=None,
-                               length=local.numel() * self.S)
+            q, chosen, key = queries[q0:q0 + rows], idx[q0:q0 + rows], keys[q0:q0 + rows]
+            held = torch.isfinite(key)
+            # the splits these rows need, and each one's place among them
+            needed, local = torch.unique(torch.cat([q, chosen[held]]), return_inverse=True)
+            sp = self._cut(needed)
+            own = local[:q.numel()]  # the rows' own splits, as ids into `needed`
             choice = None
-            mine = where[:q.numel()]  # the rows' own splits, as local ids
-            if model.ranker is not None:  # the choice in local ids, laid out as X_cat takes it
-                slot = torch.zeros_like(i)
-                slot[ok] = where[q.numel():]
-                chosen = torch.zeros(local.numel(), self.k, dtype=torch.long)
-                filled = torch.zeros(local.numel(), self.k, dtype=torch.bool)
-                chosen[mine], filled[mine] = ranker_fast.layout(keys[q0:q0 + rows], slot)
-                choice = Choice(x=sp.x, keep=sp.keep, unit=unit_vectors(sp.x), idx=chosen[None].to(self.device),
-                                filled=filled[None].to(self.device))
-            h = model._process_rows(sp, choice, mine.to(self.device), model.compressor, model.layers)
-            out.append(h if model.norm is None else model.norm(h))
+            if model.ranker is not None:  # the choice in ids into `needed`; the other splits choose nothing
+                ranked = torch.zeros(needed.numel(), self.k, dtype=torch.long)
+                ranked_keys = torch.full((needed.numel(), self.k), float("-inf"), dtype=torch.float64)
+                slot = torch.zeros_like(chosen)
+                slot[held] = local[q.numel():]
+                ranked[own], ranked_keys[own] = slot, key
+                choice = Choice.of_ranked(sp, ranked[None].to(self.device), ranked_keys[None].to(self.device))
+            out.append(model.finish(model.process(sp, choice, own.to(self.device))))
         return torch.cat(out)
 
     def _edit(self, edited: torch.Tensor) -> None:
@@ -419,14 +395,14 @@ class DocumentState:
             return
         later = torch.arange(int(edited[0]) + 1, self.done)
         later = later[~torch.isin(later, edited)]
-        held = (torch.isin(self._idx[later], edited) & torch.isfinite(self._keys[later])).any(1)
+        held = (torch.isin(self._choices[later], edited) & torch.isfinite(self._keys[later])).any(1)
         for block in torch.cat([edited, later[held]]).sort().values.split(self.block_splits):  # bounded memory
             idx, keys = self._rank(block, torch.arange(int(block[-1])))
             self._keep(block, idx, keys)
         rest = later[~held]
         for part in rest.split(self.block_splits) if rest.numel() and self.k else ():
             new_idx, new_keys = self._rank(part, edited)
-            val, chosen = ranker_fast.merge_top_k(self._keys[part], self._idx[part], new_keys, new_idx, self.k)
+            val, chosen = ranker_fast.merge_top_k(self._keys[part], self._choices[part], new_keys, new_idx, self.k)
             changed = (val != self._keys[part]).any(1)
             if changed.any():
                 self._keep(part[changed], chosen[changed], val[changed])

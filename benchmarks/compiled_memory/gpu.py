@@ -41,7 +41,7 @@ def main() -> None:
     text = text_ids([args.text])
     facts = {"model": "avey-b-base",
              "batch_size": args.batch_size, "dtype": "bfloat16", "ids": "cl100k_base of " + args.text,
-             "chunk_tokens": model.config.execution.chunk_tokens_for("cuda")}
+             "processor_chunk_tokens": model.config.execution.processor_chunk_tokens_for("cuda")}
     with torch.no_grad():
         for length in args.lengths:
             ids, _, ids_facts = text.batch(model.config.vocab_size, args.batch_size, length, device)

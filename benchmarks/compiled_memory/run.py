@@ -57,7 +57,7 @@ def child(args) -> None:
     print(json.dumps({"mode": args.mode, "tokens": tokens, "forward_mb": round(peak - before, 1),
                       "rss_before_mb": round(before, 1), "warmup_s": round(warm_s, 1), "forward_s": round(run_s, 2),
                       "distinct_ids": facts["distinct_ids"],
-                      "chunk_tokens": model.config.execution.chunk_tokens_for("cpu")}))
+                      "processor_chunk_tokens": model.config.execution.processor_chunk_tokens_for("cpu")}))
 
 
 def parent(args) -> None:

@@ -50,7 +50,7 @@ for part in $PARTS; do
     dry-run) $PY benchmarks/efficiency_gpu/versus.py --text "$WORK/english.txt" --out "$RESULTS/versus-dry-run.jsonl" \
               --budget-s 100000 --dry-run ;;
     # the default (64K-token chunks of rows on a GPU) and the CPU's 4,096-token chunks, which the first record used
-    avey) avey_b bench run --models avey-b-base avey-b-base:chunk_tokens=4096 --modes eager $COMMON ;;
+    avey) avey_b bench run --models avey-b-base avey-b-base:processor_chunk_tokens=4096 --modes eager $COMMON ;;
     compile) avey_b bench run --models avey-b-base --modes compile --lengths 512 2048 8192 32768 98304 $COMMON ;;
     hf) avey_b bench run --models modernbert-base neobert --modes eager --attn sdpa flex_attention flash_attention_2 eager $COMMON ;;
     ablations) avey_b bench run --models avey-b-base:ranker_placement=every_layer avey-b-base:compressor=False \

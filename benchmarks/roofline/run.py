@@ -49,7 +49,7 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 DEFAULT = ExecutionSettings()
 EXECUTION = {
     # the previous code path: similarity tiles as large as the memory cap, processor rows in 64K-token chunks
-    "before": {"tile_bytes": dict.fromkeys(DEFAULT.tile_bytes, 2**62), "chunk_tokens": 65536},
+    "before": {"tile_bytes": dict.fromkeys(DEFAULT.tile_bytes, 2**62), "processor_chunk_tokens": 65536},
     "after": {},
     "bf16-select": {"ranker_selection_precision": "bfloat16"},
 }

@@ -119,7 +119,7 @@ def child(args) -> None:
         pooled = state.pooled()
         held = {"state_nbytes_mb": round(state.nbytes / 2**20, 2),
                 "state_allocated_mb": round(sum(t.numel() * t.element_size() for t in
-                                                (state._ids, state._sums, state._idx, state._keys)) / 2**20, 2),
+                                                (state._ids, state._sums, state._choices, state._keys)) / 2**20, 2),
                 "splits": state.done, "computed": state.computed}
     seconds = time.perf_counter() - t0
     n = args.piece if args.path == "state-last" else n
@@ -132,7 +132,7 @@ def child(args) -> None:
                       "rss_base_mb": round(rss_base, 1), **held, "peak_mb": round(peak, 1),
                       "peak_minus_base_mb": round(peak - held.get("rss_base_mb", rss_base), 1),
                       "threads": torch.get_num_threads(),
-                      "chunk_tokens": model.config.execution.chunk_tokens_for("cpu")}))
+                      "processor_chunk_tokens": model.config.execution.processor_chunk_tokens_for("cpu")}))
 
 
 def _restored(model, base, prior: int, block: int):

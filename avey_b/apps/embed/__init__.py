@@ -101,7 +101,7 @@ Python: ``embed_corpus(MODEL, INPUT, OUTPUT, EmbedOptions(chunking="late", chunk
 runs the same job (:class:`avey_b.apps.options.EmbedOptions`: one field per flag) and returns the manifest.
 """
 
-# The modules, by concern: documents (documents in), chunks (chunk ranges for late chunking), embedder (the model),
+# The modules, by concern: documents (documents in; late chunks' ranges: avey_b.inference.chunks), embedder (the model),
 # shards (Parquet shards, the manifest, resume and the rerun check), streamed (documents in pieces, saved states),
 # update (--update), ray (the Ray backend) and job (the job and the command's runner). This package imports them
 # when one of their names is first asked for, so that ``avey-b embed --help`` (which shows this docstring) imports
@@ -111,7 +111,6 @@ import importlib
 
 _EXPORTS = {
     "Document": "documents", "read_documents": "documents", "count_documents": "documents",
-    "chunk_ranges": "chunks",
     "encoder_for": "embedder", "embed_ids": "embedder", "local_model_dir": "embedder",
     "MANIFEST": "shards", "SHARD": "shards", "Settings": "shards", "run_shard": "shards",
     "EmbedOptions": "job", "embed_corpus": "job", "run": "job",

@@ -40,7 +40,7 @@ class Documents:
         self.S = config.split_size
         self.off = ("the ONNX runtime runs whole inputs" if encoder.onnx_file else
                     "embeddings are not served" if "embed" not in encoder.kinds else refusal(config))
-        block = options.block_tokens or config.execution.chunk_tokens_for(encoder.device.type)
+        block = options.block_tokens or config.execution.processor_chunk_tokens_for(encoder.device.type)
         self.block = 0 if self.off or options.block_tokens == 0 else max(self.S, block // self.S * self.S)
         self.cache = (PrefixCache(options.prefix_cache_bytes, self.S)
                       if not self.off and options.prefix_cache_bytes else None)

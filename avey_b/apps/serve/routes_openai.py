@@ -7,7 +7,6 @@ from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Request
 
-from avey_b.apps.embed.chunks import chunk_ranges
 from avey_b.apps.serve.answers import (
     ClassifyAnswer,
     CohereRerankAnswer,
@@ -25,6 +24,7 @@ from avey_b.apps.serve.schemas import (
 )
 from avey_b.apps.serve.service import Service, ServiceDep, note, reading
 from avey_b.apps.serve.work import finish_vector, scores
+from avey_b.inference.chunks import chunk_ranges
 
 #: ``encoding_format``: float32 values as JSON numbers, or their little-endian bytes base64-encoded (the openai
 #: SDK's default, which it decodes)

@@ -1,8 +1,12 @@
-"""Chunk ranges for late chunking: which tokens, and which characters, each chunk of a tokenized document holds."""
+"""Late chunks of a tokenized text: which tokens, and which characters, each chunk holds. The token rule is the
+model's (:mod:`avey_b.model.chunks`); this module maps it to the tokenizer's character offsets, and cuts chunks
+by character spans."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+
+from avey_b.model.chunks import chunk_spans
 
 
 def chunk_ranges(offsets: Sequence[tuple[int, int]], special: Sequence[int], *, chunk_tokens: int | None = None,
@@ -12,23 +16,18 @@ def chunk_ranges(offsets: Sequence[tuple[int, int]], special: Sequence[int], *, 
     token positions counted over the document's tokens (what :func:`avey_b.model.heads.chunk_embeddings` takes).
 
     ``offsets`` are the tokenizer's character offsets (Python string indices, i.e. Unicode code points) and
-    ``special`` its special-tokens mask (1 for [CLS]..., which belong to no chunk). Either ``chunk_tokens`` consecutive
-    text tokens per chunk, each chunk starting ``chunk_tokens - overlap`` text tokens after the previous one (so
-    consecutive chunks share ``overlap`` tokens) until one reaches the last token (the last may be shorter; a chunk's
-    character span runs from its first token's start to its last token's end), or ``char_spans``: each span takes
-    the text tokens whose first character lies in it, and keeps its own characters. A span with no token is a
+    ``special`` its special-tokens mask (1 for [CLS]..., which belong to no chunk). Either ``chunk_tokens``: the
+    model's rule (:func:`avey_b.model.chunks.chunk_spans`) over the text tokens, ``chunk_tokens`` consecutive text
+    tokens a chunk, each starting ``chunk_tokens - overlap`` text tokens after the previous one (a chunk's character
+    span runs from its first token's start to its last token's end); or ``char_spans``: each span takes the text
+    tokens whose first character lies in it, and keeps its own characters. A span with no token is a
     ``ValueError``."""
     text_tokens = [i for i, s in enumerate(special) if not s]
     if chunk_tokens is not None:
-        if not 0 <= overlap < chunk_tokens:
-            raise ValueError(f"the overlap ({overlap}) must be at least 0 and less than chunk_tokens ({chunk_tokens})")
         out = []
-        for start in range(0, len(text_tokens), chunk_tokens - overlap):
-            end = min(start + chunk_tokens, len(text_tokens))
+        for start, end in chunk_spans(len(text_tokens), chunk_tokens, overlap):
             first, last = text_tokens[start], text_tokens[end - 1]
             out.append((first, last + 1, offsets[first][0], offsets[last][1]))
-            if end == len(text_tokens):
-                break
         return out
     out = []
     for a, b in char_spans or ():
