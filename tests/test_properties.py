@@ -12,9 +12,9 @@ bfloat16 autocast), not chosen.
 * slow lane: ``torch.compile`` equals eager, and the ONNX export equals eager, on generated inputs.
 
 Ids come from a vocabulary of 2,000 (the tiny config's 99 repeats ids so often that exact MaxSim ties are common,
-and a tie may be broken by a 1e-7 rounding difference: that is not a padding property). The tiny config runs with a
-processor chunk of four splits (``processor_chunk_tokens=16``) and a ranker block of 8 tokens, so that a few dozen tokens
-already cross chunks and blocks. One thread: the model is tiny, and threads only contend on a busy machine.
+and a tie may be broken by a 1e-7 rounding difference: that is not a padding property). The tiny config runs with
+a processor chunk of four splits (``processor_chunk_tokens=16``) and a ranker block of 8 tokens, so that a few dozen
+tokens already cross chunks and blocks. One thread: the model is tiny, and threads only contend on a busy machine.
 
 The fast lane runs a fixed, small number of examples, derandomized and without an example database (the same
 examples on every run and machine: the ``ci`` profile); ``HYPOTHESIS_PROFILE=deep`` runs many more."""
