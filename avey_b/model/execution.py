@@ -70,9 +70,8 @@ class ExecutionSettings:
             is faster wherever bf16 GEMMs outrun float32 ones (AVX512-BF16 or AMX CPUs, GPUs;
             ``benchmarks/vocabulary_ranker/``). Only near-ties can be chosen differently: the weights of the chosen
             splits are always recomputed at full precision.
-        processor_chunk_tokens (`int`, defaults to `None`: 4096 on CPU, 65536 on other devices; old name
-            ``chunk_tokens``): after the ranker's choice,
-            processor rows are built and run through the layers in chunks of about this many tokens, eager and
+        processor_chunk_tokens (`int`, defaults to `None`, which means 4096 on CPU and 65536 on other devices):
+            read under its old name ``chunk_tokens`` too. After the ranker's choice, processor rows are built and run through the layers in chunks of about this many tokens, eager and
             compiled alike, so activation memory is linear in the input length (exported graphs, and
             ``output_hidden_states``, take all rows at once); a number applies on every device. The rule for the
             size: small enough that a chunk's activations stay in cache between a layer's passes on CPU, large
