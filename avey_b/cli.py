@@ -33,7 +33,7 @@ class Verb:
 
 
 COMMANDS: dict[str, Verb] = {
-    "demo": Verb("avey_b.apps.options:demo_parser", "avey_b.apps.demo:run",
+    "demo": Verb("avey_b.apps.demo_options:demo_parser", "avey_b.apps.demo:run",
                  "build a small Avey-B and encode text (no download)"),
     "pretrain": Verb("avey_b.training.config:build_parser", "avey_b.training.pretrain:run",
                      "masked-LM pretraining (local files or HF datasets)"),
@@ -44,21 +44,21 @@ COMMANDS: dict[str, Verb] = {
                      "the paper's lr x seed protocol over benchmarks"),
     "report": Verb("avey_b.evaluation.suites:report_parser", "avey_b.evaluation.report:run",
                    "the Table-3 report of an evaluation directory"),
-    "ablation": Verb("avey_b.apps.options:ablation_parser", "avey_b.apps.ablation:run",
+    "ablation": Verb("avey_b.studies.options:ablation_parser", "avey_b.studies.ablation:run",
                      "pretrain and evaluate the paper's architecture variants"),
-    "analyze": Verb("avey_b.apps.options:analyze_parser", "avey_b.apps.analysis:run",
+    "analyze": Verb("avey_b.studies.options:analyze_parser", "avey_b.studies.analysis:run",
                     "weights MODEL: statistics and heat maps of the static layers' V"),
     "niah": Verb("avey_b.evaluation.niah.options:niah_parser", "avey_b.evaluation.niah.cli:run",
                  "generate / evaluate needle-in-a-haystack sets"),
     "bench": Verb("avey_b.benchmarking.options:build_parser", "avey_b.benchmarking.efficiency:run",
                   "latency / throughput vs sequence length"),
-    "convert": Verb("avey_b.apps.options:convert_parser", "avey_b.apps.convert:run",
+    "convert": Verb("avey_b.apps.convert_options:convert_parser", "avey_b.apps.convert:run",
                     "convert an authors' release checkpoint to this library's format"),
-    "export": Verb("avey_b.apps.options:export_parser", "avey_b.apps.export:run",
+    "export": Verb("avey_b.apps.export_options:export_parser", "avey_b.apps.export:run",
                    "an Avey-B checkpoint as ONNX / torch.export, for every length"),
-    "serve": Verb("avey_b.apps.options:serve_parser", "avey_b.apps.serve:run",
+    "serve": Verb("avey_b.apps.serve.options:serve_parser", "avey_b.apps.serve:run",
                   "an HTTP server: OpenAI, TEI and Cohere-style routes (embeddings, rerank, classify, ...)"),
-    "embed": Verb("avey_b.apps.options:embed_parser", "avey_b.apps.embed.job:run",
+    "embed": Verb("avey_b.apps.embed.options:embed_parser", "avey_b.apps.embed.job:run",
                   "embed a corpus into Parquet shards, resumably (whole documents or late chunks)"),
 }
 

@@ -184,7 +184,7 @@ def live_snapshot() -> dict:
     import tempfile
 
     from avey_b import testing as toy
-    from avey_b.apps.options import ServeOptions
+    from avey_b.apps.serve.options import ServeOptions
     from avey_b.apps.serve import build_app
     from avey_b.inference.encoder import Encoder
     from avey_b.inference.options import LoadOptions

@@ -16,7 +16,7 @@ import torch
 
 from avey_b import Encoder, LoadOptions
 from avey_b.apps.export import export
-from avey_b.apps.options import ExportOptions
+from avey_b.apps.export_options import ExportOptions
 
 parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
 parser.add_argument("--model", default="runs/quickstart/model", help="a saved Avey-B with its tokenizer")

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 from avey_b import AveyBForSequenceClassification, AveyBModel
-from avey_b.apps.analysis import plot_static_matrices, static_matrix_stats
 from avey_b.model import presets
+from avey_b.studies.analysis import plot_static_matrices, static_matrix_stats
 from avey_b.testing import seeded
 from avey_b.utils.counting import parameter_counts
 
@@ -61,7 +61,7 @@ def test_analyze_weights_command_writes_the_appendix_table_and_heat_maps(tmp_pat
     import json
 
     from avey_b import AveyBForMaskedLM, cli
-    from avey_b.apps.analysis import STAT_COLUMNS
+    from avey_b.studies.analysis import STAT_COLUMNS
 
     model = seeded(AveyBForMaskedLM, presets.tiny(num_hidden_layers=5))  # static layers 0, 2, 4
     model.save_pretrained(tmp_path / "model")
@@ -114,7 +114,7 @@ def test_analyze_weights_says_what_is_missing(tmp_path, monkeypatch, capsys):
 
 
 def test_heat_maps_subsample_uniformly_like_the_paper():
-    from avey_b.apps.analysis import subsample
+    from avey_b.studies.analysis import subsample
 
     assert subsample(list(range(30)), 15) == list(range(1, 30, 2))  # static layers 2, 4, ..., 30 (1-based)
     assert {13, 21, 23, 25} <= set(subsample(list(range(30)), 15))  # the figure's coupled layers 14, 22, 24, 26

@@ -43,8 +43,8 @@ def clients(tmp_path_factory):
     """An in-process app with the key for each tiny model kind, started (its batcher runs): kind -> TestClient."""
     from fastapi.testclient import TestClient
 
-    from avey_b.apps.options import ServeOptions
     from avey_b.apps.serve import build_app
+    from avey_b.apps.serve.options import ServeOptions
     from avey_b.inference.encoder import Encoder
     from avey_b.inference.options import LoadOptions
 

@@ -483,7 +483,7 @@ def test_chunk_overlap_shares_tokens_between_consecutive_chunks_of_one_forward(t
 
 
 def test_shards_are_cut_by_tokens_and_a_killed_job_resumes_them(tmp_path, model_dir, monkeypatch):
-    from avey_b.apps.options import DEFAULT_SHARD_TOKENS, embed_parser
+    from avey_b.apps.embed.options import DEFAULT_SHARD_TOKENS, embed_parser
 
     docs = corpus(14)
     write_jsonl(tmp_path / "d.jsonl", [{"text": d} for d in docs])

@@ -138,7 +138,8 @@ def test_an_onnx_model_runs_on_the_cpu_and_its_file_must_exist(embedding_checkpo
 
 
 def test_the_light_options_name_what_the_heavy_modules_define():
-    from avey_b.apps import export, options
+    from avey_b.apps import export
+    from avey_b.apps import export_options as options
 
     assert tuple(export.EXPORT_HEADS) == options.EXPORT_HEADS
 

@@ -7,8 +7,8 @@ import yaml
 
 from avey_b import cli
 from avey_b import testing as toy
-from avey_b.apps import ablation
-from avey_b.apps.options import AblationOptions
+from avey_b.studies import ablation
+from avey_b.studies.options import AblationOptions
 
 
 def options(tmp_path, **given):

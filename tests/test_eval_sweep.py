@@ -158,14 +158,14 @@ def test_shipped_suites_expand_by_name():
     cells, _, how = sweep.build_cells(sweep.load_suite("ablation"))
     assert how == "best" and {c.cfg.lr for c in cells} == {5e-4} and {c.cfg.seed for c in cells} == set(range(5))
     assert sweep.build_cells(sweep.load_suite("tiny.yaml"))[0]
-    from avey_b.apps.ablation import load_variants
     from avey_b.configs import resolve
+    from avey_b.studies.ablation import load_variants
 
     assert "bidirectional-ranker" in load_variants(str(resolve("ablation_variants", "eval"))).variants
 
 
 def test_suites_and_variants_are_strict(tmp_path):
-    from avey_b.apps.ablation import load_variants
+    from avey_b.studies.ablation import load_variants
 
     (tmp_path / "suite.yaml").write_text("tasks: [sst2]\nlearning_rates: [1e-3]\n")
     with pytest.raises(KeyError, match="unknown config key 'learning_rates'.*'lrs'"):

@@ -84,8 +84,8 @@ def test_string_labels_are_the_class_names_a_pipeline_answers_with(three_class):
     assert sorted(a["label"] for a in answers) == ["meh", "neg", "pos"]
     from fastapi.testclient import TestClient
 
-    from avey_b.apps.options import ServeOptions
     from avey_b.apps.serve import build_app
+    from avey_b.apps.serve.options import ServeOptions
     from avey_b.inference.encoder import Encoder
     from avey_b.inference.options import LoadOptions
 

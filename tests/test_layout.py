@@ -12,7 +12,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "avey_b"
 #: Layers, lowest first. A module may import its own layer and the ones below, never one above. ``model`` is the
 #: model and only the model; ``configs`` (configs as data) and ``utils`` are what the rest shares; ``inference`` is
 #: the way in for inference (``Encoder``, ``LoadOptions``), which the rooms above may use; ``apps`` are the verbs
-#: built on the model (serve, embed, export, ...); ``cli`` dispatches to every verb, and the package's
+#: built on the model (serve, embed, export, ...), ``studies`` the paper's (ablation, analyze); ``cli`` dispatches
+#: to every verb, and the package's
 #: ``__init__`` is the front door that exports the model's and the inference's names.
 LAYERS = [
     {"model"},
@@ -20,7 +21,7 @@ LAYERS = [
     {"utils"},
     {"inference"},
     {"data", "training", "evaluation", "finetuning", "benchmarking", "testing"},
-    {"apps"},
+    {"apps", "studies"},
     {"cli", "__init__"},
 ]
 #: What the model's modules may import besides themselves: they are saved beside the weights and run where only

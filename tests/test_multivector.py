@@ -135,7 +135,7 @@ def test_embed_stores_dense_and_token_vectors_in_the_same_shards_and_resumes(tmp
                                                                               monkeypatch):
     pq = pytest.importorskip("pyarrow.parquet")
     from avey_b.apps.embed import EmbedOptions, embed_corpus, shards
-    from avey_b.apps.options import embed_options, embed_parser
+    from avey_b.apps.embed.options import embed_options, embed_parser
 
     args = embed_parser().parse_args(["m", "i", "o", "--outputs", "dense,multivector"])
     assert embed_options(args).outputs == ("dense", "multivector")

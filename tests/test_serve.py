@@ -197,8 +197,8 @@ def test_a_classifier_checkpoint_serves_named_labels(tmp_path):
     from fastapi.testclient import TestClient
 
     from avey_b import AveyBForSequenceClassification
-    from avey_b.apps.options import ServeOptions
     from avey_b.apps.serve import build_app
+    from avey_b.apps.serve.options import ServeOptions
     from avey_b.inference.encoder import Encoder
     from avey_b.inference.options import LoadOptions
 
@@ -222,8 +222,8 @@ def test_every_endpoint_takes_input_and_accepts_inputs_as_an_alias_but_not_both(
     from fastapi.testclient import TestClient
 
     from avey_b import AveyBForSequenceClassification
-    from avey_b.apps.options import ServeOptions
     from avey_b.apps.serve import build_app
+    from avey_b.apps.serve.options import ServeOptions
     from avey_b.inference.encoder import Encoder
     from avey_b.inference.options import LoadOptions
 

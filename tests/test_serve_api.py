@@ -31,8 +31,8 @@ AUTH = {"Authorization": f"Bearer {KEY}"}
 def serve(directory, **options):
     """A server for ``directory`` in a daemon thread on a free port, as ``avey-b serve`` runs it
     (:func:`avey_b.apps.serve.guard.server`, fp32), with these :class:`ServeOptions`: (url, server)."""
-    from avey_b.apps.options import ServeOptions
     from avey_b.apps.serve import build_app, guard
+    from avey_b.apps.serve.options import ServeOptions
     from avey_b.inference.encoder import Encoder
     from avey_b.inference.options import LoadOptions
 
@@ -185,8 +185,8 @@ def test_health_answers_at_once_while_a_10_mb_request_is_refused(embedder):
 def test_the_body_cap_refuses_before_reading_and_while_reading(tmp_path):
     from fastapi.testclient import TestClient
 
-    from avey_b.apps.options import ServeOptions
     from avey_b.apps.serve import build_app
+    from avey_b.apps.serve.options import ServeOptions
     from avey_b.inference.encoder import Encoder
     from avey_b.inference.options import LoadOptions
 

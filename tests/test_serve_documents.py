@@ -44,8 +44,8 @@ def encoder(directory):
 def client(directory, **options):
     from fastapi.testclient import TestClient
 
-    from avey_b.apps.options import ServeOptions
     from avey_b.apps.serve import build_app
+    from avey_b.apps.serve.options import ServeOptions
 
     return TestClient(build_app(encoder(directory), ServeOptions(max_tokens=5000, **options)))
 
@@ -151,9 +151,9 @@ def test_the_cache_evicts_the_least_recently_used_state_by_bytes():
 def test_a_short_request_is_answered_between_the_blocks_of_a_long_one(tmp_path):
     """The batcher runs a long input a block at a time: a short request submitted during its first block is
     answered before its second, and the long input's vector equals the whole forward's."""
-    from avey_b.apps.options import ServeOptions
     from avey_b.apps.serve import Batcher, Job
     from avey_b.apps.serve.documents import Documents
+    from avey_b.apps.serve.options import ServeOptions
     from avey_b.apps.serve.work import answer_batch
 
     saved(tmp_path)
@@ -263,9 +263,9 @@ def test_a_job_in_steps_whose_request_is_gone_stops():
 @pytest.mark.parametrize("overrides,why", [({"ranker": "bidirectional"}, "ranker='bidirectional'"),
                                            ({"ranker_placement": "every_layer"}, "ranker_placement='every_layer'")])
 def test_a_model_whose_later_tokens_reach_earlier_splits_runs_whole_inputs_and_says_why(tmp_path, overrides, why):
-    from avey_b.apps.options import ServeOptions
     from avey_b.apps.serve import Job
     from avey_b.apps.serve.documents import Documents
+    from avey_b.apps.serve.options import ServeOptions
 
     model = saved(tmp_path, **overrides)
     documents = Documents(encoder(tmp_path), ServeOptions(block_tokens=16))
@@ -282,8 +282,8 @@ def test_a_model_whose_later_tokens_reach_earlier_splits_runs_whole_inputs_and_s
 
 
 def test_the_start_line_names_the_cache_and_the_block(tmp_path):
-    from avey_b.apps.options import ServeOptions
     from avey_b.apps.serve.documents import Documents
+    from avey_b.apps.serve.options import ServeOptions
 
     saved(tmp_path)
     enc = encoder(tmp_path)

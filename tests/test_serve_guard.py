@@ -64,8 +64,8 @@ def trickle(port: int, head: bytes, body: bytes, every: float = 0.2) -> tuple[by
 
 
 def test_a_network_address_without_a_key_is_refused_unless_the_risk_is_named(directory, monkeypatch):
-    from avey_b.apps.options import ServeOptions
     from avey_b.apps.serve.guard import check_exposure, is_loopback
+    from avey_b.apps.serve.options import ServeOptions
     from avey_b.cli import main
     from avey_b.inference.encoder import Encoder
 

@@ -14,10 +14,10 @@ import yaml
 
 from avey_b import AveyBConfig, configs
 from avey_b import testing as toy
-from avey_b.apps import ablation
 from avey_b.evaluation import sweep
 from avey_b.evaluation.suites import SuiteConfig
 from avey_b.evaluation.tasks import TASKS
+from avey_b.studies import ablation
 from avey_b.training.config import PretrainConfig, load_config
 from avey_b.utils.model_spec import is_registered, parse_spec
 from avey_b.utils.records import slug

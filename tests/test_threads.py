@@ -12,7 +12,7 @@ import torch
 
 from avey_b import cli
 from avey_b import testing as toy
-from avey_b.apps.options import EmbedOptions
+from avey_b.apps.embed.options import EmbedOptions
 from avey_b.inference.encoder import Encoder
 from avey_b.inference.options import LoadOptions
 from avey_b.utils import device, shared_cpu

@@ -24,7 +24,7 @@ from avey_b.model.heads import AveyBForMaskedLM, AveyBForSequenceClassification,
 from avey_b.model.release import ReleaseConversionError
 from avey_b.utils.files import model_source
 
-from .options import ConvertOptions
+from .convert_options import ConvertOptions
 
 HEAD_CLASSES = {"masked_lm": AveyBForMaskedLM, "sequence_classification": AveyBForSequenceClassification,
                 "token_classification": AveyBForTokenClassification}

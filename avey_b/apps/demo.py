@@ -1,5 +1,6 @@
 """``avey-b demo``: a small, randomly initialized Avey-B encodes text, with no download (what it shows: the
-description of :func:`avey_b.apps.options.demo_parser`; what it times: :class:`avey_b.apps.options.DemoOptions`)."""
+description of :func:`avey_b.apps.demo_options.demo_parser`; what it times:
+:class:`avey_b.apps.demo_options.DemoOptions`)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from avey_b.utils.counting import parameter_counts
 from avey_b.utils.device import runtime_line, set_cpu_threads
 from avey_b.utils.shared_cpu import thread_tuner
 
-from .options import DemoOptions
+from .demo_options import DemoOptions
 
 #: The largest difference between a text's vector in a padded batch and alone that still counts as equal (fp32
 #: rounding of sums taken in another order).

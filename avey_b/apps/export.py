@@ -39,12 +39,12 @@ import torch
 import torch.export
 
 from avey_b import configs
-from avey_b.apps.options import ExportOptions
+from avey_b.apps.export_options import ExportOptions
 from avey_b.apps.quantize import MIN_MEAN_COSINE, compare_quantized, quantize_onnx
 from avey_b.inference.encoder import Encoder
 from avey_b.inference.options import LoadOptions
 
-#: --head (avey_b.apps.options.EXPORT_HEADS) -> (the class that loads the checkpoint, {graph output name: model
+#: --head (avey_b.apps.export_options.EXPORT_HEADS) -> (the class that loads the checkpoint, {graph output name: model
 #: output field})
 EXPORT_HEADS = {"base": ("AveyBModel", {"last_hidden_state": "last_hidden_state"}),
                 "masked-lm": ("AveyBForMaskedLM", {"logits": "logits"}),

@@ -9,7 +9,8 @@ One dialect for every config of the package (pretraining runs, evaluation suites
 * A YAML file may say ``base: other.yaml`` (relative to itself) to start from another file.
 * Each field's docstring (the string literal under it) is its documentation; ``describe(Cls)`` prints them all
   (the ``--help`` of ``avey-b pretrain``), and ``add_arguments(parser, Cls)`` makes one command-line flag per field
-  from the same declaration (the fine-tuning settings of ``finetune`` / ``evaluate`` / ``niah evaluate``).
+  from the same declaration (the fine-tuning settings of ``finetune`` / ``evaluate`` / ``niah evaluate``);
+  ``guide_parser(prog, module)`` starts a verb's parser from the user guide in a module's docstring.
 
 The YAML files beside this module ship in the wheel as package data, so ``--config quickstart`` works from any
 installation, not only from a source checkout. PyYAML is imported only when a file is read or written, so the
@@ -21,6 +22,7 @@ from __future__ import annotations
 import argparse
 import ast
 import dataclasses
+import importlib.util
 import inspect
 import textwrap
 import types
@@ -312,3 +314,14 @@ def from_args(cls, args: argparse.Namespace, **given):
     defaults), then ``given``."""
     names = {f.name for f in dataclasses.fields(cls)}
     return cls(**{k: v for k, v in vars(args).items() if k in names} | given)
+
+
+def guide_parser(prog: str, module: str) -> argparse.ArgumentParser:
+    """A verb's parser described by the docstring of ``module`` (first paragraph: the description; the rest: the
+    epilog), read from the source without importing the module (the verbs' modules import torch)."""
+    spec = importlib.util.find_spec(module)
+    with open(spec.origin, encoding="utf-8") as f:
+        doc = ast.get_docstring(ast.parse(f.read())) or ""
+    head, _, rest = doc.partition("\n\n")
+    return argparse.ArgumentParser(prog=prog, description=head, epilog=rest,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)

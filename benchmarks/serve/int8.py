@@ -70,7 +70,7 @@ def main() -> None:
     from run import build
 
     from avey_b.apps.export import export
-    from avey_b.apps.options import ExportOptions
+    from avey_b.apps.export_options import ExportOptions
     from avey_b.benchmarking.inputs import text_ids
     from avey_b.benchmarking.timing import alternate
     from avey_b.utils.device import cpu_has_native_bf16

@@ -191,7 +191,7 @@ def main() -> None:
     from run import build
 
     from avey_b.apps.export import export
-    from avey_b.apps.options import ExportOptions
+    from avey_b.apps.export_options import ExportOptions
 
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(args.workdir or tmp)

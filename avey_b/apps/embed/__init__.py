@@ -98,7 +98,7 @@ manifest, resume and vectors as the default backend, which never imports Ray; ev
 driver reads the input, cuts the shards and fixes the kept columns' types; the actors embed and write).
 
 Python: ``embed_corpus(MODEL, INPUT, OUTPUT, EmbedOptions(chunking="late", chunk_tokens=256, keep_columns=("url",)))``
-runs the same job (:class:`avey_b.apps.options.EmbedOptions`: one field per flag) and returns the manifest.
+runs the same job (:class:`avey_b.apps.embed.options.EmbedOptions`: one field per flag) and returns the manifest.
 """
 
 # The modules, by concern: documents (documents in; late chunks' ranges: avey_b.inference.chunks), embedder (the model),

@@ -13,7 +13,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from avey_b.apps.options import EmbedOptions
+from avey_b.apps.embed.options import EmbedOptions
 from avey_b.data import corpus
 
 

@@ -23,6 +23,7 @@ from avey_b.apps.embed.documents import (
     read_documents,
 )
 from avey_b.apps.embed.embedder import encoder_for, local_model_dir
+from avey_b.apps.embed.options import DEFAULT_SHARD_TOKENS, EmbedOptions, embed_options
 from avey_b.apps.embed.ray import RayBackend, run_on_ray
 from avey_b.apps.embed.shards import (
     MANIFEST,
@@ -42,7 +43,6 @@ from avey_b.apps.embed.shards import (
 )
 from avey_b.apps.embed.streamed import Pieces
 from avey_b.apps.embed.update import Updater, finish_switch, put_in_place
-from avey_b.apps.options import DEFAULT_SHARD_TOKENS, EmbedOptions, embed_options
 from avey_b.data import corpus
 from avey_b.inference.encoder import Encoder
 from avey_b.utils.batching import default_max_tokens
@@ -281,7 +281,7 @@ def _embed_into(model: str, source: str, out: Path, options: EmbedOptions, total
 
 
 def run(args: argparse.Namespace) -> int:
-    """``avey-b embed MODEL INPUT OUTPUT [options]`` (parsed by :func:`avey_b.apps.options.embed_parser`)."""
+    """``avey-b embed MODEL INPUT OUTPUT [options]`` (parsed by :func:`avey_b.apps.embed.options.embed_parser`)."""
     manifest = embed_corpus(args.model, args.input, args.output, embed_options(args))
     counts, last = manifest["counts"], manifest["runs"][-1]
     print(f"embedded {counts['embedded']:,} of {counts['documents']:,} documents ({counts['rows']:,} vectors, "

@@ -13,8 +13,8 @@ from pathlib import Path
 
 from avey_b.apps.embed.documents import Document
 from avey_b.apps.embed.embedder import encoder_for
+from avey_b.apps.embed.options import LONG_DOCUMENT_TOKENS, EmbedOptions
 from avey_b.apps.embed.shards import Settings, run_shard
-from avey_b.apps.options import LONG_DOCUMENT_TOKENS, EmbedOptions
 from avey_b.utils.cluster import cluster_gpus, start_ray
 
 

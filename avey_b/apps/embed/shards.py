@@ -15,7 +15,7 @@ import numpy as np
 
 from avey_b.apps.embed.documents import Document
 from avey_b.apps.embed.embedder import embed_ids
-from avey_b.apps.options import LONG_DOCUMENT_TOKENS
+from avey_b.apps.embed.options import LONG_DOCUMENT_TOKENS
 from avey_b.inference.chunks import chunk_ranges
 from avey_b.inference.encoder import Encoder
 from avey_b.utils.files import load_json

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from avey_b.apps.embed.documents import Document
-from avey_b.apps.options import LONG_DOCUMENT_TOKENS
+from avey_b.apps.embed.options import LONG_DOCUMENT_TOKENS
 from avey_b.inference.documents import special_ends
 from avey_b.inference.encoder import Encoder
 from avey_b.model.streaming import DocumentState, refusal

@@ -18,11 +18,11 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from avey_b import configs
-from avey_b.apps.options import ServeOptions
 from avey_b.apps.serve import routes_openai, routes_server, routes_tei
 from avey_b.apps.serve.batcher import Batcher
 from avey_b.apps.serve.observe import Gate, Metrics, Traffic, error_body, log
 from avey_b.apps.serve.openapi import openapi_schema
+from avey_b.apps.serve.options import ServeOptions
 from avey_b.apps.serve.service import Service
 from avey_b.apps.serve.work import answer_batch
 from avey_b.inference.encoder import Encoder

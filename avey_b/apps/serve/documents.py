@@ -21,8 +21,8 @@ from collections.abc import Iterator
 import numpy as np
 import torch
 
-from avey_b.apps.options import ServeOptions
 from avey_b.apps.serve.batcher import Job
+from avey_b.apps.serve.options import ServeOptions
 from avey_b.apps.serve.prefix import PrefixCache
 from avey_b.inference.encoder import Encoder
 from avey_b.model.streaming import DocumentState, refusal

@@ -15,8 +15,8 @@ import h11
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from avey_b.apps.options import ServeOptions
 from avey_b.apps.serve.observe import Traffic
+from avey_b.apps.serve.options import ServeOptions
 
 #: host names that reach this machine only
 LOOPBACK_NAMES = ("localhost", "localhost.localdomain", "ip6-localhost")

@@ -18,9 +18,9 @@ from fastapi import Depends, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ValidationError
 
-from avey_b.apps.options import ServeOptions
 from avey_b.apps.serve.batcher import Batcher, Job
 from avey_b.apps.serve.documents import Documents
+from avey_b.apps.serve.options import ServeOptions
 from avey_b.inference.encoder import Encoder
 from avey_b.utils.batching import default_max_tokens
 

@@ -37,7 +37,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from avey_b import configs
-from avey_b.apps.options import AblationOptions
 from avey_b.configs import from_args
 from avey_b.evaluation.suites import (
     EvaluateOptions,
@@ -46,6 +45,7 @@ from avey_b.evaluation.suites import (
     suite_from_args,
 )
 from avey_b.evaluation.sweep import evaluate
+from avey_b.studies.options import AblationOptions
 from avey_b.training.build import model_config
 from avey_b.training.config import load_config
 from avey_b.training.pretrain import train
@@ -237,5 +237,5 @@ def ablation(options: AblationOptions, pretrain_fn=pretrain) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    """``avey-b ablation`` (the arguments of :func:`avey_b.apps.options.ablation_parser`)."""
+    """``avey-b ablation`` (the arguments of :func:`avey_b.studies.options.ablation_parser`)."""
     return ablation(from_args(AblationOptions, args))

@@ -26,10 +26,10 @@ import torch
 from torch import nn
 
 from avey_b import configs
-from avey_b.apps.options import AnalyzeOptions
 from avey_b.inference.encoder import Encoder
 from avey_b.inference.options import LoadOptions
 from avey_b.model.layers import StaticMixer
+from avey_b.studies.options import AnalyzeOptions
 from avey_b.utils.records import slug, write_json_atomic, write_text_atomic
 
 
