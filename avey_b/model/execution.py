@@ -71,12 +71,12 @@ class ExecutionSettings:
             ``benchmarks/vocabulary_ranker/``). Only near-ties can be chosen differently: the weights of the chosen
             splits are always recomputed at full precision.
         processor_chunk_tokens (`int`, defaults to `None`, which means 4096 on CPU and 65536 on other devices):
-            read under its old name ``chunk_tokens`` too. After the ranker's choice, processor rows are built
-            and run through the layers in chunks of about this many tokens, eager and compiled alike, so
-            activation memory is linear in the input length (exported graphs, and ``output_hidden_states``, take
-            all rows at once); a number applies on every device. The rule for the size: small enough that a chunk's activations stay in cache between a layer's passes on CPU, large
-            enough that each kernel keeps a GPU busy; the timings behind the defaults are in
-            ``benchmarks/roofline/`` (CPU) and ``benchmarks/efficiency_gpu/`` (GPU), the memory in
+            read under its old name ``chunk_tokens`` too. After the ranker's choice, processor rows are built and run
+            through the layers in chunks of about this many tokens, eager and compiled alike, so activation memory is
+            linear in the input length (exported graphs, and ``output_hidden_states``, take all rows at once); a number
+            applies on every device. The rule for the size: small enough that a chunk's activations stay in cache
+            between a layer's passes on CPU, large enough that each kernel keeps a GPU busy; the timings behind the
+            defaults are in ``benchmarks/roofline/`` (CPU) and ``benchmarks/efficiency_gpu/`` (GPU), the memory in
             ``benchmarks/compiled_memory/``.
         tile_bytes (`dict`, defaults to 2 MB on CPU and 64 MB on CUDA): bytes of similarities per tile, by
             ``(device type, element size)`` (64 MB for any other): small enough to stay in cache on CPU (the max is
