@@ -19,7 +19,7 @@ from tests.test_finetune_retrieval import pairs, write_jsonl
 st = pytest.importorskip("sentence_transformers")
 
 
-def test_a_sparse_model_from_pairs_is_scored_and_loads_as_splade_with_the_encoders_vectors(tmp_path, caplog):
+def test_a_sparse_model_from_pairs_is_scored_and_loads_as_splade_with_the_encoders_vectors(tmp_path, caplog, capsys):
     base = toy.avey_b(str(tmp_path / "base"), toy.tokenizer(str(tmp_path / "base")))
     train = write_jsonl(tmp_path / "pairs.jsonl", pairs(24))
     out = tmp_path / "sparse"
@@ -27,6 +27,9 @@ def test_a_sparse_model_from_pairs_is_scored_and_loads_as_splade_with_the_encode
                  str(out), "--epochs", "1", "--batch-size", "8", "--precision", "fp32", "--device", "cpu",
                  "--threads", "1", "--query-regularizer-weight", "1e-4"]) == 0
     record = json.loads((out / "results.json").read_text())
+    after = record["active_dims"]["after"]
+    printed = capsys.readouterr().out
+    assert f"active dimensions: query {after['query']:g}, document {after['document']:g} of" in printed
     assert set(record["metrics"]) == set(record["baseline"]) == {"recall@1", "recall@10", "ndcg@10", "mrr@10"}
     assert record["query_regularizer_weight"] == 1e-4 and record["document_regularizer_weight"] == 3e-5
     for when in ("before", "after"):
@@ -55,3 +58,19 @@ def test_a_model_without_a_masked_lm_head_is_refused_by_name(tmp_path):
     with pytest.raises(ValueError, match="regularizer weights must be >= 0"):
         OwnDataOptions(model=base, task="sparse-embedding", train_file=train, output_dir=str(tmp_path / "o"),
                        document_regularizer_weight=-1.0)
+
+
+def test_the_dense_warning_fires_above_a_quarter_of_the_dimensions_active_and_names_the_flags():
+    from avey_b.finetuning.common import stays_dense, summary_line
+
+    record = {"task": "sparse-embedding", "metrics": {"ndcg@10": 5.0}, "baseline": {"ndcg@10": 4.0},
+              "n_validation": 49, "dimensions": 4096, "query_regularizer_weight": 5e-5,
+              "document_regularizer_weight": 3e-5,
+              "active_dims": {"before": {"query": 3000, "document": 3000}, "after": {"query": 40, "document": 2415}}}
+    assert "active dimensions: query 40, document 2415 of 4,096" in summary_line(record)
+    warning = stays_dense(record)
+    assert warning is not None and "2415 of 4,096" in warning and "--document-regularizer-weight" in warning
+    assert "--query-regularizer-weight" in warning
+    record["active_dims"]["after"]["document"] = 300
+    assert stays_dense(record) is None
+    assert stays_dense({"task": "embedding", "metrics": {}}) is None

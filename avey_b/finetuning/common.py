@@ -231,7 +231,27 @@ def summary_line(record: dict[str, Any]) -> str:
     for key, value in record.get("metrics", {}).items():
         if key in base:
             parts.append(f"{key} {value} ({name} {base[key]})")
-    return f"{record['task']}: " + "; ".join(parts) + f" on {record.get('n_validation', '?')} held-out examples"
+    line = f"{record['task']}: " + "; ".join(parts) + f" on {record.get('n_validation', '?')} held-out examples"
+    if (active := record.get("active_dims", {}).get("after")) is not None:
+        of = f" of {record['dimensions']:,}" if record.get("dimensions") else ""
+        line += f"; active dimensions: query {active['query']:g}, document {active['document']:g}{of}"
+    return line
+
+
+#: Above this fraction of its dimensions active, a sparse model's documents count as dense (a warning).
+DENSE_FRACTION = 0.25
+
+
+def stays_dense(record: dict[str, Any]) -> str | None:
+    """The line that warns a sparse-embedding run's documents kept more than :data:`DENSE_FRACTION` of their
+    dimensions active, naming the flags to raise; None when sparser (or the record has no active dimensions)."""
+    active, dims = record.get("active_dims", {}).get("after"), record.get("dimensions")
+    if active is None or not dims or active["document"] <= DENSE_FRACTION * dims:
+        return None
+    return (f"warning: documents keep {active['document']:g} of {dims:,} dimensions active "
+            f"({active['document'] / dims:.0%}): the vectors stayed dense. Raise --document-regularizer-weight "
+            f"(this run: {record.get('document_regularizer_weight', '?'):g}) and --query-regularizer-weight "
+            f"(this run: {record.get('query_regularizer_weight', '?'):g}), or train longer.")
 
 
 #: Metrics where lower is better (the rest: higher is better).

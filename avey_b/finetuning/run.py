@@ -12,7 +12,7 @@ from avey_b.utils.files import check_model_source, model_source
 from avey_b.utils.locks import exclusive_directory
 
 from . import registry
-from .common import below_baseline, check_output_dir, finished_record, summary_line
+from .common import below_baseline, check_output_dir, finished_record, stays_dense, summary_line
 from .options import OwnDataOptions
 
 
@@ -51,8 +51,9 @@ def run_own_data(args: argparse.Namespace) -> int:
     above its baseline (:func:`~avey_b.finetuning.common.below_baseline`), and the record's key fields."""
     record = finetune(from_args(OwnDataOptions, args))
     print(summary_line(record), flush=True)
-    if (warning := below_baseline(record)) is not None:
-        print(warning, flush=True)
+    for warning in (below_baseline(record), stays_dense(record)):
+        if warning is not None:
+            print(warning, flush=True)
     print(json.dumps({k: record.get(k) for k in ("task", "model", "output_dir", "metric", "score", "baseline_score",
                                                   "lr", "seed")}))
     return 0

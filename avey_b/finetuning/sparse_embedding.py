@@ -114,5 +114,6 @@ def train(options: OwnDataOptions) -> dict[str, Any]:
                                 (SparseEncoderTrainer, SparseEncoderTrainingArguments), METRICS)
     active = evaluators[0].active_dims
     record = {"loss": "splade(sparse-mnrl + flops)", **weights, **record,
-              "active_dims": {"before": active[0], "after": active[-1]}}
+              "active_dims": {"before": active[0], "after": active[-1]},
+              "dimensions": model.get_sentence_embedding_dimension()}
     return common.finish_sentence_transformers(options, model, record)
