@@ -122,7 +122,7 @@ def test_metrics_count_hits_misses_tokens_saved_and_bytes(tmp_path):
 
 
 def test_the_cache_evicts_the_least_recently_used_state_by_bytes():
-    from avey_b.apps.serve.prefix import PrefixCache
+    from avey_b.inference.prefix import PrefixCache
     from avey_b.model.modeling import AveyBModel
     from avey_b.model.streaming import DocumentState
 

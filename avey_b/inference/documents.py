@@ -17,8 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from avey_b.model.streaming import DocumentState
-from avey_b.utils.device import autocast
+from avey_b.inference.states import States
 
 #: Tokens kept on each side of a change in the first window; each failed sync check widens it four times.
 MARGIN = 32
@@ -37,31 +36,27 @@ def special_ends(tokenizer) -> tuple[list[int], list[int]]:
 
 
 class TextDocument:
-    """One text encoded in pieces by ``model`` (an Avey-B module in eval mode, any head) and its ``tokenizer`` (a
-    fast one), made by :meth:`Encoder.document <avey_b.inference.encoder.Encoder.document>`, which passes its own.
-    :meth:`append` and :meth:`replace` change the text; :meth:`vector` is ``encoder.encode(document.text)`` and
-    :meth:`chunks` the late chunks ``avey-b embed --chunking late --chunk-tokens T`` gives, computed from the splits
-    kept so far; ``normalize``: L2-normalize them (the config's ``normalize_embeddings``); ``bf16``: run under bf16
-    autocast. ``tokens``: the token ids of the whole text as the tokenizer gives them (special tokens included);
+    """One text encoded in pieces by an encoder's model and tokenizer (a fast one), made by :meth:`Encoder.document
+    <avey_b.inference.encoder.Encoder.document>`: ``states`` (:class:`avey_b.inference.states.States`, made with
+    this tokenizer's special tokens at the ends) runs its state. :meth:`append` and :meth:`replace` change the text;
+    :meth:`vector` is ``encoder.encode(document.text)`` and :meth:`chunks` the late chunks ``avey-b embed --chunking
+    late --chunk-tokens T`` gives, computed from the splits kept so far, normalized as the checkpoint says.
+    ``tokens``: the token ids of the whole text as the tokenizer gives them (special tokens included);
     ``len(document)`` their number; ``state``: the model-level :class:`~avey_b.model.streaming.DocumentState` (its
     ``recomputed`` counts the splits the last change ran); ``retokenized``: the characters the last change
     tokenized."""
 
-    def __init__(self, model: torch.nn.Module, tokenizer, text: str = "", *, chunk_tokens: int | None = None,
-                 chunk_overlap: int = 0, normalize: bool = True, bf16: bool = False):
-        self.tokenizer = tokenizer
+    def __init__(self, states: States, text: str = ""):
+        self.states = states
+        self.tokenizer = tokenizer = states.encoder.tokenizer
         if not tokenizer.is_fast:
             raise ValueError("a text document needs a fast tokenizer (character offsets); this model's is not one")
         self._lead, self._trail = special_ends(tokenizer)
-        self.normalize, self.bf16 = normalize, bf16
-        self.state = DocumentState(model, chunk_tokens=chunk_tokens, chunk_overlap=chunk_overlap,
-                                   special=(len(self._lead), len(self._trail)))
         self.text = ""
         self.retokenized = 0
         ids, self._offsets = self._tokenize(text, 0, len(text))
         self.text = text
-        with self._precision():
-            self.state.feed(ids)
+        self.state = states.new(ids)
 
     def __len__(self) -> int:
         return self.state.length
@@ -88,8 +83,7 @@ class TextDocument:
             return self
         new_text = self.text[:start] + text + self.text[end:]
         ids, offsets = self._retokenize(new_text, start, end, len(text) - (end - start))
-        with self._precision():
-            self.state.update(ids)
+        self.states.update(self.state, ids)
         self.text, self._offsets = new_text, offsets
         return self
 
@@ -97,8 +91,7 @@ class TextDocument:
     def vector(self) -> torch.Tensor:
         """(d,) float32: the document's embedding, as ``encoder.encode(text)`` gives it (the masked mean of the
         last hidden state, L2-normalized when the config says ``normalize_embeddings``)."""
-        with self._precision():
-            return self.state.pooled(self.normalize).cpu()
+        return self.states.vectors(self.state)
 
     def chunks(self) -> tuple[torch.Tensor, list[tuple[int, int]]]:
         """The late chunks: ``(C, d)`` float32 vectors and each chunk's character span ``(start, end)``, end
@@ -106,15 +99,11 @@ class TextDocument:
         :func:`avey_b.inference.chunks.chunk_ranges` cuts them and ``avey-b embed --chunking late`` pools them."""
         if self.state.chunk is None:
             raise ValueError("this document has no chunks: make it with encoder.document(chunk_tokens=...)")
-        with self._precision():
-            vectors = self.state.chunk_vectors(self.normalize).cpu()
+        vectors = self.states.vectors(self.state)
         spans = [(int(self._offsets[a, 0]), int(self._offsets[b - 1, 1])) for a, b in self.state.chunk_spans()]
         return vectors, spans
 
     # ------------------------------------------------------------------ tokenization
-    def _precision(self):
-        return autocast(self.state.device, self.bf16)
-
     def _tokenize(self, text: str, start: int, end: int, special: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
         """The ids (n,) and character offsets (n, 2) of ``text[start:end]`` (offsets in ``text``), with the special
         tokens (offsets (0, 0)) or without; counts the characters in ``retokenized``."""

@@ -34,15 +34,15 @@ from typing import TYPE_CHECKING
 import torch
 from transformers import AutoConfig, AutoTokenizer
 
-from avey_b.inference.documents import TextDocument
+from avey_b.inference.documents import TextDocument, special_ends
 from avey_b.inference.options import MAX_BATCH_TOKENS, OUTPUTS, LoadOptions
-from avey_b.inference.runtimes import EagerRuntime, OnnxRuntime
+from avey_b.inference.runtimes import HEADS, EagerRuntime, OnnxRuntime
+from avey_b.inference.states import States
 from avey_b.model import auto, multivector
 from avey_b.model.configuration import is_avey_b
 from avey_b.model.heads import sentence_embedding
 from avey_b.model.multivector import query_scores
 from avey_b.model.sparse import sparse_rows, splade_max
-from avey_b.model.streaming import refusal
 from avey_b.utils.batching import pad_right, token_budget_batches
 from avey_b.utils.device import autocast, pick_device, runtime_line, set_cpu_threads, usable_cpus, use_bf16
 from avey_b.utils.files import model_source
@@ -50,10 +50,6 @@ from avey_b.utils.shared_cpu import ThreadTuner, thread_tuner
 
 if TYPE_CHECKING:
     import onnxruntime
-
-#: What a head answers besides embeddings (every checkpoint embeds), from its logits.
-LOGIT_KINDS = {"AveyBForMaskedLM": "fill", "AveyBForSequenceClassification": "classify"}
-
 
 class Encoder:
     """A saved Avey-B and its tokenizer, loaded once, for inference.
@@ -159,6 +155,12 @@ class Encoder:
         self.threads = self._watch.threads
         return result
 
+    @property
+    def normalize(self) -> bool:
+        """Whether this checkpoint's embeddings are L2-normalized: the config's ``normalize_embeddings``, what
+        :meth:`embed`, :meth:`encode`, :meth:`vectors` and :meth:`document` give unless told otherwise."""
+        return bool(self.config.normalize_embeddings)
+
     @functools.cached_property
     def kinds(self) -> list[str]:
         """What this checkpoint answers in this runtime: ``embed``, ``fill``, ``sparse`` (a masked-LM, eager),
@@ -167,14 +169,11 @@ class Encoder:
         ``embeddings`` output)."""
         outputs = self.runtime.outputs
         kinds = ["embed"] if {"sentence_embedding", "last_hidden_state"} & set(outputs) else []
-        if "logits" in outputs and self.architecture in LOGIT_KINDS:
-            kinds.append(LOGIT_KINDS[self.architecture])
-            if kinds[-1] == "fill" and isinstance(self.runtime, EagerRuntime):
-                kinds.append("sparse")  # SPLADE over the masked-LM head, chunked (Encoder.sparse)
-            if kinds[-1] == "classify" and self.config.num_labels == 1:
-                kinds.append("rerank")  # one score per input: a cross-encoder (sentence-transformers' CrossEncoder)
-        if "embeddings" in outputs:
-            kinds.append("multivector")
+        output, answers = HEADS.get(self.architecture, (None, ()))
+        if output in outputs:
+            kinds += [kind for kind in answers
+                      if not (kind == "sparse" and not isinstance(self.runtime, EagerRuntime))  # Encoder.sparse
+                      and not (kind == "rerank" and self.config.num_labels != 1)]  # a cross-encoder: one score
         if not kinds:
             raise ValueError(f"{self.onnx_file}: outputs {outputs} answer nothing for a {self.architecture}: export "
                              "it with --head embedding (embeddings), masked-lm or sequence-classification")
@@ -229,7 +228,7 @@ class Encoder:
         """(B, d) float32 embeddings of a padded batch, on ``device`` (see the module docstring). ``normalize``:
         L2-normalize or not, whatever the config says (None: as the config says)."""
         mask = mask.to(self.device)
-        configured = bool(getattr(self.config, "normalize_embeddings", True))
+        configured = self.normalize
         normalize = configured if normalize is None else normalize
         outputs = self.runtime.outputs
         if "sentence_embedding" in outputs and (normalize == configured or "last_hidden_state" not in outputs):
@@ -266,13 +265,9 @@ class Encoder:
         config where a split's outputs depend only on the splits before it (the unidirectional ranker at the first
         layer: :func:`avey_b.model.streaming.refusal` says why another is refused; encode the whole text with
         :meth:`encode` instead)."""
-        if self.onnx_file:
-            raise ValueError(f"a document encoded in pieces needs the eager runtime (the PyTorch model); this encoder "
-                             f"runs the ONNX model {self.onnx_file}: load it without LoadOptions(onnx=...)")
-        if why := refusal(self.config):
-            raise ValueError(f"{self.name} cannot encode a document in pieces: {why}")
-        return TextDocument(self.model, self.tokenizer, text, chunk_tokens=chunk_tokens, chunk_overlap=chunk_overlap,
-                            normalize=bool(getattr(self.config, "normalize_embeddings", True)), bf16=self.bf16)
+        lead, trail = special_ends(self.tokenizer)
+        return TextDocument(States(self, chunk_tokens=chunk_tokens, chunk_overlap=chunk_overlap,
+                                   special=(len(lead), len(trail))), text)
 
     def logits(self, batch: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """The head's float32 logits of a padded batch, on the CPU."""
@@ -310,8 +305,7 @@ class Encoder:
         mask = mask.to(hidden.device)
         out: dict[str, list] = {}
         if "dense" in outputs:
-            normalize = bool(getattr(self.config, "normalize_embeddings", True))
-            out["dense"] = list(sentence_embedding(hidden.float(), mask, normalize).cpu())
+            out["dense"] = list(sentence_embedding(hidden.float(), mask, self.normalize).cpu())
         with autocast(self.device, self.bf16):
             if "sparse" in outputs:
                 out["sparse"] = sparse_rows(splade_max(hidden, mask, self.model.decoder))

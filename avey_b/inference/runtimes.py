@@ -16,10 +16,22 @@ from avey_b.utils.files import model_source
 if TYPE_CHECKING:
     import onnxruntime
 
-#: The heads whose output has ``logits``.
-LOGIT_HEADS = ("AveyBForMaskedLM", "AveyBForSequenceClassification", "AveyBForTokenClassification")
-#: The heads whose output has ``embeddings``: one unit vector per token (the multi-vector head).
-TOKEN_VECTOR_HEADS = ("AveyBForMultiVector",)
+#: The one table of what a head gives: its class -> (the output its forward adds to the backbone's
+#: ``last_hidden_state``, the kinds of answer read from that output). Every checkpoint also answers ``embed`` (from the
+#: last hidden state, or an ONNX graph's ``sentence_embedding``); :attr:`avey_b.Encoder.kinds` derives from this,
+#: where ``sparse`` needs the eager runtime and ``rerank`` a classifier with one label.
+HEADS = {"AveyBForMaskedLM": ("logits", ("fill", "sparse")),
+         "AveyBForSequenceClassification": ("logits", ("classify", "rerank")),
+         "AveyBForTokenClassification": ("logits", ()),
+         "AveyBForMultiVector": ("embeddings", ("multivector",))}
+#: What each kind of answer but ``embed`` needs of the checkpoint, in words: what a refusal says.
+NEEDS = {"classify": "a sequence-classification checkpoint (AveyBForSequenceClassification)",
+         "rerank": "a cross-encoder: a sequence-classification checkpoint with one label (num_labels=1)",
+         "fill": "a masked-LM checkpoint (AveyBForMaskedLM)",
+         "sparse": "a masked-LM head for SPLADE's sparse vectors (an AveyBForMaskedLM: a pretrained Avey-B, or one "
+                   "trained with `avey-b finetune --task sparse-embedding`; eager runtime, not --onnx)",
+         "multivector": "a multi-vector head (AveyBForMultiVector: a token vector per token, scored by MaxSim), which "
+                        "this model lacks: train one with `avey-b finetune --task multi-vector`"}
 #: The inputs of an ``avey-b export`` graph, in order.
 ONNX_INPUTS = ["input_ids", "attention_mask"]
 
@@ -31,8 +43,7 @@ class EagerRuntime:
 
     def __init__(self, path: str, cls: type, device: torch.device, bf16: bool):
         self.path, self.cls, self.device, self.bf16 = path, cls, device, bf16
-        self.outputs = ("last_hidden_state",) + (("logits",) if cls.__name__ in LOGIT_HEADS else ()) \
-            + (("embeddings",) if cls.__name__ in TOKEN_VECTOR_HEADS else ())
+        self.outputs = ("last_hidden_state",) + ((HEADS[cls.__name__][0],) if cls.__name__ in HEADS else ())
         self.model = None
 
     def load(self) -> None:

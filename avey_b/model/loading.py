@@ -248,7 +248,7 @@ def sentence_transformers_files(model) -> dict[str, object]:
         return sparse_encoder_files(model)
     if is_multi_vector(model):
         return _multi_vector_files(model)
-    normalize = bool(getattr(model.config, "normalize_embeddings", True))
+    normalize = bool(model.config.normalize_embeddings)
     modules = [("", "Transformer"), ("1_Pooling", "Pooling")] + ([("2_Normalize", "Normalize")] if normalize else [])
     files = {
         "modules.json": [{"idx": i, "name": str(i), "path": path, "type": f"sentence_transformers.models.{kind}"}

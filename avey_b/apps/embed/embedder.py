@@ -37,7 +37,6 @@ def embed_ids(encoder: Encoder, ids: list[list[int]], chunks: list[list[tuple[in
     ``chunks`` (token ranges per document, late chunking: one forward over the whole document; dense only);
     ``sparse`` ``(indices, values)``; ``multivector`` ``(n, D)`` token vectors."""
     encoder.load()
-    normalize = bool(getattr(encoder.config, "normalize_embeddings", True))
     out: dict[str, list] = {o: [None] * len(ids) for o in outputs}
     for batch in token_budget_batches(range(len(ids)), max_batch_tokens, lambda i: len(ids[i])):
         tokens, mask = encoder.pad([ids[i] for i in batch])
@@ -46,7 +45,7 @@ def embed_ids(encoder: Encoder, ids: list[list[int]], chunks: list[list[tuple[in
         else:
             hidden = encoder.hidden_states(tokens, mask)
             found = {"dense": list(chunk_embeddings(hidden, mask.to(hidden.device), [chunks[i] for i in batch],
-                                                    normalize))}
+                                                    encoder.normalize))}
         for o, values in found.items():
             for i, v in zip(batch, values, strict=True):
                 out[o][i] = tuple(x.numpy() for x in v) if o == "sparse" else v.float().cpu().numpy()

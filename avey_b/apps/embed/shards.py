@@ -384,7 +384,7 @@ def manifest_of(model: str, source: str, encoder: Encoder, settings: Settings, p
     return {
         "format": FORMAT, "status": "running",
         "model": {"path": str(model), "architecture": encoder.architecture, "pooling": POOLING,
-                  "normalize_embeddings": bool(getattr(encoder.config, "normalize_embeddings", True)),
+                  "normalize_embeddings": encoder.normalize,
                   "dim": encoder.config.hidden_size},
         "input": {"source": str(source), "ids": ids},
         "settings": settings.to_json(), "runs": [*(previous or {}).get("runs", []), run],

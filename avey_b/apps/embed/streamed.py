@@ -23,8 +23,8 @@ from avey_b.apps.embed.documents import Document
 from avey_b.apps.embed.options import LONG_DOCUMENT_TOKENS
 from avey_b.inference.documents import special_ends
 from avey_b.inference.encoder import Encoder
-from avey_b.model.streaming import DocumentState, refusal
-from avey_b.utils.device import autocast
+from avey_b.inference.states import States, unavailable
+from avey_b.model.streaming import DocumentState
 
 #: The directory of the saved records, beside the shards (a name starting with ``_``: not data for pyarrow).
 STATE_DIR = "_state"
@@ -60,22 +60,25 @@ def record_key(doc: Document) -> tuple[str, str, str | None]:
 
 
 class Pieces:
-    """How a job encodes documents in pieces: the DocumentState options that give its vectors (pooled, or late
-    chunks of ``--chunk-tokens`` with ``--chunk-overlap``, the tokenizer's leading and trailing special tokens in
-    no chunk), or ``why_not``, the sentence that says why it cannot (the model's config, character-span chunks).
-    ``long_tokens``: a plain run encodes a longer document in pieces (bounded memory: no (N, d) states)."""
+    """How a job encodes documents in pieces: ``states`` (an :class:`~avey_b.inference.states.States` that gives its
+    vectors: pooled, or late chunks of ``--chunk-tokens`` with ``--chunk-overlap``, the tokenizer's leading and
+    trailing special tokens in no chunk), or ``why_not``, the sentence that says why it cannot (the model's config,
+    character-span chunks, outputs other than dense). ``long_tokens``: a plain run encodes a longer document in pieces
+    (bounded memory: no (N, d) states)."""
 
     def __init__(self, encoder: Encoder, settings, long_tokens: int = LONG_DOCUMENT_TOKENS):
         self.encoder, self.long_tokens = encoder, long_tokens
         self.late = settings.chunking == "late"
-        self.why_not = (refusal(encoder.config) or (SPANS_WHY if settings.chunk_spans_column else None)
+        self.why_not = (unavailable(encoder) or (SPANS_WHY if settings.chunk_spans_column else None)
                         or (WHOLE_WHY if set(settings.outputs) - {"dense"} else None))
-        self.normalize = bool(getattr(encoder.config, "normalize_embeddings", True))
-        self.options: dict = {}
-        if self.late and self.why_not is None:
-            lead, trail = special_ends(encoder.tokenizer)
-            self.options = {"chunk_tokens": settings.chunk_tokens, "chunk_overlap": settings.chunk_overlap or 0,
-                            "special": (len(lead), len(trail))}
+        self.states: States | None = None
+        if self.why_not is None:
+            chunked = {}
+            if self.late:
+                lead, trail = special_ends(encoder.tokenizer)
+                chunked = {"chunk_tokens": settings.chunk_tokens, "chunk_overlap": settings.chunk_overlap or 0,
+                           "special": (len(lead), len(trail))}
+            self.states = States(encoder, **chunked)
 
     def start_line(self, update: bool) -> str:
         """What the start line says of how documents are encoded: long ones (and with ``update``, changed ones)."""
@@ -94,23 +97,19 @@ class Pieces:
         """Whether a document of ``n_tokens`` is encoded in pieces by a plain run (a long one, where it can be)."""
         return self.why_not is None and n_tokens > self.long_tokens
 
-    @torch.no_grad()
     def encode(self, ids: list[int], ranges, saved: dict | None = None
                ) -> tuple[np.ndarray, DocumentState, int] | None:
         """A document's vectors ((d,), or (C, d) for its late chunks ``ranges``), its state and the tokens run
         through the model: ``saved`` (a state's exported tensors) edited to ``ids``, or a new state fed them.
         None when the state's chunks are not ``ranges`` (a tokenizer with special tokens inside the text)."""
-        encoder = self.encoder
-        with autocast(encoder.device, encoder.bf16):
-            if saved is None:
-                state = DocumentState(encoder.model, **self.options).feed(ids)
-            else:
-                state = DocumentState.restore(encoder.model, saved, **self.options)
-                state.update(ids)  # an append replaces the old trailing [SEP] and a tail tokenized otherwise
-            if self.late and state.chunk_spans() != [tuple(r[:2]) for r in ranges]:
-                return None
-            vectors = state.chunk_vectors(self.normalize) if self.late else state.pooled(self.normalize)
-        return vectors.numpy(), state, min(len(ids), state.computed * state.S)
+        states = self.states
+        if saved is None:
+            state = states.new(ids)
+        else:  # an append replaces the old trailing [SEP] and a tail tokenized otherwise
+            state = states.update(states.restore(saved), ids)
+        if self.late and state.chunk_spans() != [tuple(r[:2]) for r in ranges]:
+            return None
+        return states.vectors(state).numpy(), state, min(len(ids), state.computed * state.S)
 
 
 # ------------------------------------------------------------------------------------------------ saved records

@@ -1,17 +1,16 @@
 """Embeddings computed as document states (:class:`avey_b.model.streaming.DocumentState`) on the batcher's thread,
 a block of tokens at a time, so that other requests run between a long input's blocks, and through the prefix
-cache (:class:`avey_b.apps.serve.prefix.PrefixCache`), so that an input extending one the server has seen computes
-only its new part.
+cache (:class:`avey_b.inference.prefix.PrefixCache`), so that an input extending one the server has seen computes
+only its new part: both as :class:`avey_b.inference.states.States` runs them.
 
 Which inputs take this path (:meth:`Documents.steps`): ``embed`` inputs of more than one block (``--block-tokens``),
 and, with the cache on, every ``embed`` input of at least a quarter of a block (and one split): shorter inputs run in
 padded batches, which is faster for many short inputs, and recomputing them costs little. Each runs as a generator
-the batcher
-advances one block at a time (:class:`avey_b.apps.serve.batcher.Batcher`), running the batches that wait between
-two blocks. Its vector equals the full forward's (the state's pooled vector: float32 rounding apart).
+the batcher advances one block at a time (:class:`avey_b.apps.serve.batcher.Batcher`), running the batches that wait
+between two blocks. Its vector equals the full forward's (the state's pooled vector: float32 rounding apart).
 
 Where a state cannot answer — the ONNX runtime, or a model whose later tokens reach earlier splits
-(:func:`avey_b.model.streaming.refusal`) — every input runs whole, as one forward, and the start line says why.
+(:func:`avey_b.inference.states.unavailable`) — every input runs whole, as one forward, and the start line says why.
 """
 
 from __future__ import annotations
@@ -23,27 +22,28 @@ import torch
 
 from avey_b.apps.serve.batcher import Job
 from avey_b.apps.serve.options import ServeOptions
-from avey_b.apps.serve.prefix import PrefixCache
 from avey_b.inference.encoder import Encoder
-from avey_b.model.streaming import DocumentState, refusal
-from avey_b.utils.device import autocast
+from avey_b.inference.prefix import PrefixCache
+from avey_b.inference.states import States, unavailable
 
 
 class Documents:
-    """The state path of an ``encoder`` served with ``options``: ``cache`` (a :class:`PrefixCache`, or None when
-    off), ``block`` (tokens a step computes, a whole number of splits; 0 when long inputs run whole) and ``off`` (why
-    inputs run whole, or None)."""
+    """The state path of an ``encoder`` served with ``options``: ``states`` (an
+    :class:`~avey_b.inference.states.States` with the prefix cache, or None when inputs run whole), ``cache`` (its
+    :class:`~avey_b.inference.prefix.PrefixCache`, or None when off), ``block`` (tokens a step computes, a whole
+    number of splits; 0 when long inputs run whole) and ``off`` (why inputs run whole, or None)."""
 
     def __init__(self, encoder: Encoder, options: ServeOptions):
         self.encoder = encoder
         config = encoder.config
         self.S = config.split_size
         self.off = ("the ONNX runtime runs whole inputs" if encoder.onnx_file else
-                    "embeddings are not served" if "embed" not in encoder.kinds else refusal(config))
+                    "embeddings are not served" if "embed" not in encoder.kinds else unavailable(encoder))
         block = options.block_tokens or config.execution.processor_chunk_tokens_for(encoder.device.type)
         self.block = 0 if self.off or options.block_tokens == 0 else max(self.S, block // self.S * self.S)
         self.cache = (PrefixCache(options.prefix_cache_bytes, self.S)
                       if not self.off and options.prefix_cache_bytes else None)
+        self.states = None if self.off else States(encoder, block_tokens=self.block or self.S, cache=self.cache)
         self.cached_from = max(self.S, self.block // 4)  # tokens from which an input goes through the cache
 
     def describe(self) -> str:
@@ -57,33 +57,14 @@ class Documents:
         return f"{cache}; inputs over {self.block:,} tokens run {self.block:,} at a time, other requests between"
 
     def steps(self, job: Job) -> Iterator | None:
-        """The generator that computes ``job`` a block at a time (its value: the pooled vector, not normalized), or
-        None when the job runs in a batch."""
+        """The generator that computes ``job`` a block at a time (its value: the pooled vector, not normalized:
+        :meth:`States.pooled_steps <avey_b.inference.states.States.pooled_steps>`), or None when the job runs in a
+        batch."""
         n = len(job.ids)
         wanted = self.block and n > self.block or self.cache and n >= self.cached_from
         if job.kind != "embed" or self.off or not wanted:
             return None
-        return self._embed(torch.tensor(job.ids, dtype=torch.long))
-
-    def _embed(self, ids: torch.Tensor) -> Iterator[None]:
-        found = self.cache.lookup(ids) if self.cache else None
-        if found is not None and found.vector is not None:
-            return found.vector
-        matched = found.matched if found else 0
-        with torch.no_grad():
-            state = found.state if found and found.state is not None else DocumentState(
-                self.encoder.model, block_tokens=self.block or self.S)
-        block = self.block or ids.numel()
-        for i, a in enumerate(range(state.length, ids.numel(), block)):
-            if i:
-                yield  # between two blocks: the batcher runs what waits
-            with torch.no_grad(), autocast(self.encoder.device, self.encoder.bf16):
-                state.feed(ids[a:a + block])
-        with torch.no_grad(), autocast(self.encoder.device, self.encoder.bf16):
-            vector = state.pooled(normalize=False).numpy()
-        if self.cache:
-            self.cache.store(ids, state, vector, ids.numel() - matched)
-        return vector
+        return self.states.pooled_steps(torch.tensor(job.ids, dtype=torch.long), self.block or None)
 
     def vector(self, ids: list[int]) -> np.ndarray:
         """One input's vector through this path, all its steps at once (what the batcher would compute)."""

@@ -24,7 +24,7 @@ OPEN_PATHS = ("/health", "/openapi.json")
 class Metrics:
     """The server's Prometheus metrics: requests by method, route and status; latency by route; inputs and tokens
     by route; inputs waiting for the model (read from ``depth()`` at each scrape); and the prefix cache's counters
-    when it is on (``cache``: :class:`avey_b.apps.serve.prefix.PrefixCache`, read at each scrape)."""
+    when it is on (``cache``: :class:`avey_b.inference.prefix.PrefixCache`, read at each scrape)."""
 
     def __init__(self, depth, cache=None):
         self.registry = CollectorRegistry()

@@ -58,7 +58,7 @@ async def embeddings(request: Request, service: ServiceDep,
         raise HTTPException(400, f"encoding_format must be one of {sorted(ENCODINGS)}, got "
                                  f"{body.encoding_format!r}")
     encode, dims = ENCODINGS[body.encoding_format], service.dimensions(body.dimensions)
-    normalize = bool(getattr(service.encoder.config, "normalize_embeddings", True))
+    normalize = service.encoder.normalize
     late = body.chunk_tokens is not None or body.chunk_spans is not None
     if body.chunk_tokens is not None and body.chunk_spans is not None:
         raise HTTPException(400, "give chunk_tokens or chunk_spans, not both")

@@ -176,7 +176,7 @@ def tei_info(request: Request, service: ServiceDep):
             "version": request.app.version, "architecture": encoder.architecture, "serves": encoder.kinds,
             "outputs": encoder.vector_outputs,
             **service.limits(), "hidden_size": config.hidden_size, "matryoshka_dimensions": service.matryoshka,
-            "normalize_embeddings": bool(getattr(config, "normalize_embeddings", True)),
+            "normalize_embeddings": encoder.normalize,
             "prompts": service.prompts, "device": str(encoder.device),
             "runtime": f"onnxruntime: {encoder.onnx_file.name}" if encoder.onnx_file else "eager",
             "threads": service.threads()}

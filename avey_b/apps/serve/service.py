@@ -22,16 +22,8 @@ from avey_b.apps.serve.batcher import Batcher, Job
 from avey_b.apps.serve.documents import Documents
 from avey_b.apps.serve.options import ServeOptions
 from avey_b.inference.encoder import Encoder
+from avey_b.inference.runtimes import NEEDS
 from avey_b.utils.batching import default_max_tokens
-
-#: what each kind of answer needs of the checkpoint, in words, for the refusal of a route it cannot serve
-NEEDS = {"classify": "a sequence-classification checkpoint (AveyBForSequenceClassification)",
-         "rerank": "a cross-encoder: a sequence-classification checkpoint with one label (num_labels=1)",
-         "fill": "a masked-LM checkpoint (AveyBForMaskedLM)",
-         "sparse": "a masked-LM head for SPLADE's sparse vectors (an AveyBForMaskedLM: a pretrained Avey-B, or one "
-                   "trained with `avey-b finetune --task sparse-embedding`; eager runtime, not --onnx)",
-         "multivector": "a multi-vector head (AveyBForMultiVector: a token vector per token, scored by MaxSim), which "
-                        "this model lacks: train one with `avey-b finetune --task multi-vector`"}
 
 
 def served_name(model: str) -> str:

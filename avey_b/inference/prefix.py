@@ -1,5 +1,6 @@
-"""The server's prefix cache: document states (:class:`avey_b.model.streaming.DocumentState`) of inputs it has
-embedded, found again by their token ids split by split, as a paged KV cache finds its blocks.
+"""A prefix cache: the document states (:class:`avey_b.model.streaming.DocumentState`) of inputs encoded before,
+found again by their token ids split by split, as a paged KV cache finds its blocks (``avey-b serve``'s, through
+:class:`avey_b.inference.states.States`).
 
 Each full split of an input gets a key chained over the ids of every split up to it (the hash of the previous key
 and the split's ids), so equal keys mean equal prefixes (and the ids are compared again on a hit: a hash collision
@@ -8,7 +9,7 @@ holds it, cut to that prefix, which the caller feeds the rest. An input equal to
 
 The cache is bounded in bytes (what :attr:`DocumentState.nbytes` counts, plus the kept vector) and evicts the least
 recently used state; a state whose every prefix a newer one holds is dropped (superseded: the newer one answers for
-it). Every operation holds one lock: the batcher's worker and the ``/metrics`` scrapes share it.
+it). Every operation holds one lock: threads share it (serve's batcher worker and its ``/metrics`` scrapes).
 """
 
 from __future__ import annotations

@@ -1,0 +1,108 @@
+"""The one state path: documents encoded in pieces (:class:`avey_b.model.streaming.DocumentState`) by an
+:class:`~avey_b.inference.encoder.Encoder`'s eager model. :meth:`Encoder.document
+<avey_b.inference.encoder.Encoder.document>` (a text that grows and changes), ``avey-b embed`` (long documents in
+bounded memory, and ``--update``) and ``avey-b serve`` (long inputs a block at a time, repeated ones through the
+prefix cache) all run their states through a :class:`States`.
+
+A :class:`States` says how its documents are encoded — the tokens a state ranks at a time, the late chunks and the
+tokenizer's special tokens at the ends, the prefix cache (:class:`avey_b.inference.prefix.PrefixCache`) — and runs
+every step without gradients in the encoder's precision (bf16 autocast where the encoder runs it); the vectors it
+gives are normalized as the checkpoint says (:attr:`Encoder.normalize <avey_b.inference.encoder.Encoder.normalize>`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Generator, Iterator, Sequence
+
+import numpy as np
+import torch
+
+from avey_b.inference.prefix import PrefixCache
+from avey_b.model.streaming import DocumentState, refusal
+from avey_b.utils.device import autocast
+
+#: Tokens a state ranks at a time by default (:class:`~avey_b.model.streaming.DocumentState`'s ``block_tokens``).
+BLOCK_TOKENS = 16384
+
+
+def unavailable(encoder) -> str | None:
+    """Why ``encoder`` (an :class:`~avey_b.inference.encoder.Encoder`) cannot encode documents in pieces (the ONNX
+    runtime, or a config whose later tokens reach earlier splits: :func:`avey_b.model.streaming.refusal`), or None
+    when it can."""
+    if encoder.onnx_file:
+        return (f"it runs the ONNX model {encoder.onnx_file}, and a document encoded in pieces needs the eager "
+                "runtime (the PyTorch model): load it without LoadOptions(onnx=...)")
+    return refusal(encoder.config)
+
+
+class States:
+    """Document states of ``encoder``'s eager model (an :class:`~avey_b.inference.encoder.Encoder`, which imports
+    this module: hence no annotation). ``block_tokens``: the new tokens a state ranks and processes at
+    a time (its memory); ``chunk_tokens`` and ``chunk_overlap``: the late chunks its states pool (None: the whole
+    document only); ``special``: the tokenizer's leading and trailing special tokens, in no chunk (``(1, 1)`` for
+    ``[CLS] ... [SEP]``); ``cache``: where :meth:`pooled_steps` finds and keeps states (None: nowhere). An encoder
+    that cannot encode in pieces is a ``ValueError`` saying why (:func:`unavailable`)."""
+
+    def __init__(self, encoder, *, block_tokens: int = BLOCK_TOKENS, chunk_tokens: int | None = None,
+                 chunk_overlap: int = 0, special: tuple[int, int] = (0, 0), cache: PrefixCache | None = None):
+        if why := unavailable(encoder):
+            raise ValueError(f"{encoder.name} cannot encode a document in pieces: {why}")
+        self.encoder, self.cache = encoder, cache
+        self.options = {"chunk_tokens": chunk_tokens, "chunk_overlap": chunk_overlap, "special": tuple(special),
+                        "block_tokens": block_tokens}
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[None]:
+        """Where a state's steps run: without gradients, in the encoder's precision."""
+        with torch.no_grad(), autocast(self.encoder.device, self.encoder.bf16):
+            yield
+
+    # ------------------------------------------------------------------ states
+    def new(self, ids: Sequence[int] | torch.Tensor | None = None) -> DocumentState:
+        """A new state, fed ``ids`` when given."""
+        with self.running():
+            state = DocumentState(self.encoder.model, **self.options)
+            return state if ids is None else state.feed(ids)
+
+    def restore(self, saved: dict[str, torch.Tensor]) -> DocumentState:
+        """A state from its exported tensors (:meth:`~avey_b.model.streaming.DocumentState.export`), made with these
+        options."""
+        with self.running():
+            return DocumentState.restore(self.encoder.model, saved, **self.options)
+
+    def update(self, state: DocumentState, ids: Sequence[int] | torch.Tensor) -> DocumentState:
+        """``state`` made the state of ``ids``: only the splits from the first id that changed are recomputed."""
+        with self.running():
+            return state.update(ids)
+
+    def vectors(self, state: DocumentState) -> torch.Tensor:
+        """The document's vectors, on the CPU: its late chunks' ``(C, d)`` where these states have chunks, else its
+        pooled ``(d,)``; normalized as the checkpoint says."""
+        normalize = self.encoder.normalize
+        with self.running():
+            out = state.chunk_vectors(normalize) if state.chunk is not None else state.pooled(normalize)
+        return out.cpu()
+
+    # ------------------------------------------------------------------ a block at a time, through the cache
+    def pooled_steps(self, ids: torch.Tensor, step: int | None = None) -> Generator[None, None, np.ndarray]:
+        """The pooled vector of ``ids`` (1-D, int64), not normalized, computed ``step`` tokens at a time (None: all at
+        once): a generator that yields between two steps (a caller runs other work there) and returns the vector. With
+        a cache, it starts from the longest cached prefix (an input equal to a cached one: no step at all) and keeps
+        the state it ends with."""
+        found = self.cache.lookup(ids) if self.cache else None
+        if found is not None and found.vector is not None:
+            return found.vector
+        matched = found.matched if found else 0
+        state = found.state if found and found.state is not None else self.new()
+        step = step or ids.numel()
+        for i, a in enumerate(range(state.length, ids.numel(), step)):
+            if i:
+                yield
+            with self.running():
+                state.feed(ids[a:a + step])
+        with self.running():
+            vector = state.pooled(normalize=False).numpy()
+        if self.cache:
+            self.cache.store(ids, state, vector, ids.numel() - matched)
+        return vector
