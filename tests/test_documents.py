@@ -167,6 +167,8 @@ def test_late_chunks_equal_a_fresh_forwards_with_the_same_character_spans(encode
     assert close(vectors, want)
     with pytest.raises(ValueError, match="no chunks"):
         encoder.document("a").chunks()
+    assert document.vector().shape == (encoder.config.hidden_size,)  # a chunked document still pools whole
+    assert close(document.vector(), encoder.encode(text))
 
 
 def test_an_onnx_model_and_a_model_without_the_property_are_refused(tmp_path):

@@ -91,7 +91,7 @@ class TextDocument:
     def vector(self) -> torch.Tensor:
         """(d,) float32: the document's embedding, as ``encoder.encode(text)`` gives it (the masked mean of the
         last hidden state, L2-normalized when the config says ``normalize_embeddings``)."""
-        return self.states.vectors(self.state)
+        return self.states.pooled(self.state)
 
     def chunks(self) -> tuple[torch.Tensor, list[tuple[int, int]]]:
         """The late chunks: ``(C, d)`` float32 vectors and each chunk's character span ``(start, end)``, end
@@ -99,7 +99,7 @@ class TextDocument:
         :func:`avey_b.inference.chunks.chunk_ranges` cuts them and ``avey-b embed --chunking late`` pools them."""
         if self.state.chunk is None:
             raise ValueError("this document has no chunks: make it with encoder.document(chunk_tokens=...)")
-        vectors = self.states.vectors(self.state)
+        vectors = self.states.chunks(self.state)
         spans = [(int(self._offsets[a, 0]), int(self._offsets[b - 1, 1])) for a, b in self.state.chunk_spans()]
         return vectors, spans
 

@@ -40,7 +40,7 @@ from avey_b.inference.runtimes import HEADS, EagerRuntime, OnnxRuntime
 from avey_b.inference.states import States
 from avey_b.model import auto, multivector
 from avey_b.model.configuration import is_avey_b
-from avey_b.model.heads import sentence_embedding
+from avey_b.model.heads import chunk_embeddings, sentence_embedding
 from avey_b.model.multivector import query_scores
 from avey_b.model.sparse import sparse_rows, splade_max
 from avey_b.utils.batching import pad_right, token_budget_batches
@@ -206,10 +206,10 @@ class Encoder:
         for i, row in enumerate(ids):
             if not row:
                 raise ValueError(f"input {i} holds no token ids")
-            for token in row:
-                if not 0 <= token < vocab:
-                    raise ValueError(f"input {i}: token id {token} is outside this model's vocabulary of {vocab:,} "
-                                     f"ids (0 to {vocab - 1:,})")
+            if min(row) < 0 or max(row) >= vocab:  # builtins: fast on long rows
+                token = next(t for t in row if not 0 <= t < vocab)
+                raise ValueError(f"input {i}: token id {token} is outside this model's vocabulary of {vocab:,} "
+                                 f"ids (0 to {vocab - 1:,})")
 
     def pad(self, ids: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
         """A right-padded batch of token-id rows and its attention mask (CPU)."""
@@ -239,23 +239,50 @@ class Encoder:
         hidden = self.hidden_states(batch, mask)
         return sentence_embedding(hidden.float(), mask, normalize)
 
-    def encode(self, texts: str | Sequence[str], *, batch_tokens: int = MAX_BATCH_TOKENS,
-               normalize: bool | None = None) -> torch.Tensor:
-        """The embeddings of ``texts`` in one call, as ``SentenceTransformer.encode`` gives them: an ``(n, d)``
-        float32 CPU tensor, row ``i`` the vector of ``texts[i]`` (a single string: a ``(d,)`` vector). The vectors
-        are :meth:`embed`'s (``normalize`` as there); the texts are tokenized whole (never cut), sorted by length and
-        run in batches of at most ``batch_tokens`` padded tokens (:func:`avey_b.utils.batching.token_budget_batches`;
-        a longer text runs alone). The batching changes no vector beyond float rounding: a padded row equals the
-        row run alone."""
-        single = isinstance(texts, str)
-        texts = [texts] if single else list(texts)
-        out = torch.empty(len(texts), self.config.hidden_size)
-        if texts:
-            ids = self.tokenize(texts)["input_ids"]
-            for rows in token_budget_batches(range(len(ids)), batch_tokens, lambda i: len(ids[i])):
-                batch, mask = self.pad([ids[i] for i in rows])
-                out[rows] = self.embed(batch, mask, normalize).cpu()
-        return out[0] if single else out
+    def encode(self, inputs: str | Sequence[str] | Sequence[Sequence[int]], *, outputs: str | Sequence[str] = "dense",
+               chunks: Sequence[Sequence[tuple[int, int]]] | None = None, batch_tokens: int = MAX_BATCH_TOKENS,
+               normalize: bool | None = None):
+        """What the encoder gives for ``inputs`` in one call, in input order, on the CPU: texts (tokenized whole,
+        never cut) or token-id rows (special tokens included, checked against the vocabulary: :meth:`check_ids`).
+
+        ``outputs``: one of :data:`OUTPUTS <avey_b.inference.options.OUTPUTS>`, or several from one forward per
+        batch (then a dict by name). ``dense``: an ``(n, d)`` float32 tensor, row ``i`` the vector of input ``i``, as
+        ``SentenceTransformer.encode`` gives them (:meth:`embed`'s, ``normalize`` as there); with ``chunks`` (per
+        input its late chunks as token ranges over its tokens, :func:`avey_b.inference.chunks.chunk_ranges`) a list
+        of ``(C_i, d)`` tensors, each chunk pooled from the one forward over its whole input. ``sparse``: a list of
+        ``(indices, values)`` (:meth:`sparse`). ``multivector``: a list of ``(n_i, D)`` token vectors
+        (:meth:`token_vectors`). A single string in: each output's value for it alone (a ``(d,)`` vector, ...).
+
+        The inputs are sorted by length and run in batches of at most ``batch_tokens`` padded tokens
+        (:func:`avey_b.utils.batching.token_budget_batches`; a longer input runs alone). The batching changes no
+        vector beyond float rounding: a padded row equals the row run alone."""
+        single = isinstance(inputs, str)
+        items = [inputs] if single else list(inputs)
+        names = (outputs,) if isinstance(outputs, str) else tuple(outputs)
+        if chunks is not None and len(chunks) != len(items):
+            raise ValueError(f"chunks has {len(chunks)} entries for {len(items)} inputs: one list of token ranges "
+                             "per input")
+        if all(isinstance(x, str) for x in items):
+            ids = self.tokenize(items)["input_ids"] if items else []
+        elif not any(isinstance(x, str) for x in items):
+            ids = [list(x) for x in items]
+            self.check_ids(ids)
+        else:
+            raise ValueError("inputs are texts or token-id rows, not both")
+        found: dict[str, list] = {o: [None] * len(ids) for o in names}
+        for rows in token_budget_batches(range(len(ids)), batch_tokens, lambda i: len(ids[i])):
+            batch, mask = self.pad([ids[i] for i in rows])
+            got = self.vectors(batch, mask, names, chunks=None if chunks is None else [chunks[i] for i in rows],
+                               normalize=normalize)
+            for o, values in got.items():
+                for i, value in zip(rows, values, strict=True):
+                    found[o][i] = value
+        if "dense" in found and chunks is None:
+            d = self.config.hidden_size
+            found["dense"] = torch.stack(found["dense"]) if ids else torch.empty(0, d)
+        if single:
+            found = {o: values[0] for o, values in found.items()}
+        return found[outputs] if isinstance(outputs, str) else found
 
     def document(self, text: str = "", *, chunk_tokens: int | None = None, chunk_overlap: int = 0) -> TextDocument:
         """A document that grows and changes (:class:`avey_b.inference.documents.TextDocument`): ``append(text)``
@@ -285,27 +312,40 @@ class Encoder:
         return self.vectors(batch, mask, ("sparse",))["sparse"]
 
     @torch.no_grad()
-    def vectors(self, batch: torch.Tensor, mask: torch.Tensor, outputs: Sequence[str] = ("dense",)) -> dict[str, list]:
-        """Any subset of :data:`OUTPUTS` for a padded batch from one backbone forward, each head run on the one last
-        hidden state; per output a list with one entry per row, on the CPU: ``dense`` the ``(d,)`` float32 vector
-        (:meth:`embed`'s, normalized as the config says), ``sparse`` the ``(indices, values)`` of :meth:`sparse`,
-        ``multivector`` the ``(n_i, D)`` float32 token vectors of the row's real tokens (:meth:`token_vectors`'). An
-        output the checkpoint lacks is refused as its own method refuses it; sparse and multi-vector outputs need
-        the eager runtime."""
+    def vectors(self, batch: torch.Tensor, mask: torch.Tensor, outputs: Sequence[str] = ("dense",), *,
+                chunks: Sequence[Sequence[tuple[int, int]]] | None = None, normalize: bool | None = None
+                ) -> dict[str, list]:
+        """Any subset of :data:`OUTPUTS <avey_b.inference.options.OUTPUTS>` for a padded batch from one forward; per
+        output a list with one entry per row, on the CPU: ``dense`` the ``(d,)`` float32 vector (:meth:`embed`'s,
+        ``normalize`` as there), or with ``chunks`` (per row its late chunks as token ranges over its real tokens)
+        the ``(C, d)`` chunk vectors (:func:`avey_b.model.heads.chunk_embeddings`); ``sparse`` the ``(indices,
+        values)`` of :meth:`sparse`; ``multivector`` the ``(n_i, D)`` float32 token vectors of the row's real tokens
+        (:meth:`token_vectors`'). One output alone comes from the runtime's own output for it (an ONNX graph's
+        ``sentence_embedding``, the multi-vector head's ``embeddings``); several, from the one last hidden state, each
+        head run on it (the eager runtime). An output the checkpoint lacks is refused as its own method refuses it."""
         if unknown := [o for o in outputs if o not in OUTPUTS]:
             raise ValueError(f"unknown outputs {unknown}: the outputs are {', '.join(OUTPUTS)}")
+        if chunks is not None and "dense" not in outputs:
+            raise ValueError("chunks pool dense vectors: ask for the dense output with them")
         if "sparse" in outputs:
             self.require_sparse()
         if "multivector" in outputs:
             self.require_multivector()
+        normalize = self.normalize if normalize is None else normalize
+        if tuple(outputs) == ("dense",) and chunks is None:
+            return {"dense": list(self.embed(batch, mask, normalize).cpu())}
+        if tuple(outputs) == ("multivector",):
+            tokens = self.token_vectors(batch, mask).cpu()
+            return {"multivector": [tokens[i, row.bool()] for i, row in enumerate(mask.cpu())]}
         if self.onnx_file and "multivector" in outputs:
             raise ValueError(f"token vectors with other outputs from one forward need the eager runtime; this encoder "
-                             f"runs the ONNX model {self.onnx_file}: call token_vectors and embed apart")
+                             f"runs the ONNX model {self.onnx_file}: ask for them apart")
         hidden = self.hidden_states(batch, mask)
         mask = mask.to(hidden.device)
         out: dict[str, list] = {}
         if "dense" in outputs:
-            out["dense"] = list(sentence_embedding(hidden.float(), mask, self.normalize).cpu())
+            out["dense"] = ([c.cpu() for c in chunk_embeddings(hidden, mask, chunks, normalize)] if chunks is not None
+                            else list(sentence_embedding(hidden.float(), mask, normalize).cpu()))
         with autocast(self.device, self.bf16):
             if "sparse" in outputs:
                 out["sparse"] = sparse_rows(splade_max(hidden, mask, self.model.decoder))
@@ -343,17 +383,9 @@ class Encoder:
     def multivectors(self, texts: str | Sequence[str], *, batch_tokens: int = MAX_BATCH_TOKENS) -> list[torch.Tensor]:
         """The token vectors of each text, as sentence-transformers' ``MultiVectorEncoder.encode`` gives them: one
         ``(n_i, D)`` float32 CPU tensor per text (a single string: a list of one), a row per real token, the
-        tokenizer's special tokens included; queries and documents alike. Batched as :meth:`encode` batches."""
-        texts = [texts] if isinstance(texts, str) else list(texts)
-        out: list[torch.Tensor] = [torch.empty(0)] * len(texts)
-        if texts:
-            ids = self.tokenize(texts)["input_ids"]
-            for rows in token_budget_batches(range(len(ids)), batch_tokens, lambda i: len(ids[i])):
-                batch, mask = self.pad([ids[i] for i in rows])
-                vectors = self.token_vectors(batch, mask).cpu()
-                for row, i in enumerate(rows):
-                    out[i] = vectors[row, mask[row].bool()]
-        return out
+        tokenizer's special tokens included; queries and documents alike: :meth:`encode`'s ``multivector``."""
+        return self.encode([texts] if isinstance(texts, str) else texts, outputs="multivector",
+                           batch_tokens=batch_tokens)
 
     def maxsim(self, query: str, documents: Sequence[str], *, batch_tokens: int = MAX_BATCH_TOKENS) -> torch.Tensor:
         """(len(documents),) float32 MaxSim scores of ``query`` against each document, in the documents' order:

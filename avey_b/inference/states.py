@@ -76,13 +76,16 @@ class States:
         with self.running():
             return state.update(ids)
 
-    def vectors(self, state: DocumentState) -> torch.Tensor:
-        """The document's vectors, on the CPU: its late chunks' ``(C, d)`` where these states have chunks, else its
-        pooled ``(d,)``; normalized as the checkpoint says."""
-        normalize = self.encoder.normalize
+    def pooled(self, state: DocumentState) -> torch.Tensor:
+        """(d,) float32 on the CPU: the document's vector, as a fresh forward pools it, normalized as the checkpoint
+        says."""
         with self.running():
-            out = state.chunk_vectors(normalize) if state.chunk is not None else state.pooled(normalize)
-        return out.cpu()
+            return state.pooled(self.encoder.normalize).cpu()
+
+    def chunks(self, state: DocumentState) -> torch.Tensor:
+        """(C, d) float32 on the CPU: the document's late chunks' vectors, normalized as the checkpoint says."""
+        with self.running():
+            return state.chunk_vectors(self.encoder.normalize).cpu()
 
     # ------------------------------------------------------------------ a block at a time, through the cache
     def pooled_steps(self, ids: torch.Tensor, step: int | None = None) -> Generator[None, None, np.ndarray]:

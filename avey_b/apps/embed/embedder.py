@@ -5,12 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import torch
-
 from avey_b.inference.encoder import Encoder
 from avey_b.inference.options import LoadOptions
-from avey_b.model.heads import chunk_embeddings
-from avey_b.utils.batching import token_budget_batches
 
 
 def local_model_dir(model: str) -> Path:
@@ -29,24 +25,13 @@ def encoder_for(model_dir: str | Path, *, device: str, precision: str, threads: 
     return Encoder(model_dir, LoadOptions(device=device, precision=precision, threads=threads))
 
 
-@torch.no_grad()
 def embed_ids(encoder: Encoder, ids: list[list[int]], chunks: list[list[tuple[int, int]]] | None,
               max_batch_tokens: int, outputs: tuple[str, ...] = ("dense",)) -> dict[str, list]:
     """Each of ``outputs`` for each document, in the order of ``ids``, from one forward per batch
-    (:meth:`Encoder.vectors`), as numpy arrays on the CPU: ``dense`` float32 ``(d,)``, or ``(n_chunks, d)`` with
-    ``chunks`` (token ranges per document, late chunking: one forward over the whole document; dense only);
-    ``sparse`` ``(indices, values)``; ``multivector`` ``(n, D)`` token vectors."""
+    (:meth:`Encoder.encode`), as numpy arrays on the CPU: ``dense`` float32 ``(d,)``, or ``(n_chunks, d)`` with
+    ``chunks`` (token ranges per document, late chunking: one forward over the whole document); ``sparse``
+    ``(indices, values)``; ``multivector`` ``(n, D)`` token vectors."""
     encoder.load()
-    out: dict[str, list] = {o: [None] * len(ids) for o in outputs}
-    for batch in token_budget_batches(range(len(ids)), max_batch_tokens, lambda i: len(ids[i])):
-        tokens, mask = encoder.pad([ids[i] for i in batch])
-        if chunks is None:
-            found = encoder.vectors(tokens, mask, outputs)
-        else:
-            hidden = encoder.hidden_states(tokens, mask)
-            found = {"dense": list(chunk_embeddings(hidden, mask.to(hidden.device), [chunks[i] for i in batch],
-                                                    encoder.normalize))}
-        for o, values in found.items():
-            for i, v in zip(batch, values, strict=True):
-                out[o][i] = tuple(x.numpy() for x in v) if o == "sparse" else v.float().cpu().numpy()
-    return out
+    found = encoder.encode(ids, outputs=tuple(outputs), chunks=chunks, batch_tokens=max_batch_tokens)
+    return {o: [tuple(x.numpy() for x in v) if o == "sparse" else v.numpy() for v in values]
+            for o, values in found.items()}

@@ -109,7 +109,8 @@ class Pieces:
             state = states.update(states.restore(saved), ids)
         if self.late and state.chunk_spans() != [tuple(r[:2]) for r in ranges]:
             return None
-        return states.vectors(state).numpy(), state, min(len(ids), state.computed * state.S)
+        vectors = states.chunks(state) if self.late else states.pooled(state)
+        return vectors.numpy(), state, min(len(ids), state.computed * state.S)
 
 
 # ------------------------------------------------------------------------------------------------ saved records

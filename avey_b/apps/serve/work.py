@@ -8,10 +8,11 @@ import torch
 
 from avey_b.apps.serve.batcher import Job
 from avey_b.inference.encoder import Encoder
-from avey_b.model.heads import chunk_embeddings
 
 #: the most tokens a fill-mask answer lists per [MASK] (the request's top_k is at most this)
 FILL_TOP = 50
+#: the kinds of job that are one of the encoder's outputs (:meth:`Encoder.vectors`): kind -> output
+VECTORS = {"embed": "dense", "chunks": "dense", "sparse": "sparse", "multivector": "multivector"}
 
 
 @torch.no_grad()
@@ -28,19 +29,12 @@ def answer_batch(encoder: Encoder, kind: str, jobs: list[Job]) -> list:
       forward, the max over its tokens taken chunk by chunk through the masked-LM head)."""
     ids = [j.ids for j in jobs]
     batch, mask = encoder.pad(ids)
-    if kind == "embed":
-        return list(encoder.embed(batch, mask, normalize=False).cpu().numpy())
-    if kind == "sparse":
-        return [(i.numpy(), v.numpy()) for i, v in encoder.sparse(batch, mask)]
-    if kind == "multivector":
-        vectors = encoder.token_vectors(batch, mask).cpu().numpy()
-        return [vectors[i, :len(row)] for i, row in enumerate(ids)]
-    if kind in ("tokens", "chunks"):
-        hidden = encoder.hidden_states(batch, mask).float()
-        if kind == "chunks":
-            return [c.cpu().numpy() for c in chunk_embeddings(hidden, mask.to(hidden.device),
-                                                              [j.extra for j in jobs], normalize=False)]
-        hidden = hidden.cpu().numpy()
+    if kind in VECTORS:  # Encoder.vectors: the route normalizes after cutting (Matryoshka)
+        found = encoder.vectors(batch, mask, (VECTORS[kind],), normalize=False,
+                                chunks=[j.extra for j in jobs] if kind == "chunks" else None)[VECTORS[kind]]
+        return [tuple(x.numpy() for x in v) if kind == "sparse" else v.numpy() for v in found]
+    if kind == "tokens":
+        hidden = encoder.hidden_states(batch, mask).float().cpu().numpy()
         return [hidden[i, :len(row)] for i, row in enumerate(ids)]
     logits = encoder.logits(batch, mask)
     if kind == "logits":
