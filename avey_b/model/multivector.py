@@ -88,7 +88,7 @@ class AveyBForMultiVector(AveyBPreTrainedModel):
     With ``labels`` (B,), ``loss`` is :func:`late_interaction_loss`, the in-batch contrastive loss of
     :class:`avey_b.AveyBForSentenceEmbedding` with MaxSim in place of scaled cosine: inputs sharing a label are
     pulled together, the others pushed apart. It is ColBERT's training objective, a softmax cross-entropy over
-    MaxSim scores (Khattab & Zaharia, 2020, §3.3), with the batch's other inputs as negatives, as in the
+    MaxSim scores (Khattab & Zaharia, 2020, "ColBERT"), with the batch's other inputs as negatives, as in the
     late-interaction MultipleNegativesRankingLoss of sentence-transformers at its default temperature of 1 (MaxSim
     is a sum over query tokens, not a cosine, so it is not scaled up). A head with trained weights is not a base
     model, and transformers' common tests train every class outside its base-model mapping: with the loss, this
