@@ -47,6 +47,29 @@ def test_the_head_gives_unit_vectors_of_the_configured_size_and_zero_at_padding(
     torch.testing.assert_close(out[1, :6], alone[0], rtol=0, atol=1e-5)
 
 
+def test_with_labels_the_head_gives_the_in_batch_contrastive_maxsim_loss():
+    model = seeded(AveyBForMultiVector, presets.tiny(multivector_dim=8))
+    ids = torch.randint(5, 90, (4, 9))
+    mask = torch.ones_like(ids)
+    mask[2, 5:] = 0
+    labels = torch.tensor([0, 0, 1, 2])  # a pair; 2 and 3 are only negatives
+    assert model(input_ids=ids, attention_mask=mask).loss is None
+    out = model(input_ids=ids, attention_mask=mask, labels=labels)
+    vectors = [v[m.bool()] for v, m in zip(out.embeddings, mask, strict=True)]
+    maxsim_of = lambda i, j: (vectors[i] @ vectors[j].T).amax(1).sum()  # query i, document j
+    expected = torch.stack([-(maxsim_of(i, j) - torch.logsumexp(torch.stack([maxsim_of(i, k) for k in range(4)
+                                                                             if k != i]), 0))
+                            for i, j in ((0, 1), (1, 0))]).mean()
+    torch.testing.assert_close(out.loss, expected, rtol=0, atol=1e-5)
+    out.loss.backward()
+    assert model.projection.weight.grad.abs().sum() > 0
+    as_tuple = model(input_ids=ids, attention_mask=mask, labels=labels, return_dict=False)
+    torch.testing.assert_close(as_tuple[0], out.loss)
+    torch.testing.assert_close(as_tuple[1], out.embeddings)
+    with pytest.raises(ValueError, match=r"labels must have shape \(batch,\) = \(4,\), got \(2,\)"):
+        model(input_ids=ids, attention_mask=mask, labels=labels[:2])
+
+
 def test_maxsim_scores_texts_of_different_lengths_as_a_loop_does():
     g = torch.Generator().manual_seed(0)
     unit = lambda *s: torch.nn.functional.normalize(torch.randn(*s, generator=g), dim=-1)
@@ -93,6 +116,23 @@ def test_the_saved_directory_loads_in_sentence_transformers_multi_vector_encoder
     scores = model.similarity(model.encode_query(TEXTS[:1]), model.encode_document(TEXTS))[0]
     torch.testing.assert_close(scores.cpu().float(), enc.maxsim(TEXTS[0], TEXTS),
                                rtol=0, atol=1e-4)
+
+
+def test_multi_vector_encoder_save_round_trips_with_the_same_token_vectors(multivector_dir, tmp_path):
+    st = pytest.importorskip("sentence_transformers")
+    model = st.MultiVectorEncoder(str(multivector_dir), device="cpu")
+    model.save(str(tmp_path))  # its backbone's save_pretrained runs inside: it must not write its own files
+    info = json.loads((tmp_path / "config_sentence_transformers.json").read_text())
+    assert info["model_type"] == "MultiVectorEncoder" and info["similarity_fn_name"] == "maxsim"
+    assert [m["path"] for m in json.loads((tmp_path / "modules.json").read_text())] == [
+        "", "1_Dense", "2_MultiVectorMask", "3_Normalize"]
+    assert not (tmp_path / "1_Pooling").exists() and not (tmp_path / "2_Normalize").exists()
+    again = st.MultiVectorEncoder(str(tmp_path), device="cpu")
+    assert type(again[0].auto_model) is type(model[0].auto_model) and again.max_seq_length == model.max_seq_length
+    for encode, encode_again in ((model.encode_query, again.encode_query),
+                                 (model.encode_document, again.encode_document)):
+        for before, after in zip(encode(TEXTS), encode_again(TEXTS), strict=True):
+            assert torch.equal(before, after)
 
 
 def test_resaving_another_head_into_the_directory_removes_the_multi_vector_files(tmp_path):

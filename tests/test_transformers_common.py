@@ -80,7 +80,7 @@ class AveyBCommonTest(common.ModelTesterMixin, unittest.TestCase):
     all_model_classes = (
         avey_b.AveyBModel, avey_b.AveyBForMaskedLM, avey_b.AveyBForSequenceClassification,
         avey_b.AveyBForTokenClassification, avey_b.AveyBForQuestionAnswering, avey_b.AveyBForMultipleChoice,
-        avey_b.AveyBForSentenceEmbedding,
+        avey_b.AveyBForSentenceEmbedding, avey_b.AveyBForMultiVector,
     )
     test_resize_embeddings = True
     test_torch_exportable = False  # the mixin exports at one fixed shape; tests/test_export.py covers every length
@@ -91,6 +91,6 @@ class AveyBCommonTest(common.ModelTesterMixin, unittest.TestCase):
 
     def _prepare_for_class(self, inputs_dict, model_class, return_labels=False):
         inputs = super()._prepare_for_class(inputs_dict, model_class, return_labels=return_labels)
-        if return_labels and model_class is avey_b.AveyBForSentenceEmbedding:
+        if return_labels and model_class in (avey_b.AveyBForSentenceEmbedding, avey_b.AveyBForMultiVector):
             inputs["labels"] = torch.tensor([0, 0, 1])  # a positive pair and a lone input: the contrastive loss
         return inputs

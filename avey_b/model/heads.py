@@ -343,12 +343,19 @@ def in_batch_contrastive_loss(embeddings: torch.Tensor, labels: torch.Tensor, sc
     MultipleNegativesRankingLoss (queries against documents only; the retrieval tasks use that one,
     ``evaluation.tasks.ir.multiple_negatives_ranking_loss``), every other input of the batch is a candidate,
     anchors included, in both directions. Inputs without a positive in the batch add nothing."""
-    if labels.shape != embeddings.shape[:1]:
-        raise ValueError(f"labels must have shape (batch,) = {tuple(embeddings.shape[:1])}, got {tuple(labels.shape)}")
     e = F.normalize(embeddings.float(), dim=-1)
-    logits = scale * e @ e.T
-    self_mask = torch.eye(len(e), dtype=torch.bool, device=e.device)
-    logits = logits.masked_fill(self_mask, float("-inf"))
+    return contrastive_loss_of_scores(scale * e @ e.T, labels)
+
+
+def contrastive_loss_of_scores(scores: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """The loss of :func:`in_batch_contrastive_loss` over given (B, B) logits: ``scores[i, j]`` is how well input
+    ``j`` answers input ``i`` (the diagonal is ignored); every ``j != i`` sharing ``i``'s label is a positive of
+    ``i``, every other ``j`` a negative. Returns the mean over the inputs that have a positive (a zero that keeps
+    the graph when none has)."""
+    if labels.shape != scores.shape[:1]:
+        raise ValueError(f"labels must have shape (batch,) = {tuple(scores.shape[:1])}, got {tuple(labels.shape)}")
+    self_mask = torch.eye(len(scores), dtype=torch.bool, device=scores.device)
+    logits = scores.float().masked_fill(self_mask, float("-inf"))
     positive = (labels[:, None] == labels[None, :]) & ~self_mask
     has_positive = positive.any(1)
     log_prob = logits - torch.logsumexp(logits, dim=1, keepdim=True)

@@ -48,6 +48,10 @@ also a sentence-transformers model of the kind its head is for, tokenizer includ
   L2-normalized (``encode(..., normalize_embeddings=True)`` gives ``serve``'s vectors). To load a pretrained
   masked-LM as SPLADE, save it with ``model.config.embedding_kind = "sparse"``.
 * Neither cuts inputs: the saved ``max_seq_length`` is one billion tokens.
+* A sentence-transformers model saving itself (``MultiVectorEncoder.save``, ``SentenceTransformer.save``, their
+  trainers' checkpoints) writes its own files for the modules it holds: the backbone's ``save_pretrained`` that it
+  calls writes the weights and the code only (:func:`inside_sentence_transformers_save`), so the directory reloads
+  as the model that was saved.
 * The tokenizer: a model loaded from a local directory that holds one, saved where none is, takes a copy of it
   (``AveyBForSentenceEmbedding.from_pretrained(pretrained).save_pretrained(d)`` gives a directory that loads
   everywhere). A model built from a config has no tokenizer to copy: save yours beside it
@@ -59,6 +63,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -151,22 +156,45 @@ def save_pretrained(model, save: Callable, save_directory, *args, **kwargs) -> N
     Where the package is installed, its modules are written (:func:`avey_b.model.remote_code.write`); where this file
     runs as saved beside a model, without the package, transformers writes only the code files the loaded class
     needed (no heads after ``AutoModel``) while ``auto_map`` names every head: the other saved files are copied
-    along."""
+    along.
+
+    Called by a sentence-transformers model saving itself (:func:`inside_sentence_transformers_save`), it writes
+    the weights and the code only: that model writes its own directory files and tokenizer."""
+    whole_directory = kwargs.get("is_main_process", True) and not inside_sentence_transformers_save()
     try:
         from avey_b.model import remote_code
     except ImportError:  # this file as saved beside a model, run without the package
         save(save_directory, *args, **kwargs)
         _copy_saved_code(model.config, save_directory)
-        if kwargs.get("is_main_process", True):
+        if whole_directory:
             write_sentence_transformers_files(model, save_directory)
         return
     model.config.auto_map = remote_code.auto_map()
     save(save_directory, *args, **kwargs)
     if kwargs.get("is_main_process", True):
         remote_code.write(save_directory)
-        write_sentence_transformers_files(model, save_directory)
-        _copy_tokenizer(model.config, save_directory)
+        if whole_directory:
+            write_sentence_transformers_files(model, save_directory)
+            _copy_tokenizer(model.config, save_directory)
         honour_umask(*Path(save_directory).glob("*.safetensors"))
+
+
+def inside_sentence_transformers_save() -> bool:
+    """Whether this call runs inside a sentence-transformers ``save`` (its ``Transformer`` module saving the
+    backbone it wraps, as ``SentenceTransformer.save``, ``MultiVectorEncoder.save``, ``CrossEncoder.save`` and
+    their trainers' checkpoints do). Such a save writes the directory's sentence-transformers files itself, for the
+    modules it holds: ``config_sentence_transformers.json`` before the backbone's ``save_pretrained``,
+    ``modules.json``, ``sentence_bert_config.json``, the other modules' folders and the tokenizer after. The files
+    of :func:`sentence_transformers_files` describe the backbone's own class (a bare ``AveyBModel`` is a mean-pooling
+    ``SentenceTransformer``), so written there they would overwrite the model's type and leave modules it lacks."""
+    if "sentence_transformers" not in sys.modules:
+        return False
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "save" and frame.f_globals.get("__name__", "").startswith("sentence_transformers."):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _copy_saved_code(config, directory) -> None:

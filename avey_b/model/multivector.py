@@ -29,15 +29,17 @@ from torch import nn
 from transformers.modeling_outputs import ModelOutput
 
 from .configuration import AveyBConfig
-from .heads import _finish
+from .heads import _finish, contrastive_loss_of_scores
 from .modeling import AveyBModel, AveyBPreTrainedModel
 from .similarity import maxsim, unit_vectors
 
 
 @dataclass
 class MultiVectorOutput(ModelOutput):
-    """``embeddings``: (B, N, D) unit token vectors, zero at padding, then the backbone's outputs."""
+    """``loss`` (with ``labels``: :func:`late_interaction_loss`; first, as in every transformers output with a
+    loss), ``embeddings``: (B, N, D) unit token vectors, zero at padding, then the backbone's outputs."""
 
+    loss: torch.FloatTensor | None = None
     embeddings: torch.FloatTensor | None = None
     last_hidden_state: torch.FloatTensor | None = None
     hidden_states: tuple[torch.FloatTensor, ...] | None = None
@@ -56,6 +58,16 @@ def late_interaction_scores(q: torch.Tensor, q_keep: torch.Tensor, d: torch.Tens
     return maxsim(q[None], d[None], q_keep[None].bool(), d_keep[None].bool())[0]
 
 
+def late_interaction_loss(vectors: torch.Tensor, keep: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """In-batch contrastive loss over MaxSim: vectors (B, N, D) unit token vectors, keep (B, N) their real-token mask,
+    labels (B,). Every input is scored as a query against every other input as a document
+    (:func:`late_interaction_scores`); inputs sharing a label are its positives, the others its negatives, and the
+    loss is the cross-entropy of those scores, unscaled (temperature 1), averaged over the inputs that have a
+    positive (:func:`avey_b.model.heads.contrastive_loss_of_scores`). Give an (anchor, positive) pair one label;
+    an input whose label no other input shares (a hard negative) is only a negative."""
+    return contrastive_loss_of_scores(late_interaction_scores(vectors, keep, vectors, keep), labels)
+
+
 def query_scores(query: torch.Tensor, documents: list[torch.Tensor]) -> torch.Tensor:
     """MaxSim of one query's token vectors (n, D) against each document's (m_j, D), real tokens only -> (J,) float32
     scores in the documents' order (:func:`late_interaction_scores` over the documents padded with zero rows)."""
@@ -72,6 +84,15 @@ class AveyBForMultiVector(AveyBPreTrainedModel):
 
     Any Avey-B checkpoint loads into it (the projection starts fresh: train it with ``avey-b finetune --task
     multi-vector``, which trains it with sentence-transformers' late-interaction losses).
+
+    With ``labels`` (B,), ``loss`` is :func:`late_interaction_loss`, the in-batch contrastive loss of
+    :class:`avey_b.AveyBForSentenceEmbedding` with MaxSim in place of scaled cosine: inputs sharing a label are
+    pulled together, the others pushed apart. It is ColBERT's training objective, a softmax cross-entropy over
+    MaxSim scores (Khattab & Zaharia, 2020, "ColBERT"), with the batch's other inputs as negatives, as in the
+    late-interaction MultipleNegativesRankingLoss of sentence-transformers at its default temperature of 1 (MaxSim
+    is a sum over query tokens, not a cosine, so it is not scaled up). A head with trained weights is not a base
+    model, and transformers' common tests train every class outside its base-model mapping: with the loss, this
+    head trains under ``Trainer`` or a plain loop as every other Avey-B head does.
     """
 
     def __init__(self, config: AveyBConfig):
@@ -85,12 +106,18 @@ class AveyBForMultiVector(AveyBPreTrainedModel):
         input_ids: torch.LongTensor | None = None,
         attention_mask: torch.Tensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
         **kwargs,
     ) -> MultiVectorOutput | tuple:
         out = self.model(input_ids, attention_mask, inputs_embeds, output_hidden_states, return_dict=True)
         vectors = token_vectors(out.last_hidden_state, self.projection, attention_mask)
-        output = MultiVectorOutput(embeddings=vectors, last_hidden_state=out.last_hidden_state,
+        loss = None
+        if labels is not None:
+            keep = (torch.ones(vectors.shape[:2], dtype=torch.bool, device=vectors.device) if attention_mask is None
+                    else attention_mask.bool())
+            loss = late_interaction_loss(vectors, keep, labels)
+        output = MultiVectorOutput(loss=loss, embeddings=vectors, last_hidden_state=out.last_hidden_state,
                                    hidden_states=out.hidden_states)
         return _finish(output, return_dict, self.config)
