@@ -327,10 +327,8 @@ class Encoder:
             raise ValueError(f"unknown outputs {unknown}: the outputs are {', '.join(OUTPUTS)}")
         if chunks is not None and "dense" not in outputs:
             raise ValueError("chunks pool dense vectors: ask for the dense output with them")
-        if "sparse" in outputs:
-            self.require_sparse()
-        if "multivector" in outputs:
-            self.require_multivector()
+        for output in outputs:
+            self.require(output)
         normalize = self.normalize if normalize is None else normalize
         if tuple(outputs) == ("dense",) and chunks is None:
             return {"dense": list(self.embed(batch, mask, normalize).cpu())}
@@ -354,31 +352,34 @@ class Encoder:
                 out["multivector"] = [tokens[i, row.bool()] for i, row in enumerate(mask.cpu())]
         return out
 
-    def require_sparse(self) -> None:
-        """A ``ValueError`` unless this checkpoint gives sparse vectors: what is missing and how to get it."""
-        if "sparse" in self.kinds:
+    def require(self, output: str) -> None:
+        """A ``ValueError`` unless this checkpoint gives ``output`` (one of :data:`OUTPUTS
+        <avey_b.inference.options.OUTPUTS>`; ``dense`` wherever it embeds): what is missing and how to get it."""
+        if output not in OUTPUTS:
+            raise ValueError(f"unknown output {output!r}: the outputs are {', '.join(OUTPUTS)}")
+        if output in self.vector_outputs:
             return
-        if self.onnx_file:
+        if output == "sparse" and self.onnx_file:
             raise ValueError(f"sparse vectors run in the eager runtime only: load {self.name} without --onnx "
                              f"({self.onnx_file})")
-        raise ValueError(f"{self.name} is a {self.architecture}, which has no masked-LM head: sparse (SPLADE) "
-                         "vectors need one. Use a pretrained Avey-B checkpoint (an AveyBForMaskedLM: what `avey-b "
-                         "pretrain` saves, or the authors' release checkpoints) or train one with `avey-b finetune "
-                         "--task sparse-embedding`")
+        if output == "sparse":
+            raise ValueError(f"{self.name} is a {self.architecture}, which has no masked-LM head: sparse (SPLADE) "
+                             "vectors need one. Use a pretrained Avey-B checkpoint (an AveyBForMaskedLM: what `avey-b "
+                             "pretrain` saves, or the authors' release checkpoints) or train one with `avey-b "
+                             "finetune --task sparse-embedding`")
+        if output == "multivector":
+            raise ValueError(f"{self.name} is a {self.architecture}, without a multi-vector head (token vectors for "
+                             "late interaction): train one with `avey-b finetune --task multi-vector`")
+        raise ValueError(f"{self.onnx_file or self.name} gives no dense vectors (it answers {', '.join(self.kinds)}): "
+                         "export it with --head embedding or base")
 
     # ------------------------------------------------------------------ multi-vector (late interaction)
     def token_vectors(self, batch: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """(B, N, D) float32 token vectors of a padded batch, on ``device``: the multi-vector head's unit vectors
         (:mod:`avey_b.model.multivector`), zero at padding. A checkpoint without the head is refused, with how to
         train one."""
-        self.require_multivector()
+        self.require("multivector")
         return self._run("embeddings", batch.to(self.device), mask.to(self.device)).float()
-
-    def require_multivector(self) -> None:
-        """A ``ValueError`` unless this checkpoint has the multi-vector head: what is missing and how to train it."""
-        if "multivector" not in self.kinds:
-            raise ValueError(f"{self.name} is a {self.architecture}, without a multi-vector head (token vectors for "
-                             "late interaction): train one with `avey-b finetune --task multi-vector`")
 
     def multivectors(self, texts: str | Sequence[str], *, batch_tokens: int = MAX_BATCH_TOKENS) -> list[torch.Tensor]:
         """The token vectors of each text, as sentence-transformers' ``MultiVectorEncoder.encode`` gives them: one

@@ -69,7 +69,7 @@ def record_settings(encoder: Encoder, source: str, options: EmbedOptions, previo
     masked-LM head, and token vectors of one without a multi-vector head, are refused here, before anything is
     written."""
     if "sparse" in options.outputs:
-        encoder.require_sparse()
+        encoder.require("sparse")
     if "multivector" in options.outputs and "multivector" not in encoder.kinds:
         raise ValueError(f"--outputs multivector needs a multi-vector model (AveyBForMultiVector: token vectors for "
                          f"late interaction); {encoder.name} is a {encoder.architecture}: train one with "
