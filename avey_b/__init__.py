@@ -4,10 +4,11 @@ The front door: the model classes (``AveyBModel``, its heads, ``AveyBConfig``, `
 inference, ``Encoder`` and ``LoadOptions`` (:mod:`avey_b.inference`): ``Encoder(path).encode(texts)`` gives the
 embeddings of a list of texts in one call.
 
-Importing the package registers ``model_type="avey-b"`` with the transformers Auto classes
-(:mod:`avey_b.model.auto`). One process is the exception: the ``avey-b`` command line, which imports the model (and
-torch) only when a verb runs, so that ``avey-b --help`` answers at once; there the names below load on first use.
-``Encoder`` and ``LoadOptions`` always load on first use.
+Importing the package imports neither torch nor the model, in every program (the ``avey-b`` command line's
+``--help`` answers at once): the names below load on first use. It registers ``model_type="avey-b"`` with the
+transformers Auto classes (:mod:`avey_b.model.auto`) all the same: at once where transformers' Auto classes are
+loaded already, else the moment they load (``from transformers import AutoModel`` loads them), by a finder on
+``sys.meta_path`` that registers and leaves (:class:`_RegisterWithTransformers`).
 
 The package's folders: ``model/`` (the model, and only the model), ``utils/`` (files, records, progress, devices,
 batching, clusters, model specs, counting), ``configs/`` (configs as data and the shipped recipes), ``data/``,
@@ -15,7 +16,6 @@ batching, clusters, model specs, counting), ``configs/`` (configs as data and th
 ``apps/`` (serve, embed, export, quantize, convert, analyze, demo, ablation) and ``cli.py``, the one command line.
 """
 
-import os as _os
 import sys as _sys
 
 __version__ = "0.1.0"
@@ -27,8 +27,7 @@ __all__ += ("Encoder", "LoadOptions")  # noqa: F405  (avey_b.inference's, by __g
 
 
 def __getattr__(name: str):
-    """The public names, imported on first use: the inference names always, the model's where the package was
-    imported by the command line."""
+    """The public names, imported on first use (the model's import torch and transformers)."""
     if name == "Encoder":
         from .inference.encoder import Encoder
 
@@ -44,9 +43,70 @@ def __getattr__(name: str):
     return getattr(auto, name)
 
 
-def _imported_by_the_command_line() -> bool:
-    return bool(_sys.argv) and _os.path.basename(_sys.argv[0]) in ("avey-b", "avey-b.exe")
+def _initializing(name: str) -> bool:
+    module = _sys.modules.get(name)
+    return module is not None and bool(getattr(getattr(module, "__spec__", None), "_initializing", False))
 
 
-if not _imported_by_the_command_line():
-    from .model.auto import *  # noqa: E402, F403  (registers Avey-B with the Auto classes)
+class _ThenRegister:
+    """A module's own loader, then :meth:`_RegisterWithTransformers.register` once the module has run."""
+
+    def __init__(self, loader, finder: "_RegisterWithTransformers", name: str):
+        self.loader, self.finder, self.name = loader, finder, name
+
+    def create_module(self, spec):
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module):
+        self.loader.exec_module(module)
+        self.finder.register(done=self.name)
+
+    def __getattr__(self, attribute):  # get_source, get_resource_reader, is_package, ...: the module's own loader's
+        return getattr(self.loader, attribute)
+
+
+class _RegisterWithTransformers:
+    """A ``sys.meta_path`` finder that registers Avey-B with the transformers Auto classes (imports
+    :mod:`avey_b.model.auto`) as soon as that can run, then leaves ``sys.meta_path``: right after transformers'
+    module of the Auto classes (``transformers.models.auto``) has run, or, where a module of this package's model was
+    halfway through its own import then (its names are not all defined yet: the model's modules import transformers,
+    which imports its Auto classes), right after that module has run. It finds no module itself: it gives these
+    modules' own specs, their loaders wrapped by :class:`_ThenRegister`."""
+
+    AUTO = "transformers.models.auto"
+
+    def find_spec(self, fullname, path=None, target=None):
+        if "avey_b.model.auto" in _sys.modules:  # registered (or registering) by an import of its own
+            self.leave()
+            return None
+        if fullname != self.AUTO and not (fullname.startswith(f"{__name__}.model.") and fullname.count(".") == 2):
+            return None
+        for finder in _sys.meta_path:
+            if finder is not self and hasattr(finder, "find_spec"):
+                spec = finder.find_spec(fullname, path, target)
+                if spec is not None:
+                    if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+                        spec.loader = _ThenRegister(spec.loader, self, fullname)
+                    return spec
+        return None
+
+    def register(self, done: str) -> None:
+        """Register now unless transformers' Auto classes are not loaded or a model module is halfway through its
+        import (``done``, which has just run, is not)."""
+        if self.AUTO not in _sys.modules or "avey_b.model.auto" in _sys.modules:
+            return
+        prefix = f"{__name__}.model."
+        if any(_initializing(name) for name in list(_sys.modules) if name.startswith(prefix) and name != done):
+            return
+        self.leave()
+        from .model import auto  # noqa: F401  (registers Avey-B with the Auto classes)
+
+    def leave(self) -> None:
+        if self in _sys.meta_path:
+            _sys.meta_path.remove(self)
+
+
+if "transformers.models.auto" in _sys.modules:
+    from .model import auto as _auto  # noqa: E402, F401  (registers Avey-B with the Auto classes)
+elif not any(isinstance(f, _RegisterWithTransformers) for f in _sys.meta_path):
+    _sys.meta_path.insert(0, _RegisterWithTransformers())

@@ -215,7 +215,6 @@ def test_the_help_of_the_evaluation_verbs_imports_no_torch():
 
     script = (
         "import sys\n"
-        "sys.argv = ['avey-b']\n"  # the console script: the package does not import the model
         "from avey_b import cli\n"
         "for argv in (['pretrain'], ['finetune'], ['evaluate'], ['report'], ['niah', 'evaluate'], ['ablation']):\n"
         "    try:\n"

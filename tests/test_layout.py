@@ -293,7 +293,6 @@ def test_eta_is_the_measured_rate_over_the_remaining_steps_or_the_time_cap_when_
 
 HELP_WITHOUT_TORCH = r"""
 import sys
-sys.argv = ["avey-b"]  # as the console script starts: the package imports the model only when a verb runs
 from avey_b import cli
 import json
 try:
@@ -318,3 +317,35 @@ def test_help_imports_neither_torch_nor_the_model(argv):
                           text=True, timeout=120)
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result == {"code": 0, "heavy": []}, proc.stderr[-2000:]
+
+
+REGISTERED = r"""
+import sys
+{first}
+assert "torch" not in sys.modules or {torch_allowed}, "import avey_b imported torch"
+from transformers import AutoConfig, AutoModel
+config = AutoConfig.for_model("avey-b", vocab_size=50, hidden_size=16, num_hidden_layers=1, split_size=4,
+                              num_retrieved_splits=1)
+print(type(AutoModel.from_config(config)).__name__,
+      any(type(f).__name__ == "_RegisterWithTransformers" for f in sys.meta_path))
+"""
+
+
+@pytest.mark.parametrize("first,torch_allowed", [
+    ("import avey_b", False),  # the package alone: no torch; the Auto classes register when they load
+    ("import transformers\nimport avey_b", False),  # transformers' top level does not load the Auto classes
+    ("from transformers import AutoTokenizer\nimport avey_b", True),  # they are loaded: registered at once
+    ("from avey_b.model.streaming import DocumentState", True),  # a model module alone, halfway when they load
+    ("from avey_b import AveyBForMaskedLM", True),  # a public name: avey_b.model.auto
+    ("from avey_b import Encoder", True),
+], ids=["package", "transformers-first", "auto-classes-first", "a-model-module", "a-public-name", "encoder"])
+def test_importing_the_package_registers_avey_b_with_the_auto_classes_in_every_order(first, torch_allowed):
+    """Every program imports the package the same way (the command line too): no torch until a name needs it, and
+    ``model_type="avey-b"`` known to the Auto classes whatever was imported first; the registering finder leaves
+    ``sys.meta_path`` once it has registered."""
+    import subprocess
+
+    script = REGISTERED.format(first=first, torch_allowed=torch_allowed)
+    done = subprocess.run([sys.executable, "-W", "ignore", "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["AveyBModel", "False"]
