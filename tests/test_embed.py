@@ -524,3 +524,20 @@ def test_shards_are_cut_by_tokens_and_a_killed_job_resumes_them(tmp_path, model_
     args = embed_parser().parse_args(["m", "i", "o", "--keep-columns", "a,b", "c", "--shard-tokens", "5000"])
     assert (args.keep_columns, args.shard_tokens, args.shard_size) == (("a,b", "c"), 5000, None)
     assert EmbedOptions(keep_columns=args.keep_columns).keep_columns == ("a", "b", "c")  # a,b,c or a b c
+
+
+def test_the_recorded_settings_are_the_options_of_the_same_names_and_the_resolved_values():
+    """The manifest's settings take the options that change a vector or the layout from EmbedOptions by name (no
+    second list to drift): each recorded name is an option and a setting, and every other setting is a hash, the
+    input's name or a value resolved at the first run."""
+    import dataclasses
+
+    from avey_b.apps.embed.options import EmbedOptions
+    from avey_b.apps.embed.shards import RECORDED_OPTIONS, Settings
+
+    options = {f.name for f in dataclasses.fields(EmbedOptions)}
+    settings = {f.name for f in dataclasses.fields(Settings)}
+    assert set(RECORDED_OPTIONS) <= options & settings
+    resolved = {"model_sha256", "tokenizer_sha256", "input_sha256", "hf_dataset", "shard_size", "max_tokens",
+                "precision", "shard_tokens"}
+    assert settings == set(RECORDED_OPTIONS) | resolved

@@ -101,18 +101,19 @@ Python: ``embed_corpus(MODEL, INPUT, OUTPUT, EmbedOptions(chunking="late", chunk
 runs the same job (:class:`avey_b.apps.embed.options.EmbedOptions`: one field per flag) and returns the manifest.
 """
 
-# The modules, by concern: documents (documents in; late chunks' ranges: avey_b.inference.chunks), embedder (the model),
-# shards (Parquet shards, the manifest, resume and the rerun check), streamed (documents in pieces, saved states),
-# update (--update), ray (the Ray backend) and job (the job and the command's runner). This package imports them
+# The modules, by concern: inputs (documents in: the files, rows, ids and chunk spans), embedder (the compute: from a
+# shard's documents to its rows through the model; late chunks' ranges: avey_b.inference.chunks), shards (the storage:
+# Parquet shards, the manifest, resume and the rerun check), streamed (documents in pieces, saved states), update
+# (--update), ray (the Ray backend) and job (the job and the command's runner). This package imports them
 # when one of their names is first asked for, so that ``avey-b embed --help`` (which shows this docstring) imports
 # no torch.
 
 import importlib
 
 _EXPORTS = {
-    "Document": "documents", "read_documents": "documents", "count_documents": "documents",
+    "Document": "inputs", "read_documents": "inputs", "count_documents": "inputs",
     "encoder_for": "embedder", "embed_ids": "embedder", "local_model_dir": "embedder",
-    "MANIFEST": "shards", "SHARD": "shards", "Settings": "shards", "run_shard": "shards",
+    "MANIFEST": "shards", "SHARD": "shards", "Settings": "shards", "run_shard": "embedder",
     "EmbedOptions": "job", "embed_corpus": "job", "run": "job",
 }
 __all__ = list(_EXPORTS)

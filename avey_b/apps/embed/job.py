@@ -14,7 +14,8 @@ from pathlib import Path
 
 import torch
 
-from avey_b.apps.embed.documents import (
+from avey_b.apps.embed.embedder import encoder_for, local_model_dir, run_shard
+from avey_b.apps.embed.inputs import (
     Document,
     check_columns,
     count_documents,
@@ -22,11 +23,11 @@ from avey_b.apps.embed.documents import (
     input_files,
     read_documents,
 )
-from avey_b.apps.embed.embedder import encoder_for, local_model_dir
 from avey_b.apps.embed.options import DEFAULT_SHARD_TOKENS, EmbedOptions, embed_options
 from avey_b.apps.embed.ray import RayBackend, run_on_ray
 from avey_b.apps.embed.shards import (
     MANIFEST,
+    RECORDED_OPTIONS,
     SHARD,
     Settings,
     check_rerun,
@@ -37,7 +38,6 @@ from avey_b.apps.embed.shards import (
     manifest_of,
     parquet_types,
     previous_manifest,
-    run_shard,
     shard_schema,
     start_manifest,
 )
@@ -85,16 +85,14 @@ def record_settings(encoder: Encoder, source: str, options: EmbedOptions, previo
         shard_size = before.get("shard_size")
     if shard_tokens is None:
         shard_tokens = before.get("shard_tokens") if previous else DEFAULT_SHARD_TOKENS
+    given = {name: list(v) if isinstance(v := getattr(options, name), tuple) else v for name in RECORDED_OPTIONS}
     return Settings(
         model_sha256=file_hashes(encoder.path, MODEL_FILES),
         tokenizer_sha256=file_hashes(encoder.path, TOKENIZER_FILES),
         input_sha256=None if hf else content_hash(source),
         hf_dataset={"name": source[3:], "config": options.hf_config, "split": options.hf_split} if hf else None,
-        lines=options.lines, text_column=options.text_column, id_column=options.id_column,
-        chunking=options.chunking, chunk_tokens=options.chunk_tokens, chunk_spans_column=options.chunk_spans_column,
-        dtype=options.dtype, shard_size=shard_size, max_tokens=max_tokens,
-        precision="bf16" if encoder.bf16 else "fp32", shard_tokens=shard_tokens, chunk_overlap=options.chunk_overlap,
-        keep_columns=list(options.keep_columns), with_text=options.with_text, outputs=list(options.outputs))
+        shard_size=shard_size, max_tokens=max_tokens, precision="bf16" if encoder.bf16 else "fp32",
+        shard_tokens=shard_tokens, **given)
 
 
 def _check_new_ids(group: list[Document], seen: dict[str, str]) -> None:

@@ -11,10 +11,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from avey_b.apps.embed.documents import Document
-from avey_b.apps.embed.embedder import encoder_for
+from avey_b.apps.embed.embedder import encoder_for, run_shard
+from avey_b.apps.embed.inputs import Document
 from avey_b.apps.embed.options import LONG_DOCUMENT_TOKENS, EmbedOptions
-from avey_b.apps.embed.shards import Settings, run_shard
+from avey_b.apps.embed.shards import Settings
 from avey_b.utils.cluster import cluster_gpus, start_ray
 
 
@@ -48,7 +48,7 @@ class RayBackend:
 
 class RayShardWriter:
     """A Ray Data actor (``map_batches``, one shard a batch): loads the model once, then embeds and writes whole
-    shards with :func:`~avey_b.apps.embed.shards.run_shard`, as the local backend does, into OUTPUT (a filesystem
+    shards with :func:`~avey_b.apps.embed.embedder.run_shard`, as the local backend does, into OUTPUT (a filesystem
     every node sees)."""
 
     def __init__(self, model_dir: str, out: str, settings: Settings, max_batch_tokens: int, device: str,

@@ -1,6 +1,7 @@
-"""OUTPUT of ``avey-b embed``: the Parquet shards (each written atomically, with its metadata in the file), the
-manifest (``_manifest.json``), resuming a killed run, and the check that refuses to mix vectors of other settings.
-pyarrow (the ``embed`` extra) is imported where a shard is written or read.
+"""The storage of ``avey-b embed``, its OUTPUT: the Parquet shards (each written atomically, with its metadata in the
+file), the manifest (``_manifest.json``), resuming a killed run, and the check that refuses to mix vectors of other
+settings. The rows come from :mod:`avey_b.apps.embed.embedder`. pyarrow (the ``embed`` extra) is imported where a
+shard is written or read.
 """
 
 from __future__ import annotations
@@ -13,10 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from avey_b.apps.embed.documents import Document
-from avey_b.apps.embed.embedder import embed_ids
-from avey_b.apps.embed.options import LONG_DOCUMENT_TOKENS
-from avey_b.inference.chunks import chunk_ranges
+from avey_b.apps.embed.inputs import Document
 from avey_b.inference.encoder import Encoder
 from avey_b.utils.files import load_json
 from avey_b.utils.records import TMP_SUFFIX, utc_timestamp, write_bytes_atomic, write_json_atomic
@@ -85,6 +83,11 @@ class Settings:
                 if getattr(self, k) != getattr(now, k)]
 
 
+#: The settings recorded as the options give them (:class:`avey_b.apps.embed.options.EmbedOptions`' fields of these
+#: names, tuples as lists); the others are the files' hashes, the input's name and the values resolved at the first
+#: run (``shard_size``, ``max_tokens``, ``precision``, ``shard_tokens``).
+RECORDED_OPTIONS = ("lines", "text_column", "id_column", "chunking", "chunk_tokens", "chunk_spans_column", "dtype",
+                    "chunk_overlap", "keep_columns", "with_text", "outputs")
 #: The settings added after the first format, with the values that give what that format did.
 FIRST_FORMAT = {"shard_tokens": None, "chunk_overlap": 0, "keep_columns": [], "with_text": False,
                 "outputs": ["dense"]}
@@ -225,93 +228,6 @@ def token_vector_column(vectors: list[np.ndarray], dim: int, dtype: str):
     inner = pa.FixedSizeListArray.from_arrays(pa.array(flat.astype(dtype).reshape(-1)), dim)
     offsets = np.concatenate([[0], np.cumsum([len(v) for v in vectors])]).astype(np.int32)
     return pa.ListArray.from_arrays(pa.array(offsets), inner)
-
-
-def prepare_shard(encoder: Encoder, docs: list[Document], settings: Settings
-                  ) -> tuple[list[tuple[Document, list[int], list | None]], list[dict]]:
-    """One shard's documents as ``(document, token ids, chunk ranges or None)`` in input order, and its skipped
-    documents (longer than ``max_tokens``, or with no text token to chunk)."""
-    late = settings.chunking == "late"
-    enc = encoder.tokenize([d.text for d in docs], offsets=late)
-    work, skipped = [], []
-    for i, doc in enumerate(docs):
-        ids = enc["input_ids"][i]
-        if len(ids) > settings.max_tokens:
-            skipped.append({"id": doc.id, "n_tokens": len(ids),
-                            "reason": f"longer than max_tokens ({settings.max_tokens:,}); never cut"})
-            continue
-        ranges = None
-        if late:
-            try:
-                ranges = chunk_ranges(enc["offset_mapping"][i], enc["special_tokens_mask"][i],
-                                      chunk_tokens=settings.chunk_tokens, char_spans=doc.spans,
-                                      overlap=settings.chunk_overlap or 0)
-            except ValueError as error:
-                raise ValueError(f"{doc.where}: {error}") from None
-            if not ranges:
-                skipped.append({"id": doc.id, "n_tokens": len(ids), "reason": "no text tokens to chunk"})
-                continue
-        work.append((doc, ids, ranges))
-    return work, skipped
-
-
-def embed_whole(encoder: Encoder, work: list[tuple], late: bool, max_batch_tokens: int,
-                outputs: tuple[str, ...] = ("dense",)) -> dict[str, list]:
-    """``outputs`` of ``work`` (:func:`prepare_shard`'s items), each document encoded whole, in batches, one forward
-    for all of them (:func:`avey_b.apps.embed.embedder.embed_ids`)."""
-    chunks = [[r[:2] for r in ranges] for _, _, ranges in work] if late else None
-    return embed_ids(encoder, [ids for _, ids, _ in work], chunks, max_batch_tokens, outputs)
-
-
-def shard_rows(work: list[tuple], found: dict[str, list], late: bool) -> list[dict]:
-    """The shard's rows: one per document, or per late chunk, with each output ``found`` for it (``found[kind][i]``
-    of ``work[i]``): ``vector`` (``(d,)``, or ``(C, d)`` split into the chunks' rows), ``sparse``, ``multivector``."""
-    rows = []
-    for n, (doc, ids, ranges) in enumerate(work):
-        if not late:
-            rows.append({"id": doc.id, "n_tokens": len(ids), "text": doc.text, "doc": doc,
-                         **{"vector" if kind == "dense" else kind: values[n] for kind, values in found.items()}})
-            continue
-        for c, (t0, t1, c0, c1) in enumerate(ranges):
-            rows.append({"id": doc.id, "chunk": c, "char_start": c0, "char_end": c1, "n_tokens": t1 - t0,
-                         "text": doc.text[c0:c1], "doc": doc, "vector": found["dense"][n][c]})
-    return rows
-
-
-def _embed_shard(encoder: Encoder, docs: list[Document], settings: Settings, max_batch_tokens: int,
-                 long_tokens: int) -> tuple[list[dict], list[dict], int]:
-    """The rows of one shard in input order, its skipped documents, and the tokens it embedded: a document longer
-    than ``long_tokens`` in pieces where the model allows it (bounded memory; dense outputs alone), the others whole
-    in batches, every output from one forward."""
-    from avey_b.apps.embed.streamed import Pieces
-
-    late = settings.chunking == "late"
-    work, skipped = prepare_shard(encoder, docs, settings)
-    found: dict[str, list] = {o: [None] * len(work) for o in settings.outputs}
-    pieces = Pieces(encoder, settings, long_tokens)  # takes none with other outputs than dense (its why_not)
-    for i, (_, ids, ranges) in enumerate(work):
-        if pieces.takes(len(ids)) and (done := pieces.encode(ids, ranges)) is not None:
-            found["dense"][i] = done[0]
-    whole = [i for i in range(len(work)) if found[settings.outputs[0]][i] is None]
-    computed = embed_whole(encoder, [work[i] for i in whole], late, max_batch_tokens, settings.outputs)
-    for kind, values in computed.items():
-        for i, v in zip(whole, values, strict=True):
-            found[kind][i] = v
-    rows = shard_rows(work, found, late)
-    return rows, skipped, sum(len(ids) for _, ids, _ in work)
-
-
-def run_shard(encoder: Encoder, k: int, group: list[Document], out: Path, settings: Settings,
-              max_batch_tokens: int, kept_schema=None, long_tokens: int = LONG_DOCUMENT_TOKENS) -> dict:
-    """Embed shard ``k`` (documents ``group``), write it atomically, and return what its metadata records;
-    ``kept_schema``: the Arrow types of the kept columns (:func:`infer_types`), the same for every shard."""
-    rows, skipped, tokens = _embed_shard(encoder, group, settings, max_batch_tokens, long_tokens)
-    info = {"shard": k, "documents": len(group), "first_id": group[0].id, "last_id": group[-1].id,
-            "rows": len(rows), "tokens": tokens, "skipped": skipped}
-    dims = {"dense": encoder.config.hidden_size, "multivector": getattr(encoder.config, "multivector_dim", None)}
-    table = table_of(rows, settings, dims, info, kept_schema)
-    write_shard(out / SHARD.format(k), table)
-    return info
 
 
 def found_shard(path: Path, group: list[Document]) -> dict:

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from avey_b.apps.embed.documents import Document
+from avey_b.apps.embed.inputs import Document
 from avey_b.apps.embed.options import LONG_DOCUMENT_TOKENS
 from avey_b.inference.documents import special_ends
 from avey_b.inference.encoder import Encoder

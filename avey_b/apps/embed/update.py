@@ -26,8 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
-from avey_b.apps.embed import shards
-from avey_b.apps.embed.documents import Document
+from avey_b.apps.embed import embedder, shards
+from avey_b.apps.embed.inputs import Document
 from avey_b.apps.embed.streamed import (
     STATE_COLUMNS,
     STATE_DIR,
@@ -206,7 +206,7 @@ class Updater:
 
     def _compute(self, k: int, group: list[Document], kept_schema) -> dict:
         late = self.settings.chunking == "late"
-        work, skipped = shards.prepare_shard(self.encoder, group, self.settings)
+        work, skipped = embedder.prepare_shard(self.encoder, group, self.settings)
         vectors, states, computed = [None] * len(work), {}, 0
         actions = Counter(self.old.action(d) for d in group)
         for i, (doc, ids, ranges) in enumerate(work):
@@ -221,7 +221,7 @@ class Updater:
                 states[doc.id] = record(doc, state)
                 computed += n
         whole = [i for i, v in enumerate(vectors) if v is None]
-        found = shards.embed_whole(self.encoder, [work[i] for i in whole], late, self.max_batch_tokens)["dense"]
+        found = embedder.embed_whole(self.encoder, [work[i] for i in whole], late, self.max_batch_tokens)["dense"]
         for i, v in zip(whole, found, strict=True):  # dense only: --update refuses the other outputs
             vectors[i] = v
             computed += len(work[i][1])
@@ -230,7 +230,7 @@ class Updater:
         write_records(self.stage / STATE_DIR / shards.SHARD.format(k), rows, done)
         info = {"shard": k, "documents": len(group), "first_id": group[0].id, "last_id": group[-1].id,
                 "rows": 0, "tokens": sum(len(ids) for _, ids, _ in work), "skipped": skipped}
-        table_rows = shards.shard_rows(work, {"dense": vectors}, late)
+        table_rows = embedder.shard_rows(work, {"dense": vectors}, late)
         info["rows"] = len(table_rows)
         table = shards.table_of(table_rows, self.settings, {"dense": self.encoder.config.hidden_size}, info,
                                   kept_schema)
