@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from avey_b.apps.embed import shards
 from avey_b.apps.embed.inputs import Document
 from avey_b.apps.embed.options import LONG_DOCUMENT_TOKENS
-from avey_b.apps.embed.shards import SHARD, Settings, table_of, write_shard
+from avey_b.apps.embed.shards import Settings
 from avey_b.inference.chunks import chunk_ranges
 from avey_b.inference.encoder import Encoder
 from avey_b.inference.options import LoadOptions
@@ -127,6 +128,6 @@ def run_shard(encoder: Encoder, k: int, group: list[Document], out: Path, settin
     info = {"shard": k, "documents": len(group), "first_id": group[0].id, "last_id": group[-1].id,
             "rows": len(rows), "tokens": tokens, "skipped": skipped}
     dims = {"dense": encoder.config.hidden_size, "multivector": getattr(encoder.config, "multivector_dim", None)}
-    table = table_of(rows, settings, dims, info, kept_schema)
-    write_shard(out / SHARD.format(k), table)
+    table = shards.table_of(rows, settings, dims, info, kept_schema)
+    shards.write_shard(out / shards.SHARD.format(k), table)  # through the module: the tests interrupt it there
     return info
