@@ -43,23 +43,25 @@ def __getattr__(name: str):
     return getattr(auto, name)
 
 
-def _initializing(name: str) -> bool:
-    module = _sys.modules.get(name)
-    return module is not None and bool(getattr(getattr(module, "__spec__", None), "_initializing", False))
-
-
 class _ThenRegister:
-    """A module's own loader, then :meth:`_RegisterWithTransformers.register` once the module has run."""
+    """A module's own loader, counting the modules it is running (:attr:`_RegisterWithTransformers.running`): when
+    the outermost of them has run, :meth:`_RegisterWithTransformers.register`."""
 
-    def __init__(self, loader, finder: "_RegisterWithTransformers", name: str):
-        self.loader, self.finder, self.name = loader, finder, name
+    def __init__(self, loader, finder: "_RegisterWithTransformers"):
+        self.loader, self.finder = loader, finder
 
     def create_module(self, spec):
         return self.loader.create_module(spec)
 
     def exec_module(self, module):
-        self.loader.exec_module(module)
-        self.finder.register(done=self.name)
+        running = self.finder.running
+        running.depth = getattr(running, "depth", 0) + 1
+        try:
+            self.loader.exec_module(module)
+        finally:
+            running.depth -= 1
+        if not running.depth:
+            self.finder.register()
 
     def __getattr__(self, attribute):  # get_source, get_resource_reader, is_package, ...: the module's own loader's
         return getattr(self.loader, attribute)
@@ -67,39 +69,39 @@ class _ThenRegister:
 
 class _RegisterWithTransformers:
     """A ``sys.meta_path`` finder that registers Avey-B with the transformers Auto classes (imports
-    :mod:`avey_b.model.auto`) as soon as that can run, then leaves ``sys.meta_path``: right after transformers'
-    module of the Auto classes (``transformers.models.auto``) has run, or, where a module of this package's model was
-    halfway through its own import then (its names are not all defined yet: the model's modules import transformers,
-    which imports its Auto classes), right after that module has run. It finds no module itself: it gives these
-    modules' own specs, their loaders wrapped by :class:`_ThenRegister`."""
+    :mod:`avey_b.model.auto`) as soon as that can run, then leaves ``sys.meta_path``: once transformers' module of
+    the Auto classes (``transformers.models.auto``) is loaded and no module of transformers or of this package's model
+    is halfway through its import (their names are not all defined then: transformers' modules import one another,
+    and the model's import transformers). It finds no module itself: it gives those modules' own specs, their
+    loaders wrapped by :class:`_ThenRegister`, which count the ones running in each thread (``running``)."""
 
     AUTO = "transformers.models.auto"
+
+    def __init__(self):
+        import threading
+
+        self.running = threading.local()
 
     def find_spec(self, fullname, path=None, target=None):
         if "avey_b.model.auto" in _sys.modules:  # registered (or registering) by an import of its own
             self.leave()
             return None
-        if fullname != self.AUTO and not (fullname.startswith(f"{__name__}.model.") and fullname.count(".") == 2):
+        if fullname.split(".")[0] != "transformers" and not fullname.startswith(f"{__name__}.model."):
             return None
         for finder in _sys.meta_path:
             if finder is not self and hasattr(finder, "find_spec"):
                 spec = finder.find_spec(fullname, path, target)
                 if spec is not None:
                     if spec.loader is not None and hasattr(spec.loader, "exec_module"):
-                        spec.loader = _ThenRegister(spec.loader, self, fullname)
+                        spec.loader = _ThenRegister(spec.loader, self)
                     return spec
         return None
 
-    def register(self, done: str) -> None:
-        """Register now unless transformers' Auto classes are not loaded or a model module is halfway through its
-        import (``done``, which has just run, is not)."""
-        if self.AUTO not in _sys.modules or "avey_b.model.auto" in _sys.modules:
-            return
-        prefix = f"{__name__}.model."
-        if any(_initializing(name) for name in list(_sys.modules) if name.startswith(prefix) and name != done):
-            return
-        self.leave()
-        from .model import auto  # noqa: F401  (registers Avey-B with the Auto classes)
+    def register(self) -> None:
+        """Register now, where transformers' Auto classes are loaded (and not yet registered)."""
+        if self.AUTO in _sys.modules and "avey_b.model.auto" not in _sys.modules:
+            self.leave()
+            from .model import auto  # noqa: F401  (registers Avey-B with the Auto classes)
 
     def leave(self) -> None:
         if self in _sys.meta_path:

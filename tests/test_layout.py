@@ -338,7 +338,9 @@ print(type(AutoModel.from_config(config)).__name__,
     ("from avey_b.model.streaming import DocumentState", True),  # a model module alone, halfway when they load
     ("from avey_b import AveyBForMaskedLM", True),  # a public name: avey_b.model.auto
     ("from avey_b import Encoder", True),
-], ids=["package", "transformers-first", "auto-classes-first", "a-model-module", "a-public-name", "encoder"])
+    ("import avey_b\nfrom transformers import pipeline", True),  # the Auto classes load halfway through modeling_utils
+], ids=["package", "transformers-first", "auto-classes-first", "a-model-module", "a-public-name", "encoder",
+        "pipeline"])
 def test_importing_the_package_registers_avey_b_with_the_auto_classes_in_every_order(first, torch_allowed):
     """Every program imports the package the same way (the command line too): no torch until a name needs it, and
     ``model_type="avey-b"`` known to the Auto classes whatever was imported first; the registering finder leaves
@@ -349,3 +351,28 @@ def test_importing_the_package_registers_avey_b_with_the_auto_classes_in_every_o
     done = subprocess.run([sys.executable, "-W", "ignore", "-c", script], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["AveyBModel", "False"]
+
+
+def test_in_ci_a_test_skipped_for_a_missing_package_fails_and_other_skips_stay(tmp_path):
+    """``.ci/run`` sets ``CI``: a module or test skipped by ``pytest.importorskip`` for a package that is not
+    installed fails there (the package belongs in the dev extra), while a skip for another reason stays a skip."""
+    import os
+    import subprocess
+
+    (tmp_path / "test_module_skip.py").write_text("import pytest\npytest.importorskip('no_such_package_x')\n"
+                                                  "def test_a():\n    pass\n")
+    (tmp_path / "test_skips.py").write_text("import pytest\ndef test_b():\n"
+                                            "    pytest.importorskip('no_such_package_y')\n"
+                                            "def test_c():\n    pytest.skip('no GPU here')\n")
+    root = Path(__file__).resolve().parents[1]
+
+    def run(ci: bool, name: str) -> str:
+        env = {k: v for k, v in os.environ.items() if k != "CI"} | ({"CI": "true"} if ci else {})
+        return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "tests.conftest",
+                               "--rootdir", str(tmp_path), str(tmp_path / name)], cwd=root, env=env,
+                              capture_output=True, text=True, timeout=300).stdout
+
+    assert "1 failed, 1 skipped" in run(True, "test_skips.py")
+    assert "2 skipped" in run(False, "test_skips.py")
+    assert "put the package in the dev extra" in run(True, "test_module_skip.py")
+    assert "1 skipped" in run(False, "test_module_skip.py")
