@@ -224,3 +224,22 @@ def test_a_tokenizer_whose_offsets_leave_out_the_spaces_still_tokenizes_a_window
     document.replace(middle, middle + 3, " qq ")
     check(encoder, document)
     assert document.retokenized < 200  # the first window, not widened: 32 tokens on either side
+
+
+def test_a_long_text_is_tokenized_in_pieces_with_the_tokens_and_vector_of_the_whole(encoder, monkeypatch):
+    """A text longer than PIECE_CHARS (made, or appended) is read a piece at a time, so that no tokenization holds
+    the whole text's encoding; its tokens are the whole text's and its vector the whole forward's."""
+    from avey_b.inference import documents
+
+    monkeypatch.setattr(documents, "PIECE_CHARS", 97)  # pieces end inside words too
+    text = prose(33, 400)
+    assert len(text) > 10 * 97
+    seen = []
+    tokenize = documents.TextDocument._tokenize
+    monkeypatch.setattr(documents.TextDocument, "_tokenize",
+                        lambda self, t, a, b, special=True: (seen.append(b - a), tokenize(self, t, a, b, special))[1])
+    for document in (encoder.document(text), encoder.document(text[:50]).append(text[50:])):
+        assert document.text == text
+        assert document.tokens == encoder.tokenize([text])["input_ids"][0]
+        assert close(document.vector(), encoder.encode(text))
+    assert max(seen) < 4 * 97  # never the whole text at once: a piece and its windows

@@ -62,6 +62,18 @@ def test_below_baseline_names_both_scores_and_what_to_try(record, above):
     assert "--lr (this run: 5e-05)" in line and "--epochs (this run: 3)" in line and "more training data" in line
 
 
+@pytest.mark.parametrize("record", [{"metric": "ndcg@10", "score": 100.0, "baseline_score": 100.0},
+                                    {"metric": "accuracy", "score": 50.0, "baseline_score": 100.0},
+                                    {"metric": "mse", "score": 0.0, "baseline_score": 0.0}])
+def test_a_baseline_at_the_best_score_there_is_asks_for_harder_held_out_examples_not_a_higher_lr(record):
+    """The retrieval tutorial's first run: a baseline at the ceiling (ndcg@10 100.0 on 2 held-out rows) leaves no
+    room above it, so the warning says the held-out rows cannot tell, not that the run did not learn."""
+    line = below_baseline(record | {"lr": 5e-5, "epochs": 3.0, "baseline_name": "untrained", "n_validation": 2})
+    assert line.startswith(f"warning: the held-out {record['metric']} {record['score']} is ")
+    assert "the best there is: the 2 held-out examples cannot show whether this run learned" in line
+    assert "--validation-file" in line and "--lr" not in line
+
+
 def test_a_run_that_cannot_beat_its_baseline_says_so_and_shows_one_progress_bar(tmp_path, capfd):
     """Rigged: every held-out review is of the training rows' majority class, so the majority class scores 100% and
     no classifier can score above it. No --lr: the default for the tiny model's width."""
@@ -79,8 +91,8 @@ def test_a_run_that_cannot_beat_its_baseline_says_so_and_shows_one_progress_bar(
     assert record["baseline_score"] == 100.0 and record["above_baseline"] is False
     width = AutoConfig.from_pretrained(models["avey"]).hidden_size
     assert record["lr"] == default_lr(width) and record["lr_source"].startswith(f"default for width {width}")
-    assert (f"warning: the held-out accuracy {record['score']} is not above the baseline's 100.0 (majority class)"
-            in said.out)
+    assert (f"warning: the held-out accuracy {record['score']} is not above the baseline's 100.0 (majority class), "
+            "the best there is: the 4 held-out examples cannot show whether this run learned" in said.out)
     # one progress line (a log, not a terminal: the plain form, at its end) and none of the trainer's dictionaries
     assert "finetune text-classification: 3/3 steps (100%)" in said.err
     assert "{'loss'" not in said.out + said.err and "'train_runtime'" not in said.out + said.err

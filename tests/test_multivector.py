@@ -102,11 +102,14 @@ def test_a_model_without_the_head_is_refused_with_how_to_train_one(model_dir):
 
 
 def test_the_saved_directory_loads_in_sentence_transformers_multi_vector_encoder_with_the_same_vectors(
-        multivector_dir):
+        multivector_dir, capfd):
     st = pytest.importorskip("sentence_transformers")
     info = json.loads((multivector_dir / "config_sentence_transformers.json").read_text())
     assert info["model_type"] == "MultiVectorEncoder"
+    capfd.readouterr()
     model = st.MultiVectorEncoder(str(multivector_dir), device="cpu")
+    said = capfd.readouterr()
+    assert "LOAD REPORT" not in said.out + said.err  # the projection loads from 1_Dense/: nothing to report
     enc = encoder(multivector_dir)
     ours = enc.multivectors(TEXTS)
     for encode in (model.encode_query, model.encode_document):

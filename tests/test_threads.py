@@ -16,7 +16,14 @@ from avey_b.apps.embed.options import EmbedOptions
 from avey_b.inference.encoder import Encoder
 from avey_b.inference.options import LoadOptions
 from avey_b.utils import device, shared_cpu
-from avey_b.utils.shared_cpu import SharedCpuWatch, ThreadTuner, shared_cpu_message, thread_counts, thread_tuner
+from avey_b.utils.shared_cpu import (
+    WHY_FEWER,
+    SharedCpuWatch,
+    ThreadTuner,
+    shared_cpu_message,
+    thread_counts,
+    thread_tuner,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -115,7 +122,8 @@ def test_auto_drops_to_the_count_that_runs_fastest_and_says_so_once(quiet_load):
     cpu.run(tuner, 30)
     assert tuner.threads == cpu.threads == 1 and cpu.set[-1] == 1
     assert cpu.said == ["the CPU is shared (other processes keep 2.0 of the 2 CPUs busy now): 2 -> 1 thread(s), "
-                        "2.5x faster on the last steps"]
+                        f"2.5x faster on the last steps ({WHY_FEWER})"]
+    assert "each step waits for its slowest thread" in WHY_FEWER
     cpu = Machine(4, {4: 0.4, 2: 0.1, 1: 0.15})  # four: the middle count is the fastest
     tuner = cpu.tuner()
     cpu.run(tuner, 30)
@@ -138,14 +146,14 @@ def test_auto_acts_when_the_watch_fires_and_goes_back_up_when_the_load_goes(quie
     cpu.step_s = {2: 0.5, 1: 0.2}  # a neighbour starts: two threads now five times slower than before
     cpu.run(tuner, 60)
     assert tuner.threads == 1 and cpu.said == ["the CPU is shared (other processes keep 2.0 of the 2 CPUs busy "
-                                               "now): 2 -> 1 thread(s), 2.5x faster on the last steps"]
+                                               f"now): 2 -> 1 thread(s), 2.5x faster on the last steps ({WHY_FEWER})"]
     cpu.step_s = {2: 2.0, 1: 1.0}  # it gets worse: one thread is the least there is, and says nothing more
     cpu.run(tuner, 60)
     assert tuner.threads == 1 and len(cpu.said) == 1
     cpu.step_s = {2: 0.1, 1: 0.18}  # it ends: a later trial with the starting count goes back up
     cpu.run(tuner, 120)
     assert tuner.threads == 2 and cpu.said[-1].startswith("the CPU is less busy (")
-    assert "1 -> 2 thread(s)" in cpu.said[-1]
+    assert "1 -> 2 thread(s)" in cpu.said[-1] and cpu.said[-1].endswith("(more cores are free now)")
 
 
 def test_a_count_given_explicitly_never_changes_and_the_watch_only_says_it(quiet_load, monkeypatch, tmp_path):

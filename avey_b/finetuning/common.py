@@ -271,11 +271,16 @@ def below_baseline(record: dict[str, Any]) -> str | None:
     to try; None when it is better (or a score is missing)."""
     if above_baseline(record) is not False:
         return None
-    worse = "not below" if record.get("metric") in LOWER_IS_BETTER else "not above"
-    return (f"warning: the held-out {record['metric']} {record['score']} is {worse} the baseline's "
-            f"{record['baseline_score']} ({record.get('baseline_name', 'baseline')}): this run did not learn the "
-            f"task. Try a higher --lr (this run: {record['lr']:g}), more --epochs (this run: {record['epochs']:g}) "
-            "or more training data.")
+    lower = record.get("metric") in LOWER_IS_BETTER
+    worse = "not below" if lower else "not above"
+    line = (f"warning: the held-out {record['metric']} {record['score']} is {worse} the baseline's "
+            f"{record['baseline_score']} ({record.get('baseline_name', 'baseline')})")
+    if record["baseline_score"] == (0.0 if lower else 100.0):  # no score can beat it: the held-out rows are too easy
+        return (f"{line}, the best there is: the {record.get('n_validation', 'few')} held-out examples cannot show "
+                "whether this run learned the task. Hold out more, or harder, examples (--validation-file, "
+                "--validation-fraction).")
+    return (f"{line}: this run did not learn the task. Try a higher --lr (this run: {record['lr']:g}), more "
+            f"--epochs (this run: {record['epochs']:g}) or more training data.")
 
 
 def prepared(trainer, options: OwnDataOptions):

@@ -21,8 +21,26 @@ from avey_b.inference.states import States
 
 #: Tokens kept on each side of a change in the first window; each failed sync check widens it four times.
 MARGIN = 32
+#: Characters tokenized at once: a longer text (made or appended) is read in pieces of about this many, each an
+#: append (cut at a space where one is near), so that no tokenization holds the whole text's encoding (a fast
+#: tokenizer keeps about a hundred bytes a token while it works).
+PIECE_CHARS = 1 << 16
 #: Tokens at each end of a window that must equal the text's own tokens there (ids and character offsets).
 SYNC = 4
+
+
+def pieces(text: str, size: int | None = None):
+    """``text`` in consecutive pieces of at most ``size`` characters (None: :data:`PIECE_CHARS`), each but the last
+    cut at the last space of its second half where there is one (a piece that ends inside a word is fine too: the
+    windows re-tokenize it)."""
+    size = size or PIECE_CHARS
+    start = 0
+    while start < len(text):
+        end = min(len(text), start + size)
+        if end < len(text) and (space := text.rfind(" ", start + size // 2, end)) > start:
+            end = space
+        yield text[start:end]
+        start = end
 
 
 def special_ends(tokenizer) -> tuple[list[int], list[int]]:
@@ -54,9 +72,11 @@ class TextDocument:
         self._lead, self._trail = special_ends(tokenizer)
         self.text = ""
         self.retokenized = 0
-        ids, self._offsets = self._tokenize(text, 0, len(text))
-        self.text = text
+        first = next(pieces(text), "")
+        ids, self._offsets = self._tokenize(first, 0, len(first))
+        self.text = first
         self.state = states.new(ids)
+        self.append(text[len(first):])
 
     def __len__(self) -> int:
         return self.state.length
@@ -71,8 +91,11 @@ class TextDocument:
 
     # ------------------------------------------------------------------ changes
     def append(self, text: str) -> TextDocument:
-        """Add ``text`` at the end. Returns the document."""
-        return self.replace(len(self.text), len(self.text), text)
+        """Add ``text`` at the end (a long one in pieces of about :data:`PIECE_CHARS` characters). Returns the
+        document."""
+        for piece in pieces(text):
+            self.replace(len(self.text), len(self.text), piece)
+        return self
 
     def replace(self, start: int, end: int, text: str) -> TextDocument:
         """Replace the characters ``start:end`` (Python string indices, end exclusive) by ``text``: an insertion

@@ -117,6 +117,11 @@ class AveyBPreTrainedModel(PreTrainedModel):
 class AveyBModel(AveyBPreTrainedModel):
     """The Avey-B encoder: ``(B, N)`` token ids -> ``(B, N, d)`` contextual states, for any ``N >= 1``."""
 
+    # The multi-vector head's projection, saved beside the backbone in its checkpoint: sentence-transformers loads that
+    # directory's backbone as this class and the projection from its own folder (1_Dense/), so the key is expected
+    # to be left out here (other heads' weights left out are still reported).
+    _keys_to_ignore_on_load_unexpected = [r"^projection\.weight$"]
+
     def __init__(self, config: AveyBConfig):
         super().__init__(config)
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
