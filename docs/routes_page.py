@@ -68,7 +68,8 @@ ROUTES: dict[tuple[str, str], Route] = {
     ("GET", "/metrics"): Route(
         SERVER, "Prometheus",
         "The server's metrics in Prometheus' text format: `avey_b_requests_total` (by method, route and status), "
-        "`avey_b_request_duration_seconds`, `avey_b_inputs_total` and `avey_b_tokens_total` (by route), "
+        "`avey_b_request_duration_seconds`, `avey_b_inputs_total` and `avey_b_tokens_total` (by route: the tokens "
+        "run through the model, those the prefix cache held left out), "
         "`avey_b_queue_inputs`; with the prefix cache on, `avey_b_prefix_cache_hits_total`, `_misses_total`, "
         "`_tokens_saved_total`, `_tokens_computed_total`, `_evictions_total`, `_bytes` and `_entries`.",
         examples=(("any", None, None),)),

@@ -289,8 +289,104 @@ def test_the_start_line_names_the_cache_and_the_block(tmp_path):
     enc = encoder(tmp_path)
     line = Documents(enc, ServeOptions(block_tokens=18)).describe()
     assert line == (f"prefix cache up to {256 * 2**20:,} bytes (--prefix-cache-bytes) for inputs of 4 tokens or "
-                    "more; inputs over 16 tokens run 16 at a time, other requests between")
+                    "more (--prefix-cache-min-tokens); inputs over 16 tokens run 16 at a time, other requests between")
     assert Documents(enc, ServeOptions(prefix_cache_bytes=0, block_tokens=0)).describe() == (
         "prefix cache off (--prefix-cache-bytes 0); long inputs run whole (--block-tokens 0)")
     with pytest.raises(ValueError, match="prefix_cache_bytes must be at least 0"):
         ServeOptions(prefix_cache_bytes=-1)
+
+
+def tokens_run(client) -> dict[str, float]:
+    """``avey_b_tokens_total`` by route."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    families = text_string_to_metric_families(client.get("/metrics").text)
+    return {sample.labels["route"]: sample.value for family in families for sample in family.samples
+            if sample.name == "avey_b_tokens_total"}
+
+
+def test_block_tokens_0_with_the_cache_on_runs_each_input_whole_in_one_step(tmp_path, monkeypatch):
+    """--block-tokens 0 says every input runs whole: an input the cache takes is one step (the generator yields
+    nothing between blocks), its new tokens ranked and processed in one pass, not a split at a time; its vector is
+    the batch's. The cache's default threshold stays a quarter of the default block, not one split."""
+    from avey_b.apps.serve import Job
+    from avey_b.apps.serve.documents import Documents
+    from avey_b.apps.serve.options import ServeOptions
+    from avey_b.apps.serve.work import answer_batch
+    from avey_b.model.streaming import DocumentState
+
+    saved(tmp_path)
+    enc = encoder(tmp_path)
+    default = Documents(enc, ServeOptions(block_tokens=0))
+    assert default.block == 0 and default.cached_from == 4096 // 4  # the CPU's default block, a quarter of it
+    assert default.describe() == (f"prefix cache up to {256 * 2**20:,} bytes (--prefix-cache-bytes) for inputs of "
+                                  "1,024 tokens or more (--prefix-cache-min-tokens); long inputs run whole "
+                                  "(--block-tokens 0)")
+    documents = Documents(enc, ServeOptions(block_tokens=0, prefix_cache_min_tokens=16))
+    passes, keep = [], DocumentState._keep  # the splits each pass of a state processes
+
+    def counted(self, block, *rest):
+        passes.append(len(block))
+        return keep(self, block, *rest)
+
+    monkeypatch.setattr(DocumentState, "_keep", counted)
+    ids = torch.randint(0, VOCAB, (70,), generator=torch.Generator().manual_seed(5)).tolist()
+    for row in (ids[:50], ids):  # a miss, then a hit of 48 tokens (12 splits) fed the 22 others
+        passes.clear()
+        steps = documents.steps(Job("embed", row))
+        assert steps is not None
+        with pytest.raises(StopIteration) as done:  # no step between blocks: the first is the last
+            next(steps)
+        assert passes == [len(row) // 4 - (12 if row is ids else 0)]  # every new full split in one pass
+        want = answer_batch(enc, "embed", [Job("embed", row)])[0]
+        np.testing.assert_allclose(done.value.value, want, rtol=0, atol=1e-5)
+    assert documents.cache.stats()["hits"] == 1 and documents.cache.stats()["tokens_saved"] == 48
+
+
+def test_the_cache_threshold_is_an_option_shown_on_the_start_line_and_health(tmp_path):
+    """--prefix-cache-min-tokens: an input one token under it runs in a batch and is not kept; one of that many
+    tokens is kept, so that the next turn extending it is a hit; the start line and /health show the value; below a
+    split it is raised to one; under 1 it is refused."""
+    from avey_b.apps.serve.documents import Documents
+    from avey_b.apps.serve.options import ServeOptions, serve_parser
+
+    saved(tmp_path)
+    rng = random.Random(2)
+    turn = [rng.randrange(VOCAB) for _ in range(10)]
+    with client(tmp_path, block_tokens=16, prefix_cache_min_tokens=10) as c:
+        cache = c.app.state.service.documents.cache
+        assert c.post("/v1/embeddings", json={"input": turn[:9]}).status_code == 200
+        assert cache.stats() | {"bytes": 0} == {"hits": 0, "misses": 0, "tokens_saved": 0, "tokens_computed": 0,
+                                                "evictions": 0, "bytes": 0, "entries": 0}
+        assert c.post("/v1/embeddings", json={"input": turn}).status_code == 200
+        assert cache.stats()["entries"] == 1 and cache.stats()["misses"] == 1
+        assert c.post("/embed", json={"inputs": [turn + [5, 6, 7]]}).status_code == 200
+        assert cache.stats()["hits"] == 1 and cache.stats()["tokens_saved"] == 8  # two whole splits of the turn
+        assert c.get("/health").json()["prefix_cache_min_tokens"] == 10
+        assert "for inputs of 10 tokens or more (--prefix-cache-min-tokens)" in c.app.state.service.documents.describe()
+    with client(tmp_path, prefix_cache_bytes=0) as c:
+        assert c.get("/health").json()["prefix_cache_min_tokens"] is None
+    enc = encoder(tmp_path)
+    assert Documents(enc, ServeOptions(prefix_cache_min_tokens=1)).cached_from == 4  # one split of the tiny model
+    assert serve_parser().parse_args(["model", "--prefix-cache-min-tokens", "7"]).prefix_cache_min_tokens == 7
+    with pytest.raises(ValueError, match="prefix_cache_min_tokens must be at least 1"):
+        ServeOptions(prefix_cache_min_tokens=0)
+
+
+def test_tokens_total_counts_the_tokens_run_through_the_model_not_those_the_cache_held(tmp_path):
+    saved(tmp_path)
+    rng = random.Random(3)
+    doc = [rng.randrange(VOCAB) for _ in range(30)]
+    longer = doc + [5, 6, 7]
+    with client(tmp_path, block_tokens=16) as c:
+        # a miss (30 computed), a hit of 7 splits (28 held, 5 computed), an equal input (33 held, none computed),
+        # through both embedding routes; an input shorter than a split runs in a batch (2 computed)
+        assert c.post("/v1/embeddings", json={"input": doc}).status_code == 200
+        assert c.post("/v1/embeddings", json={"input": longer}).status_code == 200
+        assert c.post("/embed", json={"inputs": [longer, [1, 2]]}).status_code == 200
+        assert tokens_run(c) == {"/v1/embeddings": 30 + 5, "/embed": 0 + 2}
+        assert metric(c, "avey_b_prefix_cache_tokens_saved_total") == 28 + 33
+    with client(tmp_path, prefix_cache_bytes=0, block_tokens=16) as c:  # no cache: every token runs
+        for _ in range(2):
+            assert c.post("/v1/embeddings", json={"input": longer}).status_code == 200
+        assert tokens_run(c) == {"/v1/embeddings": 2 * 33}

@@ -13,7 +13,7 @@ gives are normalized as the checkpoint says (:attr:`Encoder.normalize <avey_b.in
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Generator, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -88,15 +88,19 @@ class States:
             return state.chunk_vectors(self.encoder.normalize).cpu()
 
     # ------------------------------------------------------------------ a block at a time, through the cache
-    def pooled_steps(self, ids: torch.Tensor, step: int | None = None) -> Generator[None, None, np.ndarray]:
+    def pooled_steps(self, ids: torch.Tensor, step: int | None = None, *,
+                     on_hit: Callable[[int], None] | None = None) -> Generator[None, None, np.ndarray]:
         """The pooled vector of ``ids`` (1-D, int64), not normalized, computed ``step`` tokens at a time (None: all at
         once): a generator that yields between two steps (a caller runs other work there) and returns the vector. With
-        a cache, it starts from the longest cached prefix (an input equal to a cached one: no step at all) and keeps
-        the state it ends with."""
+        a cache, it starts from the longest cached prefix (an input equal to a cached one: no step at all), calls
+        ``on_hit`` with the tokens that prefix holds (computed by none of the steps), and keeps the state it ends
+        with."""
         found = self.cache.lookup(ids) if self.cache else None
+        matched = found.matched if found else 0
+        if matched and on_hit is not None:
+            on_hit(matched)
         if found is not None and found.vector is not None:
             return found.vector
-        matched = found.matched if found else 0
         state = found.state if found and found.state is not None else self.new()
         step = step or ids.numel()
         for i, a in enumerate(range(state.length, ids.numel(), step)):

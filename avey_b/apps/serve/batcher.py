@@ -30,12 +30,15 @@ from avey_b.utils.batching import token_budget_batches
 class Job:
     """One input for the model: ``kind`` says what is computed (``embed``, ``tokens``, ``multivector``, ``chunks``,
     ``logits``, ``fill``, ``sparse``: :func:`avey_b.apps.serve.work.answer_batch`), ``ids`` its token ids, ``extra``
-    what the kind needs besides (the token ranges of late chunking); the result arrives in ``future``."""
+    what the kind needs besides (the token ranges of late chunking); the result arrives in ``future``. ``saved``: the
+    tokens of ``ids`` the prefix cache held, run through the model for none of its steps (set by the state path,
+    :meth:`avey_b.apps.serve.documents.Documents.steps`, before the result arrives)."""
 
     kind: str
     ids: list[int]
     extra: object = None
     future: Future = field(default_factory=Future)
+    saved: int = 0
 
 
 class Batcher:

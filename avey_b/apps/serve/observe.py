@@ -23,8 +23,9 @@ OPEN_PATHS = ("/health", "/openapi.json")
 
 class Metrics:
     """The server's Prometheus metrics: requests by method, route and status; latency by route; inputs and tokens
-    by route; inputs waiting for the model (read from ``depth()`` at each scrape); and the prefix cache's counters
-    when it is on (``cache``: :class:`avey_b.inference.prefix.PrefixCache`, read at each scrape)."""
+    run through the model (a request's tokens less those the prefix cache held) by route; inputs waiting for the
+    model (read from ``depth()`` at each scrape); and the prefix cache's counters when it is on (``cache``:
+    :class:`avey_b.inference.prefix.PrefixCache`, read at each scrape)."""
 
     def __init__(self, depth, cache=None):
         self.registry = CollectorRegistry()
@@ -35,7 +36,9 @@ class Metrics:
                                  buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120))
         self.inputs = Counter("avey_b_inputs", "inputs received (texts, token-id lists, documents)", ["route"],
                               registry=self.registry)
-        self.tokens = Counter("avey_b_tokens", "tokens run through the model", ["route"], registry=self.registry)
+        self.tokens = Counter("avey_b_tokens", "tokens run through the model: the requests' tokens less those the "
+                              "prefix cache held (counted in avey_b_prefix_cache_tokens_saved_total)", ["route"],
+                              registry=self.registry)
         self.queue = Gauge("avey_b_queue_inputs", "inputs waiting for the model", registry=self.registry)
         self.queue.set_function(depth)
         if cache is not None:
@@ -189,6 +192,6 @@ class Gate:
         self.metrics.latency.labels(route).observe(seconds)
         if inputs is not None:
             self.metrics.inputs.labels(route).inc(inputs)
-            self.metrics.tokens.labels(route).inc(tokens)
+            self.metrics.tokens.labels(route).inc(tokens - state.get("saved", 0))
         log.info("%s %s %d inputs=%s tokens=%s %.1f ms", scope["method"], scope["path"], status,
                  "-" if inputs is None else inputs, "-" if tokens is None else tokens, seconds * 1000)

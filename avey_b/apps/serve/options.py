@@ -75,11 +75,19 @@ class ServeOptions:
     appended log) computes only its new part (0: off); least recently used evicted; answers are unchanged. Only for
     embeddings on the eager runtime of a model whose splits depend on earlier ones only (the start line says
     when it is off, and why); /metrics counts its hits, misses, tokens saved, bytes and evictions"""
+    prefix_cache_min_tokens: int | None = None
+    """the fewest tokens of an embedding input the prefix cache looks up and keeps: such an input runs as a document
+    state, a shorter one in a padded batch (faster for many short inputs), never kept; lower it so that a
+    conversation's short first turns are kept for the next one to extend; at least one split (a shorter input has
+    no whole split to keep: a lower value is raised to it); default: a quarter of the block (--block-tokens, or
+    its default when that is 0): 1,024 tokens on a CPU, 16,384 on a GPU unless the config sets
+    execution.processor_chunk_tokens; the start line and /health show it"""
     block_tokens: int | None = None
     """an embedding input of more tokens runs as a document state, this many tokens at a time, with the other
     requests' batches between its blocks (a short request waits for about one block, not the whole input) in
-    memory bounded by the block (0: every input runs whole); default: the model's chunk of processor rows on
-    the device (execution.processor_chunk_tokens); rounded down to whole splits"""
+    memory bounded by the block (0: every input runs whole, one the prefix cache takes in one step); default: the
+    model's chunk of processor rows on the device (execution.processor_chunk_tokens: 4,096 tokens on a CPU, 65,536
+    on a GPU unless the config sets it); rounded down to whole splits"""
 
     def __post_init__(self):
         for name in ("max_input_chars", "max_body_bytes", "max_request_inputs", "max_batch_tokens", "queue_size",
@@ -96,6 +104,10 @@ class ServeOptions:
         for name in ("prefix_cache_bytes", "block_tokens"):
             if (value := getattr(self, name)) is not None and value < 0:
                 raise ValueError(f"{name} must be at least 0, got {value}")
+        if self.prefix_cache_min_tokens is not None and self.prefix_cache_min_tokens < 1:
+            raise ValueError(f"prefix_cache_min_tokens must be at least 1 (a token), got "
+                             f"{self.prefix_cache_min_tokens}: to turn the prefix cache off, set prefix_cache_bytes "
+                             "to 0")
         if self.log_level not in LOG_LEVELS:
             raise ValueError(f"log_level must be one of {LOG_LEVELS}, got {self.log_level!r}")
 

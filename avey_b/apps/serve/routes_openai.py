@@ -65,7 +65,7 @@ async def embeddings(request: Request, service: ServiceDep,
     encoded = await service.encode(body.input, offsets=late)
     note(request, len(encoded.ids), encoded.tokens)
     if not late:
-        vectors = await service.run("embed", encoded.ids)
+        vectors = await service.run("embed", encoded.ids, request=request)
         data = [{"object": "embedding", "index": i, "embedding": encode(finish_vector(v, dims, normalize))}
                 for i, v in enumerate(vectors)]
     else:

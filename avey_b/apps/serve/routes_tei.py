@@ -40,7 +40,8 @@ async def embed(request: Request, service: ServiceDep, body: Annotated[EmbedRequ
     encoded = await service.encode(body.input, truncate=bool(body.truncate), direction=body.truncation_direction,
                                    prompt_name=body.prompt_name)
     note(request, len(encoded.ids), encoded.tokens)
-    return [finish_vector(v, dims, body.normalize).tolist() for v in await service.run("embed", encoded.ids)]
+    vectors = await service.run("embed", encoded.ids, request=request)
+    return [finish_vector(v, dims, body.normalize).tolist() for v in vectors]
 
 
 @router.post("/embed_all", responses=ok(list[list[list[float]]]))

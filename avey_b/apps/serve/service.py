@@ -79,7 +79,8 @@ async def read(request, body_type: type[BaseModel]) -> BaseModel:
 
 
 def note(request, inputs: int, tokens: int) -> None:
-    """Record a request's inputs and tokens for its access-log line and the metrics."""
+    """Record a request's inputs and tokens for its access-log line and the metrics (:meth:`Service.run` records
+    the tokens of them the prefix cache held: the metrics count the others, those run through the model)."""
     request.state.inputs, request.state.tokens = inputs, tokens
 
 
@@ -104,6 +105,7 @@ class Service:
                 "max_body_bytes": options.max_body_bytes, "max_request_inputs": options.max_request_inputs,
                 "max_batch_tokens": options.max_batch_tokens, "queue_size": options.queue_size,
                 "prefix_cache_bytes": self.documents.cache.capacity if self.documents.cache else 0,
+                "prefix_cache_min_tokens": self.documents.cached_from if self.documents.cache else None,
                 "block_tokens": self.documents.block}
 
     def threads(self) -> int | None:
@@ -259,8 +261,10 @@ class Service:
                                  "routes: truncate=true cuts it)")
 
     # ------------------------------------------------------------------ the model
-    async def run(self, kind: str, ids: list[list[int]], extras: list | None = None) -> list:
-        """Queue one job per row on the batcher and await the answers (503 when the queue is full)."""
+    async def run(self, kind: str, ids: list[list[int]], extras: list | None = None, *, request=None) -> list:
+        """Queue one job per row on the batcher and await the answers (503 when the queue is full). With
+        ``request``, the tokens the prefix cache held for its inputs (not run through the model) are recorded on it
+        for the metrics (``request.state.saved``)."""
         jobs = [Job(kind, row, extra) for row, extra in zip(ids, extras or [None] * len(ids), strict=True)]
         try:
             self.batcher.submit(jobs)
@@ -269,7 +273,10 @@ class Service:
                                      f"--queue-size {self.options.queue_size:,}): retry later") from None
         except RuntimeError as error:
             raise HTTPException(503, str(error)) from None
-        return list(await asyncio.gather(*(asyncio.wrap_future(j.future) for j in jobs)))
+        results = list(await asyncio.gather(*(asyncio.wrap_future(j.future) for j in jobs)))
+        if request is not None:
+            request.state.saved = sum(j.saved for j in jobs)
+        return results
 
 
 async def get_service(request: Request) -> Service:
