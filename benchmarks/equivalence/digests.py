@@ -123,7 +123,7 @@ def run(root: Path) -> dict[str, str]:
                 put("serve.fill", answer_batch(enc, "fill", [Job("fill", row) for row in masked]))
             # serve's state path: long inputs a block at a time, through the prefix cache
             long_ids = enc.tokenize([" ".join(sample)])["input_ids"][0]
-            for block in (0, 32, 64):
+            for block in (32, 64):  # (--block-tokens 0 ran a cached input one split at a time before issue 64 item 20)
                 docs = Documents(enc, ServeOptions(block_tokens=block))
                 got = [docs.vector(long_ids[:200]), docs.vector(long_ids[:200] + long_ids[1:150]),
                        docs.vector(long_ids[:200]), docs.vector(long_ids)]
