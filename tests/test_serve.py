@@ -345,4 +345,6 @@ def test_sigterm_answers_the_requests_in_flight_and_new_ones_get_503_with_connec
         httpx.get(url + "/health", timeout=1)
     assert answers["late"].status_code == 200 and len(answers["late"].json()["data"]) == 1
     assert "avey-b serve: shut down" in out
+    assert "avey_b.serve: draining after SIGTERM: new requests get 503; waiting for the 1 in flight" in out
+    assert "avey_b.serve: drained after " in out  # the drain says when it starts and ends, not only the shutdown
     assert "avey_b.serve: POST /v1/embeddings 200 inputs=1 tokens=5 " in out  # the access log, on stderr

@@ -73,9 +73,10 @@ def test_a_network_address_without_a_key_is_refused_unless_the_risk_is_named(dir
     assert not any(map(is_loopback, ["0.0.0.0", "::", "", "192.168.1.4", "example.org"]))
     with pytest.raises(SystemExit, match="no API key on --host '0.0.0.0'.*--allow-no-key-on-network"):
         check_exposure(ServeOptions(host="0.0.0.0"), None)
-    check_exposure(ServeOptions(host="0.0.0.0"), KEY)
-    check_exposure(ServeOptions(host="0.0.0.0", allow_no_key_on_network=True), None)
-    check_exposure(ServeOptions(), None)
+    assert check_exposure(ServeOptions(host="0.0.0.0"), KEY) is None
+    assert check_exposure(ServeOptions(), None) is None
+    said = check_exposure(ServeOptions(host="0.0.0.0", allow_no_key_on_network=True), None)  # on the start line
+    assert said.startswith("warning: open to the network: no API key on --host '0.0.0.0'") and "anyone" in said
     monkeypatch.delenv("AVEY_B_API_KEY", raising=False)
     monkeypatch.setattr(Encoder, "load", lambda self: pytest.fail("the model loaded before the refusal"))
     with pytest.raises(SystemExit, match="refusing to serve with no API key on --host '0.0.0.0'"):

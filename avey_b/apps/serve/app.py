@@ -103,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
     except ImportError:
         raise SystemExit("avey-b serve needs the serving extra: pip install 'avey-b[serve]'") from None
     options = configs.from_args(ServeOptions, args)
-    guard.check_exposure(options, api_key_of(options))  # before the model loads: a refusal at once
+    open_warning = guard.check_exposure(options, api_key_of(options))  # before the model loads: a refusal at once
     logging.basicConfig(stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     log.setLevel(options.log_level.upper())
     encoder = Encoder(args.model, configs.from_args(LoadOptions, args)).load()
@@ -113,7 +113,8 @@ def run(args: argparse.Namespace) -> int:
     runtime = encoder.runtime_name if encoder.onnx_file else encoder.architecture
     print(f"serving {args.model} as {service.name!r} ({runtime}: {', '.join(encoder.kinds)}) on "
           f"http://{options.host}:{options.port}; inputs up to "
-          f"{app.state.max_tokens:,} tokens; {service.documents.describe()}\n{encoder.describe()}", flush=True)
+          f"{app.state.max_tokens:,} tokens; {service.documents.describe()}\n{encoder.describe()}"
+          + (f"\n{open_warning}" if open_warning else ""), flush=True)
     encoder.watch_shared_cpu(lambda message: print(message, file=sys.stderr, flush=True),
                              "restart the server with --threads 1 (or one per idle core)")
     guard.server(app, options).run()

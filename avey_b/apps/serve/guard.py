@@ -15,7 +15,7 @@ import h11
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from avey_b.apps.serve.observe import Traffic
+from avey_b.apps.serve.observe import Traffic, log
 from avey_b.apps.serve.options import ServeOptions
 
 #: host names that reach this machine only
@@ -32,10 +32,14 @@ def is_loopback(host: str) -> bool:
         return False  # another name, or "" (every address): reachable from the network
 
 
-def check_exposure(options: ServeOptions, api_key: str | None) -> None:
-    """Refuse (SystemExit) to serve with no API key on an address others can reach, unless the options allow it."""
-    if api_key or options.allow_no_key_on_network or is_loopback(options.host):
-        return
+def check_exposure(options: ServeOptions, api_key: str | None) -> str | None:
+    """Refuse (SystemExit) to serve with no API key on an address others can reach, unless the options allow it;
+    where they do, the warning the start line carries (None: a key, or an address of this machine only)."""
+    if api_key or is_loopback(options.host):
+        return None
+    if options.allow_no_key_on_network:
+        return (f"warning: open to the network: no API key on --host {options.host!r} (--allow-no-key-on-network): "
+                "anyone who can reach it can use the model")
     raise SystemExit(f"avey-b serve: refusing to serve with no API key on --host {options.host!r}, an address other "
                      "machines can reach: anyone there could use the model. Give a key (AVEY_B_API_KEY=... or "
                      "--api-key), serve on 127.0.0.1, or accept the risk with --allow-no-key-on-network")
@@ -86,6 +90,9 @@ class DrainingServer(uvicorn.Server):
         if self.drain_started is None and sig in (signal.SIGTERM, signal.SIGINT):
             self._captured_signals.append(sig)  # re-raised at exit, as uvicorn does
             self.drain_started, self.traffic.draining = time.monotonic(), True
+            log.warning("draining after %s: new requests get 503; waiting for the %d in flight, at least %g s "
+                        "(--drain-s); a second signal stops at once", signal.Signals(sig).name,
+                        self.traffic.in_flight, self.drain_s)
             return
         super().handle_exit(sig, frame)
 
@@ -93,6 +100,7 @@ class DrainingServer(uvicorn.Server):
         if (self.drain_started is not None and not self.should_exit and self.traffic.in_flight == 0
                 and time.monotonic() - self.drain_started >= self.drain_s):
             self.should_exit = True
+            log.warning("drained after %.1f s: shutting down", time.monotonic() - self.drain_started)
         return await super().on_tick(counter)
 
 
