@@ -144,13 +144,19 @@ def test_a_checkpoint_is_never_unpickled(tmp_path):
     assert not marker.exists()
 
 
-@pytest.mark.parametrize("cls, auto", [(AveyBForMaskedLM, AutoModelForMaskedLM), (AveyBForSentenceEmbedding, AutoModel),
-                                       (AveyBForSequenceClassification, AutoModelForSequenceClassification)])
-def test_a_directory_the_library_saved_needs_no_trust_remote_code(tmp_path, cls, auto):
-    """Where the package is imported, the Auto classes load what it saved without ``trust_remote_code``."""
+@pytest.mark.parametrize("cls, auto, want", [
+    (AveyBForMaskedLM, AutoModelForMaskedLM, "AveyBForMaskedLM"),
+    (AveyBForSentenceEmbedding, AutoModel, "AveyBModel"),  # AutoModel gives the backbone of any head's directory
+    (AveyBForSequenceClassification, AutoModelForSequenceClassification, "AveyBForSequenceClassification")])
+def test_a_directory_the_library_saved_needs_no_trust_remote_code(tmp_path, cls, auto, want):
+    """Where the package is imported, the Auto classes load what it saved without ``trust_remote_code``: this
+    package's class for the Auto class, with the saved weights."""
     tok = toy.tokenizer(str(tmp_path))
-    seeded(cls, presets.tiny(vocab_size=len(tok))).save_pretrained(tmp_path)
+    saved = seeded(cls, presets.tiny(vocab_size=len(tok)))
+    saved.save_pretrained(tmp_path)
     loaded = auto.from_pretrained(tmp_path)
-    assert isinstance(loaded, cls.__mro__[0] if auto is not AutoModel else torch.nn.Module)
-    assert type(loaded).__module__.startswith("avey_b."), type(loaded)
+    assert type(loaded).__name__ == want and type(loaded).__module__ == "avey_b.model." + (
+        "modeling" if want == "AveyBModel" else "heads"), type(loaded)
+    loaded_backbone = loaded if want == "AveyBModel" else loaded.model
+    assert torch.equal(loaded_backbone.embed_tokens.weight, saved.model.embed_tokens.weight)  # the saved weights
     assert AutoTokenizer.from_pretrained(tmp_path)("a")["input_ids"]
