@@ -8,7 +8,8 @@ How a page is run (the contract every tutorial is written against):
 * The blocks in page order: a ```` ```bash ```` block runs as one ``bash -euo pipefail`` script, a
   ```` ```python ```` block in its own ``python`` process. Any other info string (``text``, ``console``, ``json``,
   ...) is shown, not run. Blocks share state only through files, as for a reader at a terminal.
-* A block whose info string carries ``title="second terminal"`` (```` ```bash title="second terminal" ````) is a
+* A block whose info string carries ``title="second terminal"`` (```` ```bash title="second terminal" ````; or a
+  third, fourth, ... terminal) is a
   long-running server: it is started in the background, the page goes on once ``http://127.0.0.1:PORT/health``
   answers 200 (``PORT``: the block's ``--port N``), the test fails with the server's output if it exits or
   :data:`SERVER_WAIT` seconds pass, and every server is stopped (SIGTERM, then SIGKILL) when the page ends. Each
@@ -43,7 +44,8 @@ ROOT = Path(__file__).resolve().parents[1]
 TUTORIALS = ROOT / "docs" / "tutorials"
 PAGES = sorted(TUTORIALS.glob("*.md"))
 RUNNABLE = ("bash", "python")
-SERVER_TITLE = 'title="second terminal"'
+#: A server block's title: a terminal of its own beside the reader's (``second terminal``, ``third terminal``, ...).
+SERVER_TITLE = re.compile(r'title="\w+ terminal"')
 SERVER_WAIT = 180  # seconds for a server to answer /health
 BLOCK_TIMEOUT = 600  # seconds for one block
 CREATES_QUICKSTART = "avey-b pretrain --config quickstart"
@@ -96,20 +98,21 @@ def parse_page(text: str, name: str) -> list[Block]:
         lang = info.split(" ", 1)[0].split("{", 1)[0].strip()
         line = text[:match.start()].count("\n") + 1
         where = f"{name}:{line}"
+        server = SERVER_TITLE.search(info)
         if lang not in RUNNABLE:
-            if SERVER_TITLE in info:
-                raise TutorialError(f"{where}: a {SERVER_TITLE} block must be ```bash (it is {lang or 'untyped'})")
+            if server:
+                raise TutorialError(f"{where}: a {server[0]} block must be ```bash (it is {lang or 'untyped'})")
             continue
         if match["indent"]:
             raise TutorialError(f"{where}: an indented ```{lang} block: runnable blocks start at the margin "
                                 "(the tutorial runner runs only those; use ```text for an indented listing)")
         block = Block(name, line, lang, match["code"])
-        if SERVER_TITLE in info:
+        if server:
             if lang != "bash":
-                raise TutorialError(f"{where}: a {SERVER_TITLE} block must be ```bash")
+                raise TutorialError(f"{where}: a {server[0]} block must be ```bash")
             ports_here = PORT.findall(block.code)
             if len(ports_here) != 1:
-                raise TutorialError(f"{where}: a {SERVER_TITLE} block needs exactly one --port N (the runner waits "
+                raise TutorialError(f"{where}: a {server[0]} block needs exactly one --port N (the runner waits "
                                     f"for http://127.0.0.1:N/health), found {len(ports_here)}")
             block.server, block.port = True, int(ports_here[0])
             if block.port in ports:
@@ -251,6 +254,15 @@ def test_a_malformed_page_is_refused_naming_where():
     with pytest.raises(TutorialError, match=r"bad\.md:4: port 8000 is used by an earlier server block"):
         parse_page('```bash title="second terminal"\navey-b serve a --port 8000\n```\n'
                    '```bash title="second terminal"\navey-b serve b --port 8000\n```\n', "bad.md")
+
+
+def test_every_terminal_of_its_own_is_a_server_block():
+    """A page that starts two servers titles them "second terminal" and "third terminal": both run in the background
+    (a server block run in the foreground would hold the page until its timeout)."""
+    page = ('```bash title="second terminal"\navey-b serve a --port 8000\n```\n'
+            '```bash title="third terminal"\navey-b serve b --port 8001\n```\n```bash\ncurl -s 127.0.0.1:8001\n```\n')
+    first, second, client = parse_page(page, "ok.md")
+    assert (first.server, first.port, second.server, second.port, client.server) == (True, 8000, True, 8001, False)
 
 
 def test_the_ports_and_the_table_are_substituted_in_runnable_code():
