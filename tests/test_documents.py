@@ -231,14 +231,15 @@ def test_a_long_text_is_tokenized_in_pieces_with_the_tokens_and_vector_of_the_wh
     the whole text's encoding; its tokens are the whole text's and its vector the whole forward's."""
     from avey_b.inference import documents
 
-    monkeypatch.setattr(documents, "PIECE_CHARS", 97)  # pieces end inside words too
     text = prose(33, 400)
     assert len(text) > 10 * 97
     seen = []
     tokenize = documents.TextDocument._tokenize
     monkeypatch.setattr(documents.TextDocument, "_tokenize",
                         lambda self, t, a, b, special=True: (seen.append(b - a), tokenize(self, t, a, b, special))[1])
-    for document in (encoder.document(text), encoder.document(text[:50]).append(text[50:])):
+    made, grown = documents.TextDocument(encoder.document().states, text, piece_chars=97), encoder.document(text[:50])
+    grown.piece_chars = 97  # pieces that end inside words too
+    for document in (made, grown.append(text[50:])):
         assert document.text == text
         assert document.tokens == encoder.tokenize([text])["input_ids"][0]
         assert close(document.vector(), encoder.encode(text))

@@ -29,11 +29,9 @@ PIECE_CHARS = 1 << 16
 SYNC = 4
 
 
-def pieces(text: str, size: int | None = None):
-    """``text`` in consecutive pieces of at most ``size`` characters (None: :data:`PIECE_CHARS`), each but the last
-    cut at the last space of its second half where there is one (a piece that ends inside a word is fine too: the
-    windows re-tokenize it)."""
-    size = size or PIECE_CHARS
+def pieces(text: str, size: int = PIECE_CHARS):
+    """``text`` in consecutive pieces of at most ``size`` characters, each but the last cut at the last space of its
+    second half where there is one (a piece that ends inside a word is fine too: the windows re-tokenize it)."""
     start = 0
     while start < len(text):
         end = min(len(text), start + size)
@@ -59,20 +57,22 @@ class TextDocument:
     this tokenizer's special tokens at the ends) runs its state. :meth:`append` and :meth:`replace` change the text;
     :meth:`vector` is ``encoder.encode(document.text)`` and :meth:`chunks` the late chunks ``avey-b embed --chunking
     late --chunk-tokens T`` gives, computed from the splits kept so far, normalized as the checkpoint says.
-    ``tokens``: the token ids of the whole text as the tokenizer gives them (special tokens included);
+    ``piece_chars``: a longer text (made or appended) is tokenized in pieces of about this many characters
+    (:data:`PIECE_CHARS`), each an append. ``tokens``: the token ids of the whole text as the tokenizer gives them
+    (special tokens included);
     ``len(document)`` their number; ``state``: the model-level :class:`~avey_b.model.streaming.DocumentState` (its
     ``recomputed`` counts the splits the last change ran); ``retokenized``: the characters the last change
     tokenized."""
 
-    def __init__(self, states: States, text: str = ""):
-        self.states = states
+    def __init__(self, states: States, text: str = "", *, piece_chars: int = PIECE_CHARS):
+        self.states, self.piece_chars = states, piece_chars
         self.tokenizer = tokenizer = states.encoder.tokenizer
         if not tokenizer.is_fast:
             raise ValueError("a text document needs a fast tokenizer (character offsets); this model's is not one")
         self._lead, self._trail = special_ends(tokenizer)
         self.text = ""
         self.retokenized = 0
-        first = next(pieces(text), "")
+        first = next(pieces(text, piece_chars), "")
         ids, self._offsets = self._tokenize(first, 0, len(first))
         self.text = first
         self.state = states.new(ids)
@@ -91,9 +91,9 @@ class TextDocument:
 
     # ------------------------------------------------------------------ changes
     def append(self, text: str) -> TextDocument:
-        """Add ``text`` at the end (a long one in pieces of about :data:`PIECE_CHARS` characters). Returns the
+        """Add ``text`` at the end (a long one in pieces of about ``piece_chars`` characters). Returns the
         document."""
-        for piece in pieces(text):
+        for piece in pieces(text, self.piece_chars):
             self.replace(len(self.text), len(self.text), piece)
         return self
 
