@@ -41,35 +41,24 @@ def pieces(text: str, size: int = PIECE_CHARS):
         start = end
 
 
-def special_ends(tokenizer) -> tuple[list[int], list[int]]:
-    """The special token ids ``tokenizer`` puts before and after every text (``[CLS]`` and ``[SEP]``: ``([cls],
-    [sep])``), which belong to no late chunk and stay at the ends whatever the text."""
-    probe = tokenizer("a", return_special_tokens_mask=True, verbose=False)
-    mask, ids = probe["special_tokens_mask"], probe["input_ids"]
-    lead = next(i for i, s in enumerate(mask + [0]) if not s)
-    trail = next(i for i, s in enumerate(mask[::-1] + [0]) if not s)
-    return ids[:lead], ids[len(ids) - trail:]
-
-
 class TextDocument:
     """One text encoded in pieces by an encoder's model and tokenizer (a fast one), made by :meth:`Encoder.document
     <avey_b.inference.encoder.Encoder.document>`: ``states`` (:class:`avey_b.inference.states.States`, made with
-    this tokenizer's special tokens at the ends) runs its state. :meth:`append` and :meth:`replace` change the text;
-    :meth:`vector` is ``encoder.encode(document.text)`` and :meth:`chunks` the late chunks ``avey-b embed --chunking
-    late --chunk-tokens T`` gives, computed from the splits kept so far, normalized as the checkpoint says.
-    ``piece_chars``: a longer text (made or appended) is tokenized in pieces of about this many characters
-    (:data:`PIECE_CHARS`), each an append. ``tokens``: the token ids of the whole text as the tokenizer gives them
-    (special tokens included);
-    ``len(document)`` their number; ``state``: the model-level :class:`~avey_b.model.streaming.DocumentState` (its
-    ``recomputed`` counts the splits the last change ran); ``retokenized``: the characters the last change
-    tokenized."""
+    ``ends=True``: this tokenizer's special tokens at the ends) runs its state. :meth:`append` and :meth:`replace`
+    change the text; :meth:`vector` is ``encoder.encode(document.text)`` and :meth:`chunks` the late chunks
+    ``avey-b embed --chunking late --chunk-tokens T`` gives, computed from the splits kept so far, normalized as the
+    checkpoint says. ``piece_chars``: a longer text (made or appended) is tokenized in pieces of about this many
+    characters (:data:`PIECE_CHARS`), each an append. ``tokens``: the token ids of the whole text as the tokenizer
+    gives them (special tokens included); ``len(document)`` their number; ``state``: the model-level
+    :class:`~avey_b.model.streaming.DocumentState` (its ``recomputed`` counts the splits the last change ran);
+    ``retokenized``: the characters the last change tokenized."""
 
     def __init__(self, states: States, text: str = "", *, piece_chars: int = PIECE_CHARS):
         self.states, self.piece_chars = states, piece_chars
         self.tokenizer = tokenizer = states.encoder.tokenizer
         if not tokenizer.is_fast:
             raise ValueError("a text document needs a fast tokenizer (character offsets); this model's is not one")
-        self._lead, self._trail = special_ends(tokenizer)
+        self._lead, self._trail = states.ends
         self.text = ""
         self.retokenized = 0
         first = next(pieces(text, piece_chars), "")

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 import torch
 from transformers import AutoConfig, AutoTokenizer
 
-from avey_b.inference.documents import TextDocument, special_ends
+from avey_b.inference.documents import TextDocument
 from avey_b.inference.options import MAX_BATCH_TOKENS, OUTPUTS, LoadOptions
 from avey_b.inference.runtimes import HEADS, EagerRuntime, OnnxRuntime
 from avey_b.inference.states import States
@@ -292,9 +292,7 @@ class Encoder:
         config where a split's outputs depend only on the splits before it (the unidirectional ranker at the first
         layer: :func:`avey_b.model.streaming.refusal` says why another is refused; encode the whole text with
         :meth:`encode` instead)."""
-        lead, trail = special_ends(self.tokenizer)
-        return TextDocument(States(self, chunk_tokens=chunk_tokens, chunk_overlap=chunk_overlap,
-                                   special=(len(lead), len(trail))), text)
+        return TextDocument(States(self, chunk_tokens=chunk_tokens, chunk_overlap=chunk_overlap, ends=True), text)
 
     def logits(self, batch: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """The head's float32 logits of a padded batch, on the CPU."""

@@ -22,8 +22,15 @@ from avey_b.inference.prefix import PrefixCache
 from avey_b.model.streaming import DocumentState, refusal
 from avey_b.utils.device import autocast
 
-#: Tokens a state ranks at a time by default (:class:`~avey_b.model.streaming.DocumentState`'s ``block_tokens``).
-BLOCK_TOKENS = 16384
+
+def special_ends(tokenizer) -> tuple[list[int], list[int]]:
+    """The special token ids ``tokenizer`` puts before and after every text (``[CLS]`` and ``[SEP]``: ``([cls],
+    [sep])``), which belong to no late chunk and stay at the ends whatever the text."""
+    probe = tokenizer("a", return_special_tokens_mask=True, verbose=False)
+    mask, ids = probe["special_tokens_mask"], probe["input_ids"]
+    lead = next(i for i, s in enumerate(mask + [0]) if not s)
+    trail = next(i for i, s in enumerate(mask[::-1] + [0]) if not s)
+    return ids[:lead], ids[len(ids) - trail:]
 
 
 def unavailable(encoder) -> str | None:
@@ -38,19 +45,24 @@ def unavailable(encoder) -> str | None:
 
 class States:
     """Document states of ``encoder``'s eager model (an :class:`~avey_b.inference.encoder.Encoder`, which imports
-    this module: hence no annotation). ``block_tokens``: the new tokens a state ranks and processes at
-    a time (its memory); ``chunk_tokens`` and ``chunk_overlap``: the late chunks its states pool (None: the whole
-    document only); ``special``: the tokenizer's leading and trailing special tokens, in no chunk (``(1, 1)`` for
-    ``[CLS] ... [SEP]``); ``cache``: where :meth:`pooled_steps` finds and keeps states (None: nowhere). An encoder
-    that cannot encode in pieces is a ``ValueError`` saying why (:func:`unavailable`)."""
+    this module: hence no annotation). ``block_tokens``: the new tokens a state ranks and processes at a time (its
+    memory; None: :class:`~avey_b.model.streaming.DocumentState`'s default); ``chunk_tokens`` and
+    ``chunk_overlap``: the late chunks its states pool (None: the whole document only); ``ends``: the ids are a
+    text's as the encoder's tokenizer gives them, its leading and trailing special tokens (``[CLS] ... [SEP]``, kept
+    as ``ends``: :func:`special_ends`) in no chunk and kept at the ends (False: no such ends are counted);
+    ``cache``: where :meth:`pooled_steps` finds and keeps states (None: nowhere). An encoder that cannot encode in
+    pieces is a ``ValueError`` saying why (:func:`unavailable`)."""
 
-    def __init__(self, encoder, *, block_tokens: int = BLOCK_TOKENS, chunk_tokens: int | None = None,
-                 chunk_overlap: int = 0, special: tuple[int, int] = (0, 0), cache: PrefixCache | None = None):
+    def __init__(self, encoder, *, block_tokens: int | None = None, chunk_tokens: int | None = None,
+                 chunk_overlap: int = 0, ends: bool = False, cache: PrefixCache | None = None):
         if why := unavailable(encoder):
             raise ValueError(f"{encoder.name} cannot encode a document in pieces: {why}")
         self.encoder, self.cache = encoder, cache
-        self.options = {"chunk_tokens": chunk_tokens, "chunk_overlap": chunk_overlap, "special": tuple(special),
-                        "block_tokens": block_tokens}
+        self.ends = special_ends(encoder.tokenizer) if ends else ([], [])
+        self.options = {"chunk_tokens": chunk_tokens, "chunk_overlap": chunk_overlap,
+                        "special": (len(self.ends[0]), len(self.ends[1]))}
+        if block_tokens is not None:
+            self.options["block_tokens"] = block_tokens
 
     @contextlib.contextmanager
     def running(self) -> Iterator[None]:

@@ -98,7 +98,7 @@ def shard_rows(work: list[tuple], found: dict[str, list], late: bool) -> list[di
 
 
 def embed_shard(encoder: Encoder, docs: list[Document], settings: Settings, max_batch_tokens: int,
-                 long_tokens: int) -> tuple[list[dict], list[dict], int]:
+                long_tokens: int) -> tuple[list[dict], list[dict], int]:
     """The rows of one shard in input order, its skipped documents, and the tokens it embedded: a document longer
     than ``long_tokens`` in pieces where the model allows it (bounded memory; dense outputs alone), the others whole
     in batches, every output from one forward."""
@@ -123,7 +123,8 @@ def embed_shard(encoder: Encoder, docs: list[Document], settings: Settings, max_
 def run_shard(encoder: Encoder, k: int, group: list[Document], out: Path, settings: Settings,
               max_batch_tokens: int, kept_schema=None, long_tokens: int = LONG_DOCUMENT_TOKENS) -> dict:
     """Embed shard ``k`` (documents ``group``), write it atomically, and return what its metadata records;
-    ``kept_schema``: the Arrow types of the kept columns (:func:`infer_types`), the same for every shard."""
+    ``kept_schema``: the Arrow types of the kept columns (:func:`avey_b.apps.embed.shards.infer_types`), the same for
+    every shard."""
     rows, skipped, tokens = embed_shard(encoder, group, settings, max_batch_tokens, long_tokens)
     info = {"shard": k, "documents": len(group), "first_id": group[0].id, "last_id": group[-1].id,
             "rows": len(rows), "tokens": tokens, "skipped": skipped}

@@ -21,7 +21,6 @@ import torch
 
 from avey_b.apps.embed.inputs import Document
 from avey_b.apps.embed.options import LONG_DOCUMENT_TOKENS
-from avey_b.inference.documents import special_ends
 from avey_b.inference.encoder import Encoder
 from avey_b.inference.states import States, unavailable
 from avey_b.model.streaming import DocumentState
@@ -73,11 +72,8 @@ class Pieces:
                         or (WHOLE_WHY if set(settings.outputs) - {"dense"} else None))
         self.states: States | None = None
         if self.why_not is None:
-            chunked = {}
-            if self.late:
-                lead, trail = special_ends(encoder.tokenizer)
-                chunked = {"chunk_tokens": settings.chunk_tokens, "chunk_overlap": settings.chunk_overlap or 0,
-                           "special": (len(lead), len(trail))}
+            chunked = ({"chunk_tokens": settings.chunk_tokens, "chunk_overlap": settings.chunk_overlap or 0,
+                        "ends": True} if self.late else {})
             self.states = States(encoder, **chunked)
 
     def start_line(self, update: bool) -> str:
