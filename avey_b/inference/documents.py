@@ -41,6 +41,25 @@ def pieces(text: str, size: int = PIECE_CHARS):
         start = end
 
 
+def common_prefix(a: str, b: str) -> int:
+    """The length of the longest common prefix of ``a`` and ``b`` (a binary search of slice comparisons: fast for
+    texts of millions of characters)."""
+    lo, hi = 0, min(len(a), len(b))
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[lo:mid] == b[lo:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def utf8(text: str) -> torch.Tensor:
+    """``text``'s UTF-8 bytes as a uint8 tensor."""
+    raw = text.encode("utf-8")
+    return torch.frombuffer(bytearray(raw), dtype=torch.uint8) if raw else torch.zeros(0, dtype=torch.uint8)
+
+
 class TextDocument:
     """One text encoded in pieces by an encoder's model and tokenizer (a fast one), made by :meth:`Encoder.document
     <avey_b.inference.encoder.Encoder.document>`: ``states`` (:class:`avey_b.inference.states.States`, made with
@@ -86,6 +105,18 @@ class TextDocument:
             self.replace(len(self.text), len(self.text), piece)
         return self
 
+    def set_text(self, text: str) -> TextDocument:
+        """Make the document's text ``text``, recomputing only what changed: the characters between the common
+        prefix and the common suffix of the old and new texts are replaced (an extension of the old text is an
+        :meth:`append`). What a caller that holds each new version of the whole text calls. Returns the
+        document."""
+        old = self.text
+        first = common_prefix(old, text)
+        if first == len(old):
+            return self.append(text[first:])
+        same = common_prefix(old[first:][::-1], text[first:][::-1])  # the suffix, not overlapping the prefix
+        return self.replace(first, len(old) - same, text[first:len(text) - same])
+
     def replace(self, start: int, end: int, text: str) -> TextDocument:
         """Replace the characters ``start:end`` (Python string indices, end exclusive) by ``text``: an insertion
         where ``start == end``, a deletion where ``text`` is empty. Returns the document."""
@@ -114,6 +145,35 @@ class TextDocument:
         vectors = self.states.chunks(self.state)
         spans = [(int(self._offsets[a, 0]), int(self._offsets[b - 1, 1])) for a, b in self.state.chunk_spans()]
         return vectors, spans
+
+    # ------------------------------------------------------------------ keeping and moving a document
+    def export(self) -> dict[str, torch.Tensor]:
+        """What the document keeps, as tensors (a safetensors record: :mod:`avey_b.inference.sessions`): its
+        state's (:meth:`DocumentState.export <avey_b.model.streaming.DocumentState.export>`, each name prefixed
+        ``state.``), each token's character span (``offsets``, (N, 2) int32) and the text's UTF-8 bytes (``text``,
+        uint8). :meth:`restore` takes it back."""
+        data = {f"state.{name}": t for name, t in self.state.export().items()}
+        data["offsets"] = self._offsets.to(torch.int32)
+        data["text"] = utf8(self.text)
+        return data
+
+    @classmethod
+    def restore(cls, states: States, data: dict[str, torch.Tensor], *, piece_chars: int = PIECE_CHARS
+                ) -> TextDocument:
+        """A document from :meth:`export`'s tensors, run by ``states`` (made with the options the document was
+        made with); appending or editing it then computes only what changed, as for the original."""
+        document = cls.__new__(cls)
+        document.states, document.piece_chars = states, piece_chars
+        document.tokenizer = states.encoder.tokenizer
+        document._lead, document._trail = states.ends
+        document.retokenized = 0
+        document.text = bytes(data["text"].numpy()).decode("utf-8")
+        document.state = states.restore({name[6:]: t for name, t in data.items() if name.startswith("state.")})
+        document._offsets = data["offsets"].long()
+        if document._offsets.shape != (len(document), 2):
+            raise ValueError(f"the saved document has {len(document)} token ids but {tuple(document._offsets.shape)} "
+                             "character offsets")
+        return document
 
     # ------------------------------------------------------------------ tokenization
     def _tokenize(self, text: str, start: int, end: int, special: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
@@ -168,3 +228,61 @@ class TextDocument:
             return False
         got = slice(0, m) if front else slice(len(w_ids) - m, len(w_ids))
         return torch.equal(w_ids[got], ids) and torch.equal(w_offsets[got], offsets)
+
+
+class IdsDocument:
+    """A document of token ids with no text (a client that tokenizes itself), encoded in pieces by ``states`` (an
+    :class:`~avey_b.inference.states.States` made with ``ends=False``: the ids are run as given, no special token
+    added): the token-level twin of :class:`TextDocument`, whose spans count tokens."""
+
+    text = None
+
+    def __init__(self, states: States, ids=()):
+        self.states = states
+        self.state = states.new(torch.as_tensor(list(ids), dtype=torch.long) if len(ids) else None)
+
+    def __len__(self) -> int:
+        return self.state.length
+
+    def __repr__(self) -> str:
+        return f"IdsDocument({len(self):,} tokens)"
+
+    @property
+    def tokens(self) -> list[int]:
+        return self.state.ids.tolist()
+
+    def append(self, ids) -> IdsDocument:
+        """Add token ids at the end. Returns the document."""
+        return self.replace(len(self), len(self), ids)
+
+    def replace(self, start: int, end: int, ids) -> IdsDocument:
+        """Replace the tokens ``start:end`` by ``ids``. Returns the document."""
+        if not 0 <= start <= end <= len(self):
+            raise ValueError(f"the span {start}:{end} is not within the document's {len(self)} tokens")
+        new = torch.as_tensor(list(ids), dtype=torch.long)
+        self.states.update(self.state, torch.cat([self.state.ids[:start].long(), new, self.state.ids[end:].long()]))
+        return self
+
+    def set_ids(self, ids) -> IdsDocument:
+        """Make the document's ids ``ids``, computing only what changed. Returns the document."""
+        self.states.update(self.state, torch.as_tensor(list(ids), dtype=torch.long))
+        return self
+
+    def vector(self) -> torch.Tensor:
+        return self.states.pooled(self.state)
+
+    def chunks(self) -> tuple[torch.Tensor, list[tuple[int, int]]]:
+        """The late chunks' vectors and token spans."""
+        if self.state.chunk is None:
+            raise ValueError("this document has no chunks: make it with chunk_tokens")
+        return self.states.chunks(self.state), self.state.chunk_spans()
+
+    def export(self) -> dict[str, torch.Tensor]:
+        return {f"state.{name}": t for name, t in self.state.export().items()}
+
+    @classmethod
+    def restore(cls, states: States, data: dict[str, torch.Tensor]) -> IdsDocument:
+        document = cls.__new__(cls)
+        document.states = states
+        document.state = states.restore({name[6:]: t for name, t in data.items() if name.startswith("state.")})
+        return document

@@ -30,7 +30,8 @@ class ErrorBody(BaseModel):
 
 #: the error answers of every route (:func:`avey_b.apps.serve.openapi.openapi_schema` adds them to each)
 ERRORS = {400: "a bad value, or a route this checkpoint cannot serve", 401: "no, a malformed or a wrong API key",
-          404: "an unknown route or model", 405: "a method the route does not have",
+          404: "an unknown route, model or session", 405: "a method the route does not have",
+          409: "a session's id is taken, or it is at another version than the one sent",
           408: "the body did not arrive within --body-timeout-s", 413: "past a limit (named with its flag)",
           422: "invalid JSON, a missing, mistyped or unknown field", 503: "the queue is full, or the server drains"}
 
@@ -218,3 +219,60 @@ class Info(Answer):
 Vectors = list[list[float]]
 #: ``/predict``'s answer: labels best first, for one input or per input
 Predictions = list[Label] | list[list[Label]]
+
+
+class SessionInfo(Answer):
+    id: str
+    """the session's id"""
+    object: str
+    """`session`"""
+    version: int
+    """1 when made, raised by each change"""
+    kind: str
+    """`text` or `ids` (made of token ids)"""
+    tokens: int
+    """the document's tokens (special tokens included)"""
+    characters: int | None = None
+    """the document's characters (a session of text)"""
+    bytes: int
+    """what its state holds: the token ids and a few numbers per split, never the token states"""
+    created: int
+    """when it was made (Unix seconds)"""
+    updated: int
+    """when it last changed (Unix seconds)"""
+    chunk_tokens: int | None
+    """its late chunks' tokens (none: the whole document only)"""
+    chunk_overlap: int
+    """tokens shared by consecutive late chunks"""
+
+
+class SessionChunk(Answer):
+    embedding: list[float] | str
+    """the chunk's vector, computed with the whole document in view"""
+    span: list[int]
+    """the chunk's `[start, end)` characters (tokens, for a session of ids)"""
+
+
+class SessionAnswer(SessionInfo):
+    embedding: list[float] | str
+    """the document's vector, as a fresh encode of its whole text gives it"""
+    chunks: list[SessionChunk] | None = None
+    """the late chunks' vectors (with `chunk_tokens`)"""
+    computed_splits: int
+    """the splits this request ran through the model (0 for a read)"""
+
+
+class SessionList(Answer):
+    object: str
+    """`list`"""
+    data: list[SessionInfo]
+    """every session held"""
+
+
+class SessionDeleted(Answer):
+    id: str
+    """the session's id"""
+    object: str
+    """`session.deleted`"""
+    deleted: bool
+    """true"""

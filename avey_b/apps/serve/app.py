@@ -18,7 +18,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from avey_b import configs
-from avey_b.apps.serve import routes_openai, routes_server, routes_tei
+from avey_b.apps.serve import routes_openai, routes_server, routes_sessions, routes_tei
 from avey_b.apps.serve.batcher import Batcher
 from avey_b.apps.serve.observe import Gate, Metrics, Traffic, error_body, log
 from avey_b.apps.serve.openapi import openapi_schema
@@ -90,7 +90,7 @@ def build_app(encoder: Encoder, options: ServeOptions) -> FastAPI:
     app.state.traffic = Traffic()
     app.add_middleware(Gate, api_key=api_key_of(options), max_body_bytes=options.max_body_bytes, metrics=metrics,
                        traffic=app.state.traffic, body_timeout_s=options.body_timeout_s)
-    for router in (routes_server.router, routes_openai.router, routes_tei.router):
+    for router in (routes_server.router, routes_openai.router, routes_sessions.router, routes_tei.router):
         app.include_router(router)
     app.openapi = functools.partial(openapi_schema, app)
     return app
@@ -113,7 +113,8 @@ def run(args: argparse.Namespace) -> int:
     runtime = encoder.runtime_name if encoder.onnx_file else encoder.architecture
     print(f"serving {args.model} as {service.name!r} ({runtime}: {', '.join(encoder.kinds)}) on "
           f"http://{options.host}:{options.port}; inputs up to "
-          f"{app.state.max_tokens:,} tokens; {service.documents.describe()}\n{encoder.describe()}"
+          f"{app.state.max_tokens:,} tokens; {service.documents.describe()}; {service.sessions.describe()}\n"
+          f"{encoder.describe()}"
           + (f"\n{open_warning}" if open_warning else ""), flush=True)
     encoder.watch_shared_cpu(lambda message: print(message, file=sys.stderr, flush=True),
                              "restart the server with --threads 1 (or one per idle core)")

@@ -70,6 +70,8 @@ class Documents:
         the pooled vector, not normalized: :meth:`States.pooled_steps
         <avey_b.inference.states.States.pooled_steps>`), or None when the job runs in a batch. On a cache hit it sets
         ``job.saved``, the tokens the cache held for it."""
+        if job.kind == "session":  # a session's change: its own steps (avey_b.apps.serve.sessions)
+            return job.extra
         n = len(job.ids)
         wanted = self.block and n > self.block or self.cache and n >= self.cached_from
         if job.kind != "embed" or self.off or not wanted:

@@ -89,13 +89,24 @@ class ServeOptions:
     model's chunk of processor rows on the device (execution.processor_chunk_tokens: 4,096 tokens on a CPU, 65,536
     on a GPU unless the config sets it); rounded down to whole splits"""
 
+    state_store: str | None = None
+    """where sessions (the /v1/sessions routes) are kept beyond this process's memory, so that a restart or another
+    replica resumes them exactly: a directory, or a Redis / Valkey server (redis://host:port/db, rediss://, unix://;
+    the sessions extra); every change is written through, compare-and-set on the session's version. Default: the
+    process's memory only (a restart loses them)"""
+    session_bytes: int = 256 * 2**20
+    """bytes of sessions kept warm in the process's memory, least recently used dropped first (with --state-store,
+    read back from it when next used; without one, gone: 404)"""
+    session_ttl_s: float = 24 * 3600.0
+    """a session not read or changed for this many seconds expires (in memory and in the store)"""
+
     def __post_init__(self):
         for name in ("max_input_chars", "max_body_bytes", "max_request_inputs", "max_batch_tokens", "queue_size",
                      "max_tokens"):
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ValueError(f"{name} must be at least 1, got {value}")
-        for name in ("body_timeout_s", "keep_alive_s"):
+        for name in ("body_timeout_s", "keep_alive_s", "session_ttl_s", "session_bytes"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
         if self.max_connections < 1 or self.drain_s < 0:

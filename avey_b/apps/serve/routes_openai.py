@@ -22,6 +22,7 @@ from avey_b.apps.serve.schemas import (
     EmbeddingRequest,
     FillMaskRequest,
 )
+from avey_b.apps.serve import routes_sessions
 from avey_b.apps.serve.service import Service, ServiceDep, note, reading
 from avey_b.apps.serve.work import finish_vector, scores
 from avey_b.inference.chunks import chunk_ranges
@@ -59,6 +60,19 @@ async def embeddings(request: Request, service: ServiceDep,
                                  f"{body.encoding_format!r}")
     encode, dims = ENCODINGS[body.encoding_format], service.dimensions(body.dimensions)
     normalize = service.encoder.normalize
+    if body.session is not None:
+        session, (vector, chunks, _) = await routes_sessions.embedded_session(request, service, body)
+        if chunks is None:
+            data = [{"object": "embedding", "index": 0, "embedding": encode(finish_vector(vector, dims, normalize))}]
+        else:
+            data = [{"object": "embedding", "index": 0, "chunk": c, "span": list(span),
+                     "embedding": encode(finish_vector(v, dims, normalize))}
+                    for c, (v, span) in enumerate(zip(*chunks, strict=True))]
+        tokens = len(session.document)
+        return {"object": "list", "model": service.name, "data": data,
+                "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
+    if body.session_append:
+        raise HTTPException(400, "session_append needs `session`: the session to add the input to")
     late = body.chunk_tokens is not None or body.chunk_spans is not None
     if body.chunk_tokens is not None and body.chunk_spans is not None:
         raise HTTPException(400, "give chunk_tokens or chunk_spans, not both")

@@ -68,6 +68,12 @@ class EmbeddingRequest(InputBody):
     chunk_spans: list[list[tuple[int, int]]] | None = None
     """late chunking: per input, the `[start, end)` character spans to embed (token positions for token-id
     inputs); not with `chunk_tokens`"""
+    session: str | None = None
+    """(Avey-B extension; the openai SDK's `extra_body`) the input is this session's document (made when new: see
+    /v1/sessions): its whole current text, of which only the change is computed, or with `session_append` the text
+    to add to it; one input"""
+    session_append: bool = False
+    """(Avey-B extension) with `session`: the input is added at the end of the session's document"""
 
 
 class ClassifyRequest(InputBody):
@@ -100,6 +106,58 @@ class CohereRerankRequest(Body):
     """answer only the best `top_n` documents (default: all)"""
     return_documents: bool = True
     """give each result its document's text"""
+
+
+# ------------------------------------------------------------------------------------------------ sessions
+class SessionContent(Body):
+    """A session's new content: a text, or token ids (the ids of a session made of ids), exactly one."""
+
+    text: str | None = None
+    """the text (a session made of text)"""
+    input_ids: list[StrictInt] | None = None
+    """token ids, run as given (a session made of token ids)"""
+    encoding_format: str = "float"
+    """the vectors in the answer: `float` (JSON numbers) or `base64` (little-endian float32 bytes)"""
+
+    @model_validator(mode="after")
+    def one_content(self):
+        if (self.text is None) == (self.input_ids is None):
+            raise ValueError("give the content in `text` or in `input_ids`, exactly one")
+        return self
+
+
+class SessionCreate(SessionContent):
+    id: str | None = None
+    """the session's id, 1 to 128 letters, digits or `._:-` (default: the server makes one); taken: 409"""
+    text: str | None = None
+    """the document's text (default, with no `input_ids`: an empty text, to be appended to)"""
+    chunk_tokens: int | None = Field(None, ge=1)
+    """late chunks: the session's answers also pool one vector per run of this many text tokens"""
+    chunk_overlap: int = Field(0, ge=0)
+    """tokens shared by consecutive late chunks (less than `chunk_tokens`)"""
+    model: str | None = None
+    """the served model's name (--served-model-name); another name: 404"""
+
+    @model_validator(mode="after")
+    def one_content(self):
+        if self.text is not None and self.input_ids is not None:
+            raise ValueError("give the content in `text` or in `input_ids`, not both")
+        if self.text is None and self.input_ids is None:
+            self.text = ""
+        return self
+
+
+class SessionChange(SessionContent):
+    version: int | None = Field(None, ge=1)
+    """the session's version the change is made against: another one is refused with 409 (optimistic
+    concurrency); default: whatever its version"""
+
+
+class SessionReplace(SessionChange):
+    start: int = Field(ge=0)
+    """the first character (token, for a session of ids) replaced"""
+    end: int = Field(ge=0)
+    """the end of the replaced span, exclusive (`start` for an insertion)"""
 
 
 # ------------------------------------------------------------------------------------------------ TEI

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ValidationError
 from avey_b.apps.serve.batcher import Batcher, Job
 from avey_b.apps.serve.documents import Documents
 from avey_b.apps.serve.options import ServeOptions
+from avey_b.apps.serve.sessions import Sessions
 from avey_b.inference.encoder import Encoder
 from avey_b.inference.runtimes import NEEDS
 from avey_b.utils.batching import default_max_tokens
@@ -97,6 +98,7 @@ class Service:
         self.created = int(time.time())  # the OpenAI model card's `created`
         self.batcher: Batcher | None = None
         self.documents = Documents(encoder, options)
+        self.sessions = Sessions(self)
 
     def limits(self) -> dict:
         """The server's limits, as ``/health`` and ``/info`` show them."""
@@ -106,7 +108,9 @@ class Service:
                 "max_batch_tokens": options.max_batch_tokens, "queue_size": options.queue_size,
                 "prefix_cache_bytes": self.documents.cache.capacity if self.documents.cache else 0,
                 "prefix_cache_min_tokens": self.documents.cached_from if self.documents.cache else None,
-                "block_tokens": self.documents.block}
+                "block_tokens": self.documents.block, "sessions": not self.sessions.off,
+                "session_bytes": self.options.session_bytes,
+                "state_store": str(self.sessions.store) if self.sessions.store else None}
 
     def threads(self) -> int | None:
         """The threads the model runs on: onnxruntime's, else torch's (with auto threads, the count it runs at now)."""
@@ -261,6 +265,19 @@ class Service:
                                  "routes: truncate=true cuts it)")
 
     # ------------------------------------------------------------------ the model
+    async def compute(self, steps):
+        """Run ``steps`` (a generator whose value is the answer: a session's change) as one job in steps on the
+        batcher, other requests' batches between its steps; 503 when the queue is full or the server drains."""
+        job = Job("session", [], steps)
+        try:
+            self.batcher.submit([job])
+        except queue.Full:
+            raise HTTPException(503, f"the server's queue is full ({self.batcher.depth:,} inputs wait, "
+                                     f"--queue-size {self.options.queue_size:,}): retry later") from None
+        except RuntimeError as error:
+            raise HTTPException(503, str(error)) from None
+        return await asyncio.wrap_future(job.future)
+
     async def run(self, kind: str, ids: list[list[int]], extras: list | None = None, *, request=None) -> list:
         """Queue one job per row on the batcher and await the answers (503 when the queue is full). With
         ``request``, the tokens the prefix cache held for its inputs (not run through the model) are recorded on it
