@@ -56,9 +56,16 @@ class Route:
 
 
 TEXTS = ["the film was good", "the cast was awful"]
-SERVER, OPENAI, COHERE, TEI, HUB, OWN, SCHEMA = (
+SERVER, OPENAI, COHERE, TEI, HUB, OWN, SESSIONS, SCHEMA = (
     "The server", "OpenAI API", "Cohere, Jina and vLLM rerank", "Text Embeddings Inference (TEI)",
-    "Hugging Face InferenceClient", "This server's own routes (no other API has them)", "The schema and its viewers")
+    "Hugging Face InferenceClient", "This server's own routes (no other API has them)",
+    "Sessions: documents kept between requests (this server's own)", "The schema and its viewers")
+#: the session the examples of the session routes make, change, read and delete, in the page's order
+SESSION = "chat-1"
+SESSION_NOTES = {404: "no such session (never made, deleted, expired, or dropped: the message says which)",
+                 409: "a `version` other than the session's; an `Idempotency-Key` that made an earlier version; "
+                      "another replica changed it meanwhile; a stored record that is damaged or of another model",
+                 503: "the state store (`--state-store`) did not answer: nothing was changed"}
 ROUTES: dict[tuple[str, str], Route] = {
     ("GET", "/health"): Route(
         SERVER, "health checks (load balancers, Kubernetes probes)",
@@ -83,11 +90,14 @@ ROUTES: dict[tuple[str, str], Route] = {
     ("POST", "/v1/embeddings"): Route(
         OPENAI, "the `openai` SDK: `client.embeddings.create(...)`",
         "One vector per input, or with late chunking (`chunk_tokens` or `chunk_spans`) one per chunk, each computed "
-        "with the whole input in view and carrying its `chunk` and character `span`.",
+        "with the whole input in view and carrying its `chunk` and character `span`. With `session` (the SDK's "
+        "`extra_body`), the one input is that session's whole text, or with `session_append` the text to add: only "
+        "the change is computed (see the session routes).",
         examples=(("any", {"input": TEXTS}, None),),
         notes={400: "`encoding_format` not `float` or `base64`; a `dimensions` the config does not declare; both "
                     "`chunk_tokens` and `chunk_spans`; `chunk_spans` not one list per input, or a span not "
-                    "`0 <= start < end`"}),
+                    "`0 <= start < end`; `session` with several inputs or with `chunk_spans`; `session_append` "
+                    "without `session`"}),
     ("POST", "/v1/classify"): Route(
         OWN, "any HTTP client (this server's route, in the OpenAI API's conventions: `input`, `model`, `usage`)",
         "Each input's best label and the score of every label (the softmax; the sigmoid for one label).",
@@ -160,6 +170,44 @@ ROUTES: dict[tuple[str, str], Route] = {
         "best first, per input); on any other model, `/embed`. The body follows the model (both are below).",
         examples=(("not-classifier", {"inputs": TEXTS}, None),
                   ("classifier", {"inputs": TEXTS, "parameters": {"top_k": 1}}, None))),
+    ("POST", "/v1/sessions"): Route(
+        SESSIONS, "any HTTP client",
+        "Make a session: a document (a text, or token ids) with an id the client chooses or the server makes, and "
+        "optional late chunks (`chunk_tokens`). The answer: the session (its `version`, 1) with its vector, as "
+        "every session route answers (and its chunks' vectors with their character spans).",
+        examples=(("any", {"id": SESSION, "text": "user: the film was good", "chunk_tokens": 4}, None),),
+        notes={400: "an id of other characters than letters, digits and `._:-`", **SESSION_NOTES,
+               409: "the id is taken"}),
+    ("POST", "/v1/sessions/{session_id}/append"): Route(
+        SESSIONS, "any HTTP client",
+        "Add text (token ids, for a session of ids) at the end: only the new splits are computed (and the tail "
+        "re-tokenized). With `version`, refused unless the session is at it; with an `Idempotency-Key` header, a "
+        "retry is answered as the change was and not applied twice.",
+        examples=(("any", {"text": "\nassistant: the cast was awful", "version": 1},
+                   f"/v1/sessions/{SESSION}/append"),), notes=SESSION_NOTES),
+    ("POST", "/v1/sessions/{session_id}/replace"): Route(
+        SESSIONS, "any HTTP client",
+        "Replace the characters `start:end` (tokens, for a session of ids) by a text: an insertion where `start` "
+        "equals `end`, a deletion with an empty text. The splits from the change on are recomputed.",
+        examples=(("any", {"start": 19, "end": 23, "text": "great"}, f"/v1/sessions/{SESSION}/replace"),),
+        notes={400: "a span outside the document", **SESSION_NOTES}),
+    ("PUT", "/v1/sessions/{session_id}/text"): Route(
+        SESSIONS, "any HTTP client",
+        "The session's whole new text: only what differs from the current one is computed (an extension is an "
+        "append). What a client that resends the whole conversation at every turn sends.",
+        examples=(("any", {"text": "user: the film was great\nassistant: the cast was awful\nuser: why?"},
+                   f"/v1/sessions/{SESSION}/text"),), notes=SESSION_NOTES),
+    ("GET", "/v1/sessions/{session_id}"): Route(
+        SESSIONS, "any HTTP client",
+        "The session with its vectors (`encoding_format=base64` for the float32 bytes), computed from its state.",
+        examples=(("any", None, f"/v1/sessions/{SESSION}"),), notes=SESSION_NOTES),
+    ("GET", "/v1/sessions"): Route(
+        SESSIONS, "any HTTP client",
+        "Every session held (in the state store, or in memory without one): id, version, tokens, bytes, times.",
+        examples=(("any", None, None),), notes={503: SESSION_NOTES[503]}),
+    ("DELETE", "/v1/sessions/{session_id}"): Route(
+        SESSIONS, "any HTTP client", "Forget the session, in memory and in the state store.",
+        examples=(("any", None, f"/v1/sessions/{SESSION}"),), notes=SESSION_NOTES),
     ("GET", "/openapi.json"): Route(
         SCHEMA, "OpenAPI tools (code generators, `schemathesis`)",
         "The OpenAPI schema this page is generated from: every route's request and answer bodies. Open without "
@@ -172,7 +220,7 @@ ROUTES: dict[tuple[str, str], Route] = {
         SCHEMA, "a browser", "ReDoc's view of the schema (an HTML page whose scripts load from a CDN).",
         examples=(("any", None, None),)),
 }
-GROUPS = (SERVER, OPENAI, COHERE, TEI, HUB, OWN, SCHEMA)
+GROUPS = (SERVER, OPENAI, COHERE, TEI, HUB, OWN, SESSIONS, SCHEMA)
 ROUTES = dict(sorted(ROUTES.items(), key=lambda item: GROUPS.index(item[1].group)))  # a section per group, in order
 #: the routes that are not in the OpenAPI schema (FastAPI's own pages), and those open without the key among them
 UNLISTED, OPEN_UNLISTED = ("/openapi.json", "/docs", "/redoc"), ("/openapi.json",)
@@ -185,8 +233,8 @@ def live_snapshot() -> dict:
     import tempfile
 
     from avey_b import testing as toy
-    from avey_b.apps.serve.options import ServeOptions
     from avey_b.apps.serve import build_app
+    from avey_b.apps.serve.options import ServeOptions
     from avey_b.inference.encoder import Encoder
     from avey_b.inference.options import LoadOptions
 

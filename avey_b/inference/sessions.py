@@ -117,7 +117,19 @@ def pack(session: Session, fingerprint: str) -> bytes:
     if session.kind == "text":
         meta["characters"] = str(len(session.document.text))
     tensors = {name: t.contiguous() for name, t in session.document.export().items()}
+    meta["sha256"] = digest(tensors)
     return save(tensors, metadata=meta)
+
+
+def digest(tensors: dict[str, torch.Tensor]) -> str:
+    """The SHA-256 of a record's tensors (names, dtypes, shapes and bytes): safetensors keeps no checksum, and a
+    damaged byte of a state would otherwise be a wrong vector."""
+    h = hashlib.sha256()
+    for name in sorted(tensors):
+        t = tensors[name].contiguous()
+        h.update(f"{name}:{t.dtype}:{tuple(t.shape)}".encode())
+        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return h.hexdigest()
 
 
 def listed(meta: dict[str, str]) -> dict:
@@ -164,6 +176,8 @@ def unpack(record: bytes, fingerprint: str, states_for, session_id: str | None =
         raise RecordError(f"the record of session {meta.get('id')!r}, not {session_id!r}")
     try:
         tensors = load(record)
+        if digest(tensors) != meta.get("sha256"):
+            raise RecordError("a damaged session record (its tensors' SHA-256 is not the one it was written with)")
         chunk_tokens, overlap = json.loads(meta["chunk_tokens"]), int(meta["chunk_overlap"])
         states = states_for(meta["kind"], chunk_tokens, overlap)
         kind = TextDocument if meta["kind"] == "text" else IdsDocument

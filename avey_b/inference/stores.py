@@ -16,6 +16,7 @@ import contextlib
 import fcntl
 import hashlib
 import json
+import math
 import os
 import time
 import urllib.parse
@@ -138,6 +139,7 @@ class RedisStore:
             raise SystemExit("--state-store redis://... needs the Redis client: pip install 'avey-b[sessions]'") \
                 from None
         self.url, self.ttl_s, self.redis = url, ttl_s, redis
+        self._seconds = max(1, math.ceil(ttl_s))  # Redis expires in whole seconds (0 would delete at once)
         self.client = redis.Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
 
     def __str__(self) -> str:
@@ -164,7 +166,7 @@ class RedisStore:
         with self._answering():
             pipe = self.client.pipeline()
             pipe.hget(self.PREFIX + key, "record")
-            pipe.expire(self.PREFIX + key, int(self.ttl_s))
+            pipe.expire(self.PREFIX + key, self._seconds)
             record, _ = pipe.execute()
         return record
 
@@ -183,7 +185,7 @@ class RedisStore:
                     return False
                 pipe.multi()
                 pipe.hset(name, mapping={"version": version, "record": record, "meta": json.dumps(header(record))})
-                pipe.expire(name, int(self.ttl_s))
+                pipe.expire(name, self._seconds)
                 pipe.execute()
             except self.redis.exceptions.WatchError:
                 return False

@@ -7,6 +7,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Request
 
+from avey_b.apps.serve import routes_sessions
 from avey_b.apps.serve.answers import (
     ClassifyAnswer,
     CohereRerankAnswer,
@@ -22,7 +23,6 @@ from avey_b.apps.serve.schemas import (
     EmbeddingRequest,
     FillMaskRequest,
 )
-from avey_b.apps.serve import routes_sessions
 from avey_b.apps.serve.service import Service, ServiceDep, note, reading
 from avey_b.apps.serve.work import finish_vector, scores
 from avey_b.inference.chunks import chunk_ranges

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, StrictInt, field_validator, model_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_validator, model_validator
 
 #: texts, or token ids: one string, a list of strings, one list of ids (one input), or a list of such lists
 Inputs = str | list[str] | list[StrictInt] | list[list[StrictInt]]
@@ -72,7 +72,7 @@ class EmbeddingRequest(InputBody):
     """(Avey-B extension; the openai SDK's `extra_body`) the input is this session's document (made when new: see
     /v1/sessions): its whole current text, of which only the change is computed, or with `session_append` the text
     to add to it; one input"""
-    session_append: bool = False
+    session_append: StrictBool = False
     """(Avey-B extension) with `session`: the input is added at the end of the session's document"""
 
 
@@ -131,9 +131,9 @@ class SessionCreate(SessionContent):
     """the session's id, 1 to 128 letters, digits or `._:-` (default: the server makes one); taken: 409"""
     text: str | None = None
     """the document's text (default, with no `input_ids`: an empty text, to be appended to)"""
-    chunk_tokens: int | None = Field(None, ge=1)
+    chunk_tokens: StrictInt | None = Field(None, ge=1)
     """late chunks: the session's answers also pool one vector per run of this many text tokens"""
-    chunk_overlap: int = Field(0, ge=0)
+    chunk_overlap: StrictInt = Field(0, ge=0)
     """tokens shared by consecutive late chunks (less than `chunk_tokens`)"""
     model: str | None = None
     """the served model's name (--served-model-name); another name: 404"""
@@ -148,15 +148,15 @@ class SessionCreate(SessionContent):
 
 
 class SessionChange(SessionContent):
-    version: int | None = Field(None, ge=1)
+    version: StrictInt | None = Field(None, ge=1)
     """the session's version the change is made against: another one is refused with 409 (optimistic
     concurrency); default: whatever its version"""
 
 
 class SessionReplace(SessionChange):
-    start: int = Field(ge=0)
+    start: StrictInt = Field(ge=0)
     """the first character (token, for a session of ids) replaced"""
-    end: int = Field(ge=0)
+    end: StrictInt = Field(ge=0)
     """the end of the replaced span, exclusive (`start` for an insertion)"""
 
 
