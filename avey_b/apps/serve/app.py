@@ -106,7 +106,10 @@ def run(args: argparse.Namespace) -> int:
     open_warning = guard.check_exposure(options, api_key_of(options))  # before the model loads: a refusal at once
     logging.basicConfig(stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     log.setLevel(options.log_level.upper())
-    encoder = Encoder(args.model, configs.from_args(LoadOptions, args)).load()
+    load = configs.from_args(LoadOptions, args)
+    if options.ray:
+        return run_fleet(args.model, options, load, open_warning)
+    encoder = Encoder(args.model, load).load()
     encoder.tokenizer  # noqa: B018 -- its files are needed: an error now, not at the first request
     app = build_app(encoder, options)
     service = app.state.service
@@ -120,3 +123,25 @@ def run(args: argparse.Namespace) -> int:
                              "restart the server with --threads 1 (or one per idle core)")
     guard.server(app, options).run()
     return 0
+
+
+def run_fleet(model: str, options: ServeOptions, load: LoadOptions, open_warning: str | None) -> int:
+    """``avey-b serve --ray``: the app on Ray Serve (:mod:`avey_b.apps.serve.fleet`)."""
+    try:
+        from avey_b.apps.serve import fleet
+    except ImportError:
+        raise SystemExit("avey-b serve --ray needs Ray Serve: pip install 'avey-b[fleet]'") from None
+    if options.state_store is None or "://" not in options.state_store:
+        print("avey-b serve --ray: sessions are shared between replicas only through --state-store redis://...; "
+              "without it each replica keeps its own, and a session whose replica goes is lost", file=sys.stderr,
+              flush=True)
+    scaling = (f"{options.replicas} to {options.max_replicas} replicas (autoscaled)" if options.max_replicas
+               else f"{options.replicas} replicas")
+
+    def describe():
+        print(f"serving {model} on Ray Serve: {scaling} of {options.replica_cpus:g} CPU each at "
+              f"http://{options.host}:{options.port}, a session's requests kept on one replica by their "
+              f"X-Session-Id header; sessions in {options.state_store or 'each replica only'}"
+              + (f"\n{open_warning}" if open_warning else ""), flush=True)
+
+    return fleet.run(model, options, load, describe)

@@ -100,6 +100,19 @@ class ServeOptions:
     session_ttl_s: float = 24 * 3600.0
     """a session not read or changed for this many seconds expires (in memory and in the store)"""
 
+    ray: bool = False
+    """run the server as a Ray Serve deployment: the same app in --replicas replicas behind Ray Serve's proxy on
+    --host:--port, a session's requests routed to one replica by their X-Session-Id header (the ray extra; share
+    sessions between replicas with --state-store redis://...)"""
+    ray_address: str | None = None
+    """with --ray: the Ray cluster to join (default: start one on this machine)"""
+    replicas: int = 2
+    """with --ray: the replicas to run (the fewest, with --max-replicas)"""
+    max_replicas: int | None = None
+    """with --ray: autoscale from --replicas up to this many replicas as requests wait (Ray Serve's autoscaling)"""
+    replica_cpus: float = 1.0
+    """with --ray: the CPUs Ray reserves for each replica (give it as many --threads)"""
+
     def __post_init__(self):
         for name in ("max_input_chars", "max_body_bytes", "max_request_inputs", "max_batch_tokens", "queue_size",
                      "max_tokens"):
@@ -119,6 +132,10 @@ class ServeOptions:
             raise ValueError(f"prefix_cache_min_tokens must be at least 1 (a token), got "
                              f"{self.prefix_cache_min_tokens}: to turn the prefix cache off, set prefix_cache_bytes "
                              "to 0")
+        if self.replicas < 1 or (self.max_replicas is not None and self.max_replicas < self.replicas) \
+                or self.replica_cpus <= 0:
+            raise ValueError(f"replicas must be at least 1, max_replicas at least replicas and replica_cpus "
+                             f"positive, got {self.replicas}, {self.max_replicas} and {self.replica_cpus}")
         if self.log_level not in LOG_LEVELS:
             raise ValueError(f"log_level must be one of {LOG_LEVELS}, got {self.log_level!r}")
 
