@@ -326,6 +326,10 @@ def test_two_replicas_share_sessions_through_redis(model, encoder, redis_url):
             check(on_a, encoder, TEXT + "said B and A", 5)
             stale = two.post("/v1/sessions/moved/append", json={"text": "x", "version": 2})
             assert stale.status_code == 409
+            counted = {line.split()[0]: float(line.split()[1]) for line in one.get("/metrics").text.splitlines()
+                       if line.startswith("avey_b_session_")}
+            assert counted["avey_b_session_store_reads_total"] == 1  # A read it back once: after B's change
+            assert counted["avey_b_session_store_writes_total"] == counted["avey_b_session_changes_total"] == 2
             assert [s["id"] for s in two.get("/v1/sessions").json()["data"]] == ["moved"]
             assert one.delete("/v1/sessions/moved").status_code == 200
             assert two.get("/v1/sessions/moved").status_code == 404

@@ -82,7 +82,8 @@ def build_app(encoder: Encoder, options: ServeOptions) -> FastAPI:
     the requests in flight are answered). The API key is ``options.api_key``, else the environment's
     ``AVEY_B_API_KEY``. The routes find the service in ``app.state`` (:data:`avey_b.apps.serve.service.ServiceDep`)."""
     service = Service(encoder, options)
-    metrics = Metrics(lambda: service.batcher.depth if service.batcher else 0, service.documents.cache)
+    metrics = Metrics(lambda: service.batcher.depth if service.batcher else 0, service.documents.cache,
+                      None if service.sessions.off else service.sessions)
     # swagger_ui_oauth2_redirect_url=None: no /docs/oauth2-redirect page (the key is a bearer token, not OAuth2)
     app = FastAPI(title="avey-b serve", version=_version(), lifespan=lifespan, swagger_ui_oauth2_redirect_url=None,
                   exception_handlers={StarletteHTTPException: http_error, RequestValidationError: invalid_request})

@@ -27,7 +27,7 @@ class Metrics:
     model (read from ``depth()`` at each scrape); and the prefix cache's counters when it is on (``cache``:
     :class:`avey_b.inference.prefix.PrefixCache`, read at each scrape)."""
 
-    def __init__(self, depth, cache=None):
+    def __init__(self, depth, cache=None, sessions=None):
         self.registry = CollectorRegistry()
         self.requests = Counter("avey_b_requests", "HTTP requests answered", ["method", "route", "status"],
                                 registry=self.registry)
@@ -43,6 +43,29 @@ class Metrics:
         self.queue.set_function(depth)
         if cache is not None:
             self.registry.register(CacheCollector(cache))
+        if sessions is not None:
+            self.registry.register(SessionsCollector(sessions))
+
+
+class SessionsCollector:
+    """The sessions' counters (``avey_b_session_*``: :meth:`avey_b.apps.serve.sessions.Sessions.stats`), read at
+    each scrape."""
+
+    COUNTERS = {"changes": "sessions made or changed", "splits_computed": "splits the sessions' changes computed",
+                "store_reads": "session records read from the state store (a session not warm, or changed on "
+                               "another replica)", "store_writes": "session records written to the state store",
+                "conflicts": "changes refused with 409 (another version, or another writer first)"}
+
+    def __init__(self, sessions):
+        self.sessions = sessions
+
+    def collect(self):
+        stats = self.sessions.stats()
+        for name, text in self.COUNTERS.items():
+            yield CounterMetricFamily(f"avey_b_session_{name}", text, value=stats[name])
+        yield GaugeMetricFamily("avey_b_session_warm", "sessions held in memory", value=stats["warm"])
+        yield GaugeMetricFamily("avey_b_session_warm_bytes", "bytes of the sessions held in memory",
+                                value=stats["bytes"])
 
 
 class CacheCollector:

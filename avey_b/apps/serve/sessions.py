@@ -59,6 +59,11 @@ class Sessions:
         self.locks: dict[str, asyncio.Lock] = {}
         self._states: dict[tuple, States] = {}
         self._fingerprint: str | None = None
+        self.counts = dict.fromkeys(("changes", "splits_computed", "store_reads", "store_writes", "conflicts"), 0)
+
+    def stats(self) -> dict[str, int]:
+        """The counters (:class:`avey_b.apps.serve.observe.SessionsCollector`), and the sessions and bytes warm."""
+        return {**self.counts, "warm": len(self.warm), "bytes": self.bytes}
 
     def describe(self) -> str:
         """The start line's words on sessions."""
@@ -144,6 +149,7 @@ class Sessions:
             self._keep(warm)
             return warm
         record = await self._stored(self.store.read, session_id)
+        self.counts["store_reads"] += 1
         if record is None:
             raise self._missing(session_id)
         try:
@@ -161,7 +167,10 @@ class Sessions:
             self._keep(session)
             return
         record = await asyncio.to_thread(pack, session, self.fingerprint)
-        if not await self._stored(self.store.write, session.id, record, session.version, expected):
+        written = await self._stored(self.store.write, session.id, record, session.version, expected)
+        self.counts["store_writes"] += written
+        if not written:
+            self.counts["conflicts"] += 1
             self._drop(session.id)
             raise HTTPException(409, f"session {session.id!r} was changed meanwhile by another request (it is no "
                                      f"longer at version {expected}): read it and send the change again")
@@ -186,7 +195,9 @@ class Sessions:
             return vector, chunks, document.state.computed - before
 
         try:
-            return await self.service.compute(job())
+            answer = await self.service.compute(job())
+            self.counts["splits_computed"] += answer[2]
+            return answer
         except HTTPException:
             raise
         except Exception as error:
@@ -265,6 +276,7 @@ class Sessions:
             session.applied[key] = 1
         answer = await self._compute(session, self.appending(document, content) if len(content) else None)
         await self._save(session, 0)
+        self.counts["changes"] += 1
         return session, answer
 
     async def embed(self, session_id: str, content, chunk_tokens: int | None, append: bool) -> tuple[Session, tuple]:
@@ -314,6 +326,7 @@ class Sessions:
                 raise HTTPException(409, f"this change (Idempotency-Key {key!r}) was applied as version {made}; "
                                          f"session {session_id!r} is now at version {session.version}")
             if expected is not None and expected != session.version:
+                self.counts["conflicts"] += 1
                 raise HTTPException(409, f"session {session_id!r} is at version {session.version}, not {expected}: "
                                          "read it and send the change again")
             old = session.version
@@ -324,6 +337,7 @@ class Sessions:
             answer = await self._compute(session, steps)
             session.changed(key)
             await self._save(session, old)
+            self.counts["changes"] += 1
             return session, answer
 
     async def delete(self, session_id: str) -> bool:
