@@ -48,9 +48,25 @@ def text(rng: random.Random, longest: int) -> str:
     return " ".join(rng.choice(WORDS) for _ in range(n))
 
 
-def valid(rng: random.Random, longest: int, conversation: list[str]) -> tuple[str, str, object, int]:
-    """(method, path, JSON body or None, the status expected)."""
+def valid(rng: random.Random, longest: int, conversation: list[str], sessions: dict[str, bool] | None = None,
+          long_words: int = 0) -> tuple[str, str, object, int]:
+    """(method, path, JSON body or None, the status expected). With ``sessions`` (this client's session ids ->
+    whether each exists now, updated as if each request succeeds), a tenth of the requests work on one of them;
+    with ``long_words``, one request in a hundred embeds a text of that many words (the state path's blocks)."""
     t = lambda: text(rng, longest)  # noqa: E731
+    if sessions is not None and rng.random() < 0.1:
+        name = rng.choice(sorted(sessions))
+        if not sessions[name]:
+            sessions[name] = True
+            return "POST", "/v1/sessions", {"id": name, "text": t()}, 200
+        if rng.random() < 0.05:
+            sessions[name] = False
+            return "DELETE", f"/v1/sessions/{name}", None, 200
+        if rng.random() < 0.2:
+            return "GET", f"/v1/sessions/{name}", None, 200
+        return "POST", f"/v1/sessions/{name}/append", {"text": " " + text(rng, 100)}, 200
+    if long_words and rng.random() < 0.01:
+        return "POST", "/v1/embeddings", {"input": " ".join(rng.choice(WORDS) for _ in range(long_words))}, 200
     if rng.random() < 0.1:  # a conversation re-embedded at every turn (the prefix cache's case), 20 turns long
         if len(conversation) == 20:
             conversation.clear()
@@ -117,6 +133,7 @@ def client(url: str, seed: int, args, bucket: Bucket, stop: threading.Event, res
     import httpx
 
     rng, conversation = random.Random(seed), []
+    sessions = {f"soak-{seed}-{i}": False for i in range(5)} if args.sessions else None
     with httpx.Client(base_url=url, timeout=60, headers={"authorization": f"Bearer {KEY}"}) as http:
         while not stop.is_set():
             bucket.take()
@@ -127,7 +144,7 @@ def client(url: str, seed: int, args, bucket: Bucket, stop: threading.Event, res
                     sent["headers"]["authorization"] = ""
                 kind = "malformed"
             else:
-                method, path, body, want = valid(rng, args.longest, conversation)
+                method, path, body, want = valid(rng, args.longest, conversation, sessions, args.long_words)
                 sent, kind = ({"json": body} if body is not None else {}), "valid"
             started = time.monotonic()
             try:
@@ -155,6 +172,21 @@ def outcome(r: dict) -> str:
     return "ok_" + r["kind"]
 
 
+def held_bytes(url: str, store: Path | None) -> dict[str, float]:
+    """What the server says it holds (the prefix cache's and the warm sessions' bytes, from /metrics) and the
+    state store directory's bytes on disk."""
+    import httpx
+
+    text_ = httpx.get(url + "/metrics", headers={"authorization": f"Bearer {KEY}"}, timeout=30).text
+    found = {line.split()[0]: float(line.split()[1]) for line in text_.splitlines()
+             if line.startswith(("avey_b_prefix_cache_bytes", "avey_b_session_warm_bytes"))}
+    out = {"cache_mb": round(found.get("avey_b_prefix_cache_bytes", 0) / 2**20, 1),
+           "sessions_mb": round(found.get("avey_b_session_warm_bytes", 0) / 2**20, 1)}
+    if store is not None:
+        out["store_mb"] = round(sum(f.stat().st_size for f in store.glob("*.session")) / 2**20, 1)
+    return out
+
+
 def window(records: list[dict], pid: int, started: float, index: int) -> dict:
     counts: dict[str, int] = {}
     for r in records:
@@ -175,14 +207,20 @@ def main() -> None:
     parser.add_argument("--malformed", type=float, default=0.1)
     parser.add_argument("--longest", type=int, default=1000, help="the longest text, in words")
     parser.add_argument("--window-s", type=float, default=30)
+    parser.add_argument("--sessions", action="store_true",
+                        help="a tenth of each client's requests make, append to, read and delete its 5 sessions, kept "
+                             "in a --state-store directory")
+    parser.add_argument("--long-words", type=int, default=0, help="one request in a hundred embeds this many words")
     parser.add_argument("--out", default=str(HERE / "soak.jsonl"))
     args = parser.parse_args()
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp) / "soak"
         served_model(str(directory), "cross-encoder")
+        store = Path(tmp) / "states" if args.sessions else None
+        extra = ["--state-store", str(store)] if store else []
         server, url = serve(directory, 1, "--api-key", KEY, "--threads", "1", "--precision", "fp32", "--log-level",
-                            "warning", "--max-request-inputs", "64")
+                            "warning", "--max-request-inputs", "64", *extra)
         results: list[dict] = []
         stop, bucket = threading.Event(), Bucket(args.rate)
         threads = [threading.Thread(target=client, args=(url, seed, args, bucket, stop, results), daemon=True)
@@ -194,12 +232,13 @@ def main() -> None:
         with open(args.out, "a") as out:
             head = {"run": "soak", "commit": commit, "minutes": args.minutes, "rate": args.rate,
                     "clients": args.clients, "malformed": args.malformed, "longest": args.longest,
+                    "sessions": args.sessions, "long_words": args.long_words,
                     "rss_mb_start": round(rss_mb(server.pid), 1), "loadavg": open("/proc/loadavg").read().split()[:3]}
             print(json.dumps(head), file=out, flush=True)
             while time.monotonic() - started < args.minutes * 60:
                 time.sleep(args.window_s)
                 records, taken = results[taken:len(results)], len(results)
-                windows.append(window(records, server.pid, started, len(windows)))
+                windows.append({**window(records, server.pid, started, len(windows)), **held_bytes(url, store)})
                 print(json.dumps(windows[-1]), file=out, flush=True)
             stop.set()
             for thread in threads:
@@ -215,6 +254,10 @@ def main() -> None:
             half = len(windows) // 2
             summary = {"summary": True, "requests": len(results), "outcomes": totals, "rss_mb_first": rss[0],
                        "rss_mb_last": rss[-1], "rss_mb_max": max(rss),
+                       "held_mb_first": {k: windows[0][k] for k in ("cache_mb", "sessions_mb", "store_mb")
+                                         if k in windows[0]},
+                       "held_mb_last": {k: windows[-1][k] for k in ("cache_mb", "sessions_mb", "store_mb")
+                                        if k in windows[-1]},
                        "rss_mb_growth_second_half": round(rss[-1] - rss[half], 1) if windows else None,
                        "p99_ms_median_first_half": statistics.median(p99[:half] or p99),
                        "p99_ms_median_second_half": statistics.median(p99[half:]),
