@@ -29,7 +29,7 @@ def model(tmp_path_factory):
 
 @pytest.fixture
 def fleet(model, redis_url):
-    from avey_b.apps.serve import fleet
+    from avey_b.apps.serve import build_app, fleet
 
     url, _ = redis_url
     port = free_port()
@@ -37,7 +37,7 @@ def fleet(model, redis_url):
     try:
         serve.start(http_options={"host": "127.0.0.1", "port": port})
         options = ServeOptions(state_store=url, replicas=2, replica_cpus=1)
-        serve.run(fleet.application(str(model), options, LoadOptions(precision="fp32")), name="avey-b",
+        serve.run(fleet.application(str(model), options, LoadOptions(precision="fp32"), build_app), name="avey-b",
                   route_prefix="/")
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60) as client:
             yield client

@@ -60,7 +60,7 @@ def main() -> None:
     from ray import serve
     from transformers import AutoTokenizer
 
-    from avey_b.apps.serve import fleet
+    from avey_b.apps.serve import build_app, fleet
     from avey_b.apps.serve.options import ServeOptions
     from avey_b.inference.encoder import Encoder
     from avey_b.inference.options import LoadOptions
@@ -81,9 +81,10 @@ def main() -> None:
     try:
         serve.start(http_options={"host": "127.0.0.1", "port": port})
         load = LoadOptions(precision="fp32", threads=1)
-        serve.run(fleet.application(args.model, ServeOptions(state_store=url, replicas=2), load), name="warm",
-                  route_prefix="/")
-        serve.run(fleet.application(args.model, ServeOptions(state_store=url, replicas=2, session_bytes=1), load),
+        warm = ServeOptions(state_store=url, replicas=2)
+        serve.run(fleet.application(args.model, warm, load, build_app), name="warm", route_prefix="/")
+        serve.run(fleet.application(args.model, ServeOptions(state_store=url, replicas=2, session_bytes=1), load,
+                                    build_app),
                   name="cold", route_prefix="/cold")
         client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=600)
         ways = {"affinity": ("", True), "random": ("", False), "store only": ("/cold", False)}

@@ -132,10 +132,10 @@ def run_fleet(model: str, options: ServeOptions, load: LoadOptions, open_warning
         from avey_b.apps.serve import fleet
     except ImportError:
         raise SystemExit("avey-b serve --ray needs Ray Serve: pip install 'avey-b[fleet]'") from None
-    if options.state_store is None or "://" not in options.state_store:
-        print("avey-b serve --ray: sessions are shared between replicas only through --state-store redis://...; "
-              "without it each replica keeps its own, and a session whose replica goes is lost", file=sys.stderr,
-              flush=True)
+    if options.state_store is None:
+        print("avey-b serve --ray: without --state-store each replica keeps its own sessions, and a session whose "
+              "replica goes is lost: share them through a directory (one machine) or redis://... (a cluster)",
+              file=sys.stderr, flush=True)
     scaling = (f"{options.replicas} to {options.max_replicas} replicas (autoscaled)" if options.max_replicas
                else f"{options.replicas} replicas")
 
@@ -145,4 +145,4 @@ def run_fleet(model: str, options: ServeOptions, load: LoadOptions, open_warning
               f"X-Session-Id header; sessions in {options.state_store or 'each replica only'}"
               + (f"\n{open_warning}" if open_warning else ""), flush=True)
 
-    return fleet.run(model, options, load, describe)
+    return fleet.run(model, options, load, build_app, describe)

@@ -32,11 +32,11 @@ REPLICA_HEADER = "x-avey-b-replica"
 
 @serve.ingress()
 class Replica:
-    """One replica: the model loaded once, and the server's app (:func:`avey_b.apps.serve.build_app`) built on it,
-    its lifespan (the batcher) run by Ray Serve."""
+    """One replica: the model loaded once, and the server's app (``build_app``: :func:`avey_b.apps.serve.build_app`,
+    given by the caller, which this module does not import) built on it, its lifespan (the batcher) run by Ray
+    Serve."""
 
-    def __init__(self, model: str, options: ServeOptions, load: LoadOptions):
-        from avey_b.apps.serve.app import build_app
+    def __init__(self, model: str, options: ServeOptions, load: LoadOptions, build_app):
         from avey_b.inference.encoder import Encoder
 
         self.server = build_app(Encoder(model, load).load(), options)
@@ -52,9 +52,10 @@ class Replica:
         return self.server
 
 
-def application(model: str, options: ServeOptions, load: LoadOptions):
+def application(model: str, options: ServeOptions, load: LoadOptions, build_app):
     """The Ray Serve application of ``model`` served with ``options`` (``replicas``, ``max_replicas``,
-    ``replica_cpus``): a deployment of :class:`Replica`, bound and ready for ``serve.run``."""
+    ``replica_cpus``), each replica's app made by ``build_app`` (:func:`avey_b.apps.serve.build_app`): a deployment
+    of :class:`Replica`, bound and ready for ``serve.run``."""
     scaling = {"num_replicas": options.replicas}
     if options.max_replicas is not None:
         scaling = {"autoscaling_config": AutoscalingConfig(min_replicas=options.replicas,
@@ -64,10 +65,10 @@ def application(model: str, options: ServeOptions, load: LoadOptions):
         Replica, name="avey-b", ray_actor_options={"num_cpus": options.replica_cpus},
         request_router_config=RequestRouterConfig(request_router_class=ROUTER),
         max_ongoing_requests=max(1, options.max_connections), **scaling)
-    return deployment.bind(model, options, load)
+    return deployment.bind(model, options, load, build_app)
 
 
-def run(model: str, options: ServeOptions, load: LoadOptions, describe) -> int:
+def run(model: str, options: ServeOptions, load: LoadOptions, build_app, describe) -> int:
     """Start (or join, with ``--ray-address``) a Ray cluster, run the application on ``--host``:``--port`` and
     serve until SIGTERM / Ctrl-C; ``describe()`` prints the start line."""
     import ray
@@ -75,7 +76,7 @@ def run(model: str, options: ServeOptions, load: LoadOptions, describe) -> int:
     ray.init(address=options.ray_address, log_to_driver=False, include_dashboard=False)
     serve.start(http_options={"host": options.host, "port": options.port})
     replica_options = dataclasses.replace(options, ray=False)
-    serve.run(application(model, replica_options, load), name="avey-b", route_prefix="/")
+    serve.run(application(model, replica_options, load, build_app), name="avey-b", route_prefix="/")
     describe()
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
