@@ -1,8 +1,7 @@
 """The OpenAI-style routes (``/v1/...``): models, embeddings (with Matryoshka ``dimensions`` and late chunking),
 classify, fill-mask, and the Cohere / Jina / vLLM rerank shape."""
 
-import base64  # no `from __future__ import annotations`: FastAPI reads the routes' live annotations
-import uuid
+import uuid  # no `from __future__ import annotations`: FastAPI reads the routes' live annotations
 from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Request
@@ -24,14 +23,8 @@ from avey_b.apps.serve.schemas import (
     FillMaskRequest,
 )
 from avey_b.apps.serve.service import Service, ServiceDep, note, reading
-from avey_b.apps.serve.work import finish_vector, scores
+from avey_b.apps.serve.work import encoding, finish_vector, scores
 from avey_b.inference.chunks import chunk_ranges
-
-#: ``encoding_format``: float32 values as JSON numbers, or their little-endian bytes base64-encoded (the openai
-#: SDK's default, which it decodes)
-ENCODINGS = {"float": lambda v: v.tolist(),
-             "base64": lambda v: base64.b64encode(v.astype("<f4").tobytes()).decode("ascii")}
-
 
 router = APIRouter()
 
@@ -55,10 +48,7 @@ def model(model: str, service: ServiceDep):
 @router.post("/v1/embeddings", responses=ok(EmbeddingList))
 async def embeddings(request: Request, service: ServiceDep,
                      body: Annotated[EmbeddingRequest, reading(EmbeddingRequest)]):
-    if body.encoding_format not in ENCODINGS:
-        raise HTTPException(400, f"encoding_format must be one of {sorted(ENCODINGS)}, got "
-                                 f"{body.encoding_format!r}")
-    encode, dims = ENCODINGS[body.encoding_format], service.dimensions(body.dimensions)
+    encode, dims = encoding(body.encoding_format), service.dimensions(body.dimensions)
     normalize = service.encoder.normalize
     if body.session is not None:
         session, (vector, chunks, _) = await routes_sessions.embedded_session(request, service, body)

@@ -5,15 +5,15 @@ the document's vector (and late chunks, with their spans) as a fresh encode of i
 A change may carry the ``version`` the client holds (another one: 409) and an ``Idempotency-Key`` header (a retry of
 a change that was applied is answered as it was, never applied twice)."""
 
-import base64  # no `from __future__ import annotations`: FastAPI reads the routes' live annotations
-from typing import Annotated
+from typing import Annotated  # no `from __future__ import annotations`: FastAPI reads the routes' live annotations
 
 from fastapi import APIRouter, Header, HTTPException, Query, Request
 
 from avey_b.apps.serve.answers import SessionAnswer, SessionDeleted, SessionList, ok
 from avey_b.apps.serve.schemas import SessionChange, SessionContent, SessionCreate, SessionReplace
 from avey_b.apps.serve.service import Service, ServiceDep, note, reading
-from avey_b.apps.serve.work import finish_vector
+from avey_b.apps.serve.sessions import check_kind
+from avey_b.apps.serve.work import encoding, finish_vector
 from avey_b.inference.sessions import Session
 
 router = APIRouter(tags=["Avey-B sessions"])
@@ -25,18 +25,9 @@ IdempotencyKey = Annotated[str | None, Header(alias="Idempotency-Key", max_lengt
                                                           "applied twice")]
 
 
-def encoder_of(encoding_format: str):
-    """The vectors' encoding: JSON floats, or base64 of the little-endian float32 bytes; another: 400."""
-    if encoding_format == "float":
-        return lambda v: v.tolist()
-    if encoding_format == "base64":
-        return lambda v: base64.b64encode(v.astype("<f4").tobytes()).decode("ascii")
-    raise HTTPException(400, f"encoding_format must be 'base64' or 'float', got {encoding_format!r}")
-
-
 def answer(service: Service, session: Session, computed: tuple, encoding_format: str) -> dict:
     """A session's answer: its listing, its vectors and the splits this request computed."""
-    encode, normalize = encoder_of(encoding_format), service.encoder.normalize
+    encode, normalize = encoding(encoding_format), service.encoder.normalize
     vector, chunks, splits = computed
     out = {**session.info(), "embedding": encode(finish_vector(vector, None, normalize)), "computed_splits": splits}
     if chunks is not None:
@@ -51,17 +42,16 @@ def content_of(service: Service, body: SessionContent, session: Session | None =
     the session's kind."""
     if body.text is not None:
         service.check_chars(0, body.text)
-        if session is not None and session.kind != "text":
-            raise HTTPException(400, f"session {session.id!r} is made of token ids: change it with `input_ids`")
-        return body.text
-    try:
-        service.encoder.check_ids([body.input_ids])
-    except ValueError as error:
-        raise HTTPException(400, str(error)) from None
-    ids = body.input_ids
-    if session is not None and session.kind != "ids":
-        raise HTTPException(400, f"session {session.id!r} is made of text: change it with `text`")
-    return ids
+        content = body.text
+    else:
+        try:
+            service.encoder.check_ids([body.input_ids])
+        except ValueError as error:
+            raise HTTPException(400, str(error)) from None
+        content = body.input_ids
+    if session is not None:
+        check_kind(session, content)
+    return content
 
 
 @router.post("/v1/sessions", responses=ok(SessionAnswer))
@@ -81,7 +71,7 @@ async def listing(service: ServiceDep):
 @router.get("/v1/sessions/{session_id}", responses=ok(SessionAnswer))
 async def read(session_id: str, service: ServiceDep,
                encoding_format: Annotated[str, Query(description="`float` or `base64`")] = "float"):
-    encoder_of(encoding_format)
+    encoding(encoding_format)
     session, computed = await service.sessions.read(session_id)
     return answer(service, session, computed, encoding_format)
 
@@ -89,7 +79,7 @@ async def read(session_id: str, service: ServiceDep,
 @router.post("/v1/sessions/{session_id}/append", responses=ok(SessionAnswer))
 async def append(session_id: str, request: Request, service: ServiceDep, key: IdempotencyKey = None,
                  body: Annotated[SessionChange, reading(SessionChange)] = None):
-    encoder_of(body.encoding_format)
+    encoding(body.encoding_format)
 
     def steps(session: Session):
         return service.sessions.appending(session.document, content_of(service, body, session))
@@ -102,7 +92,7 @@ async def append(session_id: str, request: Request, service: ServiceDep, key: Id
 @router.post("/v1/sessions/{session_id}/replace", responses=ok(SessionAnswer))
 async def replace(session_id: str, request: Request, service: ServiceDep, key: IdempotencyKey = None,
                   body: Annotated[SessionReplace, reading(SessionReplace)] = None):
-    encoder_of(body.encoding_format)
+    encoding(body.encoding_format)
 
     def steps(session: Session):
         content = content_of(service, body, session)
@@ -123,7 +113,7 @@ async def set_text(session_id: str, request: Request, service: ServiceDep, key: 
                    body: Annotated[SessionChange, reading(SessionChange)] = None):
     """The session's whole new text (or token ids), of which only the change from the current one is computed:
     what a client that resends the whole conversation each turn sends."""
-    encoder_of(body.encoding_format)
+    encoding(body.encoding_format)
 
     def steps(session: Session):
         return service.sessions.setting(session.document, content_of(service, body, session))

@@ -265,24 +265,8 @@ class Service:
                                  "routes: truncate=true cuts it)")
 
     # ------------------------------------------------------------------ the model
-    async def compute(self, steps):
-        """Run ``steps`` (a generator whose value is the answer: a session's change) as one job in steps on the
-        batcher, other requests' batches between its steps; 503 when the queue is full or the server drains."""
-        job = Job("session", [], steps)
-        try:
-            self.batcher.submit([job])
-        except queue.Full:
-            raise HTTPException(503, f"the server's queue is full ({self.batcher.depth:,} inputs wait, "
-                                     f"--queue-size {self.options.queue_size:,}): retry later") from None
-        except RuntimeError as error:
-            raise HTTPException(503, str(error)) from None
-        return await asyncio.wrap_future(job.future)
-
-    async def run(self, kind: str, ids: list[list[int]], extras: list | None = None, *, request=None) -> list:
-        """Queue one job per row on the batcher and await the answers (503 when the queue is full). With
-        ``request``, the tokens the prefix cache held for its inputs (not run through the model) are recorded on it
-        for the metrics (``request.state.saved``)."""
-        jobs = [Job(kind, row, extra) for row, extra in zip(ids, extras or [None] * len(ids), strict=True)]
+    def submit(self, jobs: list[Job]) -> None:
+        """Queue ``jobs`` on the batcher; 503 when the queue is full or the server drains."""
         try:
             self.batcher.submit(jobs)
         except queue.Full:
@@ -290,6 +274,20 @@ class Service:
                                      f"--queue-size {self.options.queue_size:,}): retry later") from None
         except RuntimeError as error:
             raise HTTPException(503, str(error)) from None
+
+    async def compute(self, steps):
+        """Run ``steps`` (a generator whose value is the answer: a session's change) as one job in steps on the
+        batcher, other requests' batches between its steps (:meth:`submit`)."""
+        job = Job("session", [], steps)
+        self.submit([job])
+        return await asyncio.wrap_future(job.future)
+
+    async def run(self, kind: str, ids: list[list[int]], extras: list | None = None, *, request=None) -> list:
+        """Queue one job per row on the batcher and await the answers (503 when the queue is full). With
+        ``request``, the tokens the prefix cache held for its inputs (not run through the model) are recorded on it
+        for the metrics (``request.state.saved``)."""
+        jobs = [Job(kind, row, extra) for row, extra in zip(ids, extras or [None] * len(ids), strict=True)]
+        self.submit(jobs)
         results = list(await asyncio.gather(*(asyncio.wrap_future(j.future) for j in jobs)))
         if request is not None:
             request.state.saved = sum(j.saved for j in jobs)

@@ -42,6 +42,14 @@ def check_id(session_id: str) -> str:
     return session_id
 
 
+def check_kind(session: Session, content) -> None:
+    """Refuse (400) ``content`` (a text, or token ids) of the other kind than ``session``'s."""
+    if session.kind == "text" and not isinstance(content, str):
+        raise HTTPException(400, f"session {session.id!r} is made of text: change it with `text`")
+    if session.kind == "ids" and isinstance(content, str):
+        raise HTTPException(400, f"session {session.id!r} is made of token ids: change it with `input_ids`")
+
+
 class Sessions:
     """The sessions of a :class:`~avey_b.apps.serve.service.Service` (whose batcher runs their model work):
     ``warm`` (id -> :class:`~avey_b.inference.sessions.Session`, least recently used first, ``bytes`` in all),
@@ -288,9 +296,7 @@ class Sessions:
                 return await self._make(session_id, content, chunk_tokens, 0, None)
 
         def steps(session: Session) -> Iterator:
-            if (session.kind == "text") != isinstance(content, str):
-                made = "text: send it a text" if session.kind == "text" else "token ids: send it token ids"
-                raise ValueError(f"session {session_id!r} is made of {made}")
+            check_kind(session, content)
             return (self.appending if append else self.setting)(session.document, content)
 
         return await self.change(session_id, steps, None, None)

@@ -3,8 +3,11 @@ the small numeric steps the routes apply to it (normalization, Matryoshka trunca
 
 from __future__ import annotations
 
+import base64
+
 import numpy as np
 import torch
+from fastapi import HTTPException
 
 from avey_b.apps.serve.batcher import Job
 from avey_b.inference.encoder import Encoder
@@ -48,6 +51,19 @@ def answer_batch(encoder: Encoder, kind: str, jobs: list[Job]) -> list:
                              for v, t in zip(scores, tokens, strict=True)])
         out.append(per_mask)
     return out
+
+
+#: ``encoding_format``: float32 values as JSON numbers, or their little-endian bytes base64-encoded (the openai
+#: SDK's default, which it decodes)
+ENCODINGS = {"float": lambda v: v.tolist(),
+             "base64": lambda v: base64.b64encode(v.astype("<f4").tobytes()).decode("ascii")}
+
+
+def encoding(encoding_format: str):
+    """How a route writes its vectors for ``encoding_format`` (:data:`ENCODINGS`); another value: 400."""
+    if encoding_format not in ENCODINGS:
+        raise HTTPException(400, f"encoding_format must be one of {sorted(ENCODINGS)}, got {encoding_format!r}")
+    return ENCODINGS[encoding_format]
 
 
 def finish_vector(vector: np.ndarray, dimensions: int | None, normalize: bool) -> np.ndarray:
