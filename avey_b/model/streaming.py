@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -84,7 +85,7 @@ class DocumentState:
         self.model = backbone
         config = backbone.config
         self.S = config.split_size
-        self.k = 0 if backbone.ranker is None else config.num_retrieved_splits
+        self.k = retrieved(backbone)
         self.chunk = None if chunk_tokens is None else (chunk_tokens, chunk_tokens - chunk_overlap)
         self.special = tuple(special)
         self.block_splits = max(1, block_tokens // self.S)
@@ -245,6 +246,18 @@ class DocumentState:
         pooled = (total / count[:, None]).to(self.model.dtype).float()
         return F.normalize(pooled, dim=-1) if normalize else pooled
 
+    def query(self, ids: Sequence[int] | torch.Tensor) -> QueryLast:
+        """The outputs of token ids ``ids`` placed after the document (:func:`query_last`): the query's splits
+        alone are ranked and processed, so the cost is the query's, however long the document; the state is left
+        as it was. Equal to the query's positions of a fresh forward of the document's ids followed by ``ids``."""
+        new = self._check_ids(ids)
+        if not new.numel():
+            raise ValueError("the query is empty: give it at least one token id")
+        if self.model.training:
+            raise ValueError("a document state runs the model in eval mode: call model.eval() first")
+        with torch.no_grad():
+            return query_last(self.model, torch.cat([self.ids, new]), self.length)
+
     def chunk_spans(self) -> list[tuple[int, int]]:
         """The late chunks' token ranges ``(start, end)`` over the document's ids, end exclusive
         (:func:`avey_b.model.chunks.chunk_spans`)."""
@@ -337,55 +350,20 @@ class DocumentState:
                 torch.stack(sums) if sums else torch.zeros(0, d))
 
     # ------------------------------------------------------------------ the model's steps
-    def _cut(self, which: torch.Tensor) -> splits.Splits:
-        """The splits ``which`` of the document, cut as the forward cuts it (:func:`avey_b.model.splits.cut_splits`)."""
-        return splits.cut_splits(self.ids, which, self.S, self.model.embed_tokens)
-
-    def _candidate_ids(self, which: torch.Tensor) -> torch.Tensor:
-        """(len, S) the token ids of the full splits ``which``, on the model's device."""
-        return splits.split_ids(self.ids, which.cpu(), self.S)[0].to(self.device)
-
     def _rank(self, queries: torch.Tensor, candidates: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The choice (split ids, keys; (Q, k), best first) of the ``queries`` among ``candidates`` (each query
-        among those before it): :meth:`avey_b.model.ranker.Ranker.choose`."""
-        Q, ranker = queries.numel(), self.model.ranker
-        if ranker is None or self.k == 0 or candidates.numel() == 0:
-            return (torch.zeros(Q, self.k, dtype=torch.long),
-                    torch.full((Q, self.k), float("-inf"), dtype=torch.float64))
-        choice = ranker.choose(self._cut(queries), queries, candidates, self._candidate_ids, self.model.embed_tokens,
-                               n_bound=KEY_SPLITS)
-        return choice.ranked[0].cpu(), choice.keys[0].cpu()
+        """The choice (split ids, keys; (Q, k), best first) of the ``queries`` among ``candidates``:
+        :func:`rank_splits` on the document's ids."""
+        return rank_splits(self.model, self.ids, queries, candidates)
 
     @torch.no_grad()
     def _process(self, queries: torch.Tensor, idx: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
-        """(Q, S, d) the last hidden state of the ``queries`` splits, given their choice (split ids and keys, best
-        first): a chunk of rows at a time, each chunk's splits and the splits they chose cut, their choice laid out
-        (:meth:`avey_b.model.ranker.Choice.of_ranked`), then :meth:`~avey_b.model.modeling.AveyBModel.process` and
-        :meth:`~avey_b.model.modeling.AveyBModel.finish`, as the forward runs them."""
-        model = self.model
-        if model.training:
+        """(Q, S, d) the last hidden state of the ``queries`` splits, given their choice: :func:`run_splits` on the
+        document's ids, in eval mode."""
+        if self.model.training:
             raise ValueError("a document state runs the model in eval mode: call model.eval() first")
         self.recomputed += queries.numel()
         self.computed += queries.numel()
-        rows = max(1, model.config.execution.processor_chunk_tokens_for(self.device.type) // model.config.context_size)
-        out = []
-        for q0 in range(0, queries.numel(), rows):
-            q, chosen, key = queries[q0:q0 + rows], idx[q0:q0 + rows], keys[q0:q0 + rows]
-            held = torch.isfinite(key)
-            # the splits these rows need, and each one's place among them
-            needed, local = torch.unique(torch.cat([q, chosen[held]]), return_inverse=True)
-            sp = self._cut(needed)
-            own = local[:q.numel()]  # the rows' own splits, as ids into `needed`
-            choice = None
-            if model.ranker is not None:  # the choice in ids into `needed`; the other splits choose nothing
-                ranked = torch.zeros(needed.numel(), self.k, dtype=torch.long)
-                ranked_keys = torch.full((needed.numel(), self.k), float("-inf"), dtype=torch.float64)
-                slot = torch.zeros_like(chosen)
-                slot[held] = local[q.numel():]
-                ranked[own], ranked_keys[own] = slot, key
-                choice = Choice.of_ranked(sp, ranked[None].to(self.device), ranked_keys[None].to(self.device))
-            out.append(model.finish(model.process(sp, choice, own.to(self.device))))
-        return torch.cat(out)
+        return run_splits(self.model, self.ids, queries, idx, keys)
 
     def _edit(self, edited: torch.Tensor) -> None:
         """After an in-place edit of the kept splits ``edited``: re-rank and recompute them, and every later kept
@@ -406,6 +384,111 @@ class DocumentState:
             changed = (val != self._keys[part]).any(1)
             if changed.any():
                 self._keep(part[changed], chosen[changed], val[changed])
+
+
+def retrieved(model: AveyBModel) -> int:
+    """``k``, the splits each split retrieves: 0 without a ranker."""
+    return 0 if model.ranker is None else model.config.num_retrieved_splits
+
+
+def rank_splits(model: AveyBModel, ids: torch.Tensor, queries: torch.Tensor, candidates: torch.Tensor
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ranker's choice (§3.1) of the splits ``queries`` (Q,) of one row of token ids ``ids`` (N,) among its full
+    splits ``candidates`` (J,), each query among the candidates before it, the candidates kept as ids
+    (:meth:`avey_b.model.ranker.Ranker.choose`). Returns the chosen split ids and their ranking keys, (Q, k) each,
+    best first, on the CPU (``-inf`` keys in empty slots). No gradient: the choice is discrete."""
+    S, Q, k = model.config.split_size, queries.numel(), retrieved(model)
+    if k == 0 or candidates.numel() == 0:
+        return torch.zeros(Q, k, dtype=torch.long), torch.full((Q, k), float("-inf"), dtype=torch.float64)
+    device = model.embed_tokens.weight.device
+
+    def candidate_ids(which: torch.Tensor) -> torch.Tensor:
+        return splits.split_ids(ids, which.cpu(), S)[0].to(device)
+
+    with torch.no_grad():
+        choice = model.ranker.choose(splits.cut_splits(ids, queries, S, model.embed_tokens), queries, candidates,
+                                     candidate_ids, model.embed_tokens, n_bound=KEY_SPLITS)
+    return choice.ranked[0].cpu(), choice.keys[0].cpu()
+
+
+def run_splits(model: AveyBModel, ids: torch.Tensor, queries: torch.Tensor, idx: torch.Tensor, keys: torch.Tensor
+               ) -> torch.Tensor:
+    """(Q, S, d) the last hidden state of the splits ``queries`` (Q,) of one row of token ids ``ids`` (N,), given
+    their choice (split ids and keys, (Q, k) best first, as :func:`rank_splits` gives): a chunk of rows at a time,
+    each chunk's splits and the splits they chose cut, their choice laid out
+    (:meth:`avey_b.model.ranker.Choice.of_ranked`), then :meth:`~avey_b.model.modeling.AveyBModel.process` and
+    :meth:`~avey_b.model.modeling.AveyBModel.finish`, as the forward runs them. Under autograd when it is on (the
+    embeddings of the splits cut, the compressor and the layers; the choice is given), with the embedding dropout
+    of the forward in training mode."""
+    S, k = model.config.split_size, retrieved(model)
+    rows = max(1, model.config.execution.processor_chunk_tokens_for(model.embed_tokens.weight.device.type)
+               // model.config.context_size)
+    out = []
+    for q0 in range(0, queries.numel(), rows):
+        q, chosen, key = queries[q0:q0 + rows], idx[q0:q0 + rows], keys[q0:q0 + rows]
+        held = torch.isfinite(key)
+        # the splits these rows need, and each one's place among them
+        needed, local = torch.unique(torch.cat([q, chosen[held]]), return_inverse=True)
+        sp = splits.cut_splits(ids, needed, S, model.embed_tokens)
+        sp.x = model.embed_dropout(sp.x)
+        own = local[:q.numel()]  # the rows' own splits, as ids into `needed`
+        choice = None
+        if model.ranker is not None:  # the choice in ids into `needed`; the other splits choose nothing
+            device = sp.x.device
+            ranked = torch.zeros(needed.numel(), k, dtype=torch.long)
+            ranked_keys = torch.full((needed.numel(), k), float("-inf"), dtype=torch.float64)
+            slot = torch.zeros_like(chosen)
+            slot[held] = local[q.numel():]
+            ranked[own], ranked_keys[own] = slot, key
+            choice = Choice.of_ranked(sp, ranked[None].to(device), ranked_keys[None].to(device))
+        out.append(model.finish(model.process(sp, choice, own.to(sp.x.device))))
+    return torch.cat(out)
+
+
+@dataclass
+class QueryLast:
+    """A query's outputs placed after a document (:func:`query_last`)."""
+
+    hidden: torch.Tensor
+    """(q, d) the last hidden state of the query's tokens."""
+    splits: torch.Tensor
+    """(Q,) the splits holding a query token (the first may begin with the document's last tokens)."""
+    chosen: torch.Tensor
+    """(Q, k) each one's chosen splits, best first (the document's, or an earlier split of the query)."""
+    keys: torch.Tensor
+    """(Q, k) float64 their ranking keys: the MaxSim score on the token embeddings (§3.1) plus a tie bonus below a
+    quarter of its float32 ulp; ``-inf`` in an empty slot."""
+
+    def evidence(self, start: int, S: int) -> list[tuple[int, float]]:
+        """The document's splits the query chose (split id, best MaxSim score over the query's splits that chose
+        it), best first: where the model looked. ``start``: the query's first position (splits from
+        ``start // S`` hold query tokens and are not evidence)."""
+        best: dict[int, float] = {}
+        first = start // S
+        for j, key in zip(self.chosen.flatten().tolist(), self.keys.flatten().tolist(), strict=True):
+            if key != float("-inf") and j < first:
+                best[j] = max(best.get(j, key), key)
+        return sorted(best.items(), key=lambda item: (-item[1], -item[0]))
+
+
+def query_last(model: AveyBModel, ids: torch.Tensor, start: int) -> QueryLast:
+    """The outputs of the tokens ``ids[start:]`` (a query) of one row ``ids`` (N,) that holds a document before
+    them, computed from the query's splits alone: with the ranker on the embeddings (§3.1, the default
+    ``ranker_placement``) and unidirectional, a split's outputs depend only on its own tokens and on the embeddings
+    of the splits it chooses, so the query's splits are ranked against the document's (as token ids) and only they
+    go through the processor. Equal to the query's positions of a fresh forward of ``ids``; the cost is the
+    ranking (the query's tokens against the document's ids, tile by tile) and ``ceil((N - start) / S) + 1`` rows,
+    however long the document. Under autograd when it is on (training a head on the query's outputs)."""
+    if why := refusal(model.config):
+        raise ValueError(f"this model cannot score a query after a document from the query's splits: {why}")
+    N, S = ids.numel(), model.config.split_size
+    if not 0 <= start < N:
+        raise ValueError(f"the query must hold a token: it starts at {start} of {N} tokens")
+    queries = torch.arange(start // S, (N + S - 1) // S)
+    idx, keys = rank_splits(model, ids, queries, torch.arange(int(queries[-1])))
+    offset = int(queries[0]) * S
+    hidden = run_splits(model, ids, queries, idx, keys).flatten(0, 1)[start - offset:N - offset]
+    return QueryLast(hidden=hidden, splits=queries, chosen=idx, keys=keys)
 
 
 def _capacity(t: torch.Tensor, n: int, used: int) -> torch.Tensor:

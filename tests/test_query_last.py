@@ -1,0 +1,103 @@
+"""A query placed after a document, computed from the query's splits alone (avey_b.model.streaming.query_last and
+DocumentState.query), equals the query's positions of a fresh forward of document + query: outputs, the choice it
+reports as evidence, and the gradients a head trained on the query's outputs sends back; it costs the query's rows
+whatever the document's length.
+
+Random ids from a vocabulary of thousands (see tests/test_streaming.py: no near-tied MaxSim scores)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from avey_b.model import presets
+from avey_b.model.modeling import AveyBModel
+from avey_b.model.similarity import maxsim, unit_vectors
+from avey_b.model.streaming import DocumentState, query_last
+
+VOCAB = 2000
+
+
+def model(**overrides) -> AveyBModel:
+    torch.manual_seed(0)
+    return AveyBModel(presets.tiny(vocab_size=VOCAB, **overrides)).eval()
+
+
+def ids_of(n: int, seed: int) -> torch.Tensor:
+    return torch.randint(0, VOCAB, (n,), generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.mark.parametrize("doc_len, query_len", [(1, 1), (4, 4), (37, 3), (40, 9), (203, 17), (64, 1)])
+def test_the_query_outputs_equal_a_fresh_forward(doc_len, query_len):
+    m = model()
+    doc, query = ids_of(doc_len, doc_len), ids_of(query_len, 1000 + query_len)
+    ids = torch.cat([doc, query])
+    with torch.no_grad():
+        full = m(ids[None]).last_hidden_state[0, doc_len:]
+        out = query_last(m, ids, doc_len)
+        via_state = DocumentState(m).feed(doc).query(query)
+    assert out.hidden.shape == full.shape == via_state.hidden.shape
+    assert float((out.hidden - full).abs().max()) <= 1e-5
+    assert float((via_state.hidden - full).abs().max()) <= 1e-5
+
+
+def test_the_state_is_left_as_it_was_and_only_the_query_splits_run():
+    m = model()
+    state = DocumentState(m).feed(ids_of(400, 3))
+    pooled, computed = state.pooled(), state.computed
+    out = state.query(ids_of(10, 4))  # 400 tokens = 100 splits of 4; the query: splits 100..102
+    assert out.splits.tolist() == [100, 101, 102]
+    assert state.computed == computed and state.length == 400
+    assert torch.equal(state.pooled(), pooled)
+
+
+def test_the_evidence_is_the_document_splits_of_highest_maxsim():
+    m = model()
+    S = m.config.split_size
+    doc, query = ids_of(120, 5), ids_of(S, 6)
+    doc[60:64] = query  # the query's tokens planted in split 15
+    out = DocumentState(m).feed(doc).query(query)
+    evidence = out.evidence(120, S)
+    assert evidence[0][0] == 15
+    unit = unit_vectors(m.embed_tokens.weight.detach()[torch.cat([doc, query])].view(1, -1, S, m.config.hidden_size))
+    score = maxsim(unit, unit, None, None)[0, -1, :-1]  # the query split against every document split
+    assert [j for j, _ in evidence] == score.argsort(descending=True)[:len(evidence)].tolist()
+    assert evidence[0][1] == pytest.approx(float(score[15]), abs=1e-5)
+
+
+def test_gradients_equal_those_of_the_full_forward():
+    m = model(embedding_dropout=0.0, hidden_dropout=0.0)
+    m.train()
+    ids = torch.cat([ids_of(50, 7), ids_of(6, 8)])
+    target = torch.randn(6, m.config.hidden_size, generator=torch.Generator().manual_seed(9))
+
+    def grads(loss):
+        m.zero_grad()
+        loss.backward()
+        return {n: p.grad.clone() for n, p in m.named_parameters() if p.grad is not None}
+
+    full = grads((m(ids[None]).last_hidden_state[0, 50:] * target).sum())
+    last = grads((query_last(m, ids, 50).hidden * target).sum())
+    assert full.keys() == last.keys()
+    for name in full:
+        assert torch.allclose(full[name], last[name], atol=1e-5), name
+
+
+def test_refused_where_the_query_outputs_depend_on_the_document_outputs():
+    with pytest.raises(ValueError, match="bidirectional"):
+        query_last(model(ranker="bidirectional"), ids_of(20, 1), 10)
+    with pytest.raises(ValueError, match="every_layer"):
+        query_last(model(ranker_placement="every_layer"), ids_of(20, 1), 10)
+    with pytest.raises(ValueError, match="must hold a token"):
+        query_last(model(), ids_of(20, 1), 20)
+    with pytest.raises(ValueError, match="empty"):
+        DocumentState(model()).feed(ids_of(8, 1)).query([])
+
+
+@pytest.mark.parametrize("overrides", [{"ranker": "off"}, {"compressor": False}, {"num_retrieved_splits": 0}])
+def test_the_ablations_where_it_holds(overrides):
+    m = model(**overrides)
+    ids = torch.cat([ids_of(45, 11), ids_of(7, 12)])
+    with torch.no_grad():
+        full = m(ids[None]).last_hidden_state[0, 45:]
+        assert float((query_last(m, ids, 45).hidden - full).abs().max()) <= 1e-5
