@@ -101,3 +101,89 @@ def test_the_ablations_where_it_holds(overrides):
     with torch.no_grad():
         full = m(ids[None]).last_hidden_state[0, 45:]
         assert float((query_last(m, ids, 45).hidden - full).abs().max()) <= 1e-5
+
+
+# ---------------------------------------------------------------- the scorer on the query's outputs
+def scorer(**overrides):
+    from avey_b import AveyBForQueryLastScoring
+
+    torch.manual_seed(0)
+    return AveyBForQueryLastScoring(presets.tiny(vocab_size=VOCAB, num_labels=1, **overrides)).eval()
+
+
+def pair(doc_len: int, query_len: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    ids = torch.cat([ids_of(doc_len, seed), ids_of(query_len, seed + 1)])
+    return ids, torch.cat([torch.zeros(doc_len, dtype=torch.long), torch.ones(query_len, dtype=torch.long)])
+
+
+def test_the_scorer_equals_the_full_forward_pooled_over_the_query_and_pads_on_either_side():
+    s = scorer()
+    rows = [pair(30, 5, 1), pair(81, 3, 2), pair(4, 9, 3)]
+    with torch.no_grad():
+        expected = torch.cat([s.classifier(s.model(ids[None]).last_hidden_state[0][types.bool()].mean(0))
+                              for ids, types in rows])
+        for side in ("right", "left"):
+            width = max(ids.numel() for ids, _ in rows)
+            batch = torch.zeros(3, width, dtype=torch.long)
+            types, mask = torch.zeros_like(batch), torch.zeros_like(batch)
+            for r, (ids, t) in enumerate(rows):
+                at = slice(0, ids.numel()) if side == "right" else slice(width - ids.numel(), width)
+                batch[r, at], types[r, at], mask[r, at] = ids, t, 1
+            logits = s(input_ids=batch, attention_mask=mask, token_type_ids=types).logits
+            assert logits.shape == (3, 1)
+            assert float((logits[:, 0] - expected).abs().max()) <= 1e-5, side
+
+
+def test_the_scorer_saves_loads_and_scores_a_kept_document(tmp_path):
+    from transformers import AutoModelForSequenceClassification
+
+    from avey_b import AveyBForQueryLastScoring
+
+    s = scorer()
+    ids, types = pair(60, 6, 4)
+    s.save_pretrained(tmp_path)
+    loaded = AveyBForQueryLastScoring.from_pretrained(tmp_path).eval()
+    with torch.no_grad():
+        logit = s(input_ids=ids[None], token_type_ids=types[None]).logits[0]
+        assert torch.allclose(loaded(input_ids=ids[None], token_type_ids=types[None]).logits[0], logit, atol=1e-6)
+        state = DocumentState(loaded).feed(ids[:60])
+        kept, out = loaded.score_state(state, ids[60:])
+    assert torch.allclose(kept, logit, atol=1e-5) and out.hidden.shape == (6, s.config.hidden_size)
+    with pytest.raises(ValueError, match="AveyBForQueryLastScoring"):
+        AutoModelForSequenceClassification.from_pretrained(tmp_path)
+    with pytest.raises(ValueError, match="another model"):
+        s.score_state(state, ids[60:])
+
+
+def test_the_scorer_learns_from_the_query_splits():
+    s = scorer(classifier_dropout=0.0)
+    s.train()
+    rows = [pair(40 + 3 * i, 4, 10 * i) for i in range(8)]
+    labels = torch.tensor([float(i % 2) for i in range(8)])
+    for r, (ids, _) in enumerate(rows):  # relevant rows: the query's tokens planted in the document
+        if labels[r]:
+            ids[8:12] = ids[-4:]
+    width = max(ids.numel() for ids, _ in rows)
+    batch, types, mask = (torch.zeros(8, width, dtype=torch.long) for _ in range(3))
+    for r, (ids, t) in enumerate(rows):
+        batch[r, :ids.numel()], types[r, :ids.numel()], mask[r, :ids.numel()] = ids, t, 1
+    opt = torch.optim.AdamW(s.parameters(), lr=3e-3)
+    losses = []
+    for _ in range(30):
+        loss = s(input_ids=batch, attention_mask=mask, token_type_ids=types, labels=labels).loss
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.5 * losses[0]
+
+
+def test_the_scorer_names_what_its_input_lacks():
+    s = scorer()
+    ids, types = pair(10, 3, 5)
+    with pytest.raises(ValueError, match="token_type_ids"):
+        s(input_ids=ids[None])
+    with pytest.raises(ValueError, match="must end the row"):
+        s(input_ids=ids[None], token_type_ids=types.flip(0)[None])
+    with pytest.raises(ValueError, match="no query token"):
+        s(input_ids=ids[None], token_type_ids=torch.zeros_like(types)[None])

@@ -21,6 +21,7 @@ PUBLIC = (
     "AveyBForMultipleChoice",
     "AveyBForSentenceEmbedding",
     "AveyBForMultiVector",
+    "AveyBForQueryLastScoring",
     "mean_pool",
     "DocumentState",
     "presets",

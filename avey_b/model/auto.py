@@ -27,6 +27,7 @@ from .heads import (
 )
 from .modeling import AveyBModel, AveyBPreTrainedModel
 from .multivector import AveyBForMultiVector
+from .query_scoring import AveyBForQueryLastScoring
 from .streaming import DocumentState
 
 AutoConfig.register(AveyBConfig.model_type, AveyBConfig, exist_ok=True)

@@ -172,6 +172,9 @@ class AveyBForSequenceClassification(AveyBPreTrainedModel):
 
     def __init__(self, config: AveyBConfig):
         super().__init__(config)
+        if (config.architectures or [None])[0] == "AveyBForQueryLastScoring":
+            raise ValueError("this checkpoint is an AveyBForQueryLastScoring, which scores the query's tokens after "
+                             "a document, not every token: load it with avey_b.AveyBForQueryLastScoring")
         self.num_labels = config.num_labels
         self.model = AveyBModel(config)
         self.dense = _ReleaseSequenceHead(config.hidden_size) if config.classifier_head == "avey-b1" else None
