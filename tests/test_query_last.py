@@ -187,3 +187,31 @@ def test_the_scorer_names_what_its_input_lacks():
         s(input_ids=ids[None], token_type_ids=types.flip(0)[None])
     with pytest.raises(ValueError, match="no query token"):
         s(input_ids=ids[None], token_type_ids=torch.zeros_like(types)[None])
+
+
+def test_encoder_score_with_evidence_spans_on_a_text_and_a_kept_document(tmp_path):
+    from avey_b import AveyBForQueryLastScoring, Encoder, LoadOptions
+    from avey_b import testing as toy
+
+    tok = toy.tokenizer(str(tmp_path))
+    torch.manual_seed(0)
+    AveyBForQueryLastScoring(presets.tiny(vocab_size=len(tok), num_labels=1, pad_token_id=tok.pad_token_id)
+                             ).save_pretrained(tmp_path)
+    encoder = Encoder(str(tmp_path), LoadOptions(precision="fp32")).load()
+    text = " ".join(["bob met the film in paris today", "a very good film", "the cat was bad"] * 6)
+    query = "who met bob in paris"
+    got = encoder.score(query, text)
+    enc = tok(text, query, return_tensors="pt", return_token_type_ids=True)
+    with torch.no_grad():
+        logit = encoder.model(**enc).logits[0, 0]
+    assert got.score == pytest.approx(float(torch.sigmoid(logit)), abs=1e-6)
+    assert 1 <= len(got.evidence) <= 3
+    assert [e.score for e in got.evidence] == sorted((e.score for e in got.evidence), reverse=True)
+    for e in got.evidence:
+        assert 0 <= e.start < e.end <= len(text) and text[e.start:e.end].strip()
+    kept = encoder.document(text)
+    assert encoder.score(query, kept).score == pytest.approx(got.score, abs=1e-6)
+    assert kept.text == text and len(kept) == len(tok(text)["input_ids"])  # the document is left as it was
+    with pytest.raises(ValueError, match="query-last scorer"):
+        toy.avey_b(str(tmp_path / "mlm"), tok)
+        Encoder(str(tmp_path / "mlm")).score(query, text)

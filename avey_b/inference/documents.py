@@ -15,9 +15,12 @@ on are recomputed (an append: the last split and the new ones).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from avey_b.inference.states import States
+from avey_b.model.streaming import QueryLast
 
 #: Tokens kept on each side of a change in the first window; each failed sync check widens it four times.
 MARGIN = 32
@@ -58,6 +61,19 @@ def utf8(text: str) -> torch.Tensor:
     """``text``'s UTF-8 bytes as a uint8 tensor."""
     raw = text.encode("utf-8")
     return torch.frombuffer(bytearray(raw), dtype=torch.uint8) if raw else torch.zeros(0, dtype=torch.uint8)
+
+
+@dataclass
+class Evidence:
+    """A span of a document where a query looked: one of the splits the ranker chose for it (§3.1)."""
+
+    start: int
+    """Its first character in the document's text."""
+    end: int
+    """One past its last character."""
+    score: float
+    """The ranker's MaxSim score on the token embeddings (§3.1): the sum, over a query split's tokens, of each one's
+    best cosine among the split's tokens."""
 
 
 class TextDocument:
@@ -143,8 +159,24 @@ class TextDocument:
         if self.state.chunk is None:
             raise ValueError("this document has no chunks: make it with encoder.document(chunk_tokens=...)")
         vectors = self.states.chunks(self.state)
-        spans = [(int(self._offsets[a, 0]), int(self._offsets[b - 1, 1])) for a, b in self.state.chunk_spans()]
-        return vectors, spans
+        return vectors, [self.characters(a, b) for a, b in self.state.chunk_spans()]
+
+    def characters(self, start: int, end: int) -> tuple[int, int]:
+        """The character span ``(start, end)`` of the text tokens among the tokens ``start:end`` (end exclusive;
+        the special tokens at the ends have no characters)."""
+        start, end = max(start, len(self._lead)), min(end, len(self) - len(self._trail))
+        if start >= end:
+            return (0, 0) if start <= len(self._lead) else (len(self.text), len(self.text))
+        return int(self._offsets[start, 0]), int(self._offsets[end - 1, 1])
+
+    def query(self, text: str) -> QueryLast:
+        """The outputs of ``text`` placed after this document, its closing special tokens after it (the pair
+        encoding's ``document [SEP] query [SEP]``), from the query's splits alone
+        (:meth:`DocumentState.query <avey_b.model.streaming.DocumentState.query>`): the cost is the query's; the
+        document is left as it was."""
+        ids = self.tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"] + list(self._trail)
+        with self.states.running():
+            return self.state.query(ids)
 
     # ------------------------------------------------------------------ keeping and moving a document
     def export(self) -> dict[str, torch.Tensor]:

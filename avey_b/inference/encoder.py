@@ -28,13 +28,14 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
 from transformers import AutoConfig, AutoTokenizer
 
-from avey_b.inference.documents import TextDocument
+from avey_b.inference.documents import Evidence, TextDocument
 from avey_b.inference.options import MAX_BATCH_TOKENS, OUTPUTS, LoadOptions
 from avey_b.inference.runtimes import HEADS, EagerRuntime, OnnxRuntime
 from avey_b.inference.states import States
@@ -50,6 +51,18 @@ from avey_b.utils.shared_cpu import ThreadTuner, thread_tuner
 
 if TYPE_CHECKING:
     import onnxruntime
+
+@dataclass
+class Relevance:
+    """What :meth:`Encoder.score` answers."""
+
+    score: float | list[float]
+    """The relevance: the sigmoid of the one logit (in (0, 1)); with more labels, their softmax."""
+    logits: torch.Tensor
+    """(num_labels,) float32 the scorer's logits."""
+    evidence: list[Evidence]
+    """The document's splits the query chose, best first: where the model looked."""
+
 
 class Encoder:
     """A saved Avey-B and its tokenizer, loaded once, for inference.
@@ -293,6 +306,30 @@ class Encoder:
         layer: :func:`avey_b.model.streaming.refusal` says why another is refused; encode the whole text with
         :meth:`encode` instead)."""
         return TextDocument(States(self, chunk_tokens=chunk_tokens, chunk_overlap=chunk_overlap, ends=True), text)
+
+    def score(self, query: str, document: str | TextDocument, *, evidence: int = 3) -> Relevance:
+        """The relevance of ``document`` (a text of any length, or a :meth:`document` kept between queries) to
+        ``query``, by a query-last scorer (:class:`~avey_b.model.query_scoring.AveyBForQueryLastScoring`, made by
+        ``avey-b finetune --task long-rerank``): the query is placed after the document and only its splits are
+        ranked against the document's token ids and processed, so a kept document costs the query's work however
+        long it is (a text is first made a document: its whole encoding, once). Returns the
+        :class:`Relevance`: the score, and the ``evidence`` best of the document's splits the query chose (where
+        the model looked), as character spans."""
+        if self.architecture != "AveyBForQueryLastScoring":
+            raise ValueError(f"{self.name} is a {self.architecture}: scoring a query after a document needs a "
+                             "query-last scorer (AveyBForQueryLastScoring, made by avey-b finetune --task "
+                             "long-rerank)")
+        doc = self.document(document) if isinstance(document, str) else document
+        if doc.states.encoder is not self:
+            raise ValueError("this document was made by another encoder: make it with this one's document()")
+        out = doc.query(query)
+        with doc.states.running():
+            logits = self.model.logits_of(out).float().cpu()
+        S = self.config.split_size
+        spans = [Evidence(*doc.characters(j * S, (j + 1) * S), score=key)
+                 for j, key in out.evidence(len(doc), S)[:evidence]]
+        value = float(torch.sigmoid(logits[0])) if logits.numel() == 1 else logits.softmax(-1).tolist()
+        return Relevance(score=value, logits=logits, evidence=spans)
 
     def logits(self, batch: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """The head's float32 logits of a padded batch, on the CPU."""

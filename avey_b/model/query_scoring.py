@@ -68,10 +68,10 @@ class AveyBForQueryLastScoring(AveyBPreTrainedModel):
             raise ValueError("AveyBForQueryLastScoring computes the query's last hidden state only: no hidden states")
         if token_type_ids is None:
             raise ValueError("AveyBForQueryLastScoring needs token_type_ids marking the query (1 at its tokens): "
-                             "encode the pair (document, query), document first, e.g. tokenizer(documents, queries)")
-        pooled = torch.stack([self._query(input_ids, attention_mask, token_type_ids, r).hidden.mean(0)
+                             "encode the pair (document, query), document first, with them: tokenizer(documents, "
+                             "queries, return_token_type_ids=True)")
+        logits = torch.stack([self.logits_of(self._query(input_ids, attention_mask, token_type_ids, r))
                               for r in range(input_ids.shape[0])])
-        logits = self.classifier(self.dropout(pooled))
         loss = None
         if labels is not None:
             if self.num_labels == 1:
@@ -90,7 +90,12 @@ class AveyBForQueryLastScoring(AveyBPreTrainedModel):
             raise ValueError("this document state was made with another model: make it with the scorer (or its "
                              "backbone, scorer.model)")
         out = state.query(query_ids)
-        return self.classifier(out.hidden.mean(0)), out
+        return self.logits_of(out), out
+
+    def logits_of(self, out: QueryLast) -> torch.Tensor:
+        """(num_labels,) the logits of a query's outputs: the mean of its last hidden state, dropout, the linear
+        classifier."""
+        return self.classifier(self.dropout(out.hidden.mean(0)))
 
     def _query(self, input_ids, attention_mask, token_type_ids, r: int) -> QueryLast:
         """Row ``r``'s query after its document, from the query's splits (:func:`query_last`)."""
