@@ -154,3 +154,37 @@ def test_a_finished_output_directory_is_refused(tmp_path, base):
     train = write_jsonl(tmp_path / "pairs.jsonl", pairs(8))
     with pytest.raises(Exception, match="already holds a run"):
         finetune(options(base, train, tmp_path / "out", "embedding"))
+
+
+def test_a_long_reranker_trains_on_the_query_splits_saves_and_scores_with_evidence(tmp_path, base):
+    from transformers import AutoTokenizer
+
+    from avey_b import AveyBForQueryLastScoring
+
+    train = write_jsonl(tmp_path / "qd.jsonl", rerank_rows(30, long_every=7))
+    out = tmp_path / "long"
+    assert main(["finetune", "--task", "long-rerank", "--model", base, "--train-file", train, "--output-dir",
+                 str(out), "--epochs", "2", "--batch-size", "8", "--precision", "fp32", "--device", "cpu",
+                 "--sampled-negatives", "2"]) == 0
+    record = json.loads((out / "results.json").read_text())
+    assert set(record["metrics"]) == set(record["baseline"]) == {"ndcg@10", "mrr@10", "map"}
+    assert record["n_validation"] >= 1 and record["loss"] == "bce" and record["longest_pair_tokens"] > 750
+    assert all(0 <= v <= 100 for v in record["metrics"].values())
+
+    tok = AutoTokenizer.from_pretrained(out)
+    document, query = "a very lovely film and the music was superb", "the film was superb"
+    enc = tok(document, query, return_tensors="pt")  # the saved tokenizer marks the query by itself
+    assert enc["token_type_ids"][0, -1] == 1
+    scorer = AveyBForQueryLastScoring.from_pretrained(out).eval()
+    with torch.no_grad():
+        logit = scorer(**enc).logits[0, 0]
+    got = encoder(out).score(query, document)
+    assert got.score == pytest.approx(float(torch.sigmoid(logit)), abs=1e-5)
+    assert got.evidence and all(document[e.start:e.end].strip() for e in got.evidence)
+
+
+def test_a_long_reranker_is_refused_for_another_architecture(tmp_path):
+    bert = toy.bert(str(tmp_path / "bert"), toy.tokenizer(str(tmp_path / "bert")))
+    train = write_jsonl(tmp_path / "qd.jsonl", rerank_rows(4))
+    with pytest.raises(ValueError, match="needs an Avey-B model.*--task rerank"):
+        finetune(options(bert, train, tmp_path / "out", "long-rerank"))

@@ -221,6 +221,27 @@ def mean_ndcg_at_k(
     return _mean(ndcg_at_k(rankings.get(q, []), qrels[q], k, ideal) for q in queries)
 
 
+def reciprocal_rank_at_k(ranking: Sequence[str], qrels: Mapping[str, float], k: int = 10) -> float:
+    """1 / the rank of the first relevant document (relevance > 0) among the first ``k`` of ``ranking``; 0 when
+    none is."""
+    for rank, d in enumerate(ranking[:k], start=1):
+        if float(qrels.get(d, 0.0)) > 0:
+            return 1.0 / rank
+    return 0.0
+
+
+def average_precision(ranking: Sequence[str], qrels: Mapping[str, float]) -> float:
+    """The mean, over the query's relevant documents (relevance > 0), of the precision at each one's rank in
+    ``ranking`` (one not ranked counts 0); 0 for a query without a relevant document."""
+    relevant = sum(float(r) > 0 for r in qrels.values())
+    found, total = 0, 0.0
+    for rank, d in enumerate(ranking, start=1):
+        if float(qrels.get(d, 0.0)) > 0:
+            found += 1
+            total += found / rank
+    return total / relevant if relevant else 0.0
+
+
 def _mean(values: Iterable[float]) -> float:
     values = list(values)
     return sum(values) / len(values) if values else 0.0

@@ -5,7 +5,7 @@ fields build the command line (:func:`avey_b.configs.add_arguments`), the Python
 ``avey-b finetune`` is one verb over one task table (:mod:`avey_b.finetuning.registry`), told apart by ``--task``:
 
 * your own data — ``text-classification``, ``token-classification``, ``embedding``, ``sparse-embedding``,
-  ``multi-vector``, ``rerank``
+  ``multi-vector``, ``rerank``, ``long-rerank``
   (:data:`OWN_DATA`: each task a ``train(options) -> dict``), registered here;
 * the paper's 12 benchmarks — ``sst2``, ``conll2003``, ``msmarco``, ... (one fine-tuning cell of the paper's
   protocol, with its own options), registered by the protocol's settings module.
@@ -37,6 +37,7 @@ OWN_TASKS: tuple[str, ...] = registry.register(OWN_DATA, {
     "embedding": "avey_b.finetuning.embedding:train",
     "sparse-embedding": "avey_b.finetuning.sparse_embedding:train",
     "rerank": "avey_b.finetuning.rerank:train",
+    "long-rerank": "avey_b.finetuning.long_rerank:train",
     "multi-vector": "avey_b.finetuning.multivector:train",
 })
 
@@ -68,6 +69,7 @@ def default_lr(width: int | None) -> float:
 
 #: The losses of the retrieval tasks, the default first (``--loss``; sentence-transformers' names in the modules).
 LOSSES: dict[str, tuple[str, ...]] = {"embedding": ("mnrl", "cached-mnrl"), "rerank": ("bce", "lambda"),
+                                      "long-rerank": ("bce",),
                                       "multi-vector": ("mnrl", "cached-mnrl")}
 
 #: ``problem_type`` values of a text classifier (transformers' names, saved in the model's config).
@@ -94,6 +96,8 @@ examples (one per task; every option below has a default but the model, the task
 
   # a reranker from (query, document, label) rows or (query, positive[, negatives])
   avey-b finetune --task rerank --model runs/quickstart/model --train-file qd.jsonl --output-dir runs/rerank
+  # the same rows, documents of any length: the query scored after the document, at the cost of the query
+  avey-b finetune --task long-rerank --model runs/quickstart/model --train-file qd.jsonl --output-dir runs/long
 
   # one cell of the paper's benchmark protocol (the benchmark's own data and metric)
   avey-b finetune --task sst2 --model runs/quickstart/model --lr 6e-5 --output-dir runs/sst2-cell
@@ -113,7 +117,8 @@ class OwnDataOptions(TrainingSettings):
     model: str
     """Hub id or local directory of the encoder to start from (Avey-B, BERT, ModernBERT, ...)."""
     task: str
-    """text-classification | token-classification | embedding | sparse-embedding | multi-vector | rerank."""
+    """text-classification | token-classification | embedding | sparse-embedding | multi-vector | rerank |
+    long-rerank."""
     train_file: str
     """Training data: a CSV, TSV, JSONL or Parquet file (token-classification also: CoNLL columns), or
     hf:NAME (also hf:NAME:CONFIG, hf:NAME@SPLIT, hf:NAME:CONFIG@SPLIT), a Hugging Face dataset by name or local
@@ -132,8 +137,8 @@ class OwnDataOptions(TrainingSettings):
     """text-classification: the column of a second text (sentence pairs: NLI, paraphrase), encoded as a pair."""
     label_column: str = "label"
     """text-classification: the column of the label: a class name (string) or id, a list of them (multi-label),
-    or a number (regression). rerank, (query, document, label) rows: the relevance, 1 relevant, 0 not (graded
-    numbers >= 0 with --loss lambda)."""
+    or a number (regression). rerank and long-rerank, (query, document, label) rows: the relevance, 1 relevant,
+    0 not (graded numbers >= 0 with --loss lambda)."""
     problem_type: str = "auto"
     """text-classification: single_label_classification, multi_label_classification (a list of labels per row;
     in CSV/TSV the labels joined by --label-separator) or regression (a number per row); auto: a list is
@@ -149,21 +154,22 @@ class OwnDataOptions(TrainingSettings):
     anchor_column: str = "anchor"
     """embedding, sparse-embedding, multi-vector: the column of the anchor (a query, a title, a question)."""
     positive_column: str = "positive"
-    """embedding, sparse-embedding, multi-vector: the column of the text that should embed near the anchor; rerank,
-    (query, positive[, negative]) rows: the relevant document."""
+    """embedding, sparse-embedding, multi-vector: the column of the text that should embed near the anchor; rerank
+    and long-rerank, (query, positive[, negative]) rows: the relevant document."""
     negative_column: str = "negative"
-    """embedding, sparse-embedding, multi-vector and rerank: the column of a text that should not match (a hard
-    negative), used when the rows have it; for rerank also a list of texts (JSONL, Parquet)."""
+    """embedding, sparse-embedding, multi-vector, rerank and long-rerank: the column of a text that should not match
+    (a hard negative), used when the rows have it; for rerank and long-rerank also a list of texts (JSONL,
+    Parquet)."""
     query_column: str = "query"
-    """rerank: the column of the query."""
+    """rerank and long-rerank: the column of the query."""
     document_column: str = "document"
-    """rerank: the column of the document of (query, document, label) rows; rows without it are read as (query,
-    positive[, negative])."""
+    """rerank and long-rerank: the column of the document of (query, document, label) rows; rows without it are
+    read as (query, positive[, negative])."""
     loss: str | None = None
     """embedding and multi-vector: mnrl (MultipleNegativesRankingLoss, the default: in-batch negatives; MaxSim
     scores for multi-vector) or cached-mnrl (its GradCache form, for a batch larger than memory holds); rerank: bce
     (BinaryCrossEntropyLoss on each pair, the default) or lambda (LambdaLoss on each query's list of documents,
-    listwise)."""
+    listwise); long-rerank: bce (binary cross-entropy on each pair's logit), the only one."""
     mini_batch_size: int = 32
     """embedding, multi-vector with --loss cached-mnrl: rows per forward pass (memory), whatever --batch-size (the
     negatives)."""
@@ -176,8 +182,8 @@ class OwnDataOptions(TrainingSettings):
     """multi-vector: the size of each token vector, the new projection's output (a multi-vector directory keeps
     its own)."""
     sampled_negatives: int = 3
-    """rerank: documents of other queries drawn (with --seed) as extra negatives for each training query; the
-    held-out queries get as many, drawn with seed 0, so every run reranks the same candidates."""
+    """rerank and long-rerank: documents of other queries drawn (with --seed) as extra negatives for each training
+    query; the held-out queries get as many, drawn with seed 0, so every run reranks the same candidates."""
     lr: float | None = None
     """Peak learning rate (AdamW, linear warm-up then linear decay). None: the default for the model's width
     (its config's hidden_size): 5e-4 up to width 256, falling as a power of the width to 5e-5 (BERT's fine-tuning

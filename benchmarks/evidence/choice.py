@@ -4,11 +4,12 @@ Avey-B's ranker (§3.1) gives each split the ``k`` earlier splits of highest Max
 ``MaxSim(q, j) = Σ_{t∈q} max_{u∈j} cos(E_t, E_u)``. A query placed after a document chooses ``k`` of the document's
 splits that way, before any layer runs; this script asks whether those splits hold the answer.
 
-Documents: WikiText-2 validation articles, their heading lines removed, concatenated in file order to ``--sizes``
-tokens (tokenized by the model's own tokenizer, without special tokens). The validation set has about 280K such
-tokens with the quickstart tokenizer; a larger size is filled up after every article with other real text from the
-shared data folder (tiny-shakespeare, then SST-2 sentences, then CoNLL-2003 sentences), which holds no answer but
-competes for the choice.
+Documents: WikiText-2 validation articles, their heading lines removed, concatenated in file order and cut at
+article boundaries into documents of ``--sizes`` tokens each (tokenized by the model's own tokenizer, without
+special tokens; a document's last article is cut at its end, and the sections cut off are not asked). The validation
+set has about 300K such tokens with the quickstart tokenizer: the last document of each size (and the only one at
+1M) is filled up after its articles with other real text from the shared data folder (tiny-shakespeare, then SST-2
+sentences, then CoNLL-2003 sentences), which holds no answer but competes for the choice.
 
 Queries: each level-2 section heading of the articles in the document (``= = Reception = =``) whose text is unique
 among the document's headings and is not ``<unk>``; its answer span is that section's body (subsections included),
@@ -85,8 +86,11 @@ def filler(data: Path) -> list[str]:
     return [p for p in pieces if p]
 
 
-def build(tokenizer, arts: list[dict], extra: list[str], size: int) -> tuple[torch.Tensor, list[dict]]:
-    """A document of ``size`` tokens and its queries ``{"heading", "title", "span": (start, end)}``."""
+def build(tokenizer, arts: list[dict], extra: list[str], size: int) -> list[tuple[torch.Tensor, list[dict]]]:
+    """Documents of ``size`` tokens, each from consecutive whole articles (the last filled up with other text), and
+    each one's queries ``{"heading", "title", "span": (start, end)}``: every article in exactly one document."""
+    pieces = iter(extra)
+    docs = []
     ids: list[int] = []
     queries: list[dict] = []
 
@@ -95,26 +99,30 @@ def build(tokenizer, arts: list[dict], extra: list[str], size: int) -> tuple[tor
         ids.extend(tokenizer(" " + text, add_special_tokens=False)["input_ids"])
         return start, len(ids)
 
+    def close() -> None:
+        while len(ids) < size:
+            piece = next(pieces, None)
+            if piece is None:
+                raise SystemExit(f"not enough text in the data folder for a document of {size} tokens")
+            add(piece)
+        counts: dict[str, int] = {}
+        for q in queries:
+            counts[q["heading"].lower()] = counts.get(q["heading"].lower(), 0) + 1
+        kept = [q for q in queries if counts[q["heading"].lower()] == 1 and q["heading"] != "<unk>"
+                and q["span"][1] <= size]
+        docs.append((torch.tensor(ids[:size]), kept))
+
     for a in arts:
-        if len(ids) >= size:
-            break
         for heading, body in a["sections"]:
             span = add(body)
             if heading is not None:
                 queries.append({"heading": heading, "title": a["title"], "span": span})
-    pieces = iter(extra)
-    while len(ids) < size:
-        piece = next(pieces, None)
-        if piece is None:
-            raise SystemExit(f"not enough text in the data folder for a document of {size} tokens")
-        add(piece)
-    ids = ids[:size]
-    counts: dict[str, int] = {}
-    for q in queries:
-        counts[q["heading"].lower()] = counts.get(q["heading"].lower(), 0) + 1
-    queries = [q for q in queries if counts[q["heading"].lower()] == 1 and q["heading"] != "<unk>"
-               and q["span"][1] <= size]
-    return torch.tensor(ids), queries
+        if len(ids) >= size:
+            close()
+            ids, queries = [], []
+    if ids:
+        close()
+    return docs
 
 
 def nearest_first_top_k(score: torch.Tensor, k: int) -> torch.Tensor:
@@ -203,36 +211,41 @@ def main() -> None:
     extra = filler(args.data)
     ks = [int(k) for k in args.ks.split(",")]
     for size in (int(s) for s in args.sizes.split(",")):
-        doc, queries = build(tokenizer, arts, extra, size)
-        n = doc.numel() // S
+        docs = build(tokenizer, arts, extra, size)
         for form in ("heading", "title+heading"):
             env = Envelope.begin()
             hits = {name: {k: 0 for k in ks} for name in ("maxsim-trained", "maxsim-init", "maxsim-lexical", "bm25")}
             rand = {k: 0.0 for k in ks}
-            share = 0.0
-            qids = []
-            for q in queries:
-                text = q["heading"] if form == "heading" else f"{q['title']} {q['heading']}"
-                query = torch.tensor(tokenizer(" " + text, add_special_tokens=False)["input_ids"][:S])
-                qids.append(query)
-                m = int(in_span(torch.arange(n), q["span"], S).sum())
-                share += m / n
-                scores = {"maxsim-trained": maxsim_scores(trained, doc, query, S),
-                          "maxsim-init": maxsim_scores(init, doc, query, S),
-                          "maxsim-lexical": lexical_scores(doc, query, S), "bm25": bm25_scores(doc, query, S)}
-                for name, score in scores.items():
+            share, count, agree, checked = 0.0, 0, 0, 0
+            for doc, queries in docs:
+                n = doc.numel() // S
+                qids = []
+                for q in queries:
+                    text = q["heading"] if form == "heading" else f"{q['title']} {q['heading']}"
+                    query = torch.tensor(tokenizer(" " + text, add_special_tokens=False)["input_ids"][:S])
+                    qids.append(query)
+                    m = int(in_span(torch.arange(n), q["span"], S).sum())
+                    share += m / n
+                    scores = {"maxsim-trained": maxsim_scores(trained, doc, query, S),
+                              "maxsim-init": maxsim_scores(init, doc, query, S),
+                              "maxsim-lexical": lexical_scores(doc, query, S), "bm25": bm25_scores(doc, query, S)}
+                    for name, score in scores.items():
+                        for k in ks:
+                            hits[name][k] += bool(in_span(nearest_first_top_k(score, k), q["span"], S).any())
                     for k in ks:
-                        hits[name][k] += bool(in_span(nearest_first_top_k(score, k), q["span"], S).any())
-                for k in ks:
-                    rand[k] += random_recall(n, m, k)
-            agree = check_against_model(model, doc, qids[:args.check], trained) if args.check else None
-            record = {"bench": "evidence_choice", "document_tokens": size, "splits": n, "split_size": S,
-                      "query_form": form, "queries": len(queries), "answer_share": round(share / len(queries), 5),
-                      "recall": {name: {str(k): round(v / len(queries), 4) for k, v in by_k.items()}
+                        rand[k] += random_recall(n, m, k)
+                count += len(queries)
+                if checked < args.check and qids:
+                    few = qids[:args.check - checked]
+                    agree += check_against_model(model, doc, few, trained)
+                    checked += len(few)
+            record = {"bench": "evidence_choice", "document_tokens": size, "documents": len(docs), "split_size": S,
+                      "query_form": form, "queries": count, "answer_share": round(share / count, 5),
+                      "recall": {name: {str(k): round(v / count, 4) for k, v in by_k.items()}
                                  for name, by_k in hits.items()},
-                      "random": {str(k): round(v / len(queries), 4) for k, v in rand.items()},
-                      "model_choice_agrees": None if agree is None else f"{agree}/{min(args.check, len(queries))}",
-                      "model": str(args.model), "ids": "the model's tokenizer on WikiText-2 valid (+ filler)"}
+                      "random": {str(k): round(v / count, 4) for k, v in rand.items()},
+                      "model_choice_agrees": f"{agree}/{checked}", "model": str(args.model),
+                      "ids": "the model's tokenizer on WikiText-2 valid (+ filler)"}
             print(record, flush=True)
             append_jsonl(args.out, {**record, **env.end()}, echo=False)
 
