@@ -109,7 +109,10 @@ ROUTES: dict[tuple[str, str], Route] = {
         notes={400: "an input without the tokenizer's mask token"}),
     ("POST", "/v1/rerank"): Route(
         COHERE, "the Cohere SDK (`co.rerank`), Jina's and vLLM's rerank clients",
-        "The documents ranked by the cross-encoder's score of each (query, document) pair, best first.",
+        "The documents ranked by the cross-encoder's score of each (query, document) pair, best first. With a "
+        "query-last scorer (`avey-b finetune --task long-rerank`) documents of any length are scored at the cost "
+        "of the query, and each result has its `evidence`: the character spans of the document where the query "
+        "looked, best first, with the ranker's scores.",
         needs="cross-encoder",
         examples=(("cross-encoder", {"query": "was the film good", "documents": TEXTS, "top_n": 2}, None),),
         notes={400: "`documents` empty"}),
@@ -142,7 +145,9 @@ ROUTES: dict[tuple[str, str], Route] = {
     ("POST", "/rerank"): Route(
         TEI, "TEI's clients",
         "The texts ranked by the cross-encoder's score of each (query, text) pair, best first: the sigmoid of the "
-        "logit, or the logit with `raw_scores`.", needs="cross-encoder",
+        "logit, or the logit with `raw_scores`. With a query-last scorer (`avey-b finetune --task long-rerank`) "
+        "texts of any length are scored at the cost of the query, each with its `evidence` (character spans where "
+        "the query looked, best first).", needs="cross-encoder",
         examples=(("cross-encoder", {"query": "was the film good", "texts": TEXTS, "return_text": True}, None),),
         notes={400: "`texts` empty"}),
     ("POST", "/maxsim"): Route(

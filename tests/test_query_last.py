@@ -210,8 +210,29 @@ def test_encoder_score_with_evidence_spans_on_a_text_and_a_kept_document(tmp_pat
     for e in got.evidence:
         assert 0 <= e.start < e.end <= len(text) and text[e.start:e.end].strip()
     kept = encoder.document(text)
-    assert encoder.score(query, kept).score == pytest.approx(got.score, abs=1e-6)
+    again = encoder.score(query, kept)
+    assert again.score == pytest.approx(got.score, abs=1e-6)
+    assert [(e.start, e.end) for e in again.evidence] == [(e.start, e.end) for e in got.evidence]
     assert kept.text == text and len(kept) == len(tok(text)["input_ids"])  # the document is left as it was
     with pytest.raises(ValueError, match="query-last scorer"):
         toy.avey_b(str(tmp_path / "mlm"), tok)
         Encoder(str(tmp_path / "mlm")).score(query, text)
+
+    # served: /rerank and /v1/rerank answer the same scores with the evidence, documents of any length
+    from fastapi.testclient import TestClient
+
+    from avey_b.apps.serve import build_app
+    from avey_b.apps.serve.options import ServeOptions
+
+    texts = ["the cat was bad", text]
+    expected = [encoder.score(query, t) for t in texts]
+    with TestClient(build_app(encoder, ServeOptions())) as client:
+        assert "rerank" in client.get("/health").json()["serves"]
+        tei = client.post("/rerank", json={"query": query, "texts": texts}).json()
+        cohere = client.post("/v1/rerank", json={"query": query, "documents": texts}).json()["results"]
+    for answer in (tei, cohere):
+        assert len(answer) == 2
+        for r in answer:
+            want = expected[r["index"]]
+            assert r.get("score", r.get("relevance_score")) == pytest.approx(want.score, abs=1e-6)
+            assert [(e["start"], e["end"]) for e in r["evidence"]] == [(e.start, e.end) for e in want.evidence]

@@ -86,7 +86,7 @@ def ranking_scores(model, tokenizer, tasks, batch_size: int) -> dict[str, float]
     import torch
     from transformers import DataCollatorWithPadding
 
-    from avey_b.evaluation.metrics import average_precision, ndcg_at_k, reciprocal_rank_at_k
+    from avey_b.utils.ranking import average_precision, ndcg_at_k, reciprocal_rank_at_k
 
     collate = DataCollatorWithPadding(tokenizer)
     model.eval()

@@ -44,6 +44,7 @@ from avey_b.model.configuration import is_avey_b
 from avey_b.model.heads import chunk_embeddings, sentence_embedding
 from avey_b.model.multivector import query_scores
 from avey_b.model.sparse import sparse_rows, splade_max
+from avey_b.model.streaming import QueryLast, query_last
 from avey_b.utils.batching import pad_right, token_budget_batches
 from avey_b.utils.device import autocast, pick_device, runtime_line, set_cpu_threads, usable_cpus, use_bf16
 from avey_b.utils.files import model_source
@@ -62,6 +63,8 @@ class Relevance:
     """(num_labels,) float32 the scorer's logits."""
     evidence: list[Evidence]
     """The document's splits the query chose, best first: where the model looked."""
+    tokens: int
+    """The tokens of the document and the query (those the processor ran: the query's splits)."""
 
 
 class Encoder:
@@ -312,24 +315,48 @@ class Encoder:
         ``query``, by a query-last scorer (:class:`~avey_b.model.query_scoring.AveyBForQueryLastScoring`, made by
         ``avey-b finetune --task long-rerank``): the query is placed after the document and only its splits are
         ranked against the document's token ids and processed, so a kept document costs the query's work however
-        long it is (a text is first made a document: its whole encoding, once). Returns the
+        long it is, and a text its tokenization and the query's work (never the text's own states). Returns the
         :class:`Relevance`: the score, and the ``evidence`` best of the document's splits the query chose (where
         the model looked), as character spans."""
         if self.architecture != "AveyBForQueryLastScoring":
             raise ValueError(f"{self.name} is a {self.architecture}: scoring a query after a document needs a "
                              "query-last scorer (AveyBForQueryLastScoring, made by avey-b finetune --task "
                              "long-rerank)")
-        doc = self.document(document) if isinstance(document, str) else document
-        if doc.states.encoder is not self:
-            raise ValueError("this document was made by another encoder: make it with this one's document()")
-        out = doc.query(query)
-        with doc.states.running():
-            logits = self.model.logits_of(out).float().cpu()
         S = self.config.split_size
-        spans = [Evidence(*doc.characters(j * S, (j + 1) * S), score=key)
-                 for j, key in out.evidence(len(doc), S)[:evidence]]
+        if isinstance(document, TextDocument):
+            if document.states.encoder is not self:
+                raise ValueError("this document was made by another encoder: make it with this one's document()")
+            out, characters, n = document.query(query), document.characters, len(document)
+            tokens = n + len(out.hidden)
+        else:
+            out, characters, n = self._query_after(query, document)
+            tokens = n + len(out.hidden)
+        with torch.no_grad(), autocast(self.device, self.bf16):
+            logits = self.model.logits_of(out).float().cpu()
+        spans = [Evidence(*characters(j * S, (j + 1) * S), score=key) for j, key in out.evidence(n, S)[:evidence]]
         value = float(torch.sigmoid(logits[0])) if logits.numel() == 1 else logits.softmax(-1).tolist()
-        return Relevance(score=value, logits=logits, evidence=spans)
+        return Relevance(score=value, logits=logits, evidence=spans, tokens=tokens)
+
+    def _query_after(self, query: str, text: str) -> tuple[QueryLast, Callable[[int, int], tuple[int, int]], int]:
+        """``query`` after the text ``text`` from the query's splits (:func:`~avey_b.model.streaming.query_last`):
+        the pair encoding ``(text, query)`` with its offsets, never the text's own states. Returns the query's
+        outputs, the character span of a token range of the text, and where the query starts."""
+        enc = self.tokenizer(text, query, return_offsets_mapping=True, verbose=False)
+        owner = enc.sequence_ids(0)  # None: a special token; 0: the text; 1: the query
+        if 1 not in owner:
+            raise ValueError("this tokenizer's pair encoding has no second text: the query cannot be found")
+        start = owner.index(1)  # the query's tokens and the special ones after it: token type 1
+        ids = torch.tensor(enc["input_ids"])
+        with torch.no_grad(), autocast(self.device, self.bf16):
+            out = query_last(self.model.model, ids, start)
+        text_tokens = [i for i, o in enumerate(owner) if o == 0]
+        offsets = enc["offset_mapping"]
+
+        def characters(a: int, b: int) -> tuple[int, int]:
+            inside = [i for i in text_tokens if a <= i < b]
+            return (offsets[inside[0]][0], offsets[inside[-1]][1]) if inside else (0, 0)
+
+        return out, characters, start
 
     def logits(self, batch: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """The head's float32 logits of a padded batch, on the CPU."""

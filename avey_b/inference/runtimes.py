@@ -23,7 +23,9 @@ if TYPE_CHECKING:
 HEADS = {"AveyBForMaskedLM": ("logits", ("fill", "sparse")),
          "AveyBForSequenceClassification": ("logits", ("classify", "rerank")),
          "AveyBForTokenClassification": ("logits", ()),
-         "AveyBForMultiVector": ("embeddings", ("multivector",))}
+         "AveyBForMultiVector": ("embeddings", ("multivector",)),
+         # a query scored after a document of any length: rerank, by Encoder.score (the query's splits alone)
+         "AveyBForQueryLastScoring": ("logits", ("rerank",))}
 #: What each kind of answer but ``embed`` needs of the checkpoint, in words: what a refusal says.
 NEEDS = {"classify": "a sequence-classification checkpoint (AveyBForSequenceClassification)",
          "rerank": "a cross-encoder: a sequence-classification checkpoint with one label (num_labels=1)",

@@ -119,6 +119,17 @@ class CohereText(BaseModel):
     text: str
 
 
+class EvidenceSpan(Answer):
+    """Where the query looked in a document: one of the splits the ranker chose for it (a query-last scorer)."""
+
+    start: int
+    """its first character in the document"""
+    end: int
+    """one past its last character"""
+    score: float
+    """the ranker's MaxSim score on the token embeddings"""
+
+
 class CohereResult(Answer):
     index: int
     """the document's position in `documents`"""
@@ -126,6 +137,9 @@ class CohereResult(Answer):
     """the sigmoid of the cross-encoder's logit for (query, document)"""
     document: CohereText | None = None
     """the document (`return_documents`)"""
+    evidence: list[EvidenceSpan] | None = None
+    """a query-last scorer's (`avey-b finetune --task long-rerank`): where the query looked in the document, best
+    first"""
 
 
 class CohereUsage(BaseModel):
@@ -156,6 +170,9 @@ class Ranked(Answer):
     """its score"""
     text: str | None = None
     """the text (`return_text`)"""
+    evidence: list[EvidenceSpan] | None = None
+    """a query-last scorer's (`avey-b finetune --task long-rerank`): where the query looked in the text, best
+    first"""
 
 
 class SparseValue(Answer):

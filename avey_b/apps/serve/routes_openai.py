@@ -23,7 +23,7 @@ from avey_b.apps.serve.schemas import (
     FillMaskRequest,
 )
 from avey_b.apps.serve.service import Service, ServiceDep, note, reading
-from avey_b.apps.serve.work import encoding, finish_vector, scores
+from avey_b.apps.serve.work import encoding, evidence_of, finish_vector, scores
 from avey_b.inference.chunks import chunk_ranges
 
 router = APIRouter()
@@ -116,15 +116,23 @@ async def cohere_rerank(request: Request, service: ServiceDep,
     documents = [d if isinstance(d, str) else d.text for d in body.documents]
     if not documents:
         raise HTTPException(400, "documents is empty")
-    encoded = await service.encode_pairs([body.query] * len(documents), documents)
-    note(request, len(documents), encoded.tokens)
-    relevance = [float(scores(v, raw=False)[0]) for v in await service.run("logits", encoded.ids)]
+    evidence = None
+    if service.query_last:  # the query after each document, of any length: its splits alone, with the evidence
+        found = await service.score_after(body.query, documents)
+        tokens, relevance, evidence = (sum(r.tokens for r in found), [r.score for r in found],
+                                       [evidence_of(r) for r in found])
+    else:
+        encoded = await service.encode_pairs([body.query] * len(documents), documents)
+        tokens = encoded.tokens
+        relevance = [float(scores(v, raw=False)[0]) for v in await service.run("logits", encoded.ids)]
+    note(request, len(documents), tokens)
     ranked = sorted(range(len(documents)), key=lambda i: -relevance[i])[:body.top_n]
     return {"id": uuid.uuid4().hex, "model": service.name,
             "results": [{"index": i, "relevance_score": relevance[i],
-                         **({"document": {"text": documents[i]}} if body.return_documents else {})}
+                         **({"document": {"text": documents[i]}} if body.return_documents else {}),
+                         **({"evidence": evidence[i]} if evidence is not None else {})}
                         for i in ranked],
-            "usage": {"total_tokens": encoded.tokens}}
+            "usage": {"total_tokens": tokens}}
 
 
 # one route on the two paths the rerank clients post to

@@ -23,7 +23,7 @@ from avey_b.apps.serve.schemas import (
     TokenizeRequest,
 )
 from avey_b.apps.serve.service import ServiceDep, note, read, reading
-from avey_b.apps.serve.work import finish_vector, scores
+from avey_b.apps.serve.work import evidence_of, finish_vector, scores
 from avey_b.model.multivector import query_scores
 
 router = APIRouter()
@@ -97,6 +97,11 @@ async def rerank(request: Request, service: ServiceDep,
                  body: Annotated[RerankRequest, reading(RerankRequest, needs="rerank")]):
     if not body.texts:
         raise HTTPException(400, "texts is empty")
+    if service.query_last:  # the query after each text, of any length: its splits alone, with the evidence
+        found = await service.score_after(body.query, body.texts)
+        note(request, len(body.texts), sum(r.tokens for r in found))
+        values = [float(r.logits[0]) if body.raw_scores else r.score for r in found]
+        return ranked(values, body.texts, body.return_text, [evidence_of(r) for r in found])
     encoded = await service.encode_pairs([body.query] * len(body.texts), body.texts, truncate=bool(body.truncate),
                                          direction=body.truncation_direction)
     note(request, len(body.texts), encoded.tokens)
@@ -104,9 +109,10 @@ async def rerank(request: Request, service: ServiceDep,
     return ranked(values, body.texts, body.return_text)
 
 
-def ranked(values: list[float], texts: list[str], return_text: bool) -> list[dict]:
-    """``/rerank``'s and ``/maxsim``'s answer: ``[{index, score[, text]}]``, best first."""
-    return [{"index": i, "score": values[i], **({"text": texts[i]} if return_text else {})}
+def ranked(values: list[float], texts: list[str], return_text: bool, evidence: list | None = None) -> list[dict]:
+    """``/rerank``'s and ``/maxsim``'s answer: ``[{index, score[, text][, evidence]}]``, best first."""
+    return [{"index": i, "score": values[i], **({"text": texts[i]} if return_text else {}),
+             **({"evidence": evidence[i]} if evidence is not None else {})}
             for i in sorted(range(len(values)), key=lambda i: -values[i])]
 
 

@@ -18,6 +18,7 @@ from fastapi import Depends, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ValidationError
 
+from avey_b.apps.serve import work
 from avey_b.apps.serve.batcher import Batcher, Job
 from avey_b.apps.serve.documents import Documents
 from avey_b.apps.serve.options import ServeOptions
@@ -281,6 +282,23 @@ class Service:
         job = Job("session", [], steps)
         self.submit([job])
         return await asyncio.wrap_future(job.future)
+
+    @property
+    def query_last(self) -> bool:
+        """Whether the model scores a query after a document of any length (a query-last scorer): the rerank
+        routes then answer through :meth:`score_after`, with evidence."""
+        return self.encoder.architecture == work.QUERY_LAST
+
+    async def score_after(self, query: str, documents: list[str]) -> list:
+        """``query`` scored after each of ``documents`` by the query-last scorer (:func:`work.scored_after`, one
+        job in steps on the batcher), after the request checks (inputs, characters); the
+        :class:`~avey_b.inference.encoder.Relevance` of each."""
+        self.check_count(len(documents))
+        for i, text in enumerate(documents):
+            if not text:
+                raise HTTPException(400, f"document {i} is an empty string")
+            self.check_chars(i, text)
+        return await self.compute(work.scored_after(self.encoder, query, documents))
 
     async def run(self, kind: str, ids: list[list[int]], extras: list | None = None, *, request=None) -> list:
         """Queue one job per row on the batcher and await the answers (503 when the queue is full). With

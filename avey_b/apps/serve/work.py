@@ -75,6 +75,27 @@ def finish_vector(vector: np.ndarray, dimensions: int | None, normalize: bool) -
     return vector
 
 
+#: the class that scores a query after a document of any length (:meth:`Encoder.score`), not in padded batches
+QUERY_LAST = "AveyBForQueryLastScoring"
+
+
+def scored_after(encoder: Encoder, query: str, documents: list[str]):
+    """A job in steps (:meth:`avey_b.apps.serve.service.Service.compute`): ``query`` scored after each document by
+    a query-last scorer (:meth:`Encoder.score`: the query's splits alone, with the evidence), one document a step,
+    so that other requests' batches run between them. Its value: the :class:`~avey_b.inference.encoder.Relevance`
+    of each document."""
+    out = []
+    for document in documents:
+        out.append(encoder.score(query, document))
+        yield
+    return out
+
+
+def evidence_of(relevance) -> list[dict]:
+    """A :class:`~avey_b.inference.encoder.Relevance`'s evidence as the routes answer it."""
+    return [{"start": e.start, "end": e.end, "score": e.score} for e in relevance.evidence]
+
+
 def scores(logits: np.ndarray, raw: bool) -> np.ndarray:
     """Scores of one input's logits: the logits themselves when ``raw``; else the sigmoid of a single logit (what
     sentence-transformers' ``CrossEncoder.predict`` returns for one label) or the softmax over several."""
