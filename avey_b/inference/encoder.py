@@ -327,15 +327,13 @@ class Encoder:
             if document.states.encoder is not self:
                 raise ValueError("this document was made by another encoder: make it with this one's document()")
             out, characters, n = document.query(query), document.characters, len(document)
-            tokens = n + len(out.hidden)
         else:
             out, characters, n = self._query_after(query, document)
-            tokens = n + len(out.hidden)
         with torch.no_grad(), autocast(self.device, self.bf16):
             logits = self.model.logits_of(out).float().cpu()
         spans = [Evidence(*characters(j * S, (j + 1) * S), score=key) for j, key in out.evidence(n, S)[:evidence]]
         value = float(torch.sigmoid(logits[0])) if logits.numel() == 1 else logits.softmax(-1).tolist()
-        return Relevance(score=value, logits=logits, evidence=spans, tokens=tokens)
+        return Relevance(score=value, logits=logits, evidence=spans, tokens=n + len(out.hidden))
 
     def _query_after(self, query: str, text: str) -> tuple[QueryLast, Callable[[int, int], tuple[int, int]], int]:
         """``query`` after the text ``text`` from the query's splits (:func:`~avey_b.model.streaming.query_last`):
@@ -349,12 +347,13 @@ class Encoder:
         ids = torch.tensor(enc["input_ids"])
         with torch.no_grad(), autocast(self.device, self.bf16):
             out = query_last(self.model.model, ids, start)
-        text_tokens = [i for i, o in enumerate(owner) if o == 0]
         offsets = enc["offset_mapping"]
+        # the text's tokens, first:last (contiguous: between the leading special tokens and the separator)
+        first, last = (owner.index(0), start - owner[start - 1::-1].index(0)) if 0 in owner else (0, 0)
 
         def characters(a: int, b: int) -> tuple[int, int]:
-            inside = [i for i in text_tokens if a <= i < b]
-            return (offsets[inside[0]][0], offsets[inside[-1]][1]) if inside else (0, 0)
+            a, b = max(a, first), min(b, last)
+            return (offsets[a][0], offsets[b - 1][1]) if a < b else (0, 0)
 
         return out, characters, start
 
