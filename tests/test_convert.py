@@ -305,3 +305,56 @@ def test_release_tokenizer_helper(tmp_path):
     assert tok("ab c <|mask|>")["input_ids"] == [6, 5, 7]
     with pytest.raises(ValueError, match="more than the model's vocab_size=4"):
         load_tokenizer(tmp_path / "tok", vocab_size=4)
+
+
+AUTHORS_CLASSES = {"masked_lm": ("AveyForMaskedLM", AveyBForMaskedLM),
+                   "sequence_classification": ("AveyForSequenceClassification", AveyBForSequenceClassification),
+                   "token_classification": ("AveyForTokenClassification", AveyBForTokenClassification)}
+
+
+@pytest.mark.parametrize("head", list(AUTHORS_CLASSES))
+def test_the_authors_own_model_converts_to_the_same_logits(tmp_path, reference_copy, head):
+    """Held against the authors' own code, not a re-statement of it: their ``modeling_avey.py`` (a reference copy,
+    imported eagerly as ``avey-b bench --release-code`` imports it) builds a tiny model of each release class, its
+    parameters seeded and moved off their initial values (zero biases, unit norms and ``alpha = 1`` would hide a
+    swap), and saves it with its own ``save_pretrained`` (its ``AveyConfig`` config.json, its ``state_dict`` keys).
+    The converter must accept every one of those keys, place each tensor unchanged in exactly one weight of ours
+    (no weight of ours left at its initialization), and the converted model (``padding="release"``; the default
+    padding too where no row needs padding) must give the release model's own logits, in float64 to 1e-9, on rows
+    shorter than a split, of a length not a multiple of it, and in a batch of two (no id repeated in a row: tied
+    MaxSim scores are ordered as ``torch.topk`` happens to, see the padding test above)."""
+    from safetensors.torch import load_file
+
+    from avey_b.benchmarking.release_code import load_release
+
+    authors = load_release(reference_copy("avey-b-release"))  # torch.compile an identity while importing
+    class_name, cls = AUTHORS_CLASSES[head]
+    torch.manual_seed(3)
+    config = authors.AveyConfig(vocab_size=V, d_embed=D, n_layers=L, chunk_size=S, k=K, eps=EPS, num_labels=3)
+    release = getattr(authors, class_name)(config)
+    with torch.no_grad():
+        for p in release.parameters():
+            p.add_(torch.randn_like(p) * 0.2)
+    release.eval().save_pretrained(tmp_path / "release")
+    state = release.state_dict()
+    assert set(load_file(str(tmp_path / "release" / "model.safetensors"))) == set(state)
+    assert json.loads((tmp_path / "release" / "config.json").read_text())["chunk_size"] == S  # the release's format
+
+    assert convert_release_checkpoint(tmp_path / "release", tmp_path / "ours") == head  # raises on an unknown key
+    ours = cls.from_pretrained(tmp_path / "ours", padding="release").double().eval()
+    mine = {k: v for k, v in ours.state_dict().items() if k != "decoder.weight"}  # the decoder is the tied embedding
+    placed = {key: [k for k, v in mine.items() if v.shape == t.shape and torch.equal(v, t.double())]
+              for key, t in state.items()}
+    assert all(len(where) == 1 for where in placed.values()), placed  # every release tensor, in one place
+    assert sorted(k for where in placed.values() for k in where) == sorted(mine)  # and nothing of ours left out
+
+    release = release.double()
+    g = torch.Generator().manual_seed(4)  # no id twice in a row: a repeated token ties two splits' MaxSim scores
+    rows = [torch.stack([torch.randperm(V, generator=g)[:n] for _ in range(b)])
+            for b, n in ((1, S - 1), (1, 2 * S + 1), (2, 2 * S + 1), (2, 3 * S))]
+    with torch.no_grad():
+        for ids in rows:
+            expected = release(ids).logits
+            torch.testing.assert_close(ours(ids).logits, expected, rtol=1e-9, atol=1e-9)
+        default = cls.from_pretrained(tmp_path / "ours").double().eval()  # padding="masked": equal without padding
+        torch.testing.assert_close(default(rows[-1]).logits, release(rows[-1]).logits, rtol=1e-9, atol=1e-9)
