@@ -92,9 +92,15 @@ ROUTES: dict[tuple[str, str], Route] = {
         "One vector per input, or with late chunking (`chunk_tokens` or `chunk_spans`) one per chunk, each computed "
         "with the whole input in view and carrying its `chunk` and character `span`. With `session` (the SDK's "
         "`extra_body`), the one input is that session's whole text, or with `session_append` the text to add: only "
-        "the change is computed (see the session routes).",
+        "the change is computed (see the session routes). Token-id arrays in `input` are read as the server's "
+        "`--openai-token-ids` says: refused by default (the OpenAI API means OpenAI's tokenizer's ids, and "
+        "LangChain's `OpenAIEmbeddings` sends tiktoken's cl100k_base ids unless given "
+        "`check_embedding_ctx_length=False`), decoded as cl100k_base ids with `cl100k`, this model's ids with "
+        "`model`; `/health` shows which.",
         examples=(("any", {"input": TEXTS}, None),),
-        notes={400: "`encoding_format` not `float` or `base64`; a `dimensions` the config does not declare; both "
+        notes={400: "token-id arrays on a server with `--openai-token-ids refuse` (the default), or ids that are not "
+                    "cl100k_base's with `cl100k`; `encoding_format` not `float` or `base64`; a `dimensions` the "
+                    "config does not declare; both "
                     "`chunk_tokens` and `chunk_spans`; `chunk_spans` not one list per input, or a span not "
                     "`0 <= start < end`; `session` with several inputs or with `chunk_spans`; `session_append` "
                     "without `session`"}),

@@ -64,7 +64,8 @@ def embedding_server(tmp_path_factory):
     tok = toy.tokenizer(str(directory))
     model = seeded(AveyBForSentenceEmbedding, presets.tiny(vocab_size=len(tok)))
     model.save_pretrained(directory)
-    proc, url = start(directory, "--max-tokens", "25000", "--max-batch-tokens", "4096", "--served-model-name", "avey-b")
+    proc, url = start(directory, "--max-tokens", "25000", "--max-batch-tokens", "4096", "--served-model-name", "avey-b",
+                      "--openai-token-ids", "model")  # the SDK test sends this model's ids
     yield model, tok, url
     stop(proc)
 

