@@ -236,3 +236,45 @@ def test_encoder_score_with_evidence_spans_on_a_text_and_a_kept_document(tmp_pat
             want = expected[r["index"]]
             assert r.get("score", r.get("relevance_score")) == pytest.approx(want.score, abs=1e-6)
             assert [(e["start"], e["end"]) for e in r["evidence"]] == [(e.start, e.end) for e in want.evidence]
+
+
+def test_a_text_scored_again_is_not_tokenized_again_and_the_kept_tokens_are_bounded(tmp_path):
+    """Encoder.score keeps the tokens of the texts it scored (the next query against the same long document costs
+    the query's work only): the same answer, the text's tokenizer call made once; past ``text_cache_bytes`` the
+    least recently used text is dropped; the pair is the tokenizer's own pair encoding, ids for ids."""
+    from avey_b import AveyBForQueryLastScoring, Encoder, LoadOptions
+    from avey_b import testing as toy
+
+    tok = toy.tokenizer(str(tmp_path))
+    torch.manual_seed(0)
+    AveyBForQueryLastScoring(presets.tiny(vocab_size=len(tok), num_labels=1, pad_token_id=tok.pad_token_id)
+                             ).save_pretrained(tmp_path)
+    encoder = Encoder(str(tmp_path), LoadOptions(precision="fp32")).load()
+    texts = [" ".join(["bob met the film in paris today", "a very good film", "the cat was bad"] * n)
+             for n in (3, 5, 7)]
+    query = "who met bob in paris"
+    first = encoder.score(query, texts[0])
+    calls = []
+    tokenize = encoder.tokenizer.__call__
+
+    def counted(text, *args, **kw):
+        calls.append(text)
+        return tokenize(text, *args, **kw)
+
+    # `tokenizer(...)` calls the type's __call__, not an instance attribute: patched on the type for the call
+    type(encoder.tokenizer).__call__, saved = (lambda self, *a, **k: counted(*a, **k)), type(encoder.tokenizer).__call__
+    try:
+        again = encoder.score(query, texts[0])
+        assert calls == [query]  # the query only: the text's tokens were kept
+        assert (again.score, again.evidence) == (first.score, first.evidence)
+    finally:
+        type(encoder.tokenizer).__call__ = saved
+    lead, mid, trail = encoder._pair_specials
+    for text in texts:
+        ids, _ = encoder._text_tokens(text)
+        assert lead + ids.tolist() + mid + tok(query, add_special_tokens=False)["input_ids"] + trail == tok(
+            text, query)["input_ids"]
+    small = Encoder(str(tmp_path), LoadOptions(precision="fp32")).load()
+    small.text_cache_bytes = 16 * len(small._text_tokens(texts[2])[0]) + len(texts[2])  # room for the longest
+    small.score(query, texts[0])  # kept beside texts[2]: too many bytes, texts[2] (the least recently used) drops
+    assert list(small._texts) == [texts[0]] and small._texts_bytes <= small.text_cache_bytes

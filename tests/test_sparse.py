@@ -150,3 +150,21 @@ def test_no_chunk_computes_more_logits_than_the_rule_allows(mlm, ids):
     assert shapes == [(2, 2, 99)] * 6 + [(2, 1, 99)]  # 13 tokens, 2 at a time: never the (13, 99) logits
     with torch.no_grad():
         torch.testing.assert_close(got, formula(mlm, ids[:2], torch.ones_like(ids[:2])), rtol=0, atol=1e-6)
+
+
+def test_sparse_vectors_are_float32_ones_at_the_bf16_precision_and_dense_ones_stay_bf16(tmp_path):
+    """bf16 autocast moves SPLADE weights by percents (the backbone's rounding, not the head's), so the sparse
+    output runs its forward in float32 whatever the precision: within 1e-3 of a float32 encoder's, the same
+    indices; the dense output alone still runs in bf16 (and differs from float32 by more)."""
+    tok = toy.tokenizer(str(tmp_path / "mlm"))
+    directory = toy.avey_b(str(tmp_path / "mlm"), tok)
+    fp32, bf16 = (Encoder(directory, LoadOptions(device="cpu", precision=p)).load() for p in ("fp32", "bf16"))
+    assert bf16.bf16 and not fp32.bf16
+    batch, mask = fp32.pad(fp32.tokenize(TEXTS)["input_ids"])
+    for outputs in (("sparse",), ("dense", "sparse")):
+        want, got = fp32.vectors(batch, mask, outputs)["sparse"], bf16.vectors(batch, mask, outputs)["sparse"]
+        for (wi, wv), (gi, gv) in zip(want, got, strict=True):
+            assert wi.tolist() == gi.tolist()
+            torch.testing.assert_close(gv, wv, rtol=0, atol=1e-3)
+    dense_gap = (bf16.vectors(batch, mask)["dense"][2] - fp32.vectors(batch, mask)["dense"][2]).abs().max()
+    assert dense_gap > 1e-4  # bf16 is on where sparse vectors are not asked for

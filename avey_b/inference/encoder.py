@@ -25,6 +25,7 @@ only the config and checks it: a job can check its settings before paying for th
 
 from __future__ import annotations
 
+import collections
 import functools
 import time
 from collections.abc import Callable, Sequence
@@ -83,6 +84,11 @@ class Encoder:
     head's token vectors, :meth:`multivectors`, scored by :meth:`maxsim`).
     """
 
+    text_cache_bytes: int = 128 * 2**20
+    """:meth:`score` keeps the token ids and character spans of the texts it scored lately, up to this many bytes
+    (16 a token, and the text's characters), least recently used dropped first: a text scored again (the next
+    query against the same long document) is not tokenized again. 0: none kept."""
+
     def __init__(self, path: str | Path, options: LoadOptions | None = None, *, architecture: str | None = None,
                  session_options: onnxruntime.SessionOptions | None = None):
         options = options or LoadOptions()
@@ -117,6 +123,8 @@ class Encoder:
             self.runtime = EagerRuntime(self.name, cls, self.device, self.bf16)
         self.auto_threads = options.threads is None and options.onnx is None  # onnxruntime's count is its session's
         self._watch: ThreadTuner | None = None
+        self._texts: collections.OrderedDict[str, tuple[torch.Tensor, torch.Tensor]] = collections.OrderedDict()
+        self._texts_bytes = 0
 
     def __repr__(self) -> str:
         return f"Encoder({self.name!r}, {self.architecture}, {self.runtime_name}, kinds={self.kinds})"
@@ -160,12 +168,13 @@ class Encoder:
         self._watch = thread_tuner(self.device, self.threads, None if self.auto_threads else self.threads, report,
                                    "the model", advice)
 
-    def _run(self, output: str, batch: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """The runtime's ``output`` for a padded batch, timed for the shared-CPU watch when one is on."""
+    def _run(self, output: str, batch: torch.Tensor, mask: torch.Tensor, fp32: bool = False) -> torch.Tensor:
+        """The runtime's ``output`` for a padded batch (``fp32``: float32 whatever the precision), timed for the
+        shared-CPU watch when one is on."""
         if self._watch is None:
-            return self.runtime.run(output, batch, mask)
+            return self.runtime.run(output, batch, mask, fp32)
         t0 = time.perf_counter()
-        result = self.runtime.run(output, batch, mask)
+        result = self.runtime.run(output, batch, mask, fp32)
         rows, length = batch.shape
         self._watch.add(float(mask.sum()), time.perf_counter() - t0, (rows.bit_length(), length.bit_length()))
         self.threads = self._watch.threads
@@ -232,13 +241,13 @@ class Encoder:
         return pad_right(ids, self.tokenizer.pad_token_id)
 
     # ------------------------------------------------------------------ outputs
-    def hidden_states(self, batch: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    def hidden_states(self, batch: torch.Tensor, mask: torch.Tensor, fp32: bool = False) -> torch.Tensor:
         """(B, N, d) last hidden state of the backbone for a padded batch, on ``device`` (bf16 under bf16
-        autocast): what late chunking pools per chunk."""
+        autocast unless ``fp32``): what late chunking pools per chunk."""
         if "last_hidden_state" not in self.runtime.outputs:
             raise ValueError(f"{self.onnx_file} has no last_hidden_state output: export it with --head base or "
                              "embedding")
-        return self._run("last_hidden_state", batch.to(self.device), mask.to(self.device))
+        return self._run("last_hidden_state", batch.to(self.device), mask.to(self.device), fp32)
 
     def embed(self, batch: torch.Tensor, mask: torch.Tensor, normalize: bool | None = None) -> torch.Tensor:
         """(B, d) float32 embeddings of a padded batch, on ``device`` (see the module docstring). ``normalize``:
@@ -315,7 +324,8 @@ class Encoder:
         ``query``, by a query-last scorer (:class:`~avey_b.model.query_scoring.AveyBForQueryLastScoring`, made by
         ``avey-b finetune --task long-rerank``): the query is placed after the document and only its splits are
         ranked against the document's token ids and processed, so a kept document costs the query's work however
-        long it is, and a text its tokenization and the query's work (never the text's own states). Returns the
+        long it is, and a text its tokenization and the query's work (never the text's own states); a text scored
+        again is not tokenized again (:attr:`text_cache_bytes`). Returns the
         :class:`Relevance`: the score, and the ``evidence`` best of the document's splits the query chose (where
         the model looked), as character spans."""
         if self.architecture != "AveyBForQueryLastScoring":
@@ -337,25 +347,55 @@ class Encoder:
 
     def _query_after(self, query: str, text: str) -> tuple[QueryLast, Callable[[int, int], tuple[int, int]], int]:
         """``query`` after the text ``text`` from the query's splits (:func:`~avey_b.model.streaming.query_last`):
-        the pair encoding ``(text, query)`` with its offsets, never the text's own states. Returns the query's
-        outputs, the character span of a token range of the text, and where the query starts."""
-        enc = self.tokenizer(text, query, return_offsets_mapping=True, verbose=False)
-        owner = enc.sequence_ids(0)  # None: a special token; 0: the text; 1: the query
-        if 1 not in owner:
-            raise ValueError("this tokenizer's pair encoding has no second text: the query cannot be found")
-        start = owner.index(1)  # the query's tokens and the special ones after it: token type 1
-        ids = torch.tensor(enc["input_ids"])
+        the pair encoding ``(text, query)``, made of the text's tokens (:meth:`_text_tokens`: kept for a text
+        scored again), the query's and the pair's special tokens (:meth:`_pair_specials`), never the text's own
+        states. Returns the query's outputs, the character span of a token range of the text, and where the query
+        starts."""
+        lead, mid, trail = self._pair_specials
+        text_ids, offsets = self._text_tokens(text)
+        query_ids = self.tokenizer(query, add_special_tokens=False, verbose=False)["input_ids"]
+        first, last = len(lead), len(lead) + len(text_ids)  # the text's tokens: first:last
+        ids = torch.cat([torch.tensor(lead, dtype=torch.long), text_ids,
+                         torch.tensor(mid + query_ids + trail, dtype=torch.long)])
+        start = last + len(mid)  # the query's tokens and the special ones after it
         with torch.no_grad(), autocast(self.device, self.bf16):
             out = query_last(self.model.model, ids, start)
-        offsets = enc["offset_mapping"]
-        # the text's tokens, first:last (contiguous: between the leading special tokens and the separator)
-        first, last = (owner.index(0), start - owner[start - 1::-1].index(0)) if 0 in owner else (0, 0)
 
         def characters(a: int, b: int) -> tuple[int, int]:
-            a, b = max(a, first), min(b, last)
-            return (offsets[a][0], offsets[b - 1][1]) if a < b else (0, 0)
+            a, b = max(a, first) - first, min(b, last) - first
+            return (int(offsets[a, 0]), int(offsets[b - 1, 1])) if a < b else (0, 0)
 
         return out, characters, start
+
+    @functools.cached_property
+    def _pair_specials(self) -> tuple[list[int], list[int], list[int]]:
+        """The special token ids the tokenizer's pair encoding puts before the first text, between the two, and
+        after the second (``[CLS]``, ``[SEP]``, ``[SEP]``): the pair's template, read from a probe pair (each text
+        of a pair is tokenized on its own, so a pair's ids are its two texts' ids inside these)."""
+        probe = self.tokenizer("a", "b", verbose=False)
+        owner, ids = probe.sequence_ids(0), probe["input_ids"]
+        if 1 not in owner or 0 not in owner:
+            raise ValueError("this tokenizer's pair encoding has no second text: the query cannot be found")
+        a1, b0 = len(owner) - owner[::-1].index(0), owner.index(1)
+        return ids[:owner.index(0)], ids[a1:b0], ids[len(owner) - owner[::-1].index(1):]
+
+    def _text_tokens(self, text: str) -> tuple[torch.Tensor, torch.Tensor]:
+        """``text``'s token ids (N,) and character spans (N, 2) int32, no special tokens; those of the texts
+        scored lately are kept (:attr:`text_cache_bytes`, least recently used dropped first)."""
+        if (kept := self._texts.get(text)) is not None:
+            self._texts.move_to_end(text)
+            return kept
+        enc = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True, verbose=False)
+        kept = (torch.tensor(enc["input_ids"], dtype=torch.long),
+                torch.tensor(enc["offset_mapping"], dtype=torch.int32).view(-1, 2))
+        size = 16 * len(kept[0]) + len(text)
+        if size <= self.text_cache_bytes:
+            self._texts[text] = kept
+            self._texts_bytes += size
+            while self._texts_bytes > self.text_cache_bytes:
+                old, (old_ids, _) = self._texts.popitem(last=False)
+                self._texts_bytes -= 16 * len(old_ids) + len(old)
+        return kept
 
     def logits(self, batch: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """The head's float32 logits of a padded batch, on the CPU."""
@@ -399,13 +439,16 @@ class Encoder:
         if self.onnx_file and "multivector" in outputs:
             raise ValueError(f"token vectors with other outputs from one forward need the eager runtime; this encoder "
                              f"runs the ONNX model {self.onnx_file}: ask for them apart")
-        hidden = self.hidden_states(batch, mask)
+        # SPLADE weights in float32 whatever the precision: under bf16 autocast the backbone's rounding moves them by
+        # up to 0.4 (4%, the largest weight 2.4) where a float32 forward keeps them within 1e-3 of the model's own
+        fp32 = "sparse" in outputs
+        hidden = self.hidden_states(batch, mask, fp32)
         mask = mask.to(hidden.device)
         out: dict[str, list] = {}
         if "dense" in outputs:
             out["dense"] = ([c.cpu() for c in chunk_embeddings(hidden, mask, chunks, normalize)] if chunks is not None
                             else list(sentence_embedding(hidden.float(), mask, normalize).cpu()))
-        with autocast(self.device, self.bf16):
+        with autocast(self.device, self.bf16 and not fp32):
             if "sparse" in outputs:
                 out["sparse"] = sparse_rows(splade_max(hidden, mask, self.model.decoder))
             if "multivector" in outputs:

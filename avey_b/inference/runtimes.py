@@ -54,10 +54,11 @@ class EagerRuntime:
                 self.model = self.cls.from_pretrained(self.path, dtype=torch.float32).to(self.device).eval()
 
     @torch.no_grad()
-    def run(self, output: str, batch: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    def run(self, output: str, batch: torch.Tensor, mask: torch.Tensor, fp32: bool = False) -> torch.Tensor:
+        """``output`` for a padded batch, under bf16 autocast where ``bf16`` says so unless ``fp32``."""
         self.load()
         module = self.model.base_model if output == "last_hidden_state" else self.model
-        with autocast(self.device, self.bf16):
+        with autocast(self.device, self.bf16 and not fp32):
             return getattr(module(input_ids=batch.to(self.device), attention_mask=mask.to(self.device)), output)
 
 
@@ -95,7 +96,8 @@ class OnnxRuntime:
         self.load()
         return [o.name for o in self.session.get_outputs()]
 
-    def run(self, output: str, batch: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    def run(self, output: str, batch: torch.Tensor, mask: torch.Tensor, fp32: bool = False) -> torch.Tensor:
+        """``output`` for a padded batch, in the graph's own precision (``fp32``: for the eager runtime's sake)."""
         self.load()
         feed = {"input_ids": batch.cpu().numpy(), "attention_mask": mask.cpu().numpy()}
         return torch.from_numpy(self.session.run([output], feed)[0])
