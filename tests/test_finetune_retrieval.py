@@ -56,7 +56,7 @@ def encoder(directory) -> Encoder:
 
 @pytest.mark.slow
 def test_an_embedding_model_from_pairs_loads_in_sentence_transformers_with_serves_and_embeds_unit_vectors(
-        tmp_path, base):
+        tmp_path, base, capfd):
     pq = pytest.importorskip("pyarrow.parquet")
     from avey_b.apps.embed import EmbedOptions, embed_corpus
 
@@ -64,6 +64,10 @@ def test_an_embedding_model_from_pairs_loads_in_sentence_transformers_with_serve
     out = tmp_path / "emb"
     assert main(["finetune", "--task", "embedding", "--model", base, "--train-file", train, "--output-dir", str(out),
                  "--epochs", "1", "--batch-size", "8", "--precision", "fp32", "--device", "cpu"]) == 0
+    said = capfd.readouterr()
+    for when in ("before", "after"):  # the scoring, which can take minutes, is said before it starts
+        assert f"finetune embedding: scoring the held-out rows {when} training (4 queries against" in said.out
+    assert "Computing widget examples" not in said.out + said.err  # no other bar inside the progress line
     record = json.loads((out / "results.json").read_text())
     assert set(record["metrics"]) == set(record["baseline"]) == {"recall@1", "recall@10", "ndcg@10", "mrr@10"}
     assert record["n_validation"] == 4 and record["baseline_name"] == "before training"

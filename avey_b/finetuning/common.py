@@ -318,11 +318,24 @@ def train_scored(options: OwnDataOptions, model, evaluate, names: dict[str, str]
     :func:`begin` has made the output directory the run's and after the first scoring, so the trainer's seeding
     comes right before training. Returns the results record's scoring and training fields."""
     resume_from = begin(options)
-    before = percent_scores(model, evaluate, names)
+    queries, documents = getattr(evaluate, "queries", None), getattr(evaluate, "corpus", None)
+    held = (f" ({len(queries):,} queries against {len(documents):,} documents)"
+            if queries is not None and documents is not None else "")
+
+    def scored(when: str) -> dict[str, float]:
+        print(f"finetune {options.task}: scoring the held-out rows {when}{held}", flush=True)  # minutes, at times
+        return percent_scores(model, evaluate, names)
+
+    before = scored("before training")
+    if (card := getattr(model, "model_card_data", None)) is not None:
+        # no widget examples (the Hub page's demo inputs): sentence-transformers' "Computing widget examples" bar
+        # would cut into the progress line, and its flag (generate_widget_examples) stops the bar for some classes
+        card.generate_widget_examples = False
+        card.set_widget_examples = lambda dataset: None
     trainer = prepared(make_trainer(), options)
     with Timer() as timer, no_save_bars():
         trainer.train(resume_from_checkpoint=resume_from)
-    after = percent_scores(model, evaluate, names)
+    after = scored("after training")
     return {"metric": main_metric, "score": after[main_metric], "baseline_score": before[main_metric],
             "metrics": after, "baseline": before, "baseline_name": "before training",
             "train_seconds": round(timer.seconds, 1), "output_dir": options.output_dir}
