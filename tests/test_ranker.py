@@ -564,3 +564,15 @@ def test_vocabulary_without_token_ids_is_a_clear_error():
         model(inputs_embeds=torch.randn(1, 20, 32))
     with pytest.raises(ValueError, match="ranker_algorithm="):
         presets.tiny(ranker_algorithm="vocab")
+
+
+@pytest.mark.parametrize("n", [0, 1, 64, 5000])
+def test_distinct_ids_are_uniques_without_the_sort(n):
+    """The incremental choice's distinct ids of a tile (a table over the id range, no sort): ``torch.unique``'s
+    values and inverse, element for element, so the cosines gathered and the choice are the same bits."""
+    from avey_b.model.ranker_fast import distinct_ids
+
+    ids = torch.randint(0, 3 * n + 1, (n,), generator=torch.Generator().manual_seed(n))
+    vocab, inverse = distinct_ids(ids)
+    want_vocab, want_inverse = torch.unique(ids, return_inverse=True)
+    assert torch.equal(vocab, want_vocab) and torch.equal(inverse, want_inverse)

@@ -403,7 +403,11 @@ def rank_splits(model: AveyBModel, ids: torch.Tensor, queries: torch.Tensor, can
     device = model.embed_tokens.weight.device
 
     def candidate_ids(which: torch.Tensor) -> torch.Tensor:
-        return splits.split_ids(ids, which.cpu(), S)[0].to(device)
+        which = which.cpu()
+        first, last = int(which[0]), int(which[-1])
+        if last - first + 1 == which.numel():  # a run of full splits (the usual tile): a view of the row's ids
+            return ids[first * S:(last + 1) * S].view(-1, S).long().to(device)
+        return splits.split_ids(ids, which, S)[0].to(device)
 
     with torch.no_grad():
         choice = model.ranker.choose(splits.cut_splits(ids, queries, S, model.embed_tokens), queries, candidates,
