@@ -187,11 +187,26 @@ def check_against_model(model, doc: torch.Tensor, queries: list[torch.Tensor], u
     return agree
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def parser(doc: str, sizes: str = "16384,131072,1048576") -> argparse.ArgumentParser:
+    """The options every script here takes: the data folder, the model, the document lengths (a script adds its
+    own, and ``--out``, its record)."""
+    p = argparse.ArgumentParser(description=doc.split("\n")[0])
     p.add_argument("--data", type=Path, required=True, help="the shared data folder")
     p.add_argument("--model", required=True, help="a pretrained Avey-B directory with its tokenizer")
-    p.add_argument("--sizes", default="16384,131072,1048576", help="document lengths in tokens")
+    p.add_argument("--sizes", default=sizes, help="document lengths in tokens")
+    return p
+
+
+def timing_fields(model: str, gemm_before: float, gemm_after: float) -> dict:
+    """What every timing record here ends with: the float32 GEMM rate before and after (GFLOP/s), the threads,
+    the precision, the model and which ids."""
+    return {"gemm_fp32_gflops": [round(gemm_before / 1e9, 1), round(gemm_after / 1e9, 1)],
+            "threads": torch.get_num_threads(), "precision": "fp32", "model": str(model),
+            "ids": "the model's tokenizer on WikiText-2 valid (+ filler); queries: section headings"}
+
+
+def main() -> None:
+    p = parser(__doc__)
     p.add_argument("--ks", default="1,3,10")
     p.add_argument("--check", type=int, default=20, help="queries checked against the model's own choice")
     p.add_argument("--out", type=Path, default=Path(__file__).with_name("choice.jsonl"))

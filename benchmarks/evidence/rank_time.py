@@ -12,7 +12,6 @@ tokens; section headings as queries), tokenized by the model's own tokenizer. fp
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 from pathlib import Path
@@ -21,17 +20,14 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from choice import articles, build, filler  # noqa: E402 -- the documents and queries of the evidence measurement
+from choice import articles, build, filler, parser, timing_fields  # noqa: E402 -- the evidence's documents
 
 from avey_b.benchmarking.timing import alternate, gemm_rate  # noqa: E402
 from avey_b.utils.records import Envelope, append_jsonl  # noqa: E402
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--data", type=Path, required=True)
-    p.add_argument("--model", required=True)
-    p.add_argument("--sizes", default="16384,131072,1048576")
+    p = parser(__doc__)
     p.add_argument("--queries", type=int, default=10)
     p.add_argument("--out", type=Path, default=Path(__file__).with_name("rank_time.jsonl"))
     args = p.parse_args()
@@ -80,10 +76,8 @@ def main() -> None:
         record = {"bench": "evidence_rank_time", "document_tokens": size, "queries": len(times["table"]),
                   "rank_table_ms_p50": round(1e3 * p50["table"], 2), "rank_sort_ms_p50": round(1e3 * p50["sort"], 2),
                   "speedup_p50": round(p50["sort"] / p50["table"], 2),
-                  "query_last_ms_p50": round(1e3 * p50["query_last"], 2), "same_choice": True,
-                  "gemm_fp32_gflops": [round(gemm_before / 1e9, 1), round(gemm_rate(torch.float32) / 1e9, 1)],
-                  "threads": torch.get_num_threads(), "precision": "fp32", "model": str(args.model),
-                  "ids": "the model's tokenizer on WikiText-2 valid (+ filler); queries: section headings"}
+                  "query_last_ms_p50": round(1e3 * p50["query_last"], 2), "same_choice": True}
+        record |= timing_fields(args.model, gemm_before, gemm_rate(torch.float32))
         print(record, flush=True)
         append_jsonl(args.out, {**record, **env.end()}, echo=False)
 

@@ -13,7 +13,6 @@ tokens; section headings as queries), tokenized by the model's own tokenizer; th
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 from pathlib import Path
@@ -22,17 +21,14 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from choice import articles, build, filler  # noqa: E402 -- the documents and queries of the evidence measurement
+from choice import articles, build, filler, parser, timing_fields  # noqa: E402 -- the evidence's documents
 
 from avey_b.benchmarking.timing import alternate, gemm_rate  # noqa: E402
 from avey_b.utils.records import Envelope, append_jsonl  # noqa: E402
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--data", type=Path, required=True)
-    p.add_argument("--model", required=True)
-    p.add_argument("--sizes", default="2048,131072,1048576")
+    p = parser(__doc__, "2048,131072,1048576")
     p.add_argument("--queries", type=int, default=5)
     p.add_argument("--out", type=Path, default=Path(__file__).with_name("train_time.jsonl"))
     args = p.parse_args()
@@ -80,10 +76,8 @@ def main() -> None:
         record = {"bench": "evidence_train_time", "document_tokens": size, "queries": len(heads),
                   "step_ms_p50": round(1e3 * p50, 1), "step_ms_max": round(1e3 * max(times[size]), 1),
                   "document_tokens_per_s": round(size / p50),
-                  "step_vs_shortest": round(p50 / statistics.median(times[sizes[0]]), 2),
-                  "gemm_fp32_gflops": [round(gemm_before / 1e9, 1), round(gemm_after / 1e9, 1)],
-                  "threads": torch.get_num_threads(), "precision": "fp32", "model": str(args.model),
-                  "ids": "the model's tokenizer on WikiText-2 valid (+ filler); queries: section headings"}
+                  "step_vs_shortest": round(p50 / statistics.median(times[sizes[0]]), 2)}
+        record |= timing_fields(args.model, gemm_before, gemm_after)
         print(record, flush=True)
         append_jsonl(args.out, {**record, **end}, echo=False)
 
