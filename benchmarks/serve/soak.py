@@ -100,7 +100,7 @@ MALFORMED = [  # (method, path, raw body, headers override, the status expected)
     ("POST", "/embed", b'{"inputs": "a"}', {"authorization": "Bearer wrong"}, 401),
     ("POST", "/v1/classify", b'{"input": ""}', None, 400),
     ("POST", "/embed", json.dumps({"inputs": ["a"] * 65}).encode(), None, 413),
-    ("POST", "/v1/embeddings", b'{"input": [1, 2, 99999999]}', None, 400),
+    ("POST", "/embed", b'{"inputs": [1, 2, 99999999]}', None, 400),  # TEI reads ids as the model's: outside it
     ("POST", "/v1/nothing", b'{}', None, 404),
     ("PUT", "/embed", b'{"inputs": "a"}', None, 405),
     ("POST", "/rerank", b'{"query": "a", "texts": []}', None, 400),
@@ -173,14 +173,17 @@ def outcome(r: dict) -> str:
 
 
 def held_bytes(url: str, store: Path | None) -> dict[str, float]:
-    """What the server says it holds (the prefix cache's and the warm sessions' bytes, from /metrics) and the
+    """What the server says it holds (the prefix cache's and the warm sessions' bytes, and the cache's evictions so
+    far, from /metrics) and the
     state store directory's bytes on disk."""
     import httpx
 
     text_ = httpx.get(url + "/metrics", headers={"authorization": f"Bearer {KEY}"}, timeout=30).text
     found = {line.split()[0]: float(line.split()[1]) for line in text_.splitlines()
-             if line.startswith(("avey_b_prefix_cache_bytes", "avey_b_session_warm_bytes"))}
+             if line.startswith(("avey_b_prefix_cache_bytes", "avey_b_session_warm_bytes",
+                                 "avey_b_prefix_cache_evictions_total"))}
     out = {"cache_mb": round(found.get("avey_b_prefix_cache_bytes", 0) / 2**20, 1),
+           "cache_evictions": int(found.get("avey_b_prefix_cache_evictions_total", 0)),
            "sessions_mb": round(found.get("avey_b_session_warm_bytes", 0) / 2**20, 1)}
     if store is not None:
         out["store_mb"] = round(sum(f.stat().st_size for f in store.glob("*.session")) / 2**20, 1)
@@ -211,6 +214,9 @@ def main() -> None:
                         help="a tenth of each client's requests make, append to, read and delete its 5 sessions, kept "
                              "in a --state-store directory")
     parser.add_argument("--long-words", type=int, default=0, help="one request in a hundred embeds this many words")
+    parser.add_argument("--prefix-cache-bytes", type=int, default=None,
+                        help="the server's prefix-cache bound (default: its own): a small one is passed early, so "
+                             "the run shows memory once the cache evicts as much as it adds")
     parser.add_argument("--out", default=str(HERE / "soak.jsonl"))
     args = parser.parse_args()
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
@@ -219,6 +225,8 @@ def main() -> None:
         served_model(str(directory), "cross-encoder")
         store = Path(tmp) / "states" if args.sessions else None
         extra = ["--state-store", str(store)] if store else []
+        if args.prefix_cache_bytes is not None:
+            extra += ["--prefix-cache-bytes", str(args.prefix_cache_bytes)]
         server, url = serve(directory, 1, "--api-key", KEY, "--threads", "1", "--precision", "fp32", "--log-level",
                             "warning", "--max-request-inputs", "64", *extra)
         results: list[dict] = []
@@ -233,6 +241,7 @@ def main() -> None:
             head = {"run": "soak", "commit": commit, "minutes": args.minutes, "rate": args.rate,
                     "clients": args.clients, "malformed": args.malformed, "longest": args.longest,
                     "sessions": args.sessions, "long_words": args.long_words,
+                    "prefix_cache_bytes": args.prefix_cache_bytes,
                     "rss_mb_start": round(rss_mb(server.pid), 1), "loadavg": open("/proc/loadavg").read().split()[:3]}
             print(json.dumps(head), file=out, flush=True)
             while time.monotonic() - started < args.minutes * 60:
