@@ -118,10 +118,12 @@ ROUTES: dict[tuple[str, str], Route] = {
         "The documents ranked by the cross-encoder's score of each (query, document) pair, best first. With a "
         "query-last scorer (`avey-b finetune --task long-rerank`) documents of any length are scored at the cost "
         "of the query, and each result has its `evidence`: the character spans of the document where the query "
-        "looked, best first, with the ranker's scores.",
+        "looked, best first, with the ranker's scores. A document may be `{\"session\": ID}`: a session's current "
+        "text (`/v1/sessions`), sent once and kept; a query-last scorer then ranks against its state's token ids, "
+        "so a query costs the query's work only.",
         needs="cross-encoder",
         examples=(("cross-encoder", {"query": "was the film good", "documents": TEXTS, "top_n": 2}, None),),
-        notes={400: "`documents` empty"}),
+        notes={400: "`documents` empty; a session made of token ids", 404: "a `session` that does not exist"}),
     ("POST", "/v2/rerank"): Route(
         COHERE, "the Cohere SDK's v2 client (`cohere.ClientV2().rerank`)",
         "The same route as `POST /v1/rerank`, on the path the v2 client posts to.", needs="cross-encoder",

@@ -230,6 +230,22 @@ def test_encoder_score_with_evidence_spans_on_a_text_and_a_kept_document(tmp_pat
         assert "rerank" in client.get("/health").json()["serves"]
         tei = client.post("/rerank", json={"query": query, "texts": texts}).json()
         cohere = client.post("/v1/rerank", json={"query": query, "documents": texts}).json()["results"]
+        # a document sent once, as a session, then named: the same score and evidence from its state's ids
+        assert client.post("/v1/sessions", json={"id": "doc", "text": text}).status_code == 200
+        named = client.post("/v1/rerank", json={"query": query, "documents": [{"session": "doc"}, texts[0]]}).json()
+        assert len(named["results"]) == 2
+        by_index = {r["index"]: r for r in named["results"]}
+        assert by_index[0]["relevance_score"] == pytest.approx(expected[1].score, abs=1e-6)
+        assert by_index[0]["document"]["text"] == text and by_index[1]["document"]["text"] == texts[0]
+        assert by_index[0]["evidence"] == [{"start": e.start, "end": e.end, "score": e.score}
+                                           for e in expected[1].evidence]
+        missing = client.post("/v1/rerank", json={"query": query, "documents": [{"session": "nope"}]})
+        assert missing.status_code == 404 and "no session 'nope'" in missing.text
+        both = client.post("/v1/rerank", json={"query": query, "documents": [{"session": "doc", "text": "x"}]})
+        assert both.status_code == 422 and "exactly one" in both.text
+        assert client.post("/v1/sessions", json={"id": "ids", "input_ids": [5, 6, 7]}).status_code == 200
+        of_ids = client.post("/v1/rerank", json={"query": query, "documents": [{"session": "ids"}]})
+        assert of_ids.status_code == 400 and "made of token ids" in of_ids.text
     for answer in (tei, cohere):
         assert len(answer) == 2
         for r in answer:

@@ -1,6 +1,7 @@
 """The OpenAI-style routes (``/v1/...``): models, embeddings (with Matryoshka ``dimensions`` and late chunking),
 classify, fill-mask, and the Cohere / Jina / vLLM rerank shape."""
 
+import contextlib
 import uuid  # no `from __future__ import annotations`: FastAPI reads the routes' live annotations
 from typing import Annotated
 
@@ -114,18 +115,22 @@ async def fill_mask(request: Request, service: ServiceDep,
 
 async def cohere_rerank(request: Request, service: ServiceDep,
                         body: Annotated[CohereRerankRequest, reading(CohereRerankRequest, needs="rerank")]):
-    documents = [d if isinstance(d, str) else d.text for d in body.documents]
-    if not documents:
+    if not body.documents:
         raise HTTPException(400, "documents is empty")
-    evidence = None
-    if service.query_last:  # the query after each document, of any length: its splits alone, with the evidence
-        found = await service.score_after(body.query, documents)
-        tokens, relevance, evidence = (sum(r.tokens for r in found), [r.score for r in found],
-                                       [evidence_of(r) for r in found])
-    else:
-        encoded = await service.encode_pairs([body.query] * len(documents), documents)
-        tokens = encoded.tokens
-        relevance = [float(scores(v, raw=False)[0]) for v in await service.run("logits", encoded.ids)]
+    named = [d.session for d in body.documents if not isinstance(d, str) and d.session is not None]
+    async with service.sessions.texts(named) if named else contextlib.nullcontext({}) as sessions:
+        given = [d if isinstance(d, str) else d.text if d.text is not None else sessions[d.session].document
+                 for d in body.documents]  # texts, and the sessions' documents (their states)
+        documents = [d if isinstance(d, str) else d.text for d in given]
+        evidence = None
+        if service.query_last:  # the query after each document, of any length: its splits alone, with the evidence
+            found = await service.score_after(body.query, given)
+            tokens, relevance, evidence = (sum(r.tokens for r in found), [r.score for r in found],
+                                           [evidence_of(r) for r in found])
+        else:
+            encoded = await service.encode_pairs([body.query] * len(documents), documents)
+            tokens = encoded.tokens
+            relevance = [float(scores(v, raw=False)[0]) for v in await service.run("logits", encoded.ids)]
     note(request, len(documents), tokens)
     ranked = sorted(range(len(documents)), key=lambda i: -relevance[i])[:body.top_n]
     return {"id": uuid.uuid4().hex, "model": service.name,

@@ -95,8 +95,18 @@ class FillMaskRequest(InputBody):
 
 
 class CohereDocument(Body):
-    text: str
+    text: str | None = None
     """the document's text"""
+    session: str | None = None
+    """instead of `text`: the id of a session (`/v1/sessions`) whose current text is the document, sent once and
+    kept by the server; with a query-last scorer its state's token ids are ranked as they are (nothing sent or
+    tokenized again: the query's cost only)"""
+
+    @model_validator(mode="after")
+    def text_or_session(self):
+        if (self.text is None) == (self.session is None):
+            raise ValueError("a document object has a `text` or a `session`, exactly one")
+        return self
 
 
 class CohereRerankRequest(Body):
@@ -107,7 +117,7 @@ class CohereRerankRequest(Body):
     query: str
     """the query every document is scored against"""
     documents: list[str | CohereDocument]
-    """the documents to rank: texts, or objects with a `text`"""
+    """the documents to rank: texts, or objects with a `text` or a `session` (a session's current text)"""
     top_n: int | None = Field(None, ge=1)
     """answer only the best `top_n` documents (default: all)"""
     return_documents: bool = True

@@ -292,15 +292,16 @@ class Service:
         routes then answer through :meth:`score_after`, with evidence."""
         return self.encoder.architecture == work.QUERY_LAST
 
-    async def score_after(self, query: str, documents: list[str]) -> list:
-        """``query`` scored after each of ``documents`` by the query-last scorer (:func:`work.scored_after`, one
-        job in steps on the batcher), after the request checks (inputs, characters); the
-        :class:`~avey_b.inference.encoder.Relevance` of each."""
+    async def score_after(self, query: str, documents: list) -> list:
+        """``query`` scored after each of ``documents`` (texts, or kept documents: a session's) by the query-last
+        scorer (:func:`work.scored_after`, one job in steps on the batcher), after the request checks (inputs, a
+        text's characters); the :class:`~avey_b.inference.encoder.Relevance` of each."""
         self.check_count(len(documents))
         for i, text in enumerate(documents):
-            if not text:
-                raise HTTPException(400, f"document {i} is an empty string")
-            self.check_chars(i, text)
+            if isinstance(text, str):
+                if not text:
+                    raise HTTPException(400, f"document {i} is an empty string")
+                self.check_chars(i, text)
         return await self.compute(work.scored_after(self.encoder, query, documents))
 
     async def run(self, kind: str, ids: list[list[int]], extras: list | None = None, *, request=None) -> list:

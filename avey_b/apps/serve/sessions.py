@@ -244,6 +244,24 @@ class Sessions:
             document.set_ids(content)
         yield
 
+    @contextlib.asynccontextmanager
+    async def texts(self, session_ids: list[str]):
+        """The text sessions ``session_ids`` (id -> :class:`~avey_b.inference.sessions.Session`), each held (its
+        lock, taken in one order, so two requests never wait on each other) while the caller reads them: what
+        ``/v1/rerank`` scores (a query-last scorer ranks against their states' token ids, nothing re-tokenized).
+        404 for one that does not exist, 400 for a session of token ids (a rerank scores texts)."""
+        self._refuse_off()
+        async with contextlib.AsyncExitStack() as stack:
+            held = {}
+            for session_id in sorted(set(session_ids)):
+                await stack.enter_async_context(self.locked(check_id(session_id)))
+                session = await self.load(session_id)
+                if session.kind != "text":
+                    raise HTTPException(400, f"session {session_id!r} is made of token ids: a rerank scores "
+                                             "texts (make the session with `text`)")
+                held[session_id] = session
+            yield held
+
     # ------------------------------------------------------------------ operations
     def _refuse_off(self) -> None:
         if self.off:

@@ -79,7 +79,7 @@ def finish_vector(vector: np.ndarray, dimensions: int | None, normalize: bool) -
 QUERY_LAST = "AveyBForQueryLastScoring"
 
 
-def scored_after(encoder: Encoder, query: str, documents: list[str]):
+def scored_after(encoder: Encoder, query: str, documents: list):
     """A job in steps (:meth:`avey_b.apps.serve.service.Service.compute`): ``query`` scored after each document by
     a query-last scorer (:meth:`Encoder.score`: the query's splits alone, with the evidence), one document a step,
     so that other requests' batches run between them. Its value: the :class:`~avey_b.inference.encoder.Relevance`
