@@ -20,11 +20,28 @@ How a page is run (the contract every tutorial is written against):
 * Every page but the one that pretrains it (:data:`CREATES_QUICKSTART` in a runnable block) starts with a tiny
   model at ``runs/quickstart/model``, as a reader who did the first tutorial has.
 
+What a page shows a block printing is checked against what it printed (:func:`output_diff`):
+
+* A shown block (any info string but ``bash`` / ``python``) shows the standard output of the runnable block before
+  it (the nearest one above, prose between them allowed; standard error, where progress bars and logs go, is not
+  compared); for a server, what it has printed when ``/health`` first answers. One shown block per runnable block;
+  a shown block with no runnable block above it is refused.
+* A shown block whose info string carries ``title="illustrative"`` (or ``title="illustrative: why"``, the reason
+  the reader sees as its title) is not checked: for output no run at test size reproduces (a full-size model's
+  own guesses, the time a run takes). Any other shown block must match, or the test fails naming the page, the
+  line and a diff of shown vs printed (every mismatch of the page at once, at its end).
+* Matching, at test size: each line is read as tokens (words, numbers, each other character; spacing is not
+  compared), the words and the other characters compared exactly and every number (``-3``, ``0.25``, ``1,174``,
+  ``1e-05``, ``42.86%``) as a number of any value. ``...`` alone on a line stands for any run of lines (none
+  included); ``...`` within a line for any run of tokens within that line (``0.99...``, ``"id": "..."``).
+  Leading and trailing blank lines are not compared.
+
 Pages are written for a reader at full size and run as written apart from :data:`SMALL`.
 """
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 import signal
@@ -55,8 +72,8 @@ SMALL = {
     # the install: this test's environment has it; check that it does
     'pip install -e ".[train,embed]"': 'python -c "import avey_b, pyarrow, yaml, tqdm"',
     'pip install -e ".[finetune,serve]" httpx': 'python -c "import avey_b, accelerate, fastapi, uvicorn, httpx"',
-    # the classifier: one epoch over the page's CSV (the tiny model learns nothing either way; the run is the same)
-    "--output-dir runs/sentiment --epochs 20": "--output-dir runs/sentiment --epochs 1",
+    # (the classifier trains its 20 epochs as the page says: seconds for the tiny model, which then answers the labels
+    # the page shows)
     # the quickstart at test size: a 2-layer, 32-wide model, a 512-token BPE on 500 documents, 20 steps
     CREATES_QUICKSTART: CREATES_QUICKSTART + " train.max_steps=20 tokenizer.vocab_size=512"
                         " tokenizer.train_documents=500 'model.overrides={hidden_size: 32, num_hidden_layers: 2,"
@@ -66,12 +83,27 @@ SMALL = {
     "topics[name] for name in names": "topics[name][:3000] for name in names",
 }
 
+#: A shown block that is not checked: output no run at test size reproduces (``title="illustrative: why"``).
+ILLUSTRATIVE = re.compile(r'title="illustrative(?::[^"]*)?"')
+#: A number, as the comparison reads it: a sign, thousands separators, decimals, an exponent, a percent sign.
+NUMBER = r"[-+]?(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+)(?:\.\d+)?(?:[eE][-+]?\d+)?%?"
+TOKEN = re.compile(rf"(?P<elided>\.\.\.|…)|(?P<number>{NUMBER})|(?P<word>[^\W\d]+)|(?P<other>\S)")
+ELIDED, ANY_NUMBER = "...", "<number>"
 FENCE = re.compile(r"^(?P<indent>[ \t]*)```(?P<info>[^`\n]*)\n(?P<code>.*?)^(?P=indent)```[ \t]*$", re.M | re.S)
 PORT = re.compile(r"--port[ =](\d+)")
 
 
 class TutorialError(ValueError):
     """A tutorial page the runner cannot run as the contract reads it."""
+
+
+@dataclass
+class Shown:
+    """A block that shows what the runnable block above it prints."""
+
+    line: int  # the fence's line on the page
+    info: str
+    text: str
 
 
 @dataclass
@@ -82,6 +114,7 @@ class Block:
     code: str
     server: bool = False
     port: int | None = None
+    shown: Shown | None = None  # the block that shows its output (None: none, or an illustrative one)
 
     @property
     def where(self) -> str:
@@ -89,10 +122,11 @@ class Block:
 
 
 def parse_page(text: str, name: str) -> list[Block]:
-    """The runnable blocks of a page, in order; :class:`TutorialError` for what the contract refuses: a server block
-    that is not bash or has no ``--port N``, two servers on one port, a runnable block indented (inside a list or an
-    admonition it would not run), no runnable block at all."""
-    blocks, ports = [], set()
+    """The runnable blocks of a page, in order, each with the block that shows its output; :class:`TutorialError`
+    for what the contract refuses: a server block that is not bash or has no ``--port N``, two servers on one port,
+    a runnable block indented (inside a list or an admonition it would not run), no runnable block at all, a shown
+    block with no runnable block above it or a second one for the same block (unless illustrative)."""
+    blocks, ports, refused = [], set(), None
     for match in FENCE.finditer(text):
         info = match["info"].strip()
         lang = info.split(" ", 1)[0].split("{", 1)[0].strip()
@@ -102,10 +136,21 @@ def parse_page(text: str, name: str) -> list[Block]:
         if lang not in RUNNABLE:
             if server:
                 raise TutorialError(f"{where}: a {server[0]} block must be ```bash (it is {lang or 'untyped'})")
+            if ILLUSTRATIVE.search(info):
+                continue
+            if not blocks:
+                refused = refused or TutorialError(f"{where}: a shown ```{info} block with no runnable block above "
+                                                   "it: what it shows is unchecked (mark it title=\"illustrative\")")
+            elif blocks[-1].shown is not None:
+                raise TutorialError(f"{where}: a second shown block for the block at {blocks[-1].where} (it is "
+                                    f"shown at line {blocks[-1].shown.line}; mark one title=\"illustrative\")")
+            else:
+                blocks[-1].shown = Shown(line, info, match["code"])
             continue
         if match["indent"]:
             raise TutorialError(f"{where}: an indented ```{lang} block: runnable blocks start at the margin "
-                                "(the tutorial runner runs only those; use ```text for an indented listing)")
+                                "(the tutorial runner runs only those; use ```text title=\"illustrative\" for "
+                                "an indented listing)")
         block = Block(name, line, lang, match["code"])
         if server:
             if lang != "bash":
@@ -121,6 +166,8 @@ def parse_page(text: str, name: str) -> list[Block]:
         blocks.append(block)
     if not blocks:
         raise TutorialError(f"{name}: no ```bash or ```python block to run")
+    if refused:
+        raise refused
     return blocks
 
 
@@ -136,6 +183,54 @@ def smallened(code: str, model: str, ports: dict[int, int]) -> str:
     return code
 
 
+def tokens(line: str) -> list[str]:
+    """A line as the comparison reads it: words and other characters as they are, every number as
+    :data:`ANY_NUMBER`, an elision as :data:`ELIDED`."""
+    return [ANY_NUMBER if m.lastgroup == "number" else ELIDED if m.lastgroup == "elided" else m[0]
+            for m in TOKEN.finditer(line)]
+
+
+def _lines(text: str) -> list[str]:
+    lines = [line.rstrip() for line in text.replace("\r\n", "\n").split("\n")]
+    while lines and not lines[0]:
+        lines.pop(0)
+    while lines and not lines[-1]:
+        lines.pop()
+    return lines
+
+
+def _glob(pattern: list, items: list, same) -> bool:
+    """Whether ``items`` match ``pattern``, an element :data:`ELIDED` standing for any run of items (none included),
+    any other element for one item it is ``same`` as."""
+    rest = [False] * len(items) + [True]  # rest[j]: whether the pattern's elements after this one match items[j:]
+    for element in reversed(pattern):
+        if element == ELIDED:
+            here = rest[:]
+            for j in range(len(items) - 1, -1, -1):
+                here[j] = here[j] or here[j + 1]
+        else:
+            here = [j < len(items) and rest[j + 1] and same(element, items[j]) for j in range(len(items) + 1)]
+        rest = here
+    return rest[0]
+
+
+def output_matches(shown: str, printed: str) -> bool:
+    """Whether ``printed`` is what ``shown`` shows, as the module's contract reads it: tokens compared exactly but
+    numbers, ``...`` alone on a line for any run of lines, ``...`` in a line for any run of its tokens."""
+    pattern = [ELIDED if toks == [ELIDED] else toks for toks in map(tokens, _lines(shown))]
+    return _glob(pattern, [tokens(line) for line in _lines(printed)], lambda toks, got: _glob(toks, got, str.__eq__))
+
+
+def output_diff(shown: str, printed: str, where: str) -> str | None:
+    """None when ``printed`` matches ``shown`` (:func:`output_matches`); else a message naming ``where`` (the shown
+    block's page and line) with a diff of what the page shows against what the block printed."""
+    if output_matches(shown, printed):
+        return None
+    diff = difflib.unified_diff(_lines(shown), _lines(printed), f"shown at {where}", "printed", lineterm="", n=2)
+    return (f"{where}: the shown output does not match what the block printed (numbers and lines elided with "
+            "`...` aside)\n" + "\n".join(diff))
+
+
 def tail(text: str, n: int = 3000) -> str:
     return text if len(text) <= n else "..." + text[-n:]
 
@@ -144,18 +239,30 @@ class Page:
     """A page being run: its environment, its scratch directory, its servers."""
 
     def __init__(self, scratch: Path, logs: Path):
-        self.scratch, self.logs, self.servers = scratch, logs, []
+        self.scratch, self.logs, self.servers, self.mismatches = scratch, logs, [], []
         self.env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT),
                     "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
                     "TOKENIZERS_PARALLELISM": "false"}
 
     def server_output(self) -> str:
-        return "".join(f"\n--- output of the server at {block.where} (tail) ---\n"
-                       f"{tail(log.read_text(errors='replace'), 2000)}" for block, _, log in self.servers)
+        return "".join(f"\n--- {name} of the server at {block.where} (tail) ---\n"
+                       f"{tail(log.with_suffix(suffix).read_text(errors='replace'), 2000)}"
+                       for block, _, log in self.servers for name, suffix in (("stdout", ".out"), ("stderr", ".err")))
+
+    def mismatch_report(self) -> str:
+        return "".join(f"\n--- an earlier mismatch ---\n{m}" for m in self.mismatches)
+
+    def compare(self, block: Block, printed: str) -> None:
+        """Note a mismatch of ``printed`` (the block's output) with the block that shows it, if one does."""
+        if block.shown is not None:
+            where = f"{block.page}:{block.shown.line} (the output of the block at line {block.line})"
+            if (diff := output_diff(block.shown.text, printed, where)) is not None:
+                self.mismatches.append(diff)
 
     def run(self, block: Block, code: str) -> None:
         if block.server:
-            return self.start(block, code)
+            self.start(block, code)
+            return self.compare(block, self.servers[-1][2].with_suffix(".out").read_text(errors="replace"))
         argv = (["bash", "-euo", "pipefail", "-c", code] if block.lang == "bash" else [sys.executable, "-c", code])
         try:
             done = subprocess.run(argv, cwd=self.scratch, env=self.env, capture_output=True, text=True,
@@ -163,17 +270,18 @@ class Page:
         except subprocess.TimeoutExpired as timeout:
             pytest.fail(f"the block at {block.where} ran past {BLOCK_TIMEOUT} s\n--- stdout (tail) ---\n"
                         f"{tail(timeout.stdout or '')}\n--- stderr (tail) ---\n{tail(timeout.stderr or '')}"
-                        f"{self.server_output()}")
+                        f"{self.server_output()}{self.mismatch_report()}")
         if done.returncode != 0:
             pytest.fail(f"the block at {block.where} failed (exit {done.returncode})\n--- block ---\n{code}"
                         f"--- stdout (tail) ---\n{tail(done.stdout)}\n--- stderr (tail) ---\n{tail(done.stderr)}"
-                        f"{self.server_output()}")
+                        f"{self.server_output()}{self.mismatch_report()}")
+        self.compare(block, done.stdout)
 
     def start(self, block: Block, code: str) -> None:
-        log = self.logs / f"server-{block.line}.log"
-        with open(log, "w") as out:
+        log = self.logs / f"server-{block.line}"  # .out: its standard output, .err: its standard error
+        with open(log.with_suffix(".out"), "w") as out, open(log.with_suffix(".err"), "w") as err:
             proc = subprocess.Popen(["bash", "-euo", "pipefail", "-c", code], cwd=self.scratch, env=self.env,
-                                    stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+                                    stdout=out, stderr=err, start_new_session=True)
         self.servers.append((block, proc, log))
         port = int(PORT.findall(code)[0])
         deadline = time.monotonic() + SERVER_WAIT
@@ -228,6 +336,8 @@ def test_the_tutorial_runs_top_to_bottom(page, hub_model, tmp_path):
             run.run(block, smallened(block.code, hub_model, ports))
     finally:
         run.stop()
+    if run.mismatches:
+        pytest.fail("\n\n".join(run.mismatches))
 
 
 def test_every_tutorial_parses_with_a_runnable_block_and_every_entry_of_small_is_used():
@@ -273,3 +383,36 @@ def test_the_ports_and_the_table_are_substituted_in_runnable_code():
     assert smallened(client.code, "/m", {8000: 41234}) == \
         "curl -s http://127.0.0.1:41234/predict -d '{\"inputs\": \"8000 films\"}'\n"
     assert smallened(server.code, "/m", {8000: 41234}) == "avey-b serve runs/sentiment --port 41234\n"
+
+
+def test_a_shown_output_is_compared_word_for_word_and_number_for_any_number():
+    """The comparison itself (:func:`output_diff`), without running a page: a drifted word or line fails, another
+    number passes, ``...`` stands for lines or for part of a line."""
+    printed = ("model avey-b (0.05M parameters, vocab 512); 20 steps\nstep     20 | loss 6.1234 | lr 2.00e-03\n"
+               "0 32 [-0.2, 0.077]\nheld-out: 1,174 of 9,999 tokens (11.7%)\n")
+    assert output_diff("model avey-b (2.89M parameters, vocab 4096); 2400 steps\nstep 920 | loss 5.6264 | lr 1.5e-4"
+                       "\n0 256 [0.031, -0.12]\nheld-out: 12 of 137,624 tokens (0.01%)", printed, "p.md:1") is None
+    assert output_diff("model avey-b ...\n...\nheld-out: ...", printed, "p.md:1") is None  # elisions
+    assert output_diff("\nmodel avey-b ...\n...\n\n", printed, "p.md:1") is None  # blank lines at the ends
+    drifted = output_diff("model avey-c ...\n...", printed, "docs/tutorials/p.md:7")
+    assert drifted is not None and drifted.startswith("docs/tutorials/p.md:7: the shown output does not match")
+    assert "\n-model avey-c ...\n" in drifted and "\n+model avey-b (0.05M parameters, vocab 512); 20 steps\n" in drifted
+    assert output_diff("model avey-b ...\nstep 20 | loss 6.1 | lr 2e-3", printed, "p.md:1")  # lines left out
+    assert output_diff("...\n0 32 [-0.2, 0.077, 0.3]\n...", printed, "p.md:1")  # a vector of another length
+    assert output_diff("...\n0 32 [-0.2 0.077]\n...", printed, "p.md:1")  # a comma lost
+    assert output_diff("...\nheld-out: 1,174 of 9,999 tokens (11.7%)\nfinished", printed, "p.md:1")  # a line more
+    assert output_diff("...\nheld-out: 1,174 of 9,999 ... (11.7%)", printed, "p.md:1") is None
+    assert output_diff("...\nheld-out: ... words (11.7%)", printed, "p.md:1")  # an elision ends at its line
+
+
+def test_a_shown_block_is_the_output_of_the_runnable_block_above_it():
+    page = ('```bash\necho hi\n```\n\nIt prints:\n\n```text\nhi\n```\n\n```python\nprint(1)\n```\n\n'
+            '```text title="illustrative: yours differs"\n2\n```\n\n```bash title="second terminal"\n'
+            'avey-b serve m --port 8000\n```\n\n```console\nserving m ...\n```\n')
+    echo, one, server = parse_page(page, "ok.md")
+    assert (echo.shown.line, echo.shown.text, one.shown, server.shown.text) == (7, "hi\n", None, "serving m ...\n")
+    with pytest.raises(TutorialError, match=r"bad\.md:1: a shown ```text block with no runnable block above it"):
+        parse_page("```text\nhi\n```\n\n```bash\necho hi\n```\n", "bad.md")
+    parse_page('```text title="illustrative"\nhi\n```\n\n```bash\necho hi\n```\n', "ok.md")
+    with pytest.raises(TutorialError, match=r"bad\.md:8: a second shown block for the block at bad\.md:1 "):
+        parse_page("```bash\necho hi\n```\n```text\nhi\n```\n\n```text\nhi\n```\n", "bad.md")
