@@ -26,18 +26,10 @@ KEY = "the-key-0123456789"
 
 
 @pytest.fixture(scope="module")
-def directory(tmp_path_factory):
-    directory = tmp_path_factory.mktemp("embedder")
-    tok = toy.tokenizer(str(directory))
-    seeded(AveyBForSentenceEmbedding, presets.tiny(vocab_size=len(tok))).save_pretrained(directory)
-    return directory
-
-
-@pytest.fixture(scope="module")
-def guarded(directory):
+def guarded(model_dir):
     """A server (uvicorn, as ``avey-b serve`` runs it: :func:`guard.server`) with a key and a 1 s body timeout:
     (url, port, server)."""
-    url, server = serve(directory, api_key=KEY, body_timeout_s=1.0, max_connections=64, keep_alive_s=1.0)
+    url, server = serve(model_dir, api_key=KEY, body_timeout_s=1.0, max_connections=64, keep_alive_s=1.0)
     yield url, server.config.port, server
     server.should_exit = True
 
@@ -63,7 +55,7 @@ def trickle(port: int, head: bytes, body: bytes, every: float = 0.2) -> tuple[by
     return answer, time.monotonic() - started
 
 
-def test_a_network_address_without_a_key_is_refused_unless_the_risk_is_named(directory, monkeypatch):
+def test_a_network_address_without_a_key_is_refused_unless_the_risk_is_named(model_dir, monkeypatch):
     from avey_b.apps.serve.guard import check_exposure, is_loopback
     from avey_b.apps.serve.options import ServeOptions
     from avey_b.cli import main
@@ -80,7 +72,7 @@ def test_a_network_address_without_a_key_is_refused_unless_the_risk_is_named(dir
     monkeypatch.delenv("AVEY_B_API_KEY", raising=False)
     monkeypatch.setattr(Encoder, "load", lambda self: pytest.fail("the model loaded before the refusal"))
     with pytest.raises(SystemExit, match="refusing to serve with no API key on --host '0.0.0.0'"):
-        main(["serve", str(directory), "--host", "0.0.0.0"])
+        main(["serve", str(model_dir), "--host", "0.0.0.0"])
 
 
 def test_the_key_is_never_logged_nor_answered(guarded, caplog):

@@ -18,25 +18,14 @@ from langchain_openai import OpenAIEmbeddings
 from llama_index.embeddings.openai_like import OpenAILikeEmbedding
 
 from avey_b import AveyBForSentenceEmbedding
-from avey_b import testing as toy
 from avey_b.apps.serve import build_app
 from avey_b.apps.serve.options import ServeOptions
 from avey_b.inference.encoder import Encoder
 from avey_b.inference.options import LoadOptions
-from avey_b.model import presets
-from avey_b.testing import seeded
 
 TEXTS = ["a good film", "the plot was awful and the cast was weak", "bob met alice in paris"]
 #: where tiktoken's cl100k_base is downloaded from: its cache file is named by this address's SHA-1
 CL100K_URL = "https://openaipublic.blob.core.windows.net/encodings/cl100k_base.tiktoken"
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    directory = tmp_path_factory.mktemp("embedding")
-    tok = toy.tokenizer(str(directory))
-    seeded(AveyBForSentenceEmbedding, presets.tiny(vocab_size=len(tok))).save_pretrained(directory)
-    return directory
 
 
 @pytest.fixture(autouse=True)
@@ -100,8 +89,6 @@ def test_with_cl100k_langchains_default_gets_the_texts_own_vectors_and_llamainde
 
 
 def test_with_model_ids_arrays_run_as_this_models_ids(model_dir):
-    from avey_b.apps.serve.options import ServeOptions
-
     model = AveyBForSentenceEmbedding.from_pretrained(model_dir)
     with served(model_dir, "model") as client:
         got = client.post("/v1/embeddings", json={"input": [[2, 5, 6, 3]]}).json()["data"][0]["embedding"]
