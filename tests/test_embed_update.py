@@ -90,7 +90,10 @@ def assert_same_output(got, fresh):
 
 @pytest.mark.parametrize("chunks", [{}, {"chunking": "late", "chunk_tokens": 5, "chunk_overlap": 2}],
                          ids=["pooled", "late"])
-def test_each_action_gives_the_vectors_of_a_fresh_run(tmp_path, wide_model, chunks, capsys):
+def test_each_action_gives_the_vectors_of_a_fresh_run(tmp_path, wide_model, chunks, capsys, monkeypatch):
+    from avey_b.inference.encoder import Encoder
+    from avey_b.inference.runtimes import EagerRuntime
+
     old, new = versions()
     write_jsonl(tmp_path / "v1.jsonl", old)
     write_jsonl(tmp_path / "v2.jsonl", new)
@@ -101,7 +104,13 @@ def test_each_action_gives_the_vectors_of_a_fresh_run(tmp_path, wide_model, chun
     run(wide_model, tmp_path / "v1.jsonl", tmp_path / "fresh1", **chunks)
     assert_same_output(tmp_path / "out", tmp_path / "fresh1")
 
+    tokenized, tokenize = [], Encoder.tokenize
+    monkeypatch.setattr(Encoder, "tokenize", lambda self, texts, *a, **kw: (tokenized.extend(texts),
+                                                                            tokenize(self, texts, *a, **kw))[1])
     manifest = run(wide_model, tmp_path / "v2.jsonl", tmp_path / "out", update=True, **chunks)
+    changed = {r["text"] for r in new} - {r["text"] for r in old}
+    assert len(changed) == 5 and set(tokenized) == changed  # the unchanged documents: their recorded tokens
+    monkeypatch.undo()
     run(wide_model, tmp_path / "v2.jsonl", tmp_path / "fresh2", **chunks)
     assert_same_output(tmp_path / "out", tmp_path / "fresh2")
     done = manifest["runs"][-1]["update"]
@@ -117,7 +126,18 @@ def test_each_action_gives_the_vectors_of_a_fresh_run(tmp_path, wide_model, chun
         p.name for p in (tmp_path / "out").glob("part-*"))
     assert not (tmp_path / "out" / ".update").exists()
 
+    S, d = 4, AveyBForSentenceEmbedding.config_class.from_pretrained(wide_model).hidden_size
+    for row in pq.read_table(tmp_path / "out" / "_state").to_pylist():  # the sums kept per 1,024 tokens
+        assert row["n_tokens"] == len(row["ids"]) and row["sum_splits"] == [1024 // S]
+        assert len(row["sums"]) == d * -(-(len(row["ids"]) // S) // (1024 // S))
+
+    def untouched(*args, **kw):
+        raise AssertionError("an unchanged corpus needs no tokenizer and no weights")
+
+    monkeypatch.setattr(Encoder, "tokenize", untouched)
+    monkeypatch.setattr(EagerRuntime, "load", untouched)
     again = run(wide_model, tmp_path / "v2.jsonl", tmp_path / "out", update=True, **chunks)  # nothing changed
+    monkeypatch.undo()
     assert again["runs"][-1]["update"]["documents"]["skipped"] == len(new)
     assert again["runs"][-1]["update"]["tokens_computed"] == 0
     assert again["runs"][-1]["update"]["shards"]["written"] == 0
@@ -166,6 +186,7 @@ def test_a_crash_mid_update_leaves_the_old_output_and_a_rerun_completes_it(tmp_p
     monkeypatch.setattr(shards, "write_shard", write)
     done = run(wide_model, tmp_path / "v2.jsonl", tmp_path / "out", update=True, shard_tokens=60)
     assert done["runs"][-1]["update"]["shards"]["found_staged"] == 1
+    assert done["runs"][-1]["update"]["tokens_computed_staged"] > 0  # by the update that stopped, said apart
     assert done["runs"][-1]["update"]["documents"] | {"skipped": 0} == {
         "skipped": 0, "appended": 2, "edited": 2, "new": 1, "removed": 1}
     run(wide_model, tmp_path / "v2.jsonl", tmp_path / "fresh", shard_tokens=60)

@@ -40,10 +40,12 @@ def close(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 @pytest.mark.parametrize("length", [1, 3, 4, 20, 31, 97])
 @pytest.mark.parametrize("piece", [1, 4, 5, 1000])
-def test_pieces_of_any_size_equal_a_fresh_forward(length, piece):
+@pytest.mark.parametrize("sum_splits", [1, 3])
+def test_pieces_of_any_size_equal_a_fresh_forward(length, piece, sum_splits):
     m = model()
     ids = torch.randint(0, VOCAB, (length,), generator=torch.Generator().manual_seed(length))
-    state = DocumentState(m, block_tokens=8)  # blocks of two splits: pieces cross blocks too
+    # blocks of two splits (pieces cross blocks too), sums per three splits (blocks cross groups)
+    state = DocumentState(m, block_tokens=8, sum_splits=sum_splits)
     for a in range(0, length, piece):
         state.feed(ids[a:a + piece])
         assert close(state.pooled(), fresh(m, ids[:a + piece])[0])
@@ -74,12 +76,13 @@ def test_late_chunks_equal_a_fresh_forward(size, overlap):
     assert spans[0][0] == 1 and spans[-1][1] == 40  # [CLS] and [SEP] belong to no chunk
 
 
-@pytest.mark.parametrize("block_tokens", [16384, 8])  # the affected splits in one block, or two splits at a time
-def test_edits_in_place_recompute_only_the_affected_splits(block_tokens):
+@pytest.mark.parametrize("block_tokens,sum_splits", [(16384, 1), (8, 1), (8, 5)])  # the affected splits in one
+def test_edits_in_place_recompute_only_the_affected_splits(block_tokens, sum_splits):  # block, or two at a time
     m = model(num_retrieved_splits=3)
     rng = random.Random(0)
     ids = torch.randint(0, VOCAB, (400,), generator=torch.Generator().manual_seed(2))
-    state = DocumentState(m, chunk_tokens=6, special=(1, 1), block_tokens=block_tokens).feed(ids)
+    state = DocumentState(m, chunk_tokens=6, special=(1, 1), block_tokens=block_tokens,
+                          sum_splits=sum_splits).feed(ids)
     counts = []
     for _ in range(40):
         a = rng.randrange(0, 399)
@@ -95,11 +98,12 @@ def test_edits_in_place_recompute_only_the_affected_splits(block_tokens):
     assert state.recomputed == 0
 
 
-def test_edits_that_change_the_length_and_truncation():
+@pytest.mark.parametrize("sum_splits", [1, 4])
+def test_edits_that_change_the_length_and_truncation(sum_splits):
     m = model()
     rng = random.Random(1)
     ids = torch.randint(0, VOCAB, (120,), generator=torch.Generator().manual_seed(3))
-    state = DocumentState(m, chunk_tokens=8, chunk_overlap=2).feed(ids)
+    state = DocumentState(m, chunk_tokens=8, chunk_overlap=2, sum_splits=sum_splits).feed(ids)
     for t in range(20):
         a = rng.randrange(0, len(ids))
         b = min(len(ids), a + rng.randrange(0, 6))
@@ -170,6 +174,35 @@ def test_a_copy_is_independent_and_an_export_restores():
     assert close(back.pooled(), pooled) and close(back.chunk_vectors(), chunks)
     with pytest.raises(ValueError, match="chunk options"):
         DocumentState.restore(m, state.export())
+
+
+def test_sums_kept_per_group_of_splits():
+    """sum_splits: the sums take a fraction of the memory and of an export, an export restores with its own
+    grouping, and an edit or the append that moves [SEP] recomputes at most one group's kept splits beyond what a
+    state with per-split sums recomputes."""
+    m = model(num_retrieved_splits=3)
+    ids = torch.randint(0, VOCAB, (403,), generator=torch.Generator().manual_seed(11))
+    per_split = DocumentState(m, special=(1, 1)).feed(ids[:300])
+    grouped = DocumentState(m, special=(1, 1), sum_splits=8).feed(ids[:300])
+    d = m.config.hidden_size
+    assert grouped.export()["sums"].shape == (-(-75 // 8), d) and per_split.export()["sums"].shape == (75, d)
+    assert grouped.nbytes < per_split.nbytes
+    back = DocumentState.restore(m, grouped.export(), special=(1, 1))  # the export's grouping, not the default
+    assert back.sum_splits == 8
+    for state in (per_split, back):
+        state.feed(ids[300:])
+    assert close(back.pooled(), fresh(m, ids)[0]) and close(per_split.pooled(), fresh(m, ids)[0])
+    assert per_split.recomputed < back.recomputed <= per_split.recomputed + 8
+    edited = ids.clone()
+    edited[150:153] = torch.tensor([1, 2, 3])
+    per_split.update(edited)
+    back.update(edited)
+    assert close(back.pooled(), fresh(m, edited)[0]) and close(per_split.pooled(), back.pooled())
+    assert back.recomputed >= per_split.recomputed
+    old = {k: v for k, v in per_split.export().items() if k != "sum_splits"}  # a state saved before sum_splits
+    assert close(DocumentState.restore(m, old, special=(1, 1)).pooled(), fresh(m, edited)[0])
+    with pytest.raises(ValueError, match="sum_splits must be a positive integer"):
+        DocumentState(m, sum_splits=0)
 
 
 def test_blocks_of_ids_and_tiles_of_candidates():

@@ -50,17 +50,18 @@ class States:
     ``chunk_overlap``: the late chunks its states pool (None: the whole document only); ``ends``: the ids are a
     text's as the encoder's tokenizer gives them, its leading and trailing special tokens (``[CLS] ... [SEP]``, kept
     as ``ends``: :func:`special_ends`) in no chunk and kept at the ends (False: no such ends are counted);
-    ``cache``: where :meth:`pooled_steps` finds and keeps states (None: nowhere). An encoder that cannot encode in
-    pieces is a ``ValueError`` saying why (:func:`unavailable`)."""
+    ``cache``: where :meth:`pooled_steps` finds and keeps states (None: nowhere); ``sum_splits``: the splits whose
+    output sums a state keeps as one (memory against what an edit recomputes: ``DocumentState``'s). An encoder
+    that cannot encode in pieces is a ``ValueError`` saying why (:func:`unavailable`)."""
 
     def __init__(self, encoder, *, block_tokens: int | None = None, chunk_tokens: int | None = None,
-                 chunk_overlap: int = 0, ends: bool = False, cache: PrefixCache | None = None):
+                 chunk_overlap: int = 0, ends: bool = False, cache: PrefixCache | None = None, sum_splits: int = 1):
         if why := unavailable(encoder):
             raise ValueError(f"{encoder.name} cannot encode a document in pieces: {why}")
         self.encoder, self.cache = encoder, cache
         self.ends = special_ends(encoder.tokenizer) if ends else ([], [])
         self.options = {"chunk_tokens": chunk_tokens, "chunk_overlap": chunk_overlap,
-                        "special": (len(self.ends[0]), len(self.ends[1]))}
+                        "special": (len(self.ends[0]), len(self.ends[1])), "sum_splits": sum_splits}
         if block_tokens is not None:
             self.options["block_tokens"] = block_tokens
 

@@ -12,7 +12,13 @@ the sum of its outputs (per late chunk where chunks are asked for) — never the
 * **edits** (:meth:`DocumentState.replace`) of the same number of tokens recompute the edited splits and the later
   splits whose choice held an edited split or changes because of it; an edit that changes the length shifts every
   later split's tokens, so everything after it is recomputed;
-* **memory**: the weights, the ids, a few numbers per split, and one block of splits being ranked and processed.
+* **memory**: the weights, the ids, per split its choice and keys (``2 × k × 8`` bytes), the output sums per
+  ``sum_splits`` splits (``d × 4`` bytes each), and one block of splits being ranked and processed.
+
+``sum_splits`` (default 1) trades memory for recomputation: the output sums are kept per group of that many splits,
+so ``d × 4 / (split_size × sum_splits)`` bytes a token; an edit, a truncation or the append that moves the trailing
+special tokens reopens the group it falls in, recomputing that group's kept splits (at most ``sum_splits``) from
+their kept choice to recover their own sums.
 
 The outputs equal a fresh forward of the whole document (the same choice, the same rows; sums in a different order:
 about 1e-6 in float32, and within 1e-5 under bfloat16 autocast). With bfloat16 weights the processor's GEMMs of other
@@ -68,13 +74,14 @@ class DocumentState:
 
     Each step is the forward's: the splits cut by :func:`avey_b.model.splits.cut_splits`, ranked by
     :meth:`avey_b.model.ranker.Ranker.choose`, run by :meth:`~avey_b.model.modeling.AveyBModel.process` and
-    :meth:`~avey_b.model.modeling.AveyBModel.finish`; the state keeps the bookkeeping.
+    :meth:`~avey_b.model.modeling.AveyBModel.finish`; the state keeps the bookkeeping. ``sum_splits``: the splits
+    whose output sums are kept as one (the module docstring).
 
     ``recomputed`` counts the splits the last :meth:`feed`, :meth:`replace` or :meth:`truncate` ran through the
     processor; ``computed`` all of them since the state was made."""
 
     def __init__(self, model: torch.nn.Module, *, chunk_tokens: int | None = None, chunk_overlap: int = 0,
-                 special: tuple[int, int] = (0, 0), block_tokens: int = 16384):
+                 special: tuple[int, int] = (0, 0), block_tokens: int = 16384, sum_splits: int = 1):
         backbone = model if isinstance(model, AveyBModel) else getattr(model, "model", None)
         if not isinstance(backbone, AveyBModel):
             raise TypeError(f"DocumentState needs an AveyBModel or a head on one, got {type(model).__name__}")
@@ -82,6 +89,9 @@ class DocumentState:
             raise ValueError(f"this model cannot encode a document in pieces: {why}")
         if chunk_tokens is not None:
             chunks.check_overlap(chunk_tokens, chunk_overlap)
+        if not (isinstance(sum_splits, int) and sum_splits >= 1):
+            raise ValueError(f"sum_splits must be a positive integer, got {sum_splits!r}")
+        self.sum_splits = sum_splits
         self.model = backbone
         config = backbone.config
         self.S = config.split_size
@@ -94,8 +104,10 @@ class DocumentState:
         self.recomputed = self.computed = 0
         self.d = d = config.hidden_size
         self._ids = torch.zeros(1024, dtype=torch.int32 if config.vocab_size < 2**31 else torch.long)
-        # per kept split (rows past `done` unused): the sum of its outputs, its chosen splits best first, their keys
+        # per group of `sum_splits` kept splits: the sum of their outputs; per kept split (rows past `done` unused):
+        # its chosen splits best first, their keys; `_open`: the groups whose splits' own sums are known, (C, d) each
         self._sums = torch.zeros(64, d)
+        self._open: dict[int, torch.Tensor] = {}
         self._choices = torch.zeros(64, self.k, dtype=torch.long)
         self._keys = torch.full((64, self.k), float("-inf"), dtype=torch.float64)
         self._segments: list[tuple[torch.Tensor, torch.Tensor]] = []  # per kept split: (chunk ids, their sums)
@@ -148,10 +160,15 @@ class DocumentState:
         self.recomputed = 0
         changed = (self.ids[start:end] != new).nonzero().squeeze(1) + start
         if changed.numel():
+            edited = torch.unique(changed // self.S)
+            edited = edited[edited < self.done]
+            later, held = self._reached(edited)
+            # the outputs of these splits read the old ids: their groups' own sums are recovered before the ids change
+            for group in torch.unique(torch.cat([edited, later[held]]) // self.sum_splits).tolist():
+                self._reopen(group)
             self._ids[start:end] = new
             self._partial = None
-            edited = torch.unique(changed // self.S)
-            self._edit(edited[edited < self.done])
+            self._edit(edited, later, held)
         return self
 
     def update(self, ids: Sequence[int] | torch.Tensor) -> DocumentState:
@@ -173,8 +190,9 @@ class DocumentState:
         """An independent copy (the model shared): what a cache hands out, so that feeding one copy leaves the
         other as it was."""
         other = copy.copy(self)
-        kept = (self.ids, self._sums[:self.done], self._choices[:self.done], self._keys[:self.done])
+        kept = (self.ids, self._sums[:self._groups], self._choices[:self.done], self._keys[:self.done])
         other._ids, other._sums, other._choices, other._keys = (t.clone() for t in kept)
+        other._open = {g: t.clone() for g, t in self._open.items()}
         other._segments = list(self._segments)  # its tuples are never changed in place, only replaced
         return other
 
@@ -182,18 +200,19 @@ class DocumentState:
     def nbytes(self) -> int:
         """Bytes this state holds beyond the model: the ids and, per kept split, its output sum, choice and keys
         (and chunk sums): what a cache bounded in bytes counts."""
-        held = [self.ids, self._sums[:self.done], self._choices[:self.done], self._keys[:self.done]]
-        held += [t for segment in self._segments for t in segment]
+        held = [self.ids, self._sums[:self._groups], self._choices[:self.done], self._keys[:self.done]]
+        held += [*self._open.values(), *(t for segment in self._segments for t in segment)]
         return sum(t.numel() * t.element_size() for t in held)
 
     def export(self) -> dict[str, torch.Tensor]:
         """What the state keeps, as tensors (for a file such as safetensors): ``ids`` (N,), and per kept split
-        ``sums`` (n, d) float32, ``choice`` (n, k) and ``keys`` (n, k) float64; with chunks, ``segment_chunks`` and
-        ``segment_sums`` with ``segment_splits``, the split each row belongs to. Never token states.
-        :meth:`restore` takes it back."""
+        ``choice`` (n, k) and ``keys`` (n, k) float64, ``sums`` (g, d) float32 per group of ``sum_splits`` (1,) kept
+        splits (g = ceil(n / sum_splits)); with chunks, ``segment_chunks`` and ``segment_sums`` with
+        ``segment_splits``, the split each row belongs to. Never token states. :meth:`restore` takes it back."""
         n = self.done
-        data = {"ids": self.ids.clone(), "sums": self._sums[:n].clone(), "choice": self._choices[:n].clone(),
-                "keys": self._keys[:n].clone()}
+        data = {"ids": self.ids.clone(), "sums": self._sums[:self._groups].clone(),
+                "choice": self._choices[:n].clone(), "keys": self._keys[:n].clone(),
+                "sum_splits": torch.tensor([self.sum_splits])}
         if self.chunk is not None:
             data["segment_splits"] = torch.cat([torch.full((len(c),), s, dtype=torch.long)
                                                 for s, (c, _) in enumerate(self._segments)] or [torch.zeros(0).long()])
@@ -204,18 +223,21 @@ class DocumentState:
     @classmethod
     def restore(cls, model: torch.nn.Module, data: dict[str, torch.Tensor], **options) -> DocumentState:
         """A state from :meth:`export`'s tensors and the same ``model`` and options (chunks, special tokens) it was
-        made with; feeding or editing it then computes only what changed, as for the original."""
-        state = cls(model, **options)
+        made with (its ``sum_splits`` is the saved one's); feeding or editing it then computes only what changed, as
+        for the original."""
+        saved = int(data["sum_splits"]) if "sum_splits" in data else 1  # states saved before sum_splits: 1
+        state = cls(model, **{**options, "sum_splits": saved})
         ids, sums = data["ids"], data["sums"]
-        n = sums.shape[0]
-        if n != ids.numel() // state.S or sums.shape[1] != state.d or tuple(data["choice"].shape) != (n, state.k):
+        n = ids.numel() // state.S
+        if sums.shape[0] != -(-n // saved) or sums.shape[1] != state.d or tuple(data["choice"].shape) != (n, state.k):
             raise ValueError(f"the saved state does not fit this model: {ids.numel()} ids and {tuple(sums.shape)} "
-                             f"sums for splits of {state.S} tokens, width {state.d} and k={state.k}")
+                             f"sums (per {saved} splits) for splits of {state.S} tokens, width {state.d} and "
+                             f"k={state.k}")
         if (state.chunk is None) != ("segment_sums" not in data):
             raise ValueError("the saved state was made with other chunk options than these")
         state._write(0, ids.to(state._ids.dtype))
         state._grow(n)
-        state._sums[:n], state._choices[:n], state._keys[:n] = sums, data["choice"], data["keys"]
+        state._sums[:sums.shape[0]], state._choices[:n], state._keys[:n] = sums, data["choice"], data["keys"]
         state.done = n
         if state.chunk is not None:
             owner = data["segment_splits"]
@@ -228,7 +250,7 @@ class DocumentState:
         """(d,) float32: the mean of the last hidden state over every token (L2-normalized with ``normalize``)."""
         if not self.length:
             raise ValueError("the document is empty: feed it token ids first")
-        total = self._sums[:self.done].sum(0) + self._partial_split()[0]
+        total = self._sums[:self._groups].sum(0) + self._partial_split()[0]
         pooled = (total / self.length).to(self.model.dtype).float()
         return F.normalize(pooled, dim=-1) if normalize else pooled
 
@@ -286,16 +308,62 @@ class DocumentState:
         self._partial = None
 
     def _drop(self, first: int) -> None:
-        """Forget the kept outputs of the splits from ``first`` on."""
+        """Forget the kept outputs of the splits from ``first`` on (the ids still those they were computed from)."""
         if first < self.done:
+            group, inside = divmod(first, self.sum_splits)
+            if inside:  # the group keeps its first splits: their own sums
+                self._reopen(group, first)
+                self._open[group][inside:] = 0
+                self._sums[group] = self._open[group].sum(0)
+            self._open = {g: t for g, t in self._open.items() if g < group or (g == group and inside)}
             self.done = first
             del self._segments[first:]
         self._partial = None
 
+    @property
+    def _groups(self) -> int:
+        """The groups of ``sum_splits`` kept splits whose sums are kept (the last one maybe not full)."""
+        return -(-self.done // self.sum_splits)
+
+    def _reopen(self, group: int, end: int | None = None) -> None:
+        """Know the own output sums of ``group``'s kept splits again (those before split ``end``: the others are
+        being dropped): recompute them from their kept choice (the ids must still be those they were computed
+        from)."""
+        if self.sum_splits == 1 or group in self._open:
+            return
+        first = group * self.sum_splits
+        kept = torch.arange(first, min(first + self.sum_splits, self.done, self.done if end is None else end))
+        sums = torch.zeros(self.sum_splits, self.d)
+        if kept.numel():
+            sums[:kept.numel()] = self._process(kept, self._choices[kept], self._keys[kept]).sum(
+                1, dtype=torch.float32).cpu()
+        self._open[group] = sums
+
+    def _put_sums(self, block: torch.Tensor, sums: torch.Tensor) -> None:
+        """Keep the output sums ``sums`` (Q, d) of the splits ``block`` (ascending): new ones (from ``done`` on) are
+        added to their group's sum; a kept one reopens its group (:meth:`_reopen`) and replaces its own sum."""
+        if self.sum_splits == 1:
+            self._sums[block] = sums
+            return
+        groups = block // self.sum_splits
+        for group in torch.unique(groups).tolist():
+            mine = groups == group
+            splits, own = block[mine] - group * self.sum_splits, sums[mine]
+            if int(block[mine][0]) < self.done:  # kept splits recomputed (an edit): their group's own sums
+                self._reopen(group)
+            if group in self._open:
+                self._open[group][splits] = own
+                self._sums[group] = self._open[group].sum(0)
+            elif int(splits[0]) == 0:
+                self._sums[group] = own.sum(0)
+            else:
+                self._sums[group] += own.sum(0)
+
     def _grow(self, n: int) -> None:
-        """Room for ``n`` kept splits' sums, choices and keys (rows past ``done`` are written before they are read)."""
-        held = (self._sums, self._choices, self._keys)
-        self._sums, self._choices, self._keys = (_capacity(t, n, self.done) for t in held)
+        """Room for ``n`` kept splits' choices and keys and their groups' sums (rows past ``done`` are written
+        before they are read)."""
+        self._sums = _capacity(self._sums, -(-n // self.sum_splits), self._groups)
+        self._choices, self._keys = (_capacity(t, n, self.done) for t in (self._choices, self._keys))
 
     def _complete(self) -> None:
         """Compute and keep the splits the ids complete, a block at a time."""
@@ -325,7 +393,7 @@ class DocumentState:
         """Process the full splits ``block`` with their choice and keep what pooling and edits need."""
         self._choices[block], self._keys[block] = idx.cpu(), keys.cpu()
         out = self._process(block, idx, keys)
-        self._sums[block] = out.sum(1, dtype=torch.float32).cpu()
+        self._put_sums(block, out.sum(1, dtype=torch.float32).cpu())
         if self.chunk is None:
             return
         for s, rows in zip(block.tolist(), out, strict=True):
@@ -365,15 +433,22 @@ class DocumentState:
         self.computed += queries.numel()
         return run_splits(self.model, self.ids, queries, idx, keys)
 
-    def _edit(self, edited: torch.Tensor) -> None:
-        """After an in-place edit of the kept splits ``edited``: re-rank and recompute them, and every later kept
-        split whose choice held one of them (re-ranked in full) or now takes one (its choice merged with the
-        edited splits' new scores: the other candidates' scores did not change); ``block_tokens`` at a time."""
+    def _reached(self, edited: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The kept splits after the first of ``edited`` that are not edited, and which of them chose an edited one
+        (a mask): what an in-place edit of ``edited`` recomputes in full."""
         if not edited.numel():
-            return
+            return torch.zeros(0, dtype=torch.long), torch.zeros(0, dtype=torch.bool)
         later = torch.arange(int(edited[0]) + 1, self.done)
         later = later[~torch.isin(later, edited)]
-        held = (torch.isin(self._choices[later], edited) & torch.isfinite(self._keys[later])).any(1)
+        return later, (torch.isin(self._choices[later], edited) & torch.isfinite(self._keys[later])).any(1)
+
+    def _edit(self, edited: torch.Tensor, later: torch.Tensor, held: torch.Tensor) -> None:
+        """After an in-place edit of the kept splits ``edited`` (``later`` and ``held``: :meth:`_reached`): re-rank
+        and recompute them, and every later kept split whose choice held one of them (re-ranked in full) or now
+        takes one (its choice merged with the edited splits' new scores: the other candidates' scores did not
+        change); ``block_tokens`` at a time."""
+        if not edited.numel():
+            return
         for block in torch.cat([edited, later[held]]).sort().values.split(self.block_splits):  # bounded memory
             idx, keys = self._rank(block, torch.arange(int(block[-1])))
             self._keep(block, idx, keys)

@@ -51,6 +51,8 @@ def prepare_shard(encoder: Encoder, docs: list[Document], settings: Settings
     """One shard's documents as ``(document, token ids, chunk ranges or None)`` in input order, and its skipped
     documents (longer than ``max_tokens``, or with no text token to chunk)."""
     late = settings.chunking == "late"
+    if not docs:
+        return [], []
     enc = encoder.tokenize([d.text for d in docs], offsets=late)
     work, skipped = [], []
     for i, doc in enumerate(docs):

@@ -129,11 +129,11 @@ def scan_input(source: str, options: EmbedOptions) -> tuple[int | None, object]:
 def shard_groups(docs: Iterator[Document], count_tokens, settings: Settings) -> Iterator[list[Document]]:
     """``docs`` cut into shards, in order: consecutive documents of at most ``settings.shard_tokens`` tokens in all
     (a longer document is a shard alone) and at most ``settings.shard_size`` documents; ``count_tokens`` gives the
-    tokens of a list of texts (the model's tokenizer, special tokens included). The same input and settings give
+    tokens of a list of documents (the model's tokenizer, special tokens included). The same input and settings give
     the same shards, which is what lets a rerun find the finished ones."""
     group, tokens = [], 0
     for batch in iter(lambda: list(itertools.islice(docs, 256)), []):
-        lengths = count_tokens([d.text for d in batch]) if settings.shard_tokens is not None else [0] * len(batch)
+        lengths = count_tokens(batch) if settings.shard_tokens is not None else [0] * len(batch)
         for doc, n in zip(batch, lengths, strict=True):
             full = (settings.shard_tokens is not None and tokens + n > settings.shard_tokens) or (
                 settings.shard_size is not None and len(group) == settings.shard_size)
@@ -147,8 +147,8 @@ def shard_groups(docs: Iterator[Document], count_tokens, settings: Settings) -> 
 
 
 def _token_counter(encoder: Encoder):
-    """The tokens of a list of texts, special tokens included (what shards are cut by)."""
-    return lambda texts: [len(ids) for ids in encoder.tokenize(texts)["input_ids"]]
+    """The tokens of a list of documents, special tokens included (what shards are cut by)."""
+    return lambda docs: [len(ids) for ids in encoder.tokenize([d.text for d in docs])["input_ids"]]
 
 
 def _update_shards(docs: Iterator[Document], out: Path, encoder: Encoder, settings: Settings, run: dict,
@@ -156,7 +156,7 @@ def _update_shards(docs: Iterator[Document], out: Path, encoder: Encoder, settin
     """``--update``: the new input cut into shards as a fresh run cuts them, each found or computed into the stage
     (:class:`~avey_b.apps.embed.update.Updater`); return the updater, every shard's metadata and the documents."""
     updater, seen, infos = Updater(encoder, settings, out, options.max_batch_tokens), {}, {}
-    for k, group in enumerate(shard_groups(docs, _token_counter(encoder), settings)):
+    for k, group in enumerate(shard_groups(docs, updater.count_tokens, settings)):  # unchanged: counts as recorded
         _check_new_ids(group, seen)
         if settings.keep_columns and kept_schema is None:  # hf: input: the first shard's types
             kept_schema = infer_types(group, settings.keep_columns)
@@ -288,7 +288,9 @@ def run(args: argparse.Namespace) -> int:
           f"{Path(args.output) / MANIFEST})", flush=True)
     if "update" in last:
         done = last["update"]
+        staged = (f" (and {done['tokens_computed_staged']:,} by the update that stopped, whose shards were staged)"
+                  if done.get("tokens_computed_staged") else "")
         print("updated: " + ", ".join(f"{n:,} {a}" for a, n in done["documents"].items()) + f" document(s); "
-              f"{done['tokens_computed']:,} of {done['tokens_total']:,} tokens computed; saved states "
+              f"{done['tokens_computed']:,} of {done['tokens_total']:,} tokens computed{staged}; saved states "
               f"{manifest['state']['bytes']:,} bytes beside {manifest['state']['shard_bytes']:,} of shards", flush=True)
     return 0

@@ -4,10 +4,14 @@ changed.
 
 A saved record (one row per document in ``_state/part-NNNNN.parquet``, beside shard ``part-NNNNN.parquet``): the
 id, the SHA-256 of the text (and of its chunk spans, ``--chunk-spans-column``), the text's length in characters (a
-new text whose first characters hash the same extends the old one), the SHA-256 of its kept columns, and the
-state's tensors (:meth:`~avey_b.model.streaming.DocumentState.export`: token ids, per split the output sum, choice
-and ranking keys, per late chunk its sums; never token states), flattened into list columns. A document with no
-state (a model or chunking that cannot be encoded in pieces, a skipped document) has empty lists there.
+new text whose first characters hash the same extends the old one), the SHA-256 of its kept columns, its tokens
+(an unchanged document is not tokenized again), and the state's tensors
+(:meth:`~avey_b.model.streaming.DocumentState.export`: token ids, per split its choice and ranking keys, the output
+sums per :data:`SUM_TOKENS` tokens or so, per late chunk its sums; never token states), flattened into list columns.
+A document with no state (a model or chunking that cannot be encoded in pieces, a skipped document) has empty lists
+there. Its size: 4 bytes a token for the ids, ``2 × k × (4 + 8) / split_size`` for the choice and keys, and
+``d × 4 / SUM_TOKENS`` for the sums (about 10 bytes a token for a 256-wide model with 16-token splits; late chunks
+add ``d × 4`` bytes per chunk and split they meet).
 """
 
 from __future__ import annotations
@@ -27,9 +31,14 @@ from avey_b.model.streaming import DocumentState
 
 #: The directory of the saved records, beside the shards (a name starting with ``_``: not data for pyarrow).
 STATE_DIR = "_state"
-#: The exported state's tensors, and the Arrow type each is stored as (flattened).
-STATE_COLUMNS = {"ids": "int32", "sums": "float32", "choice": "int64", "keys": "float64",
-                 "segment_splits": "int64", "segment_chunks": "int64", "segment_sums": "float32"}
+#: The exported state's tensors, and the Arrow type each is stored as (flattened; split and chunk numbers as int32:
+#: a state holds at most 2^22 splits).
+STATE_COLUMNS = {"ids": "int32", "sums": "float32", "choice": "int32", "keys": "float64", "sum_splits": "int32",
+                 "segment_splits": "int32", "segment_chunks": "int32", "segment_sums": "float32"}
+#: About how many tokens' output sums a saved state keeps as one (``DocumentState``'s ``sum_splits``: this many
+#: tokens in splits, at least one): an edit, or an append's moved trailing tokens, recomputes at most these tokens
+#: beyond what it changes, and the sums take ``d × 4 / SUM_TOKENS`` bytes a token on disk.
+SUM_TOKENS = 1024
 SPANS_WHY = ("character-span chunks (--chunk-spans-column) are cut from the text, not by token counts, so a "
              "document state cannot pool them")
 #: Why sparse outputs take no pieces: SPLADE's max runs over the whole hidden state (one forward, up to --max-tokens),
@@ -74,7 +83,7 @@ class Pieces:
         if self.why_not is None:
             chunked = ({"chunk_tokens": settings.chunk_tokens, "chunk_overlap": settings.chunk_overlap or 0,
                         "ends": True} if self.late else {})
-            self.states = States(encoder, **chunked)
+            self.states = States(encoder, sum_splits=max(1, SUM_TOKENS // encoder.config.split_size), **chunked)
 
     def start_line(self, update: bool) -> str:
         """What the start line says of how documents are encoded: long ones (and with ``update``, changed ones)."""
@@ -110,15 +119,15 @@ class Pieces:
 
 
 # ------------------------------------------------------------------------------------------------ saved records
-def record_fields(doc: Document) -> dict:
-    """The saved row's fields that identify ``doc``'s text and kept values."""
+def record_fields(doc: Document, n_tokens: int) -> dict:
+    """The saved row's fields that identify ``doc``'s text and kept values, and its ``n_tokens``."""
     return {"id": doc.id, "sha256": text_hash(doc.text, doc.spans), "n_chars": len(doc.text),
-            "kept_sha256": kept_hash(doc)}
+            "kept_sha256": kept_hash(doc), "n_tokens": n_tokens}
 
 
-def record(doc: Document, state: DocumentState | None) -> dict:
-    """The saved row of ``doc`` (see the module docstring)."""
-    row = record_fields(doc)
+def record(doc: Document, n_tokens: int, state: DocumentState | None) -> dict:
+    """The saved row of ``doc`` (see the module docstring), of ``n_tokens``."""
+    row = record_fields(doc, n_tokens)
     data = {} if state is None else state.export()
     for name, typ in STATE_COLUMNS.items():
         row[name] = data[name].numpy().reshape(-1).astype(typ) if name in data else np.zeros(0, typ)
@@ -133,15 +142,19 @@ def read_keys(path: Path) -> list[tuple[str, str, str | None]]:
     return list(zip(t["id"].to_pylist(), t["sha256"].to_pylist(), t["kept_sha256"].to_pylist(), strict=True))
 
 
-def row_state(table, row: int, d: int, k: int, late: bool) -> dict[str, torch.Tensor] | None:
-    """The exported state tensors of saved row ``row`` (None: the row holds no state); ``late``: with chunks."""
-    names = STATE_COLUMNS if late else [n for n in STATE_COLUMNS if not n.startswith("segment_")]
+def row_state(table, row: int, shape: tuple[int, int, int], late: bool) -> dict[str, torch.Tensor] | None:
+    """The exported state tensors of saved row ``row`` (None: the row holds no state) of a model of ``shape``
+    (width ``d``, ``split_size``, ``k``); ``late``: with chunks. Records written before ``sum_splits`` was saved
+    hold a sum per split."""
+    d, S, k = shape
+    names = [n for n in STATE_COLUMNS if (late or not n.startswith("segment_")) and n in table.column_names]
     data = {name: torch.from_numpy(table[name][row].values.to_numpy(zero_copy_only=False).copy()) for name in names}
     if not data["ids"].numel():
         return None
-    n = data["sums"].numel() // d
-    data["sums"], data["choice"], data["keys"] = data["sums"].view(n, d), data["choice"].view(n, k), data[
-        "keys"].view(n, k)
+    n = data["ids"].numel() // S
+    data["sums"], data["choice"], data["keys"] = (data["sums"].view(-1, d), data["choice"].long().view(n, k),
+                                                  data["keys"].view(n, k))
     if late:
         data["segment_sums"] = data["segment_sums"].view(-1, d)
+        data["segment_splits"], data["segment_chunks"] = data["segment_splits"].long(), data["segment_chunks"].long()
     return data

@@ -47,24 +47,26 @@ ACTIONS = ("skipped", "appended", "edited", "new", "removed")
 
 
 class OldOutput:
-    """What an earlier run left in OUTPUT: per document id, its shard, saved row, text hash and length (the
-    shards with saved records only), read on demand a shard at a time (a few kept)."""
+    """What an earlier run left in OUTPUT: per document id, its shard, saved row, text hash, length and tokens (the
+    shards with saved records only), read on demand a shard at a time (a few kept). ``shape``: the model's width,
+    split size and ``k``."""
 
-    def __init__(self, out: Path, d: int, k: int, late: bool):
+    def __init__(self, out: Path, shape: tuple[int, int, int], late: bool):
         import pyarrow.parquet as pq
 
-        self.out, self.d, self.k, self.late = out, d, k, late
-        self.index: dict[str, tuple[int, int, str, int]] = {}  # id -> (shard, row, text hash, characters)
-        self.keys: dict[int, list] = {}
+        self.out, self.shape, self.late = out, shape, late
+        # id -> (shard, row, text hash, characters, tokens: None in records written before they were saved)
+        self.index: dict[str, tuple[int, int, str, int, int | None]] = {}
         for path in sorted((out / STATE_DIR).glob("part-*.parquet")):
             shard = int(path.stem.split("-")[1])
             if not (out / shards.SHARD.format(shard)).exists():
                 continue
-            t = pq.read_table(path, columns=["id", "sha256", "n_chars", "kept_sha256"])
-            ids, hashes, chars = t["id"].to_pylist(), t["sha256"].to_pylist(), t["n_chars"].to_pylist()
-            self.keys[shard] = list(zip(ids, hashes, t["kept_sha256"].to_pylist(), strict=True))
-            for row, (doc_id, h, n) in enumerate(zip(ids, hashes, chars, strict=True)):
-                self.index[doc_id] = (shard, row, h, n)
+            names = ["id", "sha256", "n_chars"] + (["n_tokens"] if "n_tokens" in pq.read_schema(path).names else [])
+            t = pq.read_table(path, columns=names)
+            tokens = t["n_tokens"].to_pylist() if "n_tokens" in names else [None] * t.num_rows
+            for row, found in enumerate(zip(t["id"].to_pylist(), t["sha256"].to_pylist(), t["n_chars"].to_pylist(),
+                                            tokens, strict=True)):
+                self.index[found[0]] = (shard, row, *found[1:])
         self._cache: OrderedDict = OrderedDict()
 
     def _table(self, kind: str, shard: int):
@@ -74,13 +76,15 @@ class OldOutput:
         if key not in self._cache:
             if kind == "state":
                 self._cache[key] = pq.read_table(self.out / STATE_DIR / shards.SHARD.format(shard))
-            else:
-                t = pq.read_table(self.out / shards.SHARD.format(shard), columns=["id", "vector"])
+            else:  # the rows' places, vectors, and what a row of an unchanged document is copied with
+                columns = ["id", "vector", "n_tokens", *(("chunk", "char_start", "char_end") if self.late else ())]
+                t = pq.read_table(self.out / shards.SHARD.format(shard), columns=columns)
                 rows: dict[str, list[int]] = {}
                 for i, doc_id in enumerate(t["id"].to_pylist()):
                     rows.setdefault(doc_id, []).append(i)
                 flat = t["vector"].combine_chunks()
-                self._cache[key] = (rows, flat.values.to_numpy(zero_copy_only=False).reshape(len(flat), -1))
+                fields = {c: t[c].to_pylist() for c in columns[2:]}
+                self._cache[key] = (rows, flat.values.to_numpy(zero_copy_only=False).reshape(len(flat), -1), fields)
             while len(self._cache) > 4:
                 self._cache.popitem(last=False)
         self._cache.move_to_end(key)
@@ -97,10 +101,33 @@ class OldOutput:
             return "appended"
         return "edited"
 
+    def tokens(self, doc: Document) -> int | None:
+        """The tokens of ``doc`` as recorded when its text was the same (None: changed, new, or not recorded)."""
+        old = self.index.get(doc.id)
+        return old[4] if old is not None and old[2] == text_hash(doc.text, doc.spans) else None
+
     def vectors(self, doc_id: str) -> np.ndarray | None:
         """The rows' vectors of a document as stored ((rows, d)), None when it has none (skipped then)."""
-        rows, vectors = self._table("vectors", self.index[doc_id][0])
+        rows, vectors, _ = self._table("vectors", self.index[doc_id][0])
         return vectors[rows[doc_id]] if doc_id in rows else None
+
+    def rows(self, doc: Document) -> list[dict] | None:
+        """The shard rows of an unchanged ``doc`` whose tokens were recorded, copied from the old shard (its text
+        and kept values from ``doc``, the rest as stored; not tokenized again); None otherwise (and for a document
+        the old run skipped)."""
+        if self.tokens(doc) is None:
+            return None
+        rows, vectors, fields = self._table("vectors", self.index[doc.id][0])
+        if doc.id not in rows:
+            return None
+        out = []
+        for i in rows[doc.id]:
+            row = {"id": doc.id, "doc": doc, "vector": vectors[i], "text": doc.text,
+                   **{c: values[i] for c, values in fields.items()}}
+            if self.late:
+                row["text"] = doc.text[row["char_start"]:row["char_end"]]
+            out.append(row)
+        return out
 
     def saved(self, doc_id: str) -> tuple[dict, dict | None]:
         """A document's saved row (as :func:`~avey_b.apps.embed.streamed.record` makes it) and its state's
@@ -108,9 +135,10 @@ class OldOutput:
         shard, row = self.index[doc_id][:2]
         table = self._table("state", shard)
         data = {name: table[name][row].as_py() for name in ("id", "sha256", "n_chars", "kept_sha256")}
-        for name in table.column_names[4:]:
-            data[name] = table[name][row].values.to_numpy(zero_copy_only=False).copy()
-        return data, row_state(table, row, self.d, self.k, self.late)
+        for name in STATE_COLUMNS:  # a column a record written before it existed lacks is stored empty
+            data[name] = (table[name][row].values.to_numpy(zero_copy_only=False).copy() if name in
+                          table.column_names else np.zeros(0, STATE_COLUMNS[name]))
+        return data, row_state(table, row, self.shape, self.late)
 
 
 def write_records(path: Path, rows: list[dict], info: dict) -> None:
@@ -122,7 +150,8 @@ def write_records(path: Path, rows: list[dict], info: dict) -> None:
     columns = {"id": pa.array([r["id"] for r in rows], pa.string()),
                "sha256": pa.array([r["sha256"] for r in rows], pa.string()),
                "n_chars": pa.array([r["n_chars"] for r in rows], pa.int64()),
-               "kept_sha256": pa.array([r["kept_sha256"] for r in rows], pa.string())}
+               "kept_sha256": pa.array([r["kept_sha256"] for r in rows], pa.string()),
+               "n_tokens": pa.array([r["n_tokens"] for r in rows], pa.int64())}
     for name, typ in STATE_COLUMNS.items():
         arrays = [r[name] for r in rows]
         offsets = np.concatenate([[0], np.cumsum([a.size for a in arrays])]).astype(np.int64)
@@ -175,11 +204,22 @@ class Updater:
         self.pieces = Pieces(encoder, settings)
         config = encoder.config
         k = 0 if config.ranker == "off" else config.num_retrieved_splits
-        self.old = OldOutput(out, config.hidden_size, k, self.pieces.late)
+        self.old = OldOutput(out, (config.hidden_size, config.split_size, k), self.pieces.late)
         self.stage = stage_dir(out, settings)
         self.actions: Counter = Counter()
-        self.tokens = Counter()  # computed, total
+        self.tokens = Counter()  # computed (by this run), staged (by the update that stopped), total
         self.shards = Counter()  # written, found staged, kept
+
+    def count_tokens(self, docs: list[Document]) -> list[int]:
+        """The tokens of each of ``docs`` (special tokens included: what shards are cut by): as recorded for an
+        unchanged document, the others tokenized."""
+        counts = [self.old.tokens(d) for d in docs]
+        todo = [i for i, n in enumerate(counts) if n is None]
+        if todo:
+            found = self.encoder.tokenize([docs[i].text for i in todo])["input_ids"]
+            for i, ids in zip(todo, found, strict=True):
+                counts[i] = len(ids)
+        return counts
 
     def shard(self, k: int, group: list[Document], kept_schema) -> dict:
         """Shard ``k`` of the new input: found, or computed and staged; returns its metadata."""
@@ -194,44 +234,54 @@ class Updater:
                     for stale in (self.stage / name, self.stage / STATE_DIR / name):
                         stale.unlink(missing_ok=True)
                 self.shards[kind] += 1
-                self._count(done, info)
+                self._count(done, info, "staged" if kind == "staged" else "computed")
                 return info
         info = self._compute(k, group, kept_schema)
         self.shards["written"] += 1
         return info
 
-    def _count(self, done: dict, info: dict) -> None:
+    def _count(self, done: dict, info: dict, by: str = "computed") -> None:
         self.actions.update(done["actions"])
-        self.tokens.update(computed=done["tokens_computed"], total=info["tokens"])
+        self.tokens.update({by: done["tokens_computed"], "total": info["tokens"]})
 
     def _compute(self, k: int, group: list[Document], kept_schema) -> dict:
+        """Shard ``k``: an unchanged document's rows and record copied (not tokenized, no model), a changed one
+        computed from its saved state, a new one (or one the model cannot take in pieces) encoded whole."""
         late = self.settings.chunking == "late"
-        work, skipped = embedder.prepare_shard(self.encoder, group, self.settings)
+        actions = {d.id: self.old.action(d) for d in group}
+        copied = {d.id: rows for d in group if actions[d.id] == "skipped" and (rows := self.old.rows(d)) is not None}
+        work, skipped = embedder.prepare_shard(self.encoder, [d for d in group if d.id not in copied], self.settings)
         vectors, states, computed = [None] * len(work), {}, 0
-        actions = Counter(self.old.action(d) for d in group)
+        for d in group:
+            if d.id in copied:
+                states[d.id] = {**self.old.saved(d.id)[0], **record_fields(d, self.old.tokens(d))}
         for i, (doc, ids, ranges) in enumerate(work):
-            action = self.old.action(doc)
+            action = actions[doc.id]
             saved, tensors = self.old.saved(doc.id) if action != "new" else (None, None)
             if action == "skipped" and (v := self.old.vectors(doc.id)) is not None \
-                    and len(v) == (len(ranges) if late else 1):
-                vectors[i], states[doc.id] = (v if late else v[0]), {**saved, **record_fields(doc)}
+                    and len(v) == (len(ranges) if late else 1):  # a record without its tokens: tokenized
+                vectors[i], states[doc.id] = (v if late else v[0]), {**saved, **record_fields(doc, len(ids))}
                 continue
             if self.pieces.why_not is None and (done := self.pieces.encode(ids, ranges, tensors)) is not None:
                 vectors[i], state, n = done
-                states[doc.id] = record(doc, state)
+                states[doc.id] = record(doc, len(ids), state)
                 computed += n
         whole = [i for i, v in enumerate(vectors) if v is None]
         found = embedder.embed_whole(self.encoder, [work[i] for i in whole], late, self.max_batch_tokens)["dense"]
         for i, v in zip(whole, found, strict=True):  # dense only: --update refuses the other outputs
             vectors[i] = v
             computed += len(work[i][1])
-        rows = [states.get(d.id) or record(d, None) for d in group]
-        done = {"actions": dict(actions), "tokens_computed": computed}
-        write_records(self.stage / STATE_DIR / shards.SHARD.format(k), rows, done)
+        tokens = {s["id"]: s["n_tokens"] for s in skipped} | {doc.id: len(ids) for doc, ids, _ in work}
+        records = [states.get(d.id) or record(d, tokens[d.id], None) for d in group]
+        done = {"actions": dict(Counter(actions.values())), "tokens_computed": computed}
+        write_records(self.stage / STATE_DIR / shards.SHARD.format(k), records, done)
+        made = {item[0].id: embedder.shard_rows([item], {"dense": [v]}, late)
+                for item, v in zip(work, vectors, strict=True)}
+        table_rows = [row for d in group for row in copied.get(d.id, made.get(d.id, []))]
         info = {"shard": k, "documents": len(group), "first_id": group[0].id, "last_id": group[-1].id,
-                "rows": 0, "tokens": sum(len(ids) for _, ids, _ in work), "skipped": skipped}
-        table_rows = embedder.shard_rows(work, {"dense": vectors}, late)
-        info["rows"] = len(table_rows)
+                "rows": len(table_rows), "skipped": skipped,
+                "tokens": sum(len(ids) for _, ids, _ in work) + sum(self.old.tokens(d) for d in group
+                                                                     if d.id in copied)}
         table = shards.table_of(table_rows, self.settings, {"dense": self.encoder.config.hidden_size}, info,
                                   kept_schema)
         shards.write_shard(self.stage / shards.SHARD.format(k), table)
@@ -239,10 +289,12 @@ class Updater:
         return info
 
     def record(self, seen: set[str]) -> dict:
-        """What the update did, for the run's record in the manifest."""
+        """What the update did, for the run's record in the manifest: ``tokens_computed`` by this run, and
+        ``tokens_computed_staged`` by an update that stopped before its commit (its shards found staged)."""
         self.actions["removed"] = len(set(self.old.index) - seen)
         return {"documents": {a: self.actions.get(a, 0) for a in ACTIONS},
-                "tokens_computed": self.tokens["computed"], "tokens_total": self.tokens["total"],
+                "tokens_computed": self.tokens["computed"], "tokens_computed_staged": self.tokens["staged"],
+                "tokens_total": self.tokens["total"],
                 "shards": {"written": self.shards["written"], "found_staged": self.shards["staged"],
                            "kept": self.shards["kept"]},
                 "changed_documents": "computed in pieces" if self.pieces.why_not is None else
