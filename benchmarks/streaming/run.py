@@ -78,10 +78,10 @@ def _forward_pooled(model, ids):
         return sentence_embedding(model(ids[None]).last_hidden_state, None, True)[0]
 
 
-def _state(model, ids, piece: int, block_tokens: int):
+def _state(model, ids, piece: int, block_tokens: int, sum_splits: int = 1):
     from avey_b.model.streaming import DocumentState
 
-    state = DocumentState(model, block_tokens=block_tokens)
+    state = DocumentState(model, block_tokens=block_tokens, sum_splits=sum_splits)
     for a in range(0, ids.numel(), piece):
         state.feed(ids[a:a + piece])
     return state
@@ -97,7 +97,10 @@ def child(args) -> None:
     model = _model(args.preset, args.threads)
     base = _renumber(torch.load(args.ids), model.config.vocab_size)
     warm = _cycled(base, 0, 4 * model.config.split_size * 16)
-    _forward_pooled(model, warm) if args.path == "forward" else _state(model, warm, args.piece, args.block).pooled()
+    if args.path == "forward":
+        _forward_pooled(model, warm)
+    else:
+        _state(model, warm, args.piece, args.block, args.sum_splits).pooled()
     del warm
     rss_base = status_mb("VmRSS")
     with open("/proc/self/clear_refs", "w") as f:
@@ -105,7 +108,8 @@ def child(args) -> None:
     n = args.tokens[0]
     held = {}
     if args.path == "state-last":  # a state of the first n - piece tokens, restored; then the last piece for real
-        held["rss_base_mb"], held["rss_restored_mb"], state = _restored(model, base, n - args.piece, args.block)
+        held["rss_base_mb"], held["rss_restored_mb"], state = _restored(model, base, n - args.piece, args.block,
+                                                                        args.sum_splits)
     t0 = time.perf_counter()
     if args.path == "forward":
         pooled = _forward_pooled(model, _cycled(base, 0, n))
@@ -113,7 +117,7 @@ def child(args) -> None:
         pooled = state.feed(_cycled(base, n - args.piece, n)).pooled()
         held |= {"splits_computed": state.computed}
     else:
-        state = DocumentState(model, block_tokens=args.block)
+        state = DocumentState(model, block_tokens=args.block, sum_splits=args.sum_splits)
         for a in range(0, n, args.piece):
             state.feed(_cycled(base, a, min(n, a + args.piece)))  # each piece made as it arrives
         pooled = state.pooled()
@@ -127,6 +131,7 @@ def child(args) -> None:
     torch.save(pooled, args.save)
     print(json.dumps({"section": "memory", "preset": args.preset, "path": args.path, "tokens": args.tokens[0],
                       "piece": args.piece if args.path != "forward" else None,
+                      "sum_splits": args.sum_splits if args.path != "forward" else None,
                       "block_tokens": args.block if args.path != "forward" else None,
                       "seconds": round(seconds, 2), "us_per_token": round(1e6 * seconds / n, 2),
                       "rss_base_mb": round(rss_base, 1), **held, "peak_mb": round(peak, 1),
@@ -135,7 +140,7 @@ def child(args) -> None:
                       "processor_chunk_tokens": model.config.execution.processor_chunk_tokens_for("cpu")}))
 
 
-def _restored(model, base, prior: int, block: int):
+def _restored(model, base, prior: int, block: int, sum_splits: int = 1):
     """``(rss before, rss after, state)``: a state of the text's first ``prior`` tokens restored from an export
     whose per-split numbers are placeholders of the real sizes (the ranking of new splits reads only the ids), the
     peak reset after it, so that the next feed's peak is the bookkeeping of ``prior`` tokens plus one block's
@@ -148,9 +153,11 @@ def _restored(model, base, prior: int, block: int):
 
     rss_base = status_mb("VmRSS")
     n, config = prior // model.config.split_size, model.config
-    data = {"ids": _cycled(base, 0, prior).to(torch.int32), "sums": torch.zeros(n, config.hidden_size),
+    data = {"ids": _cycled(base, 0, prior).to(torch.int32),
+            "sums": torch.zeros(-(-n // sum_splits), config.hidden_size),
             "choice": torch.zeros(n, config.num_retrieved_splits, dtype=torch.long),
-            "keys": torch.zeros(n, config.num_retrieved_splits, dtype=torch.float64)}
+            "keys": torch.zeros(n, config.num_retrieved_splits, dtype=torch.float64),
+            "sum_splits": torch.tensor([sum_splits])}
     state = DocumentState.restore(model, data, block_tokens=block)
     del data
     gc.collect()
@@ -176,7 +183,7 @@ def memory(args) -> None:
                 save = Path(tmp.name) / f"{preset}-{path}-{tokens}.pt"
                 cmd = [sys.executable, __file__, "child", "--preset", preset, "--path", path, "--tokens", str(tokens),
                        "--ids", ids_file, "--save", str(save), "--piece", str(args.piece), "--block",
-                       str(args.block), "--threads", str(args.threads)]
+                       str(args.block), "--threads", str(args.threads), "--sum-splits", str(args.sum_splits)]
                 envelope = Envelope.begin()
                 t0 = time.perf_counter()
                 proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env)
@@ -380,6 +387,8 @@ def main() -> None:
     common.add_argument("--threads", type=int, default=1, help="torch threads")
     common.add_argument("--piece", type=int, default=16384, help="tokens fed to the state at a time")
     common.add_argument("--block", type=int, default=16384, help="the state's block_tokens")
+    common.add_argument("--sum-splits", type=int, default=1,
+                        help="the state's sum_splits: its output sums kept per this many splits (1: per split)")
     m = sub.add_parser("memory", parents=[common], help="peak RSS and time of one document, fresh process per point")
     m.add_argument("--presets", nargs="+", default=["small", "base"])
     m.add_argument("--paths", nargs="+", default=["state", "forward"], choices=["state", "forward", "state-last"],

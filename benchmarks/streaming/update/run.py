@@ -1,11 +1,16 @@
 """``avey-b embed --update`` against a fresh run, and the peak memory of one long document (README.md has the results).
 
-Update: the WikiText-2 validation articles (``--data``, from the shared data folder; never committed) are the
-documents of a JSON-lines corpus, v1; v2 is v1 with a tenth of the articles (every tenth) grown by a twentieth of
-their words (the first words of another article appended). ``--update`` first embeds v1 (keeping the states); then,
-alternated ``--repeats`` times in this process, a fresh run of v2 into a new directory and ``--update`` of a copy of
-the v1 output to v2, each timed (wall clock around :func:`avey_b.apps.embed.embed_corpus`). Both outputs are
-compared (the largest difference between vectors), and the saved states' size beside the shards' is recorded.
+Update: the first ``--articles`` WikiText-2 validation articles (``--data``, from the shared data folder; never
+committed) are the documents of a JSON-lines corpus: v1 holds all but the last; v2 changes every tenth document of
+v1, in turn grown (a twentieth of its words, the first words of the next article, appended), grown, grown, edited
+mid-way (twelve words from its middle replaced by twelve of the next article: the length changes, so everything
+after the edit is recomputed), edited, removed; and adds the last article (new). ``--update`` first embeds v1
+(keeping the states); then, alternated ``--repeats`` times in this process: a fresh run of v2 into a new directory,
+``--update`` of a copy of the v1 output to v2 (the changes), and ``--update`` of that output to v2 again (nothing
+changed), each timed (wall clock around :func:`avey_b.apps.embed.embed_corpus`, so no import is counted). The
+outputs are compared (the largest difference between vectors), and the saved states' size beside the shards' is
+recorded. ``--commands``: the same three, each as its own ``avey-b embed`` command (imports and model load
+counted), alternated.
 
 Memory (``--memory``): one document of ``--memory-tokens`` tokens of repeated text, embedded by ``avey-b embed`` in
 a child process each, today's whole forward (``--long-document-tokens`` above the length) and in pieces; each child
@@ -30,7 +35,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-DATA = HERE.parents[3].parent / "shared" / "data" / "wikitext-2" / "valid.tokens.txt"  # ../shared/data
+DATA = HERE.parents[3] / "shared" / "data" / "wikitext-2" / "valid.tokens.txt"  # ../shared/data
 
 
 def articles(path: Path) -> list[str]:
@@ -44,14 +49,26 @@ def articles(path: Path) -> list[str]:
     return [" ".join(lines) for lines in out]
 
 
-def corpora(texts: list[str]) -> tuple[list[dict], list[dict]]:
-    """v1 (the articles) and v2 (every tenth grown by a twentieth of its words, from the next article)."""
-    v1 = [{"id": f"a{i:03d}", "text": t} for i, t in enumerate(texts)]
-    v2 = [dict(r) for r in v1]
-    for i in range(0, len(v2), 10):
-        extra = texts[(i + 1) % len(texts)].split()[:max(1, len(texts[i].split()) // 20)]
-        v2[i]["text"] += " " + " ".join(extra)
-    return v1, v2
+CHANGES = ("grown", "grown", "grown", "edited", "edited", "removed")
+
+
+def corpora(texts: list[str]) -> tuple[list[dict], list[dict], dict]:
+    """v1 (all articles but the last), v2 (every tenth of v1 changed in turn as :data:`CHANGES` says, the last
+    article new) and what changed (kind -> count)."""
+    v1 = [{"id": f"a{i:03d}", "text": t} for i, t in enumerate(texts[:-1])]
+    v2, removed, done = [dict(r) for r in v1], set(), {"new": 1}
+    for n, i in enumerate(range(0, len(v1), 10)):
+        kind, words, other = CHANGES[n % len(CHANGES)], texts[i].split(), texts[i + 1].split()
+        if kind == "grown":
+            v2[i]["text"] += " " + " ".join(other[:max(1, len(words) // 20)])
+        elif kind == "edited":
+            mid = len(words) // 2
+            v2[i]["text"] = " ".join(words[:mid] + other[:12] + words[mid + 12:])
+        else:
+            removed.add(v1[i]["id"])
+        done[kind] = done.get(kind, 0) + 1
+    v2 = [r for r in v2 if r["id"] not in removed] + [{"id": "new", "text": texts[-1]}]
+    return v1, v2, done
 
 
 def write_jsonl(path: Path, rows: list[dict]) -> None:
@@ -75,34 +92,60 @@ def max_difference(a: Path, b: Path) -> float:
     return float(np.abs(np.array(ta["vector"].to_pylist()) - np.array(tb["vector"].to_pylist())).max())
 
 
+def command_timed(model: str, source: Path, out: Path, threads: int, update: bool) -> float:
+    """One ``avey-b embed`` command in its own process (imports and model load counted), timed."""
+    t0 = time.perf_counter()
+    subprocess.run([str(Path(sys.executable).parent / "avey-b"), "embed", model, str(source), str(out), "--precision",
+                    "fp32", "--threads", str(threads), "--no-progress", *(["--update"] if update else [])],
+                   check=True, capture_output=True)
+    return time.perf_counter() - t0
+
+
 def update_benchmark(args) -> dict:
     from avey_b.apps.embed import EmbedOptions
     from avey_b.inference.options import LoadOptions
     from avey_b.utils.records import Envelope
 
     work = Path(args.workdir or tempfile.mkdtemp(prefix="update-bench-"))
-    v1, v2 = corpora(articles(Path(args.data)))
+    v1, v2, changes = corpora(articles(Path(args.data))[:args.articles])
     write_jsonl(work / "v1.jsonl", v1)
     write_jsonl(work / "v2.jsonl", v2)
     plain = EmbedOptions(load=LoadOptions(precision="fp32", threads=args.threads), progress=False)
     update = EmbedOptions(load=LoadOptions(precision="fp32", threads=args.threads), progress=False, update=True)
     env = Envelope.begin()
     first_seconds, first = timed(args.model, work / "v1.jsonl", work / "v1-out", update)
-    fresh, updated, diff = [], [], 0.0
+    seconds, diff = {"fresh": [], "update": [], "unchanged": []}, 0.0
     for r in range(args.repeats):  # alternated
-        seconds, manifest = timed(args.model, work / "v2.jsonl", work / f"fresh-{r}", plain)
-        fresh.append(seconds)
+        t, manifest = timed(args.model, work / "v2.jsonl", work / f"fresh-{r}", plain)
+        seconds["fresh"].append(t)
         shutil.copytree(work / "v1-out", work / f"update-{r}")
-        seconds, done = timed(args.model, work / "v2.jsonl", work / f"update-{r}", update)
-        updated.append(seconds)
+        t, done = timed(args.model, work / "v2.jsonl", work / f"update-{r}", update)
+        seconds["update"].append(t)
+        t, again = timed(args.model, work / "v2.jsonl", work / f"update-{r}", update)
+        seconds["unchanged"].append(t)
         diff = max(diff, max_difference(work / f"fresh-{r}", work / f"update-{r}"))
+    commands = {"fresh": [], "update": [], "unchanged": []}
+    for r in range(args.repeats if args.commands else 0):  # the same, as commands
+        commands["fresh"].append(command_timed(args.model, work / "v2.jsonl", work / f"c-fresh-{r}", args.threads,
+                                               False))
+        shutil.copytree(work / "v1-out", work / f"c-update-{r}")
+        commands["update"].append(command_timed(args.model, work / "v2.jsonl", work / f"c-update-{r}",
+                                                args.threads, True))
+        commands["unchanged"].append(command_timed(args.model, work / "v2.jsonl", work / f"c-update-{r}",
+                                                   args.threads, True))
+    tokens = manifest["counts"]["tokens"]
     record = {
         "benchmark": "embed --update", "model": args.model, "threads": args.threads,
-        "documents": len(v2), "grown": len(range(0, len(v2), 10)), "tokens": manifest["counts"]["tokens"],
-        "first_update_run_seconds": round(first_seconds, 2), "fresh_seconds": [round(s, 2) for s in fresh],
-        "update_seconds": [round(s, 2) for s in updated], "speedup": round(min(fresh) / min(updated), 1),
-        "update": done["runs"][-1]["update"], "state": done["state"], "max_vector_difference": diff,
-        "command": " ".join(sys.argv), **env.end()}
+        "documents": {"v1": len(v1), "v2": len(v2), **changes}, "tokens": tokens,
+        "first_update_run_seconds": round(first_seconds, 2),
+        "seconds": {k: [round(x, 2) for x in v] for k, v in seconds.items()},
+        "speedup": round(min(seconds["fresh"]) / min(seconds["update"]), 1),
+        "unchanged_fraction_of_fresh": round(min(seconds["unchanged"]) / min(seconds["fresh"]), 3),
+        "update": done["runs"][-1]["update"], "unchanged_update": again["runs"][-1]["update"],
+        "state": done["state"], "state_bytes_per_token": round(done["state"]["bytes"] / tokens, 1),
+        "max_vector_difference": diff, "command": " ".join(sys.argv), **env.end()}
+    if args.commands:
+        record["command_seconds"] = {k: [round(x, 2) for x in v] for k, v in commands.items()}
     if not args.workdir:
         shutil.rmtree(work)
     return record
@@ -170,6 +213,8 @@ def main() -> None:
     p.add_argument("--workdir", default=None, help="keep the corpora and outputs here (default: a removed temp dir)")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--repeats", type=int, default=2)
+    p.add_argument("--articles", type=int, default=60, help="the first N articles (v1: all but the last)")
+    p.add_argument("--commands", action="store_true", help="also time each as its own avey-b embed command")
     p.add_argument("--memory", action="store_true")
     p.add_argument("--memory-tokens", type=int, default=262144)
     p.add_argument("--memory-layers", type=int, default=2)
