@@ -101,6 +101,20 @@ def command_timed(model: str, source: Path, out: Path, threads: int, update: boo
     return time.perf_counter() - t0
 
 
+#: What a command imports before its job runs: torch alone, and embed's job (the model's modules and transformers').
+IMPORTS = ("torch", "avey_b.apps.embed.job")
+
+
+def import_seconds(module: str, repeats: int) -> list[float]:
+    """Wall seconds of ``python -c "import MODULE"``, each in a new process."""
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-c", f"import {module}"], check=True, capture_output=True)
+        times.append(round(time.perf_counter() - t0, 2))
+    return times
+
+
 def update_benchmark(args) -> dict:
     from avey_b.apps.embed import EmbedOptions
     from avey_b.inference.options import LoadOptions
@@ -146,6 +160,7 @@ def update_benchmark(args) -> dict:
         "max_vector_difference": diff, "command": " ".join(sys.argv), **env.end()}
     if args.commands:
         record["command_seconds"] = {k: [round(x, 2) for x in v] for k, v in commands.items()}
+        record["import_seconds"] = {m: import_seconds(m, args.repeats) for m in IMPORTS}
     if not args.workdir:
         shutil.rmtree(work)
     return record
