@@ -42,6 +42,8 @@ def test_a_sparse_model_from_pairs_is_scored_and_loads_as_splade_with_the_encode
     assert not [r for r in caplog.records if "Converting" in r.getMessage()]
     enc = Encoder(out, LoadOptions(device="cpu", precision="fp32")).load()
     assert "sparse" in enc.kinds and enc.config.embedding_kind == "sparse"
+    assert record["dimensions"] == enc.config.vocab_size != enc.config.hidden_size  # the vocabulary, not the width
+    assert f"of {enc.config.vocab_size:,}" in printed
     batch, mask = enc.pad(enc.tokenize(texts)["input_ids"])
     for (indices, values), row in zip(enc.sparse(batch, mask), got, strict=True):
         assert row.nonzero().squeeze(-1).tolist() == indices.tolist()

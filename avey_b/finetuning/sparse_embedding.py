@@ -115,5 +115,5 @@ def train(options: OwnDataOptions) -> dict[str, Any]:
     active = evaluators[0].active_dims
     record = {"loss": "splade(sparse-mnrl + flops)", **weights, **record,
               "active_dims": {"before": active[0], "after": active[-1]},
-              "dimensions": model.get_sentence_embedding_dimension()}
+              "dimensions": model[0].auto_model.config.vocab_size}  # a SPLADE vector: one weight per vocabulary id
     return common.finish_sentence_transformers(options, model, record)

@@ -9,11 +9,11 @@ BM25 and the dense model trained on the same rows.
 - **Data**: ``benchmarks/own_data/retrieval.py``'s WikiText-2 (heading → section) pairs, split by article: 413
   training pairs, 110 held-out queries searching 111 held-out sections (``--validation-file``), written under
   ``--work``.
-- **Cells**: one ``avey-b finetune --task sparse-embedding`` per (query weight, document weight, ``--lr``, seed),
-  the library's other defaults (3 epochs, batch 32), ``--threads`` each, ``--workers`` at once; ``default`` is the
-  library's rate for the model's width. A cell whose ``results.json`` exists is not redone. The held-out scores
-  before and after, and the mean active dimensions of the queries' and the documents' vectors, come from each
-  run's own ``results.json`` (sentence-transformers' ``SparseInformationRetrievalEvaluator``).
+- **Cells**: one ``avey-b finetune --task sparse-embedding`` per (query weight, document weight, ``--lr``,
+  ``--epochs``, seed), the library's other defaults (3 epochs, batch 32), ``--threads`` each, ``--workers`` at
+  once; ``default`` is the library's rate for the model's width. A cell whose ``results.json`` exists is not
+  redone. The held-out scores before and after, and the mean active dimensions of the queries' and the documents'
+  vectors, come from each run's own ``results.json`` (sentence-transformers' ``SparseInformationRetrievalEvaluator``).
 - **Beside them**: ``--task embedding`` (the dense model) with the same rows, rate and seeds, and BM25 (``bm25s``,
   its defaults, English stop words) on the same held-out queries and sections, scored by the same NDCG@10.
 
@@ -40,11 +40,11 @@ AVEY_B = str(Path(sys.executable).with_name("avey-b"))
 
 
 def cell_command(kind: str, model: str, files: dict, out: Path, weights: tuple[str, str] | None, lr: str,
-                 seed: int, threads: int) -> list[str]:
+                 seed: int, threads: int, epochs: str) -> list[str]:
     task = "sparse-embedding" if kind == "sparse" else "embedding"
     cmd = [AVEY_B, "finetune", "--task", task, "--model", model, "--train-file", files["embedding-train"],
            "--validation-file", files["embedding-held"], "--output-dir", str(out), "--seed", str(seed),
-           "--threads", str(threads), "--device", "cpu", "--overwrite"]
+           "--threads", str(threads), "--device", "cpu", "--overwrite", "--epochs", epochs]
     if weights is not None:
         cmd += ["--query-regularizer-weight", weights[0], "--document-regularizer-weight", weights[1]]
     return cmd + ([] if lr == "default" else ["--lr", lr])
@@ -85,20 +85,20 @@ def report(rows: list[dict], bm: dict, args, env) -> str:
              f"**{bm['ndcg@10']:.1f}**, recall@10 {bm['recall@10']:.1f}, MRR@10 {bm['mrr@10']:.1f}.", "",
              "Median over seeds [min, max]; active dimensions are the mean non-zero weights per vector of the "
              "4,096-id vocabulary (sparse cells), before and after.", "",
-             "| kind | query, document weight | lr | seeds | ndcg@10 before | ndcg@10 after | recall@10 after | "
-             "active dims, queries | active dims, documents | train s |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "| kind | query, document weight | lr | epochs | seeds | ndcg@10 before | ndcg@10 after | "
+             "recall@10 after | active dims, queries | active dims, documents | train s |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
-        groups.setdefault((r["kind"], r["weights"], r["lr"]), []).append(r)
-    for (kind, weights, _), rs in groups.items():
+        groups.setdefault((r["kind"], r["weights"], r["lr"], r["epochs"]), []).append(r)
+    for (kind, weights, _, epochs), rs in groups.items():
         res = [r["results"] for r in rs]
         dims = [r.get("active_dims") for r in res]
         q = spread([d["after"]["query"] for d in dims]) if dims[0] else "—"
         d = spread([d["after"]["document"] for d in dims]) if dims[0] else "—"
         before_d = f"{statistics.median([x['before']['document'] for x in dims]):.0f} → " if dims[0] else ""
         before_q = f"{statistics.median([x['before']['query'] for x in dims]):.0f} → " if dims[0] else ""
-        lines.append(f"| {kind} | {weights or '—'} | {res[0]['lr']:g} | {len(rs)} | "
+        lines.append(f"| {kind} | {weights or '—'} | {res[0]['lr']:g} | {epochs} | {len(rs)} | "
                      f"{spread([x['baseline']['ndcg@10'] for x in res])} | "
                      f"{spread([x['metrics']['ndcg@10'] for x in res])} | "
                      f"{spread([x['metrics']['recall@10'] for x in res])} | {before_q}{q} | {before_d}{d} | "
@@ -114,6 +114,7 @@ def main() -> None:
     p.add_argument("--weights", nargs="+", default=["5e-5,3e-5"], help="query,document FLOPS weights per cell")
     p.add_argument("--lrs", nargs="+", default=["default"])
     p.add_argument("--seeds", type=int, nargs="+", default=[0])
+    p.add_argument("--epochs", nargs="+", default=["3"], help="epochs per cell (3: the library's default)")
     p.add_argument("--dense", action="store_true", help="also the dense model (--task embedding) per rate and seed")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--workers", type=int, default=2)
@@ -126,19 +127,22 @@ def main() -> None:
     files = pairs.build_pairs(Path(args.shared), work)
     env = Envelope.begin()
     cells = []
-    for lr in args.lrs:
-        for seed in args.seeds:
-            for w in args.weights:
-                q, d = w.split(",")
-                cells.append(("sparse", f"{q}, {d}", lr, seed, work / f"sparse-q{q}-d{d}-lr{lr}-seed{seed}", (q, d)))
-            if args.dense:
-                cells.append(("dense", None, lr, seed, work / f"dense-lr{lr}-seed{seed}", None))
+    for epochs in args.epochs:
+        tag = "" if epochs == "3" else f"-ep{epochs}"  # the library's default: 3 epochs
+        for lr in args.lrs:
+            for seed in args.seeds:
+                for w in args.weights:
+                    q, d = w.split(",")
+                    cells.append(("sparse", f"{q}, {d}", lr, seed, work / f"sparse-q{q}-d{d}-lr{lr}{tag}-seed{seed}",
+                                  (q, d), epochs))
+                if args.dense:
+                    cells.append(("dense", None, lr, seed, work / f"dense-lr{lr}{tag}-seed{seed}", None, epochs))
     t0 = time.time()
     if not args.report_only:
         with ThreadPoolExecutor(args.workers) as pool:
             list(pool.map(lambda c: pairs.run_cell(work, c[4], cell_command(
-                c[0], args.model, files, c[4], c[5], c[2], c[3], args.threads)), cells))
-    rows = [{"kind": c[0], "weights": c[1], "lr": c[2], "seed": c[3],
+                c[0], args.model, files, c[4], c[5], c[2], c[3], args.threads, c[6])), cells))
+    rows = [{"kind": c[0], "weights": c[1], "lr": c[2], "seed": c[3], "epochs": c[6],
              "results": json.loads((c[4] / "results.json").read_text())}
             for c in cells if (c[4] / "results.json").exists()]
     bm = bm25(files)
