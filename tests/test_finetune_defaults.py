@@ -12,11 +12,11 @@ from avey_b import testing as toy
 from avey_b.cli import main
 from avey_b.finetuning import OwnDataOptions, default_lr
 from avey_b.finetuning.common import above_baseline, below_baseline
-from avey_b.finetuning.options import DEFAULT_LR_BY_WIDTH
+from avey_b.finetuning.options import DEFAULT_LR_BY_WIDTH, SPARSE_LR_BY_WIDTH
 
 
 def options(**kw):
-    return OwnDataOptions(model="m", task="text-classification", train_file="t", output_dir="o", **kw)
+    return OwnDataOptions(**{"model": "m", "task": "text-classification", "train_file": "t", "output_dir": "o", **kw})
 
 
 def test_the_default_learning_rate_falls_with_the_width_from_the_measured_rate_to_berts():
@@ -28,6 +28,21 @@ def test_the_default_learning_rate_falls_with_the_width_from_the_measured_rate_t
     assert 5e-4 > between[0] and all(a > b for a, b in zip(between, between[1:], strict=False)) and between[-1] > 5e-5
     assert default_lr(512) == 1.2e-4  # a power of the width, to two significant digits
     assert default_lr(None) == 5e-5  # a config without hidden_size: BERT's
+
+
+def test_sparse_embedding_takes_its_own_measured_rate_epochs_and_regularizer_weights():
+    """SPLADE on the quickstart model learned and sparsified only at 2e-3 over 10 epochs with FLOPS weights 100
+    times sentence-transformers' (benchmarks/finetune_defaults/sparse.md): its defaults, and every other task's
+    left as they were."""
+    assert SPARSE_LR_BY_WIDTH == ((256, 2e-3), (768, 5e-5))
+    assert default_lr(256, "sparse-embedding") == 2e-3 and default_lr(768, "sparse-embedding") == 5e-5
+    assert default_lr(256, "embedding") == default_lr(256) == 5e-4
+    sparse = options(task="sparse-embedding")
+    lr, source = sparse.learning_rate(256)
+    assert lr == 2e-3 and "sparse-embedding's rule" in source
+    assert sparse.epochs == 10 and options().epochs == options(task="embedding").epochs == 3
+    assert options(task="sparse-embedding", epochs=2).epochs == 2  # given: kept
+    assert (sparse.query_regularizer_weight, sparse.document_regularizer_weight) == (5e-3, 3e-3)
 
 
 def test_the_learning_rate_says_where_it_comes_from():

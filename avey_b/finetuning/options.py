@@ -47,19 +47,27 @@ OWN_TASKS: tuple[str, ...] = registry.register(OWN_DATA, {
 #: benchmarks/finetune_defaults/); the wide one is BERT-base's width and the top of BERT's fine-tuning recommendation
 #: (Devlin et al. 2019, App. A.3: 5e-5, 3e-5 or 2e-5), transformers' and sentence-transformers' trainer default.
 DEFAULT_LR_BY_WIDTH: tuple[tuple[int, float], tuple[int, float]] = ((256, 5e-4), (768, 5e-5))
+#: sparse-embedding's rule, the same shape: SPLADE's FLOPS-regularized loss learned on the quickstart model at 2e-3
+#: and not at the general rule's 5e-4 (benchmarks/finetune_defaults/sparse.md); from BERT-base's width, BERT's
+#: recommendation as for every task (not measured here for SPLADE).
+SPARSE_LR_BY_WIDTH: tuple[tuple[int, float], tuple[int, float]] = ((256, 2e-3), (768, 5e-5))
 #: The default for a model whose config names no ``hidden_size``: BERT's recommendation, as for a wide model.
 FALLBACK_LR = 5e-5
+#: The default epochs by task (``--epochs`` left out): 3 (BERT's recommendation is 2 to 4), and 10 for
+#: sparse-embedding, whose vectors sparsify and learn only with the steps (benchmarks/finetune_defaults/sparse.md).
+TASK_EPOCHS = {"sparse-embedding": 10.0}
+DEFAULT_EPOCHS = 3.0
 #: The rule as results.json's ``lr_source`` states it.
 LR_RULE = ("the default rule by width: {lr0:g} up to width {w0}, {lr1:g} from width {w1} (BERT-base's; Devlin et "
            "al. 2019, App. A.3), a power of the width between; see benchmarks/finetune_defaults")
 
 
-def default_lr(width: int | None) -> float:
-    """The default peak learning rate of a model ``width`` wide (:data:`DEFAULT_LR_BY_WIDTH`), to 2 significant
-    digits; :data:`FALLBACK_LR` without a width."""
+def default_lr(width: int | None, task: str | None = None) -> float:
+    """The default peak learning rate of a model ``width`` wide (:data:`DEFAULT_LR_BY_WIDTH`; for ``task``
+    sparse-embedding :data:`SPARSE_LR_BY_WIDTH`), to 2 significant digits; :data:`FALLBACK_LR` without a width."""
     if width is None:
         return FALLBACK_LR
-    (w0, lr0), (w1, lr1) = DEFAULT_LR_BY_WIDTH
+    (w0, lr0), (w1, lr1) = SPARSE_LR_BY_WIDTH if task == "sparse-embedding" else DEFAULT_LR_BY_WIDTH
     if width <= w0:
         return lr0
     if width >= w1:
@@ -173,11 +181,13 @@ class OwnDataOptions(TrainingSettings):
     mini_batch_size: int = 32
     """embedding, multi-vector with --loss cached-mnrl: rows per forward pass (memory), whatever --batch-size (the
     negatives)."""
-    query_regularizer_weight: float = 5e-5
+    query_regularizer_weight: float = 5e-3
     """sparse-embedding: the FLOPS regularizer's weight on the queries' (anchors') vectors in SpladeLoss: larger,
-    sparser queries (sentence-transformers' documented default for SPLADE training)."""
-    document_regularizer_weight: float = 3e-5
-    """sparse-embedding: the FLOPS regularizer's weight on the documents' (positives', negatives') vectors."""
+    sparser queries. 100 times sentence-transformers' documented 5e-5, which is for hundreds of thousands of
+    steps: over a few hundred rows it left the vectors dense (benchmarks/finetune_defaults/sparse.md)."""
+    document_regularizer_weight: float = 3e-3
+    """sparse-embedding: the FLOPS regularizer's weight on the documents' (positives', negatives') vectors (100
+    times sentence-transformers' 3e-5, as for the queries)."""
     multivector_dim: int = 128
     """multi-vector: the size of each token vector, the new projection's output (a multi-vector directory keeps
     its own)."""
@@ -186,9 +196,13 @@ class OwnDataOptions(TrainingSettings):
     query; the held-out queries get as many, drawn with seed 0, so every run reranks the same candidates."""
     lr: float | None = None
     """Peak learning rate (AdamW, linear warm-up then linear decay). None: the default for the model's width
-    (its config's hidden_size): 5e-4 up to width 256, falling as a power of the width to 5e-5 (BERT's fine-tuning
-    recommendation, Devlin et al. 2019 App. A.3) from width 768 (BERT-base) up; results.json records which and
-    why. When the held-out score ends no better than its baseline the run says so, with what to try."""
+    (its config's hidden_size): 5e-4 up to width 256 (sparse-embedding: 2e-3), falling as a power of the width to
+    5e-5 (BERT's fine-tuning recommendation, Devlin et al. 2019 App. A.3) from width 768 (BERT-base) up;
+    results.json records which and why. When the held-out score ends no better than its baseline the run says so,
+    with what to try."""
+    epochs: float | None = None
+    """Passes over the training data. None: the task's default, 3 (BERT's recommendation is 2 to 4), and 10 for
+    sparse-embedding (its vectors sparsify and learn only with the steps: benchmarks/finetune_defaults)."""
     overwrite: bool = False
     """Start afresh in an output directory that holds a run: the old one is moved aside to
     <output-dir>.old-<time> (nothing is deleted)."""
@@ -214,6 +228,8 @@ class OwnDataOptions(TrainingSettings):
                              f"CUDA_VISIBLE_DEVICES={self.device.split(':')[1]} and --device cuda")
         if self.overwrite and self.resume:
             raise ValueError("give --overwrite (start afresh) or --resume (continue), not both")
+        if self.epochs is None:
+            self.epochs = TASK_EPOCHS.get(self.task, DEFAULT_EPOCHS)
         super().__post_init__()  # the shared fields' checks
         if len(self.label_separator) != 1:
             raise ValueError(f"label_separator must be one character, got {self.label_separator!r}")
@@ -240,11 +256,12 @@ class OwnDataOptions(TrainingSettings):
         (:func:`default_lr`; ``width`` None: a config without ``hidden_size``)."""
         if self.lr is not None:
             return self.lr, "--lr"
-        (w0, lr0), (w1, lr1) = DEFAULT_LR_BY_WIDTH
-        rule = LR_RULE.format(w0=w0, lr0=lr0, w1=w1, lr1=lr1)
+        sparse = self.task == "sparse-embedding"
+        (w0, lr0), (w1, lr1) = SPARSE_LR_BY_WIDTH if sparse else DEFAULT_LR_BY_WIDTH
+        rule = LR_RULE.format(w0=w0, lr0=lr0, w1=w1, lr1=lr1) + (" (sparse-embedding's rule)" if sparse else "")
         if width is None:
             return FALLBACK_LR, f"default for a model whose config names no hidden_size, as for width {w1}: {rule}"
-        return default_lr(width), f"default for width {width} (hidden_size): {rule}"
+        return default_lr(width, self.task), f"default for width {width} (hidden_size): {rule}"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -15,9 +15,15 @@ masked-LM head is an error naming it. Inputs are never cut for Avey-B (:func:`av
 Training: ``SparseEncoderTrainer`` with ``SpladeLoss``: ``SparseMultipleNegativesRankingLoss`` (each anchor against
 its positive and every other row's positive and negative in the batch, by dot product; batches never hold the same
 text twice) plus the FLOPS regularizer (Paria et al., 2020, as SPLADE uses it) on the queries' and the documents'
-vectors, weighted ``--query-regularizer-weight`` (default 5e-5) and ``--document-regularizer-weight`` (3e-5):
-sentence-transformers' documented weights for this loss (the ``SparseMultipleNegativesRankingLoss`` reference and
-its SPLADE training guide). Larger weights give sparser vectors (fewer active dimensions) at some cost in quality.
+vectors, weighted ``--query-regularizer-weight`` (default 5e-3) and ``--document-regularizer-weight`` (3e-3), and
+ramped up from 0 over the first third of the steps (sentence-transformers'
+``SpladeRegularizerWeightSchedulerCallback``).
+Larger weights give sparser vectors (fewer active dimensions) at some cost in quality. The defaults of this task
+differ from the others' (:mod:`avey_b.finetuning.options`): the weights are 100 times sentence-transformers'
+documented ones (made for hundreds of thousands of steps), the learning rate is 2e-3 up to width 256 (falling to
+BERT's 5e-5 at width 768) and the epochs 10: on the quickstart model and a few hundred rows, SPLADE learned and
+sparsified only so (``benchmarks/finetune_defaults/sparse.md``: at the general defaults its documents kept about
+half of the vocabulary active and scored below the untrained model).
 
 Scoring: the held-out rows as the same retrieval task as ``--task embedding`` (``embedding.retrieval_task``), by
 dot product (sentence-transformers' ``SparseInformationRetrievalEvaluator``): recall@1, recall@10, NDCG@10 and
