@@ -18,7 +18,7 @@ the sum of its outputs (per late chunk where chunks are asked for) — never the
 ``sum_splits`` (default 1) trades memory for recomputation: the output sums are kept per group of that many splits,
 so ``d × 4 / (split_size × sum_splits)`` bytes a token; an edit, a truncation or the append that moves the trailing
 special tokens reopens the group it falls in, recomputing that group's kept splits (at most ``sum_splits``) from
-their kept choice to recover their own sums.
+their kept choice to recover their own sums, which are dropped again when the change is done.
 
 The outputs equal a fresh forward of the whole document (the same choice, the same rows; sums in a different order:
 about 1e-6 in float32, and within 1e-5 under bfloat16 autocast). With bfloat16 weights the processor's GEMMs of other
@@ -131,6 +131,7 @@ class DocumentState:
             self._drop((self.length - self.special[1]) // self.S)
         self._write(self.length, new)
         self._complete()
+        self._open.clear()  # the groups' own sums, recovered for this change, are not kept (the memory bound)
         return self
 
     def truncate(self, length: int) -> DocumentState:
@@ -139,6 +140,7 @@ class DocumentState:
             raise ValueError(f"cannot truncate a document of {self.length} tokens to {length}")
         self.recomputed = 0
         self._drop(length // self.S)
+        self._open.clear()
         self.length = length
         self._partial = None
         return self
@@ -169,6 +171,7 @@ class DocumentState:
             self._ids[start:end] = new
             self._partial = None
             self._edit(edited, later, held)
+            self._open.clear()
         return self
 
     def update(self, ids: Sequence[int] | torch.Tensor) -> DocumentState:
