@@ -36,8 +36,9 @@ STATE_DIR = "_state"
 STATE_COLUMNS = {"ids": "int32", "sums": "float32", "choice": "int32", "keys": "float64", "sum_splits": "int32",
                  "segment_splits": "int32", "segment_chunks": "int32", "segment_sums": "float32"}
 #: About how many tokens' output sums a saved state keeps as one (``DocumentState``'s ``sum_splits``: this many
-#: tokens in splits, at least one): an edit, or an append's moved trailing tokens, recomputes at most these tokens
-#: beyond what it changes, and the sums take ``d × 4 / SUM_TOKENS`` bytes a token on disk.
+#: tokens in splits, at least one): an append recomputes at most these tokens beyond what it adds (the group of the
+#: old trailing tokens), an edit the other splits of each group it recomputes a split of; the sums take
+#: ``d × 4 / SUM_TOKENS`` bytes a token on disk.
 SUM_TOKENS = 1024
 SPANS_WHY = ("character-span chunks (--chunk-spans-column) are cut from the text, not by token counts, so a "
              "document state cannot pool them")
