@@ -157,6 +157,30 @@ def test_an_append_computes_only_the_new_splits(tmp_path, wide_model):
     assert_same_output(tmp_path / "out", tmp_path / "fresh")
 
 
+def test_states_saved_before_their_tokens_and_grouping_still_update(tmp_path, wide_model, monkeypatch):
+    """Records of an earlier version (per-split sums, no n_tokens or sum_splits columns) are read, rewritten beside
+    new ones, and read again by the next update: the same vectors as a fresh run each time."""
+    old, new = versions(7)
+    for name, rows in (("v1", old), ("v2", new), ("v3", [dict(r) for r in new])):
+        write_jsonl(tmp_path / f"{name}.jsonl", rows)
+    monkeypatch.setattr(streamed, "SUM_TOKENS", 4)  # one split per group: the sums as they were saved before
+    run(wide_model, tmp_path / "v1.jsonl", tmp_path / "out", update=True)
+    monkeypatch.undo()
+    for path in (tmp_path / "out" / "_state").glob("part-*.parquet"):  # the columns an earlier version lacked
+        table = pq.read_table(path)
+        pq.write_table(table.drop(["n_tokens", "sum_splits"]).replace_schema_metadata(table.schema.metadata), path)
+    run(wide_model, tmp_path / "v2.jsonl", tmp_path / "out", update=True)
+    run(wide_model, tmp_path / "v2.jsonl", tmp_path / "fresh2")
+    assert_same_output(tmp_path / "out", tmp_path / "fresh2")
+    v3 = [json.loads(line) for line in (tmp_path / "v3.jsonl").read_text().splitlines()]
+    v3[0]["text"] += " w5"  # an unchanged document of v2, its record rewritten from the earlier version's
+    write_jsonl(tmp_path / "v3.jsonl", v3)
+    done = run(wide_model, tmp_path / "v3.jsonl", tmp_path / "out", update=True)["runs"][-1]["update"]
+    assert done["documents"]["appended"] == 1 and done["tokens_computed"] < done["tokens_total"] / 4
+    run(wide_model, tmp_path / "v3.jsonl", tmp_path / "fresh3")
+    assert_same_output(tmp_path / "out", tmp_path / "fresh3")
+
+
 class Crash(Exception):
     pass
 

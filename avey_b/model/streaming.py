@@ -228,7 +228,8 @@ class DocumentState:
         """A state from :meth:`export`'s tensors and the same ``model`` and options (chunks, special tokens) it was
         made with (its ``sum_splits`` is the saved one's); feeding or editing it then computes only what changed, as
         for the original."""
-        saved = int(data["sum_splits"]) if "sum_splits" in data else 1  # states saved before sum_splits: 1
+        grouping = data.get("sum_splits")  # absent or empty: a state saved before sum_splits, one per split
+        saved = int(grouping) if grouping is not None and grouping.numel() else 1
         state = cls(model, **{**options, "sum_splits": saved})
         ids, sums = data["ids"], data["sums"]
         n = ids.numel() // state.S
