@@ -163,7 +163,8 @@ def test_states_saved_before_their_tokens_and_grouping_still_update(tmp_path, wi
     old, new = versions(7)
     for name, rows in (("v1", old), ("v2", new), ("v3", [dict(r) for r in new])):
         write_jsonl(tmp_path / f"{name}.jsonl", rows)
-    monkeypatch.setattr(streamed, "SUM_TOKENS", 4)  # one split per group: the sums as they were saved before
+    states = streamed.States  # the sums one per split, as they were saved before
+    monkeypatch.setattr(streamed, "States", lambda encoder, sum_splits, **kw: states(encoder, sum_splits=1, **kw))
     run(wide_model, tmp_path / "v1.jsonl", tmp_path / "out", update=True)
     monkeypatch.undo()
     for path in (tmp_path / "out" / "_state").glob("part-*.parquet"):  # the columns an earlier version lacked
