@@ -251,10 +251,13 @@ class Updater:
         actions = {d.id: self.old.action(d) for d in group}
         copied = {d.id: rows for d in group if actions[d.id] == "skipped" and (rows := self.old.rows(d)) is not None}
         work, skipped = embedder.prepare_shard(self.encoder, [d for d in group if d.id not in copied], self.settings)
+        # each document's tokens, once: recorded (copied), tokenized (work) or counted when too long (skipped)
+        tokens = ({d.id: self.old.tokens(d) for d in group if d.id in copied}
+                  | {s["id"]: s["n_tokens"] for s in skipped} | {doc.id: len(ids) for doc, ids, _ in work})
         vectors, states, computed = [None] * len(work), {}, 0
         for d in group:
             if d.id in copied:
-                states[d.id] = {**self.old.saved(d.id)[0], **record_fields(d, self.old.tokens(d))}
+                states[d.id] = {**self.old.saved(d.id)[0], **record_fields(d, tokens[d.id])}
         for i, (doc, ids, ranges) in enumerate(work):
             action = actions[doc.id]
             saved, tensors = self.old.saved(doc.id) if action != "new" else (None, None)
@@ -271,7 +274,6 @@ class Updater:
         for i, v in zip(whole, found, strict=True):  # dense only: --update refuses the other outputs
             vectors[i] = v
             computed += len(work[i][1])
-        tokens = {s["id"]: s["n_tokens"] for s in skipped} | {doc.id: len(ids) for doc, ids, _ in work}
         records = [states.get(d.id) or record(d, tokens[d.id], None) for d in group]
         done = {"actions": dict(Counter(actions.values())), "tokens_computed": computed}
         write_records(self.stage / STATE_DIR / shards.SHARD.format(k), records, done)
@@ -280,8 +282,7 @@ class Updater:
         table_rows = [row for d in group for row in copied.get(d.id, made.get(d.id, []))]
         info = {"shard": k, "documents": len(group), "first_id": group[0].id, "last_id": group[-1].id,
                 "rows": len(table_rows), "skipped": skipped,
-                "tokens": sum(len(ids) for _, ids, _ in work) + sum(self.old.tokens(d) for d in group
-                                                                     if d.id in copied)}
+                "tokens": sum(len(ids) for _, ids, _ in work) + sum(tokens[i] for i in copied)}
         table = shards.table_of(table_rows, self.settings, {"dense": self.encoder.config.hidden_size}, info,
                                   kept_schema)
         shards.write_shard(self.stage / shards.SHARD.format(k), table)
