@@ -62,12 +62,18 @@ LR_RULE = ("the default rule by width: {lr0:g} up to width {w0}, {lr1:g} from wi
            "al. 2019, App. A.3), a power of the width between; see benchmarks/finetune_defaults")
 
 
+def lr_points(task: str | None) -> tuple[tuple[int, float], tuple[int, float]]:
+    """The two ``(width, lr)`` points of ``task``'s default rate: :data:`SPARSE_LR_BY_WIDTH` for sparse-embedding,
+    :data:`DEFAULT_LR_BY_WIDTH` for the others."""
+    return SPARSE_LR_BY_WIDTH if task == "sparse-embedding" else DEFAULT_LR_BY_WIDTH
+
+
 def default_lr(width: int | None, task: str | None = None) -> float:
     """The default peak learning rate of a model ``width`` wide (:data:`DEFAULT_LR_BY_WIDTH`; for ``task``
     sparse-embedding :data:`SPARSE_LR_BY_WIDTH`), to 2 significant digits; :data:`FALLBACK_LR` without a width."""
     if width is None:
         return FALLBACK_LR
-    (w0, lr0), (w1, lr1) = SPARSE_LR_BY_WIDTH if task == "sparse-embedding" else DEFAULT_LR_BY_WIDTH
+    (w0, lr0), (w1, lr1) = lr_points(task)
     if width <= w0:
         return lr0
     if width >= w1:
@@ -256,9 +262,9 @@ class OwnDataOptions(TrainingSettings):
         (:func:`default_lr`; ``width`` None: a config without ``hidden_size``)."""
         if self.lr is not None:
             return self.lr, "--lr"
-        sparse = self.task == "sparse-embedding"
-        (w0, lr0), (w1, lr1) = SPARSE_LR_BY_WIDTH if sparse else DEFAULT_LR_BY_WIDTH
-        rule = LR_RULE.format(w0=w0, lr0=lr0, w1=w1, lr1=lr1) + (" (sparse-embedding's rule)" if sparse else "")
+        (w0, lr0), (w1, lr1) = lr_points(self.task)
+        sparse = " (sparse-embedding's rule)" if self.task == "sparse-embedding" else ""
+        rule = LR_RULE.format(w0=w0, lr0=lr0, w1=w1, lr1=lr1) + sparse
         if width is None:
             return FALLBACK_LR, f"default for a model whose config names no hidden_size, as for width {w1}: {rule}"
         return default_lr(width, self.task), f"default for width {width} (hidden_size): {rule}"

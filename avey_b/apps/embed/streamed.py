@@ -9,9 +9,9 @@ new text whose first characters hash the same extends the old one), the SHA-256 
 (:meth:`~avey_b.model.streaming.DocumentState.export`: token ids, per split its choice and ranking keys, the output
 sums per :data:`SUM_TOKENS` tokens or so, per late chunk its sums; never token states), flattened into list columns.
 A document with no state (a model or chunking that cannot be encoded in pieces, a skipped document) has empty lists
-there. Its size: 4 bytes a token for the ids, ``2 × k × (4 + 8) / split_size`` for the choice and keys, and
-``d × 4 / SUM_TOKENS`` for the sums (about 10 bytes a token for a 256-wide model with 16-token splits; late chunks
-add ``d × 4`` bytes per chunk and split they meet).
+there. Its size, before Parquet's compression: 4 bytes a token for the ids, ``k × (4 + 8) / split_size`` for the
+choice and keys, and ``d × 4 / SUM_TOKENS`` for the sums (about 7 bytes a token for a 256-wide model with 16-token
+splits and k = 3; late chunks add ``d × 4`` bytes per chunk and split they meet).
 """
 
 from __future__ import annotations
