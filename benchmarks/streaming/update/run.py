@@ -10,7 +10,7 @@ after the edit is recomputed), edited, removed; and adds the last article (new).
 changed), each timed (wall clock around :func:`avey_b.apps.embed.embed_corpus`, so no import is counted). The
 outputs are compared (the largest difference between vectors), and the saved states' size beside the shards' is
 recorded. ``--commands``: the same three, each as its own ``avey-b embed`` command (imports and model load
-counted), alternated.
+counted), alternated; and the imports alone (``python -c "import ..."``: torch, and embed's job).
 
 Memory (``--memory``): one document of ``--memory-tokens`` tokens of repeated text, embedded by ``avey-b embed`` in
 a child process each, today's whole forward (``--long-document-tokens`` above the length) and in pieces; each child
